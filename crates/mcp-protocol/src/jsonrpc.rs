@@ -1,0 +1,457 @@
+//! JSON-RPC 2.0 envelopes as MCP restricts them: ids are strings or integers
+//! (never null), `params` is an object, batches are a transport decision.
+
+use std::fmt;
+
+use serde::de::Error as _;
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use crate::error::{ErrorCode, ErrorObject};
+
+/// A JSON-RPC request id: a string or an integer, never null (MCP base
+/// protocol, requests).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RequestId {
+    /// An integer id.
+    Number(i64),
+    /// A string id.
+    String(String),
+}
+
+impl RequestId {
+    /// Reads an id from a JSON value; `None` for null, floats and the rest.
+    pub fn from_value(value: &Value) -> Option<Self> {
+        match value {
+            Value::String(s) => Some(Self::String(s.clone())),
+            Value::Number(n) => n.as_i64().map(Self::Number),
+            _ => None,
+        }
+    }
+
+    /// The id as a JSON value.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Self::Number(n) => Value::from(*n),
+            Self::String(s) => Value::from(s.as_str()),
+        }
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Number(n) => write!(f, "{n}"),
+            Self::String(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+impl Serialize for RequestId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Number(n) => s.serialize_i64(*n),
+            Self::String(v) => s.serialize_str(v),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        Self::from_value(&value).ok_or_else(|| D::Error::custom("id must be a string or an integer"))
+    }
+}
+
+impl From<i64> for RequestId {
+    fn from(n: i64) -> Self {
+        Self::Number(n)
+    }
+}
+
+impl From<&str> for RequestId {
+    fn from(s: &str) -> Self {
+        Self::String(s.to_owned())
+    }
+}
+
+/// A request: expects exactly one response with the same id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The id, unique among the sender's in-flight requests.
+    pub id: RequestId,
+    /// The method name.
+    pub method: String,
+    /// The params object, if any.
+    pub params: Option<Map<String, Value>>,
+}
+
+/// A notification: one-way, no id, no response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notification {
+    /// The method name.
+    pub method: String,
+    /// The params object, if any.
+    pub params: Option<Map<String, Value>>,
+}
+
+/// A response: a result or an error for one request id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    /// The id of the request this answers; `None` only for errors about a
+    /// message whose id could not be read.
+    pub id: Option<RequestId>,
+    /// The result object or the error.
+    pub outcome: Result<Value, ErrorObject>,
+}
+
+impl Response {
+    /// A success response.
+    pub fn result(id: RequestId, result: Value) -> Self {
+        Self { id: Some(id), outcome: Ok(result) }
+    }
+
+    /// An error response.
+    pub fn error(id: Option<RequestId>, error: ErrorObject) -> Self {
+        Self { id, outcome: Err(error) }
+    }
+}
+
+/// Any single JSON-RPC message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// A request.
+    Request(Request),
+    /// A notification.
+    Notification(Notification),
+    /// A response to a request the receiver sent.
+    Response(Response),
+}
+
+impl Message {
+    /// The method name of a request or notification.
+    pub fn method(&self) -> Option<&str> {
+        match self {
+            Self::Request(r) => Some(&r.method),
+            Self::Notification(n) => Some(&n.method),
+            Self::Response(_) => None,
+        }
+    }
+
+    /// Encodes the message as compact JSON.
+    pub fn to_json(&self) -> String {
+        // unwrap: every field serializes to JSON (string keys, no NaN source).
+        #[allow(clippy::unwrap_used)]
+        serde_json::to_string(self).unwrap()
+    }
+}
+
+/// Why a body is not a valid JSON-RPC message.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct DecodeError {
+    /// `-32700` for bad JSON, `-32600` for a bad envelope, `-32602` for
+    /// params that are not an object.
+    pub code: ErrorCode,
+    /// What is wrong, for the client.
+    pub message: String,
+    /// The id, when it could be read (so the error can answer the request).
+    pub id: Option<RequestId>,
+}
+
+impl DecodeError {
+    fn invalid(message: impl Into<String>, id: Option<RequestId>) -> Self {
+        Self { code: ErrorCode::INVALID_REQUEST, message: message.into(), id }
+    }
+
+    /// The error object to send back.
+    pub fn to_error_object(&self) -> ErrorObject {
+        ErrorObject::new(self.code, self.message.clone())
+    }
+}
+
+/// What a body holds: one message or a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    /// A single message.
+    Single(Message),
+    /// A JSON-RPC batch; each element decoded on its own.
+    Batch(Vec<Result<Message, DecodeError>>),
+}
+
+/// The envelope as read, before validation. `id` distinguishes absent
+/// (`None`) from null (`Some(Value::Null)`).
+#[derive(Deserialize)]
+struct RawEnvelope {
+    #[serde(default)]
+    jsonrpc: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    params: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Decodes an HTTP or stdio body: one message, or a batch (array).
+///
+/// # Errors
+/// `-32700` when the bytes are not JSON, `-32600` when the JSON is not a
+/// message (or is an empty batch), and the per-message errors of
+/// [`decode_message`] for a single message.
+pub fn decode_body(bytes: &[u8]) -> Result<Body, DecodeError> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'[') {
+        let items: Vec<Value> = serde_json::from_slice(bytes).map_err(parse_error)?;
+        if items.is_empty() {
+            return Err(DecodeError::invalid("empty batch", None));
+        }
+        let decoded = items.into_iter().map(decode_value).collect();
+        return Ok(Body::Batch(decoded));
+    }
+    decode_message(bytes).map(Body::Single)
+}
+
+/// Decodes one message from bytes.
+///
+/// # Errors
+/// `-32700` for bad JSON; `-32600` for a bad envelope (wrong `jsonrpc`, null
+/// or fractional id, no method and no result); `-32602` when `params` is not
+/// an object.
+pub fn decode_message(bytes: &[u8]) -> Result<Message, DecodeError> {
+    let raw: RawEnvelope = serde_json::from_slice(bytes).map_err(|err| {
+        if err.is_data() {
+            DecodeError::invalid("a JSON-RPC message must be an object", None)
+        } else {
+            parse_error(err)
+        }
+    })?;
+    validate(raw)
+}
+
+fn decode_value(value: Value) -> Result<Message, DecodeError> {
+    let raw: RawEnvelope = serde_json::from_value(value)
+        .map_err(|_| DecodeError::invalid("a JSON-RPC message must be an object", None))?;
+    validate(raw)
+}
+
+fn parse_error(err: serde_json::Error) -> DecodeError {
+    DecodeError {
+        code: ErrorCode::PARSE_ERROR,
+        message: format!("parse error: {err}"),
+        id: None,
+    }
+}
+
+fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
+    let id = match &raw.id {
+        None => None,
+        Some(Value::Null) => {
+            return Err(DecodeError::invalid("id must not be null", None));
+        }
+        Some(value) => match RequestId::from_value(value) {
+            Some(id) => Some(id),
+            None => return Err(DecodeError::invalid("id must be a string or an integer", None)),
+        },
+    };
+    if raw.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
+        return Err(DecodeError::invalid("jsonrpc must be \"2.0\"", id));
+    }
+    if let Some(method) = raw.method {
+        let Value::String(method) = method else {
+            return Err(DecodeError::invalid("method must be a string", id));
+        };
+        if raw.result.is_some() || raw.error.is_some() {
+            return Err(DecodeError::invalid("a request must not carry result or error", id));
+        }
+        let params = match raw.params {
+            None => None,
+            Some(Value::Object(map)) => Some(map),
+            Some(_) => {
+                return Err(DecodeError {
+                    code: ErrorCode::INVALID_PARAMS,
+                    message: "params must be an object".into(),
+                    id,
+                });
+            }
+        };
+        return Ok(match id {
+            Some(id) => Message::Request(Request { id, method, params }),
+            None => Message::Notification(Notification { method, params }),
+        });
+    }
+    let outcome = match (raw.result, raw.error) {
+        (Some(result), None) => Ok(result),
+        (None, Some(error)) => Err(serde_json::from_value::<ErrorObject>(error)
+            .map_err(|_| DecodeError::invalid("error must have an integer code and a message", id.clone()))?),
+        (Some(_), Some(_)) => {
+            return Err(DecodeError::invalid("a response must not carry both result and error", id));
+        }
+        (None, None) => return Err(DecodeError::invalid("a message needs a method, a result or an error", id)),
+    };
+    let Some(id) = id else {
+        return Err(DecodeError::invalid("a response needs an id", None));
+    };
+    Ok(Message::Response(Response { id: Some(id), outcome }))
+}
+
+impl Serialize for Message {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Request(r) => r.serialize(s),
+            Self::Notification(n) => n.serialize(s),
+            Self::Response(r) => r.serialize(s),
+        }
+    }
+}
+
+impl Serialize for Request {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("jsonrpc", "2.0")?;
+        map.serialize_entry("id", &self.id)?;
+        map.serialize_entry("method", &self.method)?;
+        if let Some(params) = &self.params {
+            map.serialize_entry("params", params)?;
+        }
+        map.end()
+    }
+}
+
+impl Serialize for Notification {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("jsonrpc", "2.0")?;
+        map.serialize_entry("method", &self.method)?;
+        if let Some(params) = &self.params {
+            map.serialize_entry("params", params)?;
+        }
+        map.end()
+    }
+}
+
+impl Serialize for Response {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("jsonrpc", "2.0")?;
+        // JSON-RPC 2.0 section 5: id is null when it could not be detected.
+        map.serialize_entry("id", &self.id)?;
+        match &self.outcome {
+            Ok(result) => map.serialize_entry("result", result)?,
+            Err(error) => map.serialize_entry("error", error)?,
+        }
+        map.end()
+    }
+}
+
+impl Notification {
+    /// A notification with typed params.
+    pub fn new(method: impl Into<String>, params: impl Serialize) -> Self {
+        Self { method: method.into(), params: to_object(params) }
+    }
+}
+
+impl Request {
+    /// A request with typed params.
+    pub fn new(id: RequestId, method: impl Into<String>, params: impl Serialize) -> Self {
+        Self { id, method: method.into(), params: to_object(params) }
+    }
+
+    /// Reads `params` as `T`; absent params read as `{}`.
+    ///
+    /// # Errors
+    /// `-32602` naming the first field that does not fit.
+    pub fn parse_params<T: serde::de::DeserializeOwned>(&self) -> Result<T, ErrorObject> {
+        parse_params(self.params.as_ref())
+    }
+
+    /// `params._meta.progressToken`, when the client asked for progress.
+    pub fn progress_token(&self) -> Option<&Value> {
+        self.params.as_ref()?.get("_meta")?.get("progressToken")
+    }
+}
+
+/// Reads an optional params object as `T`; absent params read as `{}`.
+///
+/// # Errors
+/// `-32602` naming the first field that does not fit.
+pub fn parse_params<T: serde::de::DeserializeOwned>(
+    params: Option<&Map<String, Value>>,
+) -> Result<T, ErrorObject> {
+    let value = match params {
+        Some(map) => Value::Object(map.clone()),
+        None => Value::Object(Map::new()),
+    };
+    serde_json::from_value(value).map_err(|err| ErrorObject::invalid_params(format!("invalid params: {err}")))
+}
+
+fn to_object(params: impl Serialize) -> Option<Map<String, Value>> {
+    match serde_json::to_value(params) {
+        Ok(Value::Object(map)) => Some(map),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(bytes: &str) -> ErrorCode {
+        decode_message(bytes.as_bytes()).unwrap_err().code
+    }
+
+    #[test]
+    fn decodes_request_notification_and_response() {
+        let m = decode_message(br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#).unwrap();
+        assert!(matches!(m, Message::Request(Request { id: RequestId::Number(7), .. })));
+        let m = decode_message(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
+        assert!(matches!(m, Message::Notification(_)));
+        let m = decode_message(br#"{"jsonrpc":"2.0","id":"a","result":{}}"#).unwrap();
+        assert!(matches!(m, Message::Response(Response { outcome: Ok(_), .. })));
+    }
+
+    #[test]
+    fn rejects_bad_envelopes_with_the_right_code() {
+        assert_eq!(code("{not json"), ErrorCode::PARSE_ERROR);
+        assert_eq!(code("42"), ErrorCode::INVALID_REQUEST);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#), ErrorCode::INVALID_REQUEST);
+        assert_eq!(code(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#), ErrorCode::INVALID_REQUEST);
+        assert_eq!(code(r#"{"id":1,"method":"ping"}"#), ErrorCode::INVALID_REQUEST);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#), ErrorCode::INVALID_REQUEST);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#), ErrorCode::INVALID_PARAMS);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1}"#), ErrorCode::INVALID_REQUEST);
+    }
+
+    #[test]
+    fn keeps_the_id_of_a_bad_request_so_it_can_be_answered() {
+        let err = decode_message(br#"{"jsonrpc":"2.0","id":"x","method":"m","params":3}"#).unwrap_err();
+        assert_eq!(err.id, Some(RequestId::from("x")));
+    }
+
+    #[test]
+    fn batches_decode_each_element() {
+        let Body::Batch(items) =
+            decode_body(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, 5]"#).unwrap()
+        else {
+            panic!("not a batch");
+        };
+        assert!(items[0].is_ok());
+        assert_eq!(items[1].as_ref().unwrap_err().code, ErrorCode::INVALID_REQUEST);
+        assert_eq!(decode_body(b"[]").unwrap_err().code, ErrorCode::INVALID_REQUEST);
+    }
+
+    #[test]
+    fn encodes_with_the_jsonrpc_member() {
+        let r = Response::result(RequestId::Number(1), serde_json::json!({}));
+        assert_eq!(Message::Response(r).to_json(), r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+    }
+}

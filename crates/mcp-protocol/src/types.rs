@@ -1,0 +1,799 @@
+//! Typed params and results of MCP methods (2024-11-05 through 2025-11-25).
+//!
+//! Fields added by later revisions are optional, so one type serves every
+//! revision; unknown fields from clients are ignored. Result shapes follow the
+//! project's rules: `structuredContent` is always present on tool results,
+//! `nextCursor` is always a string (`""` at the end) and tool `content` is
+//! never empty.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A JSON object.
+pub type JsonObject = Map<String, Value>;
+
+/// Name and version of a client or server implementation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Implementation {
+    /// Programmatic name.
+    pub name: String,
+    /// Version string.
+    pub version: String,
+    /// Display name (2025-06-18 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
+/// `initialize` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeParams {
+    /// The revision the client asks for.
+    pub protocol_version: String,
+    /// What the client can do.
+    #[serde(default)]
+    pub capabilities: ClientCapabilities,
+    /// Who the client is.
+    #[serde(default)]
+    pub client_info: Implementation,
+}
+
+/// What a client can do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientCapabilities {
+    /// `roots` (with `listChanged`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roots: Option<Value>,
+    /// `sampling`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<Value>,
+    /// `elicitation` (2025-06-18 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elicitation: Option<Value>,
+    /// `experimental`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experimental: Option<Value>,
+    /// Anything else the client declared, kept as sent.
+    #[serde(flatten)]
+    pub other: JsonObject,
+}
+
+/// `listChanged` sub-capability.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ListChanged {
+    /// The server sends `notifications/*/list_changed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list_changed: Option<bool>,
+}
+
+/// `resources` capability.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourcesCapability {
+    /// `resources/subscribe` is supported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscribe: Option<bool>,
+    /// The server sends `notifications/resources/list_changed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list_changed: Option<bool>,
+}
+
+/// What the server can do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerCapabilities {
+    /// Tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ListChanged>,
+    /// Resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourcesCapability>,
+    /// Prompts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<ListChanged>,
+    /// Log messages (`logging/setLevel`, `notifications/message`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logging: Option<JsonObject>,
+    /// `completion/complete`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completions: Option<JsonObject>,
+    /// Experimental features.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experimental: Option<JsonObject>,
+}
+
+/// `initialize` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    /// The negotiated revision.
+    pub protocol_version: String,
+    /// What the server can do.
+    pub capabilities: ServerCapabilities,
+    /// Who the server is.
+    pub server_info: Implementation,
+    /// Usage hints for the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+}
+
+/// Params of paginated list methods.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PaginatedParams {
+    /// The cursor from the previous page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+/// Behaviour hints of a tool (2025-03-26 and later).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolAnnotations {
+    /// Display title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Does not modify its environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    /// May perform destructive updates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    /// Repeated calls with the same arguments have no further effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    /// Interacts with an open world of external entities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_world_hint: Option<bool>,
+}
+
+/// A tool as `tools/list` describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Tool {
+    /// Unique name (1-128 of `[A-Za-z0-9_.-]`).
+    pub name: String,
+    /// Display name (2025-06-18 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of the arguments object, sent verbatim.
+    pub input_schema: Value,
+    /// JSON Schema of `structuredContent` (2025-06-18 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// Behaviour hints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<ToolAnnotations>,
+}
+
+/// `tools/list` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListToolsResult {
+    /// One page of tools.
+    pub tools: Vec<Tool>,
+    /// Cursor of the next page; `""` at the end.
+    pub next_cursor: String,
+}
+
+/// `tools/call` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallToolParams {
+    /// The tool.
+    pub name: String,
+    /// The arguments; absent reads as `{}`.
+    #[serde(default)]
+    pub arguments: Option<JsonObject>,
+}
+
+/// Audience and priority hints on content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Annotations {
+    /// `user` and/or `assistant`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<Vec<String>>,
+    /// 0 (least) to 1 (most important).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<f64>,
+    /// ISO 8601 time of last modification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<String>,
+}
+
+/// Contents of a resource: text or base64 blob.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ResourceContents {
+    /// UTF-8 text.
+    Text {
+        /// The resource URI.
+        uri: String,
+        /// Its MIME type.
+        #[serde(rename = "mimeType", default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+        /// The text.
+        text: String,
+    },
+    /// Binary, base64-encoded.
+    Blob {
+        /// The resource URI.
+        uri: String,
+        /// Its MIME type.
+        #[serde(rename = "mimeType", default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+        /// Base64 data.
+        blob: String,
+    },
+}
+
+impl ResourceContents {
+    /// Text contents.
+    pub fn text(uri: impl Into<String>, mime_type: &str, text: impl Into<String>) -> Self {
+        Self::Text { uri: uri.into(), mime_type: Some(mime_type.into()), text: text.into() }
+    }
+
+    /// Blob contents, already base64.
+    pub fn blob(uri: impl Into<String>, mime_type: &str, base64: impl Into<String>) -> Self {
+        Self::Blob { uri: uri.into(), mime_type: Some(mime_type.into()), blob: base64.into() }
+    }
+}
+
+/// One item of tool or prompt content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Content {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+        /// Hints.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Annotations>,
+    },
+    /// An image, base64.
+    Image {
+        /// Base64 data.
+        data: String,
+        /// MIME type, e.g. `image/png`.
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+        /// Hints.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Annotations>,
+    },
+    /// Audio, base64 (2025-03-26 and later).
+    Audio {
+        /// Base64 data.
+        data: String,
+        /// MIME type, e.g. `audio/wav`.
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+        /// Hints.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Annotations>,
+    },
+    /// A link to a resource (2025-06-18 and later).
+    ResourceLink {
+        /// The URI.
+        uri: String,
+        /// Its name.
+        name: String,
+        /// What it is.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        /// MIME type.
+        #[serde(rename = "mimeType", default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+    },
+    /// An embedded resource.
+    Resource {
+        /// The contents.
+        resource: ResourceContents,
+        /// Hints.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Annotations>,
+    },
+}
+
+impl Content {
+    /// Text content.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::Text { text: text.into(), annotations: None }
+    }
+
+    /// Image content from base64 data.
+    pub fn image(base64: impl Into<String>, mime_type: impl Into<String>) -> Self {
+        Self::Image { data: base64.into(), mime_type: mime_type.into(), annotations: None }
+    }
+
+    /// Audio content from base64 data.
+    pub fn audio(base64: impl Into<String>, mime_type: impl Into<String>) -> Self {
+        Self::Audio { data: base64.into(), mime_type: mime_type.into(), annotations: None }
+    }
+
+    /// An embedded resource.
+    pub fn resource(resource: ResourceContents) -> Self {
+        Self::Resource { resource, annotations: None }
+    }
+}
+
+/// `tools/call` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallToolResult {
+    /// Unstructured content; never empty.
+    pub content: Vec<Content>,
+    /// Structured content; `{}` when the tool has none.
+    pub structured_content: JsonObject,
+    /// The tool ran and failed.
+    pub is_error: bool,
+}
+
+impl CallToolResult {
+    /// A successful result with content.
+    pub fn success(content: Vec<Content>) -> Self {
+        Self { content, structured_content: JsonObject::new(), is_error: false }
+    }
+
+    /// A successful result with one text item.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::success(vec![Content::text(text)])
+    }
+
+    /// A tool execution error: the tool ran and failed; the model sees why.
+    pub fn error(text: impl Into<String>) -> Self {
+        Self { content: vec![Content::text(text)], structured_content: JsonObject::new(), is_error: true }
+    }
+
+    /// A result with structured content, also serialized as text for clients
+    /// that read only `content` (2025-06-18 tools, structured content).
+    pub fn structured(value: JsonObject) -> Self {
+        let text = Value::Object(value.clone()).to_string();
+        Self { content: vec![Content::text(text)], structured_content: value, is_error: false }
+    }
+
+    /// Applies the result-shape rules: `content` is never empty.
+    #[must_use]
+    pub fn normalized(mut self) -> Self {
+        if self.content.is_empty() {
+            let text = if self.structured_content.is_empty() {
+                String::new()
+            } else {
+                Value::Object(self.structured_content.clone()).to_string()
+            };
+            self.content.push(Content::text(text));
+        }
+        self
+    }
+}
+
+/// A resource as `resources/list` describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resource {
+    /// The URI.
+    pub uri: String,
+    /// Its name.
+    pub name: String,
+    /// Display name (2025-06-18 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// MIME type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+}
+
+/// A resource template (RFC 6570).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceTemplate {
+    /// The URI template, e.g. `test://template/{id}/data`.
+    pub uri_template: String,
+    /// Its name.
+    pub name: String,
+    /// Display name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What it yields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// MIME type of what it yields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+}
+
+/// `resources/list` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListResourcesResult {
+    /// One page.
+    pub resources: Vec<Resource>,
+    /// Cursor of the next page; `""` at the end.
+    pub next_cursor: String,
+}
+
+/// `resources/templates/list` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListResourceTemplatesResult {
+    /// One page.
+    pub resource_templates: Vec<ResourceTemplate>,
+    /// Cursor of the next page; `""` at the end.
+    pub next_cursor: String,
+}
+
+/// Params naming one resource (`resources/read`, `subscribe`, `unsubscribe`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UriParams {
+    /// The URI.
+    pub uri: String,
+}
+
+/// `resources/read` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadResourceResult {
+    /// The contents (a template or directory may yield several).
+    pub contents: Vec<ResourceContents>,
+}
+
+/// An argument a prompt takes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptArgument {
+    /// Its name.
+    pub name: String,
+    /// What it means.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Must be given.
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// A prompt as `prompts/list` describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prompt {
+    /// Its name.
+    pub name: String,
+    /// Display name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What it is for.
+    pub description: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub arguments: Vec<PromptArgument>,
+}
+
+/// `prompts/list` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListPromptsResult {
+    /// One page.
+    pub prompts: Vec<Prompt>,
+    /// Cursor of the next page; `""` at the end.
+    pub next_cursor: String,
+}
+
+/// `prompts/get` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GetPromptParams {
+    /// The prompt.
+    pub name: String,
+    /// String arguments.
+    #[serde(default)]
+    pub arguments: Option<Map<String, Value>>,
+}
+
+/// One message of a prompt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptMessage {
+    /// `user` or `assistant`.
+    pub role: String,
+    /// The content.
+    pub content: Content,
+}
+
+impl PromptMessage {
+    /// A user message.
+    pub fn user(content: Content) -> Self {
+        Self { role: "user".into(), content }
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: Content) -> Self {
+        Self { role: "assistant".into(), content }
+    }
+}
+
+/// `prompts/get` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GetPromptResult {
+    /// What this rendering is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The messages.
+    pub messages: Vec<PromptMessage>,
+}
+
+/// What `completion/complete` completes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum CompletionReference {
+    /// An argument of a prompt.
+    #[serde(rename = "ref/prompt")]
+    Prompt {
+        /// The prompt name.
+        name: String,
+    },
+    /// A variable of a resource template.
+    #[serde(rename = "ref/resource")]
+    Resource {
+        /// The template URI.
+        uri: String,
+    },
+}
+
+/// The argument being completed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionArgument {
+    /// Its name.
+    pub name: String,
+    /// What the user typed so far.
+    pub value: String,
+}
+
+/// `completion/complete` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename = "camelCase")]
+pub struct CompleteParams {
+    /// What is completed.
+    #[serde(rename = "ref")]
+    pub reference: CompletionReference,
+    /// The argument.
+    pub argument: CompletionArgument,
+    /// Already-resolved arguments (2025-06-18 and later).
+    #[serde(default)]
+    pub context: Option<Value>,
+}
+
+/// Completion values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Completion {
+    /// At most 100 values.
+    pub values: Vec<String>,
+    /// How many matched in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    /// More values exist than returned.
+    pub has_more: bool,
+}
+
+/// `completion/complete` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompleteResult {
+    /// The values.
+    pub completion: Completion,
+}
+
+/// Log severity (RFC 5424 names), ordered from least to most severe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoggingLevel {
+    /// Debug.
+    Debug,
+    /// Info.
+    Info,
+    /// Notice.
+    Notice,
+    /// Warning.
+    Warning,
+    /// Error.
+    Error,
+    /// Critical.
+    Critical,
+    /// Alert.
+    Alert,
+    /// Emergency.
+    Emergency,
+}
+
+impl LoggingLevel {
+    /// Every level, least severe first.
+    pub const ALL: [Self; 8] = [
+        Self::Debug,
+        Self::Info,
+        Self::Notice,
+        Self::Warning,
+        Self::Error,
+        Self::Critical,
+        Self::Alert,
+        Self::Emergency,
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Notice => "notice",
+            Self::Warning => "warning",
+            Self::Error => "error",
+            Self::Critical => "critical",
+            Self::Alert => "alert",
+            Self::Emergency => "emergency",
+        }
+    }
+
+    /// The level from its wire name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| l.as_str() == name)
+    }
+}
+
+/// `logging/setLevel` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SetLevelParams {
+    /// The minimum level to send.
+    pub level: LoggingLevel,
+}
+
+/// `notifications/message` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoggingMessageParams {
+    /// Severity.
+    pub level: LoggingLevel,
+    /// Logger name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logger: Option<String>,
+    /// Any JSON.
+    pub data: Value,
+}
+
+/// `notifications/progress` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressParams {
+    /// The token from the request's `_meta`.
+    pub progress_token: Value,
+    /// Progress so far; increases with every notification.
+    pub progress: f64,
+    /// Total, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// What is happening (2025-03-26 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `notifications/cancelled` params (`$/cancelRequest` sends `id`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelledParams {
+    /// The request to cancel.
+    #[serde(alias = "id")]
+    pub request_id: Value,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A root the client exposes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Root {
+    /// A `file://` URI.
+    pub uri: String,
+    /// Display name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// `roots/list` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListRootsResult {
+    /// The roots.
+    pub roots: Vec<Root>,
+}
+
+/// A message in a sampling request or result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SamplingMessage {
+    /// `user` or `assistant`.
+    pub role: String,
+    /// The content.
+    pub content: Value,
+}
+
+/// `sampling/createMessage` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateMessageParams {
+    /// The conversation.
+    pub messages: Vec<SamplingMessage>,
+    /// Token budget.
+    pub max_tokens: u32,
+    /// System prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Model preferences.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_preferences: Option<Value>,
+}
+
+/// `sampling/createMessage` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateMessageResult {
+    /// Usually `assistant`.
+    pub role: String,
+    /// The generated content.
+    pub content: Value,
+    /// The model used.
+    #[serde(default)]
+    pub model: String,
+    /// Why generation stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+}
+
+/// `elicitation/create` params (form mode).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ElicitParams {
+    /// What to ask the user.
+    pub message: String,
+    /// A flat object schema of primitive properties.
+    pub requested_schema: Value,
+}
+
+/// `elicitation/create` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ElicitResult {
+    /// `accept`, `decline` or `cancel`.
+    pub action: String,
+    /// The submitted values, for `accept`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<JsonObject>,
+}
+
+/// An empty result, `{}` (ping, setLevel, subscribe, unsubscribe).
+pub fn empty_result() -> Value {
+    Value::Object(JsonObject::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_results_always_carry_structured_content_and_content() {
+        let r = CallToolResult::success(vec![]).normalized();
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["structuredContent"], serde_json::json!({}));
+        assert_eq!(v["content"].as_array().unwrap().len(), 1);
+        assert_eq!(v["isError"], false);
+    }
+
+    #[test]
+    fn cancel_alias_reads_id() {
+        let p: CancelledParams = serde_json::from_value(serde_json::json!({"id": 3})).unwrap();
+        assert_eq!(p.request_id, serde_json::json!(3));
+    }
+
+    #[test]
+    fn logging_levels_are_ordered_by_severity() {
+        assert!(LoggingLevel::Debug < LoggingLevel::Emergency);
+        assert_eq!(LoggingLevel::parse("warning"), Some(LoggingLevel::Warning));
+        assert_eq!(LoggingLevel::parse("warn"), None);
+    }
+}

@@ -1,0 +1,114 @@
+//! Protocol revisions, negotiation and the rules that differ between them.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A protocol revision this project serves.
+///
+/// Ordered by release date, so `v >= ProtocolVersion::V2025_06_18` reads as
+/// "this revision or a later one".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ProtocolVersion {
+    /// 2024-11-05: HTTP+SSE transport, no batches rule, no structured content.
+    V2024_11_05,
+    /// 2025-03-26: Streamable HTTP, JSON-RPC batches, audio content.
+    V2025_03_26,
+    /// 2025-06-18: `MCP-Protocol-Version` header, structured content,
+    /// elicitation, resource links; batches removed.
+    V2025_06_18,
+    /// 2025-11-25: SSE priming events and polling, icons, URL elicitation.
+    V2025_11_25,
+}
+
+impl ProtocolVersion {
+    /// Every served revision, oldest first.
+    pub const ALL: [Self; 4] =
+        [Self::V2024_11_05, Self::V2025_03_26, Self::V2025_06_18, Self::V2025_11_25];
+
+    /// The newest served revision, offered when a client asks for one we do
+    /// not know (lifecycle, version negotiation).
+    pub const LATEST: Self = Self::V2025_11_25;
+
+    /// The revision a server assumes when a Streamable HTTP request carries no
+    /// `MCP-Protocol-Version` header and nothing else tells (2025-06-18
+    /// transports, protocol version header).
+    pub const HTTP_DEFAULT: Self = Self::V2025_03_26;
+
+    /// The wire spelling, e.g. `"2025-06-18"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::V2024_11_05 => "2024-11-05",
+            Self::V2025_03_26 => "2025-03-26",
+            Self::V2025_06_18 => "2025-06-18",
+            Self::V2025_11_25 => "2025-11-25",
+        }
+    }
+
+    /// The revision the server answers `initialize` with: the requested one
+    /// when served, otherwise the latest (lifecycle, version negotiation).
+    pub fn negotiate(requested: &str) -> Self {
+        requested.parse().unwrap_or(Self::LATEST)
+    }
+
+    /// JSON-RPC batches are part of 2025-03-26 only (added there, removed in
+    /// 2025-06-18).
+    pub fn allows_batches(self) -> bool {
+        self == Self::V2025_03_26
+    }
+
+    /// SSE streams open with a priming event (event ID, empty data) from
+    /// 2025-11-25 on; older clients may fail to parse an empty `data`.
+    pub fn primes_sse(self) -> bool {
+        self >= Self::V2025_11_25
+    }
+
+    /// Tool input validation failures are tool execution errors
+    /// (`isError: true`) from 2025-11-25 on (SEP-1303); before, -32602.
+    pub fn input_errors_are_tool_errors(self) -> bool {
+        self >= Self::V2025_11_25
+    }
+
+    /// `elicitation/create` exists from 2025-06-18 on.
+    pub fn has_elicitation(self) -> bool {
+        self >= Self::V2025_06_18
+    }
+}
+
+impl fmt::Display for ProtocolVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A protocol version string this project does not serve.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unsupported protocol version")]
+pub struct UnsupportedVersion;
+
+impl FromStr for ProtocolVersion {
+    type Err = UnsupportedVersion;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|v| v.as_str() == s).ok_or(UnsupportedVersion)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation_echoes_served_versions_and_offers_latest_otherwise() {
+        for v in ProtocolVersion::ALL {
+            assert_eq!(ProtocolVersion::negotiate(v.as_str()), v);
+        }
+        assert_eq!(ProtocolVersion::negotiate("1999-01-01"), ProtocolVersion::LATEST);
+    }
+
+    #[test]
+    fn batches_only_in_2025_03_26() {
+        let allowed: Vec<_> =
+            ProtocolVersion::ALL.into_iter().filter(|v| v.allows_batches()).collect();
+        assert_eq!(allowed, vec![ProtocolVersion::V2025_03_26]);
+    }
+}

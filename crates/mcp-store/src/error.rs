@@ -1,0 +1,27 @@
+//! Errors of the storage ports.
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The backing store cannot be reached or answered with an error; the
+    /// request should fail fast (HTTP 503 / -32603).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The stream does not exist in this session (never did, other session,
+    /// or expired).
+    #[error("stream not found")]
+    StreamNotFound,
+    /// The position named by a `Last-Event-ID` is not an event of the stream.
+    #[error("event not found")]
+    EventNotFound,
+    /// The events after the requested position were trimmed by retention.
+    #[error("events no longer retained")]
+    Trimmed,
+    /// A record already exists where a new one was to be created.
+    #[error("already exists")]
+    Conflict,
+    /// Stored data could not be decoded.
+    #[error("corrupt stored data: {0}")]
+    Corrupt(String),
+}

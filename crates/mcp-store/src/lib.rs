@@ -1,0 +1,47 @@
+//! Storage ports of an MCP node and their embedded in-memory implementation.
+//!
+//! The runtime reaches storage only through these traits: [`EventLog`] (the
+//! SSE event log that makes streams resumable) and [`SessionStore`] (session
+//! state that lets any node rehydrate a session). Embedded mode uses
+//! [`memory`]; the Redis implementation lives in `mcp-cluster` and passes the
+//! same [`suite`].
+//!
+//! # Layout
+//! - [`ids`]: [`SessionId`], [`StreamId`], [`Position`], [`EventId`].
+//! - [`event_log`]: the [`EventLog`] port, [`ReadBatch`], [`Wakeup`].
+//! - [`session_store`]: the [`SessionStore`] port and [`SessionRecord`].
+//! - [`memory`]: in-memory implementations with bounded retention.
+//! - [`suite`]: one behavioural test suite every implementation must pass.
+
+pub mod error;
+pub mod event_log;
+pub mod ids;
+pub mod memory;
+pub mod session_store;
+pub mod suite;
+
+use std::sync::Arc;
+
+pub use error::StoreError;
+pub use event_log::{EventLog, ReadBatch, StoredEvent, Wakeup};
+pub use ids::{EventId, IdError, Position, SessionId, StreamId};
+pub use session_store::{SessionRecord, SessionStore};
+
+/// The storage a node runs on: one event log and one session store.
+#[derive(Debug, Clone)]
+pub struct Store {
+    /// Session state, shared by every node of a cluster.
+    pub sessions: Arc<dyn SessionStore>,
+    /// SSE event log, shared by every node of a cluster.
+    pub events: Arc<dyn EventLog>,
+}
+
+impl Store {
+    /// The embedded in-memory store.
+    pub fn memory(retention: memory::Retention) -> Self {
+        Self {
+            sessions: Arc::new(memory::MemorySessionStore::new()),
+            events: Arc::new(memory::MemoryEventLog::new(retention)),
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! Embedded in-memory store: the same ports as Redis, for a node running
+//! alone. Retention is bounded per stream by count and by time, and sessions
+//! expire after their idle TTL; expired entries are swept lazily by the calls
+//! that create new ones, so no background task is needed.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use dashmap::DashMap;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::{
+    EventId, EventLog, Position, ReadBatch, SessionId, SessionRecord, SessionStore, StoreError,
+    StoredEvent, StreamId, Wakeup,
+};
+
+/// How long sweeps wait between runs.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Event log retention limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Most events kept per stream; older ones are dropped and a reader that
+    /// needs them gets [`StoreError::Trimmed`]. Default 10,000: enough to
+    /// resume a long tool call's full progress history.
+    pub max_events_per_stream: usize,
+    /// How long a closed stream stays readable, for clients that resume after
+    /// the response was written. Default 5 minutes.
+    pub closed_stream_ttl: Duration,
+    /// How long an open stream with no append stays, as a bound on streams a
+    /// vanished writer left behind. Default 1 hour.
+    pub idle_stream_ttl: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            max_events_per_stream: 10_000,
+            closed_stream_ttl: Duration::from_secs(300),
+            idle_stream_ttl: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// One stream's events and state.
+#[derive(Debug)]
+struct StreamLog {
+    session: SessionId,
+    events: VecDeque<StoredEvent>,
+    /// Position of the newest event dropped by retention (`START` if none).
+    trimmed_through: Position,
+    /// Position of the newest event appended.
+    last: Position,
+    closed: bool,
+    /// Bumped on every append and on close; readers hold receivers.
+    wake: watch::Sender<u64>,
+    /// Last append or close, for time-based retention.
+    touched: Instant,
+}
+
+/// In-memory [`EventLog`].
+#[derive(Debug)]
+pub struct MemoryEventLog {
+    streams: DashMap<StreamId, Arc<Mutex<StreamLog>>>,
+    by_session: DashMap<SessionId, Vec<StreamId>>,
+    retention: Retention,
+    last_sweep: Mutex<Instant>,
+}
+
+impl MemoryEventLog {
+    /// An empty log with the given retention.
+    pub fn new(retention: Retention) -> Self {
+        Self {
+            streams: DashMap::new(),
+            by_session: DashMap::new(),
+            retention,
+            last_sweep: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Number of streams held (for tests and metrics).
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    fn stream(&self, session: &SessionId, stream: &StreamId) -> Result<Arc<Mutex<StreamLog>>, StoreError> {
+        let log = self.streams.get(stream).map(|e| Arc::clone(e.value())).ok_or(StoreError::StreamNotFound)?;
+        // A stream of another session is reported exactly like a missing one.
+        if lock(&log).session != *session {
+            return Err(StoreError::StreamNotFound);
+        }
+        Ok(log)
+    }
+
+    fn maybe_sweep(&self) {
+        let now = Instant::now();
+        {
+            let mut last = lock(&self.last_sweep);
+            if now.duration_since(*last) < SWEEP_INTERVAL {
+                return;
+            }
+            *last = now;
+        }
+        let r = self.retention;
+        let mut expired = Vec::new();
+        for entry in &self.streams {
+            let log = lock(entry.value());
+            let ttl = if log.closed { r.closed_stream_ttl } else { r.idle_stream_ttl };
+            if now.duration_since(log.touched) >= ttl {
+                expired.push((entry.key().clone(), log.session.clone()));
+            }
+        }
+        for (stream, session) in expired {
+            self.streams.remove(&stream);
+            if let Some(mut ids) = self.by_session.get_mut(&session) {
+                ids.retain(|s| *s != stream);
+            }
+        }
+        self.by_session.retain(|_, ids| !ids.is_empty());
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding one of these short critical sections leaves
+    // consistent data (every mutation is a single push/flag write).
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[async_trait]
+impl EventLog for MemoryEventLog {
+    async fn create_stream(&self, session: &SessionId) -> Result<StreamId, StoreError> {
+        self.maybe_sweep();
+        let id = StreamId::random();
+        let (wake, _) = watch::channel(0);
+        let log = StreamLog {
+            session: session.clone(),
+            events: VecDeque::new(),
+            trimmed_through: Position::START,
+            last: Position::START,
+            closed: false,
+            wake,
+            touched: Instant::now(),
+        };
+        self.streams.insert(id.clone(), Arc::new(Mutex::new(log)));
+        self.by_session.entry(session.clone()).or_default().push(id.clone());
+        Ok(id)
+    }
+
+    async fn append(&self, session: &SessionId, stream: &StreamId, data: Arc<str>) -> Result<EventId, StoreError> {
+        let log = self.stream(session, stream)?;
+        let mut log = lock(&log);
+        if log.closed {
+            return Err(StoreError::StreamNotFound);
+        }
+        let position = log.last.next(now_ms());
+        log.last = position;
+        log.events.push_back(StoredEvent { position, data });
+        if log.events.len() > self.retention.max_events_per_stream {
+            if let Some(dropped) = log.events.pop_front() {
+                log.trimmed_through = dropped.position;
+            }
+        }
+        log.touched = Instant::now();
+        log.wake.send_modify(|v| *v = v.wrapping_add(1));
+        Ok(EventId { stream: stream.clone(), position })
+    }
+
+    async fn close_stream(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError> {
+        let log = self.stream(session, stream)?;
+        let mut log = lock(&log);
+        if !log.closed {
+            log.closed = true;
+            log.touched = Instant::now();
+            log.wake.send_modify(|v| *v = v.wrapping_add(1));
+        }
+        Ok(())
+    }
+
+    async fn read(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        after: Position,
+        max: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        let log = self.stream(session, stream)?;
+        let log = lock(&log);
+        if after < log.trimmed_through {
+            return Err(StoreError::Trimmed);
+        }
+        // Index of the first event after `after` (events are ordered).
+        let start = log.events.partition_point(|e| e.position <= after);
+        let known = after == Position::START
+            || after == log.trimmed_through
+            || (start > 0 && log.events[start - 1].position == after);
+        if !known {
+            return Err(StoreError::EventNotFound);
+        }
+        let events: Vec<StoredEvent> = log.events.iter().skip(start).take(max).cloned().collect();
+        let closed = log.closed && start + events.len() == log.events.len();
+        Ok(ReadBatch { events, closed })
+    }
+
+    async fn tail(&self, session: &SessionId, stream: &StreamId) -> Result<Position, StoreError> {
+        let log = self.stream(session, stream)?;
+        let last = lock(&log).last;
+        Ok(last)
+    }
+
+    async fn subscribe(&self, session: &SessionId, stream: &StreamId) -> Result<Wakeup, StoreError> {
+        let log = self.stream(session, stream)?;
+        let rx = lock(&log).wake.subscribe();
+        Ok(Wakeup::new(rx))
+    }
+
+    async fn delete_session(&self, session: &SessionId) -> Result<(), StoreError> {
+        if let Some((_, ids)) = self.by_session.remove(session) {
+            for id in ids {
+                // Dropping the log drops its watch sender: readers see the end.
+                self.streams.remove(&id);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// In-memory [`SessionStore`] with idle expiry.
+#[derive(Debug, Default)]
+pub struct MemorySessionStore {
+    sessions: DashMap<SessionId, (SessionRecord, Instant)>,
+    last_sweep: Mutex<Option<Instant>>,
+}
+
+impl MemorySessionStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn maybe_sweep(&self) {
+        let now = Instant::now();
+        {
+            let mut last = lock(&self.last_sweep);
+            if last.is_some_and(|t| now.duration_since(t) < SWEEP_INTERVAL) {
+                return;
+            }
+            *last = Some(now);
+        }
+        self.sessions.retain(|_, (_, expires)| *expires > now);
+    }
+}
+
+#[async_trait]
+impl SessionStore for MemorySessionStore {
+    async fn create(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<(), StoreError> {
+        self.maybe_sweep();
+        let now = Instant::now();
+        match self.sessions.entry(record.id.clone()) {
+            dashmap::Entry::Occupied(e) if e.get().1 > now => Err(StoreError::Conflict),
+            dashmap::Entry::Occupied(mut e) => {
+                e.insert((record.clone(), now + idle_ttl));
+                Ok(())
+            }
+            dashmap::Entry::Vacant(e) => {
+                e.insert((record.clone(), now + idle_ttl));
+                Ok(())
+            }
+        }
+    }
+
+    async fn load(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        let now = Instant::now();
+        Ok(self.sessions.get(id).filter(|e| e.1 > now).map(|e| e.0.clone()))
+    }
+
+    async fn save(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        match self.sessions.get_mut(&record.id) {
+            Some(mut e) if e.1 > now => {
+                *e = (record.clone(), now + idle_ttl);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn touch(&self, id: &SessionId, idle_ttl: Duration) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        match self.sessions.get_mut(id) {
+            Some(mut e) if e.1 > now => {
+                e.1 = now + idle_ttl;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn delete(&self, id: &SessionId) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        Ok(self.sessions.remove(id).is_some_and(|(_, (_, expires))| expires > now))
+    }
+}

@@ -1,0 +1,178 @@
+//! The behavioural suite every store implementation passes.
+//!
+//! Each function builds what it needs in the given store and panics with a
+//! message when the store misbehaves. `mcp-store/tests/memory_suite.rs` runs
+//! it against the in-memory store; the Redis store runs the same functions.
+//! Time-based retention is tested per implementation (it needs paused time
+//! for memory and real TTLs for Redis).
+
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::{Position, SessionId, SessionRecord, Store, StoreError, StreamId};
+
+const TTL: Duration = Duration::from_secs(60);
+
+/// A fresh record for a new random session.
+pub fn record() -> SessionRecord {
+    SessionRecord {
+        id: SessionId::random(),
+        protocol_version: "2025-11-25".into(),
+        client_capabilities: json!({"sampling": {}}),
+        client_info: json!({"name": "suite", "version": "1"}),
+        initialized: false,
+        log_level: None,
+        subscriptions: BTreeSet::new(),
+        standalone_stream: StreamId::random(),
+        principal: None,
+        created_at_ms: 1,
+    }
+}
+
+/// Runs every test of the suite.
+pub async fn run_all(store: &Store) {
+    appended_events_read_back_in_order_once(store).await;
+    read_after_a_position_returns_only_later_events(store).await;
+    event_ids_are_unique_across_streams(store).await;
+    streams_of_another_session_are_not_found(store).await;
+    unknown_positions_are_rejected(store).await;
+    close_ends_readers_and_wakes_them(store).await;
+    delete_session_removes_its_streams(store).await;
+    session_records_round_trip(store).await;
+    deleted_sessions_are_gone(store).await;
+    create_refuses_an_existing_session(store).await;
+}
+
+/// Appends come back in order, each once.
+pub async fn appended_events_read_back_in_order_once(store: &Store) {
+    let s = SessionId::random();
+    let stream = store.events.create_stream(&s).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..50 {
+        ids.push(store.events.append(&s, &stream, Arc::from(format!("{{\"n\":{i}}}"))).await.unwrap());
+    }
+    let batch = store.events.read(&s, &stream, Position::START, 1000).await.unwrap();
+    assert_eq!(batch.events.len(), 50);
+    assert!(!batch.closed);
+    for (i, (event, id)) in batch.events.iter().zip(&ids).enumerate() {
+        assert_eq!(&*event.data, format!("{{\"n\":{i}}}"));
+        assert_eq!(event.position, id.position);
+        assert_eq!(id.stream, stream);
+    }
+    assert!(ids.windows(2).all(|w| w[0].position < w[1].position), "positions must increase");
+}
+
+/// Reading after an event's position returns exactly the later ones.
+pub async fn read_after_a_position_returns_only_later_events(store: &Store) {
+    let s = SessionId::random();
+    let stream = store.events.create_stream(&s).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        ids.push(store.events.append(&s, &stream, Arc::from(i.to_string())).await.unwrap());
+    }
+    let batch = store.events.read(&s, &stream, ids[3].position, 1000).await.unwrap();
+    let got: Vec<_> = batch.events.iter().map(|e| e.data.to_string()).collect();
+    assert_eq!(got, (4..10).map(|i| i.to_string()).collect::<Vec<_>>());
+    let batch = store.events.read(&s, &stream, ids[3].position, 2).await.unwrap();
+    assert_eq!(batch.events.len(), 2, "max bounds a read");
+    assert_eq!(store.events.tail(&s, &stream).await.unwrap(), ids[9].position);
+}
+
+/// Event ids differ across streams even at the same position.
+pub async fn event_ids_are_unique_across_streams(store: &Store) {
+    let s = SessionId::random();
+    let a = store.events.create_stream(&s).await.unwrap();
+    let b = store.events.create_stream(&s).await.unwrap();
+    assert_ne!(a, b);
+    let ea = store.events.append(&s, &a, Arc::from("x")).await.unwrap();
+    let eb = store.events.append(&s, &b, Arc::from("x")).await.unwrap();
+    assert_ne!(ea.to_string(), eb.to_string());
+}
+
+/// A stream is invisible from another session.
+pub async fn streams_of_another_session_are_not_found(store: &Store) {
+    let owner = SessionId::random();
+    let other = SessionId::random();
+    let stream = store.events.create_stream(&owner).await.unwrap();
+    store.events.append(&owner, &stream, Arc::from("secret")).await.unwrap();
+    let err = store.events.read(&other, &stream, Position::START, 10).await.unwrap_err();
+    assert_eq!(err, StoreError::StreamNotFound);
+    let err = store.events.append(&other, &stream, Arc::from("x")).await.unwrap_err();
+    assert_eq!(err, StoreError::StreamNotFound);
+    assert!(store.events.subscribe(&other, &stream).await.is_err());
+}
+
+/// A position that names no event is rejected, not silently skipped to.
+pub async fn unknown_positions_are_rejected(store: &Store) {
+    let s = SessionId::random();
+    let stream = store.events.create_stream(&s).await.unwrap();
+    let id = store.events.append(&s, &stream, Arc::from("a")).await.unwrap();
+    let future = Position { ms: id.position.ms + 1_000_000, seq: 0 };
+    let err = store.events.read(&s, &stream, future, 10).await.unwrap_err();
+    assert_eq!(err, StoreError::EventNotFound);
+}
+
+/// Closing marks the end and wakes subscribers.
+pub async fn close_ends_readers_and_wakes_them(store: &Store) {
+    let s = SessionId::random();
+    let stream = store.events.create_stream(&s).await.unwrap();
+    let mut wake = store.events.subscribe(&s, &stream).await.unwrap();
+    let id = store.events.append(&s, &stream, Arc::from("last")).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), wake.changed()).await.expect("append wakes");
+    store.events.close_stream(&s, &stream).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), wake.changed()).await.expect("close wakes");
+    let batch = store.events.read(&s, &stream, Position::START, 10).await.unwrap();
+    assert_eq!(batch.events.len(), 1);
+    assert!(batch.closed);
+    let batch = store.events.read(&s, &stream, id.position, 10).await.unwrap();
+    assert!(batch.events.is_empty() && batch.closed);
+    assert!(store.events.append(&s, &stream, Arc::from("late")).await.is_err(), "closed streams take no events");
+    store.events.close_stream(&s, &stream).await.unwrap();
+}
+
+/// Deleting a session deletes its streams.
+pub async fn delete_session_removes_its_streams(store: &Store) {
+    let s = SessionId::random();
+    let stream = store.events.create_stream(&s).await.unwrap();
+    store.events.append(&s, &stream, Arc::from("x")).await.unwrap();
+    store.events.delete_session(&s).await.unwrap();
+    let err = store.events.read(&s, &stream, Position::START, 10).await.unwrap_err();
+    assert_eq!(err, StoreError::StreamNotFound);
+}
+
+/// Records come back as saved.
+pub async fn session_records_round_trip(store: &Store) {
+    let mut r = record();
+    store.sessions.create(&r, TTL).await.unwrap();
+    assert_eq!(store.sessions.load(&r.id).await.unwrap().as_ref(), Some(&r));
+    r.initialized = true;
+    r.log_level = Some("debug".into());
+    r.subscriptions.insert("test://a".into());
+    assert!(store.sessions.save(&r, TTL).await.unwrap());
+    assert_eq!(store.sessions.load(&r.id).await.unwrap().as_ref(), Some(&r));
+    assert!(store.sessions.touch(&r.id, TTL).await.unwrap());
+}
+
+/// Deleted sessions stay gone: save and touch do not recreate them.
+pub async fn deleted_sessions_are_gone(store: &Store) {
+    let r = record();
+    store.sessions.create(&r, TTL).await.unwrap();
+    assert!(store.sessions.delete(&r.id).await.unwrap());
+    assert!(!store.sessions.delete(&r.id).await.unwrap());
+    assert_eq!(store.sessions.load(&r.id).await.unwrap(), None);
+    assert!(!store.sessions.save(&r, TTL).await.unwrap());
+    assert!(!store.sessions.touch(&r.id, TTL).await.unwrap());
+    assert_eq!(store.sessions.load(&r.id).await.unwrap(), None);
+}
+
+/// Creating over a live session is a conflict.
+pub async fn create_refuses_an_existing_session(store: &Store) {
+    let r = record();
+    store.sessions.create(&r, TTL).await.unwrap();
+    assert_eq!(store.sessions.create(&r, TTL).await.unwrap_err(), StoreError::Conflict);
+}
