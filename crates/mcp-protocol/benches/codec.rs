@@ -7,7 +7,9 @@ use mcp_protocol::{Message, RequestId, Response};
 
 fn codec(c: &mut Criterion) {
     let call = br#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hello"},"_meta":{"progressToken":7}}}"#;
-    c.bench_function("decode tools/call", |b| b.iter(|| decode_message(std::hint::black_box(call))));
+    c.bench_function("decode tools/call", |b| {
+        b.iter(|| decode_message(std::hint::black_box(call)))
+    });
     let result = serde_json::to_value(CallToolResult::text("hello")).unwrap();
     c.bench_function("encode tools/call result", |b| {
         b.iter(|| {

@@ -43,7 +43,11 @@ pub struct ErrorObject {
 impl ErrorObject {
     /// An error with a code and a message.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), data: None }
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
     }
 
     /// Attaches structured detail.
@@ -65,7 +69,10 @@ impl ErrorObject {
 
     /// `-32601` for a method name.
     pub fn method_not_found(method: &str) -> Self {
-        Self::new(ErrorCode::METHOD_NOT_FOUND, format!("method not found: {method}"))
+        Self::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            format!("method not found: {method}"),
+        )
     }
 }
 

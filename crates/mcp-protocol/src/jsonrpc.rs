@@ -60,7 +60,8 @@ impl Serialize for RequestId {
 impl<'de> Deserialize<'de> for RequestId {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let value = Value::deserialize(d)?;
-        Self::from_value(&value).ok_or_else(|| D::Error::custom("id must be a string or an integer"))
+        Self::from_value(&value)
+            .ok_or_else(|| D::Error::custom("id must be a string or an integer"))
     }
 }
 
@@ -109,12 +110,18 @@ pub struct Response {
 impl Response {
     /// A success response.
     pub fn result(id: RequestId, result: Value) -> Self {
-        Self { id: Some(id), outcome: Ok(result) }
+        Self {
+            id: Some(id),
+            outcome: Ok(result),
+        }
     }
 
     /// An error response.
     pub fn error(id: Option<RequestId>, error: ErrorObject) -> Self {
-        Self { id, outcome: Err(error) }
+        Self {
+            id,
+            outcome: Err(error),
+        }
     }
 }
 
@@ -162,7 +169,11 @@ pub struct DecodeError {
 
 impl DecodeError {
     fn invalid(message: impl Into<String>, id: Option<RequestId>) -> Self {
-        Self { code: ErrorCode::INVALID_REQUEST, message: message.into(), id }
+        Self {
+            code: ErrorCode::INVALID_REQUEST,
+            message: message.into(),
+            id,
+        }
     }
 
     /// The error object to send back.
@@ -260,7 +271,12 @@ fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
         }
         Some(value) => match RequestId::from_value(value) {
             Some(id) => Some(id),
-            None => return Err(DecodeError::invalid("id must be a string or an integer", None)),
+            None => {
+                return Err(DecodeError::invalid(
+                    "id must be a string or an integer",
+                    None,
+                ));
+            }
         },
     };
     if raw.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
@@ -271,7 +287,10 @@ fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
             return Err(DecodeError::invalid("method must be a string", id));
         };
         if raw.result.is_some() || raw.error.is_some() {
-            return Err(DecodeError::invalid("a request must not carry result or error", id));
+            return Err(DecodeError::invalid(
+                "a request must not carry result or error",
+                id,
+            ));
         }
         let params = match raw.params {
             None => None,
@@ -291,17 +310,29 @@ fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
     }
     let outcome = match (raw.result, raw.error) {
         (Some(result), None) => Ok(result),
-        (None, Some(error)) => Err(serde_json::from_value::<ErrorObject>(error)
-            .map_err(|_| DecodeError::invalid("error must have an integer code and a message", id.clone()))?),
+        (None, Some(error)) => Err(serde_json::from_value::<ErrorObject>(error).map_err(|_| {
+            DecodeError::invalid("error must have an integer code and a message", id.clone())
+        })?),
         (Some(_), Some(_)) => {
-            return Err(DecodeError::invalid("a response must not carry both result and error", id));
+            return Err(DecodeError::invalid(
+                "a response must not carry both result and error",
+                id,
+            ));
         }
-        (None, None) => return Err(DecodeError::invalid("a message needs a method, a result or an error", id)),
+        (None, None) => {
+            return Err(DecodeError::invalid(
+                "a message needs a method, a result or an error",
+                id,
+            ));
+        }
     };
     let Some(id) = id else {
         return Err(DecodeError::invalid("a response needs an id", None));
     };
-    Ok(Message::Response(Response { id: Some(id), outcome }))
+    Ok(Message::Response(Response {
+        id: Some(id),
+        outcome,
+    }))
 }
 
 impl Serialize for Message {
@@ -356,14 +387,21 @@ impl Serialize for Response {
 impl Notification {
     /// A notification with typed params.
     pub fn new(method: impl Into<String>, params: impl Serialize) -> Self {
-        Self { method: method.into(), params: to_object(params) }
+        Self {
+            method: method.into(),
+            params: to_object(params),
+        }
     }
 }
 
 impl Request {
     /// A request with typed params.
     pub fn new(id: RequestId, method: impl Into<String>, params: impl Serialize) -> Self {
-        Self { id, method: method.into(), params: to_object(params) }
+        Self {
+            id,
+            method: method.into(),
+            params: to_object(params),
+        }
     }
 
     /// Reads `params` as `T`; absent params read as `{}`.
@@ -391,7 +429,8 @@ pub fn parse_params<T: serde::de::DeserializeOwned>(
         Some(map) => Value::Object(map.clone()),
         None => Value::Object(Map::new()),
     };
-    serde_json::from_value(value).map_err(|err| ErrorObject::invalid_params(format!("invalid params: {err}")))
+    serde_json::from_value(value)
+        .map_err(|err| ErrorObject::invalid_params(format!("invalid params: {err}")))
 }
 
 fn to_object(params: impl Serialize) -> Option<Map<String, Value>> {
@@ -412,28 +451,57 @@ mod tests {
     #[test]
     fn decodes_request_notification_and_response() {
         let m = decode_message(br#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#).unwrap();
-        assert!(matches!(m, Message::Request(Request { id: RequestId::Number(7), .. })));
-        let m = decode_message(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
+        assert!(matches!(
+            m,
+            Message::Request(Request {
+                id: RequestId::Number(7),
+                ..
+            })
+        ));
+        let m =
+            decode_message(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
         assert!(matches!(m, Message::Notification(_)));
         let m = decode_message(br#"{"jsonrpc":"2.0","id":"a","result":{}}"#).unwrap();
-        assert!(matches!(m, Message::Response(Response { outcome: Ok(_), .. })));
+        assert!(matches!(
+            m,
+            Message::Response(Response { outcome: Ok(_), .. })
+        ));
     }
 
     #[test]
     fn rejects_bad_envelopes_with_the_right_code() {
         assert_eq!(code("{not json"), ErrorCode::PARSE_ERROR);
         assert_eq!(code("42"), ErrorCode::INVALID_REQUEST);
-        assert_eq!(code(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#), ErrorCode::INVALID_REQUEST);
-        assert_eq!(code(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#), ErrorCode::INVALID_REQUEST);
-        assert_eq!(code(r#"{"id":1,"method":"ping"}"#), ErrorCode::INVALID_REQUEST);
-        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#), ErrorCode::INVALID_REQUEST);
-        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#), ErrorCode::INVALID_PARAMS);
-        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1}"#), ErrorCode::INVALID_REQUEST);
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#),
+            ErrorCode::INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#),
+            ErrorCode::INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"id":1,"method":"ping"}"#),
+            ErrorCode::INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#),
+            ErrorCode::INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#),
+            ErrorCode::INVALID_PARAMS
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1}"#),
+            ErrorCode::INVALID_REQUEST
+        );
     }
 
     #[test]
     fn keeps_the_id_of_a_bad_request_so_it_can_be_answered() {
-        let err = decode_message(br#"{"jsonrpc":"2.0","id":"x","method":"m","params":3}"#).unwrap_err();
+        let err =
+            decode_message(br#"{"jsonrpc":"2.0","id":"x","method":"m","params":3}"#).unwrap_err();
         assert_eq!(err.id, Some(RequestId::from("x")));
     }
 
@@ -445,13 +513,22 @@ mod tests {
             panic!("not a batch");
         };
         assert!(items[0].is_ok());
-        assert_eq!(items[1].as_ref().unwrap_err().code, ErrorCode::INVALID_REQUEST);
-        assert_eq!(decode_body(b"[]").unwrap_err().code, ErrorCode::INVALID_REQUEST);
+        assert_eq!(
+            items[1].as_ref().unwrap_err().code,
+            ErrorCode::INVALID_REQUEST
+        );
+        assert_eq!(
+            decode_body(b"[]").unwrap_err().code,
+            ErrorCode::INVALID_REQUEST
+        );
     }
 
     #[test]
     fn encodes_with_the_jsonrpc_member() {
         let r = Response::result(RequestId::Number(1), serde_json::json!({}));
-        assert_eq!(Message::Response(r).to_json(), r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+        assert_eq!(
+            Message::Response(r).to_json(),
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#
+        );
     }
 }

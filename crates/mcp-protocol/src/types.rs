@@ -236,12 +236,20 @@ pub enum ResourceContents {
 impl ResourceContents {
     /// Text contents.
     pub fn text(uri: impl Into<String>, mime_type: &str, text: impl Into<String>) -> Self {
-        Self::Text { uri: uri.into(), mime_type: Some(mime_type.into()), text: text.into() }
+        Self::Text {
+            uri: uri.into(),
+            mime_type: Some(mime_type.into()),
+            text: text.into(),
+        }
     }
 
     /// Blob contents, already base64.
     pub fn blob(uri: impl Into<String>, mime_type: &str, base64: impl Into<String>) -> Self {
-        Self::Blob { uri: uri.into(), mime_type: Some(mime_type.into()), blob: base64.into() }
+        Self::Blob {
+            uri: uri.into(),
+            mime_type: Some(mime_type.into()),
+            blob: base64.into(),
+        }
     }
 }
 
@@ -305,22 +313,36 @@ pub enum Content {
 impl Content {
     /// Text content.
     pub fn text(text: impl Into<String>) -> Self {
-        Self::Text { text: text.into(), annotations: None }
+        Self::Text {
+            text: text.into(),
+            annotations: None,
+        }
     }
 
     /// Image content from base64 data.
     pub fn image(base64: impl Into<String>, mime_type: impl Into<String>) -> Self {
-        Self::Image { data: base64.into(), mime_type: mime_type.into(), annotations: None }
+        Self::Image {
+            data: base64.into(),
+            mime_type: mime_type.into(),
+            annotations: None,
+        }
     }
 
     /// Audio content from base64 data.
     pub fn audio(base64: impl Into<String>, mime_type: impl Into<String>) -> Self {
-        Self::Audio { data: base64.into(), mime_type: mime_type.into(), annotations: None }
+        Self::Audio {
+            data: base64.into(),
+            mime_type: mime_type.into(),
+            annotations: None,
+        }
     }
 
     /// An embedded resource.
     pub fn resource(resource: ResourceContents) -> Self {
-        Self::Resource { resource, annotations: None }
+        Self::Resource {
+            resource,
+            annotations: None,
+        }
     }
 }
 
@@ -339,7 +361,11 @@ pub struct CallToolResult {
 impl CallToolResult {
     /// A successful result with content.
     pub fn success(content: Vec<Content>) -> Self {
-        Self { content, structured_content: JsonObject::new(), is_error: false }
+        Self {
+            content,
+            structured_content: JsonObject::new(),
+            is_error: false,
+        }
     }
 
     /// A successful result with one text item.
@@ -349,14 +375,22 @@ impl CallToolResult {
 
     /// A tool execution error: the tool ran and failed; the model sees why.
     pub fn error(text: impl Into<String>) -> Self {
-        Self { content: vec![Content::text(text)], structured_content: JsonObject::new(), is_error: true }
+        Self {
+            content: vec![Content::text(text)],
+            structured_content: JsonObject::new(),
+            is_error: true,
+        }
     }
 
     /// A result with structured content, also serialized as text for clients
     /// that read only `content` (2025-06-18 tools, structured content).
     pub fn structured(value: JsonObject) -> Self {
         let text = Value::Object(value.clone()).to_string();
-        Self { content: vec![Content::text(text)], structured_content: value, is_error: false }
+        Self {
+            content: vec![Content::text(text)],
+            structured_content: value,
+            is_error: false,
+        }
     }
 
     /// Applies the result-shape rules: `content` is never empty.
@@ -506,12 +540,18 @@ pub struct PromptMessage {
 impl PromptMessage {
     /// A user message.
     pub fn user(content: Content) -> Self {
-        Self { role: "user".into(), content }
+        Self {
+            role: "user".into(),
+            content,
+        }
     }
 
     /// An assistant message.
     pub fn assistant(content: Content) -> Self {
-        Self { role: "assistant".into(), content }
+        Self {
+            role: "assistant".into(),
+            content,
+        }
     }
 }
 

@@ -22,8 +22,12 @@ pub enum ProtocolVersion {
 
 impl ProtocolVersion {
     /// Every served revision, oldest first.
-    pub const ALL: [Self; 4] =
-        [Self::V2024_11_05, Self::V2025_03_26, Self::V2025_06_18, Self::V2025_11_25];
+    pub const ALL: [Self; 4] = [
+        Self::V2024_11_05,
+        Self::V2025_03_26,
+        Self::V2025_06_18,
+        Self::V2025_11_25,
+    ];
 
     /// The newest served revision, offered when a client asks for one we do
     /// not know (lifecycle, version negotiation).
@@ -89,7 +93,10 @@ impl FromStr for ProtocolVersion {
     type Err = UnsupportedVersion;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL.into_iter().find(|v| v.as_str() == s).ok_or(UnsupportedVersion)
+        Self::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or(UnsupportedVersion)
     }
 }
 
@@ -102,13 +109,18 @@ mod tests {
         for v in ProtocolVersion::ALL {
             assert_eq!(ProtocolVersion::negotiate(v.as_str()), v);
         }
-        assert_eq!(ProtocolVersion::negotiate("1999-01-01"), ProtocolVersion::LATEST);
+        assert_eq!(
+            ProtocolVersion::negotiate("1999-01-01"),
+            ProtocolVersion::LATEST
+        );
     }
 
     #[test]
     fn batches_only_in_2025_03_26() {
-        let allowed: Vec<_> =
-            ProtocolVersion::ALL.into_iter().filter(|v| v.allows_batches()).collect();
+        let allowed: Vec<_> = ProtocolVersion::ALL
+            .into_iter()
+            .filter(|v| v.allows_batches())
+            .collect();
         assert_eq!(allowed, vec![ProtocolVersion::V2025_03_26]);
     }
 }

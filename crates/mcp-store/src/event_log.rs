@@ -106,7 +106,8 @@ pub trait EventLog: Send + Sync + Debug + 'static {
     ///
     /// # Errors
     /// [`StoreError::StreamNotFound`] for an unknown stream.
-    async fn subscribe(&self, session: &SessionId, stream: &StreamId) -> Result<Wakeup, StoreError>;
+    async fn subscribe(&self, session: &SessionId, stream: &StreamId)
+    -> Result<Wakeup, StoreError>;
 
     /// Deletes every stream of a session.
     ///

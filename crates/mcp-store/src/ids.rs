@@ -83,8 +83,14 @@ impl FromStr for StreamId {
     type Err = IdError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let ok = s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        if ok { Ok(Self(s.to_owned())) } else { Err(IdError::Stream) }
+        let ok = s.len() == 32
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if ok {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(IdError::Stream)
+        }
     }
 }
 
@@ -110,7 +116,14 @@ impl Position {
     /// The next position after `self` at wall-clock time `now_ms`: strictly
     /// greater than `self`, as Redis mints stream entry IDs.
     pub fn next(self, now_ms: u64) -> Self {
-        if now_ms > self.ms { Self { ms: now_ms, seq: 0 } } else { Self { ms: self.ms, seq: self.seq + 1 } }
+        if now_ms > self.ms {
+            Self { ms: now_ms, seq: 0 }
+        } else {
+            Self {
+                ms: self.ms,
+                seq: self.seq + 1,
+            }
+        }
     }
 }
 
@@ -119,11 +132,15 @@ impl FromStr for Position {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (ms, seq) = s.split_once('-').ok_or(IdError::Event)?;
-        let digits = |p: &str| !p.is_empty() && p.len() <= 20 && p.bytes().all(|b| b.is_ascii_digit());
+        let digits =
+            |p: &str| !p.is_empty() && p.len() <= 20 && p.bytes().all(|b| b.is_ascii_digit());
         if !digits(ms) || !digits(seq) {
             return Err(IdError::Event);
         }
-        Ok(Self { ms: ms.parse().map_err(|_| IdError::Event)?, seq: seq.parse().map_err(|_| IdError::Event)? })
+        Ok(Self {
+            ms: ms.parse().map_err(|_| IdError::Event)?,
+            seq: seq.parse().map_err(|_| IdError::Event)?,
+        })
     }
 }
 
@@ -172,10 +189,20 @@ mod tests {
 
     #[test]
     fn event_ids_round_trip_and_reject_garbage() {
-        let id = EventId { stream: StreamId::random(), position: Position { ms: 17, seq: 3 } };
+        let id = EventId {
+            stream: StreamId::random(),
+            position: Position { ms: 17, seq: 3 },
+        };
         assert_eq!(id.to_string().parse::<EventId>().unwrap(), id);
-        for bad in ["", "x", "abc.1-2", &format!("{}.1", id.stream), &format!("{}.-1-2", id.stream),
-            &format!("{}.1-2\n", id.stream), &"9".repeat(200)] {
+        for bad in [
+            "",
+            "x",
+            "abc.1-2",
+            &format!("{}.1", id.stream),
+            &format!("{}.-1-2", id.stream),
+            &format!("{}.1-2\n", id.stream),
+            &"9".repeat(200),
+        ] {
             assert!(bad.parse::<EventId>().is_err(), "{bad:?} parsed");
         }
     }

@@ -86,8 +86,16 @@ impl MemoryEventLog {
         self.streams.len()
     }
 
-    fn stream(&self, session: &SessionId, stream: &StreamId) -> Result<Arc<Mutex<StreamLog>>, StoreError> {
-        let log = self.streams.get(stream).map(|e| Arc::clone(e.value())).ok_or(StoreError::StreamNotFound)?;
+    fn stream(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+    ) -> Result<Arc<Mutex<StreamLog>>, StoreError> {
+        let log = self
+            .streams
+            .get(stream)
+            .map(|e| Arc::clone(e.value()))
+            .ok_or(StoreError::StreamNotFound)?;
         // A stream of another session is reported exactly like a missing one.
         if lock(&log).session != *session {
             return Err(StoreError::StreamNotFound);
@@ -108,7 +116,11 @@ impl MemoryEventLog {
         let mut expired = Vec::new();
         for entry in &self.streams {
             let log = lock(entry.value());
-            let ttl = if log.closed { r.closed_stream_ttl } else { r.idle_stream_ttl };
+            let ttl = if log.closed {
+                r.closed_stream_ttl
+            } else {
+                r.idle_stream_ttl
+            };
             if now.duration_since(log.touched) >= ttl {
                 expired.push((entry.key().clone(), log.session.clone()));
             }
@@ -130,7 +142,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[async_trait]
@@ -149,11 +163,19 @@ impl EventLog for MemoryEventLog {
             touched: Instant::now(),
         };
         self.streams.insert(id.clone(), Arc::new(Mutex::new(log)));
-        self.by_session.entry(session.clone()).or_default().push(id.clone());
+        self.by_session
+            .entry(session.clone())
+            .or_default()
+            .push(id.clone());
         Ok(id)
     }
 
-    async fn append(&self, session: &SessionId, stream: &StreamId, data: Arc<str>) -> Result<EventId, StoreError> {
+    async fn append(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        data: Arc<str>,
+    ) -> Result<EventId, StoreError> {
         let log = self.stream(session, stream)?;
         let mut log = lock(&log);
         if log.closed {
@@ -169,7 +191,10 @@ impl EventLog for MemoryEventLog {
         }
         log.touched = Instant::now();
         log.wake.send_modify(|v| *v = v.wrapping_add(1));
-        Ok(EventId { stream: stream.clone(), position })
+        Ok(EventId {
+            stream: stream.clone(),
+            position,
+        })
     }
 
     async fn close_stream(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError> {
@@ -214,7 +239,11 @@ impl EventLog for MemoryEventLog {
         Ok(last)
     }
 
-    async fn subscribe(&self, session: &SessionId, stream: &StreamId) -> Result<Wakeup, StoreError> {
+    async fn subscribe(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+    ) -> Result<Wakeup, StoreError> {
         let log = self.stream(session, stream)?;
         let rx = lock(&log).wake.subscribe();
         Ok(Wakeup::new(rx))
@@ -277,7 +306,11 @@ impl SessionStore for MemorySessionStore {
 
     async fn load(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
         let now = Instant::now();
-        Ok(self.sessions.get(id).filter(|e| e.1 > now).map(|e| e.0.clone()))
+        Ok(self
+            .sessions
+            .get(id)
+            .filter(|e| e.1 > now)
+            .map(|e| e.0.clone()))
     }
 
     async fn save(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<bool, StoreError> {
@@ -304,6 +337,9 @@ impl SessionStore for MemorySessionStore {
 
     async fn delete(&self, id: &SessionId) -> Result<bool, StoreError> {
         let now = Instant::now();
-        Ok(self.sessions.remove(id).is_some_and(|(_, (_, expires))| expires > now))
+        Ok(self
+            .sessions
+            .remove(id)
+            .is_some_and(|(_, (_, expires))| expires > now))
     }
 }

@@ -37,8 +37,9 @@ serde_plain_id!(StreamId);
 pub struct SessionRecord {
     /// The session.
     pub id: SessionId,
-    /// The negotiated protocol revision, as sent on the wire.
-    pub protocol_version: String,
+    /// The negotiated protocol revision, as sent on the wire; `None` until
+    /// `initialize` (legacy HTTP+SSE and stdio sessions exist before it).
+    pub protocol_version: Option<String>,
     /// Client capabilities from `initialize`.
     pub client_capabilities: Value,
     /// Client implementation info from `initialize`.
@@ -58,7 +59,6 @@ pub struct SessionRecord {
     /// Creation time, milliseconds since the Unix epoch.
     pub created_at_ms: u64,
 }
-
 
 /// Durable session state with an idle TTL.
 #[async_trait]

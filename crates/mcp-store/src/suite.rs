@@ -22,7 +22,7 @@ const TTL: Duration = Duration::from_secs(60);
 pub fn record() -> SessionRecord {
     SessionRecord {
         id: SessionId::random(),
-        protocol_version: "2025-11-25".into(),
+        protocol_version: Some("2025-11-25".into()),
         client_capabilities: json!({"sampling": {}}),
         client_info: json!({"name": "suite", "version": "1"}),
         initialized: false,
@@ -54,9 +54,19 @@ pub async fn appended_events_read_back_in_order_once(store: &Store) {
     let stream = store.events.create_stream(&s).await.unwrap();
     let mut ids = Vec::new();
     for i in 0..50 {
-        ids.push(store.events.append(&s, &stream, Arc::from(format!("{{\"n\":{i}}}"))).await.unwrap());
+        ids.push(
+            store
+                .events
+                .append(&s, &stream, Arc::from(format!("{{\"n\":{i}}}")))
+                .await
+                .unwrap(),
+        );
     }
-    let batch = store.events.read(&s, &stream, Position::START, 1000).await.unwrap();
+    let batch = store
+        .events
+        .read(&s, &stream, Position::START, 1000)
+        .await
+        .unwrap();
     assert_eq!(batch.events.len(), 50);
     assert!(!batch.closed);
     for (i, (event, id)) in batch.events.iter().zip(&ids).enumerate() {
@@ -64,7 +74,10 @@ pub async fn appended_events_read_back_in_order_once(store: &Store) {
         assert_eq!(event.position, id.position);
         assert_eq!(id.stream, stream);
     }
-    assert!(ids.windows(2).all(|w| w[0].position < w[1].position), "positions must increase");
+    assert!(
+        ids.windows(2).all(|w| w[0].position < w[1].position),
+        "positions must increase"
+    );
 }
 
 /// Reading after an event's position returns exactly the later ones.
@@ -73,14 +86,31 @@ pub async fn read_after_a_position_returns_only_later_events(store: &Store) {
     let stream = store.events.create_stream(&s).await.unwrap();
     let mut ids = Vec::new();
     for i in 0..10 {
-        ids.push(store.events.append(&s, &stream, Arc::from(i.to_string())).await.unwrap());
+        ids.push(
+            store
+                .events
+                .append(&s, &stream, Arc::from(i.to_string()))
+                .await
+                .unwrap(),
+        );
     }
-    let batch = store.events.read(&s, &stream, ids[3].position, 1000).await.unwrap();
+    let batch = store
+        .events
+        .read(&s, &stream, ids[3].position, 1000)
+        .await
+        .unwrap();
     let got: Vec<_> = batch.events.iter().map(|e| e.data.to_string()).collect();
     assert_eq!(got, (4..10).map(|i| i.to_string()).collect::<Vec<_>>());
-    let batch = store.events.read(&s, &stream, ids[3].position, 2).await.unwrap();
+    let batch = store
+        .events
+        .read(&s, &stream, ids[3].position, 2)
+        .await
+        .unwrap();
     assert_eq!(batch.events.len(), 2, "max bounds a read");
-    assert_eq!(store.events.tail(&s, &stream).await.unwrap(), ids[9].position);
+    assert_eq!(
+        store.events.tail(&s, &stream).await.unwrap(),
+        ids[9].position
+    );
 }
 
 /// Event ids differ across streams even at the same position.
@@ -99,10 +129,22 @@ pub async fn streams_of_another_session_are_not_found(store: &Store) {
     let owner = SessionId::random();
     let other = SessionId::random();
     let stream = store.events.create_stream(&owner).await.unwrap();
-    store.events.append(&owner, &stream, Arc::from("secret")).await.unwrap();
-    let err = store.events.read(&other, &stream, Position::START, 10).await.unwrap_err();
+    store
+        .events
+        .append(&owner, &stream, Arc::from("secret"))
+        .await
+        .unwrap();
+    let err = store
+        .events
+        .read(&other, &stream, Position::START, 10)
+        .await
+        .unwrap_err();
     assert_eq!(err, StoreError::StreamNotFound);
-    let err = store.events.append(&other, &stream, Arc::from("x")).await.unwrap_err();
+    let err = store
+        .events
+        .append(&other, &stream, Arc::from("x"))
+        .await
+        .unwrap_err();
     assert_eq!(err, StoreError::StreamNotFound);
     assert!(store.events.subscribe(&other, &stream).await.is_err());
 }
@@ -111,9 +153,20 @@ pub async fn streams_of_another_session_are_not_found(store: &Store) {
 pub async fn unknown_positions_are_rejected(store: &Store) {
     let s = SessionId::random();
     let stream = store.events.create_stream(&s).await.unwrap();
-    let id = store.events.append(&s, &stream, Arc::from("a")).await.unwrap();
-    let future = Position { ms: id.position.ms + 1_000_000, seq: 0 };
-    let err = store.events.read(&s, &stream, future, 10).await.unwrap_err();
+    let id = store
+        .events
+        .append(&s, &stream, Arc::from("a"))
+        .await
+        .unwrap();
+    let future = Position {
+        ms: id.position.ms + 1_000_000,
+        seq: 0,
+    };
+    let err = store
+        .events
+        .read(&s, &stream, future, 10)
+        .await
+        .unwrap_err();
     assert_eq!(err, StoreError::EventNotFound);
 }
 
@@ -122,16 +175,39 @@ pub async fn close_ends_readers_and_wakes_them(store: &Store) {
     let s = SessionId::random();
     let stream = store.events.create_stream(&s).await.unwrap();
     let mut wake = store.events.subscribe(&s, &stream).await.unwrap();
-    let id = store.events.append(&s, &stream, Arc::from("last")).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), wake.changed()).await.expect("append wakes");
+    let id = store
+        .events
+        .append(&s, &stream, Arc::from("last"))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), wake.changed())
+        .await
+        .expect("append wakes");
     store.events.close_stream(&s, &stream).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), wake.changed()).await.expect("close wakes");
-    let batch = store.events.read(&s, &stream, Position::START, 10).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), wake.changed())
+        .await
+        .expect("close wakes");
+    let batch = store
+        .events
+        .read(&s, &stream, Position::START, 10)
+        .await
+        .unwrap();
     assert_eq!(batch.events.len(), 1);
     assert!(batch.closed);
-    let batch = store.events.read(&s, &stream, id.position, 10).await.unwrap();
+    let batch = store
+        .events
+        .read(&s, &stream, id.position, 10)
+        .await
+        .unwrap();
     assert!(batch.events.is_empty() && batch.closed);
-    assert!(store.events.append(&s, &stream, Arc::from("late")).await.is_err(), "closed streams take no events");
+    assert!(
+        store
+            .events
+            .append(&s, &stream, Arc::from("late"))
+            .await
+            .is_err(),
+        "closed streams take no events"
+    );
     store.events.close_stream(&s, &stream).await.unwrap();
 }
 
@@ -139,9 +215,17 @@ pub async fn close_ends_readers_and_wakes_them(store: &Store) {
 pub async fn delete_session_removes_its_streams(store: &Store) {
     let s = SessionId::random();
     let stream = store.events.create_stream(&s).await.unwrap();
-    store.events.append(&s, &stream, Arc::from("x")).await.unwrap();
+    store
+        .events
+        .append(&s, &stream, Arc::from("x"))
+        .await
+        .unwrap();
     store.events.delete_session(&s).await.unwrap();
-    let err = store.events.read(&s, &stream, Position::START, 10).await.unwrap_err();
+    let err = store
+        .events
+        .read(&s, &stream, Position::START, 10)
+        .await
+        .unwrap_err();
     assert_eq!(err, StoreError::StreamNotFound);
 }
 
@@ -174,5 +258,8 @@ pub async fn deleted_sessions_are_gone(store: &Store) {
 pub async fn create_refuses_an_existing_session(store: &Store) {
     let r = record();
     store.sessions.create(&r, TTL).await.unwrap();
-    assert_eq!(store.sessions.create(&r, TTL).await.unwrap_err(), StoreError::Conflict);
+    assert_eq!(
+        store.sessions.create(&r, TTL).await.unwrap_err(),
+        StoreError::Conflict
+    );
 }

@@ -14,38 +14,70 @@ async fn memory_store_passes_the_port_suite() {
 
 #[tokio::test]
 async fn streams_keep_at_most_the_configured_events_and_report_gaps() {
-    let log = MemoryEventLog::new(Retention { max_events_per_stream: 3, ..Retention::default() });
+    let log = MemoryEventLog::new(Retention {
+        max_events_per_stream: 3,
+        ..Retention::default()
+    });
     let s = SessionId::random();
     let stream = log.create_stream(&s).await.unwrap();
     let mut ids = Vec::new();
     for i in 0..5 {
-        ids.push(log.append(&s, &stream, Arc::from(i.to_string())).await.unwrap());
+        ids.push(
+            log.append(&s, &stream, Arc::from(i.to_string()))
+                .await
+                .unwrap(),
+        );
     }
     let batch = log.read(&s, &stream, Position::START, 100).await;
-    assert_eq!(batch.unwrap_err(), StoreError::Trimmed, "events 0 and 1 are gone");
+    assert_eq!(
+        batch.unwrap_err(),
+        StoreError::Trimmed,
+        "events 0 and 1 are gone"
+    );
     let batch = log.read(&s, &stream, ids[1].position, 100).await.unwrap();
-    assert_eq!(batch.events.len(), 3, "resuming right after the trimmed part has no gap");
+    assert_eq!(
+        batch.events.len(),
+        3,
+        "resuming right after the trimmed part has no gap"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn closed_streams_and_idle_sessions_expire() {
-    let retention = Retention { closed_stream_ttl: Duration::from_secs(10), ..Retention::default() };
+    let retention = Retention {
+        closed_stream_ttl: Duration::from_secs(10),
+        ..Retention::default()
+    };
     let log = MemoryEventLog::new(retention);
     let s = SessionId::random();
     let stream = log.create_stream(&s).await.unwrap();
     log.close_stream(&s, &stream).await.unwrap();
     tokio::time::advance(Duration::from_secs(11)).await;
     log.create_stream(&s).await.unwrap(); // sweeps
-    assert_eq!(log.read(&s, &stream, Position::START, 1).await.unwrap_err(), StoreError::StreamNotFound);
+    assert_eq!(
+        log.read(&s, &stream, Position::START, 1).await.unwrap_err(),
+        StoreError::StreamNotFound
+    );
     assert_eq!(log.stream_count(), 1);
 
     let sessions = MemorySessionStore::new();
     let r = suite::record();
     sessions.create(&r, Duration::from_secs(30)).await.unwrap();
     tokio::time::advance(Duration::from_secs(20)).await;
-    assert!(sessions.touch(&r.id, Duration::from_secs(30)).await.unwrap());
+    assert!(
+        sessions
+            .touch(&r.id, Duration::from_secs(30))
+            .await
+            .unwrap()
+    );
     tokio::time::advance(Duration::from_secs(20)).await;
-    assert!(sessions.load(&r.id).await.unwrap().is_some(), "touch renewed the TTL");
+    assert!(
+        sessions.load(&r.id).await.unwrap().is_some(),
+        "touch renewed the TTL"
+    );
     tokio::time::advance(Duration::from_secs(31)).await;
-    assert!(sessions.load(&r.id).await.unwrap().is_none(), "idle session expired");
+    assert!(
+        sessions.load(&r.id).await.unwrap().is_none(),
+        "idle session expired"
+    );
 }

@@ -1,0 +1,155 @@
+//! [`HttpError`]: every transport-level failure, with its HTTP status and
+//! JSON-RPC code declared once, rendered as a JSON-RPC error body.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{ALLOW, CONTENT_TYPE};
+use actix_web::{HttpResponse, ResponseError};
+use mcp_protocol::{DecodeError, ErrorCode, ErrorObject, Message, RequestId, Response};
+use mcp_runtime::RuntimeError;
+
+/// Why the transport refused a request.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpError {
+    /// `Origin` not in the allow-list (403; DNS rebinding protection).
+    #[error("origin not allowed")]
+    ForbiddenOrigin,
+    /// `Host` not in the allow-list (403; DNS rebinding protection).
+    #[error("host not allowed")]
+    ForbiddenHost,
+    /// POST body is not `application/json` (415).
+    #[error("Content-Type must be application/json")]
+    UnsupportedMediaType,
+    /// `Accept` does not list what the method needs (406).
+    #[error("{0}")]
+    NotAcceptable(&'static str),
+    /// `MCP-Protocol-Version` names a revision this server does not serve (400).
+    #[error("unsupported MCP-Protocol-Version: {0}")]
+    UnsupportedVersion(String),
+    /// Body over the limit (413).
+    #[error("request body exceeds {0} bytes")]
+    PayloadTooLarge(usize),
+    /// The body could not be read (400).
+    #[error("request body could not be read")]
+    BodyRead,
+    /// Not a valid JSON-RPC message (400).
+    #[error("{}", .0.message)]
+    Decode(DecodeError),
+    /// No `Mcp-Session-Id` on a request that needs one (400).
+    #[error("missing Mcp-Session-Id header")]
+    MissingSession,
+    /// `Mcp-Session-Id` is not 1-128 visible ASCII characters (400).
+    #[error("malformed Mcp-Session-Id header")]
+    MalformedSession,
+    /// Unknown, ended or expired session (404).
+    #[error("session not found")]
+    SessionNotFound,
+    /// A request that is not valid here (400), e.g. a batch outside 2025-03-26.
+    #[error("{message}")]
+    InvalidRequest {
+        /// What is wrong.
+        message: String,
+        /// The request id, when known.
+        id: Option<RequestId>,
+    },
+    /// `Mcp-Method`, `Mcp-Name` or `Mcp-Param-*` disagree with the body
+    /// (400, -32020).
+    #[error("header mismatch: {message}")]
+    HeaderMismatch {
+        /// What disagrees.
+        message: String,
+        /// The request id, when known.
+        id: Option<RequestId>,
+    },
+    /// Malformed `Last-Event-ID` or one not of this session (400).
+    #[error("{0}")]
+    BadLastEventId(&'static str),
+    /// HTTP method not served at this path (405 with `Allow`).
+    #[error("method not allowed")]
+    MethodNotAllowed(&'static str),
+    /// The node is overloaded, draining, or its store is down (503).
+    #[error("{0}")]
+    Unavailable(&'static str),
+}
+
+impl HttpError {
+    /// The JSON-RPC code of the error body.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::Decode(err) => err.code,
+            Self::HeaderMismatch { .. } => ErrorCode::HEADER_MISMATCH,
+            Self::Unavailable(_) => ErrorCode::INTERNAL_ERROR,
+            _ => ErrorCode::INVALID_REQUEST,
+        }
+    }
+
+    fn id(&self) -> Option<RequestId> {
+        match self {
+            Self::Decode(err) => err.id.clone(),
+            Self::InvalidRequest { id, .. } | Self::HeaderMismatch { id, .. } => id.clone(),
+            _ => None,
+        }
+    }
+}
+
+impl From<RuntimeError> for HttpError {
+    fn from(err: RuntimeError) -> Self {
+        match err {
+            RuntimeError::SessionNotFound => Self::SessionNotFound,
+            RuntimeError::TooManySessions => Self::Unavailable("too many sessions"),
+            RuntimeError::Overloaded => Self::Unavailable("session overloaded, retry later"),
+            RuntimeError::ShuttingDown => Self::Unavailable("node is shutting down"),
+            RuntimeError::UnknownEvent => Self::BadLastEventId("unknown Last-Event-ID"),
+            RuntimeError::EventsExpired => {
+                Self::BadLastEventId("events after Last-Event-ID are no longer retained")
+            }
+            RuntimeError::Store(err) => {
+                tracing::warn!(error = %err, "Store failure.");
+                Self::Unavailable("session store unavailable")
+            }
+            other => {
+                tracing::warn!(error = %other, "Runtime failure.");
+                Self::Unavailable("service unavailable")
+            }
+        }
+    }
+}
+
+impl ResponseError for HttpError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::ForbiddenOrigin | Self::ForbiddenHost => StatusCode::FORBIDDEN,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::SessionNotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::UnsupportedVersion(_)
+            | Self::BodyRead
+            | Self::Decode(_)
+            | Self::MissingSession
+            | Self::MalformedSession
+            | Self::InvalidRequest { .. }
+            | Self::HeaderMismatch { .. }
+            | Self::BadLastEventId(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut builder = HttpResponse::build(self.status_code());
+        if let Self::MethodNotAllowed(allow) = self {
+            builder.insert_header((ALLOW, *allow));
+        }
+        if matches!(self, Self::Unavailable(_)) {
+            builder.insert_header(("Retry-After", "1"));
+        }
+        let body = Message::Response(Response::error(
+            self.id(),
+            ErrorObject::new(self.code(), self.to_string()),
+        ));
+        builder
+            .insert_header((CONTENT_TYPE, "application/json"))
+            .body(body.to_json())
+    }
+}

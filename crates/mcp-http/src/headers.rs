@@ -1,0 +1,290 @@
+//! Header names and the checks every MCP route applies.
+
+use actix_web::HttpRequest;
+use actix_web::http::header::{ACCEPT, CONTENT_TYPE, HOST, HeaderMap, ORIGIN};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use mcp_protocol::{Message, ProtocolVersion, methods};
+use mcp_runtime::McpService;
+use mcp_store::SessionId;
+use serde_json::Value;
+
+use crate::config::allowed;
+use crate::{HttpConfig, HttpError};
+
+/// `Mcp-Session-Id`.
+pub const SESSION_ID: &str = "mcp-session-id";
+/// `MCP-Protocol-Version`.
+pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// `Last-Event-ID`.
+pub const LAST_EVENT_ID: &str = "last-event-id";
+/// `Mcp-Method` (standard MCP request header).
+pub const MCP_METHOD: &str = "mcp-method";
+/// `Mcp-Name` (standard MCP request header).
+pub const MCP_NAME: &str = "mcp-name";
+/// Prefix of `Mcp-Param-{name}` headers (`x-mcp-header`).
+pub const MCP_PARAM_PREFIX: &str = "mcp-param-";
+/// Base64 sentinel of `Mcp-Param-*` values: `=?base64?{value}?=`.
+const BASE64_PREFIX: &str = "=?base64?";
+const BASE64_SUFFIX: &str = "?=";
+
+/// Checks `Host` and `Origin` against the allow-lists (Streamable HTTP
+/// security warning: servers MUST validate Origin; DNS rebinding).
+///
+/// # Errors
+/// [`HttpError::ForbiddenHost`], [`HttpError::ForbiddenOrigin`].
+pub fn check_host_and_origin(req: &HttpRequest, config: &HttpConfig) -> Result<(), HttpError> {
+    // The raw Host header (or the HTTP/2 authority), never X-Forwarded-Host,
+    // which any client can set.
+    let host = match req.headers().get(HOST) {
+        Some(value) => value
+            .to_str()
+            .map_err(|_| HttpError::ForbiddenHost)?
+            .to_owned(),
+        None => req
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_owned())
+            .ok_or(HttpError::ForbiddenHost)?,
+    };
+    if !allowed(&config.allowed_hosts, &host) {
+        return Err(HttpError::ForbiddenHost);
+    }
+    if let Some(origin) = req.headers().get(ORIGIN) {
+        let origin = origin.to_str().map_err(|_| HttpError::ForbiddenOrigin)?;
+        if !allowed(&config.allowed_origins, origin) {
+            return Err(HttpError::ForbiddenOrigin);
+        }
+    }
+    Ok(())
+}
+
+/// The media types an `Accept` header lists (parameters dropped).
+fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
+    let (kind, _) = wanted.split_once('/').unwrap_or((wanted, ""));
+    headers
+        .get_all(ACCEPT)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let media = item
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            media == wanted || media == "*/*" || media.strip_suffix("/*") == Some(kind)
+        })
+}
+
+/// POST must accept both JSON and SSE (Streamable HTTP, sending messages).
+///
+/// # Errors
+/// [`HttpError::NotAcceptable`].
+pub fn check_post_accept(headers: &HeaderMap) -> Result<(), HttpError> {
+    if accepts(headers, "application/json") && accepts(headers, "text/event-stream") {
+        Ok(())
+    } else {
+        Err(HttpError::NotAcceptable(
+            "Accept must list application/json and text/event-stream",
+        ))
+    }
+}
+
+/// GET must accept SSE (Streamable HTTP, listening for messages).
+///
+/// # Errors
+/// [`HttpError::NotAcceptable`].
+pub fn check_get_accept(headers: &HeaderMap) -> Result<(), HttpError> {
+    if accepts(headers, "text/event-stream") {
+        Ok(())
+    } else {
+        Err(HttpError::NotAcceptable(
+            "Accept must list text/event-stream",
+        ))
+    }
+}
+
+/// POST bodies are JSON.
+///
+/// # Errors
+/// [`HttpError::UnsupportedMediaType`].
+pub fn check_content_type(headers: &HeaderMap) -> Result<(), HttpError> {
+    let media = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase());
+    if media.as_deref() == Some("application/json") {
+        Ok(())
+    } else {
+        Err(HttpError::UnsupportedMediaType)
+    }
+}
+
+/// The `MCP-Protocol-Version` header, when sent.
+///
+/// # Errors
+/// [`HttpError::UnsupportedVersion`] for a revision this server does not
+/// serve (2025-06-18 transports: MUST respond 400).
+pub fn protocol_version(headers: &HeaderMap) -> Result<Option<ProtocolVersion>, HttpError> {
+    let Some(value) = headers.get(PROTOCOL_VERSION) else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| HttpError::UnsupportedVersion("(not ASCII)".into()))?;
+    text.parse()
+        .map(Some)
+        .map_err(|_| HttpError::UnsupportedVersion(text.chars().take(32).collect()))
+}
+
+/// The `Mcp-Session-Id` header, when sent.
+///
+/// # Errors
+/// [`HttpError::MalformedSession`] when it is not 1-128 visible ASCII.
+pub fn session_id(headers: &HeaderMap) -> Result<Option<SessionId>, HttpError> {
+    let Some(value) = headers.get(SESSION_ID) else {
+        return Ok(None);
+    };
+    let text = value.to_str().map_err(|_| HttpError::MalformedSession)?;
+    text.parse()
+        .map(Some)
+        .map_err(|_| HttpError::MalformedSession)
+}
+
+/// Checks the standard MCP request headers against the body, when sent:
+/// `Mcp-Method` = `method`, `Mcp-Name` = `params.name` / `params.uri`, and
+/// each `Mcp-Param-{h}` = the tool argument its `x-mcp-header` names.
+///
+/// # Errors
+/// [`HttpError::HeaderMismatch`] (400, -32020).
+pub fn check_standard_headers(
+    headers: &HeaderMap,
+    message: &Message,
+    service: &dyn McpService,
+) -> Result<(), HttpError> {
+    let (method, params, id) = match message {
+        Message::Request(r) => (r.method.as_str(), r.params.as_ref(), Some(r.id.clone())),
+        Message::Notification(n) => (n.method.as_str(), n.params.as_ref(), None),
+        Message::Response(_) => return Ok(()),
+    };
+    let mismatch = |message: String| HttpError::HeaderMismatch {
+        message,
+        id: id.clone(),
+    };
+    if let Some(value) = headers.get(MCP_METHOD) {
+        let sent = value
+            .to_str()
+            .map_err(|_| mismatch("Mcp-Method is not visible ASCII".into()))?;
+        if sent != method {
+            return Err(mismatch(format!(
+                "Mcp-Method header value '{sent}' does not match body value '{method}'"
+            )));
+        }
+    }
+    if let (Some(value), Some(field)) = (headers.get(MCP_NAME), methods::name_param(method)) {
+        let sent = header_text(value.as_bytes())
+            .ok_or_else(|| mismatch("Mcp-Name has invalid characters".into()))?;
+        let body = params.and_then(|p| p.get(field)).and_then(Value::as_str);
+        if body != Some(sent.as_str()) {
+            return Err(mismatch(format!(
+                "Mcp-Name header value '{sent}' does not match body {field}"
+            )));
+        }
+    }
+    if method == methods::TOOLS_CALL {
+        let has_param_headers = headers
+            .keys()
+            .any(|k| k.as_str().starts_with(MCP_PARAM_PREFIX));
+        if has_param_headers {
+            let tool = params
+                .and_then(|p| p.get("name"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let args = params
+                .and_then(|p| p.get("arguments"))
+                .and_then(Value::as_object);
+            for mirrored in service.mirrored_params(tool) {
+                let name = format!("{MCP_PARAM_PREFIX}{}", mirrored.header.to_ascii_lowercase());
+                let Some(value) = headers.get(name.as_str()) else {
+                    continue;
+                };
+                let sent = header_text(value.as_bytes()).ok_or_else(|| {
+                    mismatch(format!(
+                        "Mcp-Param-{} has invalid characters",
+                        mirrored.header
+                    ))
+                })?;
+                let body = args
+                    .and_then(|a| a.get(&mirrored.argument))
+                    .filter(|v| !v.is_null());
+                if !body.is_some_and(|v| same_value(&sent, v)) {
+                    return Err(mismatch(format!(
+                        "Mcp-Param-{} does not match argument {}",
+                        mirrored.header, mirrored.argument
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A header value as text: plain visible ASCII (with inner spaces), or the
+/// base64 sentinel form decoded as UTF-8.
+fn header_text(raw: &[u8]) -> Option<String> {
+    let plain = raw
+        .iter()
+        .all(|&b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b));
+    if !plain {
+        return None;
+    }
+    let text = std::str::from_utf8(raw).ok()?;
+    match text
+        .strip_prefix(BASE64_PREFIX)
+        .and_then(|t| t.strip_suffix(BASE64_SUFFIX))
+    {
+        Some(encoded) => String::from_utf8(STANDARD.decode(encoded).ok()?).ok(),
+        None => Some(text.to_owned()),
+    }
+}
+
+/// Whether a header's text is the string form of a body value (string as
+/// is, numbers in decimal, booleans lowercase).
+fn same_value(sent: &str, body: &Value) -> bool {
+    match body {
+        Value::String(s) => s == sent,
+        Value::Bool(b) => sent == if *b { "true" } else { "false" },
+        Value::Number(n) => match (n.as_f64(), sent.parse::<f64>()) {
+            (Some(a), Ok(b)) => a == b,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_sentinel_values_decode() {
+        assert_eq!(
+            header_text(b"=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
+            Some("Hello, 世界")
+        );
+        assert_eq!(header_text(b"us-west1").as_deref(), Some("us-west1"));
+        assert_eq!(header_text(b"=?base64?!!!?="), None);
+        assert_eq!(header_text(b"caf\xc3\xa9"), None);
+    }
+
+    #[test]
+    fn values_compare_by_their_string_form() {
+        assert!(same_value("42", &serde_json::json!(42)));
+        assert!(same_value("3.14", &serde_json::json!(3.14)));
+        assert!(same_value("true", &serde_json::json!(true)));
+        assert!(!same_value("True", &serde_json::json!(true)));
+        assert!(!same_value("x", &serde_json::json!({"a": 1})));
+    }
+}

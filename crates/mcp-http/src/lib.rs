@@ -1,0 +1,58 @@
+//! The MCP HTTP transports on actix-web: Streamable HTTP at one endpoint
+//! (POST, GET, DELETE) and the legacy HTTP+SSE transport of 2024-11-05.
+//!
+//! This crate owns the wire rules of HTTP: status codes, headers
+//! (`Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`, `Mcp-Method`,
+//! `Mcp-Name`, `Mcp-Param-*`), Origin and Host checks, body limits and SSE
+//! framing. MCP semantics are the runtime's; this crate turns requests into
+//! [`mcp_runtime::Runtime`] calls and runtime follows into SSE.
+//!
+//! # Layout
+//! - [`config`]: [`HttpConfig`].
+//! - [`error`]: [`HttpError`], the one place that picks status codes.
+//! - [`headers`]: header names and checks.
+//! - [`sse`]: SSE framing of followed streams.
+//! - [`streamable`]: the Streamable HTTP endpoint.
+//! - [`legacy`]: the HTTP+SSE transport (2024-11-05).
+
+pub mod config;
+pub mod error;
+pub mod headers;
+pub mod legacy;
+pub mod sse;
+pub mod streamable;
+
+use std::sync::Arc;
+
+use actix_web::web;
+pub use config::HttpConfig;
+pub use error::HttpError;
+use mcp_runtime::Runtime;
+
+/// What every handler needs; shared with `web::Data`.
+#[derive(Debug, Clone)]
+pub struct HttpState {
+    /// The node's runtime.
+    pub runtime: Runtime,
+    /// Transport settings.
+    pub config: Arc<HttpConfig>,
+}
+
+/// Registers the MCP routes (Streamable HTTP endpoint and, when enabled, the
+/// legacy HTTP+SSE routes).
+pub fn configure(cfg: &mut web::ServiceConfig, state: HttpState) {
+    let endpoint = state.config.endpoint.clone();
+    let legacy = state.config.legacy_sse;
+    cfg.app_data(web::Data::new(state));
+    cfg.service(
+        web::resource(endpoint)
+            .route(web::post().to(streamable::post))
+            .route(web::get().to(streamable::get))
+            .route(web::delete().to(streamable::delete))
+            .default_service(web::to(streamable::method_not_allowed)),
+    );
+    if legacy {
+        cfg.service(web::resource(legacy::SSE_PATH).route(web::get().to(legacy::connect)));
+        cfg.service(web::resource(legacy::MESSAGES_PATH).route(web::post().to(legacy::message)));
+    }
+}

@@ -1,0 +1,125 @@
+//! SSE framing of followed streams.
+//!
+//! Every event carries its event-log id; a stream opens with a priming event
+//! (id, `retry`, empty data) for 2025-11-25 sessions, carries keep-alive
+//! comments while idle, and ends with a bare `retry` when the server closes
+//! it early (polling, takeover, drain) so the client reconnects.
+
+use std::convert::Infallible;
+
+use actix_web::HttpResponse;
+use actix_web::http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt, stream};
+use mcp_runtime::{Follow, FollowEnd, FollowItem};
+use mcp_store::EventId;
+
+/// How a followed stream is framed.
+#[derive(Debug, Clone, Default)]
+pub struct Framing {
+    /// Sent first: a priming event with this id (and `retry`).
+    pub priming: Option<EventId>,
+    /// Sent first, raw (the legacy `endpoint` event).
+    pub preamble: Option<Bytes>,
+    /// `retry` milliseconds for priming and early close.
+    pub retry_ms: u64,
+    /// Legacy HTTP+SSE: events are named `message`.
+    pub legacy: bool,
+}
+
+/// One event.
+pub fn event(id: &EventId, data: &str, legacy: bool) -> Bytes {
+    let mut out = String::with_capacity(data.len() + 80);
+    if legacy {
+        out.push_str("event: message\n");
+    }
+    out.push_str("id: ");
+    out.push_str(&id.to_string());
+    out.push('\n');
+    // Compact JSON has no raw newlines; split anyway so no input can break
+    // the framing.
+    for line in data.split('\n') {
+        out.push_str("data: ");
+        out.push_str(line.trim_end_matches('\r'));
+        out.push('\n');
+    }
+    out.push('\n');
+    Bytes::from(out)
+}
+
+/// The priming event: an id to resume from and the reconnect delay.
+pub fn priming(id: &EventId, retry_ms: u64) -> Bytes {
+    Bytes::from(format!("id: {id}\nretry: {retry_ms}\ndata: \n\n"))
+}
+
+/// A named event without id (legacy `endpoint`).
+pub fn named(kind: &str, data: &str) -> Bytes {
+    Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
+}
+
+const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+/// The SSE body of a follow.
+pub fn body(
+    follow: Follow,
+    framing: Framing,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + 'static {
+    let mut head = Vec::new();
+    if let Some(preamble) = &framing.preamble {
+        head.push(preamble.clone());
+    }
+    if let Some(id) = &framing.priming {
+        head.push(priming(id, framing.retry_ms));
+    }
+    let retry_ms = framing.retry_ms;
+    let legacy = framing.legacy;
+    let events = follow.into_stream().filter_map(move |item| async move {
+        match item {
+            FollowItem::Event(id, data) => Some(event(&id, &data, legacy)),
+            FollowItem::KeepAlive => Some(Bytes::from_static(KEEP_ALIVE)),
+            FollowItem::End(FollowEnd::Kicked | FollowEnd::ShuttingDown | FollowEnd::Failed) => {
+                Some(Bytes::from(format!("retry: {retry_ms}\n\n")))
+            }
+            FollowItem::End(FollowEnd::Completed | FollowEnd::Gone) => None,
+        }
+    });
+    stream::iter(head).chain(events).map(Ok)
+}
+
+/// An SSE response (with `X-Accel-Buffering: no` so proxies do not hold
+/// events back).
+pub fn response<S>(body: S) -> HttpResponse
+where
+    S: Stream<Item = Result<Bytes, Infallible>> + 'static,
+{
+    HttpResponse::Ok()
+        .insert_header((CONTENT_TYPE, "text/event-stream"))
+        .insert_header((CACHE_CONTROL, "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcp_store::{Position, StreamId};
+
+    #[test]
+    fn events_frame_every_line_and_end_with_a_blank_line() {
+        let id = EventId {
+            stream: StreamId::random(),
+            position: Position { ms: 1, seq: 2 },
+        };
+        let framed = event(&id, "a\nb", false);
+        assert_eq!(
+            framed,
+            Bytes::from(format!("id: {id}\ndata: a\ndata: b\n\n"))
+        );
+        let legacy = event(&id, "{}", true);
+        assert!(legacy.starts_with(b"event: message\n"));
+        assert_eq!(
+            priming(&id, 500),
+            Bytes::from(format!("id: {id}\nretry: 500\ndata: \n\n"))
+        );
+    }
+}

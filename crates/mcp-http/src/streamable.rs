@@ -1,0 +1,316 @@
+//! The Streamable HTTP endpoint: POST (messages), GET (standalone stream or
+//! resumption), DELETE (end the session).
+
+use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use actix_web::{HttpRequest, HttpResponse, web};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use mcp_protocol::jsonrpc::{Body, decode_body};
+use mcp_protocol::{ErrorCode, Message, ProtocolVersion, Request, Response, methods};
+use mcp_runtime::{ExchangeReply, SessionHandle};
+use mcp_store::{EventId, Position};
+
+use crate::error::HttpError;
+use crate::headers::{self, LAST_EVENT_ID, SESSION_ID};
+use crate::sse::{self, Framing};
+use crate::{HttpConfig, HttpState};
+
+/// `Allow` for the endpoint.
+const ALLOW: &str = "GET, POST, DELETE";
+
+/// Reads the body, refusing more than `limit` bytes (413) before buffering it.
+pub(crate) async fn read_body(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<Bytes, HttpError> {
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(HttpError::PayloadTooLarge(limit));
+    }
+    let mut body = BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|_| HttpError::BodyRead)?;
+        if body.len() + chunk.len() > limit {
+            return Err(HttpError::PayloadTooLarge(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// Common checks of POST requests, in the order the status codes take
+/// precedence: 403, 415, 406, 400 (version).
+pub(crate) fn check_post(
+    req: &HttpRequest,
+    config: &HttpConfig,
+) -> Result<Option<ProtocolVersion>, HttpError> {
+    headers::check_host_and_origin(req, config)?;
+    headers::check_content_type(req.headers())?;
+    headers::check_post_accept(req.headers())?;
+    headers::protocol_version(req.headers())
+}
+
+/// POST: one JSON-RPC message (or a 2025-03-26 batch).
+pub async fn post(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<HttpState>,
+) -> Result<HttpResponse, HttpError> {
+    check_post(&req, &state.config)?;
+    let bytes = read_body(&req, payload, state.config.max_body_bytes).await?;
+    let body = decode_body(&bytes).map_err(HttpError::Decode)?;
+    if let Body::Single(Message::Request(request)) = &body {
+        if request.method == methods::INITIALIZE {
+            let Body::Single(Message::Request(request)) = body else {
+                unreachable!("matched above")
+            };
+            return initialize(&req, request, &state).await;
+        }
+    }
+    let session = session(&req, &state).await?;
+    let runtime = &state.runtime;
+    match body {
+        Body::Single(message) => {
+            headers::check_standard_headers(req.headers(), &message, runtime.service().as_ref())?;
+            match message {
+                Message::Request(request) => {
+                    let (exchange, reply) = runtime.exchange(&session, 1);
+                    session.dispatch(request, exchange)?;
+                    answer(&state, &session, reply, false).await
+                }
+                Message::Notification(n) => {
+                    session.notify(n)?;
+                    Ok(HttpResponse::Accepted().finish())
+                }
+                Message::Response(r) => {
+                    session.answer(r)?;
+                    Ok(HttpResponse::Accepted().finish())
+                }
+            }
+        }
+        Body::Batch(items) => batch(&state, &session, items).await,
+    }
+}
+
+/// `initialize`: creates the session, answers with its id.
+async fn initialize(
+    req: &HttpRequest,
+    request: Request,
+    state: &HttpState,
+) -> Result<HttpResponse, HttpError> {
+    if req.headers().contains_key(SESSION_ID) {
+        // A session id names an initialized session; a new one starts
+        // without (session management: initialization).
+        return Err(HttpError::InvalidRequest {
+            message: "initialize must be sent without Mcp-Session-Id".into(),
+            id: Some(request.id),
+        });
+    }
+    headers::check_standard_headers(
+        req.headers(),
+        &Message::Request(request.clone()),
+        state.runtime.service().as_ref(),
+    )?;
+    let runtime = &state.runtime;
+    let session = runtime.create_session(None).await?;
+    let (exchange, reply) = runtime.exchange(&session, 1);
+    session.dispatch(request, exchange)?;
+    let reply = reply.await;
+    let failed = match &reply {
+        Ok(ExchangeReply::Json(responses)) => responses.iter().any(|r| r.outcome.is_err()),
+        _ => true,
+    };
+    if failed {
+        // No session for a failed initialize.
+        let _ = runtime.terminate(session.id()).await;
+    }
+    let mut response = respond(state, &session, reply, false).await?;
+    if !failed {
+        response.headers_mut().insert(
+            actix_web::http::header::HeaderName::from_static(SESSION_ID),
+            // unwrap: session ids are visible ASCII by construction.
+            #[allow(clippy::unwrap_used)]
+            actix_web::http::header::HeaderValue::from_str(session.id().as_str()).unwrap(),
+        );
+    }
+    Ok(response)
+}
+
+/// A JSON-RPC batch: 2025-03-26 sessions only.
+async fn batch(
+    state: &HttpState,
+    session: &SessionHandle,
+    items: Vec<Result<Message, mcp_protocol::DecodeError>>,
+) -> Result<HttpResponse, HttpError> {
+    let version = session
+        .protocol_version()
+        .unwrap_or(ProtocolVersion::HTTP_DEFAULT);
+    if !version.allows_batches() {
+        return Err(HttpError::InvalidRequest {
+            message: format!("JSON-RPC batches are not supported in protocol version {version}"),
+            id: None,
+        });
+    }
+    let mut requests = Vec::new();
+    let mut errors = Vec::new();
+    for item in items {
+        match item {
+            Ok(Message::Request(r)) if r.method == methods::INITIALIZE => {
+                errors.push(Response::error(
+                    Some(r.id),
+                    mcp_protocol::ErrorObject::new(
+                        ErrorCode::INVALID_REQUEST,
+                        "initialize must not be part of a batch",
+                    ),
+                ))
+            }
+            Ok(Message::Request(r)) => requests.push(r),
+            Ok(Message::Notification(n)) => session.notify(n)?,
+            Ok(Message::Response(r)) => session.answer(r)?,
+            Err(err) => errors.push(Response::error(err.id.clone(), err.to_error_object())),
+        }
+    }
+    if requests.is_empty() && errors.is_empty() {
+        return Ok(HttpResponse::Accepted().finish());
+    }
+    let (exchange, reply) = state
+        .runtime
+        .exchange(session, requests.len() + errors.len());
+    for error in errors {
+        exchange
+            .finish(Some(error))
+            .await
+            .map_err(|_| HttpError::Unavailable("event log unavailable"))?;
+    }
+    for request in requests {
+        session.dispatch(request, std::sync::Arc::clone(&exchange))?;
+    }
+    answer(state, session, reply, true).await
+}
+
+async fn answer(
+    state: &HttpState,
+    session: &SessionHandle,
+    reply: tokio::sync::oneshot::Receiver<ExchangeReply>,
+    batch: bool,
+) -> Result<HttpResponse, HttpError> {
+    respond(state, session, reply.await, batch).await
+}
+
+/// Turns the exchange's reply into the HTTP answer.
+async fn respond(
+    state: &HttpState,
+    session: &SessionHandle,
+    reply: Result<ExchangeReply, tokio::sync::oneshot::error::RecvError>,
+    batch: bool,
+) -> Result<HttpResponse, HttpError> {
+    match reply {
+        Ok(ExchangeReply::Json(responses)) => {
+            let body = if batch {
+                let messages: Vec<Message> = responses.into_iter().map(Message::Response).collect();
+                serde_json::to_string(&messages).unwrap_or_default()
+            } else {
+                let Some(response) = responses.into_iter().next() else {
+                    return Err(HttpError::Unavailable("no response"));
+                };
+                Message::Response(response).to_json()
+            };
+            Ok(HttpResponse::Ok()
+                .insert_header((CONTENT_TYPE, "application/json"))
+                .body(body))
+        }
+        Ok(ExchangeReply::Stream(stream)) => {
+            let follow = state
+                .runtime
+                .follow(session, &stream, Position::START)
+                .await?;
+            let primes = session
+                .protocol_version()
+                .is_some_and(ProtocolVersion::primes_sse);
+            let framing = Framing {
+                priming: primes.then(|| EventId {
+                    stream,
+                    position: Position::START,
+                }),
+                retry_ms: state.runtime.config().sse_retry_ms,
+                ..Framing::default()
+            };
+            Ok(sse::response(sse::body(follow, framing)))
+        }
+        // Cancelled before anything was sent: an empty stream, no event id,
+        // so the client does not try to resume it.
+        Ok(ExchangeReply::Empty) => Ok(sse::response(futures_util::stream::empty())),
+        Ok(ExchangeReply::Failed(_)) => Err(HttpError::Unavailable("event log unavailable")),
+        Err(_) => Err(HttpError::Unavailable(
+            "session stopped while handling the request, retry",
+        )),
+    }
+}
+
+/// Finds the session a request names.
+pub(crate) async fn session(
+    req: &HttpRequest,
+    state: &HttpState,
+) -> Result<SessionHandle, HttpError> {
+    let id = headers::session_id(req.headers())?.ok_or(HttpError::MissingSession)?;
+    Ok(state.runtime.session(&id).await?)
+}
+
+/// GET: the standalone SSE stream, or with `Last-Event-ID` the resumption
+/// of the stream that event belongs to.
+pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpResponse, HttpError> {
+    headers::check_host_and_origin(&req, &state.config)?;
+    headers::check_get_accept(req.headers())?;
+    headers::protocol_version(req.headers())?;
+    let session = session(&req, &state).await?;
+    let runtime = &state.runtime;
+    let retry_ms = runtime.config().sse_retry_ms;
+    if let Some(value) = req.headers().get(LAST_EVENT_ID) {
+        let id: EventId = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or(HttpError::BadLastEventId("malformed Last-Event-ID"))?;
+        let follow = runtime.follow(&session, &id.stream, id.position).await?;
+        let framing = Framing {
+            retry_ms,
+            ..Framing::default()
+        };
+        return Ok(sse::response(sse::body(follow, framing)));
+    }
+    let (tail, follow) = runtime.follow_standalone(&session).await?;
+    let primes = session
+        .protocol_version()
+        .is_some_and(ProtocolVersion::primes_sse);
+    let framing = Framing {
+        priming: primes.then(|| EventId {
+            stream: session.standalone_stream().clone(),
+            position: tail,
+        }),
+        retry_ms,
+        ..Framing::default()
+    };
+    Ok(sse::response(sse::body(follow, framing)))
+}
+
+/// DELETE: ends the session.
+pub async fn delete(
+    req: HttpRequest,
+    state: web::Data<HttpState>,
+) -> Result<HttpResponse, HttpError> {
+    headers::check_host_and_origin(&req, &state.config)?;
+    headers::protocol_version(req.headers())?;
+    let id = headers::session_id(req.headers())?.ok_or(HttpError::MissingSession)?;
+    state.runtime.terminate(&id).await?;
+    Ok(HttpResponse::Ok().finish())
+}
+
+/// Any other method: 405 with `Allow`.
+pub async fn method_not_allowed() -> HttpResponse {
+    actix_web::ResponseError::error_response(&HttpError::MethodNotAllowed(ALLOW))
+}

@@ -1,0 +1,165 @@
+//! `mcp-node`: one node of an MCP server cluster, serving the built-in
+//! tools, resources and prompts.
+//!
+//! Exit codes: 0 after a clean drain, 64 for bad configuration, 1 when
+//! serving failed.
+
+mod builtins;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use mcp_server::NodeConfig;
+use mcp_telemetry::LogFormat;
+
+/// Exit code for bad configuration (EX_USAGE).
+const EXIT_CONFIG: u8 = 64;
+
+/// One node of an MCP server cluster.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// TOML configuration file; flags and environment variables override it.
+    #[arg(long, env = "MCP_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "MCP_BIND")]
+    bind: Option<SocketAddr>,
+    /// Serve one session over stdin/stdout instead of HTTP.
+    #[arg(long)]
+    stdio: bool,
+    /// Allowed Origin values, comma-separated (`scheme://host[:port]`,
+    /// port `*` for any, or `*`) [default: loopback origins].
+    #[arg(long, env = "MCP_ALLOWED_ORIGINS", value_delimiter = ',')]
+    allowed_origins: Option<Vec<String>>,
+    /// Allowed Host values, comma-separated (`host[:port]`, port `*` for
+    /// any, or `*`) [default: loopback hosts].
+    #[arg(long, env = "MCP_ALLOWED_HOSTS", value_delimiter = ',')]
+    allowed_hosts: Option<Vec<String>>,
+    /// Seconds an idle session lives [default: 1800].
+    #[arg(long, env = "MCP_SESSION_TTL_SECS")]
+    session_ttl_secs: Option<u64>,
+    /// Most live sessions on this node [default: 10000].
+    #[arg(long, env = "MCP_MAX_SESSIONS")]
+    max_sessions: Option<usize>,
+    /// Most in-flight requests per session [default: 64].
+    #[arg(long, env = "MCP_MAX_IN_FLIGHT")]
+    max_in_flight: Option<usize>,
+    /// Largest request body in bytes [default: 4194304].
+    #[arg(long, env = "MCP_MAX_BODY_BYTES")]
+    max_body_bytes: Option<usize>,
+    /// Seconds a request may run [default: 600].
+    #[arg(long, env = "MCP_REQUEST_TIMEOUT_SECS")]
+    request_timeout_secs: Option<u64>,
+    /// Answer every request as an SSE stream (`sse`) or JSON until the
+    /// handler emits a notification (`auto`) [default: auto].
+    #[arg(long, env = "MCP_RESPONSE_MODE", value_parser = ["auto", "sse"])]
+    response_mode: Option<String>,
+    /// HTTP worker threads, 0 for one per core [default: 0].
+    #[arg(long, env = "MCP_WORKERS")]
+    workers: Option<usize>,
+    /// Seconds in-flight requests get after SIGTERM [default: 30].
+    #[arg(long, env = "MCP_DRAIN_GRACE_SECS")]
+    drain_grace_secs: Option<u64>,
+    /// Log filter (tracing EnvFilter syntax).
+    #[arg(long, env = "MCP_LOG", default_value = "info")]
+    log: String,
+    /// Log as JSON lines.
+    #[arg(long, env = "MCP_LOG_JSON")]
+    log_json: bool,
+}
+
+impl Cli {
+    /// Defaults, then the file, then env and flags.
+    fn config(&self) -> anyhow::Result<NodeConfig> {
+        let mut c = match &self.config {
+            Some(path) => NodeConfig::from_toml(&std::fs::read_to_string(path)?)?,
+            None => NodeConfig::default(),
+        };
+        if let Some(v) = self.bind {
+            c.bind = v;
+        }
+        if let Some(v) = &self.allowed_origins {
+            c.http.allowed_origins.clone_from(v);
+        }
+        if let Some(v) = &self.allowed_hosts {
+            c.http.allowed_hosts.clone_from(v);
+        }
+        if let Some(v) = self.session_ttl_secs {
+            c.runtime.session_idle_ttl_secs = v;
+        }
+        if let Some(v) = self.max_sessions {
+            c.runtime.max_sessions = v;
+        }
+        if let Some(v) = self.max_in_flight {
+            c.runtime.max_in_flight_per_session = v;
+        }
+        if let Some(v) = self.max_body_bytes {
+            c.http.max_body_bytes = v;
+        }
+        if let Some(v) = self.request_timeout_secs {
+            c.runtime.request_timeout_secs = v;
+        }
+        if let Some(v) = &self.response_mode {
+            c.runtime.response_mode = if v == "sse" {
+                mcp_server::config::ResponseMode::Sse
+            } else {
+                mcp_server::config::ResponseMode::Auto
+            };
+        }
+        if let Some(v) = self.workers {
+            c.workers = v;
+        }
+        if let Some(v) = self.drain_grace_secs {
+            c.drain_grace_secs = v;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let format = if cli.log_json {
+        LogFormat::Json
+    } else {
+        LogFormat::Text
+    };
+    if let Err(err) = mcp_telemetry::init_logging(format, &cli.log) {
+        eprintln!("mcp-node: invalid --log filter: {err}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let config = match cli.config() {
+        Ok(c) => c,
+        Err(err) => {
+            eprintln!("mcp-node: {err}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    tracing::info!(config = ?config, "Effective configuration.");
+    let result = actix_web::rt::System::new().block_on(serve(cli.stdio, config));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("mcp-node: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(stdio: bool, config: NodeConfig) -> std::io::Result<()> {
+    let server = builtins::server();
+    if stdio {
+        return mcp_server::stdio::run(server, config).await;
+    }
+    let endpoint = config.http.endpoint.clone();
+    let node = mcp_server::node::bind(server, config)?;
+    for addr in node.addrs() {
+        tracing::info!(%addr, "Listening.");
+        // A machine-readable line for scripts and tests.
+        println!("mcp-node listening on http://{addr}{endpoint}");
+    }
+    node.run().await
+}

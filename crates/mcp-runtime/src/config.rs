@@ -1,0 +1,87 @@
+//! Runtime settings.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// How a POST carrying requests is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponseMode {
+    /// JSON when the handler emits nothing before its result; SSE from its
+    /// first notification or server request on.
+    #[default]
+    Auto,
+    /// Always an SSE stream (every response is resumable).
+    Sse,
+}
+
+/// Settings of the actor runtime. Every field has a safe default.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Seconds a session may stay idle (no request, no open stream) before
+    /// it expires. Default 1800: long enough for a human pause.
+    pub session_idle_ttl_secs: u64,
+    /// Most live sessions on this node; `initialize` beyond it gets HTTP 503.
+    /// Default 10,000.
+    pub max_sessions: usize,
+    /// Most in-flight requests per session; more get -32603 "too many
+    /// in-flight requests". Default 64.
+    pub max_in_flight_per_session: usize,
+    /// Seconds a handler may run before it is stopped with -32603.
+    /// Default 600.
+    pub request_timeout_secs: u64,
+    /// Seconds a handler waits for the client to answer a server request
+    /// (sampling, roots, elicitation). Default 300: a human may be asked.
+    pub ask_timeout_secs: u64,
+    /// JSON or SSE answers.
+    pub response_mode: ResponseMode,
+    /// Milliseconds a client should wait before reconnecting (SSE `retry`).
+    /// Default 1000.
+    pub sse_retry_ms: u64,
+    /// Seconds between SSE keep-alive comments. Default 15: below common
+    /// proxy idle timeouts.
+    pub sse_keep_alive_secs: u64,
+    /// Mailbox size of each session actor; a full mailbox sheds load with
+    /// HTTP 503. Default 256.
+    pub session_mailbox: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            session_idle_ttl_secs: 1800,
+            max_sessions: 10_000,
+            max_in_flight_per_session: 64,
+            request_timeout_secs: 600,
+            ask_timeout_secs: 300,
+            response_mode: ResponseMode::Auto,
+            sse_retry_ms: 1000,
+            sse_keep_alive_secs: 15,
+            session_mailbox: 256,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// Session idle TTL.
+    pub fn session_idle_ttl(&self) -> Duration {
+        Duration::from_secs(self.session_idle_ttl_secs)
+    }
+
+    /// Handler timeout.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout_secs)
+    }
+
+    /// Client answer timeout.
+    pub fn ask_timeout(&self) -> Duration {
+        Duration::from_secs(self.ask_timeout_secs)
+    }
+
+    /// Keep-alive interval.
+    pub fn sse_keep_alive(&self) -> Duration {
+        Duration::from_secs(self.sse_keep_alive_secs.max(1))
+    }
+}

@@ -1,0 +1,234 @@
+//! The output of one POST: the responses to its requests and everything
+//! related that the handlers emit (progress, log messages, server requests).
+//!
+//! An exchange starts *pending*: if every response is ready before any other
+//! message, the POST is answered as JSON. The first notification or server
+//! request (or [`ResponseMode::Sse`]) turns it into a stream in the event
+//! log; the transport follows that stream as SSE, and a client that drops it
+//! can resume from any event. The stream closes after the last response.
+//! Legacy HTTP+SSE and stdio exchanges are *attached* to the session's
+//! standalone stream from the start and never close it.
+
+use std::sync::Arc;
+
+use mcp_protocol::{Message, Response};
+use mcp_store::{EventLog, SessionId, StoreError, StreamId};
+use tokio::sync::{Mutex, oneshot};
+
+use crate::ResponseMode;
+use crate::follow::Attachments;
+
+/// How the transport answers the POST.
+#[derive(Debug)]
+pub enum ExchangeReply {
+    /// All responses, ready before anything else was emitted (one per
+    /// request, in completion order).
+    Json(Vec<Response>),
+    /// Follow this stream of the event log from its start.
+    Stream(StreamId),
+    /// Every request was cancelled before emitting anything: no response
+    /// will come (an empty SSE stream closes the POST).
+    Empty,
+    /// The event log failed while switching to SSE.
+    Failed(StoreError),
+}
+
+#[derive(Debug)]
+enum State {
+    Pending {
+        remaining: usize,
+        responses: Vec<Response>,
+        reply: Option<oneshot::Sender<ExchangeReply>>,
+    },
+    Streaming {
+        stream: StreamId,
+        remaining: usize,
+    },
+    Attached {
+        stream: StreamId,
+    },
+    Done,
+}
+
+/// The output of one POST (or the attached output of a legacy / stdio
+/// session). Shared by the session actor and the request actors of the POST;
+/// the transport holds the reply receiver.
+#[derive(Debug)]
+pub struct Exchange {
+    session: SessionId,
+    events: Arc<dyn EventLog>,
+    attachments: Arc<Attachments>,
+    mode: ResponseMode,
+    /// A tokio mutex: appends to the log happen under it so that messages
+    /// keep the order in which they were emitted.
+    state: Mutex<State>,
+}
+
+impl Exchange {
+    /// A pending exchange expecting `requests` responses.
+    pub fn pending(
+        session: SessionId,
+        events: Arc<dyn EventLog>,
+        attachments: Arc<Attachments>,
+        mode: ResponseMode,
+        requests: usize,
+    ) -> (Arc<Self>, oneshot::Receiver<ExchangeReply>) {
+        let (tx, rx) = oneshot::channel();
+        let state = State::Pending {
+            remaining: requests,
+            responses: Vec::new(),
+            reply: Some(tx),
+        };
+        (
+            Arc::new(Self {
+                session,
+                events,
+                attachments,
+                mode,
+                state: Mutex::new(state),
+            }),
+            rx,
+        )
+    }
+
+    /// An exchange writing into an existing stream that it never closes.
+    pub fn attached(
+        session: SessionId,
+        events: Arc<dyn EventLog>,
+        attachments: Arc<Attachments>,
+        stream: StreamId,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            session,
+            events,
+            attachments,
+            mode: ResponseMode::Sse,
+            state: Mutex::new(State::Attached { stream }),
+        })
+    }
+
+    /// Emits a message related to a request that is not its response.
+    ///
+    /// # Errors
+    /// The event log failed; the message is lost and the caller is told.
+    pub async fn emit(&self, message: &Message) -> Result<(), StoreError> {
+        let mut state = self.state.lock().await;
+        let stream = self.ensure_stream(&mut state).await?;
+        self.append(&stream, message).await
+    }
+
+    /// Writes one request's response (`None`: the request was cancelled and
+    /// gets none). The last one closes the SSE stream.
+    ///
+    /// # Errors
+    /// The event log failed while writing it.
+    pub async fn finish(&self, response: Option<Response>) -> Result<(), StoreError> {
+        let mut state = self.state.lock().await;
+        if self.mode == ResponseMode::Sse && response.is_some() {
+            self.ensure_stream(&mut state).await?;
+        }
+        match &mut *state {
+            State::Pending {
+                remaining,
+                responses,
+                reply,
+            } => {
+                *remaining = remaining.saturating_sub(1);
+                responses.extend(response);
+                if *remaining == 0 {
+                    let out = if responses.is_empty() {
+                        ExchangeReply::Empty
+                    } else {
+                        ExchangeReply::Json(std::mem::take(responses))
+                    };
+                    if let Some(tx) = reply.take() {
+                        // The transport may have gone (client disconnected).
+                        let _ = tx.send(out);
+                    }
+                    *state = State::Done;
+                }
+                Ok(())
+            }
+            State::Streaming { stream, remaining } => {
+                let stream = stream.clone();
+                *remaining = remaining.saturating_sub(1);
+                let last = *remaining == 0;
+                if last {
+                    *state = State::Done;
+                }
+                let written = match &response {
+                    Some(r) => self.append(&stream, &Message::Response(r.clone())).await,
+                    None => Ok(()),
+                };
+                if last {
+                    self.events.close_stream(&self.session, &stream).await?;
+                }
+                written
+            }
+            State::Attached { stream } => {
+                let stream = stream.clone();
+                match response {
+                    Some(r) => self.append(&stream, &Message::Response(r)).await,
+                    None => Ok(()),
+                }
+            }
+            State::Done => Ok(()),
+        }
+    }
+
+    /// Ends the client's current connection to this exchange's stream
+    /// without ending the stream (SEP-1699 polling): the client reconnects
+    /// with `Last-Event-ID` and goes on. Switches a pending exchange to SSE
+    /// first, so the client has an event id to resume from.
+    ///
+    /// # Errors
+    /// The event log failed while switching to SSE.
+    pub async fn disconnect_client(&self) -> Result<(), StoreError> {
+        let mut state = self.state.lock().await;
+        let stream = self.ensure_stream(&mut state).await?;
+        self.attachments.kick(&stream);
+        Ok(())
+    }
+
+    async fn ensure_stream(&self, state: &mut State) -> Result<StreamId, StoreError> {
+        match state {
+            State::Streaming { stream, .. } | State::Attached { stream } => Ok(stream.clone()),
+            State::Done => Err(StoreError::StreamNotFound),
+            State::Pending {
+                remaining,
+                responses,
+                reply,
+            } => {
+                let stream = match self.events.create_stream(&self.session).await {
+                    Ok(stream) => stream,
+                    Err(err) => {
+                        if let Some(tx) = reply.take() {
+                            let _ = tx.send(ExchangeReply::Failed(err.clone()));
+                        }
+                        *state = State::Done;
+                        return Err(err);
+                    }
+                };
+                for r in std::mem::take(responses) {
+                    self.append(&stream, &Message::Response(r)).await?;
+                }
+                if let Some(tx) = reply.take() {
+                    let _ = tx.send(ExchangeReply::Stream(stream.clone()));
+                }
+                *state = State::Streaming {
+                    stream: stream.clone(),
+                    remaining: *remaining,
+                };
+                Ok(stream)
+            }
+        }
+    }
+
+    async fn append(&self, stream: &StreamId, message: &Message) -> Result<(), StoreError> {
+        let data: Arc<str> = Arc::from(message.to_json());
+        self.events
+            .append(&self.session, stream, data)
+            .await
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,257 @@
+//! Following one stream of the event log: replay what was missed, then tail
+//! it live until it closes. Every SSE connection (POST answer, GET stream,
+//! resumption, legacy SSE) and the stdio writer is a [`Follow`].
+//!
+//! At most one reader follows a stream on this node at a time
+//! ([`Attachments`]): a new reader takes over (the old one ends with `retry`),
+//! so a message is never delivered on two connections.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use futures_util::Stream;
+use mcp_store::{
+    EventId, EventLog, Position, SessionId, StoreError, StoredEvent, StreamId, Wakeup,
+};
+use tokio_util::sync::CancellationToken;
+
+/// Events read from the log per round trip; also the most a slow reader
+/// holds in memory.
+const READ_BATCH: usize = 64;
+
+/// What a follower yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FollowItem {
+    /// An event to send.
+    Event(EventId, Arc<str>),
+    /// Nothing happened for a while: send a keep-alive comment.
+    KeepAlive,
+    /// The follow ended; nothing follows this item.
+    End(FollowEnd),
+}
+
+/// Why a follow ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowEnd {
+    /// The stream closed after its last event (the response was sent).
+    Completed,
+    /// Another reader took over, or the server asked the client to poll:
+    /// the client should reconnect after `retry`.
+    Kicked,
+    /// The node is draining: the client should reconnect (elsewhere).
+    ShuttingDown,
+    /// The stream or its session was deleted.
+    Gone,
+    /// The log failed or dropped events this reader still needed.
+    Failed,
+}
+
+#[derive(Debug)]
+enum Slot {
+    Reader {
+        generation: u64,
+        kick: CancellationToken,
+    },
+    KickPending,
+}
+
+/// Which reader follows which stream on this node.
+#[derive(Debug, Default)]
+pub struct Attachments {
+    slots: DashMap<StreamId, Slot>,
+    next_generation: AtomicU64,
+}
+
+impl Attachments {
+    /// Registers a new reader of `stream`, ending the previous one.
+    pub fn attach(self: &Arc<Self>, stream: &StreamId) -> Attachment {
+        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        let kick = CancellationToken::new();
+        let previous = self.slots.insert(
+            stream.clone(),
+            Slot::Reader {
+                generation,
+                kick: kick.clone(),
+            },
+        );
+        match previous {
+            Some(Slot::Reader { kick: old, .. }) => old.cancel(),
+            // The server asked to disconnect before this reader arrived.
+            Some(Slot::KickPending) => kick.cancel(),
+            None => {}
+        }
+        Attachment {
+            attachments: Arc::clone(self),
+            stream: stream.clone(),
+            generation,
+            kick,
+        }
+    }
+
+    /// Ends the current reader of `stream` (or the next one, right after it
+    /// attaches).
+    pub fn kick(&self, stream: &StreamId) {
+        match self.slots.get(stream).as_deref() {
+            Some(Slot::Reader { kick, .. }) => kick.cancel(),
+            Some(Slot::KickPending) => {}
+            None => {
+                self.slots.insert(stream.clone(), Slot::KickPending);
+            }
+        }
+    }
+
+    /// Forgets a pending kick of a stream that has closed.
+    pub fn forget(&self, stream: &StreamId) {
+        self.slots
+            .remove_if(stream, |_, slot| matches!(slot, Slot::KickPending));
+    }
+
+    /// Whether a reader follows `stream` now.
+    pub fn is_attached(&self, stream: &StreamId) -> bool {
+        matches!(self.slots.get(stream).as_deref(), Some(Slot::Reader { .. }))
+    }
+}
+
+/// One reader's registration; dropping it detaches.
+#[derive(Debug)]
+pub struct Attachment {
+    attachments: Arc<Attachments>,
+    stream: StreamId,
+    generation: u64,
+    /// Cancelled when another reader takes over or the server kicks.
+    kick: CancellationToken,
+}
+
+impl Drop for Attachment {
+    fn drop(&mut self) {
+        let generation = self.generation;
+        self.attachments.slots.remove_if(
+            &self.stream,
+            |_, slot| matches!(slot, Slot::Reader { generation: g, .. } if *g == generation),
+        );
+    }
+}
+
+/// Replays and tails one stream of the event log.
+#[derive(Debug)]
+pub struct Follow {
+    events: Arc<dyn EventLog>,
+    session: SessionId,
+    stream: StreamId,
+    /// Position of the last event yielded.
+    after: Position,
+    wake: Wakeup,
+    attachment: Attachment,
+    /// The node's shutdown token: draining ends every follow.
+    shutdown: CancellationToken,
+    /// Events read but not yet yielded; at most [`READ_BATCH`].
+    buffer: VecDeque<StoredEvent>,
+    keep_alive: Duration,
+    done: bool,
+}
+
+impl Follow {
+    /// Starts following `stream` after `after`.
+    ///
+    /// # Errors
+    /// [`StoreError::StreamNotFound`] / [`StoreError::EventNotFound`] when
+    /// the stream or position is not in this session, [`StoreError::Trimmed`]
+    /// when events after `after` are gone, or a backend failure.
+    pub(crate) async fn start(
+        events: Arc<dyn EventLog>,
+        attachments: &Arc<Attachments>,
+        session: SessionId,
+        stream: StreamId,
+        after: Position,
+        shutdown: CancellationToken,
+        keep_alive: Duration,
+    ) -> Result<Self, StoreError> {
+        // Subscribe before the first read so that no append is missed.
+        let wake = events.subscribe(&session, &stream).await?;
+        // Validates `after` (an event of this stream, or its start).
+        events.read(&session, &stream, after, 0).await?;
+        let attachment = attachments.attach(&stream);
+        Ok(Self {
+            events,
+            session,
+            stream,
+            after,
+            wake,
+            attachment,
+            shutdown,
+            buffer: VecDeque::new(),
+            keep_alive,
+            done: false,
+        })
+    }
+
+    /// The stream followed.
+    pub fn stream(&self) -> &StreamId {
+        &self.stream
+    }
+
+    /// The next item; `None` after [`FollowItem::End`].
+    ///
+    /// Cancel safety: not cancel safe (an event read but not yet yielded
+    /// would be lost); call it to completion.
+    pub async fn next(&mut self) -> Option<FollowItem> {
+        if self.done {
+            return None;
+        }
+        loop {
+            if let Some(event) = self.buffer.pop_front() {
+                self.after = event.position;
+                let id = EventId {
+                    stream: self.stream.clone(),
+                    position: event.position,
+                };
+                return Some(FollowItem::Event(id, event.data));
+            }
+            if self.attachment.kick.is_cancelled() {
+                return Some(self.end(FollowEnd::Kicked));
+            }
+            match self
+                .events
+                .read(&self.session, &self.stream, self.after, READ_BATCH)
+                .await
+            {
+                Ok(batch) if !batch.events.is_empty() => {
+                    self.buffer.extend(batch.events);
+                    continue;
+                }
+                Ok(batch) if batch.closed => return Some(self.end(FollowEnd::Completed)),
+                Ok(_) => {}
+                Err(StoreError::StreamNotFound) => return Some(self.end(FollowEnd::Gone)),
+                Err(err) => {
+                    tracing::warn!(stream = %self.stream, error = %err, "Stream read failed.");
+                    return Some(self.end(FollowEnd::Failed));
+                }
+            }
+            tokio::select! {
+                alive = self.wake.changed() => {
+                    if !alive {
+                        return Some(self.end(FollowEnd::Gone));
+                    }
+                }
+                () = self.attachment.kick.cancelled() => return Some(self.end(FollowEnd::Kicked)),
+                () = self.shutdown.cancelled() => return Some(self.end(FollowEnd::ShuttingDown)),
+                () = tokio::time::sleep(self.keep_alive) => return Some(FollowItem::KeepAlive),
+            }
+        }
+    }
+
+    /// The follow as a stream of items, ending after [`FollowItem::End`].
+    pub fn into_stream(self) -> impl Stream<Item = FollowItem> {
+        futures_util::stream::unfold(self, |mut follow| async move {
+            follow.next().await.map(|item| (item, follow))
+        })
+    }
+
+    fn end(&mut self, why: FollowEnd) -> FollowItem {
+        self.done = true;
+        FollowItem::End(why)
+    }
+}

@@ -1,0 +1,137 @@
+//! The in-flight request actor: runs one handler future under the request
+//! timeout, turns a panic or timeout into -32603 for this request only, and
+//! stops the handler on cancellation.
+//!
+//! Owner: the session actor that started it keeps its address in the
+//! in-flight table. Stop paths: the handler completes (response written),
+//! [`Cancel`] (no response), or the session stops (token tripped).
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures_util::FutureExt;
+use mcp_protocol::{ErrorObject, RequestId, Response};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::RequestOutput;
+use crate::session::{RequestFinished, Session};
+
+/// The handler's future.
+pub(crate) type Job = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>> + Send>>;
+
+/// Stop the handler: `notifications/cancelled` arrived.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Cancel;
+
+/// One in-flight request.
+pub(crate) struct InFlightRequest {
+    id: RequestId,
+    /// Distinguishes this request from a later one reusing its id.
+    serial: u64,
+    /// Tripped on cancel and on stop; the handler's context holds it.
+    cancel: CancellationToken,
+    output: Arc<RequestOutput>,
+    /// Told when this actor stops, to free the in-flight slot.
+    session: Addr<Session>,
+    /// Taken in `started`.
+    job: Option<Job>,
+    timeout: Duration,
+    task: Option<SpawnHandle>,
+}
+
+impl std::fmt::Debug for InFlightRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InFlightRequest")
+            .field("id", &self.id)
+            .field("serial", &self.serial)
+            .finish()
+    }
+}
+
+impl InFlightRequest {
+    pub(crate) fn new(
+        id: RequestId,
+        serial: u64,
+        cancel: CancellationToken,
+        output: Arc<RequestOutput>,
+        session: Addr<Session>,
+        job: Job,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            id,
+            serial,
+            cancel,
+            output,
+            session,
+            job: Some(job),
+            timeout,
+            task: None,
+        }
+    }
+}
+
+impl Actor for InFlightRequest {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let Some(job) = self.job.take() else {
+            ctx.stop();
+            return;
+        };
+        let id = self.id.clone();
+        let output = Arc::clone(&self.output);
+        let timeout = self.timeout;
+        let run = async move {
+            let outcome =
+                match tokio::time::timeout(timeout, AssertUnwindSafe(job).catch_unwind()).await {
+                    Ok(Ok(outcome)) => outcome,
+                    Ok(Err(_)) => {
+                        tracing::error!(jsonrpc_id = %id, "Handler panicked.");
+                        Err(ErrorObject::internal("internal error: the handler failed"))
+                    }
+                    Err(_) => {
+                        tracing::warn!(jsonrpc_id = %id, "Handler timed out.");
+                        Err(ErrorObject::internal("request timed out"))
+                    }
+                };
+            output
+                .finish(Some(Response {
+                    id: Some(id),
+                    outcome,
+                }))
+                .await;
+        };
+        self.task = Some(ctx.spawn(run.into_actor(self).map(|(), _, ctx| ctx.stop())));
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.cancel.cancel();
+        self.session.do_send(RequestFinished {
+            id: self.id.clone(),
+            serial: self.serial,
+        });
+    }
+}
+
+impl Handler<Cancel> for InFlightRequest {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Cancel, ctx: &mut Self::Context) {
+        if let Some(task) = self.task.take() {
+            // Dropping the handler future frees what it held.
+            ctx.cancel_future(task);
+        }
+        self.cancel.cancel();
+        let output = Arc::clone(&self.output);
+        // No response for a cancelled request; the exchange may close.
+        actix::spawn(async move { output.finish(None).await });
+        ctx.stop();
+    }
+}

@@ -1,0 +1,277 @@
+//! The facade transports call: create, find and end sessions, open
+//! exchanges, follow streams, broadcast server events, drain.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use actix::prelude::*;
+use dashmap::DashMap;
+use mcp_store::{Position, SessionId, SessionRecord, Store, StoreError, StreamId};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::exchange::{Exchange, ExchangeReply};
+use crate::follow::{Attachments, Follow};
+use crate::registry::{FanOut, SessionMap, SessionRegistry};
+use crate::session::{Session, SessionDeps};
+use crate::{McpService, RuntimeConfig, RuntimeError, ServerEvent, SessionHandle};
+
+/// One node's runtime. Cheap to clone; create it once, inside the actix
+/// system, outside the HTTP worker factory.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    sessions: SessionMap,
+    registry: Addr<SessionRegistry>,
+    deps: SessionDeps,
+    /// Parent of every session's token: tripped when in-flight requests must
+    /// stop (end of the drain grace period).
+    stop: CancellationToken,
+    /// Tripped when draining starts: every SSE follow ends with `retry`.
+    drain: CancellationToken,
+    draining: AtomicBool,
+}
+
+impl Runtime {
+    /// A runtime over a service and a store. Must run inside an actix system.
+    pub fn new(service: Arc<dyn McpService>, store: Store, config: RuntimeConfig) -> Self {
+        let sessions: SessionMap = Arc::new(DashMap::new());
+        let registry = SessionRegistry::new(Arc::clone(&sessions)).start();
+        let deps = SessionDeps {
+            service,
+            store,
+            attachments: Arc::new(Attachments::default()),
+            config: Arc::new(config),
+        };
+        Self {
+            inner: Arc::new(Inner {
+                sessions,
+                registry,
+                deps,
+                stop: CancellationToken::new(),
+                drain: CancellationToken::new(),
+                draining: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.inner.deps.config
+    }
+
+    /// The service.
+    pub fn service(&self) -> &Arc<dyn McpService> {
+        &self.inner.deps.service
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.inner.deps.store
+    }
+
+    /// Sessions held by this node.
+    pub fn session_count(&self) -> usize {
+        self.inner.sessions.len()
+    }
+
+    /// Whether the node is draining.
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.load(Ordering::Acquire)
+    }
+
+    /// Creates a new, not yet initialized session and starts its actor on
+    /// the current arbiter.
+    ///
+    /// # Errors
+    /// [`RuntimeError::TooManySessions`], [`RuntimeError::ShuttingDown`],
+    /// or a store failure.
+    pub async fn create_session(
+        &self,
+        principal: Option<String>,
+    ) -> Result<SessionHandle, RuntimeError> {
+        if self.is_draining() {
+            return Err(RuntimeError::ShuttingDown);
+        }
+        if self.inner.sessions.len() >= self.config().max_sessions {
+            return Err(RuntimeError::TooManySessions);
+        }
+        let store = &self.inner.deps.store;
+        let id = SessionId::random();
+        let standalone = store.events.create_stream(&id).await?;
+        let record = SessionRecord {
+            id: id.clone(),
+            protocol_version: None,
+            client_capabilities: serde_json::Value::Null,
+            client_info: serde_json::Value::Null,
+            initialized: false,
+            log_level: None,
+            subscriptions: Default::default(),
+            standalone_stream: standalone,
+            principal,
+            created_at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        };
+        store
+            .sessions
+            .create(&record, self.config().session_idle_ttl())
+            .await?;
+        let handle = Session::start_with(record, self.inner.deps.clone(), &self.inner.stop);
+        self.inner.sessions.insert(id, handle.clone());
+        Ok(handle)
+    }
+
+    /// Finds a session: on this node, or rehydrated from the store.
+    ///
+    /// # Errors
+    /// [`RuntimeError::SessionNotFound`] when it never existed, ended or
+    /// expired; a store failure.
+    pub async fn session(&self, id: &SessionId) -> Result<SessionHandle, RuntimeError> {
+        if let Some(handle) = self.inner.sessions.get(id) {
+            if handle.is_alive() {
+                return Ok(handle.clone());
+            }
+        }
+        let record = self
+            .inner
+            .deps
+            .store
+            .sessions
+            .load(id)
+            .await?
+            .ok_or(RuntimeError::SessionNotFound)?;
+        let entry = self.inner.sessions.entry(id.clone());
+        let handle = match entry {
+            dashmap::Entry::Occupied(e) if e.get().is_alive() => e.get().clone(),
+            dashmap::Entry::Occupied(mut e) => {
+                let handle = Session::start_with(record, self.inner.deps.clone(), &self.inner.stop);
+                e.insert(handle.clone());
+                handle
+            }
+            dashmap::Entry::Vacant(e) => {
+                let handle = Session::start_with(record, self.inner.deps.clone(), &self.inner.stop);
+                e.insert(handle.clone());
+                handle
+            }
+        };
+        tracing::debug!(session_id = %id, "Session rehydrated.");
+        Ok(handle)
+    }
+
+    /// Ends a session everywhere: deletes its state and streams, cancels its
+    /// requests, stops its actor.
+    ///
+    /// # Errors
+    /// [`RuntimeError::SessionNotFound`] when it was already gone; a store
+    /// failure.
+    pub async fn terminate(&self, id: &SessionId) -> Result<(), RuntimeError> {
+        let store = &self.inner.deps.store;
+        let existed = store.sessions.delete(id).await?;
+        store.events.delete_session(id).await?;
+        let local = self.inner.sessions.remove(id);
+        if let Some((_, handle)) = &local {
+            handle.terminate();
+        }
+        if existed || local.is_some() {
+            Ok(())
+        } else {
+            Err(RuntimeError::SessionNotFound)
+        }
+    }
+
+    /// Opens the exchange of a POST carrying `requests` requests.
+    pub fn exchange(
+        &self,
+        session: &SessionHandle,
+        requests: usize,
+    ) -> (Arc<Exchange>, oneshot::Receiver<ExchangeReply>) {
+        Exchange::pending(
+            session.id().clone(),
+            Arc::clone(&self.inner.deps.store.events),
+            Arc::clone(&self.inner.deps.attachments),
+            self.config().response_mode,
+            requests,
+        )
+    }
+
+    /// An exchange writing into the session's standalone stream (legacy
+    /// HTTP+SSE and stdio: every answer travels on one stream).
+    pub fn attached_exchange(&self, session: &SessionHandle) -> Arc<Exchange> {
+        Exchange::attached(
+            session.id().clone(),
+            Arc::clone(&self.inner.deps.store.events),
+            Arc::clone(&self.inner.deps.attachments),
+            session.standalone_stream().clone(),
+        )
+    }
+
+    /// Follows a stream of the session after `after`.
+    ///
+    /// # Errors
+    /// [`RuntimeError::UnknownEvent`] when the stream or position is not in
+    /// this session; [`RuntimeError::EventsExpired`]; a store failure.
+    pub async fn follow(
+        &self,
+        session: &SessionHandle,
+        stream: &StreamId,
+        after: Position,
+    ) -> Result<Follow, RuntimeError> {
+        Follow::start(
+            Arc::clone(&self.inner.deps.store.events),
+            &self.inner.deps.attachments,
+            session.id().clone(),
+            stream.clone(),
+            after,
+            self.inner.drain.clone(),
+            self.config().sse_keep_alive(),
+        )
+        .await
+        .map_err(RuntimeError::from)
+    }
+
+    /// Follows the session's standalone stream from now on.
+    ///
+    /// # Errors
+    /// As [`Self::follow`].
+    pub async fn follow_standalone(
+        &self,
+        session: &SessionHandle,
+    ) -> Result<(Position, Follow), RuntimeError> {
+        let stream = session.standalone_stream();
+        let tail = self
+            .inner
+            .deps
+            .store
+            .events
+            .tail(session.id(), stream)
+            .await
+            .map_err(|err| match err {
+                StoreError::StreamNotFound => RuntimeError::SessionNotFound,
+                other => RuntimeError::from(other),
+            })?;
+        Ok((tail, self.follow(session, stream, tail).await?))
+    }
+
+    /// Tells every session on this node about a server event.
+    pub fn broadcast(&self, event: ServerEvent) {
+        self.inner.registry.do_send(FanOut(event));
+    }
+
+    /// Starts draining: no new sessions, every SSE connection ends with
+    /// `retry` so clients reconnect (to another node).
+    pub fn start_drain(&self) {
+        self.inner.draining.store(true, Ordering::Release);
+        self.inner.drain.cancel();
+    }
+
+    /// Cancels every in-flight request (end of the drain grace period).
+    pub fn stop_requests(&self) {
+        self.inner.stop.cancel();
+    }
+}

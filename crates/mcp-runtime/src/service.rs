@@ -1,0 +1,67 @@
+//! What a provider implements: the MCP server logic behind the runtime.
+
+use async_trait::async_trait;
+use mcp_protocol::types::{Implementation, ServerCapabilities};
+use mcp_protocol::{ErrorObject, Notification, Request};
+use serde_json::Value;
+
+use crate::RequestContext;
+
+/// A tool argument mirrored into an `Mcp-Param-<header>` HTTP header
+/// (`x-mcp-header` in the tool's input schema).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirroredParam {
+    /// The header name part, e.g. `Region` for `Mcp-Param-Region`.
+    pub header: String,
+    /// The argument (property) name.
+    pub argument: String,
+}
+
+/// A server-side happening that clients may need to hear about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerEvent {
+    /// The tool list changed.
+    ToolsListChanged,
+    /// The prompt list changed.
+    PromptsListChanged,
+    /// The resource list changed.
+    ResourcesListChanged,
+    /// A resource changed; sent to sessions subscribed to it.
+    ResourceUpdated {
+        /// The resource URI.
+        uri: String,
+    },
+}
+
+/// The MCP server logic: everything but lifecycle, ping, logging level and
+/// subscriptions, which the session handles itself.
+#[async_trait]
+pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
+    /// `serverInfo` for `initialize`.
+    fn server_info(&self) -> Implementation;
+
+    /// Capabilities for `initialize`.
+    fn capabilities(&self) -> ServerCapabilities;
+
+    /// `instructions` for `initialize`.
+    fn instructions(&self) -> Option<String> {
+        None
+    }
+
+    /// Handles one request. The future runs in an in-flight request actor:
+    /// it is dropped on cancellation and bounded by the request timeout.
+    ///
+    /// # Errors
+    /// A JSON-RPC error for the client.
+    async fn handle(&self, request: Request, ctx: RequestContext) -> Result<Value, ErrorObject>;
+
+    /// Handles a client notification the session does not consume
+    /// (e.g. `notifications/roots/list_changed`).
+    async fn notification(&self, _notification: Notification) {}
+
+    /// Tool arguments mirrored into `Mcp-Param-*` headers, for header
+    /// validation at the transport.
+    fn mirrored_params(&self, _tool: &str) -> Vec<MirroredParam> {
+        Vec::new()
+    }
+}

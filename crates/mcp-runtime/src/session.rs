@@ -1,0 +1,659 @@
+//! The session actor: lifecycle, the in-flight table, log level,
+//! subscriptions and pending server-to-client requests of one MCP session on
+//! this node.
+//!
+//! Owner: the runtime's session map holds its [`SessionHandle`]; the
+//! registry sweeps handles whose actor died. Stop paths: idle expiry (the
+//! record stays in the store, so the next request rehydrates it),
+//! [`Terminate`] (DELETE: the session ends everywhere), or node shutdown.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use actix::prelude::*;
+use mcp_protocol::types::{
+    CancelledParams, InitializeParams, InitializeResult, LoggingLevel, SetLevelParams, UriParams,
+    empty_result,
+};
+use mcp_protocol::{
+    ErrorCode, ErrorObject, Message, Notification, ProtocolVersion, Request, RequestId, Response,
+    methods,
+};
+use mcp_store::{SessionId, SessionRecord, Store, StreamId};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::{AskError, AskOutcome, RequestContext, RequestOutput, SessionShared};
+use crate::exchange::Exchange;
+use crate::follow::Attachments;
+use crate::request::{Cancel, InFlightRequest};
+use crate::{McpService, RuntimeConfig, RuntimeError, ServerEvent};
+
+/// How often a session checks whether it is idle.
+const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Handle one client request; every output goes to the exchange.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Dispatch {
+    pub(crate) request: Request,
+    pub(crate) exchange: Arc<Exchange>,
+}
+
+/// Handle one client notification.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Notify(pub(crate) Notification);
+
+/// Route the client's answer to a server request.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct ClientAnswer(pub(crate) Response);
+
+/// Allocate an id for a server-to-client request and await its answer.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(RequestId, oneshot::Receiver<AskOutcome>), AskError>")]
+pub(crate) struct RegisterAsk {
+    from: RequestId,
+}
+
+/// An in-flight request actor stopped.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct RequestFinished {
+    pub(crate) id: RequestId,
+    pub(crate) serial: u64,
+}
+
+/// End the session everywhere (HTTP DELETE).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Terminate;
+
+/// A server-side happening to forward to the client if it concerns it.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub(crate) struct Broadcast(pub(crate) ServerEvent);
+
+/// A server request waiting for the client's answer.
+#[derive(Debug)]
+struct PendingAsk {
+    /// The client request whose handler asked.
+    from: RequestId,
+    /// Completes the handler's wait.
+    tx: oneshot::Sender<AskOutcome>,
+}
+
+/// What a session needs from the node.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionDeps {
+    pub(crate) service: Arc<dyn McpService>,
+    pub(crate) store: Store,
+    pub(crate) attachments: Arc<Attachments>,
+    pub(crate) config: Arc<RuntimeConfig>,
+}
+
+/// One MCP session on this node.
+pub struct Session {
+    record: SessionRecord,
+    shared: Arc<SessionShared>,
+    deps: SessionDeps,
+    /// Child of the node's token; parent of every request's token. Tripped
+    /// on stop, which cancels every in-flight handler.
+    cancel: CancellationToken,
+    /// In-flight requests by client id, with a serial to tell reuses apart.
+    in_flight: HashMap<RequestId, (u64, Addr<InFlightRequest>)>,
+    next_serial: u64,
+    /// Server requests awaiting the client's answer, by their id.
+    pending_asks: HashMap<RequestId, PendingAsk>,
+    /// Last request, notification or open stream seen.
+    last_activity: Instant,
+    /// Last idle-TTL renewal in the store.
+    last_touch: Instant,
+    /// Set by `Terminate`: the store record is being deleted.
+    terminated: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.record.id)
+            .field("in_flight", &self.in_flight.len())
+            .finish()
+    }
+}
+
+impl Session {
+    /// Starts the actor on the current arbiter and returns its handle.
+    pub(crate) fn start_with(
+        record: SessionRecord,
+        deps: SessionDeps,
+        node: &CancellationToken,
+    ) -> SessionHandle {
+        let shared = Arc::new(SessionShared::default());
+        if let Some(v) = record
+            .protocol_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+        {
+            let _ = shared.version.set(v);
+        }
+        if let Ok(caps) = serde_json::from_value(record.client_capabilities.clone()) {
+            let _ = shared.client_capabilities.set(caps);
+        }
+        shared
+            .initialized
+            .store(record.initialized, Ordering::Release);
+        shared.set_log_level(record.log_level.as_deref().and_then(LoggingLevel::parse));
+        let id = record.id.clone();
+        let standalone = record.standalone_stream.clone();
+        let mailbox = deps.config.session_mailbox;
+        let now = Instant::now();
+        let session = Self {
+            record,
+            shared: Arc::clone(&shared),
+            deps,
+            cancel: node.child_token(),
+            in_flight: HashMap::new(),
+            next_serial: 0,
+            pending_asks: HashMap::new(),
+            last_activity: now,
+            last_touch: now,
+            terminated: false,
+        };
+        let addr = Session::create(|ctx| {
+            ctx.set_mailbox_capacity(mailbox);
+            session
+        });
+        SessionHandle {
+            id,
+            addr,
+            shared,
+            standalone,
+        }
+    }
+}
+
+impl Actor for Session {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        tracing::debug!(session_id = %self.record.id, "Session started.");
+        ctx.run_interval(IDLE_CHECK_INTERVAL, |act, ctx| act.check_idle(ctx));
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.cancel.cancel();
+        for (_, addr) in self.in_flight.values() {
+            addr.do_send(Cancel);
+        }
+        tracing::debug!(session_id = %self.record.id, terminated = self.terminated, "Session stopped.");
+    }
+}
+
+impl Handler<Dispatch> for Session {
+    type Result = ();
+
+    fn handle(&mut self, Dispatch { request, exchange }: Dispatch, ctx: &mut Self::Context) {
+        self.active();
+        let initialized = self.record.protocol_version.is_some();
+        match request.method.as_str() {
+            methods::INITIALIZE => self.initialize(request, exchange),
+            methods::PING => respond(exchange, Response::result(request.id, empty_result())),
+            _ if !initialized => respond(
+                exchange,
+                Response::error(
+                    Some(request.id),
+                    ErrorObject::new(
+                        ErrorCode::INVALID_REQUEST,
+                        "session not initialized: send initialize first",
+                    ),
+                ),
+            ),
+            methods::LOGGING_SET_LEVEL => self.set_level(request, exchange),
+            methods::RESOURCES_SUBSCRIBE | methods::RESOURCES_UNSUBSCRIBE => {
+                self.subscription(request, exchange)
+            }
+            _ => self.start_request(request, exchange, ctx),
+        }
+    }
+}
+
+impl Handler<Notify> for Session {
+    type Result = ();
+
+    fn handle(&mut self, Notify(n): Notify, _ctx: &mut Self::Context) {
+        self.active();
+        match n.method.as_str() {
+            methods::NOTIFICATION_INITIALIZED => {
+                if self.record.protocol_version.is_some() && !self.record.initialized {
+                    self.record.initialized = true;
+                    self.shared.initialized.store(true, Ordering::Release);
+                    self.persist();
+                }
+            }
+            methods::NOTIFICATION_CANCELLED | methods::CANCEL_REQUEST_ALIAS => {
+                let target =
+                    mcp_protocol::jsonrpc::parse_params::<CancelledParams>(n.params.as_ref())
+                        .ok()
+                        .and_then(|p| RequestId::from_value(&p.request_id));
+                match target
+                    .and_then(|id| self.in_flight.get(&id).map(|(_, addr)| (id, addr.clone())))
+                {
+                    Some((id, addr)) => {
+                        tracing::debug!(session_id = %self.record.id, jsonrpc_id = %id, "Request cancelled by the client.");
+                        addr.do_send(Cancel);
+                    }
+                    // Unknown or finished requests: the spec says to ignore.
+                    None => {
+                        tracing::debug!(session_id = %self.record.id, "Cancellation of an unknown request ignored.")
+                    }
+                }
+            }
+            // Progress for server requests: nothing waits on it.
+            methods::NOTIFICATION_PROGRESS => {}
+            _ => {
+                let service = Arc::clone(&self.deps.service);
+                actix::spawn(async move { service.notification(n).await });
+            }
+        }
+    }
+}
+
+impl Handler<ClientAnswer> for Session {
+    type Result = ();
+
+    fn handle(&mut self, ClientAnswer(response): ClientAnswer, _ctx: &mut Self::Context) {
+        self.active();
+        let pending = response
+            .id
+            .as_ref()
+            .and_then(|id| self.pending_asks.remove(id));
+        match pending {
+            Some(p) => {
+                let _ = p.tx.send(response.outcome);
+            }
+            None => {
+                tracing::debug!(session_id = %self.record.id, "Answer to an unknown server request ignored.")
+            }
+        }
+    }
+}
+
+impl Handler<RegisterAsk> for Session {
+    type Result = Result<(RequestId, oneshot::Receiver<AskOutcome>), AskError>;
+
+    fn handle(&mut self, msg: RegisterAsk, _ctx: &mut Self::Context) -> Self::Result {
+        if !self.record.initialized {
+            return Err(AskError::NotInitialized);
+        }
+        let id = RequestId::String(format!("srv-{}", uuid::Uuid::new_v4().simple()));
+        let (tx, rx) = oneshot::channel();
+        self.pending_asks
+            .insert(id.clone(), PendingAsk { from: msg.from, tx });
+        Ok((id, rx))
+    }
+}
+
+impl Handler<RequestFinished> for Session {
+    type Result = ();
+
+    fn handle(&mut self, msg: RequestFinished, _ctx: &mut Self::Context) {
+        if self
+            .in_flight
+            .get(&msg.id)
+            .is_some_and(|(serial, _)| *serial == msg.serial)
+        {
+            self.in_flight.remove(&msg.id);
+            self.pending_asks.retain(|_, p| p.from != msg.id);
+        }
+    }
+}
+
+impl Handler<Terminate> for Session {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Terminate, ctx: &mut Self::Context) {
+        self.terminated = true;
+        ctx.stop();
+    }
+}
+
+impl Handler<Broadcast> for Session {
+    type Result = ();
+
+    fn handle(&mut self, Broadcast(event): Broadcast, _ctx: &mut Self::Context) {
+        if !self.record.initialized {
+            return;
+        }
+        let notification = match event {
+            ServerEvent::ToolsListChanged => {
+                Notification::new(methods::NOTIFICATION_TOOLS_LIST_CHANGED, empty_result())
+            }
+            ServerEvent::PromptsListChanged => {
+                Notification::new(methods::NOTIFICATION_PROMPTS_LIST_CHANGED, empty_result())
+            }
+            ServerEvent::ResourcesListChanged => {
+                Notification::new(methods::NOTIFICATION_RESOURCES_LIST_CHANGED, empty_result())
+            }
+            ServerEvent::ResourceUpdated { uri } => {
+                if !self.record.subscriptions.contains(&uri) {
+                    return;
+                }
+                Notification::new(methods::NOTIFICATION_RESOURCES_UPDATED, UriParams { uri })
+            }
+        };
+        let events = Arc::clone(&self.deps.store.events);
+        let session = self.record.id.clone();
+        let stream = self.record.standalone_stream.clone();
+        let data: Arc<str> = Arc::from(Message::Notification(notification).to_json());
+        actix::spawn(async move {
+            if let Err(err) = events.append(&session, &stream, data).await {
+                tracing::warn!(session_id = %session, error = %err, "Notification could not be written.");
+            }
+        });
+    }
+}
+
+impl Session {
+    fn active(&mut self) {
+        self.last_activity = Instant::now();
+        self.maybe_touch();
+    }
+
+    /// Renews the store TTL at most every quarter TTL while active.
+    fn maybe_touch(&mut self) {
+        let ttl = self.deps.config.session_idle_ttl();
+        if self.last_activity.duration_since(self.last_touch) < ttl / 4 {
+            return;
+        }
+        self.last_touch = self.last_activity;
+        let sessions = Arc::clone(&self.deps.store.sessions);
+        let id = self.record.id.clone();
+        actix::spawn(async move {
+            if let Err(err) = sessions.touch(&id, ttl).await {
+                tracing::warn!(session_id = %id, error = %err, "Session TTL renewal failed.");
+            }
+        });
+    }
+
+    fn check_idle(&mut self, ctx: &mut Context<Self>) {
+        let busy = !self.in_flight.is_empty()
+            || self
+                .deps
+                .attachments
+                .is_attached(&self.record.standalone_stream);
+        if busy {
+            self.active();
+            return;
+        }
+        if self.last_activity.elapsed() >= self.deps.config.session_idle_ttl() {
+            tracing::debug!(session_id = %self.record.id, "Session idle; evicted from this node.");
+            ctx.stop();
+        }
+    }
+
+    /// Saves the record (after a state change) in the background.
+    fn persist(&self) {
+        let sessions = Arc::clone(&self.deps.store.sessions);
+        let record = self.record.clone();
+        let ttl = self.deps.config.session_idle_ttl();
+        actix::spawn(async move {
+            if let Err(err) = sessions.save(&record, ttl).await {
+                tracing::warn!(session_id = %record.id, error = %err, "Session state could not be saved.");
+            }
+        });
+    }
+
+    fn initialize(&mut self, request: Request, exchange: Arc<Exchange>) {
+        if self.record.protocol_version.is_some() {
+            let err = ErrorObject::new(ErrorCode::INVALID_REQUEST, "session already initialized");
+            return respond(exchange, Response::error(Some(request.id), err));
+        }
+        let params: InitializeParams = match request.parse_params() {
+            Ok(p) => p,
+            Err(err) => return respond(exchange, Response::error(Some(request.id), err)),
+        };
+        let version = ProtocolVersion::negotiate(&params.protocol_version);
+        self.record.protocol_version = Some(version.as_str().to_owned());
+        self.record.client_capabilities =
+            serde_json::to_value(&params.capabilities).unwrap_or(Value::Null);
+        self.record.client_info = serde_json::to_value(&params.client_info).unwrap_or(Value::Null);
+        let _ = self.shared.version.set(version);
+        let _ = self.shared.client_capabilities.set(params.capabilities);
+        let service = &self.deps.service;
+        let result = InitializeResult {
+            protocol_version: version.as_str().to_owned(),
+            capabilities: service.capabilities(),
+            server_info: service.server_info(),
+            instructions: service.instructions(),
+        };
+        let response = Response::result(
+            request.id,
+            serde_json::to_value(result).unwrap_or(Value::Null),
+        );
+        tracing::debug!(session_id = %self.record.id, protocol_version = %version, "Session initialized.");
+        // Saved before answering: the client's next request may reach
+        // another node, which must see the negotiated version.
+        let sessions = Arc::clone(&self.deps.store.sessions);
+        let record = self.record.clone();
+        let ttl = self.deps.config.session_idle_ttl();
+        actix::spawn(async move {
+            let response = match sessions.save(&record, ttl).await {
+                Ok(_) => response,
+                Err(err) => {
+                    tracing::warn!(session_id = %record.id, error = %err, "Session state could not be saved.");
+                    Response::error(
+                        response.id,
+                        ErrorObject::internal("session store unavailable"),
+                    )
+                }
+            };
+            let _ = exchange.finish(Some(response)).await;
+        });
+    }
+
+    fn set_level(&mut self, request: Request, exchange: Arc<Exchange>) {
+        let response = match request.parse_params::<SetLevelParams>() {
+            Ok(p) => {
+                self.record.log_level = Some(p.level.as_str().to_owned());
+                self.shared.set_log_level(Some(p.level));
+                self.persist();
+                Response::result(request.id, empty_result())
+            }
+            Err(_) => Response::error(
+                Some(request.id),
+                ErrorObject::invalid_params(
+                    "level must be one of debug, info, notice, warning, error, critical, alert, emergency",
+                ),
+            ),
+        };
+        respond(exchange, response);
+    }
+
+    fn subscription(&mut self, request: Request, exchange: Arc<Exchange>) {
+        let subscribable = self
+            .deps
+            .service
+            .capabilities()
+            .resources
+            .and_then(|r| r.subscribe)
+            .unwrap_or(false);
+        if !subscribable {
+            return respond(
+                exchange,
+                Response::error(
+                    Some(request.id.clone()),
+                    ErrorObject::method_not_found(&request.method),
+                ),
+            );
+        }
+        let response = match request.parse_params::<UriParams>() {
+            Ok(UriParams { uri }) => {
+                if request.method == methods::RESOURCES_SUBSCRIBE {
+                    self.record.subscriptions.insert(uri);
+                } else {
+                    self.record.subscriptions.remove(&uri);
+                }
+                self.persist();
+                Response::result(request.id, empty_result())
+            }
+            Err(err) => Response::error(Some(request.id), err),
+        };
+        respond(exchange, response);
+    }
+
+    fn start_request(
+        &mut self,
+        request: Request,
+        exchange: Arc<Exchange>,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.in_flight.contains_key(&request.id) {
+            let err = ErrorObject::new(
+                ErrorCode::INVALID_REQUEST,
+                format!("request id {} is already in flight", request.id),
+            );
+            return respond(exchange, Response::error(Some(request.id), err));
+        }
+        if self.in_flight.len() >= self.deps.config.max_in_flight_per_session {
+            let err = ErrorObject::internal("too many in-flight requests in this session");
+            return respond(exchange, Response::error(Some(request.id), err));
+        }
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let cancel = self.cancel.child_token();
+        let output = Arc::new(RequestOutput::new(exchange));
+        let handle = SessionHandle {
+            id: self.record.id.clone(),
+            addr: ctx.address(),
+            shared: Arc::clone(&self.shared),
+            standalone: self.record.standalone_stream.clone(),
+        };
+        let context = RequestContext::new(
+            &request,
+            self.record.id.clone(),
+            cancel.clone(),
+            Arc::clone(&output),
+            handle,
+            Arc::clone(&self.shared),
+            self.deps.config.ask_timeout(),
+        );
+        let id = request.id.clone();
+        let service = Arc::clone(&self.deps.service);
+        let job = Box::pin(async move { service.handle(request, context).await });
+        let actor = InFlightRequest::new(
+            id.clone(),
+            serial,
+            cancel,
+            output,
+            ctx.address(),
+            job,
+            self.deps.config.request_timeout(),
+        );
+        self.in_flight.insert(id, (serial, actor.start()));
+    }
+}
+
+/// Writes a response the session computed itself.
+fn respond(exchange: Arc<Exchange>, response: Response) {
+    actix::spawn(async move {
+        if let Err(err) = exchange.finish(Some(response)).await {
+            tracing::warn!(error = %err, "Response could not be written.");
+        }
+    });
+}
+
+/// A cheap, cloneable reference to a session actor.
+#[derive(Debug, Clone)]
+pub struct SessionHandle {
+    id: SessionId,
+    addr: Addr<Session>,
+    shared: Arc<SessionShared>,
+    standalone: StreamId,
+}
+
+impl SessionHandle {
+    /// The session id.
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    /// The negotiated revision; `None` before `initialize`.
+    pub fn protocol_version(&self) -> Option<ProtocolVersion> {
+        self.shared.version.get().copied()
+    }
+
+    /// The stream of messages unrelated to any request.
+    pub fn standalone_stream(&self) -> &StreamId {
+        &self.standalone
+    }
+
+    /// Whether the actor is running.
+    pub fn is_alive(&self) -> bool {
+        self.addr.connected()
+    }
+
+    /// Hands a request to the session; its outputs go to `exchange`.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Overloaded`] when the mailbox is full,
+    /// [`RuntimeError::SessionNotFound`] when the actor stopped.
+    pub fn dispatch(&self, request: Request, exchange: Arc<Exchange>) -> Result<(), RuntimeError> {
+        self.addr
+            .try_send(Dispatch { request, exchange })
+            .map_err(mailbox_error)
+    }
+
+    /// Hands a notification to the session.
+    ///
+    /// # Errors
+    /// As [`Self::dispatch`].
+    pub fn notify(&self, notification: Notification) -> Result<(), RuntimeError> {
+        self.addr
+            .try_send(Notify(notification))
+            .map_err(mailbox_error)
+    }
+
+    /// Hands the client's answer to a server request to the session.
+    ///
+    /// # Errors
+    /// As [`Self::dispatch`].
+    pub fn answer(&self, response: Response) -> Result<(), RuntimeError> {
+        self.addr
+            .try_send(ClientAnswer(response))
+            .map_err(mailbox_error)
+    }
+
+    /// Stops the actor as part of ending the session.
+    pub(crate) fn terminate(&self) {
+        self.addr.do_send(Terminate);
+    }
+
+    pub(crate) fn broadcast(&self, event: ServerEvent) {
+        // do_send: a broadcast to a busy session must not be lost to a full
+        // mailbox; broadcasts are rare and bounded by the registry's rate.
+        self.addr.do_send(Broadcast(event));
+    }
+
+    pub(crate) async fn register_ask(
+        &self,
+        from: RequestId,
+    ) -> Result<(RequestId, oneshot::Receiver<AskOutcome>), AskError> {
+        self.addr
+            .send(RegisterAsk { from })
+            .await
+            .map_err(|_| AskError::Unavailable)?
+    }
+}
+
+fn mailbox_error<M>(err: SendError<M>) -> RuntimeError {
+    match err {
+        SendError::Full(_) => RuntimeError::Overloaded,
+        SendError::Closed(_) => RuntimeError::SessionNotFound,
+    }
+}

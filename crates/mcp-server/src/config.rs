@@ -1,0 +1,139 @@
+//! The node's configuration, composed from each crate's own.
+//!
+//! Sources, lowest first: defaults, an optional TOML file, environment
+//! variables and flags (the last two parsed by `mcp-node`). Values are
+//! validated once, by [`NodeConfig::validate`].
+
+use std::net::SocketAddr;
+
+use mcp_http::HttpConfig;
+pub use mcp_runtime::{ResponseMode, RuntimeConfig};
+use serde::Deserialize;
+
+/// Event log retention, in file-friendly units.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Most events kept per SSE stream. Default 10,000.
+    pub max_events_per_stream: usize,
+    /// Seconds a finished stream stays resumable. Default 300.
+    pub closed_stream_ttl_secs: u64,
+    /// Seconds an open stream with no new event is kept. Default 3600.
+    pub idle_stream_ttl_secs: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        let r = mcp_store::memory::Retention::default();
+        Self {
+            max_events_per_stream: r.max_events_per_stream,
+            closed_stream_ttl_secs: r.closed_stream_ttl.as_secs(),
+            idle_stream_ttl_secs: r.idle_stream_ttl.as_secs(),
+        }
+    }
+}
+
+impl RetentionConfig {
+    /// As the store's type.
+    pub fn to_retention(&self) -> mcp_store::memory::Retention {
+        mcp_store::memory::Retention {
+            max_events_per_stream: self.max_events_per_stream,
+            closed_stream_ttl: std::time::Duration::from_secs(self.closed_stream_ttl_secs),
+            idle_stream_ttl: std::time::Duration::from_secs(self.idle_stream_ttl_secs),
+        }
+    }
+}
+
+/// Everything a node needs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Address to listen on. Default `127.0.0.1:8080`: loopback only.
+    pub bind: SocketAddr,
+    /// HTTP worker threads; 0 means one per core. Default 0.
+    pub workers: usize,
+    /// Seconds in-flight requests get to finish after SIGTERM before they
+    /// are cancelled. Default 30.
+    pub drain_grace_secs: u64,
+    /// HTTP transport settings.
+    pub http: HttpConfig,
+    /// Runtime settings.
+    pub runtime: RuntimeConfig,
+    /// Event log retention.
+    pub retention: RetentionConfig,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            workers: 0,
+            drain_grace_secs: 30,
+            http: HttpConfig::default(),
+            runtime: RuntimeConfig::default(),
+            retention: RetentionConfig::default(),
+        }
+    }
+}
+
+/// A setting that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+impl NodeConfig {
+    /// Reads a TOML file over the defaults.
+    ///
+    /// # Errors
+    /// The file cannot be read or does not parse.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|err| ConfigError(err.to_string()))
+    }
+
+    /// Checks values that parse but cannot work.
+    ///
+    /// # Errors
+    /// The first bad value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |what: &str| Err(ConfigError(what.to_owned()));
+        if !self.http.endpoint.starts_with('/') {
+            return bad("http.endpoint must start with '/'");
+        }
+        if self.http.max_body_bytes < 1024 {
+            return bad("http.max_body_bytes must be at least 1024");
+        }
+        if self.http.allowed_hosts.is_empty() {
+            return bad("http.allowed_hosts must not be empty (use \"*\" to allow any host)");
+        }
+        if self.runtime.max_sessions == 0 || self.runtime.max_in_flight_per_session == 0 {
+            return bad(
+                "runtime.max_sessions and runtime.max_in_flight_per_session must be positive",
+            );
+        }
+        if self.runtime.session_idle_ttl_secs == 0 || self.runtime.request_timeout_secs == 0 {
+            return bad(
+                "runtime.session_idle_ttl_secs and runtime.request_timeout_secs must be positive",
+            );
+        }
+        if self.retention.max_events_per_stream == 0 {
+            return bad("retention.max_events_per_stream must be positive");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_files_override_them() {
+        NodeConfig::default().validate().unwrap();
+        let c = NodeConfig::from_toml("bind = \"0.0.0.0:9000\"\n[runtime]\nmax_sessions = 5\n")
+            .unwrap();
+        assert_eq!(c.bind.port(), 9000);
+        assert_eq!(c.runtime.max_sessions, 5);
+        assert_eq!(c.http, HttpConfig::default());
+        assert!(NodeConfig::from_toml("nonsense = 1").is_err());
+    }
+}

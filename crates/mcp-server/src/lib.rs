@@ -1,0 +1,46 @@
+//! Build MCP servers in Rust and run them as cluster nodes.
+//!
+//! A provider describes tools, resources, prompts and completions with
+//! [`ServerBuilder`]; the resulting [`McpServer`] is the
+//! [`mcp_runtime::McpService`] the runtime calls. [`node`] runs it over
+//! Streamable HTTP (plus the legacy HTTP+SSE transport) on the embedded
+//! store; [`stdio`] runs the same server over standard input and output.
+//!
+//! ```no_run
+//! use mcp_server::{ServerBuilder, ToolDef};
+//! use mcp_protocol::types::CallToolResult;
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Echo { message: String }
+//!
+//! let server = ServerBuilder::new("example", "1.0.0")
+//!     .tool(ToolDef::typed("echo", "Echoes its input", |args: Echo, _ctx| async move {
+//!         Ok(CallToolResult::text(args.message))
+//!     }))
+//!     .build();
+//! ```
+//!
+//! # Layout
+//! - [`server`]: [`McpServer`], [`ServerBuilder`], request dispatch.
+//! - [`tool`], [`resource`], [`prompt`]: definitions and their handlers.
+//! - [`cursor`]: stateless pagination cursors.
+//! - [`uri_template`]: matching resource template URIs.
+//! - [`config`]: the node's composed configuration.
+//! - [`node`], [`stdio`]: running a server.
+
+pub mod config;
+pub mod cursor;
+pub mod node;
+pub mod prompt;
+pub mod resource;
+pub mod server;
+pub mod stdio;
+pub mod tool;
+pub mod uri_template;
+
+pub use config::NodeConfig;
+pub use mcp_runtime::{AskError, RequestContext, ServerEvent};
+pub use prompt::PromptDef;
+pub use resource::{ResourceDef, TemplateDef};
+pub use server::{McpServer, ServerBuilder};
+pub use tool::ToolDef;

@@ -1,0 +1,303 @@
+//! Tool definitions: description, validated input, checked output, handler.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use mcp_protocol::ErrorObject;
+use mcp_protocol::types::{CallToolResult, JsonObject, Tool, ToolAnnotations};
+use mcp_runtime::{MirroredParam, RequestContext};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// A tool handler: arguments (already valid against the input schema) and
+/// the request context in, a result or a JSON-RPC error out. A tool that
+/// ran and failed returns [`CallToolResult::error`], not a JSON-RPC error.
+pub type ToolHandler = Arc<
+    dyn Fn(JsonObject, RequestContext) -> BoxFuture<'static, Result<CallToolResult, ErrorObject>>
+        + Send
+        + Sync,
+>;
+
+/// Why a tool definition is rejected at registration.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DefinitionError {
+    /// The input or output schema is not a valid JSON Schema.
+    #[error("tool {tool}: invalid {which} schema: {reason}")]
+    Schema {
+        /// The tool.
+        tool: String,
+        /// `input` or `output`.
+        which: &'static str,
+        /// What the validator said.
+        reason: String,
+    },
+    /// An `x-mcp-header` annotation breaks the transport's rules.
+    #[error("tool {tool}: invalid x-mcp-header: {reason}")]
+    MirroredParam {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// One tool.
+#[derive(Clone)]
+pub struct ToolDef {
+    pub(crate) tool: Tool,
+    pub(crate) input: Arc<jsonschema::Validator>,
+    pub(crate) output: Option<Arc<jsonschema::Validator>>,
+    pub(crate) mirrored: Vec<MirroredParam>,
+    pub(crate) handler: ToolHandler,
+}
+
+impl std::fmt::Debug for ToolDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolDef")
+            .field("name", &self.tool.name)
+            .finish()
+    }
+}
+
+impl ToolDef {
+    /// A tool with a hand-written input schema (sent verbatim in
+    /// `tools/list`) and an untyped handler.
+    ///
+    /// # Errors
+    /// [`DefinitionError`] when the schema does not compile or an
+    /// `x-mcp-header` annotation is invalid.
+    pub fn new<F, Fut>(
+        name: &str,
+        description: &str,
+        input_schema: Value,
+        handler: F,
+    ) -> Result<Self, DefinitionError>
+    where
+        F: Fn(JsonObject, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<CallToolResult, ErrorObject>> + Send + 'static,
+    {
+        let input = compile(name, "input", &input_schema)?;
+        let mirrored = mirrored_params(name, &input_schema)?;
+        Ok(Self {
+            tool: Tool {
+                name: name.to_owned(),
+                title: None,
+                description: description.to_owned(),
+                input_schema,
+                output_schema: None,
+                annotations: None,
+            },
+            input: Arc::new(input),
+            output: None,
+            mirrored,
+            handler: Arc::new(move |args, ctx| Box::pin(handler(args, ctx))),
+        })
+    }
+
+    /// A tool whose arguments deserialize into `A`; the input schema is
+    /// derived from `A`.
+    pub fn typed<A, F, Fut>(name: &str, description: &str, handler: F) -> Self
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(A, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<CallToolResult, ErrorObject>> + Send + 'static,
+    {
+        let schema = schema_of::<A>();
+        let handler = Arc::new(handler);
+        let wrapped = move |args: JsonObject, ctx: RequestContext| {
+            let handler = Arc::clone(&handler);
+            async move {
+                let args: A = serde_json::from_value(Value::Object(args)).map_err(|err| {
+                    ErrorObject::invalid_params(format!("invalid arguments: {err}"))
+                })?;
+                handler(args, ctx).await
+            }
+        };
+        // expect: a schema derived by schemars always compiles.
+        #[allow(clippy::expect_used)]
+        Self::new(name, description, schema, wrapped).expect("derived schemas are valid")
+    }
+
+    /// Declares the output schema, derived from `O`; `structuredContent` is
+    /// checked against it.
+    #[must_use]
+    pub fn output<O: JsonSchema>(self) -> Self {
+        // expect: a schema derived by schemars always compiles.
+        #[allow(clippy::expect_used)]
+        self.output_schema(schema_of::<O>())
+            .expect("derived schemas are valid")
+    }
+
+    /// Declares a hand-written output schema.
+    ///
+    /// # Errors
+    /// [`DefinitionError::Schema`] when it does not compile.
+    pub fn output_schema(mut self, schema: Value) -> Result<Self, DefinitionError> {
+        self.output = Some(Arc::new(compile(&self.tool.name, "output", &schema)?));
+        self.tool.output_schema = Some(schema);
+        Ok(self)
+    }
+
+    /// Sets the display title.
+    #[must_use]
+    pub fn title(mut self, title: &str) -> Self {
+        self.tool.title = Some(title.to_owned());
+        self
+    }
+
+    /// Sets behaviour hints.
+    #[must_use]
+    pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.tool.annotations = Some(annotations);
+        self
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.tool.name
+    }
+
+    /// Validation errors of `args` against the input schema (empty: valid).
+    pub(crate) fn input_errors(&self, args: &Value) -> Vec<String> {
+        self.input
+            .iter_errors(args)
+            .take(5)
+            .map(|e| describe(&e))
+            .collect()
+    }
+
+    /// Validation errors of `structuredContent` against the output schema.
+    pub(crate) fn output_errors(&self, structured: &Value) -> Vec<String> {
+        match &self.output {
+            Some(v) => v
+                .iter_errors(structured)
+                .take(5)
+                .map(|e| describe(&e))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+}
+
+fn describe(err: &jsonschema::ValidationError<'_>) -> String {
+    let path = err.instance_path.to_string();
+    if path.is_empty() {
+        err.to_string()
+    } else {
+        format!("{path}: {err}")
+    }
+}
+
+/// The JSON Schema of a Rust type, as an MCP input or output schema.
+pub fn schema_of<T: JsonSchema>() -> Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut schema {
+        // The type name is noise in a tool listing.
+        map.remove("title");
+    }
+    schema
+}
+
+fn compile(
+    tool: &str,
+    which: &'static str,
+    schema: &Value,
+) -> Result<jsonschema::Validator, DefinitionError> {
+    let is_object_schema = schema.get("type").and_then(Value::as_str) == Some("object");
+    if !is_object_schema {
+        return Err(DefinitionError::Schema {
+            tool: tool.to_owned(),
+            which,
+            reason: "must be an object schema (\"type\": \"object\")".into(),
+        });
+    }
+    jsonschema::validator_for(schema).map_err(|err| DefinitionError::Schema {
+        tool: tool.to_owned(),
+        which,
+        reason: err.to_string(),
+    })
+}
+
+/// Reads `x-mcp-header` annotations and checks the transport's rules:
+/// non-empty ASCII without space or `:`, unique ignoring case, on primitive
+/// properties only.
+fn mirrored_params(tool: &str, schema: &Value) -> Result<Vec<MirroredParam>, DefinitionError> {
+    let err = |reason: String| DefinitionError::MirroredParam {
+        tool: tool.to_owned(),
+        reason,
+    };
+    let mut out: Vec<MirroredParam> = Vec::new();
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return Ok(out);
+    };
+    for (argument, prop) in props {
+        let Some(header) = prop.get("x-mcp-header") else {
+            continue;
+        };
+        let header = header
+            .as_str()
+            .ok_or_else(|| err(format!("{argument}: must be a string")))?;
+        let valid = !header.is_empty() && header.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+        if !valid {
+            return Err(err(format!(
+                "{argument}: {header:?} must be non-empty ASCII without space or ':'"
+            )));
+        }
+        let primitive = matches!(
+            prop.get("type").and_then(Value::as_str),
+            Some("string" | "number" | "integer" | "boolean")
+        );
+        if !primitive {
+            return Err(err(format!(
+                "{argument}: only string, number and boolean parameters can be mirrored"
+            )));
+        }
+        if out.iter().any(|m| m.header.eq_ignore_ascii_case(header)) {
+            return Err(err(format!("{header:?} is used twice")));
+        }
+        out.push(MirroredParam {
+            header: header.to_owned(),
+            argument: argument.clone(),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn noop(_: JsonObject, _: RequestContext) -> Result<CallToolResult, ErrorObject> {
+        Ok(CallToolResult::text(""))
+    }
+
+    #[test]
+    fn mirrored_params_follow_the_rules() {
+        let ok = serde_json::json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"}, "q": {"type": "string"}}});
+        let def = ToolDef::new("t", "d", ok, noop).unwrap();
+        assert_eq!(
+            def.mirrored,
+            vec![MirroredParam {
+                header: "Region".into(),
+                argument: "region".into()
+            }]
+        );
+        for bad in [
+            serde_json::json!({"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "a b"}}}),
+            serde_json::json!({"type": "object", "properties": {"a": {"type": "object", "x-mcp-header": "A"}}}),
+            serde_json::json!({"type": "object", "properties": {
+                "a": {"type": "string", "x-mcp-header": "X"}, "b": {"type": "string", "x-mcp-header": "x"}}}),
+        ] {
+            assert!(ToolDef::new("t", "d", bad, noop).is_err());
+        }
+    }
+
+    #[test]
+    fn non_object_schemas_are_rejected() {
+        assert!(ToolDef::new("t", "d", serde_json::json!({"type": "string"}), noop).is_err());
+    }
+}
