@@ -84,6 +84,22 @@ function assert(cond, message) {
   if (!cond) throw new Error(message);
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/** Poll `pred` every 20 ms; resolves with its first truthy value (never rejects). */
+function waitFor(pred, ms) {
+  let timer;
+  let stop = false;
+  const promise = new Promise((resolve) => {
+    const deadline = now() + ms;
+    const tick = () => {
+      if (stop || now() > deadline) return;
+      const v = pred();
+      if (v) resolve(v);
+      else timer = setTimeout(tick, 20);
+    };
+    tick();
+  });
+  return { promise, cancel: () => { stop = true; clearTimeout(timer); } };
+}
 const textOf = (result) =>
   (result?.content ?? []).filter((c) => c.type === 'text').map((c) => c.text).join('\n');
 const fmt = (v) => JSON.stringify(v);
@@ -287,16 +303,49 @@ await step('f. resume: drop the POST stream after 2 progress, resume via GET + L
   transport = makeTransport('t2', { sessionId });
   transport.setProtocolVersion(protocolVersion);
   await client.connect(transport);
+  // Give the server a moment to notice the dropped connection, as a real
+  // reconnect would; then resume. With resumptionToken the transport does not
+  // POST the request: it opens GET + Last-Event-ID and maps the replayed
+  // response onto this request's id. The SDK does not retry that GET when it
+  // fails (e.g. the SDK's own server answers 409 while it still considers the
+  // old stream live), so retry it here a few times. A failed attempt is left
+  // pending, not aborted: aborting would send notifications/cancelled through
+  // transport.send(..., {resumptionToken}), which opens yet another GET.
+  await sleep(200);
   const resumedAt = wire.length;
-  // With resumptionToken the transport does not POST the request: it opens
-  // GET + Last-Event-ID and maps the replayed response onto this request's id.
-  const result = await client.request(
-    { method: 'tools/call', params: { name: 'long_running_operation', arguments: { duration_ms: 1500, steps: STEPS } } },
-    CallToolResultSchema,
-    { resumptionToken: resumeFrom, onresumptiontoken: (id) => (lastEventId = id), timeout: 15000 },
-  );
+  let result;
+  let attempts = 0;
+  const resumeNotes = [];
+  while (!result) {
+    attempts++;
+    const mark = wire.length;
+    const call = client.request(
+      { method: 'tools/call', params: { name: 'long_running_operation', arguments: { duration_ms: 1500, steps: STEPS } } },
+      CallToolResultSchema,
+      { resumptionToken: resumeFrom, onresumptiontoken: (id) => (lastEventId = id), timeout: 600000 },
+    );
+    const failedGet = waitFor(() => wire.slice(mark).find(
+      (w) => w.dir === 'http' && w.msg.method === 'GET' && (w.msg.error || (w.msg.status && w.msg.status >= 300))), 15000);
+    const winner = await Promise.race([
+      call.then((r) => ({ r })),
+      failedGet.promise.then((g) => ({ g })),
+      sleep(15000).then(() => ({ timeout: true })),
+    ]);
+    assert(!winner.timeout, `no result within 15 s after resuming with Last-Event-ID ${resumeFrom}`);
+    failedGet.cancel();
+    if (winner.r) {
+      result = winner.r;
+      break;
+    }
+    const g = winner.g.msg;
+    resumeNotes.push(`GET ${g.status ?? g.error}`);
+    call.catch(() => {}); // rejected with ConnectionClosed by client.close() at the end
+    assert(attempts < 5 && g.status === 409,
+      `resume GET with Last-Event-ID ${resumeFrom} failed: ${g.status ?? g.error} (attempts: ${resumeNotes.join(', ')})`);
+    await sleep(300);
+  }
   await sleep(100);
-  const get = wire.slice(resumedAt).find((w) => w.dir === 'http' && w.msg.method === 'GET');
+  const get = [...wire.slice(resumedAt)].reverse().find((w) => w.dir === 'http' && w.msg.method === 'GET');
   assert(get && get.msg.lastEventId === resumeFrom, `expected GET with Last-Event-ID ${resumeFrom}, saw ${fmt(get?.msg)}`);
   const afterResume = wire.slice(resumedAt).filter(isProgressFor(token)).map((w) => w.msg.params.progress);
   const all = [...beforeDrop, ...afterResume];
@@ -306,7 +355,8 @@ await step('f. resume: drop the POST stream after 2 progress, resume via GET + L
   assert(missing.length === 0 && all.length === STEPS,
     `progress values missing ${fmt(missing)} (before drop ${fmt(beforeDrop)}, after resume ${fmt(afterResume)})`);
   assert(Array.isArray(result.content) && result.content.length > 0, `resumed result has empty content: ${fmt(result)}`);
-  return `before drop ${fmt(beforeDrop)}, after resume ${fmt(afterResume)}, GET ${get.msg.status}`;
+  const retried = resumeNotes.length ? `; retried after ${resumeNotes.join(', ')}` : '';
+  return `before drop ${fmt(beforeDrop)}, after resume ${fmt(afterResume)}, GET ${get.msg.status}${retried}`;
 });
 
 // g. session termination ------------------------------------------------------

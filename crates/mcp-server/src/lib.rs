@@ -39,6 +39,7 @@ pub mod tool;
 pub mod uri_template;
 
 pub use config::NodeConfig;
+pub use mcp_protocol as protocol;
 pub use mcp_runtime::{AskError, RequestContext, ServerEvent};
 pub use prompt::PromptDef;
 pub use resource::{ResourceDef, TemplateDef};

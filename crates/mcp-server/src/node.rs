@@ -50,11 +50,22 @@ impl BoundNode {
     /// # Errors
     /// The HTTP server failed.
     pub async fn run(self) -> std::io::Result<()> {
+        self.run_until(wait_for_signal()).await
+    }
+
+    /// Serves until `shutdown` completes, then drains (as on SIGTERM).
+    ///
+    /// # Errors
+    /// The HTTP server failed.
+    pub async fn run_until(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + 'static,
+    ) -> std::io::Result<()> {
         let handle = self.server.handle();
         let runtime = self.runtime.clone();
         let grace = self.drain_grace;
         actix_web::rt::spawn(async move {
-            wait_for_signal().await;
+            shutdown.await;
             tracing::info!("Draining.");
             runtime.start_drain();
             // Stops accepting, waits for open requests up to the grace period.

@@ -1,0 +1,16 @@
+//! A Streamable HTTP MCP client for tests, tools and the load generator.
+//!
+//! It speaks the transport, not a particular server: POST a message and get
+//! JSON, an SSE stream or 202; open the standalone GET stream; resume any
+//! stream with `Last-Event-ID`; DELETE the session. It never hides what the
+//! server did on the wire, so tests can assert status codes and headers.
+//!
+//! # Layout
+//! - [`sse`]: an incremental SSE parser and an event stream over HTTP.
+//! - [`client`]: [`Client`], sessions and requests.
+
+pub mod client;
+pub mod sse;
+
+pub use client::{Client, ClientError, Reply};
+pub use sse::{SseEvent, SseParser, SseStream};

@@ -1,0 +1,186 @@
+//! Test support: MCP nodes started for a test, in this process (with any
+//! server, e.g. one with test-only tools) or as a real `mcp-node` process,
+//! always on a free loopback port.
+//!
+//! # Layout
+//! - [`InProcessNode`]: a node on its own actix system thread.
+//! - [`NodeProcess`]: the `mcp-node` binary as a child process.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use mcp_client::Client;
+use mcp_server::{McpServer, NodeConfig};
+
+/// A node running on its own actix system in a thread of this process.
+/// Dropping it stops the system.
+#[derive(Debug)]
+pub struct InProcessNode {
+    addr: SocketAddr,
+    endpoint: String,
+    /// Completing it drains and stops the node.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl InProcessNode {
+    /// Starts `server` with `config` on `127.0.0.1:0`.
+    ///
+    /// # Errors
+    /// The node could not bind or start.
+    pub fn start(server: McpServer, mut config: NodeConfig) -> anyhow::Result<Self> {
+        config.bind = SocketAddr::from(([127, 0, 0, 1], 0));
+        if config.workers == 0 {
+            config.workers = 2;
+        }
+        let endpoint = config.http.endpoint.clone();
+        config.drain_grace_secs = 0;
+        let (tx, rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let system = actix_rt::System::new();
+            let started = system.block_on(async move { mcp_server::node::bind(server, config) });
+            match started {
+                Ok(node) => {
+                    let _ = tx.send(Ok(node.addrs()[0]));
+                    let _ = system.block_on(node.run_until(async move {
+                        let _ = stop_rx.await;
+                    }));
+                }
+                Err(err) => {
+                    let _ = tx.send(Err(err));
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .context("node did not start")??;
+        Ok(Self {
+            addr,
+            endpoint,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Starts `server` with the default configuration.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_default(server: McpServer) -> anyhow::Result<Self> {
+        Self::start(server, NodeConfig::default())
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The MCP endpoint URL.
+    pub fn url(&self) -> String {
+        format!("http://{}{}", self.addr, self.endpoint)
+    }
+
+    /// A client for the latest protocol version (not yet initialized).
+    pub fn client(&self) -> Client {
+        Client::new(&self.url(), "2025-11-25")
+    }
+}
+
+impl Drop for InProcessNode {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The `mcp-node` binary as a child process; killed on drop.
+#[derive(Debug)]
+pub struct NodeProcess {
+    child: Child,
+    url: String,
+}
+
+impl NodeProcess {
+    /// Spawns `binary` with `args` plus `--bind 127.0.0.1:0`, and waits for
+    /// its "listening on" line.
+    ///
+    /// # Errors
+    /// The binary is missing, exits, or does not report its address.
+    pub fn spawn(binary: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        if !binary.exists() {
+            bail!(
+                "{} not found: build it first (cargo build -p mcp-node)",
+                binary.display()
+            );
+        }
+        let mut child = Command::new(binary)
+            .args(args)
+            .args(["--bind", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("spawning {}", binary.display()))?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("mcp-node listening on ") {
+                    let _ = tx.send(url.to_owned());
+                }
+            }
+        });
+        let url = rx
+            .recv_timeout(Duration::from_secs(30))
+            .context("node did not report its address")?;
+        Ok(Self { child, url })
+    }
+
+    /// The MCP endpoint URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM (via `kill`) and waits for the exit status.
+    ///
+    /// # Errors
+    /// The signal could not be sent or the wait failed.
+    pub fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        if !status.success() {
+            bail!("kill -TERM failed");
+        }
+        Ok(self.child.wait()?)
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub mod fixtures;
