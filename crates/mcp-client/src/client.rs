@@ -154,14 +154,13 @@ impl Client {
         if let Ok(v) = HeaderValue::from_str(&self.protocol_version) {
             h.insert(HeaderName::from_static(PROTOCOL_VERSION), v);
         }
-        if with_session {
-            if let Some(v) = self
+        if with_session
+            && let Some(v) = self
                 .session
                 .as_deref()
                 .and_then(|s| HeaderValue::from_str(s).ok())
-            {
-                h.insert(HeaderName::from_static(SESSION_ID), v);
-            }
+        {
+            h.insert(HeaderName::from_static(SESSION_ID), v);
         }
         h
     }

@@ -282,7 +282,7 @@ mod tests {
     #[test]
     fn values_compare_by_their_string_form() {
         assert!(same_value("42", &serde_json::json!(42)));
-        assert!(same_value("3.14", &serde_json::json!(3.14)));
+        assert!(same_value("2.5", &serde_json::json!(2.5)));
         assert!(same_value("true", &serde_json::json!(true)));
         assert!(!same_value("True", &serde_json::json!(true)));
         assert!(!same_value("x", &serde_json::json!({"a": 1})));

@@ -8,7 +8,7 @@
 //! [`mcp_runtime::Runtime`] calls and runtime follows into SSE.
 //!
 //! # Layout
-//! - [`config`]: [`HttpConfig`].
+//! - [`config`]: transport settings ([`HttpConfig`]).
 //! - [`error`]: [`HttpError`], the one place that picks status codes.
 //! - [`headers`]: header names and checks.
 //! - [`sse`]: SSE framing of followed streams.

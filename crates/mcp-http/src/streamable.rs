@@ -64,13 +64,13 @@ pub async fn post(
     check_post(&req, &state.config)?;
     let bytes = read_body(&req, payload, state.config.max_body_bytes).await?;
     let body = decode_body(&bytes).map_err(HttpError::Decode)?;
-    if let Body::Single(Message::Request(request)) = &body {
-        if request.method == methods::INITIALIZE {
-            let Body::Single(Message::Request(request)) = body else {
-                unreachable!("matched above")
-            };
-            return initialize(&req, request, &state).await;
-        }
+    if let Body::Single(Message::Request(request)) = &body
+        && request.method == methods::INITIALIZE
+    {
+        let Body::Single(Message::Request(request)) = body else {
+            unreachable!("matched above")
+        };
+        return initialize(&req, request, &state).await;
     }
     let session = session(&req, &state).await?;
     let runtime = &state.runtime;
@@ -233,7 +233,7 @@ async fn respond(
                 .protocol_version()
                 .is_some_and(ProtocolVersion::primes_sse);
             let framing = Framing {
-                priming: primes.then(|| EventId {
+                priming: primes.then_some(EventId {
                     stream,
                     position: Position::START,
                 }),
@@ -288,7 +288,7 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
         .protocol_version()
         .is_some_and(ProtocolVersion::primes_sse);
     let framing = Framing {
-        priming: primes.then(|| EventId {
+        priming: primes.then_some(EventId {
             stream: session.standalone_stream().clone(),
             position: tail,
         }),

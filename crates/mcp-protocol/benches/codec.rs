@@ -1,5 +1,7 @@
 //! Decode and encode of the hot-path messages.
 
+#![allow(clippy::unwrap_used)]
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use mcp_protocol::jsonrpc::decode_message;
 use mcp_protocol::types::CallToolResult;

@@ -133,10 +133,10 @@ impl Runtime {
     /// [`RuntimeError::SessionNotFound`] when it never existed, ended or
     /// expired; a store failure.
     pub async fn session(&self, id: &SessionId) -> Result<SessionHandle, RuntimeError> {
-        if let Some(handle) = self.inner.sessions.get(id) {
-            if handle.is_alive() {
-                return Ok(handle.clone());
-            }
+        if let Some(handle) = self.inner.sessions.get(id)
+            && handle.is_alive()
+        {
+            return Ok(handle.clone());
         }
         let record = self
             .inner

@@ -184,10 +184,10 @@ impl EventLog for MemoryEventLog {
         let position = log.last.next(now_ms());
         log.last = position;
         log.events.push_back(StoredEvent { position, data });
-        if log.events.len() > self.retention.max_events_per_stream {
-            if let Some(dropped) = log.events.pop_front() {
-                log.trimmed_through = dropped.position;
-            }
+        if log.events.len() > self.retention.max_events_per_stream
+            && let Some(dropped) = log.events.pop_front()
+        {
+            log.trimmed_through = dropped.position;
         }
         log.touched = Instant::now();
         log.wake.send_modify(|v| *v = v.wrapping_add(1));
