@@ -164,6 +164,19 @@ impl Runtime {
         Ok(handle)
     }
 
+    /// Evicts a session from this node only: its actor stops, its state
+    /// stays in the store, and the next request rehydrates it (here or on
+    /// another node). `false` when it was not held here.
+    pub fn evict(&self, id: &SessionId) -> bool {
+        match self.inner.sessions.remove(id) {
+            Some((_, handle)) => {
+                handle.evict();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Ends a session everywhere: deletes its state and streams, cancels its
     /// requests, stops its actor.
     ///

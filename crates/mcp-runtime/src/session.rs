@@ -74,6 +74,11 @@ pub(crate) struct RequestFinished {
 #[rtype(result = "()")]
 pub(crate) struct Terminate;
 
+/// Stop the actor on this node; the session lives on in the store.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Evict;
+
 /// A server-side happening to forward to the client if it concerns it.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
@@ -319,6 +324,14 @@ impl Handler<Terminate> for Session {
 
     fn handle(&mut self, _msg: Terminate, ctx: &mut Self::Context) {
         self.terminated = true;
+        ctx.stop();
+    }
+}
+
+impl Handler<Evict> for Session {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Evict, ctx: &mut Self::Context) {
         ctx.stop();
     }
 }
@@ -632,6 +645,10 @@ impl SessionHandle {
     /// Stops the actor as part of ending the session.
     pub(crate) fn terminate(&self) {
         self.addr.do_send(Terminate);
+    }
+
+    pub(crate) fn evict(&self) {
+        self.addr.do_send(Evict);
     }
 
     pub(crate) fn broadcast(&self, event: ServerEvent) {
