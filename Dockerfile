@@ -1,0 +1,16 @@
+# The mcp-node image: a static-enough release build on Debian slim, non-root.
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p mcp-node \
+    && cp target/release/mcp-node /mcp-node
+
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --no-create-home mcp
+COPY --from=build /mcp-node /usr/local/bin/mcp-node
+USER 10001
+# Inside a container the node listens on every interface; the published port
+# and MCP_ALLOWED_HOSTS decide who may reach it.
+ENV MCP_BIND=0.0.0.0:8080
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/mcp-node"]
