@@ -161,6 +161,7 @@ impl Exchange {
                     None => Ok(()),
                 };
                 if last {
+                    self.attachments.forget(&stream);
                     self.events.close_stream(&self.session, &stream).await?;
                 }
                 written

@@ -20,6 +20,9 @@ pub struct RetentionConfig {
     pub closed_stream_ttl_secs: u64,
     /// Seconds an open stream with no new event is kept. Default 3600.
     pub idle_stream_ttl_secs: u64,
+    /// Most streams an embedded store holds; beyond it the oldest closed
+    /// ones are dropped first. Default 100,000.
+    pub max_streams: usize,
 }
 
 impl Default for RetentionConfig {
@@ -29,6 +32,7 @@ impl Default for RetentionConfig {
             max_events_per_stream: r.max_events_per_stream,
             closed_stream_ttl_secs: r.closed_stream_ttl.as_secs(),
             idle_stream_ttl_secs: r.idle_stream_ttl.as_secs(),
+            max_streams: r.max_streams,
         }
     }
 }
@@ -40,6 +44,7 @@ impl RetentionConfig {
             max_events_per_stream: self.max_events_per_stream,
             closed_stream_ttl: std::time::Duration::from_secs(self.closed_stream_ttl_secs),
             idle_stream_ttl: std::time::Duration::from_secs(self.idle_stream_ttl_secs),
+            max_streams: self.max_streams,
         }
     }
 }

@@ -33,6 +33,10 @@ pub struct Retention {
     /// How long an open stream with no append stays, as a bound on streams a
     /// vanished writer left behind. Default 1 hour.
     pub idle_stream_ttl: Duration,
+    /// Most streams held in all; beyond it the oldest closed streams are
+    /// dropped early (their clients can no longer resume them). Bounds memory
+    /// under sustained SSE load. Default 100,000.
+    pub max_streams: usize,
 }
 
 impl Default for Retention {
@@ -41,6 +45,7 @@ impl Default for Retention {
             max_events_per_stream: 10_000,
             closed_stream_ttl: Duration::from_secs(300),
             idle_stream_ttl: Duration::from_secs(3600),
+            max_streams: 100_000,
         }
     }
 }
@@ -105,15 +110,17 @@ impl MemoryEventLog {
 
     fn maybe_sweep(&self) {
         let now = Instant::now();
+        let over_cap = self.streams.len() >= self.retention.max_streams;
         {
             let mut last = lock(&self.last_sweep);
-            if now.duration_since(*last) < SWEEP_INTERVAL {
+            if now.duration_since(*last) < SWEEP_INTERVAL && !over_cap {
                 return;
             }
             *last = now;
         }
         let r = self.retention;
         let mut expired = Vec::new();
+        let mut closed = Vec::new();
         for entry in &self.streams {
             let log = lock(entry.value());
             let ttl = if log.closed {
@@ -123,7 +130,22 @@ impl MemoryEventLog {
             };
             if now.duration_since(log.touched) >= ttl {
                 expired.push((entry.key().clone(), log.session.clone()));
+            } else if over_cap && log.closed {
+                closed.push((log.touched, entry.key().clone(), log.session.clone()));
             }
+        }
+        if over_cap {
+            // Down to 90% of the cap, oldest closed first, so that the next
+            // sweep is not due at the next stream.
+            let target = r.max_streams - r.max_streams / 10;
+            let excess = (self.streams.len() - expired.len()).saturating_sub(target);
+            closed.sort_unstable_by_key(|(touched, _, _)| *touched);
+            expired.extend(
+                closed
+                    .into_iter()
+                    .take(excess)
+                    .map(|(_, stream, session)| (stream, session)),
+            );
         }
         for (stream, session) in expired {
             self.streams.remove(&stream);

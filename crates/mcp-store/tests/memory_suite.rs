@@ -81,3 +81,36 @@ async fn closed_streams_and_idle_sessions_expire() {
         "idle session expired"
     );
 }
+
+#[tokio::test]
+async fn the_oldest_closed_streams_go_first_when_the_stream_cap_is_reached() {
+    let log = MemoryEventLog::new(Retention {
+        max_streams: 10,
+        ..Retention::default()
+    });
+    let s = SessionId::random();
+    let mut closed = Vec::new();
+    for _ in 0..5 {
+        let stream = log.create_stream(&s).await.unwrap();
+        log.close_stream(&s, &stream).await.unwrap();
+        closed.push(stream);
+    }
+    let mut open = Vec::new();
+    for _ in 0..20 {
+        open.push(log.create_stream(&s).await.unwrap());
+    }
+    for stream in &closed {
+        let err = log.read(&s, stream, Position::START, 1).await.unwrap_err();
+        assert_eq!(
+            err,
+            StoreError::StreamNotFound,
+            "closed streams were dropped first"
+        );
+    }
+    for stream in &open {
+        assert!(
+            log.read(&s, stream, Position::START, 1).await.is_ok(),
+            "open streams are kept"
+        );
+    }
+}
