@@ -59,7 +59,8 @@ pub fn check_host_and_origin(req: &HttpRequest, config: &HttpConfig) -> Result<(
     Ok(())
 }
 
-/// The media types an `Accept` header lists (parameters dropped).
+/// Whether an `Accept` header lists `wanted` (directly or by wildcard) with
+/// a nonzero weight.
 fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
     let (kind, _) = wanted.split_once('/').unwrap_or((wanted, ""));
     headers
@@ -67,13 +68,17 @@ fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|item| {
-            let media = item
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase();
-            media == wanted || media == "*/*" || media.strip_suffix("/*") == Some(kind)
+            let mut parts = item.split(';');
+            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            // RFC 9110 12.4.2: a weight of 0 means "not acceptable".
+            let refused = parts.any(|param| {
+                param.split_once('=').is_some_and(|(name, value)| {
+                    name.trim().eq_ignore_ascii_case("q")
+                        && value.trim().parse::<f32>().is_ok_and(|q| q == 0.0)
+                })
+            });
+            !refused
+                && (media == wanted || media == "*/*" || media.strip_suffix("/*") == Some(kind))
         })
 }
 
@@ -156,6 +161,8 @@ pub fn session_id(headers: &HeaderMap) -> Result<Option<SessionId>, HttpError> {
 /// Checks the standard MCP request headers against the body, when sent:
 /// `Mcp-Method` = `method`, `Mcp-Name` = `params.name` / `params.uri`, and
 /// each `Mcp-Param-{h}` = the tool argument its `x-mcp-header` names.
+/// A header sent more than once is checked in every instance: a proxy may
+/// route on any one of them.
 ///
 /// # Errors
 /// [`HttpError::HeaderMismatch`] (400, -32020).
@@ -173,7 +180,7 @@ pub fn check_standard_headers(
         message,
         id: id.clone(),
     };
-    if let Some(value) = headers.get(MCP_METHOD) {
+    for value in headers.get_all(MCP_METHOD) {
         let sent = value
             .to_str()
             .map_err(|_| mismatch("Mcp-Method is not visible ASCII".into()))?;
@@ -183,14 +190,16 @@ pub fn check_standard_headers(
             )));
         }
     }
-    if let (Some(value), Some(field)) = (headers.get(MCP_NAME), methods::name_param(method)) {
-        let sent = header_text(value.as_bytes())
-            .ok_or_else(|| mismatch("Mcp-Name has invalid characters".into()))?;
-        let body = params.and_then(|p| p.get(field)).and_then(Value::as_str);
-        if body != Some(sent.as_str()) {
-            return Err(mismatch(format!(
-                "Mcp-Name header value '{sent}' does not match body {field}"
-            )));
+    if let Some(field) = methods::name_param(method) {
+        for value in headers.get_all(MCP_NAME) {
+            let sent = header_text(value.as_bytes())
+                .ok_or_else(|| mismatch("Mcp-Name has invalid characters".into()))?;
+            let body = params.and_then(|p| p.get(field)).and_then(Value::as_str);
+            if body != Some(sent.as_str()) {
+                return Err(mismatch(format!(
+                    "Mcp-Name header value '{sent}' does not match body {field}"
+                )));
+            }
         }
     }
     if method == methods::TOOLS_CALL {
@@ -207,23 +216,22 @@ pub fn check_standard_headers(
                 .and_then(Value::as_object);
             for mirrored in service.mirrored_params(tool) {
                 let name = format!("{MCP_PARAM_PREFIX}{}", mirrored.header.to_ascii_lowercase());
-                let Some(value) = headers.get(name.as_str()) else {
-                    continue;
-                };
-                let sent = header_text(value.as_bytes()).ok_or_else(|| {
-                    mismatch(format!(
-                        "Mcp-Param-{} has invalid characters",
-                        mirrored.header
-                    ))
-                })?;
-                let body = args
-                    .and_then(|a| a.get(&mirrored.argument))
-                    .filter(|v| !v.is_null());
-                if !body.is_some_and(|v| same_value(&sent, v)) {
-                    return Err(mismatch(format!(
-                        "Mcp-Param-{} does not match argument {}",
-                        mirrored.header, mirrored.argument
-                    )));
+                for value in headers.get_all(name.as_str()) {
+                    let sent = header_text(value.as_bytes()).ok_or_else(|| {
+                        mismatch(format!(
+                            "Mcp-Param-{} has invalid characters",
+                            mirrored.header
+                        ))
+                    })?;
+                    let body = args
+                        .and_then(|a| a.get(&mirrored.argument))
+                        .filter(|v| !v.is_null());
+                    if !body.is_some_and(|v| same_value(&sent, v)) {
+                        return Err(mismatch(format!(
+                            "Mcp-Param-{} does not match argument {}",
+                            mirrored.header, mirrored.argument
+                        )));
+                    }
                 }
             }
         }
@@ -267,6 +275,21 @@ fn same_value(sent: &str, body: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accept_items_weighted_zero_are_refused() {
+        let accept = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                ACCEPT,
+                actix_web::http::header::HeaderValue::from_static(value),
+            );
+            headers
+        };
+        assert!(check_post_accept(&accept("application/json, text/event-stream;q=0.5")).is_ok());
+        assert!(check_post_accept(&accept("application/json, text/event-stream;q=0")).is_err());
+        assert!(check_post_accept(&accept("*/*; q=0.000")).is_err());
+    }
 
     #[test]
     fn base64_sentinel_values_decode() {
