@@ -236,8 +236,8 @@ pub fn decode_body(bytes: &[u8]) -> Result<Body, DecodeError> {
 ///
 /// # Errors
 /// `-32700` for bad JSON; `-32600` for a bad envelope (wrong `jsonrpc`, null
-/// or fractional id, no method and no result); `-32602` when `params` is not
-/// an object.
+/// or fractional id, no method and no result, a result without an id; only an
+/// error response may lack its id); `-32602` when `params` is not an object.
 pub fn decode_message(bytes: &[u8]) -> Result<Message, DecodeError> {
     let raw: RawEnvelope = serde_json::from_slice(bytes).map_err(|err| {
         if err.is_data() {
@@ -264,8 +264,12 @@ fn parse_error(err: serde_json::Error) -> DecodeError {
 }
 
 fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
+    // An error about a message whose id could not be read carries a null id
+    // (JSON-RPC 2.0 section 5) or none (2025-11-25 `JSONRPCErrorResponse`).
+    let idless_error = raw.method.is_none() && raw.result.is_none() && raw.error.is_some();
     let id = match &raw.id {
         None => None,
+        Some(Value::Null) if idless_error => None,
         Some(Value::Null) => {
             return Err(DecodeError::invalid("id must not be null", None));
         }
@@ -326,13 +330,10 @@ fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
             ));
         }
     };
-    let Some(id) = id else {
+    if id.is_none() && outcome.is_ok() {
         return Err(DecodeError::invalid("a response needs an id", None));
-    };
-    Ok(Message::Response(Response {
-        id: Some(id),
-        outcome,
-    }))
+    }
+    Ok(Message::Response(Response { id, outcome }))
 }
 
 impl Serialize for Message {
@@ -503,6 +504,33 @@ mod tests {
         let err =
             decode_message(br#"{"jsonrpc":"2.0","id":"x","method":"m","params":3}"#).unwrap_err();
         assert_eq!(err.id, Some(RequestId::from("x")));
+    }
+
+    #[test]
+    fn error_responses_may_lack_their_id_and_results_may_not() {
+        for body in [
+            r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#,
+        ] {
+            let m = decode_message(body.as_bytes()).unwrap();
+            assert!(matches!(
+                m,
+                Message::Response(Response {
+                    id: None,
+                    outcome: Err(_)
+                })
+            ));
+        }
+        let ours = Message::Response(Response::error(None, ErrorObject::internal("x")));
+        assert!(decode_message(ours.to_json().as_bytes()).is_ok());
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":null,"result":{}}"#),
+            ErrorCode::INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","result":{}}"#),
+            ErrorCode::INVALID_REQUEST
+        );
     }
 
     #[test]

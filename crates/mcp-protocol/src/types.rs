@@ -159,7 +159,8 @@ pub struct Tool {
     /// Display name (2025-06-18 and later).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    /// What it does.
+    /// What it does; absent reads as `""`.
+    #[serde(default)]
     pub description: String,
     /// JSON Schema of the arguments object, sent verbatim.
     pub input_schema: Value,
@@ -177,7 +178,8 @@ pub struct Tool {
 pub struct ListToolsResult {
     /// One page of tools.
     pub tools: Vec<Tool>,
-    /// Cursor of the next page; `""` at the end.
+    /// Cursor of the next page; `""` at the end (absent reads as `""`).
+    #[serde(default)]
     pub next_cursor: String,
 }
 
@@ -188,7 +190,7 @@ pub struct CallToolParams {
     /// The tool.
     pub name: String,
     /// The arguments; absent reads as `{}`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<JsonObject>,
 }
 
@@ -352,9 +354,12 @@ impl Content {
 pub struct CallToolResult {
     /// Unstructured content; never empty.
     pub content: Vec<Content>,
-    /// Structured content; `{}` when the tool has none.
+    /// Structured content; `{}` when the tool has none (absent before
+    /// 2025-06-18 and optional after: reads as `{}`).
+    #[serde(default)]
     pub structured_content: JsonObject,
-    /// The tool ran and failed.
+    /// The tool ran and failed; absent reads as `false`.
+    #[serde(default)]
     pub is_error: bool,
 }
 
@@ -452,7 +457,8 @@ pub struct ResourceTemplate {
 pub struct ListResourcesResult {
     /// One page.
     pub resources: Vec<Resource>,
-    /// Cursor of the next page; `""` at the end.
+    /// Cursor of the next page; `""` at the end (absent reads as `""`).
+    #[serde(default)]
     pub next_cursor: String,
 }
 
@@ -462,7 +468,8 @@ pub struct ListResourcesResult {
 pub struct ListResourceTemplatesResult {
     /// One page.
     pub resource_templates: Vec<ResourceTemplate>,
-    /// Cursor of the next page; `""` at the end.
+    /// Cursor of the next page; `""` at the end (absent reads as `""`).
+    #[serde(default)]
     pub next_cursor: String,
 }
 
@@ -501,7 +508,8 @@ pub struct Prompt {
     /// Display name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    /// What it is for.
+    /// What it is for; absent reads as `""`.
+    #[serde(default)]
     pub description: String,
     /// Its arguments.
     #[serde(default)]
@@ -514,7 +522,8 @@ pub struct Prompt {
 pub struct ListPromptsResult {
     /// One page.
     pub prompts: Vec<Prompt>,
-    /// Cursor of the next page; `""` at the end.
+    /// Cursor of the next page; `""` at the end (absent reads as `""`).
+    #[serde(default)]
     pub next_cursor: String,
 }
 
@@ -524,7 +533,7 @@ pub struct GetPromptParams {
     /// The prompt.
     pub name: String,
     /// String arguments.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<Map<String, Value>>,
 }
 
@@ -594,7 +603,7 @@ pub struct CompletionArgument {
 
 /// `completion/complete` params.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct CompleteParams {
     /// What is completed.
     #[serde(rename = "ref")]
@@ -602,7 +611,7 @@ pub struct CompleteParams {
     /// The argument.
     pub argument: CompletionArgument,
     /// Already-resolved arguments (2025-06-18 and later).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<Value>,
 }
 
@@ -615,7 +624,8 @@ pub struct Completion {
     /// How many matched in all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<u64>,
-    /// More values exist than returned.
+    /// More values exist than returned; absent reads as `false`.
+    #[serde(default)]
     pub has_more: bool,
 }
 
@@ -822,6 +832,29 @@ mod tests {
         assert_eq!(v["structuredContent"], serde_json::json!({}));
         assert_eq!(v["content"].as_array().unwrap().len(), 1);
         assert_eq!(v["isError"], false);
+    }
+
+    #[test]
+    fn absent_optional_params_stay_absent() {
+        // The schemas type these as objects: `null` would be invalid.
+        let call: CallToolParams =
+            serde_json::from_value(serde_json::json!({"name": "t"})).unwrap();
+        assert_eq!(
+            serde_json::to_value(call).unwrap(),
+            serde_json::json!({"name": "t"})
+        );
+        let get: GetPromptParams =
+            serde_json::from_value(serde_json::json!({"name": "p"})).unwrap();
+        assert_eq!(
+            serde_json::to_value(get).unwrap(),
+            serde_json::json!({"name": "p"})
+        );
+        let complete = serde_json::json!({
+            "ref": {"type": "ref/prompt", "name": "p"},
+            "argument": {"name": "a", "value": "v"}
+        });
+        let parsed: CompleteParams = serde_json::from_value(complete.clone()).unwrap();
+        assert_eq!(serde_json::to_value(parsed).unwrap(), complete);
     }
 
     #[test]
