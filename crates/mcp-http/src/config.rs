@@ -1,10 +1,10 @@
 //! Transport settings.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Settings of the HTTP transports. Defaults are safe for a laptop: loopback
 /// origins and hosts only.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpConfig {
     /// Path of the Streamable HTTP endpoint. Default `/mcp`.

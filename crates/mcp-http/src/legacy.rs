@@ -5,8 +5,8 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use mcp_protocol::Message;
 use mcp_protocol::jsonrpc::{Body, decode_body};
+use mcp_protocol::{Message, ProtocolVersion};
 use mcp_runtime::{Runtime, SessionHandle};
 use mcp_store::SessionId;
 use serde::Deserialize;
@@ -70,8 +70,8 @@ pub async fn connect(
 /// Query of the message endpoint.
 #[derive(Debug, Deserialize)]
 pub struct MessageQuery {
-    #[serde(rename = "sessionId")]
-    session_id: String,
+    #[serde(rename = "sessionId", default)]
+    session_id: Option<String>,
 }
 
 /// POST `/messages?sessionId=…`: 202; answers go on the SSE stream.
@@ -85,6 +85,8 @@ pub async fn message(
     headers::check_content_type(req.headers())?;
     let id: SessionId = query
         .session_id
+        .as_deref()
+        .ok_or(HttpError::MissingSession)?
         .parse()
         .map_err(|_| HttpError::MalformedSession)?;
     let bytes = read_body(&req, payload, state.config.max_body_bytes).await?;
@@ -92,7 +94,21 @@ pub async fn message(
     let session = state.runtime.session(&id).await?;
     let messages = match body {
         Body::Single(m) => vec![Ok(m)],
-        Body::Batch(items) => items,
+        // Batches exist in 2025-03-26 only, whatever the transport.
+        Body::Batch(items)
+            if session
+                .protocol_version()
+                .is_some_and(ProtocolVersion::allows_batches) =>
+        {
+            items
+        }
+        Body::Batch(_) => {
+            return Err(HttpError::InvalidRequest {
+                message: "JSON-RPC batches are not supported in this session's protocol version"
+                    .into(),
+                id: None,
+            });
+        }
     };
     for message in messages {
         route(&state.runtime, &session, message)?;

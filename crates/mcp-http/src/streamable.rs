@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use mcp_protocol::jsonrpc::{Body, decode_body};
 use mcp_protocol::{ErrorCode, Message, ProtocolVersion, Request, Response, methods};
-use mcp_runtime::{ExchangeReply, SessionHandle};
+use mcp_runtime::{ExchangeReply, ResponseMode, SessionHandle};
 use mcp_store::{EventId, Position};
 
 use crate::error::HttpError;
@@ -118,7 +118,7 @@ async fn initialize(
     )?;
     let runtime = &state.runtime;
     let session = runtime.create_session(None).await?;
-    let (exchange, reply) = runtime.exchange(&session, 1);
+    let (exchange, reply) = runtime.exchange_with_mode(&session, 1, ResponseMode::Auto);
     session.dispatch(request, exchange)?;
     let reply = reply.await;
     let failed = match &reply {

@@ -72,12 +72,17 @@ struct Cli {
 }
 
 impl Cli {
-    /// Defaults, then the file, then env and flags.
-    fn config(&self) -> anyhow::Result<NodeConfig> {
-        let mut c = match &self.config {
+    /// Defaults, then the file, then `MCP_<SECTION>__<KEY>` variables, then
+    /// flags (and their own variables).
+    fn config(
+        &self,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> anyhow::Result<NodeConfig> {
+        let c = match &self.config {
             Some(path) => NodeConfig::from_toml(&std::fs::read_to_string(path)?)?,
             None => NodeConfig::default(),
         };
+        let mut c = c.with_env_overrides(env)?;
         if let Some(v) = self.bind {
             c.bind = v;
         }
@@ -131,7 +136,7 @@ fn main() -> ExitCode {
         eprintln!("mcp-node: invalid --log filter: {err}");
         return ExitCode::from(EXIT_CONFIG);
     }
-    let config = match cli.config() {
+    let config = match cli.config(std::env::vars()) {
         Ok(c) => c,
         Err(err) => {
             eprintln!("mcp-node: {err}");

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// How a POST carrying requests is answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ResponseMode {
     /// JSON when the handler emits nothing before its result; SSE from its
@@ -17,7 +17,7 @@ pub enum ResponseMode {
 }
 
 /// Settings of the actor runtime. Every field has a safe default.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RuntimeConfig {
     /// Seconds a session may stay idle (no request, no open stream) before

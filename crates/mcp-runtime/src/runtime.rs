@@ -204,11 +204,22 @@ impl Runtime {
         session: &SessionHandle,
         requests: usize,
     ) -> (Arc<Exchange>, oneshot::Receiver<ExchangeReply>) {
+        self.exchange_with_mode(session, requests, self.config().response_mode)
+    }
+
+    /// Opens an exchange with a given answer mode (`initialize` is always
+    /// answered as JSON: its session id travels in the HTTP headers).
+    pub fn exchange_with_mode(
+        &self,
+        session: &SessionHandle,
+        requests: usize,
+        mode: crate::ResponseMode,
+    ) -> (Arc<Exchange>, oneshot::Receiver<ExchangeReply>) {
         Exchange::pending(
             session.id().clone(),
             Arc::clone(&self.inner.deps.store.events),
             Arc::clone(&self.inner.deps.attachments),
-            self.config().response_mode,
+            mode,
             requests,
         )
     }

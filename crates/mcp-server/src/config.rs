@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 
 use mcp_http::HttpConfig;
 pub use mcp_runtime::{ResponseMode, RuntimeConfig};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Event log retention, in file-friendly units.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
     /// Most events kept per SSE stream. Default 10,000.
@@ -50,7 +50,7 @@ impl RetentionConfig {
 }
 
 /// Everything a node needs.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NodeConfig {
     /// Address to listen on. Default `127.0.0.1:8080`: loopback only.
@@ -95,6 +95,72 @@ impl NodeConfig {
         toml::from_str(text).map_err(|err| ConfigError(err.to_string()))
     }
 
+    /// Applies `MCP_<SECTION>__<KEY>` variables over this configuration,
+    /// e.g. `MCP_HTTP__MAX_BODY_BYTES=1048576` or
+    /// `MCP_RUNTIME__RESPONSE_MODE=sse`; a top-level key has no section
+    /// (`MCP__DRAIN_GRACE_SECS`). Values are TOML scalars, or text;
+    /// comma-separated for lists. Other variables are ignored.
+    ///
+    /// # Errors
+    /// A variable names no setting or holds a value of the wrong type.
+    pub fn with_env_overrides(
+        self,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut tree = toml::Value::try_from(&self).map_err(|err| ConfigError(err.to_string()))?;
+        let mut applied = false;
+        for (name, raw) in vars {
+            // `MCP__KEY` is a top-level key, `MCP_SECTION__KEY` a nested one.
+            let path = match name.strip_prefix("MCP__") {
+                Some(top) => top,
+                None => match name.strip_prefix("MCP_").filter(|p| p.contains("__")) {
+                    Some(nested) => nested,
+                    None => continue,
+                },
+            };
+            let keys: Vec<String> = path
+                .split("__")
+                .filter(|k| !k.is_empty())
+                .map(str::to_ascii_lowercase)
+                .collect();
+            let Some((leaf, sections)) = keys.split_last() else {
+                continue;
+            };
+            let mut table = &mut tree;
+            for section in sections {
+                table = table
+                    .get_mut(section.as_str())
+                    .filter(|t| t.is_table())
+                    .ok_or_else(|| ConfigError(format!("{name}: no section {section}")))?;
+            }
+            let table = table
+                .as_table_mut()
+                .ok_or_else(|| ConfigError(format!("{name}: not a section")))?;
+            let value = match table.get(leaf.as_str()) {
+                Some(toml::Value::Array(_)) => toml::Value::Array(
+                    raw.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(|s| toml::Value::String(s.to_owned()))
+                        .collect(),
+                ),
+                Some(toml::Value::String(_)) => toml::Value::String(raw.clone()),
+                Some(_) => toml::from_str::<toml::Table>(&format!("v = {raw}"))
+                    .ok()
+                    .and_then(|mut t| t.remove("v"))
+                    .ok_or_else(|| ConfigError(format!("{name}: {raw:?} is not a valid value")))?,
+                None => return Err(ConfigError(format!("{name}: no setting {leaf}"))),
+            };
+            table.insert(leaf.clone(), value);
+            applied = true;
+        }
+        if !applied {
+            return Ok(self);
+        }
+        tree.try_into()
+            .map_err(|err: toml::de::Error| ConfigError(err.to_string()))
+    }
+
     /// Checks values that parse but cannot work.
     ///
     /// # Errors
@@ -120,8 +186,10 @@ impl NodeConfig {
                 "runtime.session_idle_ttl_secs and runtime.request_timeout_secs must be positive",
             );
         }
-        if self.retention.max_events_per_stream == 0 {
-            return bad("retention.max_events_per_stream must be positive");
+        if self.retention.max_events_per_stream == 0 || self.retention.max_streams == 0 {
+            return bad(
+                "retention.max_events_per_stream and retention.max_streams must be positive",
+            );
         }
         Ok(())
     }
@@ -140,5 +208,47 @@ mod tests {
         assert_eq!(c.runtime.max_sessions, 5);
         assert_eq!(c.http, HttpConfig::default());
         assert!(NodeConfig::from_toml("nonsense = 1").is_err());
+    }
+
+    #[test]
+    fn env_overrides_reach_nested_settings_and_reject_unknown_ones() {
+        let vars = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<Vec<_>>()
+        };
+        let c = NodeConfig::default()
+            .with_env_overrides(vars(&[
+                ("MCP_HTTP__MAX_BODY_BYTES", "2048"),
+                ("MCP_HTTP__ALLOWED_HOSTS", "a.example:*, b.example"),
+                ("MCP_RUNTIME__RESPONSE_MODE", "sse"),
+                ("MCP__DRAIN_GRACE_SECS", "5"),
+                ("MCP_BIND", "ignored: no section separator"),
+                ("PATH", "/bin"),
+            ]))
+            .unwrap();
+        assert_eq!(c.http.max_body_bytes, 2048);
+        assert_eq!(
+            c.http.allowed_hosts,
+            vec!["a.example:*".to_owned(), "b.example".to_owned()]
+        );
+        assert_eq!(c.runtime.response_mode, ResponseMode::Sse);
+        assert_eq!(c.drain_grace_secs, 5);
+        assert!(
+            NodeConfig::default()
+                .with_env_overrides(vars(&[("MCP_HTTP__NOPE", "1")]))
+                .is_err()
+        );
+        assert!(
+            NodeConfig::default()
+                .with_env_overrides(vars(&[("MCP_HTTP__MAX_BODY_BYTES", "big")]))
+                .is_err()
+        );
+        assert!(
+            NodeConfig::default()
+                .with_env_overrides(vars(&[("MCP_NOPE__X", "1")]))
+                .is_err()
+        );
     }
 }

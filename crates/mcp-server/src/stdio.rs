@@ -2,15 +2,39 @@
 //! output, one session, the same server code and runtime as HTTP. Logs go to
 //! stderr; stdout carries only protocol messages.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use mcp_protocol::jsonrpc::{Body, decode_body};
-use mcp_protocol::{ErrorObject, Message, Response};
-use mcp_runtime::{FollowItem, Runtime, RuntimeError};
+use mcp_protocol::{ErrorCode, ErrorObject, Message, ProtocolVersion, Response};
+use mcp_runtime::{Exchange, FollowItem, Runtime, RuntimeError};
 use mcp_store::{Position, Store};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::{McpServer, NodeConfig};
+
+/// How often, after stdin closed, the transport checks whether the requests
+/// already read have been answered.
+const SETTLE_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Exchanges of the requests read so far; the runtime drops an exchange once
+/// its request has been answered (or cancelled).
+#[derive(Debug, Default)]
+struct Unanswered(Vec<Weak<Exchange>>);
+
+impl Unanswered {
+    fn track(&mut self, exchange: &Arc<Exchange>) {
+        self.0.retain(|e| e.strong_count() > 0);
+        self.0.push(Arc::downgrade(exchange));
+    }
+
+    /// Resolves when every tracked request has been answered. Cancel safe.
+    async fn settled(&self) {
+        while self.0.iter().any(|e| e.strong_count() > 0) {
+            tokio::time::sleep(SETTLE_POLL_INTERVAL).await;
+        }
+    }
+}
 
 /// Longest accepted input line, in bytes (the HTTP body limit).
 fn max_line(config: &NodeConfig) -> usize {
@@ -50,6 +74,7 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
     });
 
     let limit = max_line(&config);
+    let mut unanswered = Unanswered::default();
     let mut stdin = BufReader::new(tokio::io::stdin());
     let mut line = Vec::new();
     loop {
@@ -62,7 +87,7 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
         }
         if line.len() > limit {
             // Skip the rest of the oversized line.
-            reply_error(
+            unanswered.track(&reply_error(
                 &runtime,
                 &session,
                 None,
@@ -70,7 +95,7 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
                     mcp_protocol::ErrorCode::INVALID_REQUEST,
                     "message too large",
                 ),
-            );
+            ));
             let mut rest = Vec::new();
             stdin.read_until(b'\n', &mut rest).await?;
             continue;
@@ -80,21 +105,41 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
         }
         let messages = match decode_body(&line) {
             Ok(Body::Single(m)) => vec![Ok(m)],
-            Ok(Body::Batch(items)) => items,
+            // Batches exist in 2025-03-26 only.
+            Ok(Body::Batch(items))
+                if session
+                    .protocol_version()
+                    .is_some_and(ProtocolVersion::allows_batches) =>
+            {
+                items
+            }
+            Ok(Body::Batch(_)) => {
+                let error = ErrorObject::new(
+                    ErrorCode::INVALID_REQUEST,
+                    "JSON-RPC batches are not supported in this session's protocol version",
+                );
+                unanswered.track(&reply_error(&runtime, &session, None, error));
+                continue;
+            }
             Err(err) => vec![Err(err)],
         };
         for message in messages {
             let outcome = match message {
                 Ok(Message::Request(r)) => {
                     let id = r.id.clone();
-                    session
-                        .dispatch(r, runtime.attached_exchange(&session))
-                        .map_err(|e| (Some(id), e))
+                    let exchange = runtime.attached_exchange(&session);
+                    unanswered.track(&exchange);
+                    session.dispatch(r, exchange).map_err(|e| (Some(id), e))
                 }
                 Ok(Message::Notification(n)) => session.notify(n).map_err(|e| (None, e)),
                 Ok(Message::Response(r)) => session.answer(r).map_err(|e| (None, e)),
                 Err(err) => {
-                    reply_error(&runtime, &session, err.id.clone(), err.to_error_object());
+                    unanswered.track(&reply_error(
+                        &runtime,
+                        &session,
+                        err.id.clone(),
+                        err.to_error_object(),
+                    ));
                     Ok(())
                 }
             };
@@ -103,13 +148,32 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
                     RuntimeError::Overloaded => "server overloaded",
                     _ => "session unavailable",
                 };
-                reply_error(&runtime, &session, id, ErrorObject::internal(message));
+                unanswered.track(&reply_error(
+                    &runtime,
+                    &session,
+                    id,
+                    ErrorObject::internal(message),
+                ));
             }
         }
     }
-    // stdin closed: the client is done (stdio shutdown).
-    let _ = runtime.terminate(session.id()).await;
+    // stdin closed: the client is done (stdio shutdown). A piped client
+    // writes everything, then closes: the requests already read still get
+    // their answers, for up to the drain grace period. Closing the stream
+    // then lets the writer flush all that was written before it ends; the
+    // session (and whatever still runs) ends after that.
+    let grace = Duration::from_secs(config.drain_grace_secs);
+    let _ = tokio::time::timeout(grace, unanswered.settled()).await;
+    let events = &runtime.store().events;
+    if events
+        .close_stream(session.id(), session.standalone_stream())
+        .await
+        .is_err()
+    {
+        let _ = runtime.terminate(session.id()).await;
+    }
     let _ = writer.await;
+    let _ = runtime.terminate(session.id()).await;
     Ok(())
 }
 
@@ -118,9 +182,11 @@ fn reply_error(
     session: &mcp_runtime::SessionHandle,
     id: Option<mcp_protocol::RequestId>,
     error: ErrorObject,
-) {
+) -> Arc<Exchange> {
     let exchange = runtime.attached_exchange(session);
+    let writing = Arc::clone(&exchange);
     actix_web::rt::spawn(async move {
-        let _ = exchange.finish(Some(Response::error(id, error))).await;
+        let _ = writing.finish(Some(Response::error(id, error))).await;
     });
+    exchange
 }

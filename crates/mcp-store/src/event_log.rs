@@ -109,6 +109,13 @@ pub trait EventLog: Send + Sync + Debug + 'static {
     async fn subscribe(&self, session: &SessionId, stream: &StreamId)
     -> Result<Wakeup, StoreError>;
 
+    /// Renews an open stream's idle retention (the session's standalone
+    /// stream lives as long as its session, appended to or not).
+    ///
+    /// # Errors
+    /// [`StoreError::StreamNotFound`] for an unknown stream.
+    async fn touch(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError>;
+
     /// Deletes every stream of a session.
     ///
     /// # Errors

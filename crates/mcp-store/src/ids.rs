@@ -2,7 +2,7 @@
 //!
 //! Event ID format (shared by every [`crate::EventLog`] implementation):
 //! `<stream>.<ms>-<seq>`, where `<stream>` is a [`StreamId`] (32 lowercase
-//! hex digits, random, so unique across the cluster) and `<ms>-<seq>` is a
+//! hex digits of a UUID v4, random, so unique across the cluster) and `<ms>-<seq>` is a
 //! [`Position`] in that stream, the same shape as a Redis Stream entry ID.
 //! `<stream>.0-0` names the start of a stream (the SSE priming event).
 
@@ -63,7 +63,7 @@ impl fmt::Display for SessionId {
     }
 }
 
-/// An SSE stream id: 128 random bits as 32 lowercase hex digits.
+/// An SSE stream id: a UUID v4 (122 random bits) as 32 lowercase hex digits.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StreamId(String);
 

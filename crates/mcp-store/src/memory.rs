@@ -20,6 +20,11 @@ use crate::{
 /// How long sweeps wait between runs.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long sweeps forced by the stream cap wait between runs: when open
+/// streams alone fill the cap, a sweep cannot help and must not run on every
+/// new stream.
+const CAP_SWEEP_INTERVAL: Duration = Duration::from_millis(250);
+
 /// Event log retention limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
@@ -113,7 +118,12 @@ impl MemoryEventLog {
         let over_cap = self.streams.len() >= self.retention.max_streams;
         {
             let mut last = lock(&self.last_sweep);
-            if now.duration_since(*last) < SWEEP_INTERVAL && !over_cap {
+            let wait = if over_cap {
+                CAP_SWEEP_INTERVAL
+            } else {
+                SWEEP_INTERVAL
+            };
+            if now.duration_since(*last) < wait {
                 return;
             }
             *last = now;
@@ -269,6 +279,12 @@ impl EventLog for MemoryEventLog {
         let log = self.stream(session, stream)?;
         let rx = lock(&log).wake.subscribe();
         Ok(Wakeup::new(rx))
+    }
+
+    async fn touch(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError> {
+        let log = self.stream(session, stream)?;
+        lock(&log).touched = Instant::now();
+        Ok(())
     }
 
     async fn delete_session(&self, session: &SessionId) -> Result<(), StoreError> {

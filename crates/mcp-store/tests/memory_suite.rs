@@ -82,7 +82,7 @@ async fn closed_streams_and_idle_sessions_expire() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_oldest_closed_streams_go_first_when_the_stream_cap_is_reached() {
     let log = MemoryEventLog::new(Retention {
         max_streams: 10,
@@ -97,6 +97,8 @@ async fn the_oldest_closed_streams_go_first_when_the_stream_cap_is_reached() {
     }
     let mut open = Vec::new();
     for _ in 0..20 {
+        // Sweeps forced by the cap are rate-limited.
+        tokio::time::advance(Duration::from_millis(300)).await;
         open.push(log.create_stream(&s).await.unwrap());
     }
     for stream in &closed {
@@ -113,4 +115,26 @@ async fn the_oldest_closed_streams_go_first_when_the_stream_cap_is_reached() {
             "open streams are kept"
         );
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn touched_open_streams_outlive_the_idle_ttl() {
+    let retention = Retention {
+        idle_stream_ttl: Duration::from_secs(10),
+        ..Retention::default()
+    };
+    let log = MemoryEventLog::new(retention);
+    let s = SessionId::random();
+    let kept = log.create_stream(&s).await.unwrap();
+    let idle = log.create_stream(&s).await.unwrap();
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_secs(6)).await;
+        log.touch(&s, &kept).await.unwrap();
+        log.create_stream(&s).await.unwrap(); // sweeps
+    }
+    assert!(log.tail(&s, &kept).await.is_ok(), "touched stream kept");
+    assert_eq!(
+        log.tail(&s, &idle).await.unwrap_err(),
+        StoreError::StreamNotFound
+    );
 }

@@ -39,9 +39,12 @@ pub fn init_logging(
     filter: &str,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)?;
+    // Colours only for a terminal, never into log files or collectors.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
