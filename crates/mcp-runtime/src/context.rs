@@ -308,11 +308,17 @@ impl RequestContext {
 
     /// Closes the client's connection to this request's SSE stream without
     /// ending the stream (SEP-1699 polling); the client reconnects with
-    /// `Last-Event-ID` after `retry` and receives the rest.
+    /// `Last-Event-ID` after `retry` and receives the rest. A no-op before
+    /// 2025-11-25: those streams have no priming event, so a client might
+    /// hold no event ID to resume from, and those revisions say the server
+    /// should not close a stream before its response.
     ///
     /// # Errors
     /// The event log failed.
     pub async fn close_sse_stream(&self) -> Result<(), EmitError> {
+        if !self.protocol_version().primes_sse() {
+            return Ok(());
+        }
         self.inner
             .output
             .exchange

@@ -180,12 +180,18 @@ impl Exchange {
     /// Ends the client's current connection to this exchange's stream
     /// without ending the stream (SEP-1699 polling): the client reconnects
     /// with `Last-Event-ID` and goes on. Switches a pending exchange to SSE
-    /// first, so the client has an event id to resume from.
+    /// first, so the client has an event id to resume from. A no-op for
+    /// attached exchanges: their stream is the session's only channel
+    /// (legacy SSE, stdio), and closing it would end the legacy session or
+    /// silence stdout for good.
     ///
     /// # Errors
     /// The event log failed while switching to SSE.
     pub async fn disconnect_client(&self) -> Result<(), StoreError> {
         let mut state = self.state.lock().await;
+        if matches!(*state, State::Attached { .. }) {
+            return Ok(());
+        }
         let stream = self.ensure_stream(&mut state).await?;
         self.attachments.kick(&stream);
         Ok(())

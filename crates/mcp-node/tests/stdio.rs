@@ -1,0 +1,272 @@
+//! `mcp-node --stdio`: newline-delimited JSON-RPC on stdin/stdout, one
+//! session, nothing but protocol lines on stdout, exit 0 when stdin closes.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// Hang guard for every read and for the exit.
+const GUARD: Duration = Duration::from_secs(10);
+
+/// The node process with its stdout lines arriving on a channel.
+struct StdioNode {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl StdioNode {
+    fn spawn() -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-node"))
+            .arg("--stdio")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn send_raw(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, message: &Value) {
+        self.send_raw(&message.to_string());
+    }
+
+    /// The next stdout line, which must be one JSON object.
+    fn receive(&self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(GUARD)
+            .expect("no line on stdout in time");
+        let value: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|err| panic!("stdout carried a non-JSON line ({err}): {line:?}"));
+        assert!(value.is_object(), "{line}");
+        assert_eq!(value["jsonrpc"], "2.0", "{line}");
+        value
+    }
+
+    /// Sends a request and returns its response.
+    fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let response = self.receive();
+        assert_eq!(response["id"], id, "{response}");
+        response
+    }
+
+    fn initialize(&mut self) -> Value {
+        let init = self.request(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "stdio-test", "version": "0"}}),
+        );
+        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        init
+    }
+
+    /// Closes stdin and waits (bounded) for the exit code.
+    fn close_and_wait(mut self) -> Option<i32> {
+        drop(self.stdin.take());
+        let poll = Duration::from_millis(20);
+        for _ in 0..GUARD.as_millis() / poll.as_millis() {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(poll);
+        }
+        panic!("the process did not exit after stdin closed");
+    }
+
+    /// Every remaining stdout line, until the process closes stdout.
+    fn rest(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        loop {
+            match self.lines.recv_timeout(GUARD) {
+                Ok(line) => out.push(serde_json::from_str(&line).unwrap_or_else(|err| {
+                    panic!("stdout carried a non-JSON line ({err}): {line:?}")
+                })),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return out,
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!("stdout did not close"),
+            }
+        }
+    }
+}
+
+impl Drop for StdioNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_stdio_session_lists_and_calls_tools_then_exits_cleanly() {
+    let mut node = StdioNode::spawn();
+    let init = node.initialize();
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    assert!(init["result"]["serverInfo"]["name"].is_string());
+
+    let listed = node.request(2, "tools/list", json!({}));
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    assert!(tools.iter().any(|t| t["name"] == "echo"), "{listed}");
+
+    let echo = node.request(
+        3,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "over stdio"}}),
+    );
+    assert_eq!(echo["result"]["content"][0]["text"], "Echo: over stdio");
+
+    assert_eq!(node.close_and_wait(), Some(0));
+}
+
+#[test]
+fn a_garbage_line_gets_a_parse_error_and_the_session_goes_on() {
+    let mut node = StdioNode::spawn();
+    node.initialize();
+
+    node.send_raw("this is not json");
+    let error = node.receive();
+    assert_eq!(error["error"]["code"], -32700, "{error}");
+    assert_eq!(error["id"], Value::Null);
+
+    // Blank lines are ignored; the session still answers.
+    node.send_raw("");
+    let pong = node.request(2, "ping", json!({}));
+    assert_eq!(pong["result"], json!({}));
+
+    assert_eq!(node.close_and_wait(), Some(0));
+}
+
+#[test]
+fn requests_before_initialize_are_refused_except_ping() {
+    let mut node = StdioNode::spawn();
+
+    let early = node.request(1, "tools/list", json!({}));
+    assert_eq!(early["error"]["code"], -32600, "{early}");
+    let pong = node.request(2, "ping", json!({}));
+    assert_eq!(pong["result"], json!({}));
+
+    let init = node.request(
+        3,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "stdio-test", "version": "0"}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18");
+    let again = node.request(
+        4,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "stdio-test", "version": "0"}}),
+    );
+    assert_eq!(again["error"]["code"], -32600, "{again}");
+
+    assert_eq!(node.close_and_wait(), Some(0));
+}
+
+#[test]
+fn closing_stdin_right_away_exits_with_status_zero() {
+    let node = StdioNode::spawn();
+    assert_eq!(node.close_and_wait(), Some(0));
+}
+
+#[test]
+fn a_tool_that_closes_its_sse_stream_still_answers_over_stdio() {
+    let mut node = StdioNode::spawn();
+    node.initialize();
+
+    let response = node.request(2, "tools/call", json!({"name": "test_reconnection"}));
+    assert_eq!(response["result"]["isError"], false, "{response}");
+    let pong = node.request(3, "ping", json!({}));
+    assert_eq!(pong["result"], json!({}));
+
+    assert_eq!(node.close_and_wait(), Some(0));
+}
+
+#[test]
+fn a_server_request_over_stdio_is_answered_on_stdin() {
+    let mut node = StdioNode::spawn();
+    node.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {"roots": {}},
+               "clientInfo": {"name": "stdio-test", "version": "0"}}),
+    );
+    node.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+
+    node.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": "list_roots", "arguments": {}}}));
+    let ask = node.receive();
+    assert_eq!(ask["method"], "roots/list", "{ask}");
+    node.send(&json!({"jsonrpc": "2.0", "id": ask["id"],
+                      "result": {"roots": [{"uri": "file:///stdio", "name": "stdio"}]}}));
+    let response = node.receive();
+    assert_eq!(response["id"], 2, "{response}");
+    let text = response["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("file:///stdio"), "{text}");
+
+    assert_eq!(node.close_and_wait(), Some(0));
+}
+
+#[test]
+fn requests_read_before_stdin_closes_are_answered_before_exit() {
+    let mut node = StdioNode::spawn();
+    // A piped client: everything at once, then EOF.
+    node.send(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "stdio-test", "version": "0"}}}),
+    );
+    node.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    node.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "long_running_operation", "arguments": {"duration_ms": 200, "steps": 2},
+        "_meta": {"progressToken": "p"}}}),
+    );
+    node.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                      "params": {"name": "echo", "arguments": {"message": "last"}}}));
+    drop(node.stdin.take());
+
+    let lines = node.rest();
+    let ids: Vec<&Value> = lines
+        .iter()
+        .filter(|m| m.get("method").is_none())
+        .map(|m| &m["id"])
+        .collect();
+    assert_eq!(ids.len(), 3, "every request is answered: {lines:?}");
+    for id in [json!(1), json!(2), json!(3)] {
+        assert!(ids.contains(&&id), "no answer to {id}: {lines:?}");
+    }
+    let progress = lines
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .count();
+    assert_eq!(progress, 2, "{lines:?}");
+    assert_eq!(node.close_and_wait(), Some(0));
+}
