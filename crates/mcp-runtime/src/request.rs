@@ -10,6 +10,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -43,6 +44,10 @@ pub(crate) struct InFlightRequest {
     job: Option<Job>,
     timeout: Duration,
     task: Option<SpawnHandle>,
+    /// Set by [`Cancel`] before the token trips: the client cancelled, so
+    /// no response is sent. A token tripped without it (node shutdown)
+    /// answers with an error instead.
+    client_cancelled: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for InFlightRequest {
@@ -73,6 +78,7 @@ impl InFlightRequest {
             job: Some(job),
             timeout,
             task: None,
+            client_cancelled: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -88,9 +94,11 @@ impl Actor for InFlightRequest {
         let id = self.id.clone();
         let output = Arc::clone(&self.output);
         let timeout = self.timeout;
+        let cancel = self.cancel.clone();
+        let client_cancelled = Arc::clone(&self.client_cancelled);
         let run = async move {
-            let outcome =
-                match tokio::time::timeout(timeout, AssertUnwindSafe(job).catch_unwind()).await {
+            let outcome = tokio::select! {
+                finished = tokio::time::timeout(timeout, AssertUnwindSafe(job).catch_unwind()) => match finished {
                     Ok(Ok(outcome)) => outcome,
                     Ok(Err(_)) => {
                         tracing::error!(jsonrpc_id = %id, "Handler panicked.");
@@ -100,13 +108,25 @@ impl Actor for InFlightRequest {
                         tracing::warn!(jsonrpc_id = %id, "Handler timed out.");
                         Err(ErrorObject::internal("request timed out"))
                     }
-                };
-            output
-                .finish(Some(Response {
-                    id: Some(id),
-                    outcome,
-                }))
-                .await;
+                },
+                () = cancel.cancelled() => {
+                    if client_cancelled.load(Ordering::Acquire) {
+                        return;
+                    }
+                    tracing::info!(jsonrpc_id = %id, "Request stopped by the server.");
+                    Err(ErrorObject::internal("request stopped: the server is shutting down"))
+                }
+            };
+            // Detached, so that a cancellation arriving now cannot cut the
+            // write short and leave the stream unclosed.
+            actix::spawn(async move {
+                output
+                    .finish(Some(Response {
+                        id: Some(id),
+                        outcome,
+                    }))
+                    .await
+            });
         };
         self.task = Some(ctx.spawn(run.into_actor(self).map(|(), _, ctx| ctx.stop())));
     }
@@ -124,6 +144,7 @@ impl Handler<Cancel> for InFlightRequest {
     type Result = ();
 
     fn handle(&mut self, _msg: Cancel, ctx: &mut Self::Context) {
+        self.client_cancelled.store(true, Ordering::Release);
         if let Some(task) = self.task.take() {
             // Dropping the handler future frees what it held.
             ctx.cancel_future(task);

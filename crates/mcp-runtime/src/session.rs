@@ -36,6 +36,11 @@ use crate::{McpService, RuntimeConfig, RuntimeError, ServerEvent};
 /// How often a session checks whether it is idle.
 const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
+/// The store TTL is renewed at most every `TTL / TOUCH_FRACTION` while the
+/// session is active, so a session expires between 7/8 of its TTL and its
+/// TTL after its last activity.
+const TOUCH_FRACTION: u32 = 8;
+
 /// Handle one client request; every output goes to the exchange.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
@@ -192,10 +197,13 @@ impl Actor for Session {
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
-        self.cancel.cancel();
+        // Cancel first, then trip the token: a request told by `Cancel`
+        // sends no response, one that only sees its token (node shutdown)
+        // answers with an error.
         for (_, addr) in self.in_flight.values() {
             addr.do_send(Cancel);
         }
+        self.cancel.cancel();
         tracing::debug!(session_id = %self.record.id, terminated = self.terminated, "Session stopped.");
     }
 }
@@ -204,7 +212,7 @@ impl Handler<Dispatch> for Session {
     type Result = ();
 
     fn handle(&mut self, Dispatch { request, exchange }: Dispatch, ctx: &mut Self::Context) {
-        self.active();
+        self.active(ctx);
         let initialized = self.record.protocol_version.is_some();
         match request.method.as_str() {
             methods::INITIALIZE => self.initialize(request, exchange),
@@ -231,8 +239,8 @@ impl Handler<Dispatch> for Session {
 impl Handler<Notify> for Session {
     type Result = ();
 
-    fn handle(&mut self, Notify(n): Notify, _ctx: &mut Self::Context) {
-        self.active();
+    fn handle(&mut self, Notify(n): Notify, ctx: &mut Self::Context) {
+        self.active(ctx);
         match n.method.as_str() {
             methods::NOTIFICATION_INITIALIZED => {
                 if self.record.protocol_version.is_some() && !self.record.initialized {
@@ -272,8 +280,8 @@ impl Handler<Notify> for Session {
 impl Handler<ClientAnswer> for Session {
     type Result = ();
 
-    fn handle(&mut self, ClientAnswer(response): ClientAnswer, _ctx: &mut Self::Context) {
-        self.active();
+    fn handle(&mut self, ClientAnswer(response): ClientAnswer, ctx: &mut Self::Context) {
+        self.active(ctx);
         let pending = response
             .id
             .as_ref()
@@ -373,23 +381,38 @@ impl Handler<Broadcast> for Session {
 }
 
 impl Session {
-    fn active(&mut self) {
+    fn active(&mut self, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
-        self.maybe_touch();
+        self.maybe_touch(ctx);
     }
 
-    /// Renews the store TTL at most every quarter TTL while active.
-    fn maybe_touch(&mut self) {
+    /// Renews the store TTL (and the standalone stream's retention) at most
+    /// every eighth of the TTL while active. A session the store no longer
+    /// has (ended elsewhere, or expired) stops here too.
+    fn maybe_touch(&mut self, ctx: &mut Context<Self>) {
         let ttl = self.deps.config.session_idle_ttl();
-        if self.last_activity.duration_since(self.last_touch) < ttl / 4 {
+        if self.last_activity.duration_since(self.last_touch) < ttl / TOUCH_FRACTION {
             return;
         }
         self.last_touch = self.last_activity;
-        let sessions = Arc::clone(&self.deps.store.sessions);
+        let store = self.deps.store.clone();
         let id = self.record.id.clone();
+        let standalone = self.record.standalone_stream.clone();
+        let addr = ctx.address();
         actix::spawn(async move {
-            if let Err(err) = sessions.touch(&id, ttl).await {
-                tracing::warn!(session_id = %id, error = %err, "Session TTL renewal failed.");
+            match store.sessions.touch(&id, ttl).await {
+                Ok(true) => {
+                    if let Err(err) = store.events.touch(&id, &standalone).await {
+                        tracing::warn!(session_id = %id, error = %err, "Stream retention renewal failed.");
+                    }
+                }
+                Ok(false) => {
+                    tracing::debug!(session_id = %id, "Session no longer in the store; stopping.");
+                    addr.do_send(Evict);
+                }
+                Err(err) => {
+                    tracing::warn!(session_id = %id, error = %err, "Session TTL renewal failed.")
+                }
             }
         });
     }
@@ -401,10 +424,12 @@ impl Session {
                 .attachments
                 .is_attached(&self.record.standalone_stream);
         if busy {
-            self.active();
+            self.active(ctx);
             return;
         }
-        if self.last_activity.elapsed() >= self.deps.config.session_idle_ttl() {
+        // The store record expires a TTL after its last renewal; the actor
+        // goes with it, so the two never disagree about a live session.
+        if self.last_touch.elapsed() >= self.deps.config.session_idle_ttl() {
             tracing::debug!(session_id = %self.record.id, "Session idle; evicted from this node.");
             ctx.stop();
         }

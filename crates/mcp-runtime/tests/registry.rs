@@ -39,6 +39,25 @@ impl McpService for Echo {
     }
 }
 
+/// A service whose requests never complete.
+#[derive(Debug)]
+struct Hang;
+
+#[async_trait]
+impl McpService for Hang {
+    fn server_info(&self) -> Implementation {
+        Implementation::default()
+    }
+
+    fn capabilities(&self) -> ServerCapabilities {
+        ServerCapabilities::default()
+    }
+
+    async fn handle(&self, _: Request, _: RequestContext) -> Result<Value, ErrorObject> {
+        std::future::pending().await
+    }
+}
+
 fn runtime(config: RuntimeConfig) -> Runtime {
     Runtime::new(Arc::new(Echo), Store::memory(Retention::default()), config)
 }
@@ -172,20 +191,6 @@ async fn terminated_sessions_are_gone_and_their_streams_deleted() {
 
 #[actix_rt::test]
 async fn a_request_id_in_flight_cannot_be_reused() {
-    #[derive(Debug)]
-    struct Hang;
-    #[async_trait]
-    impl McpService for Hang {
-        fn server_info(&self) -> Implementation {
-            Implementation::default()
-        }
-        fn capabilities(&self) -> ServerCapabilities {
-            ServerCapabilities::default()
-        }
-        async fn handle(&self, _: Request, _: RequestContext) -> Result<Value, ErrorObject> {
-            std::future::pending().await
-        }
-    }
     let runtime = Runtime::new(
         Arc::new(Hang),
         Store::memory(Retention::default()),
@@ -206,4 +211,30 @@ async fn a_request_id_in_flight_cannot_be_reused() {
     let cancel = Notification::new("notifications/cancelled", json!({"requestId": 7}));
     session.notify(cancel).unwrap();
     assert!(matches!(first_reply.await.unwrap(), ExchangeReply::Empty));
+}
+
+#[actix_rt::test]
+async fn requests_stopped_by_the_server_answer_with_an_error_not_silence() {
+    let runtime = Runtime::new(
+        Arc::new(Hang),
+        Store::memory(Retention::default()),
+        RuntimeConfig::default(),
+    );
+    let session = initialized(&runtime).await;
+    let (exchange, reply) = runtime.exchange(&session, 1);
+    session
+        .dispatch(
+            Request::new(RequestId::Number(1), "tools/call", json!({})),
+            exchange,
+        )
+        .unwrap();
+    // Let the request start before the node stops its requests.
+    tokio::task::yield_now().await;
+    runtime.stop_requests();
+    let ExchangeReply::Json(mut responses) = reply.await.unwrap() else {
+        panic!("expected a JSON answer")
+    };
+    let err = responses.pop().unwrap().outcome.unwrap_err();
+    assert_eq!(err.code, mcp_protocol::ErrorCode::INTERNAL_ERROR);
+    assert!(err.message.contains("shutting down"), "{err:?}");
 }
