@@ -18,10 +18,10 @@ pub struct HttpConfig {
     /// Allowed `Origin` values: `scheme://host[:port]`, a port of `*`
     /// matching any, or `*` for all. A request with another Origin gets 403
     /// (DNS rebinding protection). Default: http(s) on localhost, 127.0.0.1
-    /// and [::1], any port.
+    /// and `[::1]`, any port.
     pub allowed_origins: Vec<String>,
     /// Allowed `Host` values: `host[:port]`, a port of `*` matching any, or
-    /// `*` for all. Default: localhost, 127.0.0.1 and [::1], any port.
+    /// `*` for all. Default: localhost, 127.0.0.1 and `[::1]`, any port.
     pub allowed_hosts: Vec<String>,
 }
 

@@ -16,7 +16,7 @@
 //! - [`runtime`]: [`Runtime`], the facade transports call.
 //! - [`registry`]: the session registry actor and its concurrent lookup map.
 //! - [`session`]: the session actor and [`SessionHandle`].
-//! - [`request`]: the in-flight request actor.
+//! - `request`: the in-flight request actor.
 //! - [`context`]: [`RequestContext`] handed to handlers.
 //! - [`exchange`]: the output of one POST (JSON or SSE).
 //! - [`follow`]: replaying and tailing one stream of the event log.

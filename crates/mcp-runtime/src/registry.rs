@@ -1,7 +1,7 @@
 //! The session registry: the node's sessions, found without a mailbox hop.
 //!
 //! Lookups go to a concurrent map (sharded, so they scale with worker
-//! threads). The [`SessionRegistry`] actor supervises what the map holds: it
+//! threads). The `SessionRegistry` actor supervises what the map holds: it
 //! sweeps handles whose actor stopped or panicked (the next request
 //! rehydrates them from the store) and fans server events out to every
 //! session.

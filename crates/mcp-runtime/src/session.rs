@@ -5,7 +5,7 @@
 //! Owner: the runtime's session map holds its [`SessionHandle`]; the
 //! registry sweeps handles whose actor died. Stop paths: idle expiry (the
 //! record stays in the store, so the next request rehydrates it),
-//! [`Terminate`] (DELETE: the session ends everywhere), or node shutdown.
+//! `Terminate` (DELETE: the session ends everywhere), or node shutdown.
 
 use std::collections::HashMap;
 use std::sync::Arc;
