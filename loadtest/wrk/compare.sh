@@ -13,7 +13,8 @@ SESSIONS_N=${SESSIONS_N:-64}
 NODE_ADDR=127.0.0.1:18181
 ECHO_ADDR=127.0.0.1:18182
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 1; }
-cargo build --release --quiet -p mcp-node -p mcp-server --example json_echo
+cargo build --release --quiet -p mcp-node
+cargo build --release --quiet -p mcp-server --example json_echo
 
 taskset -c 0 ./target/release/mcp-node --bind $NODE_ADDR --workers 1 --log error --max-in-flight 1024 >/dev/null &
 NODE=$!

@@ -44,22 +44,27 @@ impl Default for HttpConfig {
 /// Whether `value` (`host[:port]` or `scheme://host[:port]`) is allowed by
 /// one of `patterns`.
 pub(crate) fn allowed(patterns: &[String], value: &str) -> bool {
-    let value = value.to_ascii_lowercase();
+    // Allocation-free: this runs on every request.
     patterns.iter().any(|p| {
-        let p = p.to_ascii_lowercase();
-        if p == "*" || p == value {
+        if p == "*" || p.eq_ignore_ascii_case(value) {
             return true;
         }
         match p.strip_suffix(":*") {
             // `host:*` matches `host` and `host:<digits>`.
             Some(base) => {
-                value == base
-                    || value
-                        .strip_prefix(base)
-                        .and_then(|rest| rest.strip_prefix(':'))
-                        .is_some_and(|port| {
-                            !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
-                        })
+                // Bytes, so that no input can split a character.
+                let value = value.as_bytes();
+                let Some((head, rest)) = value.split_at_checked(base.len()) else {
+                    return false;
+                };
+                head.eq_ignore_ascii_case(base.as_bytes())
+                    && match rest.split_first() {
+                        None => true,
+                        Some((b':', port)) => {
+                            !port.is_empty() && port.iter().all(u8::is_ascii_digit)
+                        }
+                        Some(_) => false,
+                    }
             }
             None => false,
         }
@@ -79,6 +84,13 @@ mod tests {
         assert!(!allowed(&c.allowed_hosts, "evil.example.com"));
         assert!(!allowed(&c.allowed_hosts, "127.0.0.1.evil.com:80"));
         assert!(!allowed(&c.allowed_hosts, "localhost:80x"));
+        assert!(!allowed(&c.allowed_hosts, "localhost:"));
+        assert!(allowed(&c.allowed_hosts, "LocalHost:8080"));
+        assert!(!allowed(&c.allowed_hosts, "localhos\u{e9}:1"));
+        assert!(!allowed(
+            &c.allowed_hosts,
+            "\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}"
+        ));
         assert!(allowed(&c.allowed_origins, "http://localhost:3000"));
         assert!(!allowed(&c.allowed_origins, "http://evil.example.com"));
         assert!(!allowed(&c.allowed_origins, "null"));

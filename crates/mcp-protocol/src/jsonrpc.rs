@@ -413,6 +413,16 @@ impl Request {
         parse_params(self.params.as_ref())
     }
 
+    /// Reads `params` as `T` without copying them; absent params read as
+    /// `{}`.
+    ///
+    /// # Errors
+    /// `-32602` naming the first field that does not fit.
+    pub fn into_params<T: serde::de::DeserializeOwned>(self) -> Result<T, ErrorObject> {
+        serde_json::from_value(Value::Object(self.params.unwrap_or_default()))
+            .map_err(|err| ErrorObject::invalid_params(format!("invalid params: {err}")))
+    }
+
     /// `params._meta.progressToken`, when the client asked for progress.
     pub fn progress_token(&self) -> Option<&Value> {
         self.params.as_ref()?.get("_meta")?.get("progressToken")

@@ -240,12 +240,8 @@ impl McpServer {
         });
     }
 
-    async fn call_tool(
-        &self,
-        request: &Request,
-        ctx: RequestContext,
-    ) -> Result<Value, ErrorObject> {
-        let params: CallToolParams = request.parse_params()?;
+    async fn call_tool(&self, request: Request, ctx: RequestContext) -> Result<Value, ErrorObject> {
+        let params: CallToolParams = request.into_params()?;
         let catalog = self.catalog();
         let tool = catalog
             .tool(&params.name)
@@ -447,7 +443,7 @@ impl McpService for McpServer {
 
     async fn handle(&self, request: Request, ctx: RequestContext) -> Result<Value, ErrorObject> {
         match request.method.as_str() {
-            methods::TOOLS_CALL => self.call_tool(&request, ctx).await,
+            methods::TOOLS_CALL => self.call_tool(request, ctx).await,
             methods::TOOLS_LIST
             | methods::RESOURCES_LIST
             | methods::RESOURCES_TEMPLATES_LIST
