@@ -2,31 +2,14 @@
 //! stops a running request, closes its stream without a response, and leaves
 //! the session working; DELETE cancels everything in flight.
 
-use std::future::Future;
 use std::time::Duration;
 
 use mcp_client::{Client, Reply, SseStream};
-use mcp_testkit::{InProcessNode, fixtures};
+use mcp_testkit::{InProcessNode, fixtures, within};
 use serde_json::{Value, json};
 
-/// Hang guard for every network wait.
-const GUARD: Duration = Duration::from_secs(10);
 /// Steps of `slow` far apart, so that nothing is due while a cancel travels.
 const SLOW_STEP_MS: u64 = 300;
-
-async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(GUARD, f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
-
-async fn session(node: &InProcessNode) -> Client {
-    let mut client = node.client();
-    within("initialize", client.initialize(json!({})))
-        .await
-        .unwrap();
-    client
-}
 
 /// A second client on the same session (a `Client` is not shared across tasks).
 fn same_session(node: &InProcessNode, client: &Client) -> Client {
@@ -89,7 +72,7 @@ async fn assert_session_works(client: &Client) {
 
 async fn cancel_running_slow_call(method: &str, params: impl Fn(i64) -> Value) {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let id = client.next_id();
     let mut stream = open_sse(&client, &slow_call(id, "tok")).await;
     assert_eq!(read_progress(&mut stream, 2).await, vec![1.0, 2.0]);
@@ -121,7 +104,7 @@ async fn cancel_request_alias_with_id_stops_a_running_call() {
 #[tokio::test]
 async fn cancelling_one_call_leaves_a_concurrent_call_of_the_session_running() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let first = client.next_id();
     let second = client.next_id();
     let mut cancelled = open_sse(&client, &slow_call(first, "a")).await;
@@ -153,7 +136,7 @@ async fn cancelling_one_call_leaves_a_concurrent_call_of_the_session_running() {
 #[tokio::test]
 async fn cancelling_a_pending_json_post_closes_it_with_an_empty_event_stream() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let canceller = same_session(&node, &client);
     let id = client.next_id();
     let hang = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -187,7 +170,7 @@ async fn cancelling_a_pending_json_post_closes_it_with_an_empty_event_stream() {
 #[tokio::test]
 async fn delete_ends_the_streams_of_in_flight_requests() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let mut stream = open_sse(&client, &slow_call(client.next_id(), "t")).await;
     read_progress(&mut stream, 1).await;
 
@@ -199,7 +182,7 @@ async fn delete_ends_the_streams_of_in_flight_requests() {
 #[tokio::test]
 async fn delete_closes_a_pending_json_post_without_a_response() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let deleter = same_session(&node, &client);
     let hang = json!({"jsonrpc": "2.0", "id": client.next_id(), "method": "tools/call",
                       "params": {"name": "hang", "arguments": {}}});
@@ -246,7 +229,7 @@ async fn cancelling_a_call_waiting_for_the_client_ends_it_and_a_late_answer_is_i
 #[tokio::test]
 async fn cancelling_with_a_string_id_or_an_unknown_id() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let unknown = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                          "params": {"requestId": "never-sent"}});
     assert!(matches!(

@@ -2,22 +2,12 @@
 //! an `isError` result) for that request only; the session and node go on.
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::time::Duration;
 
 use mcp_client::{Client, Reply};
 use mcp_server::NodeConfig;
-use mcp_testkit::{InProcessNode, fixtures};
+use mcp_testkit::{InProcessNode, fixtures, within};
 use serde_json::{Value, json};
-
-/// Hang guard for every network wait.
-const GUARD: Duration = Duration::from_secs(10);
-
-async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(GUARD, f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
 
 async fn session_with(node: &InProcessNode, version: &str) -> Client {
     let mut client = Client::new(&node.url(), version);

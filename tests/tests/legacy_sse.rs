@@ -2,21 +2,11 @@
 //! message endpoint, every POST there gets 202, and every answer travels on
 //! the SSE stream as `event: message`.
 
-use std::future::Future;
 use std::time::Duration;
 
 use mcp_client::{SseEvent, SseStream};
-use mcp_testkit::{InProcessNode, fixtures};
+use mcp_testkit::{InProcessNode, fixtures, within};
 use serde_json::{Value, json};
-
-/// Hang guard for every network wait.
-const GUARD: Duration = Duration::from_secs(10);
-
-async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(GUARD, f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
 
 /// GET /sse; returns the stream and the endpoint it announced.
 async fn connect(http: &reqwest::Client, node: &InProcessNode) -> (SseStream, String) {

@@ -3,31 +3,11 @@
 //! ping, `logging/setLevel`, resource subscriptions and list changes on the
 //! standalone GET stream.
 
-use std::future::Future;
-use std::time::Duration;
-
 use mcp_client::{Client, Reply, SseStream};
 use mcp_server::protocol::types::CallToolResult;
 use mcp_server::{McpServer, ToolDef};
-use mcp_testkit::{InProcessNode, fixtures};
+use mcp_testkit::{InProcessNode, fixtures, within};
 use serde_json::{Value, json};
-
-/// Hang guard for every network wait.
-const GUARD: Duration = Duration::from_secs(10);
-
-async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(GUARD, f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
-
-async fn session(node: &InProcessNode, capabilities: Value) -> Client {
-    let mut client = node.client();
-    within("initialize", client.initialize(capabilities))
-        .await
-        .unwrap();
-    client
-}
 
 async fn request(client: &Client, method: &str, params: Value) -> (Value, Vec<Value>) {
     within(method, client.request(method, params))
@@ -158,7 +138,7 @@ async fn a_second_initialize_on_a_session_is_an_error() {
 
     // Streamable HTTP: an initialize naming a session is refused and the
     // session is unchanged.
-    let client = session(&node, json!({})).await;
+    let client = node.session(json!({})).await;
     match within(
         "re-initialize",
         client.post(&initialize_body(client.next_id())),
@@ -215,7 +195,7 @@ async fn before_initialized_requests_are_served_but_the_server_asks_nothing() {
 #[tokio::test]
 async fn ping_answers_an_empty_result() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node, json!({})).await;
+    let client = node.session(json!({})).await;
     let (pong, notes) = request(&client, "ping", json!({})).await;
     assert_eq!(pong["result"], json!({}));
     assert!(notes.is_empty());
@@ -235,7 +215,7 @@ async fn ping_answers_an_empty_result() {
 #[tokio::test]
 async fn set_level_rejects_unknown_levels() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node, json!({})).await;
+    let client = node.session(json!({})).await;
     for params in [json!({"level": "verbose"}), json!({}), json!({"level": 3})] {
         let (response, _) = request(&client, "logging/setLevel", params.clone()).await;
         assert_eq!(response["error"]["code"], -32602, "{params}: {response}");
@@ -256,7 +236,7 @@ async fn log_messages(client: &Client) -> Vec<Value> {
 #[tokio::test]
 async fn set_level_filters_log_messages_by_severity() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node, json!({})).await;
+    let client = node.session(json!({})).await;
 
     let (ok, _) = request(&client, "logging/setLevel", json!({"level": "error"})).await;
     assert_eq!(ok["result"], json!({}));
@@ -292,7 +272,7 @@ fn marker_tool(name: &str) -> ToolDef {
 async fn resource_updates_reach_subscribers_on_the_standalone_stream_until_unsubscribe() {
     let server: McpServer = fixtures::test_server();
     let node = InProcessNode::start_default(server.clone()).unwrap();
-    let client = session(&node, json!({})).await;
+    let client = node.session(json!({})).await;
     let mut get = standalone_stream(&client).await;
 
     let (subscribed, _) = request(&client, "resources/subscribe", json!({"uri": "test://r"})).await;
@@ -317,8 +297,8 @@ async fn resource_updates_reach_subscribers_on_the_standalone_stream_until_unsub
 async fn resource_updates_go_only_to_subscribed_sessions() {
     let server: McpServer = fixtures::test_server();
     let node = InProcessNode::start_default(server.clone()).unwrap();
-    let subscriber = session(&node, json!({})).await;
-    let bystander = session(&node, json!({})).await;
+    let subscriber = node.session(json!({})).await;
+    let bystander = node.session(json!({})).await;
     let mut subscribed_get = standalone_stream(&subscriber).await;
     let mut bystander_get = standalone_stream(&bystander).await;
     request(
@@ -343,7 +323,7 @@ async fn resource_updates_go_only_to_subscribed_sessions() {
 async fn add_tool_sends_tools_list_changed_on_the_standalone_stream() {
     let server = fixtures::test_server();
     let node = InProcessNode::start_default(server.clone()).unwrap();
-    let client = session(&node, json!({})).await;
+    let client = node.session(json!({})).await;
     let mut get = standalone_stream(&client).await;
 
     server.add_tool(marker_tool("added"));
@@ -386,7 +366,7 @@ async fn list_changes_wait_for_notifications_initialized() {
     };
     client.set_session_id(Some(headers["mcp-session-id"].to_str().unwrap().to_owned()));
     let mut get = standalone_stream(&client).await;
-    let witness = session(&node, json!({})).await;
+    let witness = node.session(json!({})).await;
     let mut witness_get = standalone_stream(&witness).await;
 
     // Not yet initialized: no notification for this change. Once another

@@ -1,29 +1,9 @@
 //! Progress: notifications only when the client sent a `progressToken`, with
 //! strictly increasing values, all before the response and none after it.
 
-use std::future::Future;
-use std::time::Duration;
-
-use mcp_client::{Client, Reply, SseStream};
-use mcp_testkit::{InProcessNode, fixtures};
+use mcp_client::{Reply, SseStream};
+use mcp_testkit::{InProcessNode, fixtures, within};
 use serde_json::{Value, json};
-
-/// Hang guard for every network wait.
-const GUARD: Duration = Duration::from_secs(10);
-
-async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(GUARD, f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
-
-async fn session(node: &InProcessNode) -> Client {
-    let mut client = node.client();
-    within("initialize", client.initialize(json!({})))
-        .await
-        .unwrap();
-    client
-}
 
 fn slow_call(id: i64, steps: u64, meta: Option<Value>) -> Value {
     let mut params = json!({"name": "slow", "arguments": {"steps": steps, "step_ms": 10}});
@@ -44,7 +24,7 @@ async fn drain(mut stream: SseStream) -> Vec<Value> {
 
 async fn progress_run(token: Value) {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let id = client.next_id();
     let body = slow_call(id, 6, Some(json!({"progressToken": token})));
     let Reply::Sse(stream) = within("POST", client.post(&body)).await.unwrap() else {
@@ -82,7 +62,7 @@ async fn progress_echoes_a_numeric_token() {
 #[tokio::test]
 async fn no_progress_is_sent_without_a_progress_token() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let id = client.next_id();
     match within("POST", client.post(&slow_call(id, 3, None)))
         .await
@@ -105,7 +85,7 @@ async fn no_progress_is_sent_without_a_progress_token() {
 #[tokio::test]
 async fn concurrent_calls_each_get_only_their_own_progress() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let (a, b) = (client.next_id(), client.next_id());
     let body_a = slow_call(a, 4, Some(json!({"progressToken": "a"})));
     let body_b = slow_call(b, 5, Some(json!({"progressToken": "b"})));

@@ -2,29 +2,9 @@
 //! calling request's SSE stream, answered by the client's POST (202), and the
 //! answer (or the client's error, or a missing capability) reaches the tool.
 
-use std::future::Future;
-use std::time::Duration;
-
 use mcp_client::{Client, Reply, SseStream};
-use mcp_testkit::{InProcessNode, fixtures};
+use mcp_testkit::{InProcessNode, fixtures, within};
 use serde_json::{Value, json};
-
-/// Hang guard for every network wait.
-const GUARD: Duration = Duration::from_secs(10);
-
-async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(GUARD, f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
-
-async fn session(node: &InProcessNode, capabilities: Value) -> Client {
-    let mut client = node.client();
-    within("initialize", client.initialize(capabilities))
-        .await
-        .unwrap();
-    client
-}
 
 async fn next_message(stream: &mut SseStream) -> Value {
     within("next message", stream.next_message())
@@ -76,7 +56,7 @@ fn text(result: &Value) -> &str {
 #[tokio::test]
 async fn sampling_request_travels_on_the_call_stream_and_its_answer_reaches_the_tool() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node, json!({"sampling": {}})).await;
+    let client = node.session(json!({"sampling": {}})).await;
 
     let (ask, result) = ask_and_answer(
         &client,
@@ -100,7 +80,7 @@ async fn sampling_request_travels_on_the_call_stream_and_its_answer_reaches_the_
 #[tokio::test]
 async fn elicitation_answer_reaches_the_tool() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node, json!({"elicitation": {}})).await;
+    let client = node.session(json!({"elicitation": {}})).await;
 
     let (ask, result) = ask_and_answer(
         &client,
@@ -123,7 +103,7 @@ async fn elicitation_answer_reaches_the_tool() {
 #[tokio::test]
 async fn roots_answer_reaches_the_tool() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node, json!({"roots": {"listChanged": true}})).await;
+    let client = node.session(json!({"roots": {"listChanged": true}})).await;
 
     let (_, result) = ask_and_answer(
         &client,
@@ -145,7 +125,7 @@ async fn roots_answer_reaches_the_tool() {
 #[tokio::test]
 async fn a_client_error_answer_is_reported_by_the_tool() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node, json!({"sampling": {}})).await;
+    let client = node.session(json!({"sampling": {}})).await;
 
     let (_, result) = ask_and_answer(
         &client,
@@ -170,7 +150,7 @@ async fn a_client_error_answer_is_reported_by_the_tool() {
 #[tokio::test]
 async fn a_client_without_the_capability_gets_an_error_result_and_no_request() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node, json!({})).await;
+    let client = node.session(json!({})).await;
 
     for (tool, args, capability) in [
         ("sample", json!({"prompt": "p"}), "sampling"),
@@ -212,7 +192,7 @@ async fn elicitation_is_not_sent_to_a_2025_03_26_session() {
 #[tokio::test]
 async fn an_answer_to_an_unknown_server_request_is_accepted_and_ignored() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node, json!({"sampling": {}})).await;
+    let client = node.session(json!({"sampling": {}})).await;
     let stray = json!({"jsonrpc": "2.0", "id": "srv-unknown", "result": {}});
     let reply = within("stray answer", client.post(&stray)).await.unwrap();
     assert!(matches!(reply, Reply::Accepted), "{reply:?}");

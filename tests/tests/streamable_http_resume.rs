@@ -3,30 +3,12 @@
 //! the server may close a stream early (polling); the standalone stream has
 //! one reader at a time and sends keep-alives while idle.
 
-use std::future::Future;
 use std::time::Duration;
 
 use mcp_client::{Client, Reply, SseEvent, SseStream};
 use mcp_server::{McpServer, NodeConfig};
-use mcp_testkit::{InProcessNode, fixtures};
+use mcp_testkit::{InProcessNode, fixtures, within};
 use serde_json::{Value, json};
-
-/// Hang guard for every network wait.
-const GUARD: Duration = Duration::from_secs(10);
-
-async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(GUARD, f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
-
-async fn session(node: &InProcessNode) -> Client {
-    let mut client = node.client();
-    within("initialize", client.initialize(json!({})))
-        .await
-        .unwrap();
-    client
-}
 
 fn slow_call(id: i64, steps: u64, step_ms: u64) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
@@ -102,7 +84,7 @@ async fn read_to_end(stream: &mut SseStream) -> (Vec<f64>, Option<Value>, Vec<St
 #[tokio::test]
 async fn resuming_after_a_drop_delivers_exactly_the_missed_events_then_the_response() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let id = client.next_id();
     let mut stream = post_sse(&client, &slow_call(id, 10, 50)).await;
     let priming_id = priming(&mut stream).await;
@@ -137,7 +119,7 @@ async fn resuming_after_a_drop_delivers_exactly_the_missed_events_then_the_respo
 #[tokio::test]
 async fn resuming_a_finished_stream_replays_its_tail_and_ends() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let id = client.next_id();
     let mut stream = post_sse(&client, &slow_call(id, 4, 5)).await;
     priming(&mut stream).await;
@@ -159,7 +141,7 @@ async fn resuming_a_finished_stream_replays_its_tail_and_ends() {
 #[tokio::test]
 async fn a_stream_the_server_closes_early_is_resumed_to_the_result() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let id = client.next_id();
     let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
                       "params": {"name": "drop_stream", "arguments": {"after_ms": 300}}});
@@ -180,7 +162,7 @@ async fn a_stream_the_server_closes_early_is_resumed_to_the_result() {
 #[tokio::test]
 async fn a_stream_closed_early_after_progress_resumes_without_loss_or_duplicates() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let id = client.next_id();
     let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
         "name": "drop_stream", "arguments": {"after_ms": 300},
@@ -234,7 +216,7 @@ async fn tools_list_changed(server: &McpServer, stream: &mut SseStream, tool: &s
 async fn a_second_standalone_get_takes_over_and_the_first_ends_with_retry() {
     let server = fixtures::test_server();
     let node = InProcessNode::start_default(server.clone()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let mut first = standalone(&client).await;
     priming(&mut first).await;
 
@@ -251,7 +233,7 @@ async fn a_second_standalone_get_takes_over_and_the_first_ends_with_retry() {
 async fn the_standalone_stream_resumes_from_its_last_event_id() {
     let server = fixtures::test_server();
     let node = InProcessNode::start_default(server.clone()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let mut get = standalone(&client).await;
     priming(&mut get).await;
     tools_list_changed(&server, &mut get, "one").await;
@@ -281,7 +263,7 @@ async fn an_idle_standalone_stream_gets_keep_alive_comments() {
     let mut config = NodeConfig::default();
     config.runtime.sse_keep_alive_secs = 1;
     let node = InProcessNode::start(fixtures::test_server(), config).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let mut get = standalone(&client).await;
     priming(&mut get).await;
 
@@ -302,8 +284,8 @@ async fn an_idle_standalone_stream_gets_keep_alive_comments() {
 #[tokio::test]
 async fn last_event_id_of_another_session_is_refused() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let owner = session(&node).await;
-    let other = session(&node).await;
+    let owner = node.session(json!({})).await;
+    let other = node.session(json!({})).await;
     let mut stream = post_sse(&owner, &slow_call(owner.next_id(), 2, 5)).await;
     let priming_id = priming(&mut stream).await;
     read_to_end(&mut stream).await;
@@ -321,7 +303,7 @@ async fn last_event_id_of_another_session_is_refused() {
 #[tokio::test]
 async fn resuming_while_the_post_stream_is_open_moves_delivery_to_the_new_connection() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
-    let client = session(&node).await;
+    let client = node.session(json!({})).await;
     let id = client.next_id();
     let mut original = post_sse(&client, &slow_call(id, 6, 60)).await;
     priming(&mut original).await;

@@ -18,6 +18,22 @@ use anyhow::{Context, bail};
 use mcp_client::Client;
 use mcp_server::{McpServer, NodeConfig};
 
+/// Hang guard for network waits in tests: long enough for a loaded CI
+/// machine, short enough to fail a hung test quickly.
+pub const GUARD: Duration = Duration::from_secs(10);
+
+/// Awaits `f`, panicking with `what` if it takes longer than [`GUARD`]. A
+/// guard against hangs, not an assertion on time.
+///
+/// # Panics
+/// When `f` does not complete within [`GUARD`].
+pub async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(GUARD, f).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out: {what}"),
+    }
+}
+
 /// A node running on its own actix system in a thread of this process.
 /// Dropping it stops the system.
 #[derive(Debug)]
@@ -95,6 +111,20 @@ impl InProcessNode {
     /// A client for the latest protocol version (not yet initialized).
     pub fn client(&self) -> Client {
         Client::new(&self.url(), "2025-11-25")
+    }
+
+    /// An initialized session (2025-11-25) with the given client
+    /// capabilities.
+    ///
+    /// # Panics
+    /// When initialization fails or takes longer than [`GUARD`].
+    pub async fn session(&self, capabilities: serde_json::Value) -> Client {
+        let mut client = self.client();
+        let initialized = within("initialize", client.initialize(capabilities)).await;
+        if let Err(err) = initialized {
+            panic!("initialize failed: {err}");
+        }
+        client
     }
 }
 
