@@ -1,14 +1,12 @@
 //! Bad input to the Streamable HTTP endpoint: each one gets its exact HTTP
 //! status and a JSON-RPC error body, and the node keeps serving afterwards.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use futures_util::stream;
 use mcp_client::{Client, Reply};
 use mcp_server::NodeConfig;
-use mcp_testkit::{InProcessNode, fixtures};
+use mcp_testkit::{InProcessNode, fixtures, raw_http};
 use reqwest::header::{ACCEPT, ALLOW, CONTENT_TYPE, HOST, HeaderMap, HeaderValue, ORIGIN};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -453,28 +451,13 @@ async fn missing_content_type_is_415() {
 /// `Accept: */*` when none is set). Returns the status and the body.
 async fn send_raw(node: &InProcessNode, head: String, body: String) -> (u16, String) {
     let addr = node.addr();
-    tokio::task::spawn_blocking(move || {
-        let mut socket = TcpStream::connect(addr).unwrap();
-        socket.set_read_timeout(Some(GUARD)).unwrap();
-        let request = format!(
-            "{head}\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        socket.write_all(request.as_bytes()).unwrap();
-        let mut response = String::new();
-        socket.read_to_string(&mut response).unwrap();
-        let (head, body) = response
-            .split_once("\r\n\r\n")
-            .unwrap_or_else(|| panic!("no header end: {response}"));
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("no status: {head}"));
-        (status, body.to_owned())
-    })
-    .await
-    .unwrap()
+    let head = format!(
+        "{head}\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close",
+        body.len()
+    );
+    tokio::task::spawn_blocking(move || raw_http(addr, &head, &body).unwrap())
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

@@ -2,13 +2,11 @@
 //! checked against the body, and the headers and framing of the server's
 //! answers (`Mcp-Session-Id`, SSE headers, the priming event).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use mcp_client::sse::SseStream;
 use mcp_client::{Client, Reply};
-use mcp_testkit::{InProcessNode, fixtures};
+use mcp_testkit::{InProcessNode, fixtures, raw_http};
 use reqwest::StatusCode;
 use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
@@ -259,26 +257,10 @@ async fn post_raw(
         head.push_str(line);
         head.push_str("\r\n");
     }
-    tokio::task::spawn_blocking(move || {
-        let mut socket = TcpStream::connect(addr).unwrap();
-        socket.set_read_timeout(Some(GUARD)).unwrap();
-        socket
-            .write_all(format!("{head}\r\n{body}").as_bytes())
-            .unwrap();
-        let mut response = String::new();
-        socket.read_to_string(&mut response).unwrap();
-        let (head, body) = response
-            .split_once("\r\n\r\n")
-            .unwrap_or_else(|| panic!("no header end: {response}"));
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("no status: {head}"));
-        (status, body.to_owned())
-    })
-    .await
-    .unwrap()
+    let head = head.trim_end_matches("\r\n").to_owned();
+    tokio::task::spawn_blocking(move || raw_http(addr, &head, &body).unwrap())
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

@@ -34,6 +34,32 @@ pub async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T
     }
 }
 
+/// Sends one HTTP/1.1 request over a plain socket, exactly as written (for
+/// requests an HTTP client would amend: missing or repeated headers, odd
+/// header-name case). `head` is the request line and headers without the
+/// blank line; `Connection: close` must be among them. Blocking: call it
+/// from `spawn_blocking`. Returns the status and the body.
+///
+/// # Errors
+/// The connection failed or the response is not HTTP.
+pub fn raw_http(addr: SocketAddr, head: &str, body: &str) -> anyhow::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(addr)?;
+    socket.set_read_timeout(Some(GUARD))?;
+    socket.write_all(format!("{head}\r\n\r\n{body}").as_bytes())?;
+    let mut response = String::new();
+    socket.read_to_string(&mut response)?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .context("no end of headers")?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("no status")?;
+    Ok((status, body.to_owned()))
+}
+
 /// A node running on its own actix system in a thread of this process.
 /// Dropping it stops the system.
 #[derive(Debug)]
