@@ -191,6 +191,13 @@ impl NodeConfig {
                 "retention.max_events_per_stream and retention.max_streams must be positive",
             );
         }
+        if self.retention.idle_stream_ttl_secs < self.runtime.session_idle_ttl_secs {
+            // The standalone stream is renewed with the session: it must not
+            // expire sooner than the session it belongs to.
+            return bad(
+                "retention.idle_stream_ttl_secs must be at least runtime.session_idle_ttl_secs",
+            );
+        }
         Ok(())
     }
 }
@@ -208,6 +215,9 @@ mod tests {
         assert_eq!(c.runtime.max_sessions, 5);
         assert_eq!(c.http, HttpConfig::default());
         assert!(NodeConfig::from_toml("nonsense = 1").is_err());
+        let short_streams =
+            NodeConfig::from_toml("[retention]\nidle_stream_ttl_secs = 60\n").unwrap();
+        assert!(short_streams.validate().is_err());
     }
 
     #[test]
