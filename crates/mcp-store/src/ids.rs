@@ -22,6 +22,9 @@ pub enum IdError {
     /// Not a valid event id.
     #[error("malformed event id")]
     Event,
+    /// Not a valid node id.
+    #[error("malformed node id")]
+    Node,
 }
 
 /// Longest session id accepted from a client.
@@ -95,6 +98,44 @@ impl FromStr for StreamId {
 }
 
 impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A node of the cluster: random per process start, so a restarted node is
+/// a new node and its predecessor's streams are finalized as orphans.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(String);
+
+impl NodeId {
+    /// A new random node id (32 hex digits).
+    pub fn random() -> Self {
+        Self(uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for NodeId {
+    type Err = IdError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let ok = !s.is_empty()
+            && s.len() <= 64
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if ok {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(IdError::Node)
+        }
+    }
+}
+
+impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }

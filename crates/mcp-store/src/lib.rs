@@ -10,30 +10,40 @@
 //! - [`ids`]: [`SessionId`], [`StreamId`], [`Position`], [`EventId`].
 //! - [`event_log`]: the [`EventLog`] port, [`ReadBatch`], [`Wakeup`].
 //! - [`session_store`]: the [`SessionStore`] port and [`SessionRecord`].
+//! - [`bus`]: the [`ControlBus`] port (cluster-wide messages).
+//! - [`nodes`]: the [`NodeRegistry`] port (heartbeats, open streams, orphans).
 //! - [`memory`]: in-memory implementations with bounded retention.
 //! - [`suite`]: one behavioural test suite every implementation must pass.
 
+pub mod bus;
 pub mod error;
 pub mod event_log;
 pub mod ids;
 pub mod memory;
+pub mod nodes;
 pub mod session_store;
 pub mod suite;
 
 use std::sync::Arc;
 
+pub use bus::{ControlBus, ControlMessage};
 pub use error::StoreError;
 pub use event_log::{EventLog, ReadBatch, StoredEvent, Wakeup};
-pub use ids::{EventId, IdError, Position, SessionId, StreamId};
+pub use ids::{EventId, IdError, NodeId, Position, SessionId, StreamId};
+pub use nodes::{NodeRegistry, OpenStream};
 pub use session_store::{SessionRecord, SessionStore};
 
-/// The storage a node runs on: one event log and one session store.
+/// The storage a node runs on, shared by every node of a cluster.
 #[derive(Debug, Clone)]
 pub struct Store {
-    /// Session state, shared by every node of a cluster.
+    /// Session state.
     pub sessions: Arc<dyn SessionStore>,
-    /// SSE event log, shared by every node of a cluster.
+    /// SSE event log.
     pub events: Arc<dyn EventLog>,
+    /// Cluster-wide messages.
+    pub bus: Arc<dyn ControlBus>,
+    /// Node liveness and the streams each node writes.
+    pub nodes: Arc<dyn NodeRegistry>,
 }
 
 impl Store {
@@ -42,6 +52,8 @@ impl Store {
         Self {
             sessions: Arc::new(memory::MemorySessionStore::new()),
             events: Arc::new(memory::MemoryEventLog::new(retention)),
+            bus: Arc::new(memory::MemoryBus::new()),
+            nodes: Arc::new(memory::MemoryNodes::default()),
         }
     }
 }

@@ -13,8 +13,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::{
-    EventId, EventLog, Position, ReadBatch, SessionId, SessionRecord, SessionStore, StoreError,
-    StoredEvent, StreamId, Wakeup,
+    ControlBus, ControlMessage, EventId, EventLog, NodeId, NodeRegistry, OpenStream, Position,
+    ReadBatch, SessionId, SessionRecord, SessionStore, StoreError, StoredEvent, StreamId, Wakeup,
 };
 
 /// How long sweeps wait between runs.
@@ -373,11 +373,118 @@ impl SessionStore for MemorySessionStore {
         }
     }
 
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     async fn delete(&self, id: &SessionId) -> Result<bool, StoreError> {
         let now = Instant::now();
         Ok(self
             .sessions
             .remove(id)
             .is_some_and(|(_, (_, expires))| expires > now))
+    }
+}
+
+/// Capacity of the in-memory control bus; a lagging subscriber loses the
+/// oldest messages.
+const BUS_CAPACITY: usize = 1024;
+
+/// In-memory [`ControlBus`]: one node, so every message loops back to it.
+#[derive(Debug)]
+pub struct MemoryBus {
+    tx: tokio::sync::broadcast::Sender<ControlMessage>,
+}
+
+impl MemoryBus {
+    /// A bus with no subscriber yet.
+    pub fn new() -> Self {
+        Self {
+            tx: tokio::sync::broadcast::channel(BUS_CAPACITY).0,
+        }
+    }
+}
+
+impl Default for MemoryBus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl ControlBus for MemoryBus {
+    async fn publish(&self, message: &ControlMessage) -> Result<(), StoreError> {
+        // No subscriber is not an error: nobody needed to hear it.
+        let _ = self.tx.send(message.clone());
+        Ok(())
+    }
+
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<ControlMessage> {
+        self.tx.subscribe()
+    }
+}
+
+/// In-memory [`NodeRegistry`].
+#[derive(Debug, Default)]
+pub struct MemoryNodes {
+    /// Heartbeat expiry per known node.
+    alive: DashMap<NodeId, Instant>,
+    /// Open streams per node.
+    streams: DashMap<NodeId, Vec<OpenStream>>,
+}
+
+#[async_trait]
+impl NodeRegistry for MemoryNodes {
+    async fn heartbeat(&self, node: &NodeId, ttl: Duration) -> Result<(), StoreError> {
+        self.alive.insert(node.clone(), Instant::now() + ttl);
+        Ok(())
+    }
+
+    async fn leave(&self, node: &NodeId) -> Result<(), StoreError> {
+        self.alive.remove(node);
+        self.streams.remove(node);
+        Ok(())
+    }
+
+    async fn open_stream(&self, node: &NodeId, stream: &OpenStream) -> Result<(), StoreError> {
+        self.streams
+            .entry(node.clone())
+            .or_default()
+            .push(stream.clone());
+        Ok(())
+    }
+
+    async fn close_stream(&self, node: &NodeId, stream: &StreamId) -> Result<(), StoreError> {
+        if let Some(mut open) = self.streams.get_mut(node) {
+            open.retain(|s| s.stream != *stream);
+        }
+        Ok(())
+    }
+
+    async fn dead_nodes(&self) -> Result<Vec<NodeId>, StoreError> {
+        let now = Instant::now();
+        Ok(self
+            .alive
+            .iter()
+            .filter(|e| *e.value() <= now)
+            .map(|e| e.key().clone())
+            .collect())
+    }
+
+    async fn claim_orphans(&self, dead: &NodeId) -> Result<Vec<OpenStream>, StoreError> {
+        // Removing the node is the claim: a second claimer finds nothing.
+        let now = Instant::now();
+        if self
+            .alive
+            .remove_if(dead, |_, expiry| *expiry <= now)
+            .is_none()
+        {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .streams
+            .remove(dead)
+            .map(|(_, open)| open)
+            .unwrap_or_default())
     }
 }

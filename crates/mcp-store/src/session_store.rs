@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{SessionId, StoreError, StreamId};
+use crate::{NodeId, SessionId, StoreError, StreamId};
 
 /// Serializes an id newtype as its string form and validates on the way in.
 macro_rules! serde_plain_id {
@@ -30,6 +30,7 @@ macro_rules! serde_plain_id {
 
 serde_plain_id!(SessionId);
 serde_plain_id!(StreamId);
+serde_plain_id!(NodeId);
 
 /// The durable state of one MCP session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -87,6 +88,12 @@ pub trait SessionStore: Send + Sync + Debug + 'static {
     /// # Errors
     /// [`StoreError::Unavailable`].
     async fn touch(&self, id: &SessionId, idle_ttl: Duration) -> Result<bool, StoreError>;
+
+    /// Checks that the backend answers (readiness).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`].
+    async fn ping(&self) -> Result<(), StoreError>;
 
     /// Ends a session; `false` when it was already gone.
     ///

@@ -14,7 +14,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::{Position, SessionId, SessionRecord, Store, StoreError, StreamId};
+use crate::{
+    ControlMessage, NodeId, OpenStream, Position, SessionId, SessionRecord, Store, StoreError,
+    StreamId,
+};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -46,6 +49,9 @@ pub async fn run_all(store: &Store) {
     session_records_round_trip(store).await;
     deleted_sessions_are_gone(store).await;
     create_refuses_an_existing_session(store).await;
+    store_answers_ping(store).await;
+    bus_delivers_published_messages(store).await;
+    dead_nodes_are_reported_and_claimed_once(store).await;
 }
 
 /// Appends come back in order, each once.
@@ -262,4 +268,113 @@ pub async fn create_refuses_an_existing_session(store: &Store) {
         store.sessions.create(&r, TTL).await.unwrap_err(),
         StoreError::Conflict
     );
+}
+
+/// A reachable store answers ping.
+pub async fn store_answers_ping(store: &Store) {
+    store.sessions.ping().await.unwrap();
+}
+
+/// A subscriber receives what is published after it subscribed, in order.
+pub async fn bus_delivers_published_messages(store: &Store) {
+    let mut rx = store.bus.subscribe();
+    let origin = NodeId::random();
+    let session = SessionId::random();
+    let sent = vec![
+        ControlMessage::SessionChanged {
+            session: session.clone(),
+            origin: origin.clone(),
+        },
+        ControlMessage::Deliver {
+            session: session.clone(),
+            message: "{}".into(),
+            origin: origin.clone(),
+        },
+        ControlMessage::ServerEvent {
+            name: "resource_updated".into(),
+            uri: Some("test://x".into()),
+            origin: origin.clone(),
+        },
+    ];
+    for m in &sent {
+        store.bus.publish(m).await.unwrap();
+    }
+    let mut got = Vec::new();
+    while got.len() < sent.len() {
+        let m = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("message arrives")
+            .unwrap();
+        // Other tests (or nodes) may publish on the same bus.
+        if m.origin() == &origin {
+            got.push(m);
+        }
+    }
+    assert_eq!(got, sent);
+}
+
+/// A node whose heartbeat expired is reported dead; its open streams go to
+/// exactly one claimer; closed streams are not among them.
+pub async fn dead_nodes_are_reported_and_claimed_once(store: &Store) {
+    let dead = NodeId::random();
+    let alive = NodeId::random();
+    store
+        .nodes
+        .heartbeat(&dead, Duration::from_millis(300))
+        .await
+        .unwrap();
+    store
+        .nodes
+        .heartbeat(&alive, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let open = OpenStream {
+        session: SessionId::random(),
+        stream: StreamId::random(),
+        requests: vec![
+            mcp_protocol::RequestId::Number(1),
+            mcp_protocol::RequestId::from("a"),
+        ],
+    };
+    let closed = OpenStream {
+        requests: vec![],
+        stream: StreamId::random(),
+        ..open.clone()
+    };
+    store.nodes.open_stream(&dead, &open).await.unwrap();
+    store.nodes.open_stream(&dead, &closed).await.unwrap();
+    store
+        .nodes
+        .close_stream(&dead, &closed.stream)
+        .await
+        .unwrap();
+    assert!(
+        !store.nodes.dead_nodes().await.unwrap().contains(&dead),
+        "not dead yet"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let dead_now = store.nodes.dead_nodes().await.unwrap();
+    assert!(dead_now.contains(&dead));
+    assert!(!dead_now.contains(&alive));
+    assert!(
+        store.nodes.claim_orphans(&alive).await.unwrap().is_empty(),
+        "live nodes cannot be claimed"
+    );
+    let (first, second) = tokio::join!(
+        store.nodes.claim_orphans(&dead),
+        store.nodes.claim_orphans(&dead)
+    );
+    let (first, second) = (first.unwrap(), second.unwrap());
+    let claimed = if first.is_empty() {
+        second
+    } else {
+        assert!(second.is_empty(), "claimed twice");
+        first
+    };
+    assert_eq!(claimed, vec![open]);
+    assert!(
+        !store.nodes.dead_nodes().await.unwrap().contains(&dead),
+        "forgotten once claimed"
+    );
+    store.nodes.leave(&alive).await.unwrap();
 }
