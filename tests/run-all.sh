@@ -24,6 +24,26 @@ need_apt() {
 command -v npm >/dev/null 2>&1 || need_apt nodejs npm
 command -v curl >/dev/null 2>&1 || need_apt curl
 
+# The cluster tests start their own redis-server and nginx (mcp-testkit) on free
+# loopback ports. Debian 12 still has nginx-light (a metapackage over nginx); newer
+# releases only have nginx.
+has_cmd() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
+has_cmd redis-server || need_apt redis-server
+if ! has_cmd nginx; then
+  if apt-cache policy nginx-light 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    need_apt nginx-light
+  else
+    need_apt nginx
+  fi
+fi
+has_cmd redis-server || { echo "redis-server missing after install" >&2; exit 1; }
+has_cmd nginx || { echo "nginx missing after install" >&2; exit 1; }
+# A service the packages started would hold 6379/80; the tests own their servers.
+if [ "$(id -u)" = 0 ] && command -v service >/dev/null 2>&1; then
+  service redis-server stop >/dev/null 2>&1 || true
+  service nginx stop >/dev/null 2>&1 || true
+fi
+
 echo "== installing JavaScript test tools (npm ci)"
 npm ci --prefix tests/js --no-audit --no-fund --loglevel=error >"$LOG_DIR/npm-ci.log" 2>&1 || {
   cat "$LOG_DIR/npm-ci.log" >&2

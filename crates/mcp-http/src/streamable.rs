@@ -79,7 +79,7 @@ pub async fn post(
             headers::check_standard_headers(req.headers(), &message, runtime.service().as_ref())?;
             match message {
                 Message::Request(request) => {
-                    let (exchange, reply) = runtime.exchange(&session, 1);
+                    let (exchange, reply) = runtime.exchange(&session, vec![request.id.clone()]);
                     session.dispatch(request, exchange)?;
                     answer(&state, &session, reply, false).await
                 }
@@ -118,7 +118,8 @@ async fn initialize(
     )?;
     let runtime = &state.runtime;
     let session = runtime.create_session(None).await?;
-    let (exchange, reply) = runtime.exchange_with_mode(&session, 1, ResponseMode::Auto);
+    let (exchange, reply) =
+        runtime.exchange_with_mode(&session, vec![request.id.clone()], ResponseMode::Auto);
     session.dispatch(request, exchange)?;
     let reply = reply.await;
     let failed = match &reply {
@@ -178,15 +179,8 @@ async fn batch(
     if requests.is_empty() && errors.is_empty() {
         return Ok(HttpResponse::Accepted().finish());
     }
-    let (exchange, reply) = state
-        .runtime
-        .exchange(session, requests.len() + errors.len());
-    for error in errors {
-        exchange
-            .finish(Some(error))
-            .await
-            .map_err(|_| HttpError::Unavailable("event log unavailable"))?;
-    }
+    let ids = requests.iter().map(|r| r.id.clone()).collect();
+    let (exchange, reply) = state.runtime.batch_exchange(session, ids, errors);
     for request in requests {
         session.dispatch(request, std::sync::Arc::clone(&exchange))?;
     }

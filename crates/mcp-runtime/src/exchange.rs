@@ -11,12 +11,12 @@
 
 use std::sync::Arc;
 
-use mcp_protocol::{Message, Response};
-use mcp_store::{EventLog, SessionId, StoreError, StreamId};
+use mcp_protocol::{Message, RequestId, Response};
+use mcp_store::{OpenStream, SessionId, StoreError, StreamId};
 use tokio::sync::{Mutex, oneshot};
 
 use crate::ResponseMode;
-use crate::follow::Attachments;
+use crate::runtime::NodeContext;
 
 /// How the transport answers the POST.
 #[derive(Debug)]
@@ -56,8 +56,11 @@ enum State {
 #[derive(Debug)]
 pub struct Exchange {
     session: SessionId,
-    events: Arc<dyn EventLog>,
-    attachments: Arc<Attachments>,
+    node: Arc<NodeContext>,
+    /// The requests answered here, registered with the node registry while
+    /// the stream is open so that a survivor can answer them if this node
+    /// dies.
+    requests: Vec<RequestId>,
     mode: ResponseMode,
     /// A tokio mutex: appends to the log happen under it so that messages
     /// keep the order in which they were emitted.
@@ -65,43 +68,46 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    /// A pending exchange expecting `requests` responses.
-    pub fn pending(
+    /// A pending exchange expecting the responses of `requests`, with
+    /// `answered` already known (errors for the invalid members of a batch).
+    pub(crate) fn pending(
         session: SessionId,
-        events: Arc<dyn EventLog>,
-        attachments: Arc<Attachments>,
+        node: Arc<NodeContext>,
         mode: ResponseMode,
-        requests: usize,
+        requests: Vec<RequestId>,
+        answered: Vec<Response>,
     ) -> (Arc<Self>, oneshot::Receiver<ExchangeReply>) {
         let (tx, rx) = oneshot::channel();
-        let state = State::Pending {
-            remaining: requests,
-            responses: Vec::new(),
-            reply: Some(tx),
+        let state = if requests.is_empty() {
+            let _ = tx.send(ExchangeReply::Json(answered));
+            State::Done
+        } else {
+            State::Pending {
+                remaining: requests.len(),
+                responses: answered,
+                reply: Some(tx),
+            }
         };
-        (
-            Arc::new(Self {
-                session,
-                events,
-                attachments,
-                mode,
-                state: Mutex::new(state),
-            }),
-            rx,
-        )
+        let exchange = Self {
+            session,
+            node,
+            requests,
+            mode,
+            state: Mutex::new(state),
+        };
+        (Arc::new(exchange), rx)
     }
 
     /// An exchange writing into an existing stream that it never closes.
-    pub fn attached(
+    pub(crate) fn attached(
         session: SessionId,
-        events: Arc<dyn EventLog>,
-        attachments: Arc<Attachments>,
+        node: Arc<NodeContext>,
         stream: StreamId,
     ) -> Arc<Self> {
         Arc::new(Self {
             session,
-            events,
-            attachments,
+            node,
+            requests: Vec::new(),
             mode: ResponseMode::Sse,
             state: Mutex::new(State::Attached { stream }),
         })
@@ -161,8 +167,21 @@ impl Exchange {
                     None => Ok(()),
                 };
                 if last {
-                    self.attachments.forget(&stream);
-                    self.events.close_stream(&self.session, &stream).await?;
+                    self.node.attachments.forget(&stream);
+                    self.node
+                        .store
+                        .events
+                        .close_stream(&self.session, &stream)
+                        .await?;
+                    if let Err(err) = self
+                        .node
+                        .store
+                        .nodes
+                        .close_stream(&self.node.id, &stream)
+                        .await
+                    {
+                        tracing::warn!(%stream, error = %err, "Open stream could not be unregistered.");
+                    }
                 }
                 written
             }
@@ -193,7 +212,7 @@ impl Exchange {
             return Ok(());
         }
         let stream = self.ensure_stream(&mut state).await?;
-        self.attachments.kick(&stream);
+        self.node.attachments.kick(&stream);
         Ok(())
     }
 
@@ -206,7 +225,7 @@ impl Exchange {
                 responses,
                 reply,
             } => {
-                let stream = match self.events.create_stream(&self.session).await {
+                let stream = match self.node.store.events.create_stream(&self.session).await {
                     Ok(stream) => stream,
                     Err(err) => {
                         if let Some(tx) = reply.take() {
@@ -216,6 +235,18 @@ impl Exchange {
                         return Err(err);
                     }
                 };
+                // Registered before anything is written, so that a survivor
+                // knows which requests to answer should this node die.
+                let open = OpenStream {
+                    session: self.session.clone(),
+                    stream: stream.clone(),
+                    requests: self.requests.clone(),
+                };
+                self.node
+                    .store
+                    .nodes
+                    .open_stream(&self.node.id, &open)
+                    .await?;
                 for r in std::mem::take(responses) {
                     self.append(&stream, &Message::Response(r)).await?;
                 }
@@ -233,7 +264,9 @@ impl Exchange {
 
     async fn append(&self, stream: &StreamId, message: &Message) -> Result<(), StoreError> {
         let data: Arc<str> = Arc::from(message.to_json());
-        self.events
+        self.node
+            .store
+            .events
             .append(&self.session, stream, data)
             .await
             .map(|_| ())

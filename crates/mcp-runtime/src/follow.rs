@@ -103,6 +103,14 @@ impl Attachments {
         }
     }
 
+    /// Ends the current reader of `stream` if there is one here (a reader
+    /// attached on another node took over).
+    pub fn kick_reader(&self, stream: &StreamId) {
+        if let Some(Slot::Reader { kick, .. }) = self.slots.get(stream).as_deref() {
+            kick.cancel();
+        }
+    }
+
     /// Forgets a pending kick of a stream that has closed.
     pub fn forget(&self, stream: &StreamId) {
         self.slots

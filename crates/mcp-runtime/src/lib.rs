@@ -21,8 +21,10 @@
 //! - [`exchange`]: the output of one POST (JSON or SSE).
 //! - [`follow`]: replaying and tailing one stream of the event log.
 //! - [`service`]: [`McpService`], what a provider implements.
+//! - [`cluster`]: control-bus handling, heartbeats, orphan finalization.
 //! - [`config`], [`error`]: settings and errors.
 
+pub mod cluster;
 pub mod config;
 pub mod context;
 pub mod error;

@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::RequestOutput;
+use crate::runtime::InFlightTicket;
 use crate::session::{RequestFinished, Session};
 
 /// The handler's future.
@@ -48,6 +49,8 @@ pub(crate) struct InFlightRequest {
     /// no response is sent. A token tripped without it (node shutdown)
     /// answers with an error instead.
     client_cancelled: Arc<AtomicBool>,
+    /// Counts this request on the node until the actor is dropped.
+    _ticket: InFlightTicket,
 }
 
 impl std::fmt::Debug for InFlightRequest {
@@ -60,6 +63,9 @@ impl std::fmt::Debug for InFlightRequest {
 }
 
 impl InFlightRequest {
+    // Each argument is a distinct part the actor owns; a builder would only
+    // move them around.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         id: RequestId,
         serial: u64,
@@ -68,6 +74,7 @@ impl InFlightRequest {
         session: Addr<Session>,
         job: Job,
         timeout: Duration,
+        ticket: InFlightTicket,
     ) -> Self {
         Self {
             id,
@@ -79,6 +86,7 @@ impl InFlightRequest {
             timeout,
             task: None,
             client_cancelled: Arc::new(AtomicBool::new(false)),
+            _ticket: ticket,
         }
     }
 }

@@ -7,7 +7,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix::prelude::*;
 use dashmap::DashMap;
-use mcp_store::{Position, SessionId, SessionRecord, Store, StoreError, StreamId};
+use mcp_protocol::{RequestId, Response};
+use mcp_store::{
+    ControlMessage, NodeId, Position, SessionId, SessionRecord, Store, StoreError, StreamId,
+};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -16,6 +19,49 @@ use crate::follow::{Attachments, Follow};
 use crate::registry::{FanOut, SessionMap, SessionRegistry};
 use crate::session::{Session, SessionDeps};
 use crate::{McpService, RuntimeConfig, RuntimeError, ServerEvent, SessionHandle};
+
+/// What every part of the runtime on this node shares: its identity in the
+/// cluster, the store, and which streams it is reading.
+#[derive(Debug)]
+pub(crate) struct NodeContext {
+    /// This node, as the node registry and the control bus know it.
+    pub(crate) id: NodeId,
+    /// The shared store.
+    pub(crate) store: Store,
+    /// The streams read on this node.
+    pub(crate) attachments: Arc<Attachments>,
+    /// Requests running on this node: incremented by a session when it
+    /// starts one, decremented when the request actor stops.
+    pub(crate) in_flight: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts one running request on its node while it lives.
+#[derive(Debug)]
+pub(crate) struct InFlightTicket(Arc<NodeContext>);
+
+impl InFlightTicket {
+    pub(crate) fn issue(node: &Arc<NodeContext>) -> Self {
+        node.in_flight.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(node))
+    }
+}
+
+impl Drop for InFlightTicket {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl NodeContext {
+    /// Publishes on the control bus; a failure is logged, not returned: the
+    /// messages are best effort (a missed one is caught by TTL renewal or a
+    /// re-read).
+    pub(crate) async fn publish(&self, message: ControlMessage) {
+        if let Err(err) = self.store.bus.publish(&message).await {
+            tracing::warn!(error = %err, "Control message could not be published.");
+        }
+    }
+}
 
 /// One node's runtime. Cheap to clone; create it once, inside the actix
 /// system, outside the HTTP worker factory.
@@ -42,13 +88,18 @@ impl Runtime {
     pub fn new(service: Arc<dyn McpService>, store: Store, config: RuntimeConfig) -> Self {
         let sessions: SessionMap = Arc::new(DashMap::new());
         let registry = SessionRegistry::new(Arc::clone(&sessions)).start();
-        let deps = SessionDeps {
-            service,
+        let node = Arc::new(NodeContext {
+            id: NodeId::random(),
             store,
             attachments: Arc::new(Attachments::default()),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let deps = SessionDeps {
+            service,
+            node,
             config: Arc::new(config),
         };
-        Self {
+        let runtime = Self {
             inner: Arc::new(Inner {
                 sessions,
                 registry,
@@ -57,6 +108,34 @@ impl Runtime {
                 drain: CancellationToken::new(),
                 draining: AtomicBool::new(false),
             }),
+        };
+        crate::cluster::start(&runtime);
+        runtime
+    }
+
+    /// This node's id in the cluster.
+    pub fn node_id(&self) -> &NodeId {
+        &self.inner.deps.node.id
+    }
+
+    pub(crate) fn node(&self) -> &Arc<NodeContext> {
+        &self.inner.deps.node
+    }
+
+    pub(crate) fn sessions(&self) -> &SessionMap {
+        &self.inner.sessions
+    }
+
+    pub(crate) fn registry(&self) -> &Addr<SessionRegistry> {
+        &self.inner.registry
+    }
+
+    /// Leaves the cluster after a clean stop: the node registry forgets
+    /// this node (its streams are closed by then), so no survivor finalizes
+    /// it.
+    pub async fn leave(&self) {
+        if let Err(err) = self.store().nodes.leave(self.node_id()).await {
+            tracing::warn!(error = %err, "Leaving the cluster failed; survivors will finalize this node.");
         }
     }
 
@@ -72,7 +151,7 @@ impl Runtime {
 
     /// The store.
     pub fn store(&self) -> &Store {
-        &self.inner.deps.store
+        &self.inner.deps.node.store
     }
 
     /// Sessions held by this node.
@@ -101,7 +180,7 @@ impl Runtime {
         if self.inner.sessions.len() >= self.config().max_sessions {
             return Err(RuntimeError::TooManySessions);
         }
-        let store = &self.inner.deps.store;
+        let store = &self.inner.deps.node.store;
         let id = SessionId::random();
         let standalone = store.events.create_stream(&id).await?;
         let record = SessionRecord {
@@ -141,6 +220,7 @@ impl Runtime {
         let record = self
             .inner
             .deps
+            .node
             .store
             .sessions
             .load(id)
@@ -184,13 +264,20 @@ impl Runtime {
     /// [`RuntimeError::SessionNotFound`] when it was already gone; a store
     /// failure.
     pub async fn terminate(&self, id: &SessionId) -> Result<(), RuntimeError> {
-        let store = &self.inner.deps.store;
+        let store = &self.inner.deps.node.store;
         let existed = store.sessions.delete(id).await?;
         store.events.delete_session(id).await?;
         let local = self.inner.sessions.remove(id);
         if let Some((_, handle)) = &local {
             handle.terminate();
         }
+        // Every other node stops its actor of this session.
+        self.node()
+            .publish(ControlMessage::SessionEnded {
+                session: id.clone(),
+                origin: self.node_id().clone(),
+            })
+            .await;
         if existed || local.is_some() {
             Ok(())
         } else {
@@ -198,11 +285,11 @@ impl Runtime {
         }
     }
 
-    /// Opens the exchange of a POST carrying `requests` requests.
+    /// Opens the exchange of a POST carrying `requests` (their ids).
     pub fn exchange(
         &self,
         session: &SessionHandle,
-        requests: usize,
+        requests: Vec<RequestId>,
     ) -> (Arc<Exchange>, oneshot::Receiver<ExchangeReply>) {
         self.exchange_with_mode(session, requests, self.config().response_mode)
     }
@@ -212,15 +299,33 @@ impl Runtime {
     pub fn exchange_with_mode(
         &self,
         session: &SessionHandle,
-        requests: usize,
+        requests: Vec<RequestId>,
         mode: crate::ResponseMode,
     ) -> (Arc<Exchange>, oneshot::Receiver<ExchangeReply>) {
         Exchange::pending(
             session.id().clone(),
-            Arc::clone(&self.inner.deps.store.events),
-            Arc::clone(&self.inner.deps.attachments),
+            Arc::clone(self.node()),
             mode,
             requests,
+            Vec::new(),
+        )
+    }
+
+    /// Opens the exchange of a JSON-RPC batch: the responses of `requests`
+    /// plus `answered`, the errors for its invalid members.
+    pub fn batch_exchange(
+        &self,
+        session: &SessionHandle,
+        requests: Vec<RequestId>,
+        answered: Vec<Response>,
+    ) -> (Arc<Exchange>, oneshot::Receiver<ExchangeReply>) {
+        let mode = self.config().response_mode;
+        Exchange::pending(
+            session.id().clone(),
+            Arc::clone(self.node()),
+            mode,
+            requests,
+            answered,
         )
     }
 
@@ -229,8 +334,7 @@ impl Runtime {
     pub fn attached_exchange(&self, session: &SessionHandle) -> Arc<Exchange> {
         Exchange::attached(
             session.id().clone(),
-            Arc::clone(&self.inner.deps.store.events),
-            Arc::clone(&self.inner.deps.attachments),
+            Arc::clone(self.node()),
             session.standalone_stream().clone(),
         )
     }
@@ -246,9 +350,9 @@ impl Runtime {
         stream: &StreamId,
         after: Position,
     ) -> Result<Follow, RuntimeError> {
-        Follow::start(
-            Arc::clone(&self.inner.deps.store.events),
-            &self.inner.deps.attachments,
+        let follow = Follow::start(
+            Arc::clone(&self.inner.deps.node.store.events),
+            &self.inner.deps.node.attachments,
             session.id().clone(),
             stream.clone(),
             after,
@@ -256,7 +360,16 @@ impl Runtime {
             self.config().sse_keep_alive(),
         )
         .await
-        .map_err(RuntimeError::from)
+        .map_err(RuntimeError::from)?;
+        // One reader per stream in the whole cluster: readers elsewhere end.
+        let kick = ControlMessage::Kick {
+            session: session.id().clone(),
+            stream: stream.clone(),
+            origin: self.node_id().clone(),
+        };
+        let node = Arc::clone(self.node());
+        actix::spawn(async move { node.publish(kick).await });
+        Ok(follow)
     }
 
     /// Follows the session's standalone stream from now on.
@@ -271,6 +384,7 @@ impl Runtime {
         let tail = self
             .inner
             .deps
+            .node
             .store
             .events
             .tail(session.id(), stream)
@@ -284,14 +398,39 @@ impl Runtime {
 
     /// Tells every session on this node about a server event.
     pub fn broadcast(&self, event: ServerEvent) {
-        self.inner.registry.do_send(FanOut(event));
+        let (name, uri) = event.wire();
+        let message = ControlMessage::ServerEvent {
+            name: name.to_owned(),
+            uri,
+            origin: self.node_id().clone(),
+        };
+        let store = self.store().clone();
+        let registry = self.inner.registry.clone();
+        // Every node (this one included, through the bus) fans it out to its
+        // sessions; if the bus is down, at least this node's sessions hear.
+        actix::spawn(async move {
+            if let Err(err) = store.bus.publish(&message).await {
+                tracing::warn!(error = %err, "Server event not published; delivered on this node only.");
+                registry.do_send(FanOut(event));
+            }
+        });
     }
 
-    /// Starts draining: no new sessions, every SSE connection ends with
-    /// `retry` so clients reconnect (to another node).
+    /// Starts draining: readiness fails and no new session starts here;
+    /// existing sessions are still served.
     pub fn start_drain(&self) {
         self.inner.draining.store(true, Ordering::Release);
+    }
+
+    /// Ends every SSE connection of this node with `retry`, so clients
+    /// reconnect (to another node) and resume from the log.
+    pub fn close_streams(&self) {
         self.inner.drain.cancel();
+    }
+
+    /// Requests running on this node.
+    pub fn in_flight(&self) -> usize {
+        self.node().in_flight.load(Ordering::Acquire)
     }
 
     /// Cancels every in-flight request (end of the drain grace period).

@@ -33,6 +33,31 @@ pub enum ServerEvent {
     },
 }
 
+impl ServerEvent {
+    /// The event as the control bus carries it: a name and, for resource
+    /// updates, the URI.
+    pub fn wire(&self) -> (&'static str, Option<String>) {
+        match self {
+            Self::ToolsListChanged => ("tools_list_changed", None),
+            Self::PromptsListChanged => ("prompts_list_changed", None),
+            Self::ResourcesListChanged => ("resources_list_changed", None),
+            Self::ResourceUpdated { uri } => ("resource_updated", Some(uri.clone())),
+        }
+    }
+
+    /// The event from its bus form; `None` for a name this node does not
+    /// know (a newer node in a rolling deploy).
+    pub fn from_wire(name: &str, uri: Option<String>) -> Option<Self> {
+        match (name, uri) {
+            ("tools_list_changed", _) => Some(Self::ToolsListChanged),
+            ("prompts_list_changed", _) => Some(Self::PromptsListChanged),
+            ("resources_list_changed", _) => Some(Self::ResourcesListChanged),
+            ("resource_updated", Some(uri)) => Some(Self::ResourceUpdated { uri }),
+            _ => None,
+        }
+    }
+}
+
 /// The MCP server logic: everything but lifecycle, ping, logging level and
 /// subscriptions, which the session handles itself.
 #[async_trait]

@@ -21,7 +21,7 @@ use mcp_protocol::{
     ErrorCode, ErrorObject, Message, Notification, ProtocolVersion, Request, RequestId, Response,
     methods,
 };
-use mcp_store::{SessionId, SessionRecord, Store, StreamId};
+use mcp_store::{ControlMessage, SessionId, SessionRecord, StreamId};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::{AskError, AskOutcome, RequestContext, RequestOutput, SessionShared};
 use crate::exchange::Exchange;
-use crate::follow::Attachments;
 use crate::request::{Cancel, InFlightRequest};
+use crate::runtime::{InFlightTicket, NodeContext};
 use crate::{McpService, RuntimeConfig, RuntimeError, ServerEvent};
 
 /// How often a session checks whether it is idle.
@@ -49,15 +49,28 @@ pub(crate) struct Dispatch {
     pub(crate) exchange: Arc<Exchange>,
 }
 
-/// Handle one client notification.
+/// Handle one client notification. `remote`: it came over the control bus
+/// from the node that received it, so it is not published again.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub(crate) struct Notify(pub(crate) Notification);
+pub(crate) struct Notify {
+    pub(crate) notification: Notification,
+    pub(crate) remote: bool,
+}
 
-/// Route the client's answer to a server request.
+/// Route the client's answer to a server request (`remote` as for
+/// [`Notify`]).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub(crate) struct ClientAnswer(pub(crate) Response);
+pub(crate) struct ClientAnswer {
+    pub(crate) response: Response,
+    pub(crate) remote: bool,
+}
+
+/// Reload the state from the store: another node changed it.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Reload;
 
 /// Allocate an id for a server-to-client request and await its answer.
 #[derive(Message, Debug)]
@@ -102,8 +115,7 @@ struct PendingAsk {
 #[derive(Debug, Clone)]
 pub(crate) struct SessionDeps {
     pub(crate) service: Arc<dyn McpService>,
-    pub(crate) store: Store,
-    pub(crate) attachments: Arc<Attachments>,
+    pub(crate) node: Arc<NodeContext>,
     pub(crate) config: Arc<RuntimeConfig>,
 }
 
@@ -239,7 +251,14 @@ impl Handler<Dispatch> for Session {
 impl Handler<Notify> for Session {
     type Result = ();
 
-    fn handle(&mut self, Notify(n): Notify, ctx: &mut Self::Context) {
+    fn handle(
+        &mut self,
+        Notify {
+            notification: n,
+            remote,
+        }: Notify,
+        ctx: &mut Self::Context,
+    ) {
         self.active(ctx);
         match n.method.as_str() {
             methods::NOTIFICATION_INITIALIZED => {
@@ -261,7 +280,9 @@ impl Handler<Notify> for Session {
                         tracing::debug!(session_id = %self.record.id, jsonrpc_id = %id, "Request cancelled by the client.");
                         addr.do_send(Cancel);
                     }
-                    // Unknown or finished requests: the spec says to ignore.
+                    // Not running here: it may run on another node, which the
+                    // bus reaches; unknown everywhere, it is ignored (spec).
+                    None if !remote => self.publish_deliver(Message::Notification(n.clone())),
                     None => {
                         tracing::debug!(session_id = %self.record.id, "Cancellation of an unknown request ignored.")
                     }
@@ -280,7 +301,7 @@ impl Handler<Notify> for Session {
 impl Handler<ClientAnswer> for Session {
     type Result = ();
 
-    fn handle(&mut self, ClientAnswer(response): ClientAnswer, ctx: &mut Self::Context) {
+    fn handle(&mut self, ClientAnswer { response, remote }: ClientAnswer, ctx: &mut Self::Context) {
         self.active(ctx);
         let pending = response
             .id
@@ -290,6 +311,8 @@ impl Handler<ClientAnswer> for Session {
             Some(p) => {
                 let _ = p.tx.send(response.outcome);
             }
+            // Asked by a request running on another node.
+            None if !remote => self.publish_deliver(Message::Response(response)),
             None => {
                 tracing::debug!(session_id = %self.record.id, "Answer to an unknown server request ignored.")
             }
@@ -344,11 +367,38 @@ impl Handler<Evict> for Session {
     }
 }
 
+impl Handler<Reload> for Session {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Reload, ctx: &mut Self::Context) {
+        let sessions = Arc::clone(&self.deps.node.store.sessions);
+        let id = self.record.id.clone();
+        let load = async move { sessions.load(&id).await };
+        // `wait`: the reload is applied before the next message is handled,
+        // so a request never sees a state older than the one announced.
+        ctx.wait(load.into_actor(self).map(|loaded, act, ctx| match loaded {
+            Ok(Some(record)) => act.apply(record),
+            Ok(None) => ctx.stop(),
+            Err(err) => {
+                tracing::warn!(session_id = %act.record.id, error = %err, "Session reload failed.")
+            }
+        }));
+    }
+}
+
 impl Handler<Broadcast> for Session {
     type Result = ();
 
     fn handle(&mut self, Broadcast(event): Broadcast, _ctx: &mut Self::Context) {
-        if !self.record.initialized {
+        // Written by the one node whose reader follows the standalone stream
+        // (one reader per stream, cluster-wide), so it is written once; with
+        // no reader, no client is listening and a new GET starts at the tail.
+        let listening = self
+            .deps
+            .node
+            .attachments
+            .is_attached(&self.record.standalone_stream);
+        if !self.record.initialized || !listening {
             return;
         }
         let notification = match event {
@@ -368,7 +418,7 @@ impl Handler<Broadcast> for Session {
                 Notification::new(methods::NOTIFICATION_RESOURCES_UPDATED, UriParams { uri })
             }
         };
-        let events = Arc::clone(&self.deps.store.events);
+        let events = Arc::clone(&self.deps.node.store.events);
         let session = self.record.id.clone();
         let stream = self.record.standalone_stream.clone();
         let data: Arc<str> = Arc::from(Message::Notification(notification).to_json());
@@ -395,7 +445,7 @@ impl Session {
             return;
         }
         self.last_touch = self.last_activity;
-        let store = self.deps.store.clone();
+        let store = self.deps.node.store.clone();
         let id = self.record.id.clone();
         let standalone = self.record.standalone_stream.clone();
         let addr = ctx.address();
@@ -421,6 +471,7 @@ impl Session {
         let busy = !self.in_flight.is_empty()
             || self
                 .deps
+                .node
                 .attachments
                 .is_attached(&self.record.standalone_stream);
         if busy {
@@ -436,15 +487,57 @@ impl Session {
     }
 
     /// Saves the record (after a state change) in the background.
+    /// Takes the state another node saved.
+    fn apply(&mut self, record: SessionRecord) {
+        self.shared
+            .initialized
+            .store(record.initialized, Ordering::Release);
+        self.shared
+            .set_log_level(record.log_level.as_deref().and_then(LoggingLevel::parse));
+        if let Ok(caps) = serde_json::from_value(record.client_capabilities.clone()) {
+            let _ = self.shared.client_capabilities.set(caps);
+        }
+        if let Some(v) = record
+            .protocol_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+        {
+            let _ = self.shared.version.set(v);
+        }
+        self.record = record;
+    }
+
+    /// Saves the record, then tells the other nodes holding this session to
+    /// reload it.
     fn persist(&self) {
-        let sessions = Arc::clone(&self.deps.store.sessions);
+        let node = Arc::clone(&self.deps.node);
         let record = self.record.clone();
         let ttl = self.deps.config.session_idle_ttl();
         actix::spawn(async move {
-            if let Err(err) = sessions.save(&record, ttl).await {
-                tracing::warn!(session_id = %record.id, error = %err, "Session state could not be saved.");
+            match node.store.sessions.save(&record, ttl).await {
+                Ok(_) => {
+                    let changed = ControlMessage::SessionChanged {
+                        session: record.id.clone(),
+                        origin: node.id.clone(),
+                    };
+                    node.publish(changed).await;
+                }
+                Err(err) => {
+                    tracing::warn!(session_id = %record.id, error = %err, "Session state could not be saved.")
+                }
             }
         });
+    }
+
+    /// Hands a client message this node cannot place to the other nodes.
+    fn publish_deliver(&self, message: Message) {
+        let node = Arc::clone(&self.deps.node);
+        let deliver = ControlMessage::Deliver {
+            session: self.record.id.clone(),
+            message: message.to_json(),
+            origin: node.id.clone(),
+        };
+        actix::spawn(async move { node.publish(deliver).await });
     }
 
     fn initialize(&mut self, request: Request, exchange: Arc<Exchange>) {
@@ -477,7 +570,7 @@ impl Session {
         tracing::debug!(session_id = %self.record.id, protocol_version = %version, "Session initialized.");
         // Saved before answering: the client's next request may reach
         // another node, which must see the negotiated version.
-        let sessions = Arc::clone(&self.deps.store.sessions);
+        let sessions = Arc::clone(&self.deps.node.store.sessions);
         let record = self.record.clone();
         let ttl = self.deps.config.session_idle_ttl();
         actix::spawn(async move {
@@ -592,6 +685,7 @@ impl Session {
             ctx.address(),
             job,
             self.deps.config.request_timeout(),
+            InFlightTicket::issue(&self.deps.node),
         );
         self.in_flight.insert(id, (serial, actor.start()));
     }
@@ -653,7 +747,10 @@ impl SessionHandle {
     /// As [`Self::dispatch`].
     pub fn notify(&self, notification: Notification) -> Result<(), RuntimeError> {
         self.addr
-            .try_send(Notify(notification))
+            .try_send(Notify {
+                notification,
+                remote: false,
+            })
             .map_err(mailbox_error)
     }
 
@@ -663,8 +760,31 @@ impl SessionHandle {
     /// As [`Self::dispatch`].
     pub fn answer(&self, response: Response) -> Result<(), RuntimeError> {
         self.addr
-            .try_send(ClientAnswer(response))
+            .try_send(ClientAnswer {
+                response,
+                remote: false,
+            })
             .map_err(mailbox_error)
+    }
+
+    /// Delivers a client message that another node received.
+    pub(crate) fn deliver_remote(&self, message: Message) {
+        match message {
+            Message::Notification(notification) => self.addr.do_send(Notify {
+                notification,
+                remote: true,
+            }),
+            Message::Response(response) => self.addr.do_send(ClientAnswer {
+                response,
+                remote: true,
+            }),
+            Message::Request(_) => {}
+        }
+    }
+
+    /// Reloads the state another node changed.
+    pub(crate) fn reload(&self) {
+        self.addr.do_send(Reload);
     }
 
     /// Stops the actor as part of ending the session.

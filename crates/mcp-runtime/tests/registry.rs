@@ -69,7 +69,7 @@ async fn call(
     method: &str,
     params: Value,
 ) -> mcp_protocol::Response {
-    let (exchange, reply) = runtime.exchange(session, 1);
+    let (exchange, reply) = runtime.exchange(session, vec![RequestId::Number(id)]);
     session
         .dispatch(
             Request::new(RequestId::Number(id), method, params),
@@ -197,7 +197,7 @@ async fn a_request_id_in_flight_cannot_be_reused() {
         RuntimeConfig::default(),
     );
     let session = initialized(&runtime).await;
-    let (first, first_reply) = runtime.exchange(&session, 1);
+    let (first, first_reply) = runtime.exchange(&session, vec![RequestId::Number(7)]);
     session
         .dispatch(
             Request::new(RequestId::Number(7), "tools/call", json!({})),
@@ -221,7 +221,7 @@ async fn requests_stopped_by_the_server_answer_with_an_error_not_silence() {
         RuntimeConfig::default(),
     );
     let session = initialized(&runtime).await;
-    let (exchange, reply) = runtime.exchange(&session, 1);
+    let (exchange, reply) = runtime.exchange(&session, vec![RequestId::Number(1)]);
     session
         .dispatch(
             Request::new(RequestId::Number(1), "tools/call", json!({})),

@@ -37,7 +37,7 @@ fn hot_path(c: &mut Criterion) {
         let runtime = Runtime::new(std::sync::Arc::new(server), Store::memory(Retention::default()), RuntimeConfig::default());
         let session = runtime.create_session(None).await.unwrap();
         let init = br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"b","version":"0"}}}"#;
-        let (exchange, reply) = runtime.exchange(&session, 1);
+        let (exchange, reply) = runtime.exchange(&session, vec![mcp_protocol::RequestId::Number(0)]);
         session.dispatch(request(init), exchange).unwrap();
         reply.await.unwrap();
         session.notify(mcp_protocol::Notification { method: "notifications/initialized".into(), params: None }).unwrap();
@@ -49,7 +49,8 @@ fn hot_path(c: &mut Criterion) {
             system.block_on(async {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    let (exchange, reply) = runtime.exchange(&session, 1);
+                    let (exchange, reply) =
+                        runtime.exchange(&session, vec![mcp_protocol::RequestId::Number(1)]);
                     session
                         .dispatch(request(std::hint::black_box(body)), exchange)
                         .unwrap();

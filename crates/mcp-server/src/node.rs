@@ -18,6 +18,9 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::{McpServer, NodeConfig};
 
+/// How often the drain checks for running requests.
+const DRAIN_POLL: Duration = Duration::from_millis(100);
+
 /// A node about to serve: bound, not yet running.
 pub struct BoundNode {
     server: actix_web::dev::Server,
@@ -66,13 +69,30 @@ impl BoundNode {
         let grace = self.drain_grace;
         actix_web::rt::spawn(async move {
             shutdown.await;
-            tracing::info!("Draining.");
+            // 1. Readiness fails and no new session starts here; requests of
+            //    existing sessions are still served.
+            tracing::info!(in_flight = runtime.in_flight(), "Draining.");
             runtime.start_drain();
-            // Stops accepting, waits for open requests up to the grace period.
-            let stop = handle.stop(true);
-            tokio::time::sleep(grace).await;
-            runtime.stop_requests();
-            stop.await;
+            // 2. Running requests get the grace period to finish.
+            let deadline = tokio::time::Instant::now() + grace;
+            while runtime.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(DRAIN_POLL).await;
+            }
+            // 3. What still runs answers -32603 into its stream.
+            if runtime.in_flight() > 0 {
+                tracing::warn!(
+                    in_flight = runtime.in_flight(),
+                    "Grace period over; stopping requests."
+                );
+                runtime.stop_requests();
+                tokio::time::sleep(DRAIN_POLL).await;
+            }
+            // 4. SSE connections end with `retry`; clients resume from the
+            //    log on another node. Then the listener closes.
+            runtime.close_streams();
+            handle.stop(true).await;
+            runtime.leave().await;
+            tracing::info!("Drained.");
         });
         self.server.await
     }
@@ -142,11 +162,17 @@ pub fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<BoundNode>
     })
 }
 
+/// Ready: not draining and the store answers.
 async fn readyz(state: web::Data<HttpState>) -> HttpResponse {
     if state.runtime.is_draining() {
-        HttpResponse::ServiceUnavailable().body("draining")
-    } else {
-        HttpResponse::Ok().body("ready")
+        return HttpResponse::ServiceUnavailable().body("draining");
+    }
+    match state.runtime.store().sessions.ping().await {
+        Ok(()) => HttpResponse::Ok().body("ready"),
+        Err(err) => {
+            tracing::warn!(error = %err, "Not ready: store unavailable.");
+            HttpResponse::ServiceUnavailable().body("store unavailable")
+        }
     }
 }
 

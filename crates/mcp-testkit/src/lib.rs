@@ -5,6 +5,10 @@
 //! # Layout
 //! - [`InProcessNode`]: a node on its own actix system thread.
 //! - [`NodeProcess`]: the `mcp-node` binary as a child process.
+//! - [`RedisServer`] (`redis`): a real `redis-server` on a free port, no disk.
+//! - [`Nginx`] (`nginx`): a real nginx, round robin over nodes, unbuffered.
+//! - [`Cluster`] (`cluster`): Redis + `mcp-node` processes + nginx.
+//! - [`fixtures`]: a server with test-only tools.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -32,6 +36,16 @@ pub async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T
         Ok(value) => value,
         Err(_) => panic!("timed out: {what}"),
     }
+}
+
+/// A loopback port that was free a moment ago (bound to port 0, then
+/// released), for servers that must be told their port.
+///
+/// # Errors
+/// No port could be bound.
+pub fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(listener.local_addr()?.port())
 }
 
 /// Sends one HTTP/1.1 request over a plain socket, exactly as written (for
@@ -239,4 +253,11 @@ impl Drop for NodeProcess {
     }
 }
 
+mod cluster;
 pub mod fixtures;
+mod nginx;
+mod redis;
+
+pub use cluster::{Cluster, NODE_BIN_ENV, node_binary};
+pub use nginx::Nginx;
+pub use redis::RedisServer;

@@ -1,0 +1,233 @@
+//! A whole cluster for one test: a [`RedisServer`], `n` `mcp-node`
+//! processes sharing it, and an [`Nginx`] round-robin load balancer in
+//! front. Each node keeps its port across restarts, so the load balancer's
+//! upstream list stays valid while a test kills, drains and restarts nodes.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::{Nginx, NodeProcess, RedisServer};
+
+/// How long a node may take to print its "listening on" line.
+const NODE_START_LIMIT: Duration = Duration::from_secs(30);
+/// Environment variable naming the `mcp-node` binary to run.
+pub const NODE_BIN_ENV: &str = "MCP_NODE_BIN";
+
+/// The `mcp-node` binary: `$MCP_NODE_BIN` if set, else
+/// `target/debug/mcp-node` in this workspace (build it first:
+/// `cargo build -p mcp-node`).
+pub fn node_binary() -> PathBuf {
+    match std::env::var_os(NODE_BIN_ENV) {
+        Some(path) => PathBuf::from(path),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/mcp-node"),
+    }
+}
+
+/// Redis, nodes and a load balancer; every process is killed on drop
+/// (load balancer first, Redis last).
+#[derive(Debug)]
+pub struct Cluster {
+    /// In front of every node's port, including nodes that are down.
+    nginx: Nginx,
+    /// Node `i`, `None` while it is down (after [`Self::kill_node`] or
+    /// [`Self::terminate_node`]). Dropping one kills it.
+    nodes: Vec<Option<NodeProcess>>,
+    /// Node `i`'s fixed address, reused by [`Self::restart_node`].
+    addrs: Vec<SocketAddr>,
+    /// Every node's arguments (`--redis-url`, the caller's extras), without
+    /// `--bind`.
+    args: Vec<String>,
+    binary: PathBuf,
+    redis: RedisServer,
+}
+
+impl Cluster {
+    /// Starts Redis, `n` nodes of [`node_binary`] with
+    /// `--redis-url <url> --log warn <extra_args>` (no `--log warn` when
+    /// `extra_args` has a `--log`), each on its own free loopback port, and
+    /// nginx in front of them.
+    ///
+    /// # Errors
+    /// A binary is missing (the message says how to install or build it),
+    /// or a process does not start.
+    pub fn start(n: usize, extra_args: &[&str]) -> anyhow::Result<Self> {
+        if n == 0 {
+            bail!("a cluster needs at least one node");
+        }
+        let binary = node_binary();
+        if !binary.exists() {
+            bail!(
+                "{} not found: build it first (cargo build -p mcp-node) or set {NODE_BIN_ENV}",
+                binary.display()
+            );
+        }
+        let redis = RedisServer::start()?;
+        let mut args = vec!["--redis-url".to_owned(), redis.url()];
+        if !extra_args.iter().any(|arg| arg.starts_with("--log")) {
+            args.extend(["--log".to_owned(), "warn".to_owned()]);
+        }
+        args.extend(extra_args.iter().map(|arg| (*arg).to_owned()));
+        let mut nodes = Vec::with_capacity(n);
+        let mut addrs = Vec::with_capacity(n);
+        for i in 0..n {
+            let addr = SocketAddr::from(([127, 0, 0, 1], crate::free_port()?));
+            let node = spawn_node(&binary, &args, addr).with_context(|| format!("node {i}"))?;
+            nodes.push(Some(node));
+            addrs.push(addr);
+        }
+        let nginx = Nginx::start(&addrs)?;
+        Ok(Self {
+            nginx,
+            nodes,
+            addrs,
+            args,
+            binary,
+            redis,
+        })
+    }
+
+    /// The shared Redis (stop and restart it for outage tests).
+    pub fn redis(&self) -> &RedisServer {
+        &self.redis
+    }
+
+    /// The load balancer.
+    pub fn nginx(&self) -> &Nginx {
+        &self.nginx
+    }
+
+    /// The nodes by index, `None` for a node that is down.
+    pub fn nodes(&self) -> &[Option<NodeProcess>] {
+        &self.nodes
+    }
+
+    /// Node `i`, `None` while it is down.
+    ///
+    /// # Panics
+    /// When `i` is out of range.
+    pub fn node(&self, i: usize) -> Option<&NodeProcess> {
+        self.nodes[i].as_ref()
+    }
+
+    /// How many nodes the cluster has (up or down).
+    pub fn len(&self) -> usize {
+        self.addrs.len()
+    }
+
+    /// Always false: a cluster has at least one node.
+    pub fn is_empty(&self) -> bool {
+        self.addrs.is_empty()
+    }
+
+    /// Node `i`'s address, the same across restarts.
+    ///
+    /// # Panics
+    /// When `i` is out of range.
+    pub fn node_addr(&self, i: usize) -> SocketAddr {
+        self.addrs[i]
+    }
+
+    /// Node `i`'s MCP endpoint, bypassing the load balancer; the same
+    /// across restarts.
+    ///
+    /// # Panics
+    /// When `i` is out of range.
+    pub fn node_url(&self, i: usize) -> String {
+        match &self.nodes[i] {
+            Some(node) => node.url().to_owned(),
+            None => format!("http://{}/mcp", self.addrs[i]),
+        }
+    }
+
+    /// The MCP endpoint through the load balancer.
+    pub fn lb_url(&self) -> String {
+        self.nginx.url()
+    }
+
+    /// Kills node `i` with SIGKILL (a crash: no drain, nothing flushed).
+    /// Does nothing if it is down.
+    ///
+    /// # Panics
+    /// When `i` is out of range.
+    pub fn kill_node(&mut self, i: usize) {
+        // NodeProcess's drop is SIGKILL + wait.
+        drop(self.nodes[i].take());
+    }
+
+    /// Sends node `i` SIGTERM and waits for it to drain and exit. `None`
+    /// if it was down.
+    ///
+    /// # Errors
+    /// The signal could not be sent or the wait failed.
+    ///
+    /// # Panics
+    /// When `i` is out of range.
+    pub fn terminate_node(&mut self, i: usize) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        match self.nodes[i].take() {
+            Some(mut node) => Ok(Some(node.terminate()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Starts node `i` again, on its old port with its old arguments; kills
+    /// it first (SIGKILL) if it runs.
+    ///
+    /// # Errors
+    /// The node does not start (or something else took its port).
+    ///
+    /// # Panics
+    /// When `i` is out of range.
+    pub fn restart_node(&mut self, i: usize) -> anyhow::Result<()> {
+        self.kill_node(i);
+        let node = spawn_node(&self.binary, &self.args, self.addrs[i])
+            .with_context(|| format!("restarting node {i}"))?;
+        self.nodes[i] = Some(node);
+        Ok(())
+    }
+}
+
+/// Spawns `binary args --bind addr` and waits for its "listening on" line.
+/// ([`NodeProcess::spawn`] always binds port 0; a cluster node must keep
+/// its port so the load balancer's upstream stays right.)
+fn spawn_node(binary: &Path, args: &[String], addr: SocketAddr) -> anyhow::Result<NodeProcess> {
+    let mut child = Command::new(binary)
+        .args(args)
+        .arg("--bind")
+        .arg(addr.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("spawning {}", binary.display()))?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let (tx, rx) = mpsc::channel();
+    // Reads stdout to its end, so the node never blocks on a full pipe.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("mcp-node listening on ") {
+                let _ = tx.send(url.to_owned());
+            }
+        }
+    });
+    // The node is a NodeProcess from here on: dropped on error, it is killed.
+    let mut node = NodeProcess {
+        child,
+        url: String::new(),
+    };
+    match rx.recv_timeout(NODE_START_LIMIT) {
+        Ok(url) => {
+            node.url = url;
+            Ok(node)
+        }
+        Err(_) => match node.child.try_wait() {
+            Ok(Some(status)) => bail!("{} exited ({status}) before listening", binary.display()),
+            _ => bail!("{} did not report its address", binary.display()),
+        },
+    }
+}

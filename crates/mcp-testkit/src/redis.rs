@@ -1,0 +1,356 @@
+//! A real `redis-server` for one test: on a free loopback port, without a
+//! config file and without touching the disk (no RDB, no AOF). Talks to it
+//! over raw RESP on a `TcpStream` so the testkit needs no Redis client; the
+//! Redis adapters under test bring their own.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::GUARD;
+
+/// Startup attempts when the chosen port is taken between picking it and
+/// the server binding it.
+const START_ATTEMPTS: usize = 3;
+/// Pause between readiness probes.
+const PROBE_INTERVAL: Duration = Duration::from_millis(20);
+/// Lines of the server's own log kept for error messages.
+const LOG_LINES_KEPT: usize = 40;
+
+/// A `redis-server` child process on `127.0.0.1:<port>`; killed on drop.
+///
+/// Every method takes `&self` (the child sits behind a mutex), so a test can
+/// stop and restart Redis while other tasks hold the same reference.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    /// The running server, `None` between [`Self::stop`] and
+    /// [`Self::restart`]. Written by `start`/`stop`/`restart`/`drop`.
+    child: Mutex<Option<Child>>,
+    /// The last lines the server printed (its log goes to stdout); filled
+    /// by a reader thread per process, read for error messages.
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl RedisServer {
+    /// Starts `redis-server` on a free loopback port and waits until it
+    /// answers `PING`.
+    ///
+    /// # Errors
+    /// `redis-server` is not on `PATH`, exits, or does not answer within
+    /// [`GUARD`].
+    pub fn start() -> anyhow::Result<Self> {
+        let mut last_err = None;
+        for _ in 0..START_ATTEMPTS {
+            let port = crate::free_port()?;
+            let server = Self {
+                port,
+                child: Mutex::new(None),
+                log: Arc::new(Mutex::new(Vec::new())),
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(err) => last_err = Some(err),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The port, the same across [`Self::restart`].
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Whether the server process is alive.
+    pub fn is_running(&self) -> bool {
+        match self.lock_child().as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Stops the server without SIGKILL: `SHUTDOWN NOSAVE`, falling back to
+    /// SIGTERM, then waits for it to exit. Clients see their connections
+    /// close. A stopped server stays stopped.
+    ///
+    /// # Errors
+    /// The server did not exit within [`GUARD`] (it is then killed).
+    pub fn stop(&self) -> anyhow::Result<()> {
+        let Some(mut child) = self.lock_child().take() else {
+            return Ok(());
+        };
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return Ok(());
+        }
+        // SHUTDOWN closes the connection instead of answering when it works.
+        if command(self.port, &["SHUTDOWN", "NOSAVE"]).is_err() || !exits(&mut child, GUARD / 2) {
+            signal_term(child.id());
+        }
+        if !exits(&mut child, GUARD) {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("redis-server on port {} did not stop; killed", self.port);
+        }
+        Ok(())
+    }
+
+    /// Starts the server again on the same port (after [`Self::stop`], for
+    /// outage tests); stops it first if it runs. The data is gone: nothing
+    /// is persisted.
+    ///
+    /// # Errors
+    /// As [`Self::stop`] and [`Self::start`]; also when something else took
+    /// the port meanwhile.
+    pub fn restart(&self) -> anyhow::Result<()> {
+        self.stop()?;
+        self.spawn()
+    }
+
+    /// Connected clients, not counting the connection that asks.
+    ///
+    /// # Errors
+    /// The server does not answer or the answer is not a `CLIENT LIST`.
+    pub fn client_count(&self) -> anyhow::Result<usize> {
+        let list = match command(self.port, &["CLIENT", "LIST"])? {
+            Reply::Bulk(Some(list)) => list,
+            other => bail!("unexpected CLIENT LIST reply: {other:?}"),
+        };
+        let all = list.lines().filter(|line| !line.trim().is_empty()).count();
+        Ok(all.saturating_sub(1))
+    }
+
+    /// Runs one command and returns its reply (simple strings, errors and
+    /// integers as text, bulk strings as their content, arrays unsupported).
+    ///
+    /// # Errors
+    /// The server does not answer, or answers with an error.
+    pub fn command(&self, args: &[&str]) -> anyhow::Result<String> {
+        match command(self.port, args)? {
+            Reply::Simple(text) => Ok(text),
+            Reply::Integer(n) => Ok(n.to_string()),
+            Reply::Bulk(body) => Ok(body.unwrap_or_default()),
+            Reply::Error(err) => bail!("redis error: {err}"),
+        }
+    }
+
+    /// Spawns the process on `self.port` and waits for `PONG`.
+    fn spawn(&self) -> anyhow::Result<()> {
+        let port = self.port.to_string();
+        let mut child = Command::new("redis-server")
+            // `--save ""` and `--appendonly no`: nothing goes to disk.
+            .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--protected-mode", "yes"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|err| match err.kind() {
+                std::io::ErrorKind::NotFound => anyhow::anyhow!(
+                    "redis-server not found: install it (apt-get install redis-server) \
+                     or run tests/run-all.sh"
+                ),
+                _ => anyhow::Error::new(err).context("spawning redis-server"),
+            })?;
+        for pipe in [
+            child
+                .stdout
+                .take()
+                .map(|out| Box::new(out) as Box<dyn Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|err| Box::new(err) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let log = Arc::clone(&self.log);
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
+                    if log.len() == LOG_LINES_KEPT {
+                        log.remove(0);
+                    }
+                    log.push(line);
+                }
+            });
+        }
+        let mut waited = Duration::ZERO;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                // Give the reader threads a moment to collect the reason.
+                std::thread::sleep(PROBE_INTERVAL);
+                bail!(
+                    "redis-server on port {port} exited ({status}):\n{}",
+                    self.log_tail()
+                );
+            }
+            if matches!(command(self.port, &["PING"]), Ok(Reply::Simple(ref s)) if s == "PONG") {
+                break;
+            }
+            if waited >= GUARD {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "redis-server on port {port} did not answer PING:\n{}",
+                    self.log_tail()
+                );
+            }
+            std::thread::sleep(PROBE_INTERVAL);
+            waited += PROBE_INTERVAL;
+        }
+        *self.lock_child() = Some(child);
+        Ok(())
+    }
+
+    fn lock_child(&self) -> MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn log_tail(&self) -> String {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .join("\n")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.lock_child().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// One RESP reply, as far as the testkit needs it.
+#[derive(Debug)]
+enum Reply {
+    Simple(String),
+    Error(String),
+    Integer(i64),
+    Bulk(Option<String>),
+}
+
+/// Sends `args` as a RESP array on a fresh connection and reads one reply.
+fn command(port: u16, args: &[&str]) -> anyhow::Result<Reply> {
+    let mut socket = TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port)))?;
+    socket.set_read_timeout(Some(GUARD))?;
+    socket.set_write_timeout(Some(GUARD))?;
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    socket.write_all(request.as_bytes())?;
+    let mut reader = BufReader::new(socket);
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        bail!("connection closed without a reply");
+    }
+    let line = line.trim_end_matches("\r\n");
+    let (kind, rest) = line.split_at_checked(1).context("empty reply")?;
+    Ok(match kind {
+        "+" => Reply::Simple(rest.to_owned()),
+        "-" => Reply::Error(rest.to_owned()),
+        ":" => Reply::Integer(rest.parse().context("bad integer reply")?),
+        "$" => {
+            let len: i64 = rest.parse().context("bad bulk length")?;
+            let Ok(len) = usize::try_from(len) else {
+                return Ok(Reply::Bulk(None));
+            };
+            let mut body = vec![0; len + 2];
+            reader.read_exact(&mut body)?;
+            body.truncate(len);
+            Reply::Bulk(Some(
+                String::from_utf8(body).context("bulk reply not UTF-8")?,
+            ))
+        }
+        _ => bail!("unsupported reply: {line}"),
+    })
+}
+
+/// Whether `child` exits within `limit`.
+fn exits(child: &mut Child, limit: Duration) -> bool {
+    let mut waited = Duration::ZERO;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return true,
+            Ok(None) if waited >= limit => return false,
+            Ok(None) => {
+                std::thread::sleep(PROBE_INTERVAL);
+                waited += PROBE_INTERVAL;
+            }
+        }
+    }
+}
+
+/// Sends SIGTERM via `kill` (the workspace forbids `unsafe`, so no libc).
+fn signal_term(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_ping_and_counts_clients() {
+        let redis = RedisServer::start().unwrap();
+        assert!(redis.is_running());
+        assert_eq!(redis.url(), format!("redis://127.0.0.1:{}/", redis.port()));
+        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
+        assert_eq!(redis.client_count().unwrap(), 0);
+
+        let held = TcpStream::connect(redis.addr()).unwrap();
+        // The server registers a client on accept; PING on it to be sure.
+        let mut held_reader = BufReader::new(held.try_clone().unwrap());
+        (&held).write_all(b"PING\r\n").unwrap();
+        let mut pong = String::new();
+        held_reader.read_line(&mut pong).unwrap();
+        assert_eq!(pong, "+PONG\r\n");
+        assert_eq!(redis.client_count().unwrap(), 1);
+        drop(held_reader);
+        drop(held);
+    }
+
+    #[test]
+    fn keeps_nothing_on_disk() {
+        let redis = RedisServer::start().unwrap();
+        assert_eq!(redis.command(&["SET", "k", "v"]).unwrap(), "OK");
+        redis.restart().unwrap();
+        assert_eq!(redis.command(&["EXISTS", "k"]).unwrap(), "0");
+    }
+
+    #[test]
+    fn stop_and_restart_on_the_same_port() {
+        let redis = RedisServer::start().unwrap();
+        let port = redis.port();
+        redis.stop().unwrap();
+        assert!(!redis.is_running());
+        assert!(TcpStream::connect(redis.addr()).is_err());
+        redis.stop().unwrap();
+
+        redis.restart().unwrap();
+        assert!(redis.is_running());
+        assert_eq!(redis.port(), port);
+        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
+    }
+}
