@@ -33,6 +33,10 @@ struct Cli {
     /// Address to listen on [default: 127.0.0.1:8080].
     #[arg(long, env = "MCP_BIND")]
     bind: Option<SocketAddr>,
+    /// Redis URL: join the cluster sharing this Redis (without it the node
+    /// runs alone on the embedded in-memory store).
+    #[arg(long, env = "MCP_REDIS_URL")]
+    redis_url: Option<String>,
     /// Serve one session over stdin/stdout instead of HTTP.
     #[arg(long)]
     stdio: bool,
@@ -120,6 +124,12 @@ impl Cli {
                 mcp_server::config::ResponseMode::Auto
             };
         }
+        if let Some(url) = &self.redis_url {
+            c.redis
+                .get_or_insert_with(Default::default)
+                .url
+                .clone_from(url);
+        }
         if let Some(v) = self.workers {
             c.workers = v;
         }
@@ -166,7 +176,7 @@ async fn serve(stdio: bool, config: NodeConfig) -> std::io::Result<()> {
         return mcp_server::stdio::run(server, config).await;
     }
     let endpoint = config.http.endpoint.clone();
-    let node = mcp_server::node::bind(server, config)?;
+    let node = mcp_server::node::bind(server, config).await?;
     for addr in node.addrs() {
         tracing::info!(%addr, "Listening.");
         // A machine-readable line for scripts and tests.

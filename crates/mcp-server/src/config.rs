@@ -6,6 +6,7 @@
 
 use std::net::SocketAddr;
 
+pub use mcp_cluster::RedisConfig;
 use mcp_http::HttpConfig;
 pub use mcp_runtime::{ResponseMode, RuntimeConfig};
 use serde::{Deserialize, Serialize};
@@ -38,7 +39,7 @@ impl Default for RetentionConfig {
 }
 
 impl RetentionConfig {
-    /// As the store's type.
+    /// As the embedded store's type.
     pub fn to_retention(&self) -> mcp_store::memory::Retention {
         mcp_store::memory::Retention {
             max_events_per_stream: self.max_events_per_stream,
@@ -64,8 +65,11 @@ pub struct NodeConfig {
     pub http: HttpConfig,
     /// Runtime settings.
     pub runtime: RuntimeConfig,
-    /// Event log retention.
+    /// Event log retention (embedded and Redis stores alike).
     pub retention: RetentionConfig,
+    /// The Redis store: present, the node joins the cluster sharing it;
+    /// absent, the node runs alone on the embedded store.
+    pub redis: Option<RedisConfig>,
 }
 
 impl Default for NodeConfig {
@@ -77,6 +81,7 @@ impl Default for NodeConfig {
             http: HttpConfig::default(),
             runtime: RuntimeConfig::default(),
             retention: RetentionConfig::default(),
+            redis: None,
         }
     }
 }
@@ -190,6 +195,11 @@ impl NodeConfig {
             return bad(
                 "retention.max_events_per_stream and retention.max_streams must be positive",
             );
+        }
+        if let Some(redis) = &self.redis {
+            redis
+                .validate()
+                .map_err(|err| ConfigError(format!("redis: {err}")))?;
         }
         if self.retention.idle_stream_ttl_secs < self.runtime.session_idle_ttl_secs {
             // The standalone stream is renewed with the session: it must not

@@ -123,13 +123,30 @@ async fn wait_for_signal() {
     }
 }
 
-/// Builds the runtime and binds the HTTP server. Must run inside an actix
-/// system (`#[actix_web::main]`).
+/// Opens the store: Redis when configured (the node joins that cluster),
+/// otherwise the embedded in-memory store.
 ///
 /// # Errors
-/// The address cannot be bound.
-pub fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<BoundNode> {
-    let store = Store::memory(config.retention.to_retention());
+/// Redis cannot be reached or its configuration is invalid.
+pub async fn open_store(config: &NodeConfig) -> std::io::Result<Store> {
+    let Some(redis) = &config.redis else {
+        return Ok(Store::memory(config.retention.to_retention()));
+    };
+    let mut redis = redis.clone();
+    // One retention setting for both stores.
+    redis.retention = config.retention.to_retention().into();
+    mcp_cluster::connect(&redis)
+        .await
+        .map_err(std::io::Error::other)
+}
+
+/// Opens the store, builds the runtime and binds the HTTP server. Must run
+/// inside an actix system (`#[actix_web::main]`).
+///
+/// # Errors
+/// The store cannot be opened or the address cannot be bound.
+pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<BoundNode> {
+    let store = open_store(&config).await?;
     let runtime = Runtime::new(Arc::new(server.clone()), store, config.runtime.clone());
     forward_events(&server, &runtime);
     let state = HttpState {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use mcp_protocol::jsonrpc::{Body, decode_body};
 use mcp_protocol::{ErrorCode, ErrorObject, Message, ProtocolVersion, Response};
 use mcp_runtime::{Exchange, FollowItem, Runtime, RuntimeError};
-use mcp_store::{Position, Store};
+use mcp_store::Position;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::{McpServer, NodeConfig};
@@ -47,7 +47,7 @@ fn max_line(config: &NodeConfig) -> usize {
 /// # Errors
 /// Reading stdin or writing stdout failed, or the session could not start.
 pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
-    let store = Store::memory(config.retention.to_retention());
+    let store = crate::node::open_store(&config).await?;
     let runtime = Runtime::new(Arc::new(server), store, config.runtime.clone());
     let session = runtime
         .create_session(None)

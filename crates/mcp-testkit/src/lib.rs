@@ -101,7 +101,7 @@ impl InProcessNode {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
             let system = actix_rt::System::new();
-            let started = system.block_on(async move { mcp_server::node::bind(server, config) });
+            let started = system.block_on(mcp_server::node::bind(server, config));
             match started {
                 Ok(node) => {
                     let _ = tx.send(Ok(node.addrs()[0]));
