@@ -1,0 +1,131 @@
+//! [`connect`]: the node's two Redis connections and the [`Store`] built on
+//! them; [`Redis`], the command handle every port shares.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_store::{Store, StoreError};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, Pipeline, ScriptInvocation, Value};
+
+use crate::bus::RedisBus;
+use crate::error::{timed_out, unavailable};
+use crate::event_log::RedisEventLog;
+use crate::keys::Keys;
+use crate::nodes::RedisNodes;
+use crate::pubsub::PubSub;
+use crate::session_store::RedisSessionStore;
+use crate::{ClusterError, RedisConfig};
+
+/// First delay before the command connection retries a lost connection.
+const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(50);
+/// Longest delay between two attempts of one reconnection round.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(1);
+/// Attempts in one reconnection round; when they all fail, the next command
+/// starts another round (and fails fast meanwhile).
+const RECONNECT_RETRIES: usize = 4;
+
+/// Connects a node to Redis and returns its [`Store`].
+///
+/// Opens the pub/sub connection (and subscribes to the control bus) and the
+/// command connection; both reconnect by themselves afterwards, so the store
+/// is built once per process and survives Redis restarts. Must run inside a
+/// tokio runtime, which then hosts the pub/sub task until the store is
+/// dropped.
+///
+/// # Errors
+/// [`ClusterError::Config`] for values that cannot work, [`ClusterError::Url`],
+/// [`ClusterError::Connect`] or [`ClusterError::Timeout`] when Redis cannot be
+/// reached now.
+pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
+    config.validate()?;
+    let client = redis::Client::open(config.url.as_str()).map_err(ClusterError::Url)?;
+    let timeout = config.command_timeout();
+    let keys = Keys::new(&config.key_prefix);
+    // The pub/sub connection first: one plain attempt whose error says why.
+    let pubsub = PubSub::start(client.clone(), keys.ctl(), timeout).await?;
+    let manager_config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_min_delay(RECONNECT_MIN_DELAY)
+        .set_max_delay(RECONNECT_MAX_DELAY)
+        .set_number_of_retries(RECONNECT_RETRIES);
+    let manager = tokio::time::timeout(
+        timeout,
+        ConnectionManager::new_with_config(client, manager_config),
+    )
+    .await
+    .map_err(|_| ClusterError::Timeout(timeout))?
+    .map_err(ClusterError::Connect)?;
+    let redis = Redis { manager, timeout };
+    Ok(Store {
+        sessions: Arc::new(RedisSessionStore::new(redis.clone(), keys.clone())),
+        events: Arc::new(RedisEventLog::new(
+            redis.clone(),
+            keys.clone(),
+            config.retention,
+            pubsub.clone(),
+        )),
+        bus: Arc::new(RedisBus::new(redis.clone(), keys.clone(), pubsub)),
+        nodes: Arc::new(RedisNodes::new(redis, keys)),
+    })
+}
+
+/// The command connection: one multiplexed connection shared by every port
+/// and every task of the node, reconnecting in the background. Every call is
+/// bounded by the command timeout and maps failures to
+/// [`StoreError::Unavailable`].
+#[derive(Clone)]
+pub(crate) struct Redis {
+    /// Cloning is cheap (an `Arc`); all clones share one connection.
+    manager: ConnectionManager,
+    /// Bound on each call, connection wait included.
+    timeout: Duration,
+}
+
+impl fmt::Debug for Redis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The manager's own Debug prints the connection info (with any
+        // password).
+        f.debug_struct("Redis")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Redis {
+    /// Runs one command.
+    pub(crate) async fn cmd(&self, cmd: &Cmd) -> Result<Value, StoreError> {
+        let mut con = self.manager.clone();
+        self.bounded(cmd.query_async::<Value>(&mut con)).await
+    }
+
+    /// Runs a pipeline (atomic when built with `.atomic()`).
+    pub(crate) async fn pipe(&self, pipe: &Pipeline) -> Result<Value, StoreError> {
+        let mut con = self.manager.clone();
+        self.bounded(pipe.query_async::<Value>(&mut con)).await
+    }
+
+    /// Runs a Lua script: `EVALSHA`, loading it first when Redis does not
+    /// know it (first use, or after a Redis restart).
+    pub(crate) async fn script(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<Value, StoreError> {
+        let mut con = self.manager.clone();
+        self.bounded(invocation.invoke_async::<Value>(&mut con))
+            .await
+    }
+
+    async fn bounded(
+        &self,
+        call: impl Future<Output = redis::RedisResult<Value>>,
+    ) -> Result<Value, StoreError> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(err)) => Err(unavailable(&err)),
+            Err(_) => Err(timed_out(self.timeout)),
+        }
+    }
+}

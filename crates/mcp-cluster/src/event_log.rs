@@ -1,0 +1,439 @@
+//! [`RedisEventLog`]: the SSE event log on Redis Streams.
+//!
+//! One Redis Stream per SSE stream, its entry ids minted by `XADD *`, so
+//! positions are unique and increasing within the stream whichever node
+//! appends. A meta hash beside it holds what a Redis Stream cannot say by
+//! itself: whether the stream is closed, its newest entry, and the newest
+//! entry dropped by retention. Each operation is one Lua script (one round
+//! trip, atomic), so a read sees the entries and the meta of one instant.
+//!
+//! Retention, as in the in-memory log: at most `max_events_per_stream`
+//! events (exact trimming, recording the newest dropped id), an open stream
+//! expires `idle_stream_ttl_ms` after its last append or touch, a closed one
+//! `closed_stream_ttl_ms` after its close; Redis expires the keys itself.
+//!
+//! Reads follow the in-memory rules: `after` below the trimmed boundary is
+//! `Trimmed`; `after` equal to `0-0`, the boundary or an entry id is
+//! accepted; anything else is `EventNotFound`; `closed` is set only when the
+//! batch reaches the end of a closed stream.
+
+use std::sync::{Arc, LazyLock};
+
+use async_trait::async_trait;
+use mcp_store::{
+    EventId, EventLog, Position, ReadBatch, SessionId, StoreError, StoredEvent, StreamId, Wakeup,
+};
+use redis::{Script, Value};
+
+use crate::config::RedisRetention;
+use crate::connection::Redis;
+use crate::error::corrupt;
+use crate::keys::{ENTRY_DATA, Keys, META_CLOSED, META_LAST, META_TRIMMED};
+use crate::pubsub::PubSub;
+use crate::reply;
+
+/// Most events one read returns, whatever `max` asks: bounds one reply.
+/// A capped batch is simply not the end of the stream (`closed` is false).
+pub const MAX_READ_BATCH: usize = 10_000;
+
+/// Lua shared by every script: field names (from [`crate::keys`]) and a
+/// helper that lengthens a key's TTL but never shortens it.
+fn prelude() -> String {
+    format!(
+        "local CLOSED, LAST, TRIMMED, DATA = '{META_CLOSED}', '{META_LAST}', '{META_TRIMMED}', '{ENTRY_DATA}'\n{}",
+        r"
+local function extend(key, ttl)
+  if redis.call('PTTL', key) < tonumber(ttl) then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+"
+    )
+}
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{}{body}", prelude()))
+}
+
+/// KEYS: meta, session's stream set. ARGV: stream id, idle TTL ms, meta key
+/// prefix of the session. Also drops up to two set members whose stream
+/// expired, so the set tracks the live streams within a constant factor.
+static CREATE: LazyLock<Script> = LazyLock::new(|| {
+    script(
+        r"
+redis.call('HSET', KEYS[1], CLOSED, '0')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[1])
+for _, id in ipairs(redis.call('SRANDMEMBER', KEYS[2], 2)) do
+  if redis.call('EXISTS', ARGV[3] .. id) == 0 then
+    redis.call('SREM', KEYS[2], id)
+  end
+end
+extend(KEYS[2], ARGV[2])
+return 1
+",
+    )
+});
+
+/// KEYS: stream, meta, set. ARGV: data, max events, idle TTL ms, wake
+/// channel. Returns the new entry id, or nil for a missing or closed stream.
+static APPEND: LazyLock<Script> = LazyLock::new(|| {
+    script(
+        r"
+if redis.call('HGET', KEYS[2], CLOSED) ~= '0' then
+  return false
+end
+local id = redis.call('XADD', KEYS[1], '*', DATA, ARGV[1])
+local excess = redis.call('XLEN', KEYS[1]) - tonumber(ARGV[2])
+if excess > 0 then
+  local dropped = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', excess)
+  redis.call('HSET', KEYS[2], TRIMMED, dropped[#dropped][1])
+  redis.call('XTRIM', KEYS[1], 'MAXLEN', ARGV[2])
+end
+redis.call('HSET', KEYS[2], LAST, id)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+extend(KEYS[3], ARGV[3])
+redis.call('PUBLISH', ARGV[4], id)
+return id
+",
+    )
+});
+
+/// KEYS: stream, meta, set. ARGV: closed TTL ms, wake channel. Returns 0 for
+/// a missing stream, 1 otherwise (closing twice changes nothing).
+static CLOSE: LazyLock<Script> = LazyLock::new(|| {
+    script(
+        r"
+local closed = redis.call('HGET', KEYS[2], CLOSED)
+if not closed then
+  return 0
+end
+if closed == '0' then
+  redis.call('HSET', KEYS[2], CLOSED, '1')
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
+  extend(KEYS[3], ARGV[1])
+  redis.call('PUBLISH', ARGV[2], 'closed')
+end
+return 1
+",
+    )
+});
+
+/// Read status: the stream does not exist.
+const READ_NOT_FOUND: i64 = 0;
+/// Read status: `after` is below the trimmed boundary.
+const READ_TRIMMED: i64 = 1;
+/// Read status: `after` names no event.
+const READ_UNKNOWN_POSITION: i64 = 2;
+/// Read status: success, followed by `closed` (0/1) and the entries.
+const READ_OK: i64 = 3;
+/// Read status: the stored boundary does not parse.
+const READ_CORRUPT: i64 = 4;
+
+/// KEYS: stream, meta. ARGV: after (`<ms>-<seq>`, no leading zeros), max
+/// events. Returns `{status}` or `{READ_OK, closed, entries}`. Entry ids
+/// are compared as decimal strings: by length, then bytewise, for each part.
+static READ: LazyLock<Script> = LazyLock::new(|| {
+    script(
+        r"
+local function num_less(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local meta = redis.call('HMGET', KEYS[2], CLOSED, TRIMMED)
+if not meta[1] then
+  return {0}
+end
+local after = ARGV[1]
+local trimmed = meta[2] or '0-0'
+local am, as = string.match(after, '^(%d+)-(%d+)$')
+local tm, ts = string.match(trimmed, '^(%d+)-(%d+)$')
+if not tm then
+  return {4}
+end
+if (am ~= tm and num_less(am, tm)) or (am == tm and num_less(as, ts)) then
+  return {1}
+end
+if after ~= '0-0' and after ~= trimmed and #redis.call('XRANGE', KEYS[1], after, after) == 0 then
+  return {2}
+end
+local max = tonumber(ARGV[2])
+local entries = redis.call('XRANGE', KEYS[1], '(' .. after, '+', 'COUNT', max + 1)
+local at_end = #entries <= max
+if not at_end then
+  entries[#entries] = nil
+end
+local closed = 0
+if meta[1] ~= '0' and at_end then
+  closed = 1
+end
+return {3, closed, entries}
+",
+    )
+});
+
+/// KEYS: stream, meta, set. ARGV: idle TTL ms, closed TTL ms. Renews the
+/// TTL that applies (idle while open, closed once closed). Returns 0 for a
+/// missing stream.
+static TOUCH: LazyLock<Script> = LazyLock::new(|| {
+    script(
+        r"
+local closed = redis.call('HGET', KEYS[2], CLOSED)
+if not closed then
+  return 0
+end
+local ttl = ARGV[1]
+if closed ~= '0' then
+  ttl = ARGV[2]
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('PEXPIRE', KEYS[2], ttl)
+extend(KEYS[3], ttl)
+return 1
+",
+    )
+});
+
+/// KEYS: the session's stream set. ARGV: stream key prefix, meta key
+/// prefix, wake channel prefix. Deletes every stream and wakes its readers
+/// (who re-read and find it gone).
+static DELETE_SESSION: LazyLock<Script> = LazyLock::new(|| {
+    script(
+        r"
+local ids = redis.call('SMEMBERS', KEYS[1])
+for _, id in ipairs(ids) do
+  redis.call('DEL', ARGV[1] .. id, ARGV[2] .. id)
+  redis.call('PUBLISH', ARGV[3] .. id, 'deleted')
+end
+redis.call('DEL', KEYS[1])
+return #ids
+",
+    )
+});
+
+/// The Redis [`EventLog`]. Holds no per-stream state: any node reads and
+/// writes any stream.
+#[derive(Debug)]
+pub struct RedisEventLog {
+    redis: Redis,
+    keys: Keys,
+    /// Max events as sent to Redis (clamped to what it parses).
+    max_events: u64,
+    idle_ttl_ms: u64,
+    closed_ttl_ms: u64,
+    /// Hands out wake-ups from the node's one pub/sub connection.
+    pubsub: PubSub,
+}
+
+impl RedisEventLog {
+    pub(crate) fn new(redis: Redis, keys: Keys, retention: RedisRetention, pubsub: PubSub) -> Self {
+        Self {
+            redis,
+            keys,
+            max_events: u64::try_from(retention.max_events_per_stream)
+                .unwrap_or(u64::MAX)
+                .min(i64::MAX.unsigned_abs()),
+            idle_ttl_ms: retention.idle_stream_ttl_ms.max(1),
+            closed_ttl_ms: retention.closed_stream_ttl_ms.max(1),
+            pubsub,
+        }
+    }
+}
+
+#[async_trait]
+impl EventLog for RedisEventLog {
+    async fn create_stream(&self, session: &SessionId) -> Result<StreamId, StoreError> {
+        let stream = StreamId::random();
+        self.redis
+            .script(
+                CREATE
+                    .key(self.keys.meta(session, &stream))
+                    .key(self.keys.streams(session))
+                    .arg(stream.as_str())
+                    .arg(self.idle_ttl_ms)
+                    .arg(self.keys.meta_prefix(session)),
+            )
+            .await?;
+        Ok(stream)
+    }
+
+    async fn append(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        data: Arc<str>,
+    ) -> Result<EventId, StoreError> {
+        let reply = self
+            .redis
+            .script(
+                APPEND
+                    .key(self.keys.stream(session, stream))
+                    .key(self.keys.meta(session, stream))
+                    .key(self.keys.streams(session))
+                    .arg(&*data)
+                    .arg(self.max_events)
+                    .arg(self.idle_ttl_ms)
+                    .arg(self.keys.wake(session, stream)),
+            )
+            .await?;
+        if reply == Value::Nil {
+            return Err(StoreError::StreamNotFound);
+        }
+        Ok(EventId {
+            stream: stream.clone(),
+            position: reply::position(reply)?,
+        })
+    }
+
+    async fn close_stream(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError> {
+        let reply = self
+            .redis
+            .script(
+                CLOSE
+                    .key(self.keys.stream(session, stream))
+                    .key(self.keys.meta(session, stream))
+                    .key(self.keys.streams(session))
+                    .arg(self.closed_ttl_ms)
+                    .arg(self.keys.wake(session, stream)),
+            )
+            .await?;
+        found(&reply)
+    }
+
+    async fn read(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        after: Position,
+        max: usize,
+    ) -> Result<ReadBatch, StoreError> {
+        let max = max.min(MAX_READ_BATCH);
+        let reply = self
+            .redis
+            .script(
+                READ.key(self.keys.stream(session, stream))
+                    .key(self.keys.meta(session, stream))
+                    .arg(after.to_string())
+                    .arg(max),
+            )
+            .await?;
+        let mut parts = reply::array(reply)?.into_iter();
+        let status = parts.next().ok_or_else(|| corrupt("empty read reply"))?;
+        match reply::int(&status)? {
+            READ_OK => {}
+            READ_NOT_FOUND => return Err(StoreError::StreamNotFound),
+            READ_TRIMMED => return Err(StoreError::Trimmed),
+            READ_UNKNOWN_POSITION => return Err(StoreError::EventNotFound),
+            READ_CORRUPT => return Err(corrupt("malformed trimmed position")),
+            other => return Err(corrupt(format_args!("unknown read status {other}"))),
+        }
+        let (Some(closed), Some(entries)) = (parts.next(), parts.next()) else {
+            return Err(corrupt("short read reply"));
+        };
+        let events = reply::array(entries)?
+            .into_iter()
+            .map(entry)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ReadBatch {
+            events,
+            closed: reply::int(&closed)? == 1,
+        })
+    }
+
+    async fn tail(&self, session: &SessionId, stream: &StreamId) -> Result<Position, StoreError> {
+        let reply = self
+            .redis
+            .cmd(
+                redis::cmd("HMGET")
+                    .arg(self.keys.meta(session, stream))
+                    .arg(META_CLOSED)
+                    .arg(META_LAST),
+            )
+            .await?;
+        let mut fields = reply::array(reply)?.into_iter();
+        let (Some(closed), Some(last)) = (fields.next(), fields.next()) else {
+            return Err(corrupt("short HMGET reply"));
+        };
+        if closed == Value::Nil {
+            return Err(StoreError::StreamNotFound);
+        }
+        match last {
+            Value::Nil => Ok(Position::START),
+            last => reply::position(last),
+        }
+    }
+
+    async fn subscribe(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+    ) -> Result<Wakeup, StoreError> {
+        let exists = self
+            .redis
+            .cmd(redis::cmd("EXISTS").arg(self.keys.meta(session, stream)))
+            .await?;
+        if reply::int(&exists)? == 0 {
+            return Err(StoreError::StreamNotFound);
+        }
+        let rx = self.pubsub.wake(self.keys.wake(session, stream)).await?;
+        Ok(Wakeup::new(rx))
+    }
+
+    async fn touch(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError> {
+        let reply = self
+            .redis
+            .script(
+                TOUCH
+                    .key(self.keys.stream(session, stream))
+                    .key(self.keys.meta(session, stream))
+                    .key(self.keys.streams(session))
+                    .arg(self.idle_ttl_ms)
+                    .arg(self.closed_ttl_ms),
+            )
+            .await?;
+        found(&reply)
+    }
+
+    async fn delete_session(&self, session: &SessionId) -> Result<(), StoreError> {
+        self.redis
+            .script(
+                DELETE_SESSION
+                    .key(self.keys.streams(session))
+                    .arg(self.keys.stream_prefix(session))
+                    .arg(self.keys.meta_prefix(session))
+                    .arg(self.keys.wake_prefix(session)),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// A script's 0 (missing stream) / 1 (done) reply.
+fn found(reply: &Value) -> Result<(), StoreError> {
+    if reply::int(reply)? == 0 {
+        Err(StoreError::StreamNotFound)
+    } else {
+        Ok(())
+    }
+}
+
+/// One `XRANGE` entry: `[id, [field, value, ...]]`.
+fn entry(value: Value) -> Result<StoredEvent, StoreError> {
+    let mut parts = reply::array(value)?.into_iter();
+    let (Some(id), Some(fields)) = (parts.next(), parts.next()) else {
+        return Err(corrupt("short stream entry"));
+    };
+    let position = reply::position(id)?;
+    let mut fields = reply::array(fields)?.into_iter();
+    while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+        if reply::text(name)? == ENTRY_DATA {
+            return Ok(StoredEvent {
+                position,
+                data: Arc::from(reply::text(value)?),
+            });
+        }
+    }
+    Err(corrupt(format_args!("stream entry {position} has no data")))
+}

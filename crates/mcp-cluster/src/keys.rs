@@ -1,0 +1,227 @@
+//! Every Redis key and pub/sub channel this crate uses, in one place.
+//!
+//! Layout, with the default prefix `mcp`:
+//!
+//! | key / channel | type | holds |
+//! |---|---|---|
+//! | `mcp:{<session>}:session` | string, `PX` idle TTL | the JSON [`mcp_store::SessionRecord`] |
+//! | `mcp:{<session>}:stream:<stream>` | stream | one entry per event, field `d` = data |
+//! | `mcp:{<session>}:meta:<stream>` | hash | `closed` (`0`/`1`), `last` (newest entry id), `trimmed` (newest trimmed entry id, absent if none) |
+//! | `mcp:{<session>}:streams` | set | the session's stream ids, for `delete_session` |
+//! | `mcp:{<session>}:wake:<stream>` | channel | a message per append, close and delete |
+//! | `mcp:ctl` | channel | JSON [`mcp_store::ControlMessage`]s |
+//! | `mcp:{nodes}:alive:<node>` | string, `PX` heartbeat TTL | present while the node lives |
+//! | `mcp:{nodes}:all` | set | every node id not yet claimed or gone |
+//! | `mcp:{nodes}:streams:<node>` | hash | stream id → JSON [`mcp_store::OpenStream`] |
+//!
+//! Session keys carry the session id as a hash tag (`{...}`), so one
+//! session's keys sit in one Redis Cluster slot and a Lua script may touch
+//! them all. A session id may itself contain braces (any visible ASCII is
+//! valid); Redis then hashes on the text up to the first `}`, which is still
+//! the same for every key of that session, unless the id starts with `}`
+//! (an empty tag: Redis Cluster would hash each whole key; sessions minted
+//! here are UUIDs, and standalone Redis does not care). No key of one
+//! session can equal a key of another: the suffixes after the tag
+//! (`session`, `streams`, `stream:<hex>`, `meta:<hex>`, `wake:<hex>`)
+//! contain no brace.
+//!
+//! Node keys share the hash tag `{nodes}`: the node registry scripts touch
+//! the node set and one node's keys together, so they must sit in one Redis
+//! Cluster slot. The registry is small (a few keys per node), so one slot
+//! holds it easily.
+
+use std::sync::Arc;
+
+use mcp_store::{NodeId, SessionId, StreamId};
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "mcp";
+
+/// Key part: the session record.
+const SESSION: &str = "session";
+/// Key part: a stream's events.
+const STREAM: &str = "stream";
+/// Key part: a stream's state hash.
+const META: &str = "meta";
+/// Key part: the set of a session's streams.
+const STREAMS: &str = "streams";
+/// Channel part: a stream's wake-ups.
+const WAKE: &str = "wake";
+/// Channel part: the control bus.
+const CTL: &str = "ctl";
+/// Key part: a node's heartbeat.
+const ALIVE: &str = "alive";
+/// Key part: the set of known nodes.
+const NODES: &str = "nodes";
+
+/// Field of a stream entry holding the event data.
+pub const ENTRY_DATA: &str = "d";
+/// Meta hash field: `1` once the stream is closed, else `0`.
+pub const META_CLOSED: &str = "closed";
+/// Meta hash field: the newest entry id appended.
+pub const META_LAST: &str = "last";
+/// Meta hash field: the newest entry id dropped by retention.
+pub const META_TRIMMED: &str = "trimmed";
+
+/// Builds keys and channel names under one prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    prefix: Arc<str>,
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Self::new(DEFAULT_PREFIX)
+    }
+}
+
+impl Keys {
+    /// Keys under `prefix` (see [`crate::RedisConfig::key_prefix`]).
+    pub fn new(prefix: &str) -> Self {
+        Self {
+            prefix: Arc::from(prefix),
+        }
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `<prefix>:{<session>}:`, the start of every key of a session.
+    fn session_base(&self, session: &SessionId) -> String {
+        format!("{}:{{{}}}:", self.prefix, session)
+    }
+
+    /// The session record.
+    pub fn session(&self, session: &SessionId) -> String {
+        format!("{}{SESSION}", self.session_base(session))
+    }
+
+    /// `<prefix>:{<session>}:stream:`; a stream id completes it.
+    pub fn stream_prefix(&self, session: &SessionId) -> String {
+        format!("{}{STREAM}:", self.session_base(session))
+    }
+
+    /// A stream's events.
+    pub fn stream(&self, session: &SessionId, stream: &StreamId) -> String {
+        format!("{}{stream}", self.stream_prefix(session))
+    }
+
+    /// `<prefix>:{<session>}:meta:`; a stream id completes it.
+    pub fn meta_prefix(&self, session: &SessionId) -> String {
+        format!("{}{META}:", self.session_base(session))
+    }
+
+    /// A stream's state hash.
+    pub fn meta(&self, session: &SessionId, stream: &StreamId) -> String {
+        format!("{}{stream}", self.meta_prefix(session))
+    }
+
+    /// The set of a session's stream ids.
+    pub fn streams(&self, session: &SessionId) -> String {
+        format!("{}{STREAMS}", self.session_base(session))
+    }
+
+    /// `<prefix>:{<session>}:wake:`; a stream id completes it.
+    pub fn wake_prefix(&self, session: &SessionId) -> String {
+        format!("{}{WAKE}:", self.session_base(session))
+    }
+
+    /// A stream's wake-up channel.
+    pub fn wake(&self, session: &SessionId, stream: &StreamId) -> String {
+        format!("{}{stream}", self.wake_prefix(session))
+    }
+
+    /// The control bus channel.
+    pub fn ctl(&self) -> String {
+        format!("{}:{CTL}", self.prefix)
+    }
+
+    /// `<prefix>:{nodes}:alive:`; a node id and [`Keys::node_alive_suffix`]
+    /// complete it (the scripts build heartbeat keys from it).
+    pub fn node_prefix(&self) -> String {
+        format!("{}:{{{NODES}}}:{ALIVE}:", self.prefix)
+    }
+
+    /// What follows the node id in a heartbeat key (nothing).
+    pub fn node_alive_suffix(&self) -> String {
+        String::new()
+    }
+
+    /// A node's heartbeat.
+    pub fn node_alive(&self, node: &NodeId) -> String {
+        format!("{}{node}{}", self.node_prefix(), self.node_alive_suffix())
+    }
+
+    /// The set of known nodes.
+    pub fn nodes(&self) -> String {
+        format!("{}:{{{NODES}}}:all", self.prefix)
+    }
+
+    /// The streams a node writes.
+    pub fn node_streams(&self, node: &NodeId) -> String {
+        format!("{}:{{{NODES}}}:{STREAMS}:{node}", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text Redis Cluster hashes: between the first `{` and the next `}`.
+    fn hash_tag(key: &str) -> &str {
+        let Some(open) = key.find('{') else {
+            return key;
+        };
+        match key[open + 1..].find('}') {
+            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+            _ => key,
+        }
+    }
+
+    #[test]
+    fn layout_matches_the_documented_table() {
+        let k = Keys::default();
+        let s: SessionId = "sess".parse().unwrap();
+        let st: StreamId = "0123456789abcdef0123456789abcdef".parse().unwrap();
+        let n: NodeId = "node-1".parse().unwrap();
+        assert_eq!(k.session(&s), "mcp:{sess}:session");
+        assert_eq!(
+            k.stream(&s, &st),
+            "mcp:{sess}:stream:0123456789abcdef0123456789abcdef"
+        );
+        assert_eq!(
+            k.meta(&s, &st),
+            "mcp:{sess}:meta:0123456789abcdef0123456789abcdef"
+        );
+        assert_eq!(k.streams(&s), "mcp:{sess}:streams");
+        assert_eq!(
+            k.wake(&s, &st),
+            "mcp:{sess}:wake:0123456789abcdef0123456789abcdef"
+        );
+        assert_eq!(k.ctl(), "mcp:ctl");
+        assert_eq!(k.node_alive(&n), "mcp:{nodes}:alive:node-1");
+        assert_eq!(k.nodes(), "mcp:{nodes}:all");
+        assert_eq!(k.node_streams(&n), "mcp:{nodes}:streams:node-1");
+        assert_eq!(Keys::new("blue").ctl(), "blue:ctl");
+    }
+
+    #[test]
+    fn a_sessions_keys_share_one_hash_tag_even_with_braces_in_its_id() {
+        let k = Keys::default();
+        let st = StreamId::random();
+        for id in ["plain", "a}b", "{x}", "{}", "a{b}c"] {
+            let s: SessionId = id.parse().unwrap();
+            let keys = [
+                k.session(&s),
+                k.stream(&s, &st),
+                k.meta(&s, &st),
+                k.streams(&s),
+                k.wake(&s, &st),
+            ];
+            let tag = hash_tag(&keys[0]);
+            assert!(keys.iter().all(|key| hash_tag(key) == tag), "{keys:?}");
+        }
+    }
+}
