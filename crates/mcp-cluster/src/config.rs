@@ -26,7 +26,9 @@ pub struct RedisConfig {
     /// fails with `StoreError::Unavailable`. Default 1000: a request fails
     /// fast with a clear error while Redis is away instead of hanging.
     pub command_timeout_ms: u64,
-    /// Event log retention.
+    /// Event log retention. Not read from configuration files: a node sets
+    /// it from its `[retention]` section, which governs both stores.
+    #[serde(skip)]
     pub retention: RedisRetention,
 }
 

@@ -112,7 +112,13 @@ impl NodeConfig {
         self,
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
-        let mut tree = toml::Value::try_from(&self).map_err(|err| ConfigError(err.to_string()))?;
+        let vars: Vec<(String, String)> = vars.into_iter().collect();
+        let mut this = self;
+        // `[redis]` is optional; naming one of its keys turns it on.
+        if this.redis.is_none() && vars.iter().any(|(name, _)| name.starts_with("MCP_REDIS__")) {
+            this.redis = Some(RedisConfig::default());
+        }
+        let mut tree = toml::Value::try_from(&this).map_err(|err| ConfigError(err.to_string()))?;
         let mut applied = false;
         for (name, raw) in vars {
             // `MCP__KEY` is a top-level key, `MCP_SECTION__KEY` a nested one.
@@ -160,7 +166,7 @@ impl NodeConfig {
             applied = true;
         }
         if !applied {
-            return Ok(self);
+            return Ok(this);
         }
         tree.try_into()
             .map_err(|err: toml::de::Error| ConfigError(err.to_string()))
