@@ -365,6 +365,29 @@ impl EventLog for RedisEventLog {
         }
     }
 
+    async fn oldest(&self, session: &SessionId, stream: &StreamId) -> Result<Position, StoreError> {
+        let reply = self
+            .redis
+            .cmd(
+                redis::cmd("HMGET")
+                    .arg(self.keys.meta(session, stream))
+                    .arg(META_CLOSED)
+                    .arg(META_TRIMMED),
+            )
+            .await?;
+        let mut fields = reply::array(reply)?.into_iter();
+        let (Some(closed), Some(trimmed)) = (fields.next(), fields.next()) else {
+            return Err(corrupt("short HMGET reply"));
+        };
+        if closed == Value::Nil {
+            return Err(StoreError::StreamNotFound);
+        }
+        match trimmed {
+            Value::Nil => Ok(Position::START),
+            trimmed => reply::position(trimmed),
+        }
+    }
+
     async fn subscribe(
         &self,
         session: &SessionId,

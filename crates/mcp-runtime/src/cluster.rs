@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use mcp_protocol::jsonrpc::decode_message;
 use mcp_protocol::{ErrorObject, Message, Response};
-use mcp_store::{ControlMessage, OpenStream, Position, Store, StoreError};
+use mcp_store::{ControlMessage, OpenStream, Store, StoreError};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::registry::FanOut;
@@ -46,18 +46,15 @@ pub(crate) fn start(runtime: &Runtime) {
     let rt = runtime.clone();
     actix::spawn(async move {
         let mut beat = tokio::time::interval(HEARTBEAT_INTERVAL);
-        let mut since_reap = Duration::ZERO;
+        let mut scan = tokio::time::interval(REAP_INTERVAL);
         loop {
-            beat.tick().await;
-            let store = rt.store();
-            if let Err(err) = store.nodes.heartbeat(rt.node_id(), HEARTBEAT_TTL).await {
-                tracing::warn!(error = %err, "Heartbeat failed.");
-                continue;
-            }
-            since_reap += HEARTBEAT_INTERVAL;
-            if since_reap >= REAP_INTERVAL {
-                since_reap = Duration::ZERO;
-                reap(store).await;
+            tokio::select! {
+                _ = beat.tick() => {
+                    if let Err(err) = rt.store().nodes.heartbeat(rt.node_id(), HEARTBEAT_TTL).await {
+                        tracing::warn!(error = %err, "Heartbeat failed.");
+                    }
+                }
+                _ = scan.tick() => reap(rt.store()).await,
             }
         }
     });
@@ -131,7 +128,14 @@ async fn reap(store: &Store) {
 /// -32603, then closes the stream: a client resuming it gets an answer.
 pub(crate) async fn finalize(store: &Store, open: &OpenStream) -> Result<(), StoreError> {
     let mut answered = HashSet::new();
-    let mut after = Position::START;
+    // From the oldest retained event: what retention dropped cannot be
+    // checked (a response trimmed away is rare: it needs as many events
+    // after it as the stream keeps).
+    let mut after = match store.events.oldest(&open.session, &open.stream).await {
+        Ok(position) => position,
+        Err(StoreError::StreamNotFound) => return Ok(()),
+        Err(err) => return Err(err),
+    };
     loop {
         let batch = match store
             .events
@@ -168,4 +172,84 @@ pub(crate) async fn finalize(store: &Store, open: &OpenStream) -> Result<(), Sto
             .await?;
     }
     store.events.close_stream(&open.session, &open.stream).await
+}
+
+#[cfg(test)]
+mod tests {
+    use mcp_protocol::{Notification, RequestId};
+    use mcp_store::SessionId;
+    use mcp_store::memory::Retention;
+
+    use super::*;
+
+    async fn events(store: &Store, open: &OpenStream) -> Vec<Message> {
+        let after = store
+            .events
+            .oldest(&open.session, &open.stream)
+            .await
+            .unwrap();
+        let batch = store
+            .events
+            .read(&open.session, &open.stream, after, 100)
+            .await
+            .unwrap();
+        assert!(batch.closed, "finalized streams are closed");
+        batch
+            .events
+            .iter()
+            .map(|e| decode_message(e.data.as_bytes()).unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn orphans_get_an_error_for_each_unanswered_request_even_when_trimmed() {
+        let store = Store::memory(Retention {
+            max_events_per_stream: 3,
+            ..Retention::default()
+        });
+        let session = SessionId::random();
+        let stream = store.events.create_stream(&session).await.unwrap();
+        for i in 0..5 {
+            let progress =
+                Notification::new("notifications/progress", serde_json::json!({"progress": i}));
+            let data = Arc::from(Message::Notification(progress).to_json());
+            store.events.append(&session, &stream, data).await.unwrap();
+        }
+        let answered = Message::Response(Response::result(
+            RequestId::Number(1),
+            serde_json::json!({}),
+        ));
+        store
+            .events
+            .append(&session, &stream, Arc::from(answered.to_json()))
+            .await
+            .unwrap();
+        let open = OpenStream {
+            session,
+            stream,
+            requests: vec![RequestId::Number(1), RequestId::Number(2)],
+        };
+        finalize(&store, &open).await.unwrap();
+        let messages = events(&store, &open).await;
+        let Some(Message::Response(last)) = messages.last() else {
+            panic!("ends with a response")
+        };
+        assert_eq!(
+            last.id,
+            Some(RequestId::Number(2)),
+            "only the unanswered request gets an error"
+        );
+        assert_eq!(
+            last.outcome.as_ref().unwrap_err().code,
+            mcp_protocol::ErrorCode::INTERNAL_ERROR
+        );
+        let errors = messages
+            .iter()
+            .filter(|m| matches!(m, Message::Response(r) if r.outcome.is_err()))
+            .count();
+        assert_eq!(errors, 1);
+        // Finalizing again (a second survivor) adds nothing.
+        finalize(&store, &open).await.unwrap();
+        assert_eq!(events(&store, &open).await.len(), messages.len());
+    }
 }

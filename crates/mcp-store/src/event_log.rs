@@ -102,6 +102,14 @@ pub trait EventLog: Send + Sync + Debug + 'static {
     /// [`StoreError::StreamNotFound`] for an unknown stream.
     async fn tail(&self, session: &SessionId, stream: &StreamId) -> Result<Position, StoreError>;
 
+    /// The position just before the oldest retained event: [`Position::START`]
+    /// unless retention trimmed the stream, then the newest trimmed
+    /// position. Reading after it never reports [`StoreError::Trimmed`].
+    ///
+    /// # Errors
+    /// [`StoreError::StreamNotFound`] for an unknown stream.
+    async fn oldest(&self, session: &SessionId, stream: &StreamId) -> Result<Position, StoreError>;
+
     /// Subscribes to wake-ups for a stream.
     ///
     /// # Errors

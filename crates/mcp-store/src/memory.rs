@@ -271,6 +271,12 @@ impl EventLog for MemoryEventLog {
         Ok(last)
     }
 
+    async fn oldest(&self, session: &SessionId, stream: &StreamId) -> Result<Position, StoreError> {
+        let log = self.stream(session, stream)?;
+        let trimmed = lock(&log).trimmed_through;
+        Ok(trimmed)
+    }
+
     async fn subscribe(
         &self,
         session: &SessionId,
