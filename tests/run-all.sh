@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project:
 #   1. the Rust workspace tests (unit, port suite, end-to-end over real sockets);
-#   2. the official MCP conformance suite (2025-11-25 requirements) against a started node;
+#   2. the official MCP conformance suite (2025-11-25 requirements) against a started node,
+#      then through nginx in front of a 3-node cluster sharing a redis-server;
 #   3. an end-to-end test with the official TypeScript SDK client against a started node.
 # Installs what it needs first: Node.js/npm from Debian if missing, then (from the npm
 # registry, pinned in tests/js/package-lock.json) Node 22, the conformance suite and the SDK.
@@ -88,6 +89,160 @@ stop_node() {
   wait "$NODE_PID" 2>/dev/null || true
 }
 
+# A loopback port that was free a moment ago.
+free_port() {
+  tests/js/node_modules/.bin/node -e \
+    'const s = require("net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
+}
+
+# Waits until 127.0.0.1:$1 accepts connections while process $2 lives (5 s at most).
+await_port() {
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
+# nginx.conf of a plain round-robin load balancer, as crates/mcp-testkit/src/nginx.rs
+# writes it: one process, every path inside $1, listening on $2, over the nodes
+# $3... (host:port), no stickiness, nothing buffered (SSE passes through).
+nginx_config() {
+  local dir=$1 listen=$2 upstream servers=""
+  shift 2
+  for upstream in "$@"; do
+    servers+="        server $upstream max_fails=0;"$'\n'
+  done
+  cat <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+
+events {
+    worker_connections 1024;
+}
+
+http {
+    log_format upstream '\$remote_addr "\$request" \$status upstream=\$upstream_addr';
+    access_log $dir/access.log upstream;
+    client_body_temp_path $dir/client_body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+
+    upstream mcp {
+${servers}    }
+
+    server {
+        listen $listen;
+        # The nodes enforce their own body limit (nginx's default is 1m).
+        client_max_body_size 0;
+
+        location / {
+            proxy_pass http://mcp;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$http_host;
+            proxy_buffering off;
+            proxy_cache off;
+            proxy_read_timeout 3600s;
+            proxy_send_timeout 3600s;
+            proxy_connect_timeout 5s;
+            proxy_next_upstream error timeout;
+        }
+    }
+}
+EOF
+}
+
+# The cluster's processes in start order (stopped in reverse: nginx, nodes, Redis).
+CLUSTER_PIDS=()
+
+# Starts redis-server, three nodes sharing it and nginx in front of them, all on
+# free loopback ports; sets LB_URL. Logs and nginx files under $LOG_DIR/cluster.
+start_cluster() {
+  local dir="$LOG_DIR/cluster" i pid port url redis_port="" upstreams=()
+  rm -rf "$dir"
+  mkdir -p "$dir/nginx"
+  for _ in 1 2 3; do
+    port=$(free_port)
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+      --protected-mode yes >"$dir/redis.log" 2>&1 &
+    pid=$!
+    if await_port "$port" "$pid"; then
+      CLUSTER_PIDS+=("$pid")
+      redis_port=$port
+      break
+    fi
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  if [ -z "$redis_port" ]; then
+    echo "redis-server did not start:" >&2
+    cat "$dir/redis.log" >&2
+    exit 1
+  fi
+  for i in 1 2 3; do
+    ./target/debug/mcp-node --bind 127.0.0.1:0 --redis-url "redis://127.0.0.1:$redis_port/" \
+      --drain-grace-secs 5 --log warn >"$dir/node-$i.out" 2>"$dir/node-$i.err" &
+    pid=$!
+    CLUSTER_PIDS+=("$pid")
+    url=
+    for _ in $(seq 1 100); do
+      url=$(sed -n 's/^mcp-node listening on //p' "$dir/node-$i.out" | head -n 1)
+      [ -n "$url" ] && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if [ -z "$url" ]; then
+      echo "cluster node $i did not start:" >&2
+      cat "$dir/node-$i.err" >&2
+      exit 1
+    fi
+    url=${url#http://}
+    upstreams+=("${url%%/*}")
+  done
+  LB_URL=
+  for _ in 1 2 3; do
+    port=$(free_port)
+    nginx_config "$dir/nginx" "127.0.0.1:$port" "${upstreams[@]}" >"$dir/nginx/nginx.conf"
+    "$NGINX" -e "$dir/nginx/error.log" -p "$dir/nginx" -c "$dir/nginx/nginx.conf" \
+      >"$dir/nginx/output.log" 2>&1 &
+    pid=$!
+    if await_port "$port" "$pid"; then
+      CLUSTER_PIDS+=("$pid")
+      LB_URL="http://127.0.0.1:$port/mcp"
+      break
+    fi
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  if [ -z "$LB_URL" ]; then
+    echo "nginx did not start:" >&2
+    cat "$dir/nginx/output.log" "$dir/nginx/error.log" >&2 2>/dev/null || true
+    exit 1
+  fi
+  echo "cluster: redis 127.0.0.1:$redis_port, nodes ${upstreams[*]}, load balancer $LB_URL"
+}
+
+stop_cluster() {
+  local i
+  for ((i = ${#CLUSTER_PIDS[@]} - 1; i >= 0; i--)); do
+    kill -TERM "${CLUSTER_PIDS[i]}" 2>/dev/null || true
+    wait "${CLUSTER_PIDS[i]}" 2>/dev/null || true
+  done
+  CLUSTER_PIDS=()
+}
+# Every cluster process goes, however the script ends.
+trap stop_cluster EXIT
+trap 'exit 130' INT TERM
+
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
 echo "== official MCP conformance suite"
 start_node conformance
 set +e
@@ -96,6 +251,15 @@ conformance_status=${PIPESTATUS[0]}
 set -e
 stop_node
 read -r conf_passed conf_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/conformance.log")
+
+echo "== official MCP conformance suite against a 3-node cluster behind nginx"
+start_cluster
+set +e
+bash tests/js/conformance.sh "$LB_URL" 2>&1 | tee "$LOG_DIR/conformance-cluster.log"
+cluster_conformance_status=${PIPESTATUS[0]}
+set -e
+stop_cluster
+read -r cluster_passed cluster_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/conformance-cluster.log")
 
 echo "== TypeScript SDK client end-to-end"
 start_node sdk
@@ -106,10 +270,11 @@ set -e
 stop_node
 read -r sdk_passed sdk_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/sdk-e2e.log")
 
-failed=$((rust_failed + conf_failed + sdk_failed))
-passed=$((rust_passed + conf_passed + sdk_passed))
+failed=$((rust_failed + conf_failed + cluster_failed + sdk_failed))
+passed=$((rust_passed + conf_passed + cluster_passed + sdk_passed))
 [ "$conformance_status" = 0 ] || { echo "conformance suite failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$cluster_conformance_status" = 0 ] || { echo "conformance suite against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$sdk_status" = 0 ] || { echo "TypeScript SDK end-to-end test failed" >&2; failed=$((failed > 0 ? failed : 1)); }
-echo "rust: $rust_passed passed, $rust_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed"
+echo "rust: $rust_passed passed, $rust_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed"
 echo "total: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use mcp_protocol::types::{
@@ -35,6 +35,32 @@ pub(crate) struct SessionShared {
     /// Minimum level of `notifications/message`; [`LEVEL_UNSET`] until
     /// `logging/setLevel` (then everything is sent).
     pub(crate) log_level: AtomicU8,
+    /// Bumped when a save of the session record starts and again when it
+    /// ends: a record loaded while this stayed put (and no save was
+    /// pending) is not older than the actor's own state.
+    pub(crate) save_events: AtomicU64,
+    /// Saves of the session record in progress.
+    pub(crate) saves_pending: AtomicUsize,
+}
+
+/// One save of the session record in progress; counted in
+/// [`SessionShared`] from creation to drop.
+#[derive(Debug)]
+pub(crate) struct SaveGuard(Arc<SessionShared>);
+
+impl SaveGuard {
+    pub(crate) fn begin(shared: &Arc<SessionShared>) -> Self {
+        shared.saves_pending.fetch_add(1, Ordering::AcqRel);
+        shared.save_events.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(shared))
+    }
+}
+
+impl Drop for SaveGuard {
+    fn drop(&mut self) {
+        self.0.save_events.fetch_add(1, Ordering::AcqRel);
+        self.0.saves_pending.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// `log_level` before the client sets one.

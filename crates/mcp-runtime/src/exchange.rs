@@ -16,7 +16,7 @@ use mcp_store::{OpenStream, SessionId, StoreError, StreamId};
 use tokio::sync::{Mutex, oneshot};
 
 use crate::ResponseMode;
-use crate::runtime::NodeContext;
+use crate::runtime::{ExchangeTicket, NodeContext};
 
 /// How the transport answers the POST.
 #[derive(Debug)]
@@ -39,10 +39,14 @@ enum State {
         remaining: usize,
         responses: Vec<Response>,
         reply: Option<oneshot::Sender<ExchangeReply>>,
+        /// Counts the exchange as open on the node until it is done.
+        open: Option<ExchangeTicket>,
     },
     Streaming {
         stream: StreamId,
         remaining: usize,
+        /// Dropped with the state when the exchange is done.
+        _open: Option<ExchangeTicket>,
     },
     Attached {
         stream: StreamId,
@@ -86,6 +90,7 @@ impl Exchange {
                 remaining: requests.len(),
                 responses: answered,
                 reply: Some(tx),
+                open: Some(ExchangeTicket::issue(&node)),
             }
         };
         let exchange = Self {
@@ -138,6 +143,7 @@ impl Exchange {
                 remaining,
                 responses,
                 reply,
+                ..
             } => {
                 *remaining = remaining.saturating_sub(1);
                 responses.extend(response);
@@ -155,13 +161,15 @@ impl Exchange {
                 }
                 Ok(())
             }
-            State::Streaming { stream, remaining } => {
+            State::Streaming {
+                stream, remaining, ..
+            } => {
                 let stream = stream.clone();
                 *remaining = remaining.saturating_sub(1);
                 let last = *remaining == 0;
-                if last {
-                    *state = State::Done;
-                }
+                // Held (with its open-exchange ticket) until the response is
+                // written and the stream closed.
+                let _finished = last.then(|| std::mem::replace(&mut *state, State::Done));
                 let written = match &response {
                     Some(r) => self.append(&stream, &Message::Response(r.clone())).await,
                     None => Ok(()),
@@ -224,6 +232,7 @@ impl Exchange {
                 remaining,
                 responses,
                 reply,
+                open: ticket,
             } => {
                 let stream = match self.node.store.events.create_stream(&self.session).await {
                     Ok(stream) => stream,
@@ -256,6 +265,7 @@ impl Exchange {
                 *state = State::Streaming {
                     stream: stream.clone(),
                     remaining: *remaining,
+                    _open: ticket.take(),
                 };
                 Ok(stream)
             }

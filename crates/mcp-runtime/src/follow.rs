@@ -238,6 +238,11 @@ impl Follow {
                     return Some(self.end(FollowEnd::Failed));
                 }
             }
+            // Draining: what the log already holds has been sent (the read
+            // above found nothing new), so the client resumes after it.
+            if self.shutdown.is_cancelled() {
+                return Some(self.end(FollowEnd::ShuttingDown));
+            }
             tokio::select! {
                 alive = self.wake.changed() => {
                     if !alive {
@@ -245,7 +250,9 @@ impl Follow {
                     }
                 }
                 () = self.attachment.kick.cancelled() => return Some(self.end(FollowEnd::Kicked)),
-                () = self.shutdown.cancelled() => return Some(self.end(FollowEnd::ShuttingDown)),
+                // Read once more before ending: events appended just before
+                // the drain (a response, say) go out on this connection.
+                () = self.shutdown.cancelled() => {}
                 () = tokio::time::sleep(self.keep_alive) => return Some(FollowItem::KeepAlive),
             }
         }

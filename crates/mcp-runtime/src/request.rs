@@ -106,6 +106,16 @@ impl Actor for InFlightRequest {
         let client_cancelled = Arc::clone(&self.client_cancelled);
         let run = async move {
             let outcome = tokio::select! {
+                // A stopped request answers as stopped even if its handler,
+                // seeing the same token, returned at the same moment.
+                biased;
+                () = cancel.cancelled() => {
+                    if client_cancelled.load(Ordering::Acquire) {
+                        return;
+                    }
+                    tracing::info!(jsonrpc_id = %id, "Request stopped by the server.");
+                    Err(ErrorObject::internal("request stopped: the server is shutting down"))
+                }
                 finished = tokio::time::timeout(timeout, AssertUnwindSafe(job).catch_unwind()) => match finished {
                     Ok(Ok(outcome)) => outcome,
                     Ok(Err(_)) => {
@@ -117,13 +127,6 @@ impl Actor for InFlightRequest {
                         Err(ErrorObject::internal("request timed out"))
                     }
                 },
-                () = cancel.cancelled() => {
-                    if client_cancelled.load(Ordering::Acquire) {
-                        return;
-                    }
-                    tracing::info!(jsonrpc_id = %id, "Request stopped by the server.");
-                    Err(ErrorObject::internal("request stopped: the server is shutting down"))
-                }
             };
             // Detached, so that a cancellation arriving now cannot cut the
             // write short and leave the stream unclosed.

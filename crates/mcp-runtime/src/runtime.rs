@@ -33,6 +33,27 @@ pub(crate) struct NodeContext {
     /// Requests running on this node: incremented by a session when it
     /// starts one, decremented when the request actor stops.
     pub(crate) in_flight: std::sync::atomic::AtomicUsize,
+    /// Exchanges of POSTed requests not yet fully answered: counted from
+    /// the moment the transport opens one until its last response is
+    /// written (and its stream closed), or it is dropped unanswered.
+    pub(crate) open_exchanges: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts one open exchange on its node while it lives.
+#[derive(Debug)]
+pub(crate) struct ExchangeTicket(Arc<NodeContext>);
+
+impl ExchangeTicket {
+    pub(crate) fn issue(node: &Arc<NodeContext>) -> Self {
+        node.open_exchanges.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(node))
+    }
+}
+
+impl Drop for ExchangeTicket {
+    fn drop(&mut self) {
+        self.0.open_exchanges.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Counts one running request on its node while it lives.
@@ -81,6 +102,9 @@ struct Inner {
     /// Tripped when draining starts: every SSE follow ends with `retry`.
     drain: CancellationToken,
     draining: AtomicBool,
+    /// Set late in the drain: no new work is admitted, not even for
+    /// existing sessions (503, the client retries elsewhere).
+    closing: AtomicBool,
 }
 
 impl Runtime {
@@ -93,6 +117,7 @@ impl Runtime {
             store,
             attachments: Arc::new(Attachments::default()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
+            open_exchanges: std::sync::atomic::AtomicUsize::new(0),
         });
         let deps = SessionDeps {
             service,
@@ -107,6 +132,7 @@ impl Runtime {
                 stop: CancellationToken::new(),
                 drain: CancellationToken::new(),
                 draining: AtomicBool::new(false),
+                closing: AtomicBool::new(false),
             }),
         };
         crate::cluster::start(&runtime);
@@ -208,24 +234,42 @@ impl Runtime {
 
     /// Finds a session: on this node, or rehydrated from the store.
     ///
+    /// Either way the record is read from the store first: another node may
+    /// have changed or ended the session a moment ago, and its control
+    /// message may not have arrived here yet. A session held here gets the
+    /// record ahead of the caller's message, so a client that saw one node
+    /// answer a change (or a DELETE) never meets the old state on another.
+    ///
     /// # Errors
     /// [`RuntimeError::SessionNotFound`] when it never existed, ended or
     /// expired; a store failure.
     pub async fn session(&self, id: &SessionId) -> Result<SessionHandle, RuntimeError> {
-        if let Some(handle) = self.inner.sessions.get(id)
-            && handle.is_alive()
-        {
-            return Ok(handle.clone());
-        }
-        let record = self
+        let local = self
             .inner
-            .deps
-            .node
-            .store
             .sessions
-            .load(id)
-            .await?
-            .ok_or(RuntimeError::SessionNotFound)?;
+            .get(id)
+            .map(|h| h.clone())
+            .filter(SessionHandle::is_alive);
+        let save_events = local.as_ref().map(SessionHandle::save_events);
+        let loaded = self.inner.deps.node.store.sessions.load(id).await?;
+        // Checked after the last await: a caller admitted here opens its
+        // exchange before the drain can look at the open exchanges again.
+        if self.is_closing() {
+            return Err(RuntimeError::ShuttingDown);
+        }
+        if let (Some(handle), Some(save_events)) = (local, save_events) {
+            let Some(record) = loaded else {
+                // Ended (or expired) elsewhere: end it here too.
+                self.inner
+                    .sessions
+                    .remove_if(id, |_, h| h.same_actor(&handle));
+                handle.terminate();
+                return Err(RuntimeError::SessionNotFound);
+            };
+            handle.refresh(record, save_events);
+            return Ok(handle);
+        }
+        let record = loaded.ok_or(RuntimeError::SessionNotFound)?;
         let entry = self.inner.sessions.entry(id.clone());
         let handle = match entry {
             dashmap::Entry::Occupied(e) if e.get().is_alive() => e.get().clone(),
@@ -422,8 +466,30 @@ impl Runtime {
         self.inner.draining.store(true, Ordering::Release);
     }
 
+    /// Stops admitting work for existing sessions too: every request,
+    /// notification or stream naming a session is refused with
+    /// [`RuntimeError::ShuttingDown`] (503; the client retries, elsewhere
+    /// behind a load balancer). Work admitted before goes on.
+    pub fn start_closing(&self) {
+        self.start_drain();
+        self.inner.closing.store(true, Ordering::Release);
+    }
+
+    /// Whether the node admits no more work ([`Self::start_closing`]).
+    pub fn is_closing(&self) -> bool {
+        self.inner.closing.load(Ordering::Acquire)
+    }
+
+    /// POSTs whose requests are not all answered yet: their exchanges are
+    /// open until the last response is in the log (or in the JSON answer).
+    pub fn open_exchanges(&self) -> usize {
+        self.node().open_exchanges.load(Ordering::Acquire)
+    }
+
     /// Ends every SSE connection of this node with `retry`, so clients
-    /// reconnect (to another node) and resume from the log.
+    /// reconnect (to another node) and resume from the log. Events already
+    /// in the log are sent first, so a stream whose response is written
+    /// ends complete.
     pub fn close_streams(&self) {
         self.inner.drain.cancel();
     }

@@ -27,7 +27,9 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::{AskError, AskOutcome, RequestContext, RequestOutput, SessionShared};
+use crate::context::{
+    AskError, AskOutcome, RequestContext, RequestOutput, SaveGuard, SessionShared,
+};
 use crate::exchange::Exchange;
 use crate::request::{Cancel, InFlightRequest};
 use crate::runtime::{InFlightTicket, NodeContext};
@@ -71,6 +73,17 @@ pub(crate) struct ClientAnswer {
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub(crate) struct Reload;
+
+/// The record as the store held it when a request for this session arrived
+/// (sent just before the request, so the request sees it). Applied only if
+/// no save of this actor overlapped the load (`save_events` is the value of
+/// [`SessionShared::save_events`] before the load started).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Refresh {
+    pub(crate) record: SessionRecord,
+    pub(crate) save_events: u64,
+}
 
 /// Allocate an id for a server-to-client request and await its answer.
 #[derive(Message, Debug)]
@@ -386,6 +399,18 @@ impl Handler<Reload> for Session {
     }
 }
 
+impl Handler<Refresh> for Session {
+    type Result = ();
+
+    fn handle(&mut self, msg: Refresh, _ctx: &mut Self::Context) {
+        let quiet = self.shared.saves_pending.load(Ordering::Acquire) == 0
+            && self.shared.save_events.load(Ordering::Acquire) == msg.save_events;
+        if quiet && !self.terminated {
+            self.apply(msg.record);
+        }
+    }
+}
+
 impl Handler<Broadcast> for Session {
     type Result = ();
 
@@ -510,11 +535,23 @@ impl Session {
     /// Saves the record, then tells the other nodes holding this session to
     /// reload it.
     fn persist(&self) {
+        self.persist_then(None);
+    }
+
+    /// Saves the record and tells the other nodes holding this session to
+    /// reload it, then answers the request that changed it: a client that
+    /// has the answer sends its next request (perhaps to another node) only
+    /// after the change is stored and announced. When the store fails the
+    /// request gets -32603 instead.
+    fn persist_then(&self, answer: Option<(Arc<Exchange>, Response)>) {
         let node = Arc::clone(&self.deps.node);
         let record = self.record.clone();
         let ttl = self.deps.config.session_idle_ttl();
+        let guard = SaveGuard::begin(&self.shared);
         actix::spawn(async move {
-            match node.store.sessions.save(&record, ttl).await {
+            let saved = node.store.sessions.save(&record, ttl).await;
+            drop(guard);
+            match &saved {
                 Ok(_) => {
                     let changed = ControlMessage::SessionChanged {
                         session: record.id.clone(),
@@ -524,6 +561,18 @@ impl Session {
                 }
                 Err(err) => {
                     tracing::warn!(session_id = %record.id, error = %err, "Session state could not be saved.")
+                }
+            }
+            if let Some((exchange, response)) = answer {
+                let response = match saved {
+                    Ok(_) => response,
+                    Err(_) => Response::error(
+                        response.id,
+                        ErrorObject::internal("session store unavailable"),
+                    ),
+                };
+                if let Err(err) = exchange.finish(Some(response)).await {
+                    tracing::warn!(error = %err, "Response could not be written.");
                 }
             }
         });
@@ -573,8 +622,11 @@ impl Session {
         let sessions = Arc::clone(&self.deps.node.store.sessions);
         let record = self.record.clone();
         let ttl = self.deps.config.session_idle_ttl();
+        let guard = SaveGuard::begin(&self.shared);
         actix::spawn(async move {
-            let response = match sessions.save(&record, ttl).await {
+            let saved = sessions.save(&record, ttl).await;
+            drop(guard);
+            let response = match saved {
                 Ok(_) => response,
                 Err(err) => {
                     tracing::warn!(session_id = %record.id, error = %err, "Session state could not be saved.");
@@ -593,8 +645,8 @@ impl Session {
             Ok(p) => {
                 self.record.log_level = Some(p.level.as_str().to_owned());
                 self.shared.set_log_level(Some(p.level));
-                self.persist();
-                Response::result(request.id, empty_result())
+                let response = Response::result(request.id, empty_result());
+                return self.persist_then(Some((exchange, response)));
             }
             Err(_) => Response::error(
                 Some(request.id),
@@ -630,8 +682,8 @@ impl Session {
                 } else {
                     self.record.subscriptions.remove(&uri);
                 }
-                self.persist();
-                Response::result(request.id, empty_result())
+                let response = Response::result(request.id, empty_result());
+                return self.persist_then(Some((exchange, response)));
             }
             Err(err) => Response::error(Some(request.id), err),
         };
@@ -730,6 +782,11 @@ impl SessionHandle {
         self.addr.connected()
     }
 
+    /// Whether both handles name the same actor.
+    pub(crate) fn same_actor(&self, other: &Self) -> bool {
+        self.addr == other.addr
+    }
+
     /// Hands a request to the session; its outputs go to `exchange`.
     ///
     /// # Errors
@@ -780,6 +837,21 @@ impl SessionHandle {
             }),
             Message::Request(_) => {}
         }
+    }
+
+    /// How many saves of the record started or ended so far (read before
+    /// loading the record for [`Self::refresh`]).
+    pub(crate) fn save_events(&self) -> u64 {
+        self.shared.save_events.load(Ordering::Acquire)
+    }
+
+    /// Hands the actor the record just loaded from the store, ahead of the
+    /// request that follows.
+    pub(crate) fn refresh(&self, record: SessionRecord, save_events: u64) {
+        self.addr.do_send(Refresh {
+            record,
+            save_events,
+        });
     }
 
     /// Reloads the state another node changed.

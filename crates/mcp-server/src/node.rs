@@ -1,10 +1,11 @@
 //! Running a server as a node: Streamable HTTP (and legacy HTTP+SSE) on the
 //! embedded store, health endpoints, and a drain on SIGTERM / SIGINT.
 //!
-//! Drain: readiness goes false, new sessions are refused, every SSE
-//! connection ends with `retry` (clients reconnect, elsewhere behind a load
-//! balancer), in-flight requests get `drain_grace_secs`, then the rest are
-//! cancelled and the process exits.
+//! Drain: readiness goes false, new sessions are refused, in-flight
+//! requests get `drain_grace_secs` (late in it, no new work is admitted),
+//! then the rest answer -32603, every SSE connection ends with `retry`
+//! (clients reconnect, elsewhere behind a load balancer) and the process
+//! exits. See `drain` below.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,6 +21,8 @@ use crate::{McpServer, NodeConfig};
 
 /// How often the drain checks for running requests.
 const DRAIN_POLL: Duration = Duration::from_millis(100);
+/// How long stopped requests get to write their -32603 answers.
+const STOP_WRITE_LIMIT: Duration = Duration::from_secs(2);
 
 /// A node about to serve: bound, not yet running.
 pub struct BoundNode {
@@ -67,35 +70,82 @@ impl BoundNode {
         let handle = self.server.handle();
         let runtime = self.runtime.clone();
         let grace = self.drain_grace;
-        actix_web::rt::spawn(async move {
+        let drained = actix_web::rt::spawn(async move {
             shutdown.await;
-            // 1. Readiness fails and no new session starts here; requests of
-            //    existing sessions are still served.
-            tracing::info!(in_flight = runtime.in_flight(), "Draining.");
-            runtime.start_drain();
-            // 2. Running requests get the grace period to finish.
-            let deadline = tokio::time::Instant::now() + grace;
-            while runtime.in_flight() > 0 && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(DRAIN_POLL).await;
-            }
-            // 3. What still runs answers -32603 into its stream.
-            if runtime.in_flight() > 0 {
-                tracing::warn!(
-                    in_flight = runtime.in_flight(),
-                    "Grace period over; stopping requests."
-                );
-                runtime.stop_requests();
-                tokio::time::sleep(DRAIN_POLL).await;
-            }
-            // 4. SSE connections end with `retry`; clients resume from the
-            //    log on another node. Then the listener closes.
-            runtime.close_streams();
+            let answered = drain(&runtime, grace).await;
+            // The listener closes and the workers stop once their (now
+            // finished) connections end.
             handle.stop(true).await;
-            runtime.leave().await;
+            if answered {
+                runtime.leave().await;
+            } else {
+                // Not leaving: the heartbeat stops with the process and a
+                // survivor answers what is still open.
+                tracing::warn!("Requests still unanswered; leaving them to the cluster.");
+            }
             tracing::info!("Drained.");
         });
-        self.server.await
+        let served = self.server.await;
+        // The server future completes as soon as `handle.stop` has stopped
+        // the workers, while the drain still has to leave the cluster:
+        // returning now would end the actix system and drop the drain
+        // halfway. Only the drain stops the server (signals are disabled),
+        // so after a clean stop it is about to finish.
+        match &served {
+            Ok(()) => {
+                let _ = drained.await;
+            }
+            Err(_) => drained.abort(),
+        }
+        served
     }
+}
+
+/// The drain, up to the point where the listener may close:
+///
+/// 1. Readiness fails and no new session starts here; requests of existing
+///    sessions are still served while the load balancer catches up, until
+///    the node is idle or half the grace period is over.
+/// 2. No more work is admitted (503, the client retries elsewhere); what
+///    was admitted gets the rest of the grace period to finish.
+/// 3. What still runs answers -32603 into its stream.
+/// 4. SSE connections end with `retry` once they sent what the log holds;
+///    clients resume from the log on another node.
+///
+/// Session actors live on the HTTP workers, which stop with the listener:
+/// every admitted request is answered before that. Returns whether all
+/// were (else the node must not leave the cluster: a survivor finalizes
+/// its open streams once its heartbeat expires).
+async fn drain(runtime: &Runtime, grace: Duration) -> bool {
+    let start = tokio::time::Instant::now();
+    let deadline = start + grace;
+    tracing::info!(in_flight = runtime.in_flight(), "Draining.");
+    runtime.start_drain();
+    let serving_until = start + grace / 2;
+    while runtime.open_exchanges() > 0 && tokio::time::Instant::now() < serving_until {
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+    runtime.start_closing();
+    // A request that passed the admission check a moment ago opens its
+    // exchange right away; give it that moment.
+    tokio::time::sleep(DRAIN_POLL).await;
+    while runtime.open_exchanges() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+    if runtime.open_exchanges() > 0 {
+        tracing::warn!(
+            open = runtime.open_exchanges(),
+            "Grace period over; stopping requests."
+        );
+        runtime.stop_requests();
+        let written = tokio::time::Instant::now() + STOP_WRITE_LIMIT;
+        while runtime.open_exchanges() > 0 && tokio::time::Instant::now() < written {
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+    }
+    let answered = runtime.open_exchanges() == 0;
+    runtime.close_streams();
+    answered
 }
 
 async fn wait_for_signal() {

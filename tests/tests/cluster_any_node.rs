@@ -1,0 +1,182 @@
+//! Any node serves any request of any session: the steps of one session
+//! spread over three nodes (direct node URLs, one session id) behave as on a
+//! single node — lifecycle, log level, resource subscriptions with the
+//! standalone stream held by another node, and DELETE ending the session on
+//! every node.
+
+mod cluster_support;
+
+use std::time::Duration;
+
+use cluster_support::*;
+use mcp_client::Reply;
+use mcp_testkit::within;
+use reqwest::StatusCode;
+use serde_json::json;
+
+/// How long a stream must stay quiet to count as "nothing more comes".
+const QUIET: Duration = Duration::from_millis(1500);
+
+#[tokio::test]
+async fn lifecycle_steps_on_three_different_nodes() {
+    let cluster = start(3, &[]);
+    let (id, result) = initialize_only(&cluster.node_url(0), json!({})).await;
+    assert_eq!(result["protocolVersion"], VERSION);
+    let b = client(&cluster.node_url(1), &id);
+    let c = client(&cluster.node_url(2), &id);
+
+    post_accepted(&b, &notification("notifications/initialized", json!({}))).await;
+    let (response, _) = within(
+        "tools/call on C",
+        c.request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"message": "hi"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(text(&response["result"]), "Echo: hi", "{response}");
+    assert_eq!(response["result"]["isError"], false, "{response}");
+}
+
+#[tokio::test]
+async fn log_level_set_on_one_node_filters_logs_on_another() {
+    let cluster = start(3, &[]);
+    let a = session(&cluster.node_url(0), json!({})).await;
+    let id = a.session_id().unwrap().to_owned();
+    let b = client(&cluster.node_url(1), &id);
+    // B holds the session before the level changes, so the change must
+    // reach an actor that already exists there.
+    within("ping on B", b.request("ping", json!({})))
+        .await
+        .unwrap();
+
+    let (set, _) = within(
+        "setLevel error on A",
+        a.request("logging/setLevel", json!({"level": "error"})),
+    )
+    .await
+    .unwrap();
+    assert!(set["result"].is_object(), "{set}");
+    let (response, seen) = within(
+        "logging tool on B",
+        b.request(
+            "tools/call",
+            json!({"name": "test_tool_with_logging", "arguments": {}}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response["result"]["isError"], false, "{response}");
+    assert!(
+        seen.iter().all(|m| m["method"] != "notifications/message"),
+        "info logs pass a level of error: {seen:?}"
+    );
+
+    let (set, _) = within(
+        "setLevel debug on B",
+        b.request("logging/setLevel", json!({"level": "debug"})),
+    )
+    .await
+    .unwrap();
+    assert!(set["result"].is_object(), "{set}");
+    let (response, seen) = within(
+        "logging tool on B",
+        b.request(
+            "tools/call",
+            json!({"name": "test_tool_with_logging", "arguments": {}}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response["result"]["isError"], false, "{response}");
+    let logs: Vec<_> = seen
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .collect();
+    assert_eq!(logs.len(), 3, "info logs pass a level of debug: {seen:?}");
+    assert!(
+        logs.iter().all(|m| m["params"]["level"] == "info"),
+        "{logs:?}"
+    );
+}
+
+#[tokio::test]
+async fn resource_update_reaches_the_standalone_stream_on_another_node_once() {
+    let cluster = start(3, &[]);
+    let a = session(&cluster.node_url(0), json!({})).await;
+    let id = a.session_id().unwrap().to_owned();
+    let b = client(&cluster.node_url(1), &id);
+    let c = client(&cluster.node_url(2), &id);
+    let uri = "test://watched-resource";
+
+    let (subscribed, _) = within(
+        "subscribe on A",
+        a.request("resources/subscribe", json!({"uri": uri})),
+    )
+    .await
+    .unwrap();
+    assert!(subscribed["result"].is_object(), "{subscribed}");
+
+    let mut standalone = expect_sse(within("GET on B", b.get(None)).await.unwrap());
+    priming(&mut standalone).await;
+
+    let (touched, _) = within(
+        "touch on C",
+        c.request(
+            "tools/call",
+            json!({"name": "touch_resource", "arguments": {"uri": uri}}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(touched["result"]["isError"], false, "{touched}");
+
+    let event = next_event(&mut standalone)
+        .await
+        .expect("the standalone stream stays open");
+    let update = message(&event);
+    assert_eq!(
+        update["method"], "notifications/resources/updated",
+        "{update}"
+    );
+    assert_eq!(update["params"]["uri"], uri, "{update}");
+    assert!(event.id.is_some(), "{event:?}");
+    // Exactly once: nothing else arrives (keep-alive comments are no events).
+    match event_within(&mut standalone, QUIET).await {
+        None => {}
+        Some(more) => panic!("a second delivery or an early end: {more:?}"),
+    }
+}
+
+#[tokio::test]
+async fn delete_on_one_node_ends_the_session_on_every_node() {
+    let cluster = start(3, &[]);
+    let a = session(&cluster.node_url(0), json!({})).await;
+    let id = a.session_id().unwrap().to_owned();
+    let clients: Vec<_> = (0..3).map(|i| client(&cluster.node_url(i), &id)).collect();
+    // Every node holds the session before it ends.
+    for (i, c) in clients.iter().enumerate() {
+        let (pong, _) = within("ping", c.request("ping", json!({}))).await.unwrap();
+        assert!(pong["result"].is_object(), "node {i}: {pong}");
+    }
+
+    let status = within("DELETE on B", clients[1].delete()).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+
+    for (i, c) in clients.iter().enumerate() {
+        let ping = json!({"jsonrpc": "2.0", "id": 100 + i, "method": "ping"});
+        match within("POST after DELETE", c.post(&ping)).await.unwrap() {
+            Reply::Status(status, _) => {
+                assert_eq!(status, StatusCode::NOT_FOUND, "POST on node {i}")
+            }
+            other => panic!("POST on node {i} after DELETE: {other:?}"),
+        }
+        match within("GET after DELETE", c.get(None)).await.unwrap() {
+            Reply::Status(status, _) => {
+                assert_eq!(status, StatusCode::NOT_FOUND, "GET on node {i}")
+            }
+            other => panic!("GET on node {i} after DELETE: {other:?}"),
+        }
+    }
+}

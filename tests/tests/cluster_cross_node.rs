@@ -1,0 +1,140 @@
+//! Client messages about a request reach the node running it, whichever
+//! node receives them: `notifications/cancelled` stops a request running on
+//! another node, and answers to server requests (sampling, elicitation)
+//! POSTed to another node reach the waiting tool.
+
+mod cluster_support;
+
+use cluster_support::*;
+use mcp_client::Client;
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn cancel_posted_to_another_node_stops_the_request() {
+    let cluster = start(3, &[]);
+    let a = session(&cluster.node_url(0), json!({})).await;
+    let b = client(&cluster.node_url(1), a.session_id().unwrap());
+    let c = client(&cluster.node_url(2), a.session_id().unwrap());
+
+    // Long enough that only the cancel can end it within the hang guard.
+    let mut stream = post_sse(&a, &long_running(11, 60_000, 600, "cancel-me")).await;
+    priming(&mut stream).await;
+    let mut seen = Seen::default();
+    while seen.progress.len() < 2 {
+        record(&mut seen, next_event(&mut stream).await.expect("progress"));
+    }
+
+    post_accepted(
+        &b,
+        &notification(
+            "notifications/cancelled",
+            json!({"requestId": 11, "reason": "test"}),
+        ),
+    )
+    .await;
+
+    // Progress already on its way may still arrive; then the stream ends,
+    // without a response.
+    while let Some(event) = next_event(&mut stream).await {
+        record(&mut seen, event);
+    }
+    assert!(
+        seen.responses.is_empty(),
+        "a cancelled request gets no response: {seen:?}"
+    );
+    assert!(seen.other.is_empty(), "{seen:?}");
+    assert!(
+        !seen.retried,
+        "the stream is over, not interrupted: {seen:?}"
+    );
+    // Nothing was written after the end: resuming from the last event (on
+    // a third node) finds the stream closed and empty.
+    let mut after = resume(&c, seen.ids.last().unwrap()).await;
+    assert!(next_event(&mut after).await.is_none(), "no more progress");
+}
+
+/// Calls `tool` on `caller`, expects a server request `method` on the
+/// call's stream, answers it through `answerer` (another node), and returns
+/// (the server request, the tool's result).
+async fn answered_elsewhere(
+    caller: &Client,
+    answerer: &Client,
+    tool: &str,
+    arguments: Value,
+    method: &str,
+    answer: Value,
+) -> (Value, Value) {
+    let mut stream = post_sse(caller, &call(21, tool, arguments)).await;
+    priming(&mut stream).await;
+    let mut seen = Seen::default();
+    while seen.other.is_empty() {
+        let event = next_event(&mut stream).await.expect("the server request");
+        record(&mut seen, event);
+    }
+    let ask = seen.other[0].clone();
+    assert_eq!(ask["method"], method, "{ask}");
+    assert!(ask["id"].is_string() || ask["id"].is_number(), "{ask}");
+
+    post_accepted(
+        answerer,
+        &json!({"jsonrpc": "2.0", "id": ask["id"], "result": answer}),
+    )
+    .await;
+
+    let rest = read_to_end(&mut stream).await;
+    assert!(
+        rest.other.is_empty() && rest.progress.is_empty(),
+        "{rest:?}"
+    );
+    assert_eq!(rest.responses.len(), 1, "{rest:?}");
+    let response = &rest.responses[0];
+    assert_eq!(response["id"], 21, "{response}");
+    (ask, response["result"].clone())
+}
+
+#[tokio::test]
+async fn sampling_answer_posted_to_another_node_reaches_the_tool() {
+    let cluster = start(3, &[]);
+    let a = session(&cluster.node_url(0), json!({"sampling": {}})).await;
+    let b = client(&cluster.node_url(1), a.session_id().unwrap());
+
+    let (ask, result) = answered_elsewhere(
+        &a,
+        &b,
+        "test_sampling",
+        json!({"prompt": "What is 2+2?"}),
+        "sampling/createMessage",
+        json!({"role": "assistant", "content": {"type": "text", "text": "four, from B"},
+               "model": "test-model", "stopReason": "endTurn"}),
+    )
+    .await;
+    assert_eq!(
+        ask["params"]["messages"][0]["content"]["text"],
+        "What is 2+2?"
+    );
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(text(&result), "LLM response: four, from B", "{result}");
+}
+
+#[tokio::test]
+async fn elicitation_answer_posted_to_another_node_reaches_the_tool() {
+    let cluster = start(3, &[]);
+    let a = session(&cluster.node_url(0), json!({"elicitation": {}})).await;
+    let c = client(&cluster.node_url(2), a.session_id().unwrap());
+
+    let (ask, result) = answered_elsewhere(
+        &a,
+        &c,
+        "test_elicitation",
+        json!({"message": "Who are you?"}),
+        "elicitation/create",
+        json!({"action": "accept", "content": {"username": "carol", "email": "carol@example.com"}}),
+    )
+    .await;
+    assert_eq!(ask["params"]["message"], "Who are you?", "{ask}");
+    assert!(ask["params"]["requestedSchema"].is_object(), "{ask}");
+    assert_eq!(result["isError"], false, "{result}");
+    let text = text(&result);
+    assert!(text.starts_with("User response: action=accept"), "{result}");
+    assert!(text.contains("carol@example.com"), "{result}");
+}

@@ -1,0 +1,287 @@
+//! SIGTERM drains a node: readiness fails and new sessions are refused at
+//! once, running requests finish within the grace period and answer on
+//! their streams, then the node exits 0. A rolling restart behind the load
+//! balancer loses no response and duplicates no event.
+
+mod cluster_support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use cluster_support::*;
+use mcp_client::{Client, Reply, SseStream};
+use mcp_testkit::{Cluster, GUARD, within};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const GRACE: &[&str] = &["--drain-grace-secs", "5"];
+/// The node registry's set of live nodes (the Redis store's key layout).
+const NODE_SET: &str = "mcp:{nodes}:all";
+/// Concurrent client loops (sessions) during the rolling restart.
+const CLIENTS: usize = 4;
+
+#[tokio::test]
+async fn a_draining_node_refuses_new_sessions_and_finishes_running_requests() {
+    let mut cluster = start(3, GRACE);
+    let url = cluster.node_url(0);
+    let readyz = format!("http://{}/readyz", cluster.node_addr(0));
+    within("every node registered", async {
+        while cluster.redis().command(&["SCARD", NODE_SET]).unwrap() != "3" {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let a = session(&url, json!({})).await;
+    let mut stream = post_sse(&a, &long_running(5, 2000, 10, "drain")).await;
+    priming(&mut stream).await;
+    let mut seen = Seen::default();
+    record(&mut seen, next_event(&mut stream).await.expect("progress"));
+
+    // SIGTERM, and wait for the exit in the background.
+    let terminated = tokio::task::spawn_blocking(move || {
+        let status = cluster.terminate_node(0);
+        (cluster, status)
+    });
+
+    within("readyz turns 503", async {
+        loop {
+            let status = reqwest::get(&readyz).await.map(|r| r.status());
+            match status {
+                Ok(StatusCode::SERVICE_UNAVAILABLE) => break,
+                Ok(StatusCode::OK) => tokio::time::sleep(Duration::from_millis(20)).await,
+                other => panic!("/readyz while draining: {other:?}"),
+            }
+        }
+    })
+    .await;
+
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": VERSION, "capabilities": {},
+        "clientInfo": {"name": "late", "version": "0"}}});
+    match within(
+        "initialize while draining",
+        Client::new(&url, VERSION).post(&init),
+    )
+    .await
+    .unwrap()
+    {
+        Reply::Status(status, body) => {
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+            let body: Value = serde_json::from_str(&body).unwrap();
+            assert!(body["error"]["code"].is_i64(), "{body}");
+        }
+        other => panic!("initialize on a draining node: {other:?}"),
+    }
+
+    // The running request completes on this very stream.
+    let rest = read_to_end(&mut stream).await;
+    let progress: Vec<f64> = seen
+        .progress
+        .iter()
+        .chain(&rest.progress)
+        .copied()
+        .collect();
+    assert_eq!(progress, (1..=10).map(f64::from).collect::<Vec<_>>());
+    assert!(!rest.retried, "{rest:?}");
+    assert_eq!(rest.responses.len(), 1, "{rest:?}");
+    assert_eq!(rest.responses[0]["id"], 5);
+    assert_eq!(rest.responses[0]["result"]["isError"], false, "{rest:?}");
+
+    let (cluster, status) = within("node exit", terminated).await.unwrap();
+    let status = status.unwrap().expect("node 0 was running");
+    assert!(status.success(), "exit status {status}");
+    // It left the cluster on its way out (proto-docs/redis-layout.md), so
+    // no survivor takes it for dead.
+    let members = cluster.redis().command(&["SCARD", NODE_SET]).unwrap();
+    assert_eq!(members, "2", "nodes registered after node 0 left");
+}
+
+/// The calls of the client loop, by id.
+enum Kind {
+    /// `echo`: a JSON answer.
+    Echo,
+    /// `long_running_operation` with progress: an SSE answer.
+    Progress,
+    /// `test_reconnection`: the server closes the SSE answer mid-call, so
+    /// the client resumes with `Last-Event-ID` through the load balancer,
+    /// on whichever node it lands.
+    Reconnect,
+}
+
+impl Kind {
+    fn of(id: i64) -> Self {
+        match id % 3 {
+            0 => Self::Echo,
+            1 => Self::Progress,
+            _ => Self::Reconnect,
+        }
+    }
+}
+
+/// What the client loop saw of one call.
+#[derive(Debug, Default)]
+struct Outcome {
+    responses: Vec<Value>,
+    progress: Vec<f64>,
+    resumes: usize,
+    /// 503s of a node that admitted no more work (the call was resent).
+    refusals: usize,
+}
+
+/// Reads a call's stream, resuming through the load balancer whenever it
+/// ends without the response.
+async fn follow_call(client: &Client, mut stream: SseStream, outcome: &mut Outcome) {
+    loop {
+        let mut seen = Seen::default();
+        loop {
+            match within("next event", stream.next_event()).await {
+                Ok(Some(event)) => record(&mut seen, event),
+                Ok(None) => break,
+                // A connection cut by a stopping node: resume as on a close.
+                Err(_) => break,
+            }
+        }
+        outcome.progress.extend(&seen.progress);
+        outcome.responses.extend(seen.responses);
+        if !outcome.responses.is_empty() {
+            return;
+        }
+        let last = stream
+            .last_event_id
+            .clone()
+            .expect("an event id to resume from");
+        outcome.resumes += 1;
+        assert!(outcome.resumes < 50, "no progress resuming: {outcome:?}");
+        stream = loop {
+            match within("GET resume", client.get(Some(&last))).await {
+                Ok(Reply::Sse(s)) => break s,
+                // A node going away under the load balancer: try again.
+                Ok(Reply::Status(status, _)) if status.is_server_error() => {}
+                Err(_) => {}
+                Ok(other) => panic!("resume answered {other:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        // The resumed stream's ids continue from `last`.
+        stream.last_event_id = Some(last);
+    }
+}
+
+/// Calls echo, long_running_operation and test_reconnection through the
+/// load balancer until `stop`; returns every call's outcome by id, and the
+/// calls that got no response.
+async fn client_loop(lb: String, stop: Arc<AtomicBool>) -> (BTreeMap<i64, Outcome>, Vec<String>) {
+    let client = session(&lb, json!({})).await;
+    let mut outcomes = BTreeMap::new();
+    let mut errors = Vec::new();
+    let mut id = 100;
+    while !stop.load(Ordering::Acquire) {
+        id += 1;
+        let mut outcome = Outcome::default();
+        let body = match Kind::of(id) {
+            Kind::Echo => call(id, "echo", json!({"message": format!("m{id}")})),
+            Kind::Progress => long_running(id, 500, 5, &format!("p{id}")),
+            Kind::Reconnect => call(id, "test_reconnection", json!({})),
+        };
+        loop {
+            match within("POST", client.post(&body)).await {
+                Ok(Reply::Json(response, _)) => outcome.responses.push(response),
+                Ok(Reply::Sse(stream)) => follow_call(&client, stream, &mut outcome).await,
+                // A node at the end of its drain admits nothing more: the
+                // request did not run; send it again, as a client does on 503.
+                Ok(Reply::Status(StatusCode::SERVICE_UNAVAILABLE, body))
+                    if body.contains("shutting down") && outcome.refusals < 20 =>
+                {
+                    outcome.refusals += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                Ok(other) => errors.push(format!("call {id}: {other:?}")),
+                Err(err) => errors.push(format!("call {id}: {err}")),
+            }
+            break;
+        }
+        outcomes.insert(id, outcome);
+    }
+    (outcomes, errors)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_loses_no_response() {
+    let cluster = start(3, GRACE);
+    let lb = cluster.lb_url();
+    let stop = Arc::new(AtomicBool::new(false));
+    let loops: Vec<_> = (0..CLIENTS)
+        .map(|_| tokio::spawn(client_loop(lb.clone(), Arc::clone(&stop))))
+        .collect();
+
+    let rolled = tokio::task::spawn_blocking(move || {
+        let mut cluster: Cluster = cluster;
+        std::thread::sleep(Duration::from_millis(500));
+        for i in 0..cluster.len() {
+            let status = cluster.terminate_node(i).unwrap().expect("running");
+            assert!(status.success(), "node {i} exit status {status}");
+            cluster.restart_node(i).unwrap();
+            // Traffic reaches the restarted node before the next goes.
+            std::thread::sleep(Duration::from_millis(1000));
+        }
+        cluster
+    });
+    let cluster = tokio::time::timeout(GUARD * 6, rolled)
+        .await
+        .expect("rolling restart")
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Release);
+    let mut calls = 0;
+    let mut resumed = 0;
+    let mut refused = 0;
+    for client in loops {
+        let (outcomes, errors) = within("client loop", client).await.unwrap();
+        assert!(
+            errors.is_empty(),
+            "failed calls: {errors:#?}\n{}",
+            cluster.nginx().access_log()
+        );
+        check(&outcomes);
+        calls += outcomes.len();
+        resumed += outcomes.values().filter(|o| o.resumes > 0).count();
+        refused += outcomes.values().filter(|o| o.refusals > 0).count();
+    }
+    assert!(calls >= 10 * CLIENTS, "too few calls: {calls}");
+    // Each old node left on its way out; the new ones joined.
+    let members = cluster.redis().command(&["SCARD", NODE_SET]).unwrap();
+    assert_eq!(members, "3", "nodes registered after the rolling restart");
+    eprintln!(
+        "rolling restart: {calls} calls, {resumed} resumed with Last-Event-ID, \
+         {refused} resent after a 503"
+    );
+}
+
+/// Every call got exactly one response, with its id, and every progress
+/// value once, in order.
+fn check(outcomes: &BTreeMap<i64, Outcome>) {
+    for (id, outcome) in outcomes {
+        assert_eq!(outcome.responses.len(), 1, "call {id}: {outcome:?}");
+        let response = &outcome.responses[0];
+        assert_eq!(response["id"], *id, "call {id}: {response}");
+        assert!(response.get("error").is_none(), "call {id}: {response}");
+        match Kind::of(*id) {
+            Kind::Echo => assert_eq!(text(&response["result"]), format!("Echo: m{id}")),
+            Kind::Progress => assert_eq!(
+                outcome.progress,
+                vec![1.0, 2.0, 3.0, 4.0, 5.0],
+                "call {id}: every progress once, in order: {outcome:?}"
+            ),
+            Kind::Reconnect => {
+                assert_eq!(
+                    text(&response["result"]),
+                    "Reconnection test completed successfully"
+                );
+                assert!(outcome.resumes > 0, "call {id}: {outcome:?}");
+            }
+        }
+    }
+}
