@@ -69,6 +69,7 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
         )),
         bus: Arc::new(RedisBus::new(redis.clone(), keys.clone(), pubsub)),
         nodes: Arc::new(RedisNodes::new(redis, keys)),
+        shared: true,
     })
 }
 

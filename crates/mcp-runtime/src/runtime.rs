@@ -250,6 +250,16 @@ impl Runtime {
             .get(id)
             .map(|h| h.clone())
             .filter(SessionHandle::is_alive);
+        // Alone on the embedded store, this node is the only writer: the
+        // local actor is the truth, no read needed.
+        if !self.store().shared
+            && let Some(handle) = &local
+        {
+            if self.is_closing() {
+                return Err(RuntimeError::ShuttingDown);
+            }
+            return Ok(handle.clone());
+        }
         let save_events = local.as_ref().map(SessionHandle::save_events);
         let loaded = self.inner.deps.node.store.sessions.load(id).await?;
         // Checked after the last await: a caller admitted here opens its

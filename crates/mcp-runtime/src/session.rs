@@ -519,13 +519,17 @@ impl Session {
             .store(record.initialized, Ordering::Release);
         self.shared
             .set_log_level(record.log_level.as_deref().and_then(LoggingLevel::parse));
-        if let Ok(caps) = serde_json::from_value(record.client_capabilities.clone()) {
+        // Set once by `initialize`; parsed only while still unset.
+        if self.shared.client_capabilities.get().is_none()
+            && let Ok(caps) = serde_json::from_value(record.client_capabilities.clone())
+        {
             let _ = self.shared.client_capabilities.set(caps);
         }
-        if let Some(v) = record
-            .protocol_version
-            .as_deref()
-            .and_then(|v| v.parse().ok())
+        if self.shared.version.get().is_none()
+            && let Some(v) = record
+                .protocol_version
+                .as_deref()
+                .and_then(|v| v.parse().ok())
         {
             let _ = self.shared.version.set(v);
         }

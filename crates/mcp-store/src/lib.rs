@@ -44,6 +44,10 @@ pub struct Store {
     pub bus: Arc<dyn ControlBus>,
     /// Node liveness and the streams each node writes.
     pub nodes: Arc<dyn NodeRegistry>,
+    /// Other nodes share this store (Redis): session state may change
+    /// elsewhere, so it is re-read per request. `false` for the embedded
+    /// store, where this node is the only writer.
+    pub shared: bool,
 }
 
 impl Store {
@@ -54,6 +58,7 @@ impl Store {
             events: Arc::new(memory::MemoryEventLog::new(retention)),
             bus: Arc::new(memory::MemoryBus::new()),
             nodes: Arc::new(memory::MemoryNodes::default()),
+            shared: false,
         }
     }
 }
