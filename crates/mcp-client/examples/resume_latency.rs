@@ -31,7 +31,7 @@ async fn main() {
     for round in 0..rounds {
         let id = on_a.next_id();
         let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-            "name": "long_running_operation", "arguments": {"duration_ms": steps, "steps": steps},
+            "name": "long_running_operation", "arguments": {"duration_ms": 0, "steps": steps},
             "_meta": {"progressToken": round}}});
         let Reply::Sse(mut stream) = on_a.post(&call).await.expect("POST on A") else {
             panic!("expected SSE")
@@ -39,8 +39,9 @@ async fn main() {
         let priming = stream.next_event().await.unwrap().expect("priming event");
         let last_event_id = priming.id.expect("priming id");
         drop(stream);
-        // Let the call finish while the client is away: every event is missed.
-        tokio::time::sleep(Duration::from_millis(steps + 500)).await;
+        // Let the call finish while the client is away: every event is
+        // missed and waits in the log (the tool runs without pauses).
+        tokio::time::sleep(Duration::from_millis(2000 + steps)).await;
         let start = Instant::now();
         let Reply::Sse(mut resumed) = on_b.get(Some(&last_event_id)).await.expect("GET on B")
         else {
