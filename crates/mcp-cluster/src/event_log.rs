@@ -228,6 +228,33 @@ pub struct RedisEventLog {
 }
 
 impl RedisEventLog {
+    /// A position kept in the stream's meta hash (`last`, `trimmed`);
+    /// [`Position::START`] when unset.
+    async fn meta_position(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        field: &str,
+    ) -> Result<Position, StoreError> {
+        let command = redis::cmd("HMGET")
+            .arg(self.keys.meta(session, stream))
+            .arg(META_CLOSED)
+            .arg(field)
+            .clone();
+        let reply = self.redis.cmd(&command).await?;
+        let mut fields = reply::array(reply)?.into_iter();
+        let (Some(closed), Some(position)) = (fields.next(), fields.next()) else {
+            return Err(corrupt("short HMGET reply"));
+        };
+        if closed == Value::Nil {
+            return Err(StoreError::StreamNotFound);
+        }
+        match position {
+            Value::Nil => Ok(Position::START),
+            position => reply::position(position),
+        }
+    }
+
     pub(crate) fn new(redis: Redis, keys: Keys, retention: RedisRetention, pubsub: PubSub) -> Self {
         Self {
             redis,
@@ -343,49 +370,11 @@ impl EventLog for RedisEventLog {
     }
 
     async fn tail(&self, session: &SessionId, stream: &StreamId) -> Result<Position, StoreError> {
-        let reply = self
-            .redis
-            .cmd(
-                redis::cmd("HMGET")
-                    .arg(self.keys.meta(session, stream))
-                    .arg(META_CLOSED)
-                    .arg(META_LAST),
-            )
-            .await?;
-        let mut fields = reply::array(reply)?.into_iter();
-        let (Some(closed), Some(last)) = (fields.next(), fields.next()) else {
-            return Err(corrupt("short HMGET reply"));
-        };
-        if closed == Value::Nil {
-            return Err(StoreError::StreamNotFound);
-        }
-        match last {
-            Value::Nil => Ok(Position::START),
-            last => reply::position(last),
-        }
+        self.meta_position(session, stream, META_LAST).await
     }
 
     async fn oldest(&self, session: &SessionId, stream: &StreamId) -> Result<Position, StoreError> {
-        let reply = self
-            .redis
-            .cmd(
-                redis::cmd("HMGET")
-                    .arg(self.keys.meta(session, stream))
-                    .arg(META_CLOSED)
-                    .arg(META_TRIMMED),
-            )
-            .await?;
-        let mut fields = reply::array(reply)?.into_iter();
-        let (Some(closed), Some(trimmed)) = (fields.next(), fields.next()) else {
-            return Err(corrupt("short HMGET reply"));
-        };
-        if closed == Value::Nil {
-            return Err(StoreError::StreamNotFound);
-        }
-        match trimmed {
-            Value::Nil => Ok(Position::START),
-            trimmed => reply::position(trimmed),
-        }
+        self.meta_position(session, stream, META_TRIMMED).await
     }
 
     async fn subscribe(
