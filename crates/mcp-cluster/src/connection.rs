@@ -60,7 +60,11 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
     .map_err(ClusterError::Connect)?;
     let redis = Redis { manager, timeout };
     Ok(Store {
-        sessions: Arc::new(RedisSessionStore::new(redis.clone(), keys.clone())),
+        sessions: Arc::new(RedisSessionStore::new(
+            redis.clone(),
+            keys.clone(),
+            pubsub.clone(),
+        )),
         events: Arc::new(RedisEventLog::new(
             redis.clone(),
             keys.clone(),

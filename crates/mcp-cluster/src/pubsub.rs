@@ -121,6 +121,12 @@ impl fmt::Debug for PubSub {
 }
 
 impl PubSub {
+    /// Whether the pub/sub connection is up (readiness: without it, SSE
+    /// streams get no wake-ups and control messages are missed).
+    pub(crate) fn is_connected(&self) -> bool {
+        self.inner.shared.lock().sink.is_some()
+    }
+
     /// Connects, subscribes to the control channel and starts the task.
     ///
     /// # Errors

@@ -11,6 +11,7 @@ use crate::config::millis;
 use crate::connection::Redis;
 use crate::error::corrupt;
 use crate::keys::Keys;
+use crate::pubsub::PubSub;
 use crate::reply;
 
 /// The Redis [`SessionStore`].
@@ -18,11 +19,17 @@ use crate::reply;
 pub struct RedisSessionStore {
     redis: Redis,
     keys: Keys,
+    /// Checked by `ping`: the node is ready only with both connections up.
+    pubsub: PubSub,
 }
 
 impl RedisSessionStore {
-    pub(crate) fn new(redis: Redis, keys: Keys) -> Self {
-        Self { redis, keys }
+    pub(crate) fn new(redis: Redis, keys: Keys, pubsub: PubSub) -> Self {
+        Self {
+            redis,
+            keys,
+            pubsub,
+        }
     }
 
     /// `SET key json <condition> PX ttl`: `true` when Redis wrote it.
@@ -85,6 +92,11 @@ impl SessionStore for RedisSessionStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
+        if !self.pubsub.is_connected() {
+            return Err(StoreError::Unavailable(
+                "redis pub/sub connection is down".into(),
+            ));
+        }
         self.redis.cmd(&redis::cmd("PING")).await.map(drop)
     }
 
