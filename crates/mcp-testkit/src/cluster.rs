@@ -3,19 +3,13 @@
 //! front. Each node keeps its port across restarts, so the load balancer's
 //! upstream list stays valid while a test kills, drains and restarts nodes.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 
 use crate::{Nginx, NodeProcess, RedisServer};
 
-/// How long a node may take to print its "listening on" line.
-const NODE_START_LIMIT: Duration = Duration::from_secs(30);
 /// Environment variable naming the `mcp-node` binary to run.
 pub const NODE_BIN_ENV: &str = "MCP_NODE_BIN";
 
@@ -192,42 +186,7 @@ impl Cluster {
     }
 }
 
-/// Spawns `binary args --bind addr` and waits for its "listening on" line.
-/// ([`NodeProcess::spawn`] always binds port 0; a cluster node must keep
-/// its port so the load balancer's upstream stays right.)
+/// Spawns a cluster node on its fixed address.
 fn spawn_node(binary: &Path, args: &[String], addr: SocketAddr) -> anyhow::Result<NodeProcess> {
-    let mut child = Command::new(binary)
-        .args(args)
-        .arg("--bind")
-        .arg(addr.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .with_context(|| format!("spawning {}", binary.display()))?;
-    let stdout = child.stdout.take().context("no stdout")?;
-    let (tx, rx) = mpsc::channel();
-    // Reads stdout to its end, so the node never blocks on a full pipe.
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(url) = line.strip_prefix("mcp-node listening on ") {
-                let _ = tx.send(url.to_owned());
-            }
-        }
-    });
-    // The node is a NodeProcess from here on: dropped on error, it is killed.
-    let mut node = NodeProcess {
-        child,
-        url: String::new(),
-    };
-    match rx.recv_timeout(NODE_START_LIMIT) {
-        Ok(url) => {
-            node.url = url;
-            Ok(node)
-        }
-        Err(_) => match node.child.try_wait() {
-            Ok(Some(status)) => bail!("{} exited ({status}) before listening", binary.display()),
-            _ => bail!("{} did not report its address", binary.display()),
-        },
-    }
+    NodeProcess::spawn_bound(binary, args, &addr.to_string())
 }

@@ -193,6 +193,20 @@ impl NodeProcess {
     /// # Errors
     /// The binary is missing, exits, or does not report its address.
     pub fn spawn(binary: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        Self::spawn_bound(binary, args, "127.0.0.1:0")
+    }
+
+    /// Spawns `binary` with `args` plus `--bind bind`, and waits for its
+    /// "listening on" line (a cluster node keeps a fixed port, so the load
+    /// balancer's upstream stays right across restarts).
+    ///
+    /// # Errors
+    /// The binary is missing, exits, or does not report its address.
+    pub fn spawn_bound(
+        binary: &Path,
+        args: &[impl AsRef<std::ffi::OsStr>],
+        bind: &str,
+    ) -> anyhow::Result<Self> {
         if !binary.exists() {
             bail!(
                 "{} not found: build it first (cargo build -p mcp-node)",
@@ -201,13 +215,15 @@ impl NodeProcess {
         }
         let mut child = Command::new(binary)
             .args(args)
-            .args(["--bind", "127.0.0.1:0"])
+            .args(["--bind", bind])
+            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .with_context(|| format!("spawning {}", binary.display()))?;
         let stdout = child.stdout.take().context("no stdout")?;
         let (tx, rx) = mpsc::channel();
+        // Reads stdout to its end, so the node never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(url) = line.strip_prefix("mcp-node listening on ") {
@@ -215,10 +231,23 @@ impl NodeProcess {
                 }
             }
         });
-        let url = rx
-            .recv_timeout(Duration::from_secs(30))
-            .context("node did not report its address")?;
-        Ok(Self { child, url })
+        // A NodeProcess from here on: dropped on error, it is killed.
+        let mut node = Self {
+            child,
+            url: String::new(),
+        };
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => {
+                node.url = url;
+                Ok(node)
+            }
+            Err(_) => match node.child.try_wait() {
+                Ok(Some(status)) => {
+                    bail!("{} exited ({status}) before listening", binary.display())
+                }
+                _ => bail!("{} did not report its address", binary.display()),
+            },
+        }
     }
 
     /// The MCP endpoint URL.
