@@ -1,0 +1,150 @@
+//! What the operator sees: a live spinner line while the test runs, a
+//! summary table at the end, and the same data as a JSON report.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use tokio::task::JoinHandle;
+
+use crate::RunArgs;
+use crate::session::Plan;
+use crate::stats::{OpReport, Stats};
+
+/// How often the live line is refreshed.
+const LIVE_REFRESH: Duration = Duration::from_millis(500);
+
+/// The live progress line. Owned by `drive`; its task stops in `finish`.
+#[derive(Debug)]
+pub(crate) struct Live {
+    bar: ProgressBar,
+    /// Refreshes the message; aborted by `finish`.
+    task: JoinHandle<()>,
+}
+
+impl Live {
+    /// Starts the spinner (drawn on stderr, hidden when it is not a terminal).
+    pub(crate) fn start(stats: Arc<Stats>, sessions: usize) -> Self {
+        let bar = ProgressBar::new_spinner();
+        if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}") {
+            bar.set_style(style);
+        }
+        bar.enable_steady_tick(Duration::from_millis(100));
+        let line = bar.clone();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(LIVE_REFRESH);
+            let mut last_ok = 0;
+            loop {
+                tick.tick().await;
+                let (ok, failed, violations) = stats.totals();
+                let rate = (ok - last_ok) as f64 / LIVE_REFRESH.as_secs_f64();
+                last_ok = ok;
+                line.set_message(format!(
+                    "sessions {}/{sessions}  ops {ok} ({rate:.0}/s)  errors {failed}  violations {violations}",
+                    stats.active_sessions.load(Ordering::Relaxed),
+                ));
+            }
+        });
+        Self { bar, task }
+    }
+
+    /// Stops and clears the line.
+    pub(crate) fn finish(self) {
+        self.task.abort();
+        self.bar.finish_and_clear();
+    }
+}
+
+/// The JSON report.
+#[derive(Debug, Serialize)]
+pub(crate) struct Report {
+    pub(crate) command: String,
+    pub(crate) url: String,
+    pub(crate) scenario: String,
+    pub(crate) sessions: usize,
+    pub(crate) duration_secs: u64,
+    pub(crate) ramp_up_secs: u64,
+    pub(crate) concurrency_per_session: usize,
+    /// Wall time, start to the last session's end.
+    pub(crate) elapsed_secs: f64,
+    pub(crate) total_ok: u64,
+    pub(crate) total_failed: u64,
+    /// Successful operations per second of elapsed time.
+    pub(crate) ops_per_sec: f64,
+    pub(crate) protocol_violations: u64,
+    /// Sessions aborted at the hard deadline.
+    pub(crate) unfinished_sessions: usize,
+    pub(crate) operations: BTreeMap<&'static str, OpReport>,
+    pub(crate) errors: BTreeMap<String, u64>,
+}
+
+impl Report {
+    pub(crate) fn new(
+        command: &str,
+        plan: &Plan,
+        args: &RunArgs,
+        elapsed: Duration,
+        unfinished: usize,
+    ) -> Self {
+        let (total_ok, total_failed, protocol_violations) = plan.stats.totals();
+        Self {
+            command: command.to_owned(),
+            url: plan.url.clone(),
+            scenario: plan.scenario.name.clone(),
+            sessions: args.sessions,
+            duration_secs: args.duration,
+            ramp_up_secs: args.ramp_up,
+            concurrency_per_session: args.concurrency_per_session,
+            elapsed_secs: elapsed.as_secs_f64(),
+            total_ok,
+            total_failed,
+            ops_per_sec: total_ok as f64 / elapsed.as_secs_f64().max(1e-9),
+            protocol_violations,
+            unfinished_sessions: unfinished,
+            operations: plan.stats.operations(elapsed),
+            errors: plan.stats.errors(),
+        }
+    }
+
+    /// The summary on stdout.
+    pub(crate) fn print(&self) {
+        println!(
+            "scenario {:?}: {} sessions, {} s (ramp-up {} s), {} in flight per session; took {:.1} s",
+            self.scenario,
+            self.sessions,
+            self.duration_secs,
+            self.ramp_up_secs,
+            self.concurrency_per_session,
+            self.elapsed_secs
+        );
+        println!(
+            "{:<16} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "operation", "ok", "failed", "ops/s", "p50 ms", "p90 ms", "p99 ms", "max ms"
+        );
+        for (name, op) in &self.operations {
+            println!(
+                "{name:<16} {:>9} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+                op.ok, op.failed, op.per_sec, op.p50_ms, op.p90_ms, op.p99_ms, op.max_ms
+            );
+        }
+        println!(
+            "total: {} ok, {} failed, {:.1} ops/s, {} protocol violations, {} sessions aborted at the hard deadline",
+            self.total_ok,
+            self.total_failed,
+            self.ops_per_sec,
+            self.protocol_violations,
+            self.unfinished_sessions
+        );
+        if !self.errors.is_empty() {
+            let errors: Vec<String> = self
+                .errors
+                .iter()
+                .map(|(k, n)| format!("{k}={n}"))
+                .collect();
+            println!("errors: {}", errors.join(" "));
+        }
+    }
+}

@@ -1,0 +1,420 @@
+//! Virtual sessions: each initializes, then runs `concurrency` lanes that
+//! pick operations from the scenario until the run's end, then DELETEs.
+//!
+//! Owner and stop path: `main` spawns every session into one `JoinSet`;
+//! a session stops by itself at `Plan::end` (the operation under way
+//! finishes, bounded by its own timeout), and `main` aborts whatever is
+//! left at the hard deadline. Per session we keep one `Client` (a clone of
+//! the shared `reqwest::Client`, the URL, the session id), one lock and one
+//! flag: a few hundred bytes besides the futures themselves.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use mcp_client::{Client, ClientError, Reply, SseStream};
+use serde_json::{Value, json};
+use tokio::sync::RwLock;
+use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
+
+use crate::check::{CallCheck, Seen, Violation};
+use crate::scenario::{OpKind, Operation, Scenario};
+use crate::stats::{ErrorKind, Stats};
+
+/// Added to an operation's nominal duration to get its timeout.
+const OP_TIMEOUT_SLACK: Duration = Duration::from_secs(15);
+/// Bound on `initialize` and on the final DELETE.
+const SESSION_CALL_TIMEOUT: Duration = Duration::from_secs(15);
+/// Pause before retrying a failed `initialize`.
+const INITIALIZE_RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// Pause of a lane that found the session's standalone stream taken.
+const GET_STREAM_BUSY_PAUSE: Duration = Duration::from_millis(50);
+
+/// What every session shares; read-only apart from `stats`.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) url: String,
+    pub(crate) scenario: Scenario,
+    pub(crate) stats: Arc<Stats>,
+    /// One connection pool for all sessions.
+    pub(crate) http: reqwest::Client,
+    /// No operation starts after this.
+    pub(crate) end: Instant,
+    /// Nothing runs after this (`main` aborts the rest).
+    pub(crate) hard_deadline: Instant,
+    /// Operations in flight at once per session.
+    pub(crate) concurrency: usize,
+}
+
+/// One virtual session, from its start time to its DELETE.
+pub(crate) async fn run(plan: Arc<Plan>, start_at: Instant) {
+    sleep_until(start_at).await;
+    let mut client = Client::with_http(
+        plan.http.clone(),
+        &plan.url,
+        &plan.scenario.protocol_version,
+    );
+    if !initialize(&mut client, &plan).await {
+        return;
+    }
+    plan.stats.active_sessions.fetch_add(1, Ordering::Relaxed);
+    let client = RwLock::new(client);
+    // The server allows one standalone GET stream per session.
+    let standalone_taken = AtomicBool::new(false);
+    join_all((0..plan.concurrency).map(|_| lane(&client, &plan, &standalone_taken))).await;
+    let client = client.into_inner();
+    if client.session_id().is_some() {
+        match timeout(SESSION_CALL_TIMEOUT, client.delete()).await {
+            Ok(Ok(status)) if status.is_success() => {}
+            Ok(Ok(status)) => plan.stats.error(&ErrorKind::HttpStatus(status.as_u16())),
+            Ok(Err(err)) => plan.stats.error(&classify(err)),
+            Err(_) => plan.stats.error(&ErrorKind::Timeout),
+        }
+    }
+    plan.stats.active_sessions.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Initializes, retrying until it works or the run ends; false if it never did.
+async fn initialize(client: &mut Client, plan: &Plan) -> bool {
+    while Instant::now() < plan.end {
+        let started = Instant::now();
+        client.set_session_id(None);
+        let error = match timeout(SESSION_CALL_TIMEOUT, client.initialize(json!({}))).await {
+            Ok(Ok(_)) => {
+                plan.stats.ok(OpKind::Initialize, started.elapsed());
+                return true;
+            }
+            Ok(Err(err)) => classify(err),
+            Err(_) => ErrorKind::Timeout,
+        };
+        plan.stats.failed(OpKind::Initialize, &error);
+        sleep(INITIALIZE_RETRY_PAUSE).await;
+    }
+    false
+}
+
+/// Runs operations until the run ends. Ops share the session under a read
+/// lock; `delete_session` takes the write lock, so it waits for the lane's
+/// siblings to finish their operation and none starts during it.
+async fn lane(client: &RwLock<Client>, plan: &Plan, standalone_taken: &AtomicBool) {
+    while Instant::now() < plan.end {
+        let op = plan.scenario.pick();
+        let kind = op.kind();
+        let deadline =
+            (Instant::now() + op.nominal_duration() + OP_TIMEOUT_SLACK).min(plan.hard_deadline);
+        let outcome = match op {
+            Operation::DeleteSession => {
+                let mut client = client.write().await;
+                let outcome = timeout_at(deadline, delete_session(&mut client)).await;
+                let failed = !matches!(outcome, Ok(Ok(_)));
+                record(plan, kind, outcome);
+                if failed && !initialize(&mut client, plan).await {
+                    return;
+                }
+                continue;
+            }
+            Operation::GetStream { hold_ms } => {
+                if standalone_taken.swap(true, Ordering::AcqRel) {
+                    sleep(GET_STREAM_BUSY_PAUSE).await;
+                    continue;
+                }
+                let client = client.read().await;
+                let outcome = timeout_at(
+                    deadline,
+                    get_stream(&client, Duration::from_millis(*hold_ms)),
+                )
+                .await;
+                standalone_taken.store(false, Ordering::Release);
+                outcome
+            }
+            op => {
+                let client = client.read().await;
+                timeout_at(deadline, run_op(&client, op)).await
+            }
+        };
+        record(plan, kind, outcome);
+    }
+}
+
+fn record(
+    plan: &Plan,
+    kind: OpKind,
+    outcome: Result<Result<Duration, ErrorKind>, tokio::time::error::Elapsed>,
+) {
+    match outcome {
+        Ok(Ok(latency)) => plan.stats.ok(kind, latency),
+        Ok(Err(error)) => plan.stats.failed(kind, &error),
+        Err(_) => plan.stats.failed(kind, &ErrorKind::Timeout),
+    }
+}
+
+/// Runs one request-style operation; returns the latency to record.
+async fn run_op(client: &Client, op: &Operation) -> Result<Duration, ErrorKind> {
+    let started = Instant::now();
+    match op {
+        Operation::ToolsList => {
+            let response = simple_request(client, "tools/list", json!({})).await?;
+            if response
+                .pointer("/result/tools")
+                .is_none_or(|t| !t.is_array())
+            {
+                return Err(violation(Violation::WrongResult));
+            }
+        }
+        Operation::EchoCall { message } => {
+            let params = json!({"name": "echo", "arguments": {"message": message}});
+            let response = simple_request(client, "tools/call", params).await?;
+            let text = response
+                .pointer("/result/content/0/text")
+                .and_then(Value::as_str);
+            if !text.is_some_and(|t| t.contains(message.as_str())) {
+                return Err(violation(Violation::WrongResult));
+            }
+        }
+        Operation::LongCall { duration_ms, steps } => {
+            long_call(client, *duration_ms, *steps).await?;
+        }
+        Operation::CancelCall { duration_ms, steps } => {
+            return cancel_call(client, *duration_ms, *steps).await;
+        }
+        Operation::DropAndResume {
+            duration_ms,
+            steps,
+            drop_after,
+        } => drop_and_resume(client, *duration_ms, *steps, *drop_after).await?,
+        // Handled by the lane, which needs the lock or the flag.
+        Operation::GetStream { .. } | Operation::DeleteSession => {}
+    }
+    Ok(started.elapsed())
+}
+
+/// A request without progress; returns its (non-error) response.
+async fn simple_request(client: &Client, method: &str, params: Value) -> Result<Value, ErrorKind> {
+    let id = client.next_id();
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let mut check = CallCheck::new(id, None);
+    read_reply(post(client, &body).await?, &mut check).await?;
+    check.finish(false).map_err(violation)?;
+    response_ok(&check)
+}
+
+/// A long call with progress requested, read to its end.
+async fn long_call(client: &Client, duration_ms: u64, steps: u64) -> Result<(), ErrorKind> {
+    let id = client.next_id();
+    let mut check = CallCheck::new(id, Some(steps));
+    read_reply(
+        post(client, &long_call_body(id, duration_ms, steps)).await?,
+        &mut check,
+    )
+    .await?;
+    check.finish(false).map_err(violation)?;
+    response_ok(&check).map(drop)
+}
+
+/// A long call cancelled after its first progress. The latency recorded is
+/// from the cancellation to the end of the stream.
+async fn cancel_call(client: &Client, duration_ms: u64, steps: u64) -> Result<Duration, ErrorKind> {
+    let id = client.next_id();
+    let mut check = CallCheck::new(id, Some(steps));
+    let mut stream = match post(client, &long_call_body(id, duration_ms, steps)).await? {
+        Reply::Sse(stream) => stream,
+        // Progress was requested and the call is long: it must stream.
+        other => {
+            read_reply(other, &mut check).await?;
+            check.finish(false).map_err(violation)?;
+            return Err(violation(Violation::ProgressGap));
+        }
+    };
+    if read_stream(&mut stream, &mut check, Some(1)).await? == StreamEnd::Closed {
+        // Over before its first progress: it must have completed properly.
+        check.finish(false).map_err(violation)?;
+        return Ok(Duration::ZERO);
+    }
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": id, "reason": "load test"}});
+    let cancelled_at = Instant::now();
+    expect_accepted(post(client, &cancel).await?)?;
+    // 2025-11-25 cancellation: the server should not answer a cancelled
+    // request, but may have sent the result already (a race); either way
+    // the stream ends, and progress stays in order until it does.
+    read_stream(&mut stream, &mut check, None).await?;
+    check.finish(true).map_err(violation)?;
+    Ok(cancelled_at.elapsed())
+}
+
+/// A long call dropped after `drop_after` progress events and resumed with
+/// `Last-Event-ID`; the check spans both connections.
+async fn drop_and_resume(
+    client: &Client,
+    duration_ms: u64,
+    steps: u64,
+    drop_after: u64,
+) -> Result<(), ErrorKind> {
+    let id = client.next_id();
+    let mut check = CallCheck::new(id, Some(steps));
+    let mut stream = match post(client, &long_call_body(id, duration_ms, steps)).await? {
+        Reply::Sse(stream) => stream,
+        other => {
+            read_reply(other, &mut check).await?;
+            check.finish(false).map_err(violation)?;
+            return response_ok(&check).map(drop);
+        }
+    };
+    if read_stream(&mut stream, &mut check, Some(drop_after)).await? == StreamEnd::Closed {
+        check.finish(false).map_err(violation)?;
+        return response_ok(&check).map(drop);
+    }
+    let last_event_id = stream
+        .last_event_id
+        .take()
+        .ok_or(violation(Violation::NoEventId))?;
+    drop(stream);
+    // Stay away for about one step so that events pile up in the log.
+    sleep(Duration::from_millis(duration_ms / steps.max(1))).await;
+    // 2025-11-25 transports, resumability: GET with Last-Event-ID replays
+    // the events after it on that stream, then continues live.
+    let mut resumed = match client.get(Some(&last_event_id)).await.map_err(classify)? {
+        Reply::Sse(stream) => stream,
+        Reply::Status(status, _) => return Err(ErrorKind::HttpStatus(status.as_u16())),
+        _ => return Err(ErrorKind::Protocol("protocol:resume_not_sse")),
+    };
+    read_stream(&mut resumed, &mut check, None).await?;
+    check.finish(false).map_err(violation)?;
+    response_ok(&check).map(drop)
+}
+
+/// Opens the standalone GET stream and holds it; the latency recorded is
+/// the time to open it.
+async fn get_stream(client: &Client, hold: Duration) -> Result<Duration, ErrorKind> {
+    let started = Instant::now();
+    let mut stream = match client.get(None).await.map_err(classify)? {
+        Reply::Sse(stream) => stream,
+        Reply::Status(status, _) => return Err(ErrorKind::HttpStatus(status.as_u16())),
+        _ => return Err(ErrorKind::Protocol("protocol:standalone_not_sse")),
+    };
+    let opened = started.elapsed();
+    let held = timeout(hold, async {
+        loop {
+            match stream.next_message().await {
+                Ok(Some(message)) if message.get("method").is_none() => {
+                    // No request was sent on this stream.
+                    return Err(ErrorKind::Protocol(
+                        "protocol:response_on_standalone_stream",
+                    ));
+                }
+                Ok(Some(_)) => {}
+                // The server may end the standalone stream when it likes.
+                Ok(None) => return Ok(()),
+                Err(err) => return Err(classify(err)),
+            }
+        }
+    })
+    .await;
+    match held {
+        Ok(Err(error)) => Err(error),
+        _ => Ok(opened),
+    }
+}
+
+/// DELETE the session, then initialize a new one.
+async fn delete_session(client: &mut Client) -> Result<Duration, ErrorKind> {
+    let started = Instant::now();
+    let status = client.delete().await.map_err(classify)?;
+    if !status.is_success() {
+        return Err(ErrorKind::HttpStatus(status.as_u16()));
+    }
+    client.set_session_id(None);
+    client.initialize(json!({})).await.map_err(classify)?;
+    Ok(started.elapsed())
+}
+
+fn long_call_body(id: i64, duration_ms: u64, steps: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "long_running_operation",
+        "arguments": {"duration_ms": duration_ms, "steps": steps},
+        "_meta": {"progressToken": id}}})
+}
+
+async fn post(client: &Client, body: &Value) -> Result<Reply, ErrorKind> {
+    match client.post(body).await.map_err(classify)? {
+        Reply::Status(status, _) => Err(ErrorKind::HttpStatus(status.as_u16())),
+        reply => Ok(reply),
+    }
+}
+
+fn expect_accepted(reply: Reply) -> Result<(), ErrorKind> {
+    match reply {
+        Reply::Accepted => Ok(()),
+        Reply::Status(status, _) => Err(ErrorKind::HttpStatus(status.as_u16())),
+        _ => Err(ErrorKind::Protocol("protocol:notification_answered")),
+    }
+}
+
+/// Feeds a request's whole reply (JSON body or SSE stream) to `check`.
+async fn read_reply(reply: Reply, check: &mut CallCheck) -> Result<(), ErrorKind> {
+    match reply {
+        Reply::Json(message, _) => check.observe(message).map(drop).map_err(violation),
+        Reply::Sse(mut stream) => read_stream(&mut stream, check, None).await.map(drop),
+        Reply::Accepted => Err(ErrorKind::Protocol("protocol:request_answered_202")),
+        Reply::Status(status, _) => Err(ErrorKind::HttpStatus(status.as_u16())),
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum StreamEnd {
+    /// The server closed the stream.
+    Closed,
+    /// We stopped reading after the requested number of progress events.
+    Stopped,
+}
+
+/// Reads messages into `check` until the stream ends or, with
+/// `stop_after`, that many progress events have been seen.
+async fn read_stream(
+    stream: &mut SseStream,
+    check: &mut CallCheck,
+    stop_after: Option<u64>,
+) -> Result<StreamEnd, ErrorKind> {
+    loop {
+        let Some(message) = stream.next_message().await.map_err(classify)? else {
+            return Ok(StreamEnd::Closed);
+        };
+        let seen = check.observe(message).map_err(violation)?;
+        if seen != Seen::Other && stop_after.is_some_and(|n| check.progress_count() >= n) {
+            return Ok(StreamEnd::Stopped);
+        }
+    }
+}
+
+/// The response of a checked request, or its error as an [`ErrorKind`].
+fn response_ok(check: &CallCheck) -> Result<Value, ErrorKind> {
+    let response = check
+        .response()
+        .ok_or(violation(Violation::MissingResponse))?;
+    if let Some(error) = response.get("error") {
+        return Err(ErrorKind::JsonRpc(
+            error.get("code").and_then(Value::as_i64).unwrap_or(0),
+        ));
+    }
+    if response.pointer("/result/isError") == Some(&Value::Bool(true)) {
+        return Err(ErrorKind::ToolError);
+    }
+    Ok(response.clone())
+}
+
+fn violation(v: Violation) -> ErrorKind {
+    ErrorKind::Protocol(v.name())
+}
+
+fn classify(err: ClientError) -> ErrorKind {
+    match err {
+        ClientError::Http(err) if err.is_timeout() => ErrorKind::Timeout,
+        ClientError::Http(_) => ErrorKind::Transport,
+        ClientError::Json(_) => violation(Violation::Malformed),
+        ClientError::Status { status, .. } => ErrorKind::HttpStatus(status.as_u16()),
+        // From `initialize`: an error response or a refused `initialized`.
+        ClientError::Protocol(_) => ErrorKind::Protocol("protocol:initialize_failed"),
+        _ => ErrorKind::Transport,
+    }
+}
