@@ -219,10 +219,7 @@ async fn respond(
                 .body(body))
         }
         Ok(ExchangeReply::Stream(stream)) => {
-            let follow = state
-                .runtime
-                .follow(session, &stream, Position::START)
-                .await?;
+            let follow = state.runtime.follow_new(session, &stream).await?;
             let primes = session
                 .protocol_version()
                 .is_some_and(ProtocolVersion::primes_sse);

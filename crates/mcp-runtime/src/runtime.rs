@@ -393,7 +393,8 @@ impl Runtime {
         )
     }
 
-    /// Follows a stream of the session after `after`.
+    /// Follows a stream of the session after `after`, taking it over from
+    /// its reader anywhere in the cluster (resumption, standalone GET).
     ///
     /// # Errors
     /// [`RuntimeError::UnknownEvent`] when the stream or position is not in
@@ -404,17 +405,7 @@ impl Runtime {
         stream: &StreamId,
         after: Position,
     ) -> Result<Follow, RuntimeError> {
-        let follow = Follow::start(
-            Arc::clone(&self.inner.deps.node.store.events),
-            &self.inner.deps.node.attachments,
-            session.id().clone(),
-            stream.clone(),
-            after,
-            self.inner.drain.clone(),
-            self.config().sse_keep_alive(),
-        )
-        .await
-        .map_err(RuntimeError::from)?;
+        let follow = self.follow_here(session, stream, after).await?;
         // One reader per stream in the whole cluster: readers elsewhere end.
         let kick = ControlMessage::Kick {
             session: session.id().clone(),
@@ -424,6 +415,39 @@ impl Runtime {
         let node = Arc::clone(self.node());
         actix::spawn(async move { node.publish(kick).await });
         Ok(follow)
+    }
+
+    /// Follows a stream this node just created for its own connection (the
+    /// SSE answer of a POST, the stdio output): no reader can exist
+    /// elsewhere yet, so no takeover is announced to the cluster.
+    ///
+    /// # Errors
+    /// As [`Self::follow`].
+    pub async fn follow_new(
+        &self,
+        session: &SessionHandle,
+        stream: &StreamId,
+    ) -> Result<Follow, RuntimeError> {
+        self.follow_here(session, stream, Position::START).await
+    }
+
+    async fn follow_here(
+        &self,
+        session: &SessionHandle,
+        stream: &StreamId,
+        after: Position,
+    ) -> Result<Follow, RuntimeError> {
+        Follow::start(
+            Arc::clone(&self.inner.deps.node.store.events),
+            &self.inner.deps.node.attachments,
+            session.id().clone(),
+            stream.clone(),
+            after,
+            self.inner.drain.clone(),
+            self.config().sse_keep_alive(),
+        )
+        .await
+        .map_err(RuntimeError::from)
     }
 
     /// Follows the session's standalone stream from now on.

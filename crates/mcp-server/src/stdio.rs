@@ -8,7 +8,6 @@ use std::time::Duration;
 use mcp_protocol::jsonrpc::{Body, decode_body};
 use mcp_protocol::{ErrorCode, ErrorObject, Message, ProtocolVersion, Response};
 use mcp_runtime::{Exchange, FollowItem, Runtime, RuntimeError};
-use mcp_store::Position;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::{McpServer, NodeConfig};
@@ -54,7 +53,7 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
         .await
         .map_err(std::io::Error::other)?;
     let mut follow = runtime
-        .follow(&session, session.standalone_stream(), Position::START)
+        .follow_new(&session, session.standalone_stream())
         .await
         .map_err(std::io::Error::other)?;
     let writer = actix_web::rt::spawn(async move {
