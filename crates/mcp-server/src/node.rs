@@ -215,6 +215,10 @@ pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<Boun
             .route("/readyz", web::get().to(readyz))
     })
     .disable_signals()
+    // SSE events are small writes that must leave at once; with Nagle a
+    // write behind an unacknowledged one waits for the peer's delayed ACK
+    // (about 40 ms on Linux), e.g. the end of a cancelled request's stream.
+    .tcp_nodelay(true)
     .shutdown_timeout(drain_grace.as_secs().max(1));
     if config.workers > 0 {
         http = http.workers(config.workers);
