@@ -114,17 +114,33 @@ impl Client {
             .json(&body)
             .send()
             .await?;
-        let status = response.status();
         let session = response
             .headers()
             .get(SESSION_ID)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let text = response.text().await?;
-        if status != StatusCode::OK {
-            return Err(ClientError::Status { status, body: text });
-        }
-        let value: Value = serde_json::from_str(&text)?;
+        // Servers may answer with a JSON body or with an SSE stream that
+        // carries the response (the official SDKs do the latter).
+        let value = match Self::reply(response).await? {
+            Reply::Json(value, _) => value,
+            Reply::Sse(mut stream) => loop {
+                match stream.next_message().await? {
+                    Some(message) if message.get("id") == body.get("id") => break message,
+                    Some(_) => {}
+                    None => {
+                        return Err(ClientError::Protocol(
+                            "initialize stream ended without the response".into(),
+                        ));
+                    }
+                }
+            },
+            Reply::Status(status, body) => return Err(ClientError::Status { status, body }),
+            Reply::Accepted => {
+                return Err(ClientError::Protocol(
+                    "initialize answered with 202".into(),
+                ));
+            }
+        };
         let result = value
             .get("result")
             .cloned()
