@@ -79,6 +79,11 @@ struct LongRunningArgs {
     /// Number of progress notifications (at most 10000).
     #[serde(default = "default_steps")]
     steps: u64,
+    /// After this many progress notifications, close the client's SSE
+    /// connection (SEP-1699 polling): the client resumes with Last-Event-ID
+    /// after the `retry` interval. Absent: never.
+    #[serde(default)]
+    close_stream_after: Option<u64>,
 }
 
 fn default_duration() -> u64 {
@@ -323,6 +328,11 @@ async fn long_running_operation(a: LongRunningArgs, ctx: RequestContext) -> Tool
         let _ = ctx
             .progress(step as f64, Some(steps as f64), Some(message))
             .await;
+        if a.close_stream_after == Some(step) {
+            // Best effort: a failure leaves the connection open, which is
+            // also a valid stream.
+            let _ = ctx.close_sse_stream().await;
+        }
     }
     Ok(CallToolResult::text(format!(
         "Long running operation completed: {steps} steps in {duration} ms"

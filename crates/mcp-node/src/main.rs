@@ -160,6 +160,7 @@ fn main() -> ExitCode {
         }
     };
     tracing::info!(config = ?config, "Effective configuration.");
+    raise_fd_limit(config.runtime.max_sessions);
     let result = actix_web::rt::System::new().block_on(serve(cli.stdio, config));
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -167,6 +168,21 @@ fn main() -> ExitCode {
             eprintln!("mcp-node: {err}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Every session with an open stream holds a socket: lift the soft limit
+/// on open files to the hard one, and say so when it still cannot hold
+/// `max_sessions` streams.
+fn raise_fd_limit(max_sessions: usize) {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) if limit < (max_sessions as u64).saturating_mul(2) => tracing::warn!(
+            limit,
+            max_sessions,
+            "The open-file limit is below two per session; raise it (ulimit -n) to serve max_sessions with streams."
+        ),
+        Ok(limit) => tracing::debug!(limit, "Open-file limit."),
+        Err(err) => tracing::warn!(%err, "Could not raise the open-file limit."),
     }
 }
 
