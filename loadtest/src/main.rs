@@ -6,13 +6,20 @@
 //! - [`scenario`]: the TOML scenario, a weighted mix of operations.
 //! - [`session`]: one virtual session and the operations it runs.
 //! - [`check`]: response and progress rules, free of I/O.
-//! - [`stats`]: counters, histograms and error counts.
+//! - [`stats`]: counters, histograms and error counts, whole run and current interval.
+//! - [`series`]: the sampler task and the time series (with the server's RSS).
 //! - [`report`]: the live progress line, the summary and the JSON report.
+//! - [`html`], [`chart`]: the HTML report and its SVG charts.
 //! - [`target`]: loopback-only target rule.
 
+mod chart;
 mod check;
+mod hold;
+mod html;
 mod report;
+mod rss;
 mod scenario;
+mod series;
 mod session;
 mod stats;
 mod target;
@@ -33,6 +40,8 @@ use crate::stats::Stats;
 
 /// How long past `--duration` anything may still run before it is aborted.
 const HARD_DEADLINE_GRACE: Duration = Duration::from_secs(30);
+/// How long an idle pooled connection is kept.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Bound on connecting to the server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -57,6 +66,49 @@ struct Cli {
 enum Command {
     /// Runs a load test and prints a summary; exits 1 if any protocol rule was broken.
     Run(RunArgs),
+    /// Opens idle sessions (optionally each with its standalone GET stream), prints the
+    /// server's extra resident memory per session, holds them, then DELETEs them.
+    ///
+    /// Prints one line: `hold sessions=N streams=M open_secs=T rss_before_bytes=A
+    /// rss_after_bytes=B per_session_bytes=C` (the RSS fields are `na` without
+    /// --server-pid). Exits 1 if any session could not be opened.
+    Hold(HoldArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct HoldArgs {
+    /// The server's MCP endpoint (same rules as for `run`).
+    #[arg(long)]
+    url: String,
+
+    /// Also allow this non-loopback host as a target (repeatable).
+    #[arg(long = "allow-target", value_name = "HOST")]
+    allow_target: Vec<String>,
+
+    /// Sessions to open and hold.
+    #[arg(long, default_value_t = 1000)]
+    sessions: usize,
+
+    /// Also open each session's standalone GET (SSE) stream and keep reading it.
+    #[arg(long)]
+    get_stream: bool,
+
+    /// Seconds to hold the sessions open after the measurement.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    hold: u64,
+
+    /// The server's process id, to read its resident memory (VmRSS in /proc/PID/status)
+    /// before opening and once every session is open and settled (2 s).
+    #[arg(long, value_name = "PID")]
+    server_pid: Option<u32>,
+
+    /// Sessions being opened (and later deleted) at once.
+    #[arg(long, value_name = "K", default_value_t = 64)]
+    open_concurrency: usize,
+
+    /// Protocol version offered in `initialize`.
+    #[arg(long, default_value = scenario::DEFAULT_PROTOCOL_VERSION)]
+    protocol_version: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -94,15 +146,35 @@ struct RunArgs {
     #[arg(long, value_name = "K", default_value_t = 1)]
     concurrency_per_session: usize,
 
-    /// Also write the report as JSON to this file.
+    /// Also write the report as JSON to this file, with the time series.
     #[arg(long, value_name = "FILE.json")]
     report: Option<PathBuf>,
+
+    /// Also write a self-contained HTML page to this file: the summary tables and
+    /// charts over time (throughput, latency, errors, sessions, server RSS).
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<PathBuf>,
+
+    /// Length of one time-series interval, milliseconds (at least 100). Raised for runs
+    /// so long that they would need more than 20000 intervals.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    interval_ms: u64,
+
+    /// PID of the server process: its resident memory (VmRSS from /proc, Linux) is
+    /// sampled every interval. If the process goes away, sampling stops and one
+    /// `server_rss_lost` error is counted.
+    #[arg(long, value_name = "PID")]
+    server_pid: Option<u32>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Command::Run(args) = cli.command;
-    match run(args) {
+    raise_fd_limit();
+    let outcome = match cli.command {
+        Command::Run(args) => run(args),
+        Command::Hold(args) => hold(args).map(|()| 0),
+    };
+    match outcome {
         Ok(0) => ExitCode::SUCCESS,
         Ok(_) => ExitCode::from(1),
         Err(err) => {
@@ -110,6 +182,49 @@ fn main() -> ExitCode {
             ExitCode::from(64)
         }
     }
+}
+
+/// Thousands of sessions need thousands of sockets: lift the soft limit on
+/// open files to the hard one (a failure only means fewer sessions fit).
+fn raise_fd_limit() {
+    if let Err(err) = rlimit::increase_nofile_limit(u64::MAX) {
+        eprintln!("mcp-loadtest: could not raise the open-file limit: {err}");
+    }
+}
+
+/// `hold`: prints the measurement line.
+fn hold(args: HoldArgs) -> anyhow::Result<()> {
+    target::check(&args.url, &args.allow_target)?;
+    let http = http_client()?;
+    let plan = hold::HoldPlan {
+        url: args.url,
+        protocol_version: args.protocol_version,
+        sessions: args.sessions,
+        get_stream: args.get_stream,
+        hold: Duration::from_secs(args.hold),
+        server_pid: args.server_pid,
+        open_concurrency: args.open_concurrency,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let result = runtime.block_on(hold::run(plan, http))?;
+    println!("{}", result.line());
+    Ok(())
+}
+
+/// One connection pool shared by every virtual session.
+fn http_client() -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        // Below the 5 s keep-alive of common servers (actix-web, Node.js):
+        // a pooled connection the server is closing at the moment of reuse
+        // fails the request, which would be counted against the server.
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .build()
+        .context("building the HTTP client")
 }
 
 /// Runs the test; returns the number of protocol violations.
@@ -134,11 +249,7 @@ fn run(args: RunArgs) -> anyhow::Result<u64> {
 }
 
 async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
-    let http = reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .build()
-        .context("building the HTTP client")?;
+    let http = http_client()?;
     let stats = Arc::new(Stats::new()?);
     let start = Instant::now();
     let duration = Duration::from_secs(args.duration);
@@ -151,6 +262,8 @@ async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
         hard_deadline: start + duration + HARD_DEADLINE_GRACE,
         concurrency: args.concurrency_per_session,
     });
+    let interval = series::interval(args.interval_ms, duration + HARD_DEADLINE_GRACE)?;
+    let sampler = series::Sampler::start(Arc::clone(&stats), start, interval, args.server_pid)?;
     let live = report::Live::start(Arc::clone(&stats), args.sessions);
 
     let ramp = Duration::from_secs(args.ramp_up);
@@ -171,14 +284,20 @@ async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
         while sessions.join_next().await.is_some() {}
     }
     let elapsed = start.elapsed();
+    let series = sampler.finish().await?;
     live.finish();
 
-    let report = report::Report::new(&args_echo(), &plan, &args, elapsed, unfinished);
+    let report =
+        report::Report::new(&args_echo(), &plan, &args, elapsed, unfinished).with_series(series);
     report.print();
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
         println!("report written to {}", path.display());
+    }
+    if let Some(path) = &args.html {
+        html::write(&report, path)?;
+        println!("HTML report written to {}", path.display());
     }
     Ok(report.protocol_violations)
 }

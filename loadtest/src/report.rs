@@ -1,5 +1,6 @@
 //! What the operator sees: a live spinner line while the test runs, a
-//! summary table at the end, and the same data as a JSON report.
+//! summary table at the end, and the same data as a JSON report (the HTML
+//! page is `html.rs`'s).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use crate::RunArgs;
+use crate::series::{RssSummary, Series};
 use crate::session::Plan;
 use crate::stats::{OpReport, Stats};
 
@@ -79,6 +81,8 @@ pub(crate) struct Report {
     pub(crate) unfinished_sessions: usize,
     pub(crate) operations: BTreeMap<&'static str, OpReport>,
     pub(crate) errors: BTreeMap<String, u64>,
+    /// The run over time, set by [`Report::with_series`].
+    pub(crate) series: Series,
 }
 
 impl Report {
@@ -106,7 +110,14 @@ impl Report {
             unfinished_sessions: unfinished,
             operations: plan.stats.operations(elapsed),
             errors: plan.stats.errors(),
+            series: Series::default(),
         }
+    }
+
+    /// The report with the sampler's time series (and server RSS).
+    pub(crate) fn with_series(mut self, series: Series) -> Self {
+        self.series = series;
+        self
     }
 
     /// The summary on stdout.
@@ -146,5 +157,39 @@ impl Report {
                 .collect();
             println!("errors: {}", errors.join(" "));
         }
+        if let Some(rss) = &self.series.server_rss {
+            println!("{}", rss_line(rss));
+        }
+        println!(
+            "time series: {} intervals of {} ms{}",
+            self.series.points.len(),
+            self.series.interval_ms,
+            match self.series.dropped_points {
+                0 => String::new(),
+                n => format!(" ({n} left out: the series was full)"),
+            }
+        );
     }
+}
+
+/// `server RSS (pid 42): start 10.0 MiB, peak 50.2 MiB, end 40.1 MiB`.
+fn rss_line(rss: &RssSummary) -> String {
+    let mut line = format!(
+        "server RSS (pid {}): start {}, peak {}, end {}",
+        rss.pid,
+        mib(rss.start_bytes),
+        mib(rss.peak_bytes),
+        mib(rss.end_bytes)
+    );
+    if let Some(t) = rss.lost_at_secs {
+        line.push_str(&format!(
+            "; unreadable from {t:.1} s on (the process exited?)"
+        ));
+    }
+    line
+}
+
+/// Bytes as `12.3 MiB`.
+pub(crate) fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }

@@ -33,6 +33,12 @@ pub(crate) struct Scenario {
     /// Offered in `initialize`; the server may answer with another.
     #[serde(default = "default_protocol_version")]
     pub(crate) protocol_version: String,
+    /// Pause between two operations of a lane, in milliseconds, drawn
+    /// uniformly from 0..=2×this (mean this); 0 runs operations back to
+    /// back. Real clients think: without a pause every session is always
+    /// busy, which measures saturation rather than a population of users.
+    #[serde(default)]
+    pub(crate) think_time_ms: u64,
     /// The mix; each virtual session picks from it by weight.
     #[serde(rename = "operation")]
     pub(crate) operations: Vec<Weighted>,
@@ -102,6 +108,17 @@ pub(crate) enum Operation {
         steps: u64,
         drop_after: u64,
     },
+    /// A long call whose SSE connection the *server* closes after
+    /// `close_after` progress events (SEP-1699 polling: the tool argument
+    /// `close_stream_after`); the client waits the announced `retry` and
+    /// resumes with `Last-Event-ID`, as often as the server closes it.
+    /// Across every connection progress must be exactly 1..=steps, then the
+    /// response. Needs protocol 2025-11-25 or later.
+    PollResume {
+        duration_ms: u64,
+        steps: u64,
+        close_after: u64,
+    },
     /// DELETE the session, then initialize a new one.
     DeleteSession,
 }
@@ -120,12 +137,13 @@ pub(crate) enum OpKind {
     CancelCall,
     GetStream,
     DropAndResume,
+    PollResume,
     DeleteSession,
 }
 
 impl OpKind {
     /// Every kind, in report order.
-    pub(crate) const ALL: [OpKind; 8] = [
+    pub(crate) const ALL: [OpKind; 9] = [
         OpKind::Initialize,
         OpKind::ToolsList,
         OpKind::EchoCall,
@@ -133,6 +151,7 @@ impl OpKind {
         OpKind::CancelCall,
         OpKind::GetStream,
         OpKind::DropAndResume,
+        OpKind::PollResume,
         OpKind::DeleteSession,
     ];
 
@@ -146,6 +165,7 @@ impl OpKind {
             OpKind::CancelCall => "cancel_call",
             OpKind::GetStream => "get_stream",
             OpKind::DropAndResume => "drop_and_resume",
+            OpKind::PollResume => "poll_resume",
             OpKind::DeleteSession => "delete_session",
         }
     }
@@ -166,6 +186,7 @@ impl Operation {
             Operation::CancelCall { .. } => OpKind::CancelCall,
             Operation::GetStream { .. } => OpKind::GetStream,
             Operation::DropAndResume { .. } => OpKind::DropAndResume,
+            Operation::PollResume { .. } => OpKind::PollResume,
             Operation::DeleteSession => OpKind::DeleteSession,
         }
     }
@@ -176,6 +197,7 @@ impl Operation {
             Operation::LongCall { duration_ms, .. }
             | Operation::CancelCall { duration_ms, .. }
             | Operation::DropAndResume { duration_ms, .. }
+            | Operation::PollResume { duration_ms, .. }
             | Operation::GetStream {
                 hold_ms: duration_ms,
             } => Duration::from_millis(*duration_ms),
@@ -198,6 +220,12 @@ impl Operation {
                 *drop_after >= 1 && drop_after < steps,
                 "drop_and_resume: 1 <= drop_after < steps"
             ),
+            Operation::PollResume {
+                steps, close_after, ..
+            } => ensure!(
+                *close_after >= 1 && close_after < steps,
+                "poll_resume: 1 <= close_after < steps"
+            ),
             _ => {}
         }
         if let Some(steps) = self.steps() {
@@ -212,7 +240,8 @@ impl Operation {
         match self {
             Operation::LongCall { steps, .. }
             | Operation::CancelCall { steps, .. }
-            | Operation::DropAndResume { steps, .. } => Some(*steps),
+            | Operation::DropAndResume { steps, .. }
+            | Operation::PollResume { steps, .. } => Some(*steps),
             _ => None,
         }
     }
@@ -268,6 +297,11 @@ impl Scenario {
         &self.operations[self.operations.len() - 1].op
     }
 
+    /// A random pause before the next operation (see `think_time_ms`).
+    pub(crate) fn think_time(&self) -> Duration {
+        Duration::from_millis(fastrand::u64(0..=self.think_time_ms.saturating_mul(2)))
+    }
+
     /// A random operation, by weight.
     pub(crate) fn pick(&self) -> &Operation {
         self.pick_with(fastrand::u64(0..self.total_weight))
@@ -280,7 +314,7 @@ mod tests {
 
     #[test]
     fn checked_in_scenarios_parse() {
-        for file in ["smoke.toml", "mixed.toml"] {
+        for file in ["smoke.toml", "mixed.toml", "sessions-10k.toml"] {
             let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("scenarios")
                 .join(file);
@@ -327,6 +361,7 @@ mod tests {
             "[[operation]]\nkind = \"tools_list\"\nweight = 1\nsteps = 3\n",
             "[[operation]]\nkind = \"drop_and_resume\"\nweight = 1\nduration_ms = 1\nsteps = 3\ndrop_after = 3\n",
             "[[operation]]\nkind = \"cancel_call\"\nweight = 1\nduration_ms = 1\nsteps = 1\n",
+            "[[operation]]\nkind = \"poll_resume\"\nweight = 1\nduration_ms = 1\nsteps = 2\nclose_after = 0\n",
         ] {
             assert!(Scenario::parse(bad).is_err(), "{bad}");
         }

@@ -28,6 +28,10 @@ const OP_TIMEOUT_SLACK: Duration = Duration::from_secs(15);
 const SESSION_CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// Pause before retrying a failed `initialize`.
 const INITIALIZE_RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// Longest `retry` honoured before resuming a stream the server closed.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
+/// Resumptions of one request's stream before the call counts as lost.
+const MAX_RESUMES: usize = 16;
 /// Pause of a lane that found the session's standalone stream taken.
 const GET_STREAM_BUSY_PAUSE: Duration = Duration::from_millis(50);
 
@@ -99,6 +103,13 @@ async fn initialize(client: &mut Client, plan: &Plan) -> bool {
 /// siblings to finish their operation and none starts during it.
 async fn lane(client: &RwLock<Client>, plan: &Plan, standalone_taken: &AtomicBool) {
     while Instant::now() < plan.end {
+        let think = plan.scenario.think_time();
+        if !think.is_zero() {
+            sleep(think.min(plan.end.saturating_duration_since(Instant::now()))).await;
+            if Instant::now() >= plan.end {
+                break;
+            }
+        }
         let op = plan.scenario.pick();
         let kind = op.kind();
         let deadline =
@@ -183,6 +194,11 @@ async fn run_op(client: &Client, op: &Operation) -> Result<Duration, ErrorKind> 
             steps,
             drop_after,
         } => drop_and_resume(client, *duration_ms, *steps, *drop_after).await?,
+        Operation::PollResume {
+            duration_ms,
+            steps,
+            close_after,
+        } => poll_resume(client, *duration_ms, *steps, *close_after).await?,
         // Handled by the lane, which needs the lock or the flag.
         Operation::GetStream { .. } | Operation::DeleteSession => {}
     }
@@ -271,17 +287,77 @@ async fn drop_and_resume(
         .ok_or(violation(Violation::NoEventId))?;
     drop(stream);
     // Stay away for about one step so that events pile up in the log.
-    sleep(Duration::from_millis(duration_ms / steps.max(1))).await;
-    // 2025-11-25 transports, resumability: GET with Last-Event-ID replays
-    // the events after it on that stream, then continues live.
-    let mut resumed = match client.get(Some(&last_event_id)).await.map_err(classify)? {
-        Reply::Sse(stream) => stream,
-        Reply::Status(status, _) => return Err(ErrorKind::HttpStatus(status.as_u16())),
-        _ => return Err(ErrorKind::Protocol("protocol:resume_not_sse")),
-    };
-    read_stream(&mut resumed, &mut check, None).await?;
+    let away = Duration::from_millis(duration_ms / steps.max(1));
+    resume_until_response(client, &mut check, last_event_id, away).await?;
     check.finish(false).map_err(violation)?;
     response_ok(&check).map(drop)
+}
+
+/// A long call whose connection the server closes after `close_after`
+/// progress events (SEP-1699); resumed after the announced `retry`.
+async fn poll_resume(
+    client: &Client,
+    duration_ms: u64,
+    steps: u64,
+    close_after: u64,
+) -> Result<(), ErrorKind> {
+    let id = client.next_id();
+    let mut check = CallCheck::new(id, Some(steps));
+    let mut body = long_call_body(id, duration_ms, steps);
+    body["params"]["arguments"]["close_stream_after"] = json!(close_after);
+    let mut stream = match post(client, &body).await? {
+        Reply::Sse(stream) => stream,
+        other => {
+            read_reply(other, &mut check).await?;
+            check.finish(false).map_err(violation)?;
+            return response_ok(&check).map(drop);
+        }
+    };
+    read_stream(&mut stream, &mut check, None).await?;
+    if check.response().is_none() {
+        // Closed before the response: the server must have announced where
+        // to resume from (priming event id) and when (retry).
+        let last_event_id = stream
+            .last_event_id
+            .take()
+            .ok_or(violation(Violation::NoEventId))?;
+        resume_until_response(client, &mut check, last_event_id, retry_wait(&stream)).await?;
+    }
+    check.finish(false).map_err(violation)?;
+    response_ok(&check).map(drop)
+}
+
+/// The wait a closed stream asked for (its last `retry`), bounded.
+fn retry_wait(stream: &SseStream) -> Duration {
+    Duration::from_millis(stream.retry.unwrap_or(0)).min(MAX_RETRY_WAIT)
+}
+
+/// Resumes a request's stream with `Last-Event-ID` (2025-11-25 transports,
+/// resumability: the events after it, then live) until its response has
+/// arrived, waiting `pause` first and each closed stream's `retry` after.
+async fn resume_until_response(
+    client: &Client,
+    check: &mut CallCheck,
+    mut last_event_id: String,
+    mut pause: Duration,
+) -> Result<(), ErrorKind> {
+    for _ in 0..MAX_RESUMES {
+        sleep(pause).await;
+        let mut resumed = match client.get(Some(&last_event_id)).await.map_err(classify)? {
+            Reply::Sse(stream) => stream,
+            Reply::Status(status, _) => return Err(ErrorKind::HttpStatus(status.as_u16())),
+            _ => return Err(ErrorKind::Protocol("protocol:resume_not_sse")),
+        };
+        read_stream(&mut resumed, check, None).await?;
+        if check.response().is_some() {
+            return Ok(());
+        }
+        if let Some(id) = resumed.last_event_id.take() {
+            last_event_id = id;
+        }
+        pause = retry_wait(&resumed);
+    }
+    Err(violation(Violation::MissingResponse))
 }
 
 /// Opens the standalone GET stream and holds it; the latency recorded is

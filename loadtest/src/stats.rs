@@ -1,7 +1,13 @@
 //! Shared counters and latency histograms, written by every virtual session
 //! and read by the live progress line and the final report.
+//!
+//! Besides the whole-run figures, every counter also feeds a current interval
+//! that the sampler (`series.rs`) swaps out each tick with
+//! [`Stats::take_interval`]; turning an interval into a point of the time
+//! series is the sampler's job.
 
 use std::collections::BTreeMap;
+use std::mem;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -31,6 +37,9 @@ pub(crate) enum ErrorKind {
     ToolError,
     /// The server broke a protocol rule.
     Protocol(&'static str),
+    /// The `--server-pid` process could no longer be read (it exited); counted
+    /// once, after which the run goes on without RSS samples.
+    ServerRssLost,
 }
 
 impl ErrorKind {
@@ -43,6 +52,7 @@ impl ErrorKind {
             ErrorKind::Transport => "transport".to_owned(),
             ErrorKind::ToolError => "tool_error".to_owned(),
             ErrorKind::Protocol(name) => (*name).to_owned(),
+            ErrorKind::ServerRssLost => "server_rss_lost".to_owned(),
         }
     }
 }
@@ -50,11 +60,95 @@ impl ErrorKind {
 /// Counters of one operation kind.
 #[derive(Debug)]
 struct OpStats {
+    /// Whole-run totals, also read by the live line without a lock.
     ok: AtomicU64,
     failed: AtomicU64,
-    /// Latency of successful operations, microseconds. Locked only to
-    /// record or read one value (never across `.await`).
-    latency_us: Mutex<Histogram<u64>>,
+    /// Locked only to record or read one operation (never across `.await`);
+    /// one lock covers both the whole-run and the interval figures.
+    latency: Mutex<OpLatency>,
+}
+
+/// Latencies of one operation kind, whole run and current interval.
+#[derive(Debug)]
+struct OpLatency {
+    /// Latency of successful operations over the whole run, microseconds.
+    total_us: Histogram<u64>,
+    /// The same since the sampler's last tick; swapped out by `take_interval`.
+    interval_us: Histogram<u64>,
+    interval_ok: u64,
+    interval_failed: u64,
+}
+
+/// Error counts by key, whole run and current interval.
+#[derive(Debug, Default)]
+struct ErrorCounts {
+    total: BTreeMap<String, u64>,
+    /// Since the sampler's last tick; taken by `take_interval`. Keys come from
+    /// [`ErrorKind::key`], a small set, so the map stays small.
+    interval: BTreeMap<String, u64>,
+}
+
+/// One interval's raw figures, swapped out of [`Stats`] by the sampler. The
+/// sampler keeps one and hands it back each tick, so the hot path never
+/// allocates a histogram.
+#[derive(Debug)]
+pub(crate) struct IntervalCounts {
+    /// Indexed by [`OpKind::index`].
+    pub(crate) ops: Vec<IntervalOpCounts>,
+    pub(crate) errors: BTreeMap<String, u64>,
+}
+
+/// One operation kind within one interval.
+#[derive(Debug)]
+pub(crate) struct IntervalOpCounts {
+    pub(crate) ok: u64,
+    pub(crate) failed: u64,
+    /// Latency of the successful operations, microseconds.
+    pub(crate) latency_us: Histogram<u64>,
+}
+
+impl IntervalCounts {
+    /// Empty figures for every kind.
+    ///
+    /// # Errors
+    /// The histogram bounds are rejected (they are constants, so never).
+    pub(crate) fn new() -> anyhow::Result<Self> {
+        let mut ops = Vec::with_capacity(OpKind::ALL.len());
+        for _ in OpKind::ALL {
+            ops.push(IntervalOpCounts {
+                ok: 0,
+                failed: 0,
+                latency_us: latency_histogram()?,
+            });
+        }
+        Ok(Self {
+            ops,
+            errors: BTreeMap::new(),
+        })
+    }
+
+    /// Empties the figures for reuse, keeping the histograms' memory.
+    pub(crate) fn clear(&mut self) {
+        for op in &mut self.ops {
+            op.ok = 0;
+            op.failed = 0;
+            op.latency_us.reset();
+        }
+        self.errors.clear();
+    }
+}
+
+/// A latency histogram with the bounds every histogram here shares, so that
+/// they can be added together.
+///
+/// # Errors
+/// The bounds are rejected (they are constants, so never).
+pub(crate) fn latency_histogram() -> anyhow::Result<Histogram<u64>> {
+    Ok(Histogram::new_with_bounds(
+        1,
+        MAX_TRACKED_LATENCY_US,
+        HISTOGRAM_SIGFIGS,
+    )?)
 }
 
 /// Everything the run measures. Shared by reference (`Arc`) with every
@@ -62,8 +156,8 @@ struct OpStats {
 #[derive(Debug)]
 pub(crate) struct Stats {
     ops: Vec<OpStats>,
-    /// Error counts by key; errors are rare, so one lock is enough.
-    errors: Mutex<BTreeMap<String, u64>>,
+    /// Errors are rare, so one lock is enough.
+    errors: Mutex<ErrorCounts>,
     violations: AtomicU64,
     /// Sessions between their first initialize and their end.
     pub(crate) active_sessions: AtomicU64,
@@ -76,16 +170,17 @@ impl Stats {
             ops.push(OpStats {
                 ok: AtomicU64::new(0),
                 failed: AtomicU64::new(0),
-                latency_us: Mutex::new(Histogram::new_with_bounds(
-                    1,
-                    MAX_TRACKED_LATENCY_US,
-                    HISTOGRAM_SIGFIGS,
-                )?),
+                latency: Mutex::new(OpLatency {
+                    total_us: latency_histogram()?,
+                    interval_us: latency_histogram()?,
+                    interval_ok: 0,
+                    interval_failed: 0,
+                }),
             });
         }
         Ok(Self {
             ops,
-            errors: Mutex::new(BTreeMap::new()),
+            errors: Mutex::new(ErrorCounts::default()),
             violations: AtomicU64::new(0),
             active_sessions: AtomicU64::new(0),
         })
@@ -95,17 +190,23 @@ impl Stats {
     pub(crate) fn ok(&self, kind: OpKind, latency: Duration) {
         let op = &self.ops[kind.index()];
         op.ok.fetch_add(1, Ordering::Relaxed);
-        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
-        if let Ok(mut hist) = op.latency_us.lock() {
-            hist.saturating_record(us.max(1));
+        let us = u64::try_from(latency.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        if let Ok(mut latency) = op.latency.lock() {
+            latency.total_us.saturating_record(us);
+            latency.interval_us.saturating_record(us);
+            latency.interval_ok += 1;
         }
     }
 
     /// A failed operation.
     pub(crate) fn failed(&self, kind: OpKind, error: &ErrorKind) {
-        self.ops[kind.index()]
-            .failed
-            .fetch_add(1, Ordering::Relaxed);
+        let op = &self.ops[kind.index()];
+        op.failed.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut latency) = op.latency.lock() {
+            latency.interval_failed += 1;
+        }
         self.error(error);
     }
 
@@ -115,7 +216,26 @@ impl Stats {
             self.violations.fetch_add(1, Ordering::Relaxed);
         }
         if let Ok(mut errors) = self.errors.lock() {
-            *errors.entry(error.key()).or_default() += 1;
+            let key = error.key();
+            *errors.interval.entry(key.clone()).or_default() += 1;
+            *errors.total.entry(key).or_default() += 1;
+        }
+    }
+
+    /// Swaps the current interval's figures into `into` and starts a new
+    /// interval; `into` must have been [cleared](IntervalCounts::clear).
+    /// Each kind is swapped under its own lock, so an operation lands wholly
+    /// in one interval or the next, never half in each.
+    pub(crate) fn take_interval(&self, into: &mut IntervalCounts) {
+        for (op, out) in self.ops.iter().zip(&mut into.ops) {
+            if let Ok(mut latency) = op.latency.lock() {
+                mem::swap(&mut latency.interval_us, &mut out.latency_us);
+                out.ok = mem::take(&mut latency.interval_ok);
+                out.failed = mem::take(&mut latency.interval_failed);
+            }
+        }
+        if let Ok(mut errors) = self.errors.lock() {
+            mem::swap(&mut errors.interval, &mut into.errors);
         }
     }
 
@@ -141,9 +261,10 @@ impl Stats {
             if ok + failed == 0 {
                 continue;
             }
-            let Ok(hist) = op.latency_us.lock() else {
+            let Ok(latency) = op.latency.lock() else {
                 continue;
             };
+            let hist = &latency.total_us;
             let ms = |us: u64| us as f64 / 1000.0;
             out.insert(
                 kind.name(),
@@ -164,7 +285,10 @@ impl Stats {
 
     /// Error counts by key.
     pub(crate) fn errors(&self) -> BTreeMap<String, u64> {
-        self.errors.lock().map(|e| e.clone()).unwrap_or_default()
+        self.errors
+            .lock()
+            .map(|e| e.total.clone())
+            .unwrap_or_default()
     }
 }
 
