@@ -136,9 +136,7 @@ impl Client {
             },
             Reply::Status(status, body) => return Err(ClientError::Status { status, body }),
             Reply::Accepted => {
-                return Err(ClientError::Protocol(
-                    "initialize answered with 202".into(),
-                ));
+                return Err(ClientError::Protocol("initialize answered with 202".into()));
             }
         };
         let result = value

@@ -1,0 +1,177 @@
+//! The load generator, run as a process against a real `mcp-node` process:
+//! every operation kind of the mixed scenario succeeds with no protocol
+//! violation, the reports carry the time series and the server's RSS, and
+//! `hold` measures the memory of idle sessions with open GET streams.
+//! Small numbers: this checks the tool works, it does not measure speed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use mcp_testkit::{Cluster, NodeProcess, node_binary};
+use serde_json::Value;
+
+fn loadtest_binary() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/mcp-loadtest");
+    assert!(
+        path.exists(),
+        "{} not found: build it first (cargo build -p mcp-loadtest)",
+        path.display()
+    );
+    path
+}
+
+fn scenario(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../loadtest/scenarios")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn loadtest(args: &[&str]) -> Output {
+    let output = Command::new(loadtest_binary())
+        .args(args)
+        .output()
+        .expect("running mcp-loadtest");
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    output
+}
+
+#[test]
+fn mixed_scenario_runs_every_operation_without_violations_and_reports_over_time() {
+    let node = NodeProcess::spawn(&node_binary(), &["--log", "warn"]).unwrap();
+    let dir = std::env::temp_dir().join(format!("mcp-loadtest-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, html) = (dir.join("r.json"), dir.join("r.html"));
+    let pid = node.pid().to_string();
+    let output = loadtest(&[
+        "run",
+        "--url",
+        node.url(),
+        "--scenario",
+        &scenario("mixed.toml"),
+        "--sessions",
+        "20",
+        "--duration",
+        "4",
+        "--server-pid",
+        &pid,
+        "--report",
+        json.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["protocol_violations"], 0, "{stdout}");
+    assert_eq!(report["total_failed"], 0, "{stdout}");
+    for kind in [
+        "initialize",
+        "tools_list",
+        "echo_call",
+        "long_call",
+        "cancel_call",
+        "get_stream",
+        "drop_and_resume",
+        "poll_resume",
+    ] {
+        let op = &report["operations"][kind];
+        assert!(op["ok"].as_u64().is_some_and(|ok| ok > 0), "{kind}: {op}");
+    }
+    let series = report["series"]["points"].as_array().unwrap();
+    assert!(series.len() >= 3, "{}", report["series"]);
+    assert!(
+        series.iter().all(|p| p["server_rss_bytes"]
+            .as_u64()
+            .is_some_and(|rss| rss > 1 << 20)),
+        "{}",
+        report["series"]
+    );
+
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.matches("<svg").count() >= 5, "too few charts");
+    assert!(page.contains("poll_resume"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The same mix through nginx (round robin, no stickiness) in front of three
+/// nodes sharing Redis: every request may land on another node, resumption
+/// included, and nothing is lost or duplicated.
+#[test]
+fn mixed_scenario_through_a_load_balancer_in_front_of_a_cluster() {
+    let cluster = Cluster::start(3, &[]).unwrap();
+    let url = cluster.nginx().url();
+    let output = loadtest(&[
+        "run",
+        "--url",
+        &url,
+        "--scenario",
+        &scenario("mixed.toml"),
+        "--sessions",
+        "20",
+        "--duration",
+        "4",
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("0 failed") && stdout.contains(" 0 protocol violations"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn hold_reports_memory_per_session_with_open_streams() {
+    let node = NodeProcess::spawn(&node_binary(), &["--log", "warn"]).unwrap();
+    let pid = node.pid().to_string();
+    let output = loadtest(&[
+        "hold",
+        "--url",
+        node.url(),
+        "--sessions",
+        "300",
+        "--get-stream",
+        "--hold",
+        "0",
+        "--server-pid",
+        &pid,
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("hold "))
+        .unwrap_or_else(|| panic!("no hold line: {stdout}"));
+    let field = |name: &str| -> i64 {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} missing: {line}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(field("sessions"), 300, "{line}");
+    assert_eq!(field("streams"), 300, "{line}");
+    // 300 sessions with open streams cost the server real memory.
+    assert!(field("per_session_bytes") > 0, "{line}");
+    assert!(
+        field("rss_after_bytes") > field("rss_before_bytes"),
+        "{line}"
+    );
+}
+
+#[test]
+fn refuses_targets_off_loopback_without_allow_target() {
+    let output = loadtest(&[
+        "run",
+        "--url",
+        "http://192.0.2.1/mcp",
+        "--sessions",
+        "1",
+        "--duration",
+        "1",
+    ]);
+    assert_eq!(output.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--allow-target"));
+}
