@@ -212,8 +212,8 @@ impl Runtime {
         let record = SessionRecord {
             id: id.clone(),
             protocol_version: None,
-            client_capabilities: serde_json::Value::Null,
-            client_info: serde_json::Value::Null,
+            client_capabilities: mcp_store::RawJson::null(),
+            client_info: mcp_store::RawJson::null(),
             initialized: false,
             log_level: None,
             subscriptions: Default::default(),

@@ -21,7 +21,7 @@ use mcp_protocol::{
     ErrorCode, ErrorObject, Message, Notification, ProtocolVersion, Request, RequestId, Response,
     methods,
 };
-use mcp_store::{ControlMessage, SessionId, SessionRecord, StreamId};
+use mcp_store::{ControlMessage, RawJson, SessionId, SessionRecord, StreamId};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -177,7 +177,7 @@ impl Session {
         {
             let _ = shared.version.set(v);
         }
-        if let Ok(caps) = serde_json::from_value(record.client_capabilities.clone()) {
+        if let Ok(caps) = record.client_capabilities.parse() {
             let _ = shared.client_capabilities.set(caps);
         }
         shared
@@ -521,7 +521,7 @@ impl Session {
             .set_log_level(record.log_level.as_deref().and_then(LoggingLevel::parse));
         // Set once by `initialize`; parsed only while still unset.
         if self.shared.client_capabilities.get().is_none()
-            && let Ok(caps) = serde_json::from_value(record.client_capabilities.clone())
+            && let Ok(caps) = record.client_capabilities.parse()
         {
             let _ = self.shared.client_capabilities.set(caps);
         }
@@ -605,8 +605,9 @@ impl Session {
         let version = ProtocolVersion::negotiate(&params.protocol_version);
         self.record.protocol_version = Some(version.as_str().to_owned());
         self.record.client_capabilities =
-            serde_json::to_value(&params.capabilities).unwrap_or(Value::Null);
-        self.record.client_info = serde_json::to_value(&params.client_info).unwrap_or(Value::Null);
+            RawJson::of(&params.capabilities).unwrap_or_else(|_| RawJson::null());
+        self.record.client_info =
+            RawJson::of(&params.client_info).unwrap_or_else(|_| RawJson::null());
         let _ = self.shared.version.set(version);
         let _ = self.shared.client_capabilities.set(params.capabilities);
         let service = &self.deps.service;

@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// Why an identifier failed to parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,16 +31,18 @@ pub enum IdError {
 /// Longest session id accepted from a client.
 pub const MAX_SESSION_ID_BYTES: usize = 128;
 
-/// An MCP session id: 1 to 128 visible ASCII characters (0x21-0x7E), as the
+/// An MCP session id (shared text: a clone is a reference count, and ids
+/// are cloned into every map and message that names the session): 1 to 128
+/// visible ASCII characters (0x21-0x7E), as the
 /// Streamable HTTP session management rules require. Minted as a random
 /// UUID v4.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId(String);
+pub struct SessionId(Arc<str>);
 
 impl SessionId {
     /// A new cryptographically random session id (UUID v4, OS randomness).
     pub fn random() -> Self {
-        Self(uuid::Uuid::new_v4().to_string())
+        Self(uuid::Uuid::new_v4().to_string().into())
     }
 
     /// The id as text.
@@ -56,7 +59,7 @@ impl FromStr for SessionId {
         if s.is_empty() || s.len() > MAX_SESSION_ID_BYTES || !visible {
             return Err(IdError::Session);
         }
-        Ok(Self(s.to_owned()))
+        Ok(Self(s.into()))
     }
 }
 
@@ -66,14 +69,15 @@ impl fmt::Display for SessionId {
     }
 }
 
-/// An SSE stream id: a UUID v4 (122 random bits) as 32 lowercase hex digits.
+/// An SSE stream id (shared text, like [`SessionId`]): a UUID v4 (122
+/// random bits) as 32 lowercase hex digits.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StreamId(String);
+pub struct StreamId(Arc<str>);
 
 impl StreamId {
     /// A new random stream id.
     pub fn random() -> Self {
-        Self(uuid::Uuid::new_v4().simple().to_string())
+        Self(uuid::Uuid::new_v4().simple().to_string().into())
     }
 
     /// The id as text.
@@ -90,7 +94,7 @@ impl FromStr for StreamId {
             && s.bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if ok {
-            Ok(Self(s.to_owned()))
+            Ok(Self(s.into()))
         } else {
             Err(IdError::Stream)
         }

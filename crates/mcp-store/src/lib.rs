@@ -31,7 +31,7 @@ pub use error::StoreError;
 pub use event_log::{EventLog, ReadBatch, StoredEvent, Wakeup};
 pub use ids::{EventId, IdError, NodeId, Position, SessionId, StreamId};
 pub use nodes::{NodeRegistry, OpenStream};
-pub use session_store::{SessionRecord, SessionStore};
+pub use session_store::{RawJson, SessionRecord, SessionStore};
 
 /// The storage a node runs on, shared by every node of a cluster.
 #[derive(Debug, Clone)]

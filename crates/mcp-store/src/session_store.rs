@@ -5,8 +5,9 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::{NodeId, SessionId, StoreError, StreamId};
 
@@ -42,9 +43,9 @@ pub struct SessionRecord {
     /// `initialize` (legacy HTTP+SSE and stdio sessions exist before it).
     pub protocol_version: Option<String>,
     /// Client capabilities from `initialize`.
-    pub client_capabilities: Value,
+    pub client_capabilities: RawJson,
     /// Client implementation info from `initialize`.
-    pub client_info: Value,
+    pub client_info: RawJson,
     /// `notifications/initialized` has arrived.
     pub initialized: bool,
     /// The minimum level of `notifications/message` (`logging/setLevel`);
@@ -59,6 +60,54 @@ pub struct SessionRecord {
     pub principal: Option<String>,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_at_ms: u64,
+}
+
+/// A JSON value kept as its text: what the session only stores and passes
+/// on (client info and capabilities). A parsed `serde_json::Value` object
+/// costs a tree of allocations (most of a kilobyte for a two-field object)
+/// in every copy of every idle session; the text costs its length.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RawJson(Box<RawValue>);
+
+impl RawJson {
+    /// `null`.
+    pub fn null() -> Self {
+        Self::of(&()).unwrap_or_else(|_| unreachable!("() serializes"))
+    }
+
+    /// The JSON text of `value`.
+    ///
+    /// # Errors
+    /// `value` does not serialize (a map with non-string keys, say).
+    pub fn of<T: Serialize + ?Sized>(value: &T) -> Result<Self, serde_json::Error> {
+        serde_json::value::to_raw_value(value).map(Self)
+    }
+
+    /// Parses the text as a `T`.
+    ///
+    /// # Errors
+    /// The text is not a `T`.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for RawJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Debug for RawJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.get())
+    }
 }
 
 /// Durable session state with an idle TTL.
@@ -100,4 +149,36 @@ pub trait SessionStore: Send + Sync + Debug + 'static {
     /// # Errors
     /// [`StoreError::Unavailable`].
     async fn delete(&self, id: &SessionId) -> Result<bool, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_json_is_embedded_json_not_a_string() {
+        let info = RawJson::of(&serde_json::json!({"name": "c", "version": "1"})).unwrap();
+        let record = SessionRecord {
+            id: SessionId::random(),
+            protocol_version: Some("2025-11-25".into()),
+            client_capabilities: RawJson::null(),
+            client_info: info.clone(),
+            initialized: true,
+            log_level: None,
+            subscriptions: BTreeSet::new(),
+            standalone_stream: StreamId::random(),
+            principal: None,
+            created_at_ms: 1,
+        };
+        let text = serde_json::to_string(&record).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["clientInfo"]["name"], "c");
+        assert!(value["clientCapabilities"].is_null());
+        let back: SessionRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, record);
+        let parsed: serde_json::Value = back.client_info.parse().unwrap();
+        assert_eq!(parsed["version"], "1");
+        assert_ne!(info, RawJson::null());
+        assert!(RawJson::null().parse::<u32>().is_err());
+    }
 }

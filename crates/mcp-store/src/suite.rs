@@ -15,8 +15,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::{
-    ControlMessage, NodeId, OpenStream, Position, SessionId, SessionRecord, Store, StoreError,
-    StreamId,
+    ControlMessage, NodeId, OpenStream, Position, RawJson, SessionId, SessionRecord, Store,
+    StoreError, StreamId,
 };
 
 const TTL: Duration = Duration::from_secs(60);
@@ -26,8 +26,8 @@ pub fn record() -> SessionRecord {
     SessionRecord {
         id: SessionId::random(),
         protocol_version: Some("2025-11-25".into()),
-        client_capabilities: json!({"sampling": {}}),
-        client_info: json!({"name": "suite", "version": "1"}),
+        client_capabilities: RawJson::of(&json!({"sampling": {}})).unwrap(),
+        client_info: RawJson::of(&json!({"name": "suite", "version": "1"})).unwrap(),
         initialized: false,
         log_level: None,
         subscriptions: BTreeSet::new(),
