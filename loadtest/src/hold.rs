@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, bail};
 use futures_util::{StreamExt, stream};
 use mcp_client::{Client, Reply, SseStream};
 use serde_json::json;
@@ -90,11 +90,6 @@ struct Held {
 /// Opens, measures, holds and closes. Fails if any session could not be
 /// opened (the figure would be wrong), after closing those that were.
 pub(crate) async fn run(plan: HoldPlan, http: reqwest::Client) -> anyhow::Result<HoldResult> {
-    ensure!(plan.sessions >= 1, "--sessions must be at least 1");
-    ensure!(
-        plan.open_concurrency >= 1,
-        "--open-concurrency must be at least 1"
-    );
     let rss_before = plan.server_pid.map(rss_bytes).transpose()?;
     let started = Instant::now();
     let plan = Arc::new(plan);

@@ -172,7 +172,7 @@ fn main() -> ExitCode {
     raise_fd_limit();
     let outcome = match cli.command {
         Command::Run(args) => run(args),
-        Command::Hold(args) => hold(args).map(|()| 0),
+        Command::Hold(args) => hold(args),
     };
     match outcome {
         Ok(0) => ExitCode::SUCCESS,
@@ -192,9 +192,18 @@ fn raise_fd_limit() {
     }
 }
 
-/// `hold`: prints the measurement line.
-fn hold(args: HoldArgs) -> anyhow::Result<()> {
+/// `hold`: prints the measurement line; returns 1 if sessions could not be
+/// opened (bad arguments are errors: exit 64).
+fn hold(args: HoldArgs) -> anyhow::Result<u64> {
     target::check(&args.url, &args.allow_target)?;
+    ensure!(args.sessions >= 1, "--sessions must be at least 1");
+    ensure!(
+        args.open_concurrency >= 1,
+        "--open-concurrency must be at least 1"
+    );
+    if let Some(pid) = args.server_pid {
+        rss::rss_bytes(pid).context("--server-pid")?;
+    }
     let http = http_client()?;
     let plan = hold::HoldPlan {
         url: args.url,
@@ -209,9 +218,16 @@ fn hold(args: HoldArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    let result = runtime.block_on(hold::run(plan, http))?;
-    println!("{}", result.line());
-    Ok(())
+    match runtime.block_on(hold::run(plan, http)) {
+        Ok(result) => {
+            println!("{}", result.line());
+            Ok(0)
+        }
+        Err(err) => {
+            eprintln!("mcp-loadtest: {err:#}");
+            Ok(1)
+        }
+    }
 }
 
 /// One connection pool shared by every virtual session.

@@ -175,3 +175,39 @@ fn refuses_targets_off_loopback_without_allow_target() {
     assert_eq!(output.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--allow-target"));
 }
+
+#[test]
+fn hold_fails_when_the_server_refuses_sessions_and_closes_those_it_opened() {
+    let node =
+        NodeProcess::spawn(&node_binary(), &["--log", "error", "--max-sessions", "10"]).unwrap();
+    let output = loadtest(&[
+        "hold",
+        "--url",
+        node.url(),
+        "--sessions",
+        "15",
+        "--hold",
+        "0",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("5 of 15 sessions could not be opened"),
+        "{stderr}"
+    );
+    // The ten it opened were deleted: the node has room for ten again.
+    let again = loadtest(&[
+        "hold",
+        "--url",
+        node.url(),
+        "--sessions",
+        "10",
+        "--hold",
+        "0",
+    ]);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+}
