@@ -65,10 +65,20 @@ struct StreamLog {
     /// Position of the newest event appended.
     last: Position,
     closed: bool,
-    /// Bumped on every append and on close; readers hold receivers.
-    wake: watch::Sender<u64>,
+    /// Bumped on every append and on close; readers hold receivers. Made by
+    /// the first reader: most standalone streams are never read, and an idle
+    /// session should not pay for a channel.
+    wake: Option<watch::Sender<u64>>,
     /// Last append or close, for time-based retention.
     touched: Instant,
+}
+
+impl StreamLog {
+    fn wake_readers(&self) {
+        if let Some(wake) = &self.wake {
+            wake.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
 }
 
 /// In-memory [`EventLog`].
@@ -184,14 +194,13 @@ impl EventLog for MemoryEventLog {
     async fn create_stream(&self, session: &SessionId) -> Result<StreamId, StoreError> {
         self.maybe_sweep();
         let id = StreamId::random();
-        let (wake, _) = watch::channel(0);
         let log = StreamLog {
             session: session.clone(),
             events: VecDeque::new(),
             trimmed_through: Position::START,
             last: Position::START,
             closed: false,
-            wake,
+            wake: None,
             touched: Instant::now(),
         };
         self.streams.insert(id.clone(), Arc::new(Mutex::new(log)));
@@ -222,7 +231,7 @@ impl EventLog for MemoryEventLog {
             log.trimmed_through = dropped.position;
         }
         log.touched = Instant::now();
-        log.wake.send_modify(|v| *v = v.wrapping_add(1));
+        log.wake_readers();
         Ok(EventId {
             stream: stream.clone(),
             position,
@@ -235,7 +244,7 @@ impl EventLog for MemoryEventLog {
         if !log.closed {
             log.closed = true;
             log.touched = Instant::now();
-            log.wake.send_modify(|v| *v = v.wrapping_add(1));
+            log.wake_readers();
         }
         Ok(())
     }
@@ -283,7 +292,10 @@ impl EventLog for MemoryEventLog {
         stream: &StreamId,
     ) -> Result<Wakeup, StoreError> {
         let log = self.stream(session, stream)?;
-        let rx = lock(&log).wake.subscribe();
+        let rx = lock(&log)
+            .wake
+            .get_or_insert_with(|| watch::channel(0).0)
+            .subscribe();
         Ok(Wakeup::new(rx))
     }
 
