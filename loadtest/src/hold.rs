@@ -80,13 +80,6 @@ impl HoldResult {
     }
 }
 
-/// An open session and, when asked for, the task draining its GET stream.
-#[derive(Debug)]
-struct Held {
-    client: Client,
-    has_stream: bool,
-}
-
 /// Opens, measures, holds and closes. Fails if any session could not be
 /// opened (the figure would be wrong), after closing those that were.
 pub(crate) async fn run(plan: HoldPlan, http: reqwest::Client) -> anyhow::Result<HoldResult> {
@@ -105,10 +98,7 @@ pub(crate) async fn run(plan: HoldPlan, http: reqwest::Client) -> anyhow::Result
                 if let Some(stream) = stream {
                     drains.spawn(drain(stream));
                 }
-                held.push(Held {
-                    has_stream: plan.get_stream,
-                    client,
-                });
+                held.push(client);
             }
             Err(err) => failures.push(err),
         }
@@ -119,7 +109,7 @@ pub(crate) async fn run(plan: HoldPlan, http: reqwest::Client) -> anyhow::Result
     let rss_after = plan.server_pid.map(rss_bytes).transpose()?;
     let result = HoldResult {
         sessions: held.len(),
-        streams: held.iter().filter(|h| h.has_stream).count(),
+        streams: if plan.get_stream { held.len() } else { 0 },
         rss_before,
         rss_after,
         open_time,
@@ -176,11 +166,11 @@ async fn drain(mut stream: SseStream) {
 
 /// DELETEs every session, a bounded number at a time; failures are reported
 /// on stderr (the measurement is already taken).
-async fn close_all(held: Vec<Held>, concurrency: usize) {
+async fn close_all(held: Vec<Client>, concurrency: usize) {
     let failed = stream::iter(held)
-        .map(|h| async move {
+        .map(|client| async move {
             matches!(
-                timeout(DELETE_TIMEOUT, h.client.delete()).await,
+                timeout(DELETE_TIMEOUT, client.delete()).await,
                 Ok(Ok(status)) if status.is_success()
             )
         })

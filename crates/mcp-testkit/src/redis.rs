@@ -317,6 +317,14 @@ mod tests {
         assert!(redis.is_running());
         assert_eq!(redis.url(), format!("redis://127.0.0.1:{}/", redis.port()));
         assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
+        // The probes' connections are closed by now, but the server may
+        // not have processed their closing yet: wait (at most 5 s) for it.
+        for _ in 0..500 {
+            if redis.client_count().unwrap() == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert_eq!(redis.client_count().unwrap(), 0);
 
         let held = TcpStream::connect(redis.addr()).unwrap();
