@@ -224,8 +224,7 @@ async fn long_call(client: &Client, duration_ms: u64, steps: u64) -> Result<(), 
         &mut check,
     )
     .await?;
-    check.finish(false).map_err(violation)?;
-    response_ok(&check).map(drop)
+    complete(&check)
 }
 
 /// A long call cancelled after its first progress. The latency recorded is
@@ -273,13 +272,11 @@ async fn drop_and_resume(
         Reply::Sse(stream) => stream,
         other => {
             read_reply(other, &mut check).await?;
-            check.finish(false).map_err(violation)?;
-            return response_ok(&check).map(drop);
+            return complete(&check);
         }
     };
     if read_stream(&mut stream, &mut check, Some(drop_after)).await? == StreamEnd::Closed {
-        check.finish(false).map_err(violation)?;
-        return response_ok(&check).map(drop);
+        return complete(&check);
     }
     let last_event_id = stream
         .last_event_id
@@ -289,8 +286,7 @@ async fn drop_and_resume(
     // Stay away for about one step so that events pile up in the log.
     let away = Duration::from_millis(duration_ms / steps.max(1));
     resume_until_response(client, &mut check, last_event_id, away).await?;
-    check.finish(false).map_err(violation)?;
-    response_ok(&check).map(drop)
+    complete(&check)
 }
 
 /// A long call whose connection the server closes after `close_after`
@@ -309,8 +305,7 @@ async fn poll_resume(
         Reply::Sse(stream) => stream,
         other => {
             read_reply(other, &mut check).await?;
-            check.finish(false).map_err(violation)?;
-            return response_ok(&check).map(drop);
+            return complete(&check);
         }
     };
     read_stream(&mut stream, &mut check, None).await?;
@@ -323,8 +318,7 @@ async fn poll_resume(
             .ok_or(violation(Violation::NoEventId))?;
         resume_until_response(client, &mut check, last_event_id, retry_wait(&stream)).await?;
     }
-    check.finish(false).map_err(violation)?;
-    response_ok(&check).map(drop)
+    complete(&check)
 }
 
 /// The wait a closed stream asked for (its last `retry`), bounded.
@@ -461,6 +455,12 @@ async fn read_stream(
             return Ok(StreamEnd::Stopped);
         }
     }
+}
+
+/// A call read to its end: every rule checked, and its response a success.
+fn complete(check: &CallCheck) -> Result<(), ErrorKind> {
+    check.finish(false).map_err(violation)?;
+    response_ok(check).map(drop)
 }
 
 /// The response of a checked request, or its error as an [`ErrorKind`].
