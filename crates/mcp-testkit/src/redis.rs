@@ -120,7 +120,9 @@ impl RedisServer {
         self.spawn()
     }
 
-    /// Connected clients, not counting the connection that asks.
+    /// Connected clients, not counting connections whose last command was
+    /// `CLIENT LIST`: the one that asks, and earlier askers the server may
+    /// not have seen close yet (each call uses a connection of its own).
     ///
     /// # Errors
     /// The server does not answer or the answer is not a `CLIENT LIST`.
@@ -129,8 +131,15 @@ impl RedisServer {
             Reply::Bulk(Some(list)) => list,
             other => bail!("unexpected CLIENT LIST reply: {other:?}"),
         };
-        let all = list.lines().filter(|line| !line.trim().is_empty()).count();
-        Ok(all.saturating_sub(1))
+        Ok(list
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .filter(|line| {
+                !line
+                    .split_whitespace()
+                    .any(|field| field == "cmd=client|list" || field == "cmd=client")
+            })
+            .count())
     }
 
     /// Runs one command and returns its reply (simple strings, errors and
