@@ -232,14 +232,11 @@ async fn long_call(client: &Client, duration_ms: u64, steps: u64) -> Result<(), 
 async fn cancel_call(client: &Client, duration_ms: u64, steps: u64) -> Result<Duration, ErrorKind> {
     let id = client.next_id();
     let mut check = CallCheck::new(id, Some(steps));
-    let mut stream = match post(client, &long_call_body(id, duration_ms, steps)).await? {
-        Reply::Sse(stream) => stream,
+    let body = long_call_body(id, duration_ms, steps);
+    let Some(mut stream) = call_stream(client, &body, &mut check).await? else {
         // Progress was requested and the call is long: it must stream.
-        other => {
-            read_reply(other, &mut check).await?;
-            check.finish(false).map_err(violation)?;
-            return Err(violation(Violation::ProgressGap));
-        }
+        check.finish(false).map_err(violation)?;
+        return Err(violation(Violation::ProgressGap));
     };
     if read_stream(&mut stream, &mut check, Some(1)).await? == StreamEnd::Closed {
         // Over before its first progress: it must have completed properly.
@@ -268,12 +265,9 @@ async fn drop_and_resume(
 ) -> Result<(), ErrorKind> {
     let id = client.next_id();
     let mut check = CallCheck::new(id, Some(steps));
-    let mut stream = match post(client, &long_call_body(id, duration_ms, steps)).await? {
-        Reply::Sse(stream) => stream,
-        other => {
-            read_reply(other, &mut check).await?;
-            return complete(&check);
-        }
+    let body = long_call_body(id, duration_ms, steps);
+    let Some(mut stream) = call_stream(client, &body, &mut check).await? else {
+        return complete(&check);
     };
     if read_stream(&mut stream, &mut check, Some(drop_after)).await? == StreamEnd::Closed {
         return complete(&check);
@@ -301,12 +295,8 @@ async fn poll_resume(
     let mut check = CallCheck::new(id, Some(steps));
     let mut body = long_call_body(id, duration_ms, steps);
     body["params"]["arguments"]["close_stream_after"] = json!(close_after);
-    let mut stream = match post(client, &body).await? {
-        Reply::Sse(stream) => stream,
-        other => {
-            read_reply(other, &mut check).await?;
-            return complete(&check);
-        }
+    let Some(mut stream) = call_stream(client, &body, &mut check).await? else {
+        return complete(&check);
     };
     read_stream(&mut stream, &mut check, None).await?;
     if check.response().is_none() {
@@ -319,6 +309,19 @@ async fn poll_resume(
         resume_until_response(client, &mut check, last_event_id, retry_wait(&stream)).await?;
     }
     complete(&check)
+}
+
+/// POSTs a request and returns its SSE stream, or `None` when the server
+/// answered without one (that whole answer is then in `check`).
+async fn call_stream(
+    client: &Client,
+    body: &Value,
+    check: &mut CallCheck,
+) -> Result<Option<SseStream>, ErrorKind> {
+    match post(client, body).await? {
+        Reply::Sse(stream) => Ok(Some(stream)),
+        other => read_reply(other, check).await.map(|()| None),
+    }
 }
 
 /// The wait a closed stream asked for (its last `retry`), bounded.
