@@ -153,9 +153,27 @@ async fn unknown_names_and_bad_arguments_get_their_codes() {
     assert_eq!(error_code(&no_args), -32602);
     let unknown_prompt = request(&client, "prompts/get", json!({"name": "nope"})).await;
     assert_eq!(error_code(&unknown_prompt), -32602);
-    for method in ["tools/list", "resources/list", "prompts/list"] {
-        let bad = request(&client, method, json!({"cursor": "not-a-cursor"})).await;
-        assert_eq!(error_code(&bad), -32602, "{method}");
+    // A cursor the server did not issue, the empty one included, is -32602.
+    for method in [
+        "tools/list",
+        "resources/list",
+        "resources/templates/list",
+        "prompts/list",
+    ] {
+        for cursor in ["not-a-cursor", ""] {
+            let bad = request(&client, method, json!({ "cursor": cursor })).await;
+            assert_eq!(error_code(&bad), -32602, "{method} {cursor:?}");
+        }
+    }
+    // A list that fits one page has no nextCursor at all (the tool list,
+    // longer than a page, is walked below).
+    for method in ["resources/list", "resources/templates/list", "prompts/list"] {
+        let listed = request(&client, method, json!({})).await;
+        assert!(listed["result"].is_object(), "{method}: {listed}");
+        assert!(
+            listed["result"].get("nextCursor").is_none(),
+            "{method}: {listed}"
+        );
     }
     let unknown_method = request(&client, "tools/nonsense", json!({})).await;
     assert_eq!(error_code(&unknown_method), -32601);
@@ -208,10 +226,12 @@ async fn tools_list_pages_visit_every_tool_exactly_once() {
         assert!(tools.len() <= 5, "page size is 5: {}", tools.len());
         pages.push(tools.len());
         names.extend(tools.iter().map(|t| t["name"].as_str().unwrap().to_owned()));
-        let next = page["nextCursor"].as_str().expect("nextCursor is a string");
-        if next.is_empty() {
+        // Pagination: nextCursor is present only if more results exist.
+        let Some(next) = page.get("nextCursor") else {
             break;
-        }
+        };
+        let next = next.as_str().expect("nextCursor is a string");
+        assert!(!next.is_empty(), "a present cursor is never empty");
         assert!(pages.len() < 10, "pagination does not end");
         cursor = Some(next.to_owned());
     }

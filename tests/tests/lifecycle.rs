@@ -341,10 +341,10 @@ async fn add_tool_sends_tools_list_changed_on_the_standalone_stream() {
                 .iter()
                 .map(|t| t["name"].as_str().unwrap().to_owned()),
         );
-        let next = page["nextCursor"].as_str().unwrap().to_owned();
-        if next.is_empty() {
+        let Some(next) = page.get("nextCursor").and_then(|c| c.as_str()) else {
             break;
-        }
+        };
+        let next = next.to_owned();
         page = request(&client, "tools/list", json!({"cursor": next}))
             .await
             .0["result"]

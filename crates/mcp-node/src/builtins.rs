@@ -28,9 +28,10 @@ const WAV_BASE64: &str = "UklGRkQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YS
 const FIXTURE_STEP: Duration = Duration::from_millis(50);
 
 /// The built-in server.
-pub(crate) fn server() -> McpServer {
+pub(crate) fn server(page_size: usize) -> McpServer {
     let handle: Arc<OnceLock<McpServer>> = Arc::new(OnceLock::new());
     let mut b = ServerBuilder::new("mcp-node", env!("CARGO_PKG_VERSION"))
+        .page_size(page_size)
         .instructions("Built-in tools of an MCP cluster node: echo, add, long_running_operation, and conformance fixtures.");
     for tool in tools(&handle) {
         b = b.tool(tool);

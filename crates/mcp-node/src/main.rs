@@ -73,6 +73,10 @@ struct Cli {
     /// Seconds in-flight requests get after SIGTERM [default: 30].
     #[arg(long, env = "MCP_DRAIN_GRACE_SECS")]
     drain_grace_secs: Option<u64>,
+    /// Items per page of tools/list, resources/list, resources/templates/list
+    /// and prompts/list [default: 100].
+    #[arg(long, env = "MCP_PAGE_SIZE")]
+    page_size: Option<usize>,
     /// Log filter (tracing EnvFilter syntax).
     #[arg(long, env = "MCP_LOG", default_value = "info")]
     log: String,
@@ -136,6 +140,9 @@ impl Cli {
         if let Some(v) = self.drain_grace_secs {
             c.drain_grace_secs = v;
         }
+        if let Some(v) = self.page_size {
+            c.page_size = v;
+        }
         c.validate()?;
         Ok(c)
     }
@@ -187,7 +194,7 @@ fn raise_fd_limit(max_sessions: usize) {
 }
 
 async fn serve(stdio: bool, config: NodeConfig) -> std::io::Result<()> {
-    let server = builtins::server();
+    let server = builtins::server(config.page_size);
     if stdio {
         return mcp_server::stdio::run(server, config).await;
     }

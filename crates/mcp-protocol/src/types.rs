@@ -3,8 +3,8 @@
 //! Fields added by later revisions are optional, so one type serves every
 //! revision; unknown fields from clients are ignored. Result shapes follow the
 //! project's rules: `structuredContent` is always present on tool results,
-//! `nextCursor` is always a string (`""` at the end) and tool `content` is
-//! never empty.
+//! tool `content` is never empty, and `nextCursor` is present only when more
+//! results exist (pagination: clients follow any cursor that is present).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -178,9 +178,10 @@ pub struct Tool {
 pub struct ListToolsResult {
     /// One page of tools.
     pub tools: Vec<Tool>,
-    /// Cursor of the next page; `""` at the end (absent reads as `""`).
-    #[serde(default)]
-    pub next_cursor: String,
+    /// Cursor of the next page; absent on the last page (pagination: present
+    /// only if more results exist).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// `tools/call` params.
@@ -457,9 +458,10 @@ pub struct ResourceTemplate {
 pub struct ListResourcesResult {
     /// One page.
     pub resources: Vec<Resource>,
-    /// Cursor of the next page; `""` at the end (absent reads as `""`).
-    #[serde(default)]
-    pub next_cursor: String,
+    /// Cursor of the next page; absent on the last page (pagination: present
+    /// only if more results exist).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// `resources/templates/list` result.
@@ -468,9 +470,10 @@ pub struct ListResourcesResult {
 pub struct ListResourceTemplatesResult {
     /// One page.
     pub resource_templates: Vec<ResourceTemplate>,
-    /// Cursor of the next page; `""` at the end (absent reads as `""`).
-    #[serde(default)]
-    pub next_cursor: String,
+    /// Cursor of the next page; absent on the last page (pagination: present
+    /// only if more results exist).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// Params naming one resource (`resources/read`, `subscribe`, `unsubscribe`).
@@ -522,9 +525,10 @@ pub struct Prompt {
 pub struct ListPromptsResult {
     /// One page.
     pub prompts: Vec<Prompt>,
-    /// Cursor of the next page; `""` at the end (absent reads as `""`).
-    #[serde(default)]
-    pub next_cursor: String,
+    /// Cursor of the next page; absent on the last page (pagination: present
+    /// only if more results exist).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// `prompts/get` params.

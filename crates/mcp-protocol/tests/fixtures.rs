@@ -11,7 +11,7 @@
 //! Fixtures with typed params or results are also read into the types of
 //! `mcp_protocol::types` and written back; what the types emit is kept in
 //! `tests/fixtures/<version>/golden/<slug>.<kind>.json`. It may differ from
-//! the fixture (`structuredContent` and `nextCursor` are always present,
+//! the fixture (`structuredContent` is always present, an empty `nextCursor` is dropped,
 //! fields the types do not model are dropped); a change to it fails the test
 //! until the goldens are rewritten with `UPDATE_GOLDENS=1 cargo test -p
 //! mcp-protocol --test fixtures`.

@@ -61,6 +61,10 @@ pub struct NodeConfig {
     /// Seconds in-flight requests get to finish after SIGTERM before they
     /// are cancelled. Default 30.
     pub drain_grace_secs: u64,
+    /// Items per page of every list method (`tools/list`, `resources/list`,
+    /// `resources/templates/list`, `prompts/list`). Default 100: one page
+    /// for most servers, a bounded answer for large catalogues.
+    pub page_size: usize,
     /// HTTP transport settings.
     pub http: HttpConfig,
     /// Runtime settings.
@@ -78,6 +82,7 @@ impl Default for NodeConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             workers: 0,
             drain_grace_secs: 30,
+            page_size: crate::server::DEFAULT_PAGE_SIZE,
             http: HttpConfig::default(),
             runtime: RuntimeConfig::default(),
             retention: RetentionConfig::default(),
@@ -180,6 +185,9 @@ impl NodeConfig {
         let bad = |what: &str| Err(ConfigError(what.to_owned()));
         if !self.http.endpoint.starts_with('/') {
             return bad("http.endpoint must start with '/'");
+        }
+        if self.page_size == 0 {
+            return bad("page_size must be positive");
         }
         if self.http.max_body_bytes < 1024 {
             return bad("http.max_body_bytes must be at least 1024");

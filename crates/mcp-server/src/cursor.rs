@@ -27,8 +27,9 @@ pub fn decode(cursor: Option<&str>) -> Result<usize, ErrorObject> {
         .ok_or_else(|| ErrorObject::invalid_params("invalid cursor"))
 }
 
-/// One page of `items` from a cursor: the page and the next cursor (`""` at
-/// the end).
+/// One page of `items` from a cursor: the page and the next cursor, `None`
+/// on the last page (pagination: `nextCursor` is present only if more
+/// results exist; clients follow any cursor that is present).
 ///
 /// # Errors
 /// `-32602` for an invalid cursor or one past the end.
@@ -36,17 +37,13 @@ pub fn page<T: Clone>(
     items: &[T],
     cursor: Option<&str>,
     page_size: usize,
-) -> Result<(Vec<T>, String), ErrorObject> {
+) -> Result<(Vec<T>, Option<String>), ErrorObject> {
     let start = decode(cursor)?;
     if start > items.len() || (start == items.len() && start != 0) {
         return Err(ErrorObject::invalid_params("invalid cursor"));
     }
     let end = (start + page_size.max(1)).min(items.len());
-    let next = if end < items.len() {
-        encode(end)
-    } else {
-        String::new()
-    };
+    let next = (end < items.len()).then(|| encode(end));
     Ok((items[start..end].to_vec(), next))
 }
 
@@ -55,19 +52,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pages_cover_every_item_once_and_end_with_an_empty_cursor() {
+    fn pages_cover_every_item_once_and_the_last_has_no_cursor() {
         let items: Vec<u32> = (0..7).collect();
         let mut cursor: Option<String> = None;
         let mut seen = Vec::new();
+        let mut pages = 0;
         loop {
             let (page, next) = page(&items, cursor.as_deref(), 3).unwrap();
             seen.extend(page);
-            if next.is_empty() {
-                break;
+            pages += 1;
+            match next {
+                Some(next) => {
+                    assert!(!next.is_empty(), "a present cursor is never empty");
+                    cursor = Some(next);
+                }
+                None => break,
             }
-            cursor = Some(next);
         }
         assert_eq!(seen, items);
+        assert_eq!(pages, 3);
+        // A list that fits one page, and an empty list, have no cursor.
+        assert_eq!(page(&items, None, 7).unwrap().1, None);
+        assert_eq!(page::<u32>(&[], None, 3).unwrap(), (vec![], None));
     }
 
     #[test]
