@@ -239,6 +239,16 @@ pub fn decode_body(bytes: &[u8]) -> Result<Body, DecodeError> {
 /// or fractional id, no method and no result, a result without an id; only an
 /// error response may lack its id); `-32602` when `params` is not an object.
 pub fn decode_message(bytes: &[u8]) -> Result<Message, DecodeError> {
+    // Only an object is a message: the derived `RawEnvelope` would also read
+    // an array, field by field (`["2.0",1,"ping"]`).
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+                Ok(_) => DecodeError::invalid("a JSON-RPC message must be an object", None),
+                Err(err) => parse_error(err),
+            },
+        );
+    }
     let raw: RawEnvelope = serde_json::from_slice(bytes).map_err(|err| {
         if err.is_data() {
             DecodeError::invalid("a JSON-RPC message must be an object", None)
@@ -250,6 +260,12 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message, DecodeError> {
 }
 
 fn decode_value(value: Value) -> Result<Message, DecodeError> {
+    if !value.is_object() {
+        return Err(DecodeError::invalid(
+            "a JSON-RPC message must be an object",
+            None,
+        ));
+    }
     let raw: RawEnvelope = serde_json::from_value(value)
         .map_err(|_| DecodeError::invalid("a JSON-RPC message must be an object", None))?;
     validate(raw)
@@ -314,7 +330,7 @@ fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
     }
     let outcome = match (raw.result, raw.error) {
         (Some(result), None) => Ok(result),
-        (None, Some(error)) => Err(serde_json::from_value::<ErrorObject>(error).map_err(|_| {
+        (None, Some(error)) => Err(error_object(error).map_err(|_| {
             DecodeError::invalid("error must have an integer code and a message", id.clone())
         })?),
         (Some(_), Some(_)) => {
@@ -334,6 +350,15 @@ fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
         return Err(DecodeError::invalid("a response needs an id", None));
     }
     Ok(Message::Response(Response { id, outcome }))
+}
+
+/// The `error` member, an object (the derived `ErrorObject` would also read
+/// an array, `[code, message]`).
+fn error_object(value: Value) -> Result<ErrorObject, serde_json::Error> {
+    if !value.is_object() {
+        return Err(serde_json::Error::custom("error must be an object"));
+    }
+    serde_json::from_value(value)
 }
 
 impl Serialize for Message {
@@ -514,6 +539,26 @@ mod tests {
         let err =
             decode_message(br#"{"jsonrpc":"2.0","id":"x","method":"m","params":3}"#).unwrap_err();
         assert_eq!(err.id, Some(RequestId::from("x")));
+    }
+
+    #[test]
+    fn only_objects_are_messages() {
+        // Arrays that a derived struct would read field by field.
+        assert_eq!(code(r#"["2.0",1,"ping"]"#), ErrorCode::INVALID_REQUEST);
+        assert_eq!(code("[4,4,444,44,44,4.2]"), ErrorCode::INVALID_REQUEST);
+        assert_eq!(code("[1,"), ErrorCode::PARSE_ERROR);
+        let err = decode_message(br#"{"jsonrpc":"2.0","id":1,"error":[-32000,"x"]}"#).unwrap_err();
+        assert_eq!(
+            (err.code, err.id),
+            (ErrorCode::INVALID_REQUEST, Some(1.into()))
+        );
+        let Body::Batch(items) = decode_body(br#"[["2.0",1,"ping"]]"#).unwrap() else {
+            panic!("not a batch");
+        };
+        assert_eq!(
+            items[0].as_ref().unwrap_err().code,
+            ErrorCode::INVALID_REQUEST
+        );
     }
 
     #[test]
