@@ -177,8 +177,14 @@ impl FromStr for Position {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (ms, seq) = s.split_once('-').ok_or(IdError::Event)?;
-        let digits =
-            |p: &str| !p.is_empty() && p.len() <= 20 && p.bytes().all(|b| b.is_ascii_digit());
+        // Decimal as `Display` writes it, without leading zeros: one
+        // spelling per position, so an id round-trips exactly.
+        let digits = |p: &str| {
+            !p.is_empty()
+                && p.len() <= 20
+                && p.bytes().all(|b| b.is_ascii_digit())
+                && (p == "0" || !p.starts_with('0'))
+        };
         if !digits(ms) || !digits(seq) {
             return Err(IdError::Event);
         }
@@ -249,6 +255,20 @@ mod tests {
             &"9".repeat(200),
         ] {
             assert!(bad.parse::<EventId>().is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn event_ids_have_one_spelling() {
+        let stream = StreamId::random();
+        for bad in ["01-2", "1-02", "00-0", "0-00", "007-1"] {
+            assert!(bad.parse::<Position>().is_err(), "{bad:?} parsed");
+            let id = format!("{stream}.{bad}");
+            assert!(id.parse::<EventId>().is_err(), "{id:?} parsed");
+        }
+        for good in ["0-0", "10-0", "1795231145516-0", "18446744073709551615-7"] {
+            let id = format!("{stream}.{good}");
+            assert_eq!(id.parse::<EventId>().unwrap().to_string(), id);
         }
     }
 
