@@ -76,7 +76,8 @@ async fn post(node: &InProcessNode, headers: HeaderMap, body: &str) -> (StatusCo
     (status, text)
 }
 
-/// Parses a JSON-RPC error response and checks its code and id; returns
+/// Parses a JSON-RPC error response and checks its code and id (the
+/// request's own id whenever it could be read, JSON-RPC 2.0 section 5); returns
 /// the error message.
 fn assert_error(body: &str, code: i64, id: &Value) -> String {
     let value: Value =
@@ -344,7 +345,7 @@ async fn missing_session_id_on_a_request_is_400() {
     let client = session(&node, LATEST).await;
     let (status, body) = post(&node, post_headers(None), &ping(1)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let message = assert_error(&body, -32600, &Value::Null);
+    let message = assert_error(&body, -32600, &json!(1));
     assert!(message.contains("Mcp-Session-Id"), "{message}");
     assert_serving(&client).await;
 }
@@ -355,7 +356,7 @@ async fn request_before_initialize_is_400() {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
     let (status, body) = post(&node, post_headers(None), &body).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert_error(&body, -32600, &Value::Null);
+    assert_error(&body, -32600, &json!(1));
     assert_node_serving(&node).await;
 }
 
@@ -365,7 +366,7 @@ async fn unknown_session_id_is_404() {
     let unknown = "0b7c4f6e-2f1d-4c59-9a43-1e0d6f1b2a3c";
     let (status, body) = post(&node, post_headers(Some(unknown)), &ping(1)).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    assert_error(&body, -32600, &Value::Null);
+    assert_error(&body, -32600, &json!(1));
     assert_node_serving(&node).await;
 }
 
@@ -378,7 +379,7 @@ async fn ended_session_is_404_on_post_get_and_delete() {
 
     let (status, body) = post(&node, post_headers(Some(&id)), &ping(1)).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "POST: {body}");
-    assert_error(&body, -32600, &Value::Null);
+    assert_error(&body, -32600, &json!(1));
 
     let (status, _, body) = send(&node, Method::GET, get_headers(&id), "").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "GET: {body}");
@@ -399,7 +400,7 @@ async fn assert_malformed_session_id(value: HeaderValue) {
     headers.insert("mcp-session-id", value);
     let (status, body) = post(&node, headers, &ping(1)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let message = assert_error(&body, -32600, &Value::Null);
+    let message = assert_error(&body, -32600, &json!(1));
     assert!(message.contains("Mcp-Session-Id"), "{message}");
     assert_node_serving(&node).await;
 }

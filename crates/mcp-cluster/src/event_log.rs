@@ -21,14 +21,15 @@ use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use mcp_store::{
-    EventId, EventLog, Position, ReadBatch, SessionId, StoreError, StoredEvent, StreamId, Wakeup,
+    EventId, EventLog, Position, ReadBatch, RequestId, SessionId, StoreError, StoredEvent,
+    StreamId, Wakeup,
 };
 use redis::{Script, Value};
 
 use crate::config::RedisRetention;
 use crate::connection::Redis;
 use crate::error::corrupt;
-use crate::keys::{ENTRY_DATA, Keys, META_CLOSED, META_LAST, META_TRIMMED};
+use crate::keys::{ENTRY_DATA, Keys, META_CLOSED, META_LAST, META_REQUESTS, META_TRIMMED};
 use crate::pubsub::PubSub;
 use crate::reply;
 
@@ -40,7 +41,7 @@ pub const MAX_READ_BATCH: usize = 10_000;
 /// helper that lengthens a key's TTL but never shortens it.
 fn prelude() -> String {
     format!(
-        "local CLOSED, LAST, TRIMMED, DATA = '{META_CLOSED}', '{META_LAST}', '{META_TRIMMED}', '{ENTRY_DATA}'\n{}",
+        "local CLOSED, LAST, TRIMMED, DATA, REQUESTS = '{META_CLOSED}', '{META_LAST}', '{META_TRIMMED}', '{ENTRY_DATA}', '{META_REQUESTS}'\n{}",
         r"
 local function extend(key, ttl)
   if redis.call('PTTL', key) < tonumber(ttl) then
@@ -56,12 +57,16 @@ fn script(body: &str) -> Script {
 }
 
 /// KEYS: meta, session's stream set. ARGV: stream id, idle TTL ms, meta key
-/// prefix of the session. Also drops up to two set members whose stream
-/// expired, so the set tracks the live streams within a constant factor.
+/// prefix of the session, the JSON array of the stream's request ids (empty
+/// for none). Also drops up to two set members whose stream expired, so the
+/// set tracks the live streams within a constant factor.
 static CREATE: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
 redis.call('HSET', KEYS[1], CLOSED, '0')
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], REQUESTS, ARGV[4])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[1])
 for _, id in ipairs(redis.call('SRANDMEMBER', KEYS[2], 2)) do
@@ -271,8 +276,17 @@ impl RedisEventLog {
 
 #[async_trait]
 impl EventLog for RedisEventLog {
-    async fn create_stream(&self, session: &SessionId) -> Result<StreamId, StoreError> {
+    async fn create_stream(
+        &self,
+        session: &SessionId,
+        requests: &[RequestId],
+    ) -> Result<StreamId, StoreError> {
         let stream = StreamId::random();
+        let requests = if requests.is_empty() {
+            String::new()
+        } else {
+            serde_json::to_string(requests).map_err(corrupt)?
+        };
         self.redis
             .script(
                 CREATE
@@ -280,10 +294,35 @@ impl EventLog for RedisEventLog {
                     .key(self.keys.streams(session))
                     .arg(stream.as_str())
                     .arg(self.idle_ttl_ms)
-                    .arg(self.keys.meta_prefix(session)),
+                    .arg(self.keys.meta_prefix(session))
+                    .arg(requests),
             )
             .await?;
         Ok(stream)
+    }
+
+    async fn stream_requests(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+    ) -> Result<Vec<RequestId>, StoreError> {
+        let command = redis::cmd("HMGET")
+            .arg(self.keys.meta(session, stream))
+            .arg(META_CLOSED)
+            .arg(META_REQUESTS)
+            .clone();
+        let reply = self.redis.cmd(&command).await?;
+        let mut fields = reply::array(reply)?.into_iter();
+        let (Some(closed), Some(requests)) = (fields.next(), fields.next()) else {
+            return Err(corrupt("short HMGET reply"));
+        };
+        if closed == Value::Nil {
+            return Err(StoreError::StreamNotFound);
+        }
+        match reply::opt_text(requests)? {
+            Some(json) => serde_json::from_str(&json).map_err(corrupt),
+            None => Ok(Vec::new()),
+        }
     }
 
     async fn append(

@@ -4,9 +4,11 @@
 //!
 //! | key / channel | type | holds |
 //! |---|---|---|
-//! | `mcp:{<session>}:session` | string, `PX` idle TTL | the JSON [`mcp_store::SessionRecord`] |
+//! | `mcp:{<session>}:session` | string, `PX` idle TTL | the JSON [`mcp_store::SessionRecord`] (without its subscriptions) |
+//! | `mcp:{<session>}:subs` | set, the session's TTL | the URIs the session subscribed to |
+//! | `mcp:{sessions}:expiry` | sorted set | session id → when its record expires at the earliest (ms since the epoch), to find expired sessions and delete their streams |
 //! | `mcp:{<session>}:stream:<stream>` | stream | one entry per event, field `d` = data |
-//! | `mcp:{<session>}:meta:<stream>` | hash | `closed` (`0`/`1`), `last` (newest entry id), `trimmed` (newest trimmed entry id, absent if none) |
+//! | `mcp:{<session>}:meta:<stream>` | hash | `closed` (`0`/`1`), `last` (newest entry id), `trimmed` (newest trimmed entry id, absent if none), `req` (JSON array of the request ids the stream answers, absent for a standalone stream) |
 //! | `mcp:{<session>}:streams` | set | the session's stream ids, for `delete_session` |
 //! | `mcp:{<session>}:wake:<stream>` | channel | a message per append, close and delete |
 //! | `mcp:ctl` | channel | JSON [`mcp_store::ControlMessage`]s |
@@ -22,7 +24,7 @@
 //! (an empty tag: Redis Cluster would hash each whole key; sessions minted
 //! here are UUIDs, and standalone Redis does not care). No key of one
 //! session can equal a key of another: the suffixes after the tag
-//! (`session`, `streams`, `stream:<hex>`, `meta:<hex>`, `wake:<hex>`)
+//! (`session`, `subs`, `streams`, `stream:<hex>`, `meta:<hex>`, `wake:<hex>`)
 //! contain no brace.
 //!
 //! Node keys share the hash tag `{nodes}`: the node registry scripts touch
@@ -39,6 +41,10 @@ pub const DEFAULT_PREFIX: &str = "mcp";
 
 /// Key part: the session record.
 const SESSION: &str = "session";
+/// Key part: a session's subscriptions.
+const SUBS: &str = "subs";
+/// Key part (hash tag): the session expiry index.
+const SESSIONS: &str = "sessions";
 /// Key part: a stream's events.
 const STREAM: &str = "stream";
 /// Key part: a stream's state hash.
@@ -60,6 +66,9 @@ pub const ENTRY_DATA: &str = "d";
 pub const META_CLOSED: &str = "closed";
 /// Meta hash field: the newest entry id appended.
 pub const META_LAST: &str = "last";
+/// Meta hash field: the JSON array of the request ids the stream answers
+/// (absent for a standalone stream).
+pub const META_REQUESTS: &str = "req";
 /// Meta hash field: the newest entry id dropped by retention.
 pub const META_TRIMMED: &str = "trimmed";
 
@@ -96,6 +105,16 @@ impl Keys {
     /// The session record.
     pub fn session(&self, session: &SessionId) -> String {
         format!("{}{SESSION}", self.session_base(session))
+    }
+
+    /// The session's subscriptions.
+    pub fn subs(&self, session: &SessionId) -> String {
+        format!("{}{SUBS}", self.session_base(session))
+    }
+
+    /// The index of sessions by earliest expiry.
+    pub fn session_expiry(&self) -> String {
+        format!("{}:{{{SESSIONS}}}:expiry", self.prefix)
     }
 
     /// `<prefix>:{<session>}:stream:`; a stream id completes it.
@@ -196,6 +215,8 @@ mod tests {
             "mcp:{sess}:meta:0123456789abcdef0123456789abcdef"
         );
         assert_eq!(k.streams(&s), "mcp:{sess}:streams");
+        assert_eq!(k.subs(&s), "mcp:{sess}:subs");
+        assert_eq!(k.session_expiry(), "mcp:{sessions}:expiry");
         assert_eq!(
             k.wake(&s, &st),
             "mcp:{sess}:wake:0123456789abcdef0123456789abcdef"
@@ -215,6 +236,7 @@ mod tests {
             let s: SessionId = id.parse().unwrap();
             let keys = [
                 k.session(&s),
+                k.subs(&s),
                 k.stream(&s, &st),
                 k.meta(&s, &st),
                 k.streams(&s),

@@ -46,7 +46,7 @@ async fn calls_fail_fast_while_redis_is_down_and_recover_after_restart() {
     let a = connect(&config).await.unwrap();
     let b = connect(&config).await.unwrap();
     let s = SessionId::random();
-    let stream = a.events.create_stream(&s).await.unwrap();
+    let stream = a.events.create_stream(&s, &[]).await.unwrap();
     let mut wake = b.events.subscribe(&s, &stream).await.unwrap();
     let mut control = b.bus.subscribe();
     let node = NodeId::random();
@@ -67,7 +67,7 @@ async fn calls_fail_fast_while_redis_is_down_and_recover_after_restart() {
             b.events.read(&s, &stream, Position::START, 10),
         )
         .await;
-        fails_fast("create", timeout, a.events.create_stream(&s)).await;
+        fails_fast("create", timeout, a.events.create_stream(&s, &[])).await;
         fails_fast("subscribe", timeout, b.events.subscribe(&s, &stream)).await;
         let message = ControlMessage::SessionChanged {
             session: s.clone(),
@@ -113,7 +113,7 @@ async fn calls_fail_fast_while_redis_is_down_and_recover_after_restart() {
 
     // Redis restarted empty: new streams, scripts loaded again, wake-ups
     // from node to node, and the whole suite, on the same stores.
-    let stream = a.events.create_stream(&s).await.unwrap();
+    let stream = a.events.create_stream(&s, &[]).await.unwrap();
     let mut wake = b.events.subscribe(&s, &stream).await.unwrap();
     a.events
         .append(&s, &stream, Arc::from("after"))

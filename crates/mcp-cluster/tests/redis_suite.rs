@@ -31,7 +31,7 @@ async fn streams_keep_at_most_the_configured_events_and_report_gaps() {
     .unwrap();
     let log = &store.events;
     let s = SessionId::random();
-    let stream = log.create_stream(&s).await.unwrap();
+    let stream = log.create_stream(&s, &[]).await.unwrap();
     let mut ids = Vec::new();
     for i in 0..5 {
         ids.push(
@@ -82,11 +82,11 @@ async fn closed_and_idle_streams_and_idle_sessions_expire() {
     .unwrap();
     let log = &store.events;
     let s = SessionId::random();
-    let closed = log.create_stream(&s).await.unwrap();
+    let closed = log.create_stream(&s, &[]).await.unwrap();
     log.append(&s, &closed, Arc::from("x")).await.unwrap();
     log.close_stream(&s, &closed).await.unwrap();
-    let kept = log.create_stream(&s).await.unwrap();
-    let idle = log.create_stream(&s).await.unwrap();
+    let kept = log.create_stream(&s, &[]).await.unwrap();
+    let idle = log.create_stream(&s, &[]).await.unwrap();
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_millis(300)).await;
         log.touch(&s, &kept).await.unwrap();
@@ -141,7 +141,7 @@ async fn clusters_with_different_prefixes_share_one_redis_apart() {
         .await
         .unwrap();
     assert!(green.sessions.load(&r.id).await.unwrap().is_none());
-    let stream = blue.events.create_stream(&r.id).await.unwrap();
+    let stream = blue.events.create_stream(&r.id, &[]).await.unwrap();
     assert_eq!(
         green.events.tail(&r.id, &stream).await.unwrap_err(),
         StoreError::StreamNotFound

@@ -17,7 +17,7 @@ async fn append_on_one_node_wakes_a_reader_on_another() {
     let a = connect(&server.config()).await.unwrap();
     let b = connect(&server.config()).await.unwrap();
     let s = SessionId::random();
-    let stream = a.events.create_stream(&s).await.unwrap();
+    let stream = a.events.create_stream(&s, &[]).await.unwrap();
     let mut wake = b.events.subscribe(&s, &stream).await.unwrap();
     let first = a.events.append(&s, &stream, Arc::from("1")).await.unwrap();
     assert!(tokio::time::timeout(WAIT, wake.changed()).await.unwrap());
@@ -59,7 +59,7 @@ async fn deleting_a_session_wakes_readers_who_find_the_stream_gone() {
     let a = connect(&server.config()).await.unwrap();
     let b = connect(&server.config()).await.unwrap();
     let s = SessionId::random();
-    let stream = a.events.create_stream(&s).await.unwrap();
+    let stream = a.events.create_stream(&s, &[]).await.unwrap();
     let mut wake = b.events.subscribe(&s, &stream).await.unwrap();
     a.events.delete_session(&s).await.unwrap();
     assert!(tokio::time::timeout(WAIT, wake.changed()).await.unwrap());
@@ -85,7 +85,7 @@ async fn many_subscriptions_share_the_one_pubsub_connection() {
     let s = SessionId::random();
     let mut streams = Vec::new();
     for _ in 0..200 {
-        streams.push(store.events.create_stream(&s).await.unwrap());
+        streams.push(store.events.create_stream(&s, &[]).await.unwrap());
     }
     let wakes = futures_util::future::try_join_all(
         streams

@@ -70,6 +70,15 @@ pub enum HttpError {
     /// The node is overloaded, draining, or its store is down (503).
     #[error("{0}")]
     Unavailable(&'static str),
+    /// Another error, answering the request with this id (the body's error
+    /// carries it, as JSON-RPC asks when the id could be read).
+    #[error("{error}")]
+    ForRequest {
+        /// The request answered.
+        id: RequestId,
+        /// What went wrong.
+        error: Box<HttpError>,
+    },
 }
 
 impl HttpError {
@@ -79,15 +88,39 @@ impl HttpError {
             Self::Decode(err) => err.code,
             Self::HeaderMismatch { .. } => ErrorCode::HEADER_MISMATCH,
             Self::Unavailable(_) => ErrorCode::INTERNAL_ERROR,
+            Self::ForRequest { error, .. } => error.code(),
             _ => ErrorCode::INVALID_REQUEST,
         }
     }
 
-    fn id(&self) -> Option<RequestId> {
+    /// The id the error body carries.
+    pub fn id(&self) -> Option<RequestId> {
         match self {
             Self::Decode(err) => err.id.clone(),
             Self::InvalidRequest { id, .. } | Self::HeaderMismatch { id, .. } => id.clone(),
+            Self::ForRequest { id, .. } => Some(id.clone()),
             _ => None,
+        }
+    }
+
+    /// The error as the answer to request `id` (when known): its body then
+    /// carries that id unless it names one already.
+    #[must_use]
+    pub fn for_request(self, id: Option<RequestId>) -> Self {
+        match id {
+            Some(id) if self.id().is_none() => Self::ForRequest {
+                id,
+                error: Box::new(self),
+            },
+            _ => self,
+        }
+    }
+
+    /// The error itself, without the request it answers.
+    fn inner(&self) -> &Self {
+        match self {
+            Self::ForRequest { error, .. } => error.inner(),
+            other => other,
         }
     }
 }
@@ -117,7 +150,7 @@ impl From<RuntimeError> for HttpError {
 
 impl ResponseError for HttpError {
     fn status_code(&self) -> StatusCode {
-        match self {
+        match self.inner() {
             Self::ForbiddenOrigin | Self::ForbiddenHost => StatusCode::FORBIDDEN,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
@@ -133,15 +166,19 @@ impl ResponseError for HttpError {
             | Self::InvalidRequest { .. }
             | Self::HeaderMismatch { .. }
             | Self::BadLastEventId(_) => StatusCode::BAD_REQUEST,
+            Self::ForRequest { error, .. } => error.status_code(),
         }
     }
 
     fn error_response(&self) -> HttpResponse {
+        // Client mistakes and attacks alike: never above debug, so that no
+        // client can flood the log.
+        tracing::debug!(status = %self.status_code(), error = %self, "Request refused.");
         let mut builder = HttpResponse::build(self.status_code());
-        if let Self::MethodNotAllowed(allow) = self {
+        if let Self::MethodNotAllowed(allow) = self.inner() {
             builder.insert_header((ALLOW, *allow));
         }
-        if matches!(self, Self::Unavailable(_)) {
+        if matches!(self.inner(), Self::Unavailable(_)) {
             builder.insert_header(("Retry-After", "1"));
         }
         let body = Message::Response(Response::error(

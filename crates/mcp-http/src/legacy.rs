@@ -5,7 +5,7 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use mcp_protocol::jsonrpc::{Body, decode_body};
+use mcp_protocol::jsonrpc::{Body, decode_body_with_limit};
 use mcp_protocol::{Message, ProtocolVersion};
 use mcp_runtime::{Runtime, SessionHandle};
 use mcp_store::SessionId;
@@ -90,17 +90,26 @@ pub async fn message(
         .parse()
         .map_err(|_| HttpError::MalformedSession)?;
     let bytes = read_body(&req, payload, state.config.max_body_bytes).await?;
-    let body = decode_body(&bytes).map_err(HttpError::Decode)?;
-    let session = state.runtime.session(&id).await?;
-    let messages = match body {
-        Body::Single(m) => vec![Ok(m)],
+    let runtime = &state.runtime;
+    let body = decode_body_with_limit(&bytes, runtime.config().max_batch_items)
+        .map_err(HttpError::Decode)?;
+    let session = runtime.session(&id).await?;
+    match body {
+        Body::Single(message) => route(runtime, &session, Ok(message))?,
         // Batches exist in 2025-03-26 only, whatever the transport.
         Body::Batch(items)
             if session
                 .protocol_version()
                 .is_some_and(ProtocolVersion::allows_batches) =>
         {
-            items
+            let (messages, invalid): (Vec<_>, Vec<_>) = items.into_iter().partition(Result::is_ok);
+            let messages = messages.into_iter().filter_map(Result::ok).collect();
+            // One mailbox message: the batch runs whole or not at all; the
+            // errors for its invalid members follow only when it ran.
+            session.dispatch_batch(messages, runtime.attached_exchange(&session))?;
+            for err in invalid.into_iter().filter_map(Result::err) {
+                route(runtime, &session, Err(err))?;
+            }
         }
         Body::Batch(_) => {
             return Err(HttpError::InvalidRequest {
@@ -109,9 +118,6 @@ pub async fn message(
                 id: None,
             });
         }
-    };
-    for message in messages {
-        route(&state.runtime, &session, message)?;
     }
     Ok(HttpResponse::Accepted().body(Bytes::from_static(b"Accepted")))
 }

@@ -29,13 +29,25 @@ pub struct Framing {
 
 /// One event.
 pub fn event(id: &EventId, data: &str, legacy: bool) -> Bytes {
+    frame(Some(id), data, legacy)
+}
+
+/// An event without id (what the server says when a stream's data is
+/// gone).
+pub fn notice(data: &str, legacy: bool) -> Bytes {
+    frame(None, data, legacy)
+}
+
+fn frame(id: Option<&EventId>, data: &str, legacy: bool) -> Bytes {
     let mut out = String::with_capacity(data.len() + 80);
     if legacy {
         out.push_str("event: message\n");
     }
-    out.push_str("id: ");
-    out.push_str(&id.to_string());
-    out.push('\n');
+    if let Some(id) = id {
+        out.push_str("id: ");
+        out.push_str(&id.to_string());
+        out.push('\n');
+    }
     // Compact JSON has no raw newlines; split anyway so no input can break
     // the framing.
     for line in data.split('\n') {
@@ -77,6 +89,8 @@ pub fn body(
         match item {
             FollowItem::Event(id, data) => Some(event(&id, &data, legacy)),
             FollowItem::KeepAlive => Some(Bytes::from_static(KEEP_ALIVE)),
+            // No event id: there is nothing after it to resume.
+            FollowItem::Notice(data) => Some(notice(&data, legacy)),
             FollowItem::End(FollowEnd::Kicked | FollowEnd::ShuttingDown | FollowEnd::Failed) => {
                 Some(Bytes::from(format!("retry: {retry_ms}\n\n")))
             }
@@ -117,6 +131,7 @@ mod tests {
         );
         let legacy = event(&id, "{}", true);
         assert!(legacy.starts_with(b"event: message\n"));
+        assert_eq!(notice("{}", false), Bytes::from("data: {}\n\n"));
         assert_eq!(
             priming(&id, 500),
             Bytes::from(format!("id: {id}\nretry: 500\ndata: \n\n"))

@@ -5,7 +5,7 @@ use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
-use mcp_protocol::jsonrpc::{Body, decode_body};
+use mcp_protocol::jsonrpc::{Body, decode_body_with_limit};
 use mcp_protocol::{ErrorCode, Message, ProtocolVersion, Request, Response, methods};
 use mcp_runtime::{ExchangeReply, ResponseMode, SessionHandle};
 use mcp_store::{EventId, Position};
@@ -63,16 +63,33 @@ pub async fn post(
 ) -> Result<HttpResponse, HttpError> {
     check_post(&req, &state.config)?;
     let bytes = read_body(&req, payload, state.config.max_body_bytes).await?;
-    let body = decode_body(&bytes).map_err(HttpError::Decode)?;
+    let body = decode_body_with_limit(&bytes, state.runtime.config().max_batch_items)
+        .map_err(HttpError::Decode)?;
+    // Every error answering a single request carries its id.
+    let id = match &body {
+        Body::Single(Message::Request(request)) => Some(request.id.clone()),
+        _ => None,
+    };
+    post_body(&req, body, &state)
+        .await
+        .map_err(|err| err.for_request(id))
+}
+
+/// Routes a decoded POST body.
+async fn post_body(
+    req: &HttpRequest,
+    body: Body,
+    state: &HttpState,
+) -> Result<HttpResponse, HttpError> {
     if let Body::Single(Message::Request(request)) = &body
         && request.method == methods::INITIALIZE
     {
         let Body::Single(Message::Request(request)) = body else {
             unreachable!("matched above")
         };
-        return initialize(&req, request, &state).await;
+        return initialize(req, request, state).await;
     }
-    let session = session(&req, &state).await?;
+    let session = session(req, state).await?;
     let runtime = &state.runtime;
     match body {
         Body::Single(message) => {
@@ -81,7 +98,7 @@ pub async fn post(
                 Message::Request(request) => {
                     let (exchange, reply) = runtime.exchange(&session, vec![request.id.clone()]);
                     session.dispatch(request, exchange)?;
-                    answer(&state, &session, reply, false).await
+                    answer(state, &session, reply, false).await
                 }
                 Message::Notification(n) => {
                     session.notify(n)?;
@@ -93,7 +110,7 @@ pub async fn post(
                 }
             }
         }
-        Body::Batch(items) => batch(&state, &session, items).await,
+        Body::Batch(items) => batch(state, &session, items).await,
     }
 }
 
@@ -157,7 +174,8 @@ async fn batch(
             id: None,
         });
     }
-    let mut requests = Vec::new();
+    let mut messages = Vec::new();
+    let mut ids = Vec::new();
     let mut errors = Vec::new();
     for item in items {
         match item {
@@ -170,19 +188,20 @@ async fn batch(
                     ),
                 ))
             }
-            Ok(Message::Request(r)) => requests.push(r),
-            Ok(Message::Notification(n)) => session.notify(n)?,
-            Ok(Message::Response(r)) => session.answer(r)?,
+            Ok(Message::Request(r)) => {
+                ids.push(r.id.clone());
+                messages.push(Message::Request(r));
+            }
+            Ok(message) => messages.push(message),
             Err(err) => errors.push(Response::error(err.id.clone(), err.to_error_object())),
         }
     }
-    if requests.is_empty() && errors.is_empty() {
-        return Ok(HttpResponse::Accepted().finish());
-    }
-    let ids = requests.iter().map(|r| r.id.clone()).collect();
+    let answers = !ids.is_empty() || !errors.is_empty();
     let (exchange, reply) = state.runtime.batch_exchange(session, ids, errors);
-    for request in requests {
-        session.dispatch(request, std::sync::Arc::clone(&exchange))?;
+    // One mailbox message: the batch runs whole or not at all.
+    session.dispatch_batch(messages, exchange)?;
+    if !answers {
+        return Ok(HttpResponse::Accepted().finish());
     }
     answer(state, session, reply, true).await
 }
@@ -218,8 +237,8 @@ async fn respond(
                 .insert_header((CONTENT_TYPE, "application/json"))
                 .body(body))
         }
-        Ok(ExchangeReply::Stream(stream)) => {
-            let follow = state.runtime.follow_new(session, &stream).await?;
+        Ok(ExchangeReply::Stream(stream, requests)) => {
+            let follow = state.runtime.follow_new(session, &stream, requests).await?;
             let primes = session
                 .protocol_version()
                 .is_some_and(ProtocolVersion::primes_sse);

@@ -213,23 +213,95 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
 }
 
-/// Decodes an HTTP or stdio body: one message, or a batch (array).
+/// Decodes an HTTP or stdio body: one message, or a batch (array) of any
+/// length. Transports use [`decode_body_with_limit`].
+///
+/// # Errors
+/// As [`decode_body_with_limit`].
+pub fn decode_body(bytes: &[u8]) -> Result<Body, DecodeError> {
+    decode_body_with_limit(bytes, usize::MAX)
+}
+
+/// Decodes an HTTP or stdio body: one message, or a batch (array) of at
+/// most `max_batch` messages. A longer batch is refused whole before any
+/// member is decoded, and costs no memory per member: the rest of the array
+/// is only counted.
 ///
 /// # Errors
 /// `-32700` when the bytes are not JSON, `-32600` when the JSON is not a
-/// message (or is an empty batch), and the per-message errors of
-/// [`decode_message`] for a single message.
-pub fn decode_body(bytes: &[u8]) -> Result<Body, DecodeError> {
+/// message, is an empty batch or a batch over `max_batch`, and the
+/// per-message errors of [`decode_message`] for a single message.
+pub fn decode_body_with_limit(bytes: &[u8], max_batch: usize) -> Result<Body, DecodeError> {
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'[') {
-        let items: Vec<Value> = serde_json::from_slice(bytes).map_err(parse_error)?;
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let items = de
+            .deserialize_seq(BatchVisitor { max: max_batch })
+            .and_then(|items| de.end().map(|()| items))
+            .map_err(parse_error)?;
+        let items = match items {
+            Batch::Items(items) => items,
+            Batch::TooLong(count) => {
+                return Err(DecodeError::invalid(
+                    format!(
+                        "batch of {count} messages exceeds the limit of {max_batch}; \
+                         send fewer messages per batch"
+                    ),
+                    None,
+                ));
+            }
+        };
         if items.is_empty() {
             return Err(DecodeError::invalid("empty batch", None));
         }
-        let decoded = items.into_iter().map(decode_value).collect();
+        let decoded = items
+            .into_iter()
+            .map(|raw| decode_message(raw.get().as_bytes()))
+            .collect();
         return Ok(Body::Batch(decoded));
     }
     decode_message(bytes).map(Body::Single)
+}
+
+/// A batch as read: its members (still undecoded), or the length of one
+/// over the limit.
+enum Batch {
+    Items(Vec<Box<serde_json::value::RawValue>>),
+    TooLong(usize),
+}
+
+/// Reads a JSON array, keeping at most `max` members and only counting the
+/// rest.
+struct BatchVisitor {
+    max: usize,
+}
+
+impl<'de> serde::de::Visitor<'de> for BatchVisitor {
+    type Value = Batch;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON array")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Batch, A::Error> {
+        // Bounded by the body size as well: no reservation from a hint.
+        let mut items = Vec::new();
+        while items.len() < self.max {
+            match seq.next_element::<Box<serde_json::value::RawValue>>()? {
+                Some(item) => items.push(item),
+                None => return Ok(Batch::Items(items)),
+            }
+        }
+        // At the limit: any further member makes the batch too long.
+        let mut extra = 0usize;
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+            extra = extra.saturating_add(1);
+        }
+        if extra == 0 {
+            return Ok(Batch::Items(items));
+        }
+        Ok(Batch::TooLong(self.max.saturating_add(extra)))
+    }
 }
 
 /// Decodes one message from bytes.
@@ -256,18 +328,6 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message, DecodeError> {
             parse_error(err)
         }
     })?;
-    validate(raw)
-}
-
-fn decode_value(value: Value) -> Result<Message, DecodeError> {
-    if !value.is_object() {
-        return Err(DecodeError::invalid(
-            "a JSON-RPC message must be an object",
-            None,
-        ));
-    }
-    let raw: RawEnvelope = serde_json::from_value(value)
-        .map_err(|_| DecodeError::invalid("a JSON-RPC message must be an object", None))?;
     validate(raw)
 }
 
@@ -604,6 +664,45 @@ mod tests {
             decode_body(b"[]").unwrap_err().code,
             ErrorCode::INVALID_REQUEST
         );
+    }
+
+    #[test]
+    fn batches_over_the_limit_are_refused_whole() {
+        let batch = |n: usize| {
+            let items: Vec<String> = (0..n)
+                .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"ping"}}"#))
+                .collect();
+            format!("[{}]", items.join(","))
+        };
+        // At the limit: every member decoded.
+        let Body::Batch(items) = decode_body_with_limit(batch(3).as_bytes(), 3).unwrap() else {
+            panic!("not a batch");
+        };
+        assert_eq!(items.len(), 3);
+        assert!(items.iter().all(Result::is_ok));
+        // One over: refused, with the count and the limit, and no id.
+        let err = decode_body_with_limit(batch(4).as_bytes(), 3).unwrap_err();
+        assert_eq!(err.code, ErrorCode::INVALID_REQUEST);
+        assert!(
+            err.message.contains("batch of 4 messages"),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains("limit of 3"), "{}", err.message);
+        assert_eq!(err.id, None);
+        // Counted even when the members beyond the limit are not messages.
+        let err = decode_body_with_limit(b"[1,2,3,4,5]", 2).unwrap_err();
+        assert!(
+            err.message.contains("batch of 5 messages"),
+            "{}",
+            err.message
+        );
+        // Bad JSON after the limit is still a parse error.
+        let err = decode_body_with_limit(b"[1,2,3,", 2).unwrap_err();
+        assert_eq!(err.code, ErrorCode::PARSE_ERROR);
+        // Trailing garbage after the array is a parse error.
+        let err = decode_body_with_limit(b"[1] x", 2).unwrap_err();
+        assert_eq!(err.code, ErrorCode::PARSE_ERROR);
     }
 
     #[test]

@@ -29,6 +29,13 @@ pub const REAP_INTERVAL: Duration = Duration::from_secs(3);
 /// Events read per round trip while finalizing a stream.
 const FINALIZE_BATCH: usize = 256;
 
+/// How often a node deletes what expired sessions left behind (their
+/// streams): a session's streams go at most this long after the session.
+pub const EXPIRY_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Expired sessions taken from the store per round trip of a sweep.
+const EXPIRED_BATCH: usize = 512;
+
 pub(crate) fn start(runtime: &Runtime) {
     let mut messages = runtime.store().bus.subscribe();
     let rt = runtime.clone();
@@ -47,14 +54,12 @@ pub(crate) fn start(runtime: &Runtime) {
     actix::spawn(async move {
         let mut beat = tokio::time::interval(HEARTBEAT_INTERVAL);
         let mut scan = tokio::time::interval(REAP_INTERVAL);
+        let mut sweep = tokio::time::interval(EXPIRY_SWEEP_INTERVAL);
         loop {
             tokio::select! {
-                _ = beat.tick() => {
-                    if let Err(err) = rt.store().nodes.heartbeat(rt.node_id(), HEARTBEAT_TTL).await {
-                        tracing::warn!(error = %err, "Heartbeat failed.");
-                    }
-                }
+                _ = beat.tick() => rt.heartbeat().await,
                 _ = scan.tick() => reap(rt.store()).await,
+                _ = sweep.tick() => sweep_expired(rt.store()).await,
             }
         }
     });
@@ -92,6 +97,35 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
         },
         ControlMessage::Kick { stream, .. } if !own => rt.node().attachments.kick_reader(&stream),
         _ => {}
+    }
+}
+
+/// Deletes the streams of sessions that expired (idle past their TTL,
+/// never DELETEd): a session's streams live no longer than the session.
+/// Each expired session is handed to one node of the cluster.
+async fn sweep_expired(store: &Store) {
+    loop {
+        let expired = match store.sessions.take_expired(EXPIRED_BATCH).await {
+            Ok(expired) => expired,
+            Err(err) => {
+                tracing::warn!(error = %err, "Expired-session sweep failed.");
+                return;
+            }
+        };
+        for session in &expired {
+            if let Err(err) = store.events.delete_session(session).await {
+                tracing::warn!(session_id = %session, error = %err, "Streams of an expired session not deleted; their retention ends them.");
+            }
+        }
+        if !expired.is_empty() {
+            tracing::debug!(
+                sessions = expired.len(),
+                "Streams of expired sessions deleted."
+            );
+        }
+        if expired.len() < EXPIRED_BATCH {
+            return;
+        }
     }
 }
 
@@ -208,7 +242,7 @@ mod tests {
             ..Retention::default()
         });
         let session = SessionId::random();
-        let stream = store.events.create_stream(&session).await.unwrap();
+        let stream = store.events.create_stream(&session, &[]).await.unwrap();
         for i in 0..5 {
             let progress =
                 Notification::new("notifications/progress", serde_json::json!({"progress": i}));

@@ -46,6 +46,26 @@ pub struct RuntimeConfig {
     /// Mailbox size of each session actor; a full mailbox sheds load with
     /// HTTP 503. Default 256.
     pub session_mailbox: usize,
+    /// Most messages in one JSON-RPC batch (2025-03-26 sessions). A longer
+    /// batch is refused whole, before anything in it runs, with -32600
+    /// (HTTP 400: not worth retrying as is). Default 64: as many requests
+    /// as a session may run at once.
+    pub max_batch_items: usize,
+    /// Largest `clientInfo` an `initialize` may carry, in bytes of JSON;
+    /// larger gets -32602 and no session. Default 8192: names, versions and
+    /// a small icon fit; the session keeps it for its whole life.
+    pub max_client_info_bytes: usize,
+    /// Largest `capabilities` an `initialize` may carry, in bytes of JSON;
+    /// larger gets -32602 and no session. Default 16384.
+    pub max_client_capabilities_bytes: usize,
+    /// Most resource subscriptions one session holds; beyond it
+    /// `resources/subscribe` gets -32602. Default 64.
+    pub max_subscriptions_per_session: usize,
+    /// Longest resource URI `resources/subscribe` accepts, in bytes; longer
+    /// gets -32602. Default 2048. With the defaults a session stores at
+    /// most about 150 KiB of client-chosen data (info, capabilities,
+    /// subscriptions).
+    pub max_uri_bytes: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -60,6 +80,11 @@ impl Default for RuntimeConfig {
             sse_retry_ms: 1000,
             sse_keep_alive_secs: 15,
             session_mailbox: 256,
+            max_batch_items: 64,
+            max_client_info_bytes: 8 * 1024,
+            max_client_capabilities_bytes: 16 * 1024,
+            max_subscriptions_per_session: 64,
+            max_uri_bytes: 2048,
         }
     }
 }

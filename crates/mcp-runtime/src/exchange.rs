@@ -24,8 +24,9 @@ pub enum ExchangeReply {
     /// All responses, ready before anything else was emitted (one per
     /// request, in completion order).
     Json(Vec<Response>),
-    /// Follow this stream of the event log from its start.
-    Stream(StreamId),
+    /// Follow this stream of the event log from its start; it answers
+    /// these requests.
+    Stream(StreamId, Vec<RequestId>),
     /// Every request was cancelled before emitting anything: no response
     /// will come (an empty SSE stream closes the POST).
     Empty,
@@ -234,7 +235,13 @@ impl Exchange {
                 reply,
                 open: ticket,
             } => {
-                let stream = match self.node.store.events.create_stream(&self.session).await {
+                let stream = match self
+                    .node
+                    .store
+                    .events
+                    .create_stream(&self.session, &self.requests)
+                    .await
+                {
                     Ok(stream) => stream,
                     Err(err) => {
                         if let Some(tx) = reply.take() {
@@ -260,7 +267,7 @@ impl Exchange {
                     self.append(&stream, &Message::Response(r)).await?;
                 }
                 if let Some(tx) = reply.take() {
-                    let _ = tx.send(ExchangeReply::Stream(stream.clone()));
+                    let _ = tx.send(ExchangeReply::Stream(stream.clone(), self.requests.clone()));
                 }
                 *state = State::Streaming {
                     stream: stream.clone(),

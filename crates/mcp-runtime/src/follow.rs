@@ -6,13 +6,15 @@
 //! ([`Attachments`]): a new reader takes over (the old one ends with `retry`),
 //! so a message is never delivered on two connections.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
 use futures_util::Stream;
+use mcp_protocol::jsonrpc::decode_message;
+use mcp_protocol::{ErrorObject, Message, RequestId, Response};
 use mcp_store::{
     EventId, EventLog, Position, SessionId, StoreError, StoredEvent, StreamId, Wakeup,
 };
@@ -29,6 +31,11 @@ pub enum FollowItem {
     Event(EventId, Arc<str>),
     /// Nothing happened for a while: send a keep-alive comment.
     KeepAlive,
+    /// A message the server made up, sent without an event id: the error
+    /// answering a request whose stream's data is gone (or, on a stream
+    /// that answers no request, one error without id), so that a client
+    /// can tell the loss from a cancellation. [`FollowEnd::Gone`] follows.
+    Notice(Arc<str>),
     /// The follow ended; nothing follows this item.
     End(FollowEnd),
 }
@@ -158,8 +165,22 @@ pub struct Follow {
     /// Events read but not yet yielded; at most [`READ_BATCH`].
     buffer: VecDeque<StoredEvent>,
     keep_alive: Duration,
+    /// The requests this stream answers (none for a standalone stream).
+    requests: Vec<RequestId>,
+    /// Those whose response this follow has yielded.
+    answered: HashSet<RequestId>,
+    /// Notices to yield before the end (a lost stream's errors); at most
+    /// one per request of the stream, or one.
+    notices: VecDeque<Arc<str>>,
+    /// The end, yielded once the notices are out.
+    ending: Option<FollowEnd>,
     done: bool,
 }
+
+/// What a client reads when a stream's data is gone (the session was
+/// deleted, expired, or the store lost it, e.g. Redis restarted empty).
+const LOST: &str = "stream lost: the session's data is no longer in the store \
+     (the session ended or expired, or the store lost it); start a new session";
 
 impl Follow {
     /// Starts following `stream` after `after`.
@@ -168,6 +189,7 @@ impl Follow {
     /// [`StoreError::StreamNotFound`] / [`StoreError::EventNotFound`] when
     /// the stream or position is not in this session, [`StoreError::Trimmed`]
     /// when events after `after` are gone, or a backend failure.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start(
         events: Arc<dyn EventLog>,
         attachments: &Arc<Attachments>,
@@ -176,6 +198,7 @@ impl Follow {
         after: Position,
         shutdown: CancellationToken,
         keep_alive: Duration,
+        requests: Vec<RequestId>,
     ) -> Result<Self, StoreError> {
         // Subscribe before the first read so that no append is missed.
         let wake = events.subscribe(&session, &stream).await?;
@@ -192,6 +215,10 @@ impl Follow {
             shutdown,
             buffer: VecDeque::new(),
             keep_alive,
+            requests,
+            answered: HashSet::new(),
+            notices: VecDeque::new(),
+            ending: None,
             done: false,
         })
     }
@@ -209,9 +236,16 @@ impl Follow {
         if self.done {
             return None;
         }
+        if let Some(notice) = self.notices.pop_front() {
+            return Some(FollowItem::Notice(notice));
+        }
+        if let Some(why) = self.ending.take() {
+            return Some(self.end(why));
+        }
         loop {
             if let Some(event) = self.buffer.pop_front() {
                 self.after = event.position;
+                self.note_answer(&event.data);
                 let id = EventId {
                     stream: self.stream.clone(),
                     position: event.position,
@@ -232,7 +266,7 @@ impl Follow {
                 }
                 Ok(batch) if batch.closed => return Some(self.end(FollowEnd::Completed)),
                 Ok(_) => {}
-                Err(StoreError::StreamNotFound) => return Some(self.end(FollowEnd::Gone)),
+                Err(StoreError::StreamNotFound) => return self.lost(),
                 Err(err) => {
                     tracing::warn!(stream = %self.stream, error = %err, "Stream read failed.");
                     return Some(self.end(FollowEnd::Failed));
@@ -246,7 +280,7 @@ impl Follow {
             tokio::select! {
                 alive = self.wake.changed() => {
                     if !alive {
-                        return Some(self.end(FollowEnd::Gone));
+                        return self.lost();
                     }
                 }
                 () = self.attachment.kick.cancelled() => return Some(self.end(FollowEnd::Kicked)),
@@ -263,6 +297,51 @@ impl Follow {
         futures_util::stream::unfold(self, |mut follow| async move {
             follow.next().await.map(|item| (item, follow))
         })
+    }
+
+    /// Remembers the response a yielded event carries, if any (only on
+    /// streams that answer requests; only events that can be responses are
+    /// decoded).
+    fn note_answer(&mut self, data: &str) {
+        if self.requests.is_empty() || !(data.contains("\"result\"") || data.contains("\"error\""))
+        {
+            return;
+        }
+        if let Ok(Message::Response(Response { id: Some(id), .. })) =
+            decode_message(data.as_bytes())
+        {
+            self.answered.insert(id);
+        }
+    }
+
+    /// The stream's data is gone: an error for each request it answers
+    /// that got no response here (one without id on a stream that answers
+    /// none), then the end.
+    fn lost(&mut self) -> Option<FollowItem> {
+        tracing::debug!(stream = %self.stream, "Followed stream lost.");
+        let error = ErrorObject::internal(LOST);
+        let unanswered: Vec<Option<RequestId>> = if self.requests.is_empty() {
+            vec![None]
+        } else {
+            self.requests
+                .iter()
+                .filter(|id| !self.answered.contains(*id))
+                .cloned()
+                .map(Some)
+                .collect()
+        };
+        self.notices = unanswered
+            .into_iter()
+            .map(|id| Arc::from(Message::Response(Response::error(id, error.clone())).to_json()))
+            .collect();
+        self.ending = Some(FollowEnd::Gone);
+        match self.notices.pop_front() {
+            Some(notice) => Some(FollowItem::Notice(notice)),
+            None => {
+                self.ending = None;
+                Some(self.end(FollowEnd::Gone))
+            }
+        }
     }
 
     fn end(&mut self, why: FollowEnd) -> FollowItem {

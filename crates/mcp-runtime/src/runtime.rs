@@ -37,6 +37,9 @@ pub(crate) struct NodeContext {
     /// the moment the transport opens one until its last response is
     /// written (and its stream closed), or it is dropped unanswered.
     pub(crate) open_exchanges: std::sync::atomic::AtomicUsize,
+    /// Set by `Runtime::leave`: no heartbeat after it. A tokio mutex: held
+    /// across the heartbeat and the leave, so neither overtakes the other.
+    pub(crate) membership: tokio::sync::Mutex<bool>,
 }
 
 /// Counts one open exchange on its node while it lives.
@@ -118,6 +121,7 @@ impl Runtime {
             attachments: Arc::new(Attachments::default()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             open_exchanges: std::sync::atomic::AtomicUsize::new(0),
+            membership: tokio::sync::Mutex::new(false),
         });
         let deps = SessionDeps {
             service,
@@ -158,10 +162,30 @@ impl Runtime {
 
     /// Leaves the cluster after a clean stop: the node registry forgets
     /// this node (its streams are closed by then), so no survivor finalizes
-    /// it.
+    /// it. Heartbeats stop first (a later one would register the node
+    /// again, and survivors would claim it as dead once it exits).
     pub async fn leave(&self) {
+        let mut left = self.node().membership.lock().await;
+        *left = true;
         if let Err(err) = self.store().nodes.leave(self.node_id()).await {
             tracing::warn!(error = %err, "Leaving the cluster failed; survivors will finalize this node.");
+        }
+    }
+
+    /// Renews this node's liveness, unless it left the cluster.
+    pub(crate) async fn heartbeat(&self) {
+        // Held across the heartbeat: `leave` waits for one in progress.
+        let left = self.node().membership.lock().await;
+        if *left {
+            return;
+        }
+        if let Err(err) = self
+            .store()
+            .nodes
+            .heartbeat(self.node_id(), crate::cluster::HEARTBEAT_TTL)
+            .await
+        {
+            tracing::warn!(error = %err, "Heartbeat failed.");
         }
     }
 
@@ -208,7 +232,7 @@ impl Runtime {
         }
         let store = &self.inner.deps.node.store;
         let id = SessionId::random();
-        let standalone = store.events.create_stream(&id).await?;
+        let standalone = store.events.create_stream(&id, &[]).await?;
         let record = SessionRecord {
             id: id.clone(),
             protocol_version: None,
@@ -405,7 +429,17 @@ impl Runtime {
         stream: &StreamId,
         after: Position,
     ) -> Result<Follow, RuntimeError> {
-        let follow = self.follow_here(session, stream, after).await?;
+        // A request stream names the requests it answers, so that this
+        // follow can answer them should the stream's data be lost.
+        let requests = if stream == session.standalone_stream() {
+            Vec::new()
+        } else {
+            self.store()
+                .events
+                .stream_requests(session.id(), stream)
+                .await?
+        };
+        let follow = self.follow_here(session, stream, after, requests).await?;
         // One reader per stream in the whole cluster: readers elsewhere end.
         let kick = ControlMessage::Kick {
             session: session.id().clone(),
@@ -418,8 +452,9 @@ impl Runtime {
     }
 
     /// Follows a stream this node just created for its own connection (the
-    /// SSE answer of a POST, the stdio output): no reader can exist
-    /// elsewhere yet, so no takeover is announced to the cluster.
+    /// SSE answer of a POST, with the ids of the requests it answers; the
+    /// stdio output, with none): no reader can exist elsewhere yet, so no
+    /// takeover is announced to the cluster.
     ///
     /// # Errors
     /// As [`Self::follow`].
@@ -427,8 +462,10 @@ impl Runtime {
         &self,
         session: &SessionHandle,
         stream: &StreamId,
+        requests: Vec<RequestId>,
     ) -> Result<Follow, RuntimeError> {
-        self.follow_here(session, stream, Position::START).await
+        self.follow_here(session, stream, Position::START, requests)
+            .await
     }
 
     async fn follow_here(
@@ -436,6 +473,7 @@ impl Runtime {
         session: &SessionHandle,
         stream: &StreamId,
         after: Position,
+        requests: Vec<RequestId>,
     ) -> Result<Follow, RuntimeError> {
         Follow::start(
             Arc::clone(&self.inner.deps.node.store.events),
@@ -445,6 +483,7 @@ impl Runtime {
             after,
             self.inner.drain.clone(),
             self.config().sse_keep_alive(),
+            requests,
         )
         .await
         .map_err(RuntimeError::from)

@@ -84,6 +84,14 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
     /// (e.g. `notifications/roots/list_changed`).
     async fn notification(&self, _notification: Notification) {}
 
+    /// Whether `uri` names a resource this server can read (a listed
+    /// resource or one matching a template): `resources/subscribe` refuses
+    /// others with -32002, so a client cannot make a session hold
+    /// subscriptions to nothing. The default accepts every URI.
+    fn has_resource(&self, _uri: &str) -> bool {
+        true
+    }
+
     /// Tool arguments mirrored into `Mcp-Param-*` headers, for header
     /// validation at the transport.
     fn mirrored_params(&self, _tool: &str) -> Vec<MirroredParam> {

@@ -21,7 +21,7 @@ use mcp_protocol::{
     ErrorCode, ErrorObject, Message, Notification, ProtocolVersion, Request, RequestId, Response,
     methods,
 };
-use mcp_store::{ControlMessage, RawJson, SessionId, SessionRecord, StreamId};
+use mcp_store::{ControlMessage, RawJson, SessionId, SessionRecord, StreamId, Subscribed};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -48,6 +48,16 @@ const TOUCH_FRACTION: u32 = 8;
 #[rtype(result = "()")]
 pub(crate) struct Dispatch {
     pub(crate) request: Request,
+    pub(crate) exchange: Arc<Exchange>,
+}
+
+/// Handle the messages of one JSON-RPC batch together: admitted whole
+/// (every request starts) or refused whole (every request gets an error and
+/// nothing else in the batch is applied), so a batch is never half-run.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct DispatchBatch {
+    pub(crate) messages: Vec<Message>,
     pub(crate) exchange: Arc<Exchange>,
 }
 
@@ -238,25 +248,49 @@ impl Handler<Dispatch> for Session {
 
     fn handle(&mut self, Dispatch { request, exchange }: Dispatch, ctx: &mut Self::Context) {
         self.active(ctx);
-        let initialized = self.record.protocol_version.is_some();
-        match request.method.as_str() {
-            methods::INITIALIZE => self.initialize(request, exchange),
-            methods::PING => respond(exchange, Response::result(request.id, empty_result())),
-            _ if !initialized => respond(
-                exchange,
-                Response::error(
-                    Some(request.id),
-                    ErrorObject::new(
-                        ErrorCode::INVALID_REQUEST,
-                        "session not initialized: send initialize first",
-                    ),
-                ),
-            ),
-            methods::LOGGING_SET_LEVEL => self.set_level(request, exchange),
-            methods::RESOURCES_SUBSCRIBE | methods::RESOURCES_UNSUBSCRIBE => {
-                self.subscription(request, exchange)
+        self.dispatch(request, exchange, ctx);
+    }
+}
+
+impl Handler<DispatchBatch> for Session {
+    type Result = ();
+
+    fn handle(
+        &mut self,
+        DispatchBatch { messages, exchange }: DispatchBatch,
+        ctx: &mut Self::Context,
+    ) {
+        self.active(ctx);
+        let requests = messages
+            .iter()
+            .filter(|m| matches!(m, Message::Request(_)))
+            .count();
+        let free = self
+            .deps
+            .config
+            .max_in_flight_per_session
+            .saturating_sub(self.in_flight.len());
+        if requests > free {
+            let err = ErrorObject::internal(format!(
+                "too many in-flight requests in this session: the batch has {requests} \
+                 requests and {free} can start now; nothing in the batch was run"
+            ));
+            for message in messages {
+                if let Message::Request(r) = message {
+                    respond(
+                        Arc::clone(&exchange),
+                        Response::error(Some(r.id), err.clone()),
+                    );
+                }
             }
-            _ => self.start_request(request, exchange, ctx),
+            return;
+        }
+        for message in messages {
+            match message {
+                Message::Request(r) => self.dispatch(r, Arc::clone(&exchange), ctx),
+                Message::Notification(n) => self.notify(n, false),
+                Message::Response(r) => self.client_answer(r, false),
+            }
         }
     }
 }
@@ -267,47 +301,13 @@ impl Handler<Notify> for Session {
     fn handle(
         &mut self,
         Notify {
-            notification: n,
+            notification,
             remote,
         }: Notify,
         ctx: &mut Self::Context,
     ) {
         self.active(ctx);
-        match n.method.as_str() {
-            methods::NOTIFICATION_INITIALIZED => {
-                if self.record.protocol_version.is_some() && !self.record.initialized {
-                    self.record.initialized = true;
-                    self.shared.initialized.store(true, Ordering::Release);
-                    self.persist();
-                }
-            }
-            methods::NOTIFICATION_CANCELLED | methods::CANCEL_REQUEST_ALIAS => {
-                let target =
-                    mcp_protocol::jsonrpc::parse_params::<CancelledParams>(n.params.as_ref())
-                        .ok()
-                        .and_then(|p| RequestId::from_value(&p.request_id));
-                match target
-                    .and_then(|id| self.in_flight.get(&id).map(|(_, addr)| (id, addr.clone())))
-                {
-                    Some((id, addr)) => {
-                        tracing::debug!(session_id = %self.record.id, jsonrpc_id = %id, "Request cancelled by the client.");
-                        addr.do_send(Cancel);
-                    }
-                    // Not running here: it may run on another node, which the
-                    // bus reaches; unknown everywhere, it is ignored (spec).
-                    None if !remote => self.publish_deliver(Message::Notification(n.clone())),
-                    None => {
-                        tracing::debug!(session_id = %self.record.id, "Cancellation of an unknown request ignored.")
-                    }
-                }
-            }
-            // Progress for server requests: nothing waits on it.
-            methods::NOTIFICATION_PROGRESS => {}
-            _ => {
-                let service = Arc::clone(&self.deps.service);
-                actix::spawn(async move { service.notification(n).await });
-            }
-        }
+        self.notify(notification, remote);
     }
 }
 
@@ -316,20 +316,7 @@ impl Handler<ClientAnswer> for Session {
 
     fn handle(&mut self, ClientAnswer { response, remote }: ClientAnswer, ctx: &mut Self::Context) {
         self.active(ctx);
-        let pending = response
-            .id
-            .as_ref()
-            .and_then(|id| self.pending_asks.remove(id));
-        match pending {
-            Some(p) => {
-                let _ = p.tx.send(response.outcome);
-            }
-            // Asked by a request running on another node.
-            None if !remote => self.publish_deliver(Message::Response(response)),
-            None => {
-                tracing::debug!(session_id = %self.record.id, "Answer to an unknown server request ignored.")
-            }
-        }
+        self.client_answer(response, remote);
     }
 }
 
@@ -593,6 +580,84 @@ impl Session {
         actix::spawn(async move { node.publish(deliver).await });
     }
 
+    fn dispatch(&mut self, request: Request, exchange: Arc<Exchange>, ctx: &mut Context<Self>) {
+        let initialized = self.record.protocol_version.is_some();
+        match request.method.as_str() {
+            methods::INITIALIZE => self.initialize(request, exchange),
+            methods::PING => respond(exchange, Response::result(request.id, empty_result())),
+            _ if !initialized => respond(
+                exchange,
+                Response::error(
+                    Some(request.id),
+                    ErrorObject::new(
+                        ErrorCode::INVALID_REQUEST,
+                        "session not initialized: send initialize first",
+                    ),
+                ),
+            ),
+            methods::LOGGING_SET_LEVEL => self.set_level(request, exchange),
+            methods::RESOURCES_SUBSCRIBE | methods::RESOURCES_UNSUBSCRIBE => {
+                self.subscription(request, exchange, ctx)
+            }
+            _ => self.start_request(request, exchange, ctx),
+        }
+    }
+
+    fn notify(&mut self, n: Notification, remote: bool) {
+        match n.method.as_str() {
+            methods::NOTIFICATION_INITIALIZED => {
+                if self.record.protocol_version.is_some() && !self.record.initialized {
+                    self.record.initialized = true;
+                    self.shared.initialized.store(true, Ordering::Release);
+                    self.persist();
+                }
+            }
+            methods::NOTIFICATION_CANCELLED | methods::CANCEL_REQUEST_ALIAS => {
+                let target =
+                    mcp_protocol::jsonrpc::parse_params::<CancelledParams>(n.params.as_ref())
+                        .ok()
+                        .and_then(|p| RequestId::from_value(&p.request_id));
+                match target
+                    .and_then(|id| self.in_flight.get(&id).map(|(_, addr)| (id, addr.clone())))
+                {
+                    Some((id, addr)) => {
+                        tracing::debug!(session_id = %self.record.id, jsonrpc_id = %id, "Request cancelled by the client.");
+                        addr.do_send(Cancel);
+                    }
+                    // Not running here: it may run on another node, which the
+                    // bus reaches; unknown everywhere, it is ignored (spec).
+                    None if !remote => self.publish_deliver(Message::Notification(n.clone())),
+                    None => {
+                        tracing::debug!(session_id = %self.record.id, "Cancellation of an unknown request ignored.")
+                    }
+                }
+            }
+            // Progress for server requests: nothing waits on it.
+            methods::NOTIFICATION_PROGRESS => {}
+            _ => {
+                let service = Arc::clone(&self.deps.service);
+                actix::spawn(async move { service.notification(n).await });
+            }
+        }
+    }
+
+    fn client_answer(&mut self, response: Response, remote: bool) {
+        let pending = response
+            .id
+            .as_ref()
+            .and_then(|id| self.pending_asks.remove(id));
+        match pending {
+            Some(p) => {
+                let _ = p.tx.send(response.outcome);
+            }
+            // Asked by a request running on another node.
+            None if !remote => self.publish_deliver(Message::Response(response)),
+            None => {
+                tracing::debug!(session_id = %self.record.id, "Answer to an unknown server request ignored.")
+            }
+        }
+    }
+
     fn initialize(&mut self, request: Request, exchange: Arc<Exchange>) {
         if self.record.protocol_version.is_some() {
             let err = ErrorObject::new(ErrorCode::INVALID_REQUEST, "session already initialized");
@@ -602,12 +667,31 @@ impl Session {
             Ok(p) => p,
             Err(err) => return respond(exchange, Response::error(Some(request.id), err)),
         };
+        // What the session keeps for its whole life is bounded: a client
+        // cannot make a node hold megabytes per session.
+        let config = &self.deps.config;
+        let capabilities = RawJson::of(&params.capabilities).unwrap_or_else(|_| RawJson::null());
+        let client_info = RawJson::of(&params.client_info).unwrap_or_else(|_| RawJson::null());
+        for (what, json, limit) in [
+            (
+                "capabilities",
+                &capabilities,
+                config.max_client_capabilities_bytes,
+            ),
+            ("clientInfo", &client_info, config.max_client_info_bytes),
+        ] {
+            if json.get().len() > limit {
+                let err = ErrorObject::invalid_params(format!(
+                    "{what} is {} bytes of JSON; this server accepts at most {limit}",
+                    json.get().len()
+                ));
+                return respond(exchange, Response::error(Some(request.id), err));
+            }
+        }
         let version = ProtocolVersion::negotiate(&params.protocol_version);
         self.record.protocol_version = Some(version.as_str().to_owned());
-        self.record.client_capabilities =
-            RawJson::of(&params.capabilities).unwrap_or_else(|_| RawJson::null());
-        self.record.client_info =
-            RawJson::of(&params.client_info).unwrap_or_else(|_| RawJson::null());
+        self.record.client_capabilities = capabilities;
+        self.record.client_info = client_info;
         let _ = self.shared.version.set(version);
         let _ = self.shared.client_capabilities.set(params.capabilities);
         let service = &self.deps.service;
@@ -663,7 +747,7 @@ impl Session {
         respond(exchange, response);
     }
 
-    fn subscription(&mut self, request: Request, exchange: Arc<Exchange>) {
+    fn subscription(&mut self, request: Request, exchange: Arc<Exchange>, ctx: &mut Context<Self>) {
         let subscribable = self
             .deps
             .service
@@ -680,19 +764,92 @@ impl Session {
                 ),
             );
         }
-        let response = match request.parse_params::<UriParams>() {
-            Ok(UriParams { uri }) => {
-                if request.method == methods::RESOURCES_SUBSCRIBE {
-                    self.record.subscriptions.insert(uri);
-                } else {
-                    self.record.subscriptions.remove(&uri);
-                }
-                let response = Response::result(request.id, empty_result());
-                return self.persist_then(Some((exchange, response)));
-            }
-            Err(err) => Response::error(Some(request.id), err),
+        let uri = match request.parse_params::<UriParams>() {
+            Ok(UriParams { uri }) => uri,
+            Err(err) => return respond(exchange, Response::error(Some(request.id), err)),
         };
-        respond(exchange, response);
+        let subscribe = request.method == methods::RESOURCES_SUBSCRIBE;
+        let config = &self.deps.config;
+        let refused = if uri.len() > config.max_uri_bytes {
+            Some(ErrorObject::invalid_params(format!(
+                "resource URI is {} bytes; this server accepts at most {}",
+                uri.len(),
+                config.max_uri_bytes
+            )))
+        } else if subscribe && !self.deps.service.has_resource(&uri) {
+            // 2025-11-25 resources, error handling: resource not found.
+            Some(
+                ErrorObject::new(ErrorCode::RESOURCE_NOT_FOUND, "resource not found")
+                    .with_data(serde_json::json!({ "uri": uri })),
+            )
+        } else {
+            None
+        };
+        if let Some(err) = refused {
+            return respond(exchange, Response::error(Some(request.id), err));
+        }
+        // The store holds the subscriptions apart from the record and
+        // enforces the limit atomically (two nodes of one session never
+        // exceed it); this actor mirrors what the store accepted.
+        let sessions = Arc::clone(&self.deps.node.store.sessions);
+        let id = self.record.id.clone();
+        let max = config.max_subscriptions_per_session;
+        let guard = SaveGuard::begin(&self.shared);
+        let stored_uri = uri.clone();
+        let change = async move {
+            if subscribe {
+                sessions.subscribe(&id, &stored_uri, max).await
+            } else {
+                sessions.unsubscribe(&id, &stored_uri).await.map(|live| {
+                    if live {
+                        Subscribed::Added
+                    } else {
+                        Subscribed::SessionGone
+                    }
+                })
+            }
+        };
+        ctx.spawn(change.into_actor(self).map(move |outcome, act, _ctx| {
+            drop(guard);
+            let result = match outcome {
+                Ok(Subscribed::Added | Subscribed::AlreadySubscribed) => {
+                    if subscribe {
+                        act.record.subscriptions.insert(uri);
+                    } else {
+                        act.record.subscriptions.remove(&uri);
+                    }
+                    act.announce_change();
+                    Ok(empty_result())
+                }
+                Ok(Subscribed::Full) => Err(ErrorObject::invalid_params(format!(
+                    "this session holds {max} resource subscriptions, the most this server \
+                     allows; unsubscribe from one first"
+                ))),
+                Ok(Subscribed::SessionGone) => Err(ErrorObject::new(
+                    ErrorCode::INVALID_REQUEST,
+                    "session not found",
+                )),
+                Err(err) => {
+                    tracing::warn!(session_id = %act.record.id, error = %err, "Subscription could not be saved.");
+                    Err(ErrorObject::internal("session store unavailable"))
+                }
+            };
+            let response = match result {
+                Ok(value) => Response::result(request.id, value),
+                Err(err) => Response::error(Some(request.id), err),
+            };
+            respond(exchange, response);
+        }));
+    }
+
+    /// Tells the other nodes holding this session to reload it.
+    fn announce_change(&self) {
+        let node = Arc::clone(&self.deps.node);
+        let changed = ControlMessage::SessionChanged {
+            session: self.record.id.clone(),
+            origin: node.id.clone(),
+        };
+        actix::spawn(async move { node.publish(changed).await });
     }
 
     fn start_request(
@@ -800,6 +957,24 @@ impl SessionHandle {
     pub fn dispatch(&self, request: Request, exchange: Arc<Exchange>) -> Result<(), RuntimeError> {
         self.addr
             .try_send(Dispatch { request, exchange })
+            .map_err(mailbox_error)
+    }
+
+    /// Hands the messages of one JSON-RPC batch to the session as one
+    /// mailbox message: admitted whole or refused whole (see
+    /// [`RuntimeConfig::max_in_flight_per_session`]); request outputs go to
+    /// `exchange`. The transport decodes and answers invalid members itself
+    /// and bounds the batch length ([`RuntimeConfig::max_batch_items`]).
+    ///
+    /// # Errors
+    /// As [`Self::dispatch`]: nothing in the batch ran.
+    pub fn dispatch_batch(
+        &self,
+        messages: Vec<Message>,
+        exchange: Arc<Exchange>,
+    ) -> Result<(), RuntimeError> {
+        self.addr
+            .try_send(DispatchBatch { messages, exchange })
             .map_err(mailbox_error)
     }
 

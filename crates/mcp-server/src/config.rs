@@ -200,6 +200,21 @@ impl NodeConfig {
                 "runtime.max_sessions and runtime.max_in_flight_per_session must be positive",
             );
         }
+        let r = &self.runtime;
+        if [
+            r.max_batch_items,
+            r.max_client_info_bytes,
+            r.max_client_capabilities_bytes,
+            r.max_subscriptions_per_session,
+            r.max_uri_bytes,
+        ]
+        .contains(&0)
+        {
+            return bad(
+                "runtime.max_batch_items, max_client_info_bytes, max_client_capabilities_bytes, \
+                 max_subscriptions_per_session and max_uri_bytes must be positive",
+            );
+        }
         if self.runtime.session_idle_ttl_secs == 0 || self.runtime.request_timeout_secs == 0 {
             return bad(
                 "runtime.session_idle_ttl_secs and runtime.request_timeout_secs must be positive",

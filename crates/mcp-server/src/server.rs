@@ -455,6 +455,15 @@ impl McpService for McpServer {
         }
     }
 
+    fn has_resource(&self, uri: &str) -> bool {
+        let catalog = self.catalog();
+        catalog.resources.iter().any(|r| r.resource.uri == uri)
+            || catalog
+                .templates
+                .iter()
+                .any(|t| t.matcher.matches(uri).is_some())
+    }
+
     fn mirrored_params(&self, tool: &str) -> Vec<MirroredParam> {
         self.catalog()
             .tool(tool)

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use mcp_protocol::jsonrpc::{Body, decode_body};
+use mcp_protocol::jsonrpc::{Body, decode_body_with_limit};
 use mcp_protocol::{ErrorCode, ErrorObject, Message, ProtocolVersion, Response};
 use mcp_runtime::{Exchange, FollowItem, Runtime, RuntimeError};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -53,14 +53,14 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
         .await
         .map_err(std::io::Error::other)?;
     let mut follow = runtime
-        .follow_new(&session, session.standalone_stream())
+        .follow_new(&session, session.standalone_stream(), Vec::new())
         .await
         .map_err(std::io::Error::other)?;
     let writer = actix_web::rt::spawn(async move {
         let mut stdout = tokio::io::stdout();
         while let Some(item) = follow.next().await {
             match item {
-                FollowItem::Event(_, data) => {
+                FollowItem::Event(_, data) | FollowItem::Notice(data) => {
                     stdout.write_all(data.as_bytes()).await?;
                     stdout.write_all(b"\n").await?;
                     stdout.flush().await?;
@@ -102,7 +102,7 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let messages = match decode_body(&line) {
+        let messages = match decode_body_with_limit(&line, runtime.config().max_batch_items) {
             Ok(Body::Single(m)) => vec![Ok(m)],
             // Batches exist in 2025-03-26 only.
             Ok(Body::Batch(items))
@@ -110,7 +110,8 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
                     .protocol_version()
                     .is_some_and(ProtocolVersion::allows_batches) =>
             {
-                items
+                dispatch_batch(&runtime, &session, items, &mut unanswered);
+                continue;
             }
             Ok(Body::Batch(_)) => {
                 let error = ErrorObject::new(
@@ -174,6 +175,50 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
     let _ = writer.await;
     let _ = runtime.terminate(session.id()).await;
     Ok(())
+}
+
+/// Hands a batch to the session whole (it runs whole or not at all), then
+/// answers its invalid members.
+fn dispatch_batch(
+    runtime: &Runtime,
+    session: &mcp_runtime::SessionHandle,
+    items: Vec<Result<Message, mcp_protocol::DecodeError>>,
+    unanswered: &mut Unanswered,
+) {
+    let (messages, invalid): (Vec<_>, Vec<_>) = items.into_iter().partition(Result::is_ok);
+    let messages: Vec<Message> = messages.into_iter().filter_map(Result::ok).collect();
+    let exchange = runtime.attached_exchange(session);
+    unanswered.track(&exchange);
+    let ids: Vec<_> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Request(r) => Some(r.id.clone()),
+            _ => None,
+        })
+        .collect();
+    if let Err(err) = session.dispatch_batch(messages, exchange) {
+        let message = match err {
+            RuntimeError::Overloaded => "server overloaded; nothing in the batch was run",
+            _ => "session unavailable",
+        };
+        for id in ids {
+            unanswered.track(&reply_error(
+                runtime,
+                session,
+                Some(id),
+                ErrorObject::internal(message),
+            ));
+        }
+        return;
+    }
+    for err in invalid.into_iter().filter_map(Result::err) {
+        unanswered.track(&reply_error(
+            runtime,
+            session,
+            err.id.clone(),
+            err.to_error_object(),
+        ));
+    }
 }
 
 fn reply_error(

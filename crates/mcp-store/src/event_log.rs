@@ -7,6 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
+use mcp_protocol::RequestId;
+
 use crate::{EventId, Position, SessionId, StoreError, StreamId};
 
 /// One stored event.
@@ -57,11 +59,28 @@ impl Wakeup {
 /// time) is bounded by each implementation and documented in `proto-docs/`.
 #[async_trait]
 pub trait EventLog: Send + Sync + Debug + 'static {
-    /// Creates an empty open stream in the session.
+    /// Creates an empty open stream in the session. `requests`: the ids of
+    /// the requests whose responses the stream will carry (none for a
+    /// session's standalone stream), kept with the stream so that any node
+    /// following it can answer them should the stream's data be lost.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the backend cannot be reached.
-    async fn create_stream(&self, session: &SessionId) -> Result<StreamId, StoreError>;
+    async fn create_stream(
+        &self,
+        session: &SessionId,
+        requests: &[RequestId],
+    ) -> Result<StreamId, StoreError>;
+
+    /// The request ids given to [`Self::create_stream`].
+    ///
+    /// # Errors
+    /// [`StoreError::StreamNotFound`]; [`StoreError::Unavailable`].
+    async fn stream_requests(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+    ) -> Result<Vec<RequestId>, StoreError>;
 
     /// Appends one encoded message; returns its event id.
     ///

@@ -30,8 +30,10 @@ pub use bus::{ControlBus, ControlMessage};
 pub use error::StoreError;
 pub use event_log::{EventLog, ReadBatch, StoredEvent, Wakeup};
 pub use ids::{EventId, IdError, NodeId, Position, SessionId, StreamId};
+/// Request ids, as the ports carry them (streams and open requests name them).
+pub use mcp_protocol::RequestId;
 pub use nodes::{NodeRegistry, OpenStream};
-pub use session_store::{RawJson, SessionRecord, SessionStore};
+pub use session_store::{RawJson, SessionRecord, SessionStore, Subscribed};
 
 /// The storage a node runs on, shared by every node of a cluster.
 #[derive(Debug, Clone)]

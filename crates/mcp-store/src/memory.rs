@@ -9,12 +9,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use dashmap::DashMap;
+use mcp_protocol::RequestId;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::{
     ControlBus, ControlMessage, EventId, EventLog, NodeId, NodeRegistry, OpenStream, Position,
-    ReadBatch, SessionId, SessionRecord, SessionStore, StoreError, StoredEvent, StreamId, Wakeup,
+    ReadBatch, SessionId, SessionRecord, SessionStore, StoreError, StoredEvent, StreamId,
+    Subscribed, Wakeup,
 };
 
 /// How long sweeps wait between runs.
@@ -59,6 +61,8 @@ impl Default for Retention {
 #[derive(Debug)]
 struct StreamLog {
     session: SessionId,
+    /// The requests answered on the stream (none for a standalone stream).
+    requests: Box<[RequestId]>,
     events: VecDeque<StoredEvent>,
     /// Position of the newest event dropped by retention (`START` if none).
     trimmed_through: Position,
@@ -191,11 +195,16 @@ fn now_ms() -> u64 {
 
 #[async_trait]
 impl EventLog for MemoryEventLog {
-    async fn create_stream(&self, session: &SessionId) -> Result<StreamId, StoreError> {
+    async fn create_stream(
+        &self,
+        session: &SessionId,
+        requests: &[RequestId],
+    ) -> Result<StreamId, StoreError> {
         self.maybe_sweep();
         let id = StreamId::random();
         let log = StreamLog {
             session: session.clone(),
+            requests: requests.into(),
             events: VecDeque::new(),
             trimmed_through: Position::START,
             last: Position::START,
@@ -209,6 +218,16 @@ impl EventLog for MemoryEventLog {
             .or_default()
             .push(id.clone());
         Ok(id)
+    }
+
+    async fn stream_requests(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+    ) -> Result<Vec<RequestId>, StoreError> {
+        let log = self.stream(session, stream)?;
+        let requests = lock(&log).requests.to_vec();
+        Ok(requests)
     }
 
     async fn append(
@@ -320,6 +339,10 @@ impl EventLog for MemoryEventLog {
 #[derive(Debug, Default)]
 pub struct MemorySessionStore {
     sessions: DashMap<SessionId, (SessionRecord, Instant)>,
+    /// Sessions swept out after expiring, until [`SessionStore::take_expired`]
+    /// hands them out. Bounded by the sessions that existed: each id enters
+    /// once, when its entry leaves `sessions`.
+    expired: Mutex<Vec<SessionId>>,
     last_sweep: Mutex<Option<Instant>>,
 }
 
@@ -329,32 +352,51 @@ impl MemorySessionStore {
         Self::default()
     }
 
-    fn maybe_sweep(&self) {
+    /// Moves expired sessions to `expired`, at most every
+    /// [`SWEEP_INTERVAL`] unless `force`.
+    fn sweep(&self, force: bool) {
         let now = Instant::now();
         {
             let mut last = lock(&self.last_sweep);
-            if last.is_some_and(|t| now.duration_since(t) < SWEEP_INTERVAL) {
+            if !force && last.is_some_and(|t| now.duration_since(t) < SWEEP_INTERVAL) {
                 return;
             }
             *last = Some(now);
         }
-        self.sessions.retain(|_, (_, expires)| *expires > now);
+        let mut gone = Vec::new();
+        self.sessions.retain(|id, (_, expires)| {
+            let live = *expires > now;
+            if !live {
+                gone.push(id.clone());
+            }
+            live
+        });
+        if !gone.is_empty() {
+            lock(&self.expired).extend(gone);
+        }
     }
 }
 
 #[async_trait]
 impl SessionStore for MemorySessionStore {
     async fn create(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<(), StoreError> {
-        self.maybe_sweep();
+        self.sweep(false);
         let now = Instant::now();
+        // A new session holds no subscriptions (they change only through
+        // `subscribe`), as in every store.
+        let fresh = || {
+            let mut record = record.clone();
+            record.subscriptions.clear();
+            (record, now + idle_ttl)
+        };
         match self.sessions.entry(record.id.clone()) {
             dashmap::Entry::Occupied(e) if e.get().1 > now => Err(StoreError::Conflict),
             dashmap::Entry::Occupied(mut e) => {
-                e.insert((record.clone(), now + idle_ttl));
+                e.insert(fresh());
                 Ok(())
             }
             dashmap::Entry::Vacant(e) => {
-                e.insert((record.clone(), now + idle_ttl));
+                e.insert(fresh());
                 Ok(())
             }
         }
@@ -373,11 +415,48 @@ impl SessionStore for MemorySessionStore {
         let now = Instant::now();
         match self.sessions.get_mut(&record.id) {
             Some(mut e) if e.1 > now => {
+                // Subscriptions change only through `subscribe`.
+                let subscriptions = std::mem::take(&mut e.0.subscriptions);
                 *e = (record.clone(), now + idle_ttl);
+                e.0.subscriptions = subscriptions;
                 Ok(true)
             }
             _ => Ok(false),
         }
+    }
+
+    async fn subscribe(
+        &self,
+        id: &SessionId,
+        uri: &str,
+        max: usize,
+    ) -> Result<Subscribed, StoreError> {
+        let now = Instant::now();
+        Ok(match self.sessions.get_mut(id) {
+            Some(mut e) if e.1 > now => {
+                let subscriptions = &mut e.0.subscriptions;
+                if subscriptions.contains(uri) {
+                    Subscribed::AlreadySubscribed
+                } else if subscriptions.len() >= max {
+                    Subscribed::Full
+                } else {
+                    subscriptions.insert(uri.to_owned());
+                    Subscribed::Added
+                }
+            }
+            _ => Subscribed::SessionGone,
+        })
+    }
+
+    async fn unsubscribe(&self, id: &SessionId, uri: &str) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        Ok(match self.sessions.get_mut(id) {
+            Some(mut e) if e.1 > now => {
+                e.0.subscriptions.remove(uri);
+                true
+            }
+            _ => false,
+        })
     }
 
     async fn touch(&self, id: &SessionId, idle_ttl: Duration) -> Result<bool, StoreError> {
@@ -389,6 +468,13 @@ impl SessionStore for MemorySessionStore {
             }
             _ => Ok(false),
         }
+    }
+
+    async fn take_expired(&self, max: usize) -> Result<Vec<SessionId>, StoreError> {
+        self.sweep(true);
+        let mut expired = lock(&self.expired);
+        let keep = expired.len().saturating_sub(max);
+        Ok(expired.split_off(keep))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -51,7 +51,12 @@ pub struct SessionRecord {
     /// The minimum level of `notifications/message` (`logging/setLevel`);
     /// `None` until the client sets one.
     pub log_level: Option<String>,
-    /// Resource URIs the client subscribed to.
+    /// Resource URIs the client subscribed to. Changed only through
+    /// [`SessionStore::subscribe`] and [`SessionStore::unsubscribe`], and
+    /// never part of the record's JSON: a store keeps them apart, so a
+    /// change does not rewrite the record (at most
+    /// `max_subscriptions_per_session` of them, each a bounded URI).
+    #[serde(default, skip_serializing)]
     pub subscriptions: BTreeSet<String>,
     /// The stream that carries messages unrelated to a request (the GET
     /// stream, or the legacy SSE connection).
@@ -110,6 +115,19 @@ impl Debug for RawJson {
     }
 }
 
+/// What [`SessionStore::subscribe`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subscribed {
+    /// The URI was added.
+    Added,
+    /// The session was already subscribed to it.
+    AlreadySubscribed,
+    /// The session holds the maximum of subscriptions; nothing changed.
+    Full,
+    /// The session is gone.
+    SessionGone,
+}
+
 /// Durable session state with an idle TTL.
 #[async_trait]
 pub trait SessionStore: Send + Sync + Debug + 'static {
@@ -132,11 +150,41 @@ pub trait SessionStore: Send + Sync + Debug + 'static {
     /// [`StoreError::Unavailable`].
     async fn save(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<bool, StoreError>;
 
+    /// Adds `uri` to a live session's subscriptions unless it holds `max`
+    /// already, atomically (two nodes adding at once never exceed `max`).
+    /// The subscriptions live and expire with the session.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`].
+    async fn subscribe(
+        &self,
+        id: &SessionId,
+        uri: &str,
+        max: usize,
+    ) -> Result<Subscribed, StoreError>;
+
+    /// Removes `uri` from a live session's subscriptions (removing one it
+    /// does not hold changes nothing); `false` when the session is gone.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`].
+    async fn unsubscribe(&self, id: &SessionId, uri: &str) -> Result<bool, StoreError>;
+
     /// Renews the idle TTL; `false` when the session is gone.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`].
     async fn touch(&self, id: &SessionId, idle_ttl: Duration) -> Result<bool, StoreError>;
+
+    /// Sessions whose idle TTL ran out, at most `max` per call, so that the
+    /// caller deletes what they left behind (their event-log streams). Each
+    /// expired session is returned once, to one caller in the whole
+    /// cluster; one returned to a caller that then fails is not returned
+    /// again (its streams expire with their own retention).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`].
+    async fn take_expired(&self, max: usize) -> Result<Vec<SessionId>, StoreError>;
 
     /// Checks that the backend answers (readiness).
     ///

@@ -46,9 +46,12 @@ pub async fn run_all(store: &Store) {
     unknown_positions_are_rejected(store).await;
     close_ends_readers_and_wakes_them(store).await;
     delete_session_removes_its_streams(store).await;
+    streams_keep_their_request_ids(store).await;
     session_records_round_trip(store).await;
     deleted_sessions_are_gone(store).await;
     create_refuses_an_existing_session(store).await;
+    subscriptions_are_bounded_and_live_with_the_session(store).await;
+    expired_sessions_are_taken_once(store).await;
     store_answers_ping(store).await;
     bus_delivers_published_messages(store).await;
     dead_nodes_are_reported_and_claimed_once(store).await;
@@ -57,7 +60,7 @@ pub async fn run_all(store: &Store) {
 /// Appends come back in order, each once.
 pub async fn appended_events_read_back_in_order_once(store: &Store) {
     let s = SessionId::random();
-    let stream = store.events.create_stream(&s).await.unwrap();
+    let stream = store.events.create_stream(&s, &[]).await.unwrap();
     let mut ids = Vec::new();
     for i in 0..50 {
         ids.push(
@@ -89,7 +92,7 @@ pub async fn appended_events_read_back_in_order_once(store: &Store) {
 /// Reading after an event's position returns exactly the later ones.
 pub async fn read_after_a_position_returns_only_later_events(store: &Store) {
     let s = SessionId::random();
-    let stream = store.events.create_stream(&s).await.unwrap();
+    let stream = store.events.create_stream(&s, &[]).await.unwrap();
     let mut ids = Vec::new();
     for i in 0..10 {
         ids.push(
@@ -122,8 +125,8 @@ pub async fn read_after_a_position_returns_only_later_events(store: &Store) {
 /// Event ids differ across streams even at the same position.
 pub async fn event_ids_are_unique_across_streams(store: &Store) {
     let s = SessionId::random();
-    let a = store.events.create_stream(&s).await.unwrap();
-    let b = store.events.create_stream(&s).await.unwrap();
+    let a = store.events.create_stream(&s, &[]).await.unwrap();
+    let b = store.events.create_stream(&s, &[]).await.unwrap();
     assert_ne!(a, b);
     let ea = store.events.append(&s, &a, Arc::from("x")).await.unwrap();
     let eb = store.events.append(&s, &b, Arc::from("x")).await.unwrap();
@@ -134,7 +137,7 @@ pub async fn event_ids_are_unique_across_streams(store: &Store) {
 pub async fn streams_of_another_session_are_not_found(store: &Store) {
     let owner = SessionId::random();
     let other = SessionId::random();
-    let stream = store.events.create_stream(&owner).await.unwrap();
+    let stream = store.events.create_stream(&owner, &[]).await.unwrap();
     store
         .events
         .append(&owner, &stream, Arc::from("secret"))
@@ -158,7 +161,7 @@ pub async fn streams_of_another_session_are_not_found(store: &Store) {
 /// A position that names no event is rejected, not silently skipped to.
 pub async fn unknown_positions_are_rejected(store: &Store) {
     let s = SessionId::random();
-    let stream = store.events.create_stream(&s).await.unwrap();
+    let stream = store.events.create_stream(&s, &[]).await.unwrap();
     let id = store
         .events
         .append(&s, &stream, Arc::from("a"))
@@ -179,7 +182,7 @@ pub async fn unknown_positions_are_rejected(store: &Store) {
 /// Closing marks the end and wakes subscribers.
 pub async fn close_ends_readers_and_wakes_them(store: &Store) {
     let s = SessionId::random();
-    let stream = store.events.create_stream(&s).await.unwrap();
+    let stream = store.events.create_stream(&s, &[]).await.unwrap();
     let mut wake = store.events.subscribe(&s, &stream).await.unwrap();
     let id = store
         .events
@@ -220,7 +223,7 @@ pub async fn close_ends_readers_and_wakes_them(store: &Store) {
 /// Deleting a session deletes its streams.
 pub async fn delete_session_removes_its_streams(store: &Store) {
     let s = SessionId::random();
-    let stream = store.events.create_stream(&s).await.unwrap();
+    let stream = store.events.create_stream(&s, &[]).await.unwrap();
     store
         .events
         .append(&s, &stream, Arc::from("x"))
@@ -235,6 +238,46 @@ pub async fn delete_session_removes_its_streams(store: &Store) {
     assert_eq!(err, StoreError::StreamNotFound);
 }
 
+/// A stream keeps the ids of the requests it answers (a standalone stream
+/// has none), for this session only, until the stream goes.
+pub async fn streams_keep_their_request_ids(store: &Store) {
+    use mcp_protocol::RequestId;
+    let s = SessionId::random();
+    let ids = vec![RequestId::Number(7), RequestId::from("seven")];
+    let answering = store.events.create_stream(&s, &ids).await.unwrap();
+    let standalone = store.events.create_stream(&s, &[]).await.unwrap();
+    assert_eq!(
+        store.events.stream_requests(&s, &answering).await.unwrap(),
+        ids
+    );
+    assert!(
+        store
+            .events
+            .stream_requests(&s, &standalone)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let other = SessionId::random();
+    assert_eq!(
+        store
+            .events
+            .stream_requests(&other, &answering)
+            .await
+            .unwrap_err(),
+        StoreError::StreamNotFound
+    );
+    store.events.delete_session(&s).await.unwrap();
+    assert_eq!(
+        store
+            .events
+            .stream_requests(&s, &answering)
+            .await
+            .unwrap_err(),
+        StoreError::StreamNotFound
+    );
+}
+
 /// Records come back as saved.
 pub async fn session_records_round_trip(store: &Store) {
     let mut r = record();
@@ -242,10 +285,104 @@ pub async fn session_records_round_trip(store: &Store) {
     assert_eq!(store.sessions.load(&r.id).await.unwrap().as_ref(), Some(&r));
     r.initialized = true;
     r.log_level = Some("debug".into());
-    r.subscriptions.insert("test://a".into());
     assert!(store.sessions.save(&r, TTL).await.unwrap());
     assert_eq!(store.sessions.load(&r.id).await.unwrap().as_ref(), Some(&r));
     assert!(store.sessions.touch(&r.id, TTL).await.unwrap());
+}
+
+/// Subscriptions change only through subscribe / unsubscribe, never beyond
+/// the maximum, and go with the session.
+pub async fn subscriptions_are_bounded_and_live_with_the_session(store: &Store) {
+    use crate::Subscribed;
+    let mut r = record();
+    let sessions = &store.sessions;
+    sessions.create(&r, TTL).await.unwrap();
+    assert_eq!(
+        sessions.subscribe(&r.id, "test://a", 2).await.unwrap(),
+        Subscribed::Added
+    );
+    assert_eq!(
+        sessions.subscribe(&r.id, "test://a", 2).await.unwrap(),
+        Subscribed::AlreadySubscribed
+    );
+    assert_eq!(
+        sessions.subscribe(&r.id, "test://b", 2).await.unwrap(),
+        Subscribed::Added
+    );
+    assert_eq!(
+        sessions.subscribe(&r.id, "test://c", 2).await.unwrap(),
+        Subscribed::Full
+    );
+    let loaded = sessions.load(&r.id).await.unwrap().unwrap();
+    let expected: BTreeSet<String> = ["test://a".into(), "test://b".into()].into();
+    assert_eq!(loaded.subscriptions, expected);
+    // A save carries no subscriptions: it neither drops nor adds any.
+    r.log_level = Some("info".into());
+    r.subscriptions = ["test://zzz".to_owned()].into();
+    assert!(sessions.save(&r, TTL).await.unwrap());
+    let loaded = sessions.load(&r.id).await.unwrap().unwrap();
+    assert_eq!(loaded.subscriptions, expected);
+    assert_eq!(loaded.log_level.as_deref(), Some("info"));
+    // Removing one frees room; removing one not held changes nothing.
+    assert!(sessions.unsubscribe(&r.id, "test://a").await.unwrap());
+    assert!(sessions.unsubscribe(&r.id, "test://never").await.unwrap());
+    assert_eq!(
+        sessions.subscribe(&r.id, "test://c", 2).await.unwrap(),
+        Subscribed::Added
+    );
+    assert!(sessions.touch(&r.id, TTL).await.unwrap());
+    let loaded = sessions.load(&r.id).await.unwrap().unwrap();
+    let expected: BTreeSet<String> = ["test://b".into(), "test://c".into()].into();
+    assert_eq!(loaded.subscriptions, expected);
+    // Gone with the session, and not recreated by a late subscribe.
+    assert!(sessions.delete(&r.id).await.unwrap());
+    assert_eq!(
+        sessions.subscribe(&r.id, "test://d", 2).await.unwrap(),
+        Subscribed::SessionGone
+    );
+    assert!(!sessions.unsubscribe(&r.id, "test://b").await.unwrap());
+    sessions.create(&r, TTL).await.unwrap();
+    let reborn = sessions.load(&r.id).await.unwrap().unwrap();
+    assert!(
+        reborn.subscriptions.is_empty(),
+        "{:?}",
+        reborn.subscriptions
+    );
+    assert!(sessions.delete(&r.id).await.unwrap());
+}
+
+/// An expired session is handed out once (to one of two concurrent
+/// callers); live and deleted sessions are not.
+pub async fn expired_sessions_are_taken_once(store: &Store) {
+    const SHORT: Duration = Duration::from_millis(300);
+    let sessions = &store.sessions;
+    let expiring = record();
+    let live = record();
+    let deleted = record();
+    sessions.create(&expiring, SHORT).await.unwrap();
+    sessions.create(&live, TTL).await.unwrap();
+    sessions.create(&deleted, SHORT).await.unwrap();
+    assert!(sessions.delete(&deleted.id).await.unwrap());
+    tokio::time::sleep(SHORT * 2).await;
+    assert_eq!(sessions.load(&expiring.id).await.unwrap(), None);
+    let (a, b) = tokio::join!(sessions.take_expired(1000), sessions.take_expired(1000));
+    let taken: Vec<SessionId> = a.unwrap().into_iter().chain(b.unwrap()).collect();
+    assert_eq!(
+        taken.iter().filter(|id| **id == expiring.id).count(),
+        1,
+        "{taken:?}"
+    );
+    assert!(!taken.contains(&live.id), "{taken:?}");
+    assert!(!taken.contains(&deleted.id), "{taken:?}");
+    assert!(
+        !sessions
+            .take_expired(1000)
+            .await
+            .unwrap()
+            .contains(&expiring.id)
+    );
+    assert!(sessions.load(&live.id).await.unwrap().is_some());
+    assert!(sessions.delete(&live.id).await.unwrap());
 }
 
 /// Deleted sessions stay gone: save and touch do not recreate them.

@@ -19,7 +19,7 @@ async fn streams_keep_at_most_the_configured_events_and_report_gaps() {
         ..Retention::default()
     });
     let s = SessionId::random();
-    let stream = log.create_stream(&s).await.unwrap();
+    let stream = log.create_stream(&s, &[]).await.unwrap();
     let mut ids = Vec::new();
     for i in 0..5 {
         ids.push(
@@ -50,10 +50,10 @@ async fn closed_streams_and_idle_sessions_expire() {
     };
     let log = MemoryEventLog::new(retention);
     let s = SessionId::random();
-    let stream = log.create_stream(&s).await.unwrap();
+    let stream = log.create_stream(&s, &[]).await.unwrap();
     log.close_stream(&s, &stream).await.unwrap();
     tokio::time::advance(Duration::from_secs(11)).await;
-    log.create_stream(&s).await.unwrap(); // sweeps
+    log.create_stream(&s, &[]).await.unwrap(); // sweeps
     assert_eq!(
         log.read(&s, &stream, Position::START, 1).await.unwrap_err(),
         StoreError::StreamNotFound
@@ -91,7 +91,7 @@ async fn the_oldest_closed_streams_go_first_when_the_stream_cap_is_reached() {
     let s = SessionId::random();
     let mut closed = Vec::new();
     for _ in 0..5 {
-        let stream = log.create_stream(&s).await.unwrap();
+        let stream = log.create_stream(&s, &[]).await.unwrap();
         log.close_stream(&s, &stream).await.unwrap();
         closed.push(stream);
     }
@@ -99,7 +99,7 @@ async fn the_oldest_closed_streams_go_first_when_the_stream_cap_is_reached() {
     for _ in 0..20 {
         // Sweeps forced by the cap are rate-limited.
         tokio::time::advance(Duration::from_millis(300)).await;
-        open.push(log.create_stream(&s).await.unwrap());
+        open.push(log.create_stream(&s, &[]).await.unwrap());
     }
     for stream in &closed {
         let err = log.read(&s, stream, Position::START, 1).await.unwrap_err();
@@ -125,12 +125,12 @@ async fn touched_open_streams_outlive_the_idle_ttl() {
     };
     let log = MemoryEventLog::new(retention);
     let s = SessionId::random();
-    let kept = log.create_stream(&s).await.unwrap();
-    let idle = log.create_stream(&s).await.unwrap();
+    let kept = log.create_stream(&s, &[]).await.unwrap();
+    let idle = log.create_stream(&s, &[]).await.unwrap();
     for _ in 0..3 {
         tokio::time::advance(Duration::from_secs(6)).await;
         log.touch(&s, &kept).await.unwrap();
-        log.create_stream(&s).await.unwrap(); // sweeps
+        log.create_stream(&s, &[]).await.unwrap(); // sweeps
     }
     assert!(log.tail(&s, &kept).await.is_ok(), "touched stream kept");
     assert_eq!(

@@ -38,7 +38,7 @@ pub fn init_logging(
     format: LogFormat,
     filter: &str,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)?;
+    let filter = tracing_subscriber::EnvFilter::try_new(quiet_client_errors(filter))?;
     // Colours only for a terminal, never into log files or collectors.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
@@ -48,5 +48,40 @@ pub fn init_logging(
     match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
+    }
+}
+
+/// actix-http logs every malformed request it cannot parse at ERROR
+/// ("stream error: request parse error"): a client can flood the log, and
+/// an operator has nothing to act on. Those lines are off unless the filter
+/// names `actix_http` itself.
+fn quiet_client_errors(filter: &str) -> String {
+    if filter.contains("actix_http") {
+        filter.to_owned()
+    } else if filter.trim().is_empty() {
+        "actix_http::h1::dispatcher=off".to_owned()
+    } else {
+        format!("{filter},actix_http::h1::dispatcher=off")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_parse_errors_are_off_unless_asked_for() {
+        assert_eq!(
+            quiet_client_errors("info"),
+            "info,actix_http::h1::dispatcher=off"
+        );
+        assert_eq!(quiet_client_errors(""), "actix_http::h1::dispatcher=off");
+        assert_eq!(
+            quiet_client_errors("info,actix_http=debug"),
+            "info,actix_http=debug"
+        );
+        for filter in ["info", "", "warn,mcp_runtime=debug"] {
+            tracing_subscriber::EnvFilter::try_new(quiet_client_errors(filter)).unwrap();
+        }
     }
 }

@@ -1,0 +1,94 @@
+//! A stream whose data is gone ends with a JSON-RPC error, never in
+//! silence: one error per request it answers that got no response (one
+//! without id on a standalone stream). And a session's streams go when the
+//! session expires: the node's sweep deletes them.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use mcp_protocol::jsonrpc::decode_message;
+use mcp_protocol::{ErrorCode, Message, RequestId};
+use mcp_runtime::{ExchangeReply, FollowEnd, FollowItem, RuntimeConfig};
+use mcp_store::{Position, StoreError};
+use support::*;
+
+fn error_of(data: &str) -> (Option<RequestId>, ErrorCode) {
+    match decode_message(data.as_bytes()).unwrap() {
+        Message::Response(r) => (r.id.clone(), r.outcome.unwrap_err().code),
+        other => panic!("not a response: {other:?}"),
+    }
+}
+
+#[actix_rt::test]
+async fn a_lost_request_stream_answers_its_request_with_an_error() {
+    let runtime = runtime(RuntimeConfig::default());
+    let session = initialized(&runtime).await;
+    let (exchange, reply) = runtime.exchange(&session, vec![RequestId::Number(5)]);
+    session.dispatch(tool_call(5), exchange).unwrap();
+    let ExchangeReply::Stream(stream, requests) = reply.await.unwrap() else {
+        panic!("the call logs: its answer is a stream");
+    };
+    assert_eq!(requests, vec![RequestId::Number(5)]);
+    // Followed by a resumption, which finds the request ids in the store.
+    let mut follow = runtime
+        .follow(&session, &stream, Position::START)
+        .await
+        .unwrap();
+    assert!(matches!(follow.next().await, Some(FollowItem::Event(..))));
+
+    runtime
+        .store()
+        .events
+        .delete_session(session.id())
+        .await
+        .unwrap();
+
+    let Some(FollowItem::Notice(data)) = follow.next().await else {
+        panic!("an error, not silence");
+    };
+    assert_eq!(
+        error_of(&data),
+        (Some(RequestId::Number(5)), ErrorCode::INTERNAL_ERROR)
+    );
+    assert!(data.contains("stream lost"), "{data}");
+    assert_eq!(follow.next().await, Some(FollowItem::End(FollowEnd::Gone)));
+    assert_eq!(follow.next().await, None);
+}
+
+#[actix_rt::test]
+async fn a_lost_standalone_stream_ends_with_an_error_without_id() {
+    let runtime = runtime(RuntimeConfig::default());
+    let session = initialized(&runtime).await;
+    let (_, mut follow) = runtime.follow_standalone(&session).await.unwrap();
+    runtime.terminate(session.id()).await.unwrap();
+    let Some(FollowItem::Notice(data)) = follow.next().await else {
+        panic!("an error, not silence");
+    };
+    assert_eq!(error_of(&data), (None, ErrorCode::INTERNAL_ERROR));
+    assert_eq!(follow.next().await, Some(FollowItem::End(FollowEnd::Gone)));
+}
+
+#[actix_rt::test]
+async fn an_expired_sessions_streams_are_deleted_by_the_sweep() {
+    tokio::time::pause();
+    let runtime = runtime(RuntimeConfig {
+        session_idle_ttl_secs: 60,
+        ..RuntimeConfig::default()
+    });
+    let session = initialized(&runtime).await;
+    let id = session.id().clone();
+    let standalone = session.standalone_stream().clone();
+    let events = &runtime.store().events;
+    assert!(events.tail(&id, &standalone).await.is_ok());
+    // Idle past the TTL, one idle check and one sweep.
+    tokio::time::sleep(Duration::from_secs(60 + 5 + 5 + 1)).await;
+    assert!(!session.is_alive(), "the idle actor stopped");
+    assert_eq!(
+        events.tail(&id, &standalone).await.unwrap_err(),
+        StoreError::StreamNotFound,
+        "the standalone stream went with its session, long before its own idle TTL"
+    );
+}
