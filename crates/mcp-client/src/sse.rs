@@ -19,62 +19,141 @@ pub struct SseEvent {
     pub has_data: bool,
 }
 
+/// Largest block a parser holds by default: its field lines and the line
+/// being read, 16 MiB. A block over the limit is dropped, so memory stays
+/// bounded whatever the server sends.
+pub const MAX_BLOCK_BYTES: usize = 16 * 1024 * 1024;
+
 /// Incremental SSE parser: feed bytes, take complete blocks.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SseParser {
+    /// Bytes after the last line end: the line being read.
     buffer: Vec<u8>,
     current: SseEvent,
+    /// Bytes of the lines of `current` so far.
+    block_bytes: usize,
+    max_block_bytes: usize,
+    /// The line being read lost bytes to the limit (so it is not blank).
+    line_cut: bool,
+    /// The block being read went over the limit: its lines are skipped up
+    /// to the blank line that ends it.
+    skipping: bool,
     /// Comment lines seen (keep-alives), for tests.
     pub comments: usize,
+    /// Blocks dropped for going over the limit.
+    pub oversized: usize,
+}
+
+impl Default for SseParser {
+    fn default() -> Self {
+        Self::with_max_block_bytes(MAX_BLOCK_BYTES)
+    }
 }
 
 impl SseParser {
+    /// A parser that drops blocks over `max` bytes (field lines included).
+    pub fn with_max_block_bytes(max: usize) -> Self {
+        Self {
+            buffer: Vec::new(),
+            current: SseEvent::default(),
+            block_bytes: 0,
+            max_block_bytes: max,
+            line_cut: false,
+            skipping: false,
+            comments: 0,
+            oversized: 0,
+        }
+    }
+
     /// Feeds bytes; returns the blocks they complete (comment-only blocks
-    /// are not returned).
+    /// and blocks over the limit are not returned).
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        // Only the new bytes are searched, and the buffer shifts once per
+        // call: linear in the input however it is split.
+        let mut scanned = self.buffer.len();
         self.buffer.extend_from_slice(bytes);
+        let buffer = std::mem::take(&mut self.buffer);
         let mut out = Vec::new();
-        while let Some(pos) = self.buffer.iter().position(|&b| b == b'\n') {
-            let mut line: Vec<u8> = self.buffer.drain(..=pos).collect();
-            line.pop();
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            let line = String::from_utf8_lossy(&line).into_owned();
-            if line.is_empty() {
-                let block = std::mem::take(&mut self.current);
-                if block.has_data
-                    || block.id.is_some()
-                    || block.retry.is_some()
-                    || block.event.is_some()
-                {
-                    out.push(block);
-                }
-                continue;
-            }
-            if line.starts_with(':') {
-                self.comments += 1;
-                continue;
-            }
-            let (field, value) = match line.split_once(':') {
-                Some((f, v)) => (f.to_owned(), v.strip_prefix(' ').unwrap_or(v).to_owned()),
-                None => (line.clone(), String::new()),
-            };
-            match field.as_str() {
-                "data" => {
-                    if self.current.has_data {
-                        self.current.data.push('\n');
-                    }
-                    self.current.data.push_str(&value);
-                    self.current.has_data = true;
-                }
-                "id" => self.current.id = Some(value),
-                "event" => self.current.event = Some(value),
-                "retry" => self.current.retry = value.parse().ok(),
-                _ => {}
-            }
+        let mut start = 0;
+        while let Some(offset) = buffer[scanned..].iter().position(|&b| b == b'\n') {
+            let end = scanned + offset;
+            let line = &buffer[start..end];
+            self.line(line.strip_suffix(b"\r").unwrap_or(line), &mut out);
+            start = end + 1;
+            scanned = start;
+        }
+        self.buffer = buffer;
+        self.buffer.drain(..start);
+        // What the line being read will add at least (as `line` counts).
+        let pending = match self.buffer.strip_suffix(b"\r").unwrap_or(&self.buffer) {
+            [] => 0,
+            line => line.len() + 1,
+        };
+        if self.block_bytes + pending > self.max_block_bytes {
+            self.drop_block();
+            self.buffer.clear();
+            self.line_cut = true;
         }
         out
+    }
+
+    /// Takes one line (without its line end).
+    fn line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) {
+        let cut = std::mem::take(&mut self.line_cut);
+        let blank = line.is_empty() && !cut;
+        if self.skipping {
+            self.skipping = !blank;
+            return;
+        }
+        if blank {
+            let block = std::mem::take(&mut self.current);
+            self.block_bytes = 0;
+            if block.has_data
+                || block.id.is_some()
+                || block.retry.is_some()
+                || block.event.is_some()
+            {
+                out.push(block);
+            }
+            return;
+        }
+        self.block_bytes += line.len() + 1;
+        if self.block_bytes > self.max_block_bytes {
+            self.drop_block();
+            return;
+        }
+        let line = String::from_utf8_lossy(line);
+        if line.starts_with(':') {
+            self.comments += 1;
+            return;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line.as_ref(), ""),
+        };
+        match field {
+            "data" => {
+                if self.current.has_data {
+                    self.current.data.push('\n');
+                }
+                self.current.data.push_str(value);
+                self.current.has_data = true;
+            }
+            "id" => self.current.id = Some(value.to_owned()),
+            "event" => self.current.event = Some(value.to_owned()),
+            "retry" => self.current.retry = value.parse().ok(),
+            _ => {}
+        }
+    }
+
+    /// Drops the block being read and skips the rest of it.
+    fn drop_block(&mut self) {
+        if !self.skipping {
+            self.oversized += 1;
+            self.skipping = true;
+        }
+        self.current = SseEvent::default();
+        self.block_bytes = 0;
     }
 }
 
@@ -113,8 +192,9 @@ impl SseStream {
     /// when the server closed the stream.
     ///
     /// # Errors
-    /// The connection failed mid-stream.
-    pub async fn next_event(&mut self) -> Result<Option<SseEvent>, reqwest::Error> {
+    /// The connection failed mid-stream, or the server sent a block over
+    /// [`MAX_BLOCK_BYTES`] (a protocol error; the block is dropped).
+    pub async fn next_event(&mut self) -> Result<Option<SseEvent>, crate::ClientError> {
         loop {
             if let Some(event) = self.pending.pop_front() {
                 if let Some(id) = &event.id {
@@ -128,7 +208,13 @@ impl SseStream {
             match self.body.next().await {
                 Some(chunk) => {
                     let chunk = chunk?;
+                    let oversized = self.parser.oversized;
                     self.pending.extend(self.parser.feed(&chunk));
+                    if self.parser.oversized > oversized {
+                        return Err(crate::ClientError::Protocol(format!(
+                            "an SSE event over {MAX_BLOCK_BYTES} bytes"
+                        )));
+                    }
                 }
                 None => return Ok(None),
             }
@@ -173,5 +259,44 @@ mod tests {
         assert_eq!(events[2].retry, Some(9));
         assert!(!events[2].has_data);
         assert_eq!(p.comments, 1);
+    }
+
+    #[test]
+    fn memory_stays_bounded_whatever_the_server_sends() {
+        // A line that never ends, then data lines in a block that never
+        // ends: each is dropped at the limit instead of buffered.
+        let mut p = SseParser::default();
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..20 {
+            assert!(p.feed(&chunk).is_empty());
+        }
+        assert!(p.buffer.capacity() <= MAX_BLOCK_BYTES + 2 * chunk.len());
+        assert!(
+            p.feed(b"\n\n").is_empty(),
+            "the rest of the cut block is skipped"
+        );
+        let line: Vec<u8> = [b"data: ".as_slice(), &chunk, b"\n"].concat();
+        for _ in 0..20 {
+            assert!(p.feed(&line).is_empty());
+        }
+        assert!(p.current.data.capacity() <= MAX_BLOCK_BYTES);
+        assert_eq!(p.oversized, 2);
+        // Blocks after a dropped one parse again.
+        let events = p.feed(b"\ndata: after\n\n");
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].data, "after");
+    }
+
+    #[test]
+    fn blocks_at_the_limit_pass_however_split() {
+        let block = b"id: 1\r\ndata: 12345\r\n\r\n";
+        // "id: 1" and "data: 12345" and their line ends: 6 + 12 bytes.
+        for max in [18, 17] {
+            let whole = SseParser::with_max_block_bytes(max).feed(block);
+            let mut p = SseParser::with_max_block_bytes(max);
+            let split: Vec<_> = block.iter().flat_map(|b| p.feed(&[*b])).collect();
+            assert_eq!(split, whole, "max {max}");
+            assert_eq!(whole.len(), usize::from(max == 18), "max {max}");
+        }
     }
 }
