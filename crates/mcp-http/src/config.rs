@@ -23,6 +23,33 @@ pub struct HttpConfig {
     /// Allowed `Host` values: `host[:port]`, a port of `*` matching any, or
     /// `*` for all. Default: localhost, 127.0.0.1 and `[::1]`, any port.
     pub allowed_hosts: Vec<String>,
+    /// Seconds a client has to send a request's headers once it connected
+    /// (or after its previous response); slower gets 408 and the connection
+    /// is closed. Default 5.
+    pub request_header_timeout_secs: u64,
+    /// Seconds a client has to send a request's whole body once its headers
+    /// arrived; slower gets 408 and the connection is closed. Default 30:
+    /// 4 MiB over a slow link, while a client that stalls mid-body cannot
+    /// hold a connection for long.
+    pub request_body_timeout_secs: u64,
+    /// Seconds an idle keep-alive connection stays open. Default 5. A load
+    /// balancer's idle timeout towards the nodes must be shorter (nginx:
+    /// `keepalive_timeout` in the upstream block), so that it never sends a
+    /// request on a connection the node is closing.
+    pub keep_alive_secs: u64,
+    /// Most connections the node holds; beyond it a new connection is
+    /// closed at once. 0 (default): the open-file limit less a reserve of
+    /// 128 for the store, logs and the admin listener, so the node never
+    /// runs out of descriptors.
+    pub max_connections: usize,
+    /// Most connections one client address holds; beyond it its new
+    /// connections are closed at once. 0: no limit. Default 512.
+    pub max_connections_per_peer: usize,
+    /// Addresses or networks (`10.0.0.0/8`) the per-address limit does not
+    /// apply to: load balancers, ingress controllers and sidecar proxies,
+    /// which carry many clients' connections. Default: `127.0.0.1` and
+    /// `::1` (a local proxy; a client on the node's own host).
+    pub connection_limit_exempt: Vec<String>,
 }
 
 impl Default for HttpConfig {
@@ -37,7 +64,31 @@ impl Default for HttpConfig {
                 .flat_map(|h| [format!("http://{h}:*"), format!("https://{h}:*")])
                 .collect(),
             allowed_hosts: hosts.iter().map(|h| format!("{h}:*")).collect(),
+            request_header_timeout_secs: 5,
+            request_body_timeout_secs: 30,
+            keep_alive_secs: 5,
+            max_connections: 0,
+            max_connections_per_peer: 512,
+            connection_limit_exempt: vec!["127.0.0.1".to_owned(), "::1".to_owned()],
         }
+    }
+}
+
+impl HttpConfig {
+    /// The body timeout.
+    pub fn request_body_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.request_body_timeout_secs)
+    }
+
+    /// The exempt networks, parsed.
+    ///
+    /// # Errors
+    /// An entry is neither an address nor a network.
+    pub fn exempt_networks(&self) -> Result<Vec<ipnet::IpNet>, String> {
+        self.connection_limit_exempt
+            .iter()
+            .map(|text| crate::connections::parse_net(text))
+            .collect()
     }
 }
 

@@ -32,6 +32,9 @@ pub enum HttpError {
     /// The body could not be read (400).
     #[error("request body could not be read")]
     BodyRead,
+    /// The body did not arrive in time (408; the connection is closed).
+    #[error("request body not received within {0} s")]
+    BodyTimeout(u64),
     /// Not a valid JSON-RPC message (400).
     #[error("{}", .0.message)]
     Decode(DecodeError),
@@ -155,6 +158,7 @@ impl ResponseError for HttpError {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::SessionNotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -177,6 +181,10 @@ impl ResponseError for HttpError {
         let mut builder = HttpResponse::build(self.status_code());
         if let Self::MethodNotAllowed(allow) = self.inner() {
             builder.insert_header((ALLOW, *allow));
+        }
+        if matches!(self.inner(), Self::BodyTimeout(_)) {
+            // The rest of the body may still trickle in: never read it.
+            builder.force_close();
         }
         if matches!(self.inner(), Self::Unavailable(_)) {
             builder.insert_header(("Retry-After", "1"));

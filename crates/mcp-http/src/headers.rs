@@ -264,10 +264,23 @@ fn same_value(sent: &str, body: &Value) -> bool {
     match body {
         Value::String(s) => s == sent,
         Value::Bool(b) => sent == if *b { "true" } else { "false" },
-        Value::Number(n) => match (n.as_f64(), sent.parse::<f64>()) {
-            (Some(a), Ok(b)) => a == b,
-            _ => false,
-        },
+        Value::Number(n) => {
+            // Integers exactly: past 2^53 one f64 stands for several, and
+            // the tool sees the exact integer.
+            let integer = n.as_i64().map(i128::from).or(n.as_u64().map(i128::from));
+            if let Some(body) = integer {
+                if let Ok(sent) = sent.parse::<i128>() {
+                    return sent == body;
+                }
+                if body.unsigned_abs() > 1 << 53 {
+                    return false;
+                }
+            }
+            match (n.as_f64(), sent.parse::<f64>()) {
+                (Some(a), Ok(b)) => a == b,
+                _ => false,
+            }
+        }
         _ => false,
     }
 }
@@ -309,5 +322,24 @@ mod tests {
         assert!(same_value("true", &serde_json::json!(true)));
         assert!(!same_value("True", &serde_json::json!(true)));
         assert!(!same_value("x", &serde_json::json!({"a": 1})));
+    }
+
+    #[test]
+    fn large_integers_compare_exactly() {
+        // 2^53 + 1 and 2^53 are one f64, but two arguments for the tool.
+        let body = serde_json::json!(9_007_199_254_740_993_u64);
+        assert!(same_value("9007199254740993", &body));
+        assert!(!same_value("9007199254740992", &body));
+        assert!(!same_value("9007199254740992.0", &body));
+        assert!(!same_value("9.007199254740992e15", &body));
+        let max = serde_json::json!(u64::MAX);
+        assert!(same_value("18446744073709551615", &max));
+        assert!(!same_value("18446744073709551614", &max));
+        assert!(same_value(
+            "-9007199254740992",
+            &serde_json::json!(-(1_i64 << 53))
+        ));
+        assert!(same_value("3.0", &serde_json::json!(3)));
+        assert!(same_value("+3", &serde_json::json!(3)));
     }
 }

@@ -89,7 +89,7 @@ pub async fn message(
         .ok_or(HttpError::MissingSession)?
         .parse()
         .map_err(|_| HttpError::MalformedSession)?;
-    let bytes = read_body(&req, payload, state.config.max_body_bytes).await?;
+    let bytes = read_body(&req, payload, &state.config).await?;
     let runtime = &state.runtime;
     let body = decode_body_with_limit(&bytes, runtime.config().max_batch_items)
         .map_err(HttpError::Decode)?;

@@ -9,6 +9,7 @@
 //!
 //! # Layout
 //! - [`config`]: transport settings ([`HttpConfig`]).
+//! - [`connections`]: connection limits, in all and per client address.
 //! - [`error`]: [`HttpError`], the one place that picks status codes.
 //! - [`headers`]: header names and checks.
 //! - [`sse`]: SSE framing of followed streams.
@@ -16,6 +17,7 @@
 //! - [`legacy`]: the HTTP+SSE transport (2024-11-05).
 
 pub mod config;
+pub mod connections;
 pub mod error;
 pub mod headers;
 pub mod legacy;

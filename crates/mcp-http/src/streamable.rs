@@ -18,8 +18,20 @@ use crate::{HttpConfig, HttpState};
 /// `Allow` for the endpoint.
 const ALLOW: &str = "GET, POST, DELETE";
 
-/// Reads the body, refusing more than `limit` bytes (413) before buffering it.
+/// Reads the body within the body timeout (408 after it), refusing more
+/// than the body limit (413) before buffering it.
 pub(crate) async fn read_body(
+    req: &HttpRequest,
+    payload: web::Payload,
+    config: &HttpConfig,
+) -> Result<Bytes, HttpError> {
+    let timeout = config.request_body_timeout();
+    tokio::time::timeout(timeout, read_limited(req, payload, config.max_body_bytes))
+        .await
+        .map_err(|_| HttpError::BodyTimeout(timeout.as_secs()))?
+}
+
+async fn read_limited(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,
@@ -62,7 +74,7 @@ pub async fn post(
     state: web::Data<HttpState>,
 ) -> Result<HttpResponse, HttpError> {
     check_post(&req, &state.config)?;
-    let bytes = read_body(&req, payload, state.config.max_body_bytes).await?;
+    let bytes = read_body(&req, payload, &state.config).await?;
     let body = decode_body_with_limit(&bytes, state.runtime.config().max_batch_items)
         .map_err(HttpError::Decode)?;
     // Every error answering a single request carries its id.
