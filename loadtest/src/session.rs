@@ -210,7 +210,7 @@ async fn simple_request(client: &Client, method: &str, params: Value) -> Result<
     let id = client.next_id();
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     let mut check = CallCheck::new(id, None);
-    read_reply(post(client, &body).await?, &mut check).await?;
+    read_reply(client, post(client, &body).await?, &mut check).await?;
     check.finish(false).map_err(violation)?;
     response_ok(&check)
 }
@@ -220,6 +220,7 @@ async fn long_call(client: &Client, duration_ms: u64, steps: u64) -> Result<(), 
     let id = client.next_id();
     let mut check = CallCheck::new(id, Some(steps));
     read_reply(
+        client,
         post(client, &long_call_body(id, duration_ms, steps)).await?,
         &mut check,
     )
@@ -270,6 +271,13 @@ async fn drop_and_resume(
         return complete(&check);
     };
     if read_stream(&mut stream, &mut check, Some(drop_after)).await? == StreamEnd::Closed {
+        // Closed by the server first (a draining node, say): resume as on
+        // any early close.
+        if check.response().is_none()
+            && let Some(last_event_id) = stream.last_event_id.take()
+        {
+            resume_until_response(client, &mut check, last_event_id, retry_wait(&stream)).await?;
+        }
         return complete(&check);
     }
     let last_event_id = stream
@@ -302,11 +310,10 @@ async fn poll_resume(
     if check.response().is_none() {
         // Closed before the response: the server must have announced where
         // to resume from (priming event id) and when (retry).
-        let last_event_id = stream
-            .last_event_id
-            .take()
-            .ok_or(violation(Violation::NoEventId))?;
-        resume_until_response(client, &mut check, last_event_id, retry_wait(&stream)).await?;
+        if stream.last_event_id.is_none() {
+            return Err(violation(Violation::NoEventId));
+        }
+        read_until_response(client, stream, &mut check).await?;
     }
     complete(&check)
 }
@@ -320,8 +327,27 @@ async fn call_stream(
 ) -> Result<Option<SseStream>, ErrorKind> {
     match post(client, body).await? {
         Reply::Sse(stream) => Ok(Some(stream)),
-        other => read_reply(other, check).await.map(|()| None),
+        other => read_reply(client, other, check).await.map(|()| None),
     }
+}
+
+/// Reads a request's stream to its end and, when the server closed it
+/// before the response (SEP-1699 polling, a draining node), resumes it with
+/// `Last-Event-ID` after its `retry`, as the official clients do.
+async fn read_until_response(
+    client: &Client,
+    mut stream: SseStream,
+    check: &mut CallCheck,
+) -> Result<(), ErrorKind> {
+    read_stream(&mut stream, check, None).await?;
+    if check.response().is_some() {
+        return Ok(());
+    }
+    let Some(last_event_id) = stream.last_event_id.take() else {
+        // Nothing to resume from: the check reports the missing response.
+        return Ok(());
+    };
+    resume_until_response(client, check, last_event_id, retry_wait(&stream)).await
 }
 
 /// The wait a closed stream asked for (its last `retry`), bounded.
@@ -424,11 +450,12 @@ fn expect_accepted(reply: Reply) -> Result<(), ErrorKind> {
     }
 }
 
-/// Feeds a request's whole reply (JSON body or SSE stream) to `check`.
-async fn read_reply(reply: Reply, check: &mut CallCheck) -> Result<(), ErrorKind> {
+/// Feeds a request's whole reply (JSON body or SSE stream, resumed until
+/// the response) to `check`.
+async fn read_reply(client: &Client, reply: Reply, check: &mut CallCheck) -> Result<(), ErrorKind> {
     match reply {
         Reply::Json(message, _) => check.observe(message).map(drop).map_err(violation),
-        Reply::Sse(mut stream) => read_stream(&mut stream, check, None).await.map(drop),
+        Reply::Sse(stream) => read_until_response(client, stream, check).await,
         Reply::Accepted => Err(ErrorKind::Protocol("protocol:request_answered_202")),
         Reply::Status(status, _) => Err(ErrorKind::HttpStatus(status.as_u16())),
     }

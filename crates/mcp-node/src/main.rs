@@ -73,6 +73,31 @@ struct Cli {
     /// Seconds in-flight requests get after SIGTERM [default: 30].
     #[arg(long, env = "MCP_DRAIN_GRACE_SECS")]
     drain_grace_secs: Option<u64>,
+    /// Seconds a draining node goes on serving as usual (readiness
+    /// failing) before its listener refuses new connections [default: 5].
+    #[arg(long, env = "MCP_DRAIN_DELAY_SECS")]
+    drain_delay_secs: Option<u64>,
+    /// Listener for /healthz and /readyz only, outside the connection
+    /// limits of the main one [default: none].
+    #[arg(long, env = "MCP_ADMIN_BIND")]
+    admin_bind: Option<SocketAddr>,
+    /// Seconds an idle keep-alive connection stays open [default: 5].
+    #[arg(long, env = "MCP_KEEP_ALIVE_SECS")]
+    keep_alive_secs: Option<u64>,
+    /// Seconds a request's whole body may take to arrive [default: 30].
+    #[arg(long, env = "MCP_REQUEST_BODY_TIMEOUT_SECS")]
+    request_body_timeout_secs: Option<u64>,
+    /// Most connections the node holds, 0 for the open-file limit less a
+    /// reserve [default: 0].
+    #[arg(long, env = "MCP_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// Most connections per client address, 0 for no limit [default: 512].
+    #[arg(long, env = "MCP_MAX_CONNECTIONS_PER_PEER")]
+    max_connections_per_peer: Option<usize>,
+    /// Addresses or networks exempt from the per-address limit,
+    /// comma-separated [default: 127.0.0.1,::1].
+    #[arg(long, env = "MCP_CONNECTION_LIMIT_EXEMPT", value_delimiter = ',')]
+    connection_limit_exempt: Option<Vec<String>>,
     /// Items per page of tools/list, resources/list, resources/templates/list
     /// and prompts/list [default: 100].
     #[arg(long, env = "MCP_PAGE_SIZE")]
@@ -143,6 +168,27 @@ impl Cli {
         if let Some(v) = self.page_size {
             c.page_size = v;
         }
+        if let Some(v) = self.drain_delay_secs {
+            c.drain_delay_secs = v;
+        }
+        if let Some(v) = self.admin_bind {
+            c.admin_bind = Some(v);
+        }
+        if let Some(v) = self.keep_alive_secs {
+            c.http.keep_alive_secs = v;
+        }
+        if let Some(v) = self.request_body_timeout_secs {
+            c.http.request_body_timeout_secs = v;
+        }
+        if let Some(v) = self.max_connections {
+            c.http.max_connections = v;
+        }
+        if let Some(v) = self.max_connections_per_peer {
+            c.http.max_connections_per_peer = v;
+        }
+        if let Some(v) = &self.connection_limit_exempt {
+            c.http.connection_limit_exempt.clone_from(v);
+        }
         c.validate()?;
         Ok(c)
     }
@@ -204,6 +250,10 @@ async fn serve(stdio: bool, config: NodeConfig) -> std::io::Result<()> {
         tracing::info!(%addr, "Listening.");
         // A machine-readable line for scripts and tests.
         println!("mcp-node listening on http://{addr}{endpoint}");
+    }
+    for addr in node.admin_addrs() {
+        tracing::info!(%addr, "Probes listening.");
+        println!("mcp-node probes on http://{addr}/healthz");
     }
     node.run().await
 }

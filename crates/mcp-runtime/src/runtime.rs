@@ -224,7 +224,11 @@ impl Runtime {
         &self,
         principal: Option<String>,
     ) -> Result<SessionHandle, RuntimeError> {
-        if self.is_draining() {
+        // A draining node still serves new sessions until it closes: a load
+        // balancer that has not caught up yet sends them here, and the
+        // session lives on in the store (the client's next requests go
+        // anywhere).
+        if self.is_closing() {
             return Err(RuntimeError::ShuttingDown);
         }
         if self.inner.sessions.len() >= self.config().max_sessions {
@@ -533,8 +537,7 @@ impl Runtime {
         });
     }
 
-    /// Starts draining: readiness fails and no new session starts here;
-    /// existing sessions are still served.
+    /// Starts draining: readiness fails; everything is still served.
     pub fn start_drain(&self) {
         self.inner.draining.store(true, Ordering::Release);
     }

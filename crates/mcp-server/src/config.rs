@@ -58,9 +58,21 @@ pub struct NodeConfig {
     pub bind: SocketAddr,
     /// HTTP worker threads; 0 means one per core. Default 0.
     pub workers: usize,
-    /// Seconds in-flight requests get to finish after SIGTERM before they
-    /// are cancelled. Default 30.
+    /// Seconds admitted requests get to finish once a draining node stops
+    /// accepting connections (after `drain_delay_secs`), before they are
+    /// stopped with -32603. Default 30. A drain takes at most
+    /// `drain_delay_secs + drain_grace_secs` plus a few seconds.
     pub drain_grace_secs: u64,
+    /// Seconds a draining node goes on serving as usual, its readiness
+    /// failing, so that load balancers stop routing to it; then its
+    /// listener refuses new connections (which a load balancer retries on
+    /// another node) and every answer closes its connection. 0: at once
+    /// (a lone node). Default 5: a few readiness probes.
+    pub drain_delay_secs: u64,
+    /// A second listener for `/healthz` and `/readyz` only (probes), not
+    /// subject to the connection limits of the main one. Default none: the
+    /// probes are served on the main listener too, always.
+    pub admin_bind: Option<SocketAddr>,
     /// Items per page of every list method (`tools/list`, `resources/list`,
     /// `resources/templates/list`, `prompts/list`). Default 100: one page
     /// for most servers, a bounded answer for large catalogues.
@@ -82,6 +94,8 @@ impl Default for NodeConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             workers: 0,
             drain_grace_secs: 30,
+            drain_delay_secs: 5,
+            admin_bind: None,
             page_size: crate::server::DEFAULT_PAGE_SIZE,
             http: HttpConfig::default(),
             runtime: RuntimeConfig::default(),
@@ -185,6 +199,19 @@ impl NodeConfig {
         let bad = |what: &str| Err(ConfigError(what.to_owned()));
         if !self.http.endpoint.starts_with('/') {
             return bad("http.endpoint must start with '/'");
+        }
+        let h = &self.http;
+        if h.request_header_timeout_secs == 0
+            || h.request_body_timeout_secs == 0
+            || h.keep_alive_secs == 0
+        {
+            return bad(
+                "http.request_header_timeout_secs, request_body_timeout_secs and keep_alive_secs \
+                 must be positive",
+            );
+        }
+        if let Err(err) = h.exempt_networks() {
+            return Err(ConfigError(format!("http.connection_limit_exempt: {err}")));
         }
         if self.page_size == 0 {
             return bad("page_size must be positive");

@@ -1,18 +1,23 @@
 //! Running a server as a node: Streamable HTTP (and legacy HTTP+SSE) on the
-//! embedded store, health endpoints, and a drain on SIGTERM / SIGINT.
+//! embedded store, health endpoints, connection limits, and a drain on
+//! SIGTERM / SIGINT that clients behind a load balancer do not notice.
 //!
-//! Drain: readiness goes false, new sessions are refused, in-flight
-//! requests get `drain_grace_secs` (late in it, no new work is admitted),
-//! then the rest answer -32603, every SSE connection ends with `retry`
-//! (clients reconnect, elsewhere behind a load balancer) and the process
-//! exits. See `drain` below.
+//! Drain (see `drain` below): readiness fails while load balancers catch
+//! up; then the listener refuses new connections (a load balancer retries
+//! those elsewhere: nothing was sent), SSE connections end with `retry`
+//! (clients resume elsewhere), every answer closes its connection, admitted
+//! requests get `drain_grace_secs`, and the process exits.
 
-use std::net::SocketAddr;
+use std::net::{Shutdown, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use actix_web::dev::Service;
+use actix_web::http::ConnectionType;
 use actix_web::{App, HttpResponse, HttpServer, web};
 use mcp_http::HttpState;
+use mcp_http::connections::ConnectionGate;
 use mcp_runtime::Runtime;
 use mcp_store::Store;
 use tokio::sync::broadcast::error::RecvError;
@@ -23,19 +28,37 @@ use crate::{McpServer, NodeConfig};
 const DRAIN_POLL: Duration = Duration::from_millis(100);
 /// How long stopped requests get to write their -32603 answers.
 const STOP_WRITE_LIMIT: Duration = Duration::from_secs(2);
+/// How long the drain keeps accepting once new handshakes are held back:
+/// the accept loop empties the kernel's queue in far less.
+const ACCEPT_QUEUE_SETTLE: Duration = Duration::from_millis(150);
+/// How long the accept loop gets to take the pause in.
+const PAUSE_SETTLE: Duration = Duration::from_millis(50);
+/// Pending connections the kernel queues for the listener.
+const LISTEN_BACKLOG: i32 = 2048;
+/// File descriptors kept out of the connection limit: the store's
+/// connections, the admin listener and its probes, log files, the process.
+const FD_RESERVE: u64 = 128;
 
 /// A node about to serve: bound, not yet running.
 pub struct BoundNode {
     server: actix_web::dev::Server,
+    /// The probe listener's server, if `admin_bind` is set.
+    admin: Option<actix_web::dev::Server>,
     runtime: Runtime,
     addrs: Vec<SocketAddr>,
+    admin_addrs: Vec<SocketAddr>,
+    /// The main listener, which the drain closes while the server finishes
+    /// the connections it holds.
+    listener: Listener,
     drain_grace: Duration,
+    drain_delay: Duration,
 }
 
 impl std::fmt::Debug for BoundNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BoundNode")
             .field("addrs", &self.addrs)
+            .field("admin_addrs", &self.admin_addrs)
             .finish()
     }
 }
@@ -46,9 +69,19 @@ impl BoundNode {
         &self.addrs
     }
 
+    /// The probe listener's addresses (empty without `admin_bind`).
+    pub fn admin_addrs(&self) -> &[SocketAddr] {
+        &self.admin_addrs
+    }
+
     /// The runtime (for embedding and tests).
     pub fn runtime(&self) -> &Runtime {
         &self.runtime
+    }
+
+    /// The connection limits of the main listener.
+    pub fn connections(&self) -> &Arc<ConnectionGate> {
+        &self.listener.gate
     }
 
     /// Serves until SIGTERM or SIGINT, then drains.
@@ -68,14 +101,21 @@ impl BoundNode {
         shutdown: impl std::future::Future<Output = ()> + 'static,
     ) -> std::io::Result<()> {
         let handle = self.server.handle();
+        let admin = self.admin.as_ref().map(actix_web::dev::Server::handle);
+        if let Some(admin) = self.admin {
+            actix_web::rt::spawn(admin);
+        }
         let runtime = self.runtime.clone();
-        let grace = self.drain_grace;
+        let listener = self.listener;
+        let (grace, delay) = (self.drain_grace, self.drain_delay);
         let drained = actix_web::rt::spawn(async move {
             shutdown.await;
-            let answered = drain(&runtime, grace).await;
-            // The listener closes and the workers stop once their (now
-            // finished) connections end.
+            let answered = drain(&runtime, grace, delay, &handle, &listener).await;
+            // The workers stop once their (now finished) connections end.
             handle.stop(true).await;
+            if let Some(admin) = admin {
+                admin.stop(true).await;
+            }
             if answered {
                 runtime.leave().await;
             } else {
@@ -101,37 +141,55 @@ impl BoundNode {
     }
 }
 
-/// The drain, up to the point where the listener may close:
+/// The drain, up to the point where the workers may stop:
 ///
-/// 1. Readiness fails and no new session starts here; requests of existing
-///    sessions are still served while the load balancer catches up, until
-///    the node is idle or half the grace period is over.
-/// 2. No more work is admitted (503, the client retries elsewhere); what
-///    was admitted gets the rest of the grace period to finish.
-/// 3. What still runs answers -32603 into its stream.
-/// 4. SSE connections end with `retry` once they sent what the log holds;
-///    clients resume from the log on another node.
+/// 1. Readiness fails; everything is still served as usual for `delay`, so
+///    that load balancers stop routing here.
+/// 2. The listener closes ([`close_listener`]: a load balancer retries a
+///    refused connection on another node, nothing having been sent).
+///    Every SSE connection ends with `retry` once it sent what the log
+///    holds (clients resume from the log on another node), and every
+///    answer from now on closes its connection: a client or load balancer
+///    with a connection here uses it once more at most, then connects
+///    elsewhere. An idle one is closed by the keep-alive timeout, which
+///    a load balancer's own (shorter) idle timeout pre-empts.
+/// 3. Once no connection is left and every admitted request is answered,
+///    or the grace period is over, no more work is admitted; what still
+///    runs then answers -32603 into its stream.
 ///
-/// Session actors live on the HTTP workers, which stop with the listener:
-/// every admitted request is answered before that. Returns whether all
-/// were (else the node must not leave the cluster: a survivor finalizes
-/// its open streams once its heartbeat expires).
-async fn drain(runtime: &Runtime, grace: Duration) -> bool {
-    let start = tokio::time::Instant::now();
-    let deadline = start + grace;
-    tracing::info!(in_flight = runtime.in_flight(), "Draining.");
+/// Session actors live on the HTTP workers, which stop after this: every
+/// admitted request is answered before. Returns whether all were (else the
+/// node must not leave the cluster: a survivor finalizes its open streams
+/// once its heartbeat expires).
+async fn drain(
+    runtime: &Runtime,
+    grace: Duration,
+    delay: Duration,
+    server: &actix_web::dev::ServerHandle,
+    listener: &Listener,
+) -> bool {
+    tracing::info!(in_flight = runtime.in_flight(), ?delay, "Draining.");
     runtime.start_drain();
-    let serving_until = start + grace / 2;
-    while runtime.open_exchanges() > 0 && tokio::time::Instant::now() < serving_until {
+    tokio::time::sleep(delay).await;
+    let deadline = tokio::time::Instant::now() + grace;
+    close_listener(server, listener).await;
+    runtime.close_streams();
+    let connections = &listener.gate;
+    tracing::info!(
+        open = runtime.open_exchanges(),
+        connections = connections.open(),
+        "Listener closed; finishing admitted requests."
+    );
+    // A connection accepted just before the listener closed may still bring
+    // its request: it is served like any other. Once no connection is left,
+    // none can come.
+    while (runtime.open_exchanges() > 0 || connections.open() > 0)
+        && tokio::time::Instant::now() < deadline
+    {
         tokio::time::sleep(DRAIN_POLL).await;
     }
+    // What still arrives on a connection left open at the deadline gets 503.
     runtime.start_closing();
-    // A request that passed the admission check a moment ago opens its
-    // exchange right away; give it that moment.
-    tokio::time::sleep(DRAIN_POLL).await;
-    while runtime.open_exchanges() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(DRAIN_POLL).await;
-    }
     if runtime.open_exchanges() > 0 {
         tracing::warn!(
             open = runtime.open_exchanges(),
@@ -143,9 +201,54 @@ async fn drain(runtime: &Runtime, grace: Duration) -> bool {
             tokio::time::sleep(DRAIN_POLL).await;
         }
     }
-    let answered = runtime.open_exchanges() == 0;
-    runtime.close_streams();
-    answered
+    runtime.open_exchanges() == 0
+}
+
+/// The main listener, as the drain closes it.
+#[derive(Debug)]
+struct Listener {
+    /// A second handle on the listening socket.
+    socket: std::net::TcpListener,
+    /// Connections held; the drain waits for none to be left.
+    gate: Arc<ConnectionGate>,
+    /// Set once the listener is closed: every answer then closes its
+    /// connection. Read by the app's middleware.
+    closed: Arc<AtomicBool>,
+}
+
+/// Closes the listener without resetting a connection a client may already
+/// have sent a request on (a load balancer could not retry that one):
+///
+/// 1. new handshakes are dropped (a socket filter, Linux), so clients
+///    retry their SYN about a second later;
+/// 2. the connections already in the accept queue are accepted and served;
+/// 3. accepting stops and the socket is shut down: the retried SYNs, and
+///    any later, are refused at once (a load balancer moves on to another
+///    node), and the port is free for a successor.
+async fn close_listener(server: &actix_web::dev::ServerHandle, listener: &Listener) {
+    let socket = socket2::SockRef::from(&listener.socket);
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        // One instruction, "return 0": drop every packet the listening
+        // socket would take (new SYNs). Established connections, queued or
+        // not, are sockets of their own and unaffected.
+        const BPF_RET_K: u16 = 0x06;
+        let drop_all = [socket2::SockFilter::new(BPF_RET_K, 0, 0, 0)];
+        match socket.attach_filter(&drop_all) {
+            Ok(()) => tokio::time::sleep(ACCEPT_QUEUE_SETTLE).await,
+            Err(err) => tracing::debug!(error = %err, "New connections not held back."),
+        }
+    }
+    listener.closed.store(true, Ordering::Release);
+    server.pause().await;
+    // The pause reaches the accept loop asynchronously; shutting the socket
+    // down under a running accept loop makes it log an error.
+    tokio::time::sleep(PAUSE_SETTLE).await;
+    // Elsewhere than on Linux new connections wait in the queue instead,
+    // until the process exits.
+    if let Err(err) = socket.shutdown(Shutdown::Read) {
+        tracing::debug!(error = %err, "Listener not shut down; new connections wait in its queue.");
+    }
 }
 
 async fn wait_for_signal() {
@@ -190,11 +293,13 @@ pub async fn open_store(config: &NodeConfig) -> std::io::Result<Store> {
         .map_err(std::io::Error::other)
 }
 
-/// Opens the store, builds the runtime and binds the HTTP server. Must run
-/// inside an actix system (`#[actix_web::main]`).
+/// Opens the store, builds the runtime and binds the HTTP server (and the
+/// admin listener, when configured). Must run inside an actix system
+/// (`#[actix_web::main]`).
 ///
 /// # Errors
-/// The store cannot be opened or the address cannot be bound.
+/// The store cannot be opened, the configuration is invalid, or an address
+/// cannot be bound.
 pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<BoundNode> {
     let store = open_store(&config).await?;
     let runtime = Runtime::new(Arc::new(server.clone()), store, config.runtime.clone());
@@ -203,34 +308,135 @@ pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<Boun
         runtime: runtime.clone(),
         config: Arc::new(config.http.clone()),
     };
+    let http = &config.http;
+    let exempt = http
+        .exempt_networks()
+        .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err))?;
+    let gate = ConnectionGate::new(
+        max_connections(http.max_connections),
+        http.max_connections_per_peer,
+        exempt,
+    );
+    tracing::info!(
+        max_connections = gate.max(),
+        max_connections_per_peer = http.max_connections_per_peer,
+        "Connection limits."
+    );
     let drain_grace = Duration::from_secs(config.drain_grace_secs);
-    let mut http = HttpServer::new(move || {
-        let state = state.clone();
+    let admitted = Arc::clone(&gate);
+    let closed = Arc::new(AtomicBool::new(false));
+    let closing = Arc::clone(&closed);
+    let app_state = state.clone();
+    let mut main = HttpServer::new(move || {
+        let state = app_state.clone();
+        let closing = Arc::clone(&closing);
         App::new()
+            // Once a draining node's listener is closed, every answer closes
+            // its connection: the client's (or load balancer's) next request
+            // opens one to a node that is not going away.
+            .wrap_fn(move |req, srv| {
+                let fut = srv.call(req);
+                let closing = closing.load(Ordering::Acquire);
+                async move {
+                    let mut res = fut.await?;
+                    if closing {
+                        res.response_mut()
+                            .head_mut()
+                            .set_connection_type(ConnectionType::Close);
+                    }
+                    Ok(res)
+                }
+            })
             .configure(|cfg| mcp_http::configure(cfg, state.clone()))
-            .route(
-                "/healthz",
-                web::get().to(|| async { HttpResponse::Ok().body("ok") }),
-            )
-            .route("/readyz", web::get().to(readyz))
+            .configure(probes)
     })
     .disable_signals()
     // SSE events are small writes that must leave at once; with Nagle a
     // write behind an unacknowledged one waits for the peer's delayed ACK
     // (about 40 ms on Linux), e.g. the end of a cancelled request's stream.
     .tcp_nodelay(true)
+    .keep_alive(Duration::from_secs(http.keep_alive_secs))
+    .client_request_timeout(Duration::from_secs(http.request_header_timeout_secs))
+    // The gate bounds connections (and closes the ones beyond at once);
+    // actix's own per-worker bound, which stops accepting, stays above it.
+    .max_connections(gate.max().saturating_add(1))
+    .on_connect(move |connection, data| admitted.on_connect(connection, data))
+    // Connections still open when the workers stop (after the drain) get
+    // this long to end.
     .shutdown_timeout(drain_grace.as_secs().max(1));
     if config.workers > 0 {
-        http = http.workers(config.workers);
+        main = main.workers(config.workers);
     }
-    let http = http.bind(config.bind)?;
-    let addrs = http.addrs();
+    let socket = listen(config.bind)?;
+    let listener = socket.try_clone()?;
+    let main = main.listen(socket)?;
+    let addrs = main.addrs();
+    let (admin, admin_addrs) = match config.admin_bind {
+        Some(addr) => {
+            let admin = HttpServer::new(move || {
+                App::new()
+                    .app_data(web::Data::new(state.clone()))
+                    .configure(probes)
+            })
+            .disable_signals()
+            .workers(1)
+            .bind(addr)?;
+            let admin_addrs = admin.addrs();
+            (Some(admin.run()), admin_addrs)
+        }
+        None => (None, Vec::new()),
+    };
     Ok(BoundNode {
-        server: http.run(),
+        server: main.run(),
+        admin,
         runtime,
         addrs,
+        admin_addrs,
+        listener: Listener {
+            socket: listener,
+            gate,
+            closed,
+        },
         drain_grace,
+        drain_delay: Duration::from_secs(config.drain_delay_secs),
     })
+}
+
+/// `/healthz` (alive) and `/readyz` (not draining, store reachable).
+fn probes(cfg: &mut web::ServiceConfig) {
+    cfg.route(
+        "/healthz",
+        web::get().to(|| async { HttpResponse::Ok().body("ok") }),
+    )
+    .route("/readyz", web::get().to(readyz));
+}
+
+/// A listening socket as actix would make it, of which the drain keeps a
+/// second handle.
+fn listen(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// The connection limit: as configured, or the open-file limit less a
+/// reserve.
+fn max_connections(configured: usize) -> usize {
+    if configured > 0 {
+        return configured;
+    }
+    match rlimit::getrlimit(rlimit::Resource::NOFILE) {
+        Ok((soft, _)) => {
+            usize::try_from(soft.saturating_sub(FD_RESERVE).max(16)).unwrap_or(usize::MAX)
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "Open-file limit unknown; connections limited to 1024.");
+            1024
+        }
+    }
 }
 
 /// Ready: not draining and the store answers.

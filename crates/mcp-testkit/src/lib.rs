@@ -97,6 +97,7 @@ impl InProcessNode {
         }
         let endpoint = config.http.endpoint.clone();
         config.drain_grace_secs = 0;
+        config.drain_delay_secs = 0;
         let (tx, rx) = mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {

@@ -84,6 +84,11 @@ impl Nginx {
         std::fs::read_to_string(self.dir.join("access.log")).unwrap_or_default()
     }
 
+    /// The error log so far (why an upstream failed).
+    pub fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
+    }
+
     fn spawn(binary: &Path, addr: SocketAddr, upstreams: &[SocketAddr]) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!(
             "mcp-testkit-nginx-{}-{}",
@@ -168,7 +173,8 @@ fn nginx_binary() -> anyhow::Result<PathBuf> {
 }
 
 /// The whole nginx.conf: one process, every path inside `dir`, one
-/// round-robin upstream without stickiness.
+/// round-robin upstream without stickiness; the proxy settings are the
+/// README's.
 fn config(dir: &Path, listen: SocketAddr, upstreams: &[SocketAddr]) -> String {
     let dir = dir.display();
     let mut servers = String::new();
@@ -199,7 +205,12 @@ http {{
     scgi_temp_path {dir}/scgi;
 
     upstream mcp {{
-{servers}    }}
+{servers}        # Connections to the nodes are reused, and closed by nginx before
+        # a node's own keep-alive timeout (5 s) would close them under a
+        # request being sent.
+        keepalive 64;
+        keepalive_timeout 4s;
+    }}
 
     server {{
         listen {listen};
@@ -240,6 +251,7 @@ mod tests {
         assert!(conf.contains("server 127.0.0.1:1001 max_fails=0;"));
         assert!(conf.contains("server 127.0.0.1:1002 max_fails=0;"));
         assert!(conf.contains("listen 127.0.0.1:9;"));
+        assert!(conf.contains("keepalive_timeout 4s;"), "below the nodes' keep-alive");
         for sticky in ["ip_hash", "hash ", "sticky", "least_conn"] {
             assert!(!conf.contains(sticky), "{sticky}");
         }
