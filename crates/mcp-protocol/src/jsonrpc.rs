@@ -622,6 +622,17 @@ mod tests {
     }
 
     #[test]
+    fn floats_survive_a_round_trip() {
+        // serde_json's default float parser can be 1 ULP off (here on the
+        // second decode), so a relayed number changed.
+        let body =
+            br#"{"jsonrpc":"2.0","id":7,"method":"m","params":{"x":-922330.172036855477808}}"#;
+        let message = decode_message(body).unwrap();
+        let again = decode_message(message.to_json().as_bytes()).unwrap();
+        assert_eq!(again, message, "{}", message.to_json());
+    }
+
+    #[test]
     fn error_responses_may_lack_their_id_and_results_may_not() {
         for body in [
             r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"}}"#,
