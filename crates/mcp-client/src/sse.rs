@@ -68,19 +68,29 @@ impl SseParser {
     /// Feeds bytes; returns the blocks they complete (comment-only blocks
     /// and blocks over the limit are not returned).
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
-        // Only the new bytes are searched, and the buffer shifts once per
-        // call: linear in the input however it is split.
-        let mut scanned = self.buffer.len();
+        // Only the new bytes are searched (and a CR left waiting), and the
+        // buffer shifts once per call: linear however the input is split.
+        let waiting_cr = self.buffer.last() == Some(&b'\r');
+        let mut scanned = self.buffer.len() - usize::from(waiting_cr);
         self.buffer.extend_from_slice(bytes);
         let buffer = std::mem::take(&mut self.buffer);
         let mut out = Vec::new();
         let mut start = 0;
-        while let Some(offset) = buffer[scanned..].iter().position(|&b| b == b'\n') {
+        // Lines end with CRLF, LF or CR; a CR that is the last byte so far
+        // waits for the next one, which may be its LF.
+        while let Some(offset) = buffer[scanned..]
+            .iter()
+            .position(|&b| b == b'\n' || b == b'\r')
+        {
             let end = scanned + offset;
-            let line = &buffer[start..end];
-            self.line(line.strip_suffix(b"\r").unwrap_or(line), &mut out);
-            start = end + 1;
-            scanned = start;
+            let next = match (buffer[end], buffer.get(end + 1)) {
+                (b'\r', None) => break,
+                (b'\r', Some(b'\n')) => end + 2,
+                _ => end + 1,
+            };
+            self.line(&buffer[start..end], &mut out);
+            start = next;
+            scanned = next;
         }
         self.buffer = buffer;
         self.buffer.drain(..start);
@@ -91,7 +101,12 @@ impl SseParser {
         };
         if self.block_bytes + pending > self.max_block_bytes {
             self.drop_block();
+            // Keep a waiting CR: it may end the line or stand for a blank one.
+            let cr = self.buffer.last() == Some(&b'\r');
             self.buffer.clear();
+            if cr {
+                self.buffer.push(b'\r');
+            }
             self.line_cut = true;
         }
         out
@@ -285,6 +300,28 @@ mod tests {
         let events = p.feed(b"\ndata: after\n\n");
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].data, "after");
+    }
+
+    #[test]
+    fn a_lone_cr_ends_a_line_however_split() {
+        let stream = b"id: 7\rdata: a\r\rdata: b\r\n\r\n: x\r\r";
+        let whole = SseParser::default().feed(stream);
+        assert_eq!(whole.len(), 2, "{whole:?}");
+        assert_eq!(
+            (whole[0].id.as_deref(), whole[0].data.as_str()),
+            (Some("7"), "a")
+        );
+        assert_eq!(
+            (whole[1].id.as_deref(), whole[1].data.as_str()),
+            (None, "b")
+        );
+        for at in 0..=stream.len() {
+            let mut p = SseParser::default();
+            let mut split = p.feed(&stream[..at]);
+            split.extend(p.feed(&stream[at..]));
+            assert_eq!(split, whole, "split at {at}");
+            assert_eq!(p.comments, 1);
+        }
     }
 
     #[test]
