@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `mcp:{<session>}:session` | string, `PX` idle TTL | the JSON [`mcp_store::SessionRecord`] (without its subscriptions) |
 //! | `mcp:{<session>}:subs` | set, the session's TTL | the URIs the session subscribed to |
+//! | `mcp:{<session>}:ended` | string, `PX` 60 s | present for a minute after the session was ended by DELETE |
 //! | `mcp:{sessions}:expiry` | sorted set | session id → when its record expires at the earliest (ms since the epoch), to find expired sessions and delete their streams |
 //! | `mcp:{<session>}:stream:<stream>` | stream | one entry per event, field `d` = data |
 //! | `mcp:{<session>}:meta:<stream>` | hash | `closed` (`0`/`1`), `last` (newest entry id), `trimmed` (newest trimmed entry id, absent if none), `req` (JSON array of the request ids the stream answers, absent for a standalone stream) |
@@ -24,7 +25,7 @@
 //! (an empty tag: Redis Cluster would hash each whole key; sessions minted
 //! here are UUIDs, and standalone Redis does not care). No key of one
 //! session can equal a key of another: the suffixes after the tag
-//! (`session`, `subs`, `streams`, `stream:<hex>`, `meta:<hex>`, `wake:<hex>`)
+//! (`session`, `subs`, `ended`, `streams`, `stream:<hex>`, `meta:<hex>`, `wake:<hex>`)
 //! contain no brace.
 //!
 //! Node keys share the hash tag `{nodes}`: the node registry scripts touch
@@ -41,6 +42,8 @@ pub const DEFAULT_PREFIX: &str = "mcp";
 
 /// Key part: the session record.
 const SESSION: &str = "session";
+/// Key part: the marker of a session ended by DELETE.
+const ENDED: &str = "ended";
 /// Key part: a session's subscriptions.
 const SUBS: &str = "subs";
 /// Key part (hash tag): the session expiry index.
@@ -105,6 +108,11 @@ impl Keys {
     /// The session record.
     pub fn session(&self, session: &SessionId) -> String {
         format!("{}{SESSION}", self.session_base(session))
+    }
+
+    /// The marker of a session ended by DELETE.
+    pub fn ended(&self, session: &SessionId) -> String {
+        format!("{}{ENDED}", self.session_base(session))
     }
 
     /// The session's subscriptions.
@@ -216,6 +224,7 @@ mod tests {
         );
         assert_eq!(k.streams(&s), "mcp:{sess}:streams");
         assert_eq!(k.subs(&s), "mcp:{sess}:subs");
+        assert_eq!(k.ended(&s), "mcp:{sess}:ended");
         assert_eq!(k.session_expiry(), "mcp:{sessions}:expiry");
         assert_eq!(
             k.wake(&s, &st),
@@ -237,6 +246,7 @@ mod tests {
             let keys = [
                 k.session(&s),
                 k.subs(&s),
+                k.ended(&s),
                 k.stream(&s, &st),
                 k.meta(&s, &st),
                 k.streams(&s),

@@ -306,12 +306,26 @@ impl SessionStore for RedisSessionStore {
         self.redis.cmd(&redis::cmd("PING")).await.map(drop)
     }
 
+    async fn ended(&self, id: &SessionId) -> Result<bool, StoreError> {
+        let reply = self
+            .redis
+            .cmd(redis::cmd("EXISTS").arg(self.keys.ended(id)))
+            .await?;
+        Ok(reply::int(&reply)? == 1)
+    }
+
     async fn delete(&self, id: &SessionId) -> Result<bool, StoreError> {
         let mut pipe = redis::pipe();
         pipe.cmd("DEL")
             .arg(self.keys.session(id))
             .cmd("DEL")
             .arg(self.keys.subs(id))
+            .ignore()
+            .cmd("SET")
+            .arg(self.keys.ended(id))
+            .arg("1")
+            .arg("PX")
+            .arg(millis(mcp_store::ENDED_MEMORY))
             .ignore()
             .cmd("ZREM")
             .arg(self.keys.session_expiry())

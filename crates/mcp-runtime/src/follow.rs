@@ -16,7 +16,7 @@ use futures_util::Stream;
 use mcp_protocol::jsonrpc::decode_message;
 use mcp_protocol::{ErrorObject, Message, RequestId, Response};
 use mcp_store::{
-    EventId, EventLog, Position, SessionId, StoreError, StoredEvent, StreamId, Wakeup,
+    EventId, EventLog, Position, SessionId, SessionStore, StoreError, StoredEvent, StreamId, Wakeup,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -154,6 +154,8 @@ impl Drop for Attachment {
 #[derive(Debug)]
 pub struct Follow {
     events: Arc<dyn EventLog>,
+    /// Asked, when the stream is gone, whether the client ended the session.
+    sessions: Arc<dyn SessionStore>,
     session: SessionId,
     stream: StreamId,
     /// Position of the last event yielded.
@@ -192,6 +194,7 @@ impl Follow {
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start(
         events: Arc<dyn EventLog>,
+        sessions: Arc<dyn SessionStore>,
         attachments: &Arc<Attachments>,
         session: SessionId,
         stream: StreamId,
@@ -207,6 +210,7 @@ impl Follow {
         let attachment = attachments.attach(&stream);
         Ok(Self {
             events,
+            sessions,
             session,
             stream,
             after,
@@ -266,7 +270,7 @@ impl Follow {
                 }
                 Ok(batch) if batch.closed => return Some(self.end(FollowEnd::Completed)),
                 Ok(_) => {}
-                Err(StoreError::StreamNotFound) => return self.lost(),
+                Err(StoreError::StreamNotFound) => return self.lost().await,
                 Err(err) => {
                     tracing::warn!(stream = %self.stream, error = %err, "Stream read failed.");
                     return Some(self.end(FollowEnd::Failed));
@@ -280,7 +284,7 @@ impl Follow {
             tokio::select! {
                 alive = self.wake.changed() => {
                     if !alive {
-                        return self.lost();
+                        return self.lost().await;
                     }
                 }
                 () = self.attachment.kick.cancelled() => return Some(self.end(FollowEnd::Kicked)),
@@ -314,10 +318,14 @@ impl Follow {
         }
     }
 
-    /// The stream's data is gone: an error for each request it answers
-    /// that got no response here (one without id on a stream that answers
-    /// none), then the end.
-    fn lost(&mut self) -> Option<FollowItem> {
+    /// The stream is gone. Ended by the client's DELETE: the end, quietly
+    /// (its requests were cancelled: no response). Otherwise its data was
+    /// lost: an error for each request it answers that got no response
+    /// here (one without id on a stream that answers none), then the end.
+    async fn lost(&mut self) -> Option<FollowItem> {
+        if self.sessions.ended(&self.session).await.unwrap_or(false) {
+            return Some(self.end(FollowEnd::Gone));
+        }
         tracing::debug!(stream = %self.stream, "Followed stream lost.");
         let error = ErrorObject::internal(LOST);
         let unanswered: Vec<Option<RequestId>> = if self.requests.is_empty() {

@@ -481,6 +481,7 @@ impl Runtime {
     ) -> Result<Follow, RuntimeError> {
         Follow::start(
             Arc::clone(&self.inner.deps.node.store.events),
+            Arc::clone(&self.inner.deps.node.store.sessions),
             &self.inner.deps.node.attachments,
             session.id().clone(),
             stream.clone(),

@@ -63,12 +63,41 @@ async fn a_lost_standalone_stream_ends_with_an_error_without_id() {
     let runtime = runtime(RuntimeConfig::default());
     let session = initialized(&runtime).await;
     let (_, mut follow) = runtime.follow_standalone(&session).await.unwrap();
-    runtime.terminate(session.id()).await.unwrap();
+    runtime
+        .store()
+        .events
+        .delete_session(session.id())
+        .await
+        .unwrap();
     let Some(FollowItem::Notice(data)) = follow.next().await else {
         panic!("an error, not silence");
     };
     assert_eq!(error_of(&data), (None, ErrorCode::INTERNAL_ERROR));
     assert_eq!(follow.next().await, Some(FollowItem::End(FollowEnd::Gone)));
+}
+
+#[actix_rt::test]
+async fn streams_of_a_session_the_client_deleted_end_quietly() {
+    let runtime = runtime(RuntimeConfig::default());
+    let session = initialized(&runtime).await;
+    let (exchange, reply) = runtime.exchange(&session, vec![RequestId::Number(5)]);
+    session.dispatch(tool_call(5), exchange).unwrap();
+    let ExchangeReply::Stream(stream, requests) = reply.await.unwrap() else {
+        panic!("the call logs: its answer is a stream");
+    };
+    let mut follow = runtime
+        .follow_new(&session, &stream, requests)
+        .await
+        .unwrap();
+    assert!(matches!(follow.next().await, Some(FollowItem::Event(..))));
+    let (_, mut standalone) = runtime.follow_standalone(&session).await.unwrap();
+    // DELETE cancels the session's requests: no response, no error.
+    runtime.terminate(session.id()).await.unwrap();
+    assert_eq!(follow.next().await, Some(FollowItem::End(FollowEnd::Gone)));
+    assert_eq!(
+        standalone.next().await,
+        Some(FollowItem::End(FollowEnd::Gone))
+    );
 }
 
 #[actix_rt::test]

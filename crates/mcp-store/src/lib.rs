@@ -33,7 +33,7 @@ pub use ids::{EventId, IdError, NodeId, Position, SessionId, StreamId};
 /// Request ids, as the ports carry them (streams and open requests name them).
 pub use mcp_protocol::RequestId;
 pub use nodes::{NodeRegistry, OpenStream};
-pub use session_store::{RawJson, SessionRecord, SessionStore, Subscribed};
+pub use session_store::{ENDED_MEMORY, RawJson, SessionRecord, SessionStore, Subscribed};
 
 /// The storage a node runs on, shared by every node of a cluster.
 #[derive(Debug, Clone)]

@@ -339,6 +339,9 @@ impl EventLog for MemoryEventLog {
 #[derive(Debug, Default)]
 pub struct MemorySessionStore {
     sessions: DashMap<SessionId, (SessionRecord, Instant)>,
+    /// Sessions ended by `delete`, until [`crate::ENDED_MEMORY`] after; swept
+    /// with the sessions (bounded by the sessions ended in that time).
+    ended: DashMap<SessionId, Instant>,
     /// Sessions swept out after expiring, until [`SessionStore::take_expired`]
     /// hands them out. Bounded by the sessions that existed: each id enters
     /// once, when its entry leaves `sessions`.
@@ -374,6 +377,7 @@ impl MemorySessionStore {
         if !gone.is_empty() {
             lock(&self.expired).extend(gone);
         }
+        self.ended.retain(|_, until| *until > now);
     }
 }
 
@@ -481,8 +485,14 @@ impl SessionStore for MemorySessionStore {
         Ok(())
     }
 
+    async fn ended(&self, id: &SessionId) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        Ok(self.ended.get(id).is_some_and(|until| *until > now))
+    }
+
     async fn delete(&self, id: &SessionId) -> Result<bool, StoreError> {
         let now = Instant::now();
+        self.ended.insert(id.clone(), now + crate::ENDED_MEMORY);
         Ok(self
             .sessions
             .remove(id)

@@ -115,6 +115,11 @@ impl Debug for RawJson {
     }
 }
 
+/// How long a store remembers that a session was ended by DELETE: longer
+/// than any reader takes to notice that its stream is gone (at once on a
+/// wake-up, at the latest at its next keep-alive).
+pub const ENDED_MEMORY: Duration = Duration::from_secs(60);
+
 /// What [`SessionStore::subscribe`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subscribed {
@@ -192,7 +197,17 @@ pub trait SessionStore: Send + Sync + Debug + 'static {
     /// [`StoreError::Unavailable`].
     async fn ping(&self) -> Result<(), StoreError>;
 
-    /// Ends a session; `false` when it was already gone.
+    /// Whether the session was ended by [`Self::delete`] (the client's
+    /// DELETE) within the last [`ENDED_MEMORY`]: a reader that finds its
+    /// stream gone then ends quietly, as the client asked, instead of
+    /// reporting lost data.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`].
+    async fn ended(&self, id: &SessionId) -> Result<bool, StoreError>;
+
+    /// Ends a session, remembering for [`ENDED_MEMORY`] that it was ended
+    /// (see [`Self::ended`]); `false` when it was already gone.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`].

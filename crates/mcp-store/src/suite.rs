@@ -385,11 +385,15 @@ pub async fn expired_sessions_are_taken_once(store: &Store) {
     assert!(sessions.delete(&live.id).await.unwrap());
 }
 
-/// Deleted sessions stay gone: save and touch do not recreate them.
+/// Deleted sessions stay gone: save and touch do not recreate them; the
+/// store remembers that they were ended.
 pub async fn deleted_sessions_are_gone(store: &Store) {
     let r = record();
     store.sessions.create(&r, TTL).await.unwrap();
+    assert!(!store.sessions.ended(&r.id).await.unwrap());
     assert!(store.sessions.delete(&r.id).await.unwrap());
+    assert!(store.sessions.ended(&r.id).await.unwrap());
+    assert!(!store.sessions.ended(&record().id).await.unwrap());
     assert!(!store.sessions.delete(&r.id).await.unwrap());
     assert_eq!(store.sessions.load(&r.id).await.unwrap(), None);
     assert!(!store.sessions.save(&r, TTL).await.unwrap());
