@@ -74,7 +74,10 @@ async fn a_draining_node_serves_until_its_listener_closes_and_finishes_running_r
     .unwrap()
     {
         Reply::Json(response, headers) => {
-            assert!(response["result"]["protocolVersion"].is_string(), "{response}");
+            assert!(
+                response["result"]["protocolVersion"].is_string(),
+                "{response}"
+            );
             assert!(headers.contains_key("mcp-session-id"), "{headers:?}");
         }
         other => panic!("initialize on a draining node: {other:?}"),
@@ -179,11 +182,9 @@ async fn follow_call(client: &Client, mut stream: SseStream, outcome: &mut Outco
             .expect("an event id to resume from");
         outcome.resumes += 1;
         assert!(outcome.resumes < 50, "no progress resuming: {outcome:?}");
-        stream = loop {
-            match within("GET resume", client.get(Some(&last))).await {
-                Ok(Reply::Sse(s)) => break s,
-                other => panic!("resume answered {other:?}"),
-            }
+        stream = match within("GET resume", client.get(Some(&last))).await {
+            Ok(Reply::Sse(s)) => s,
+            other => panic!("resume answered {other:?}"),
         };
         // The resumed stream's ids continue from `last`.
         stream.last_event_id = Some(last);

@@ -38,9 +38,9 @@ pub struct HttpConfig {
     /// request on a connection the node is closing.
     pub keep_alive_secs: u64,
     /// Most connections the node holds; beyond it a new connection is
-    /// closed at once. 0 (default): the open-file limit less a reserve of
-    /// 128 for the store, logs and the admin listener, so the node never
-    /// runs out of descriptors.
+    /// closed at once. 0 (default): the open-file limit less a reserve
+    /// (64, plus 32 per worker for connections being refused), so that the
+    /// node never runs out of descriptors.
     pub max_connections: usize,
     /// Most connections one client address holds; beyond it its new
     /// connections are closed at once. 0: no limit. Default 512.

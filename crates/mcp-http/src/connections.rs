@@ -101,9 +101,8 @@ impl ConnectionGate {
             self.open.fetch_sub(1, Ordering::AcqRel);
             return Err(self.refuse(Refused::NodeFull));
         }
-        let limited = peer.filter(|ip| {
-            self.max_per_peer > 0 && !self.exempt.iter().any(|net| net.contains(ip))
-        });
+        let limited = peer
+            .filter(|ip| self.max_per_peer > 0 && !self.exempt.iter().any(|net| net.contains(ip)));
         if let Some(ip) = limited {
             let mut count = self.per_peer.entry(ip).or_insert(0);
             if *count >= self.max_per_peer {
@@ -207,13 +206,24 @@ mod tests {
         let a3 = gate.admit(ip("192.0.2.1")).unwrap();
         drop((a2, a3, b, lb));
         assert_eq!(gate.open(), 0);
-        assert!(gate.per_peer.is_empty(), "entries go with their last connection");
+        assert!(
+            gate.per_peer.is_empty(),
+            "entries go with their last connection"
+        );
     }
 
     #[test]
     fn exempt_entries_parse_as_addresses_or_networks() {
-        assert!(parse_net("127.0.0.1").unwrap().contains(&"127.0.0.1".parse::<IpAddr>().unwrap()));
-        assert!(!parse_net("127.0.0.1").unwrap().contains(&"127.0.0.2".parse::<IpAddr>().unwrap()));
+        assert!(
+            parse_net("127.0.0.1")
+                .unwrap()
+                .contains(&"127.0.0.1".parse::<IpAddr>().unwrap())
+        );
+        assert!(
+            !parse_net("127.0.0.1")
+                .unwrap()
+                .contains(&"127.0.0.2".parse::<IpAddr>().unwrap())
+        );
         assert!(parse_net("::1").is_ok());
         assert!(parse_net("fd00::/8").is_ok());
         assert!(parse_net("localhost").is_err());

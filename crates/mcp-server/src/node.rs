@@ -36,8 +36,14 @@ const PAUSE_SETTLE: Duration = Duration::from_millis(50);
 /// Pending connections the kernel queues for the listener.
 const LISTEN_BACKLOG: i32 = 2048;
 /// File descriptors kept out of the connection limit: the store's
-/// connections, the admin listener and its probes, log files, the process.
-const FD_RESERVE: u64 = 128;
+/// connections, the admin listener and its probes, the runtime's own
+/// (epoll, wake-ups), log files.
+const FD_RESERVE: u64 = 64;
+/// Connections each worker may hold beyond its share of the limit: those
+/// accepted and not yet refused by the gate. Bounds the descriptors a
+/// flood can take between the accept and the refusal; kept out of the
+/// connection limit too.
+const IN_TRANSIT_PER_WORKER: usize = 32;
 
 /// A node about to serve: bound, not yet running.
 pub struct BoundNode {
@@ -312,8 +318,13 @@ pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<Boun
     let exempt = http
         .exempt_networks()
         .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err))?;
+    let workers = if config.workers > 0 {
+        config.workers
+    } else {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    };
     let gate = ConnectionGate::new(
-        max_connections(http.max_connections),
+        max_connections(http.max_connections, workers),
         http.max_connections_per_peer,
         exempt,
     );
@@ -358,15 +369,15 @@ pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<Boun
     .keep_alive(Duration::from_secs(http.keep_alive_secs))
     .client_request_timeout(Duration::from_secs(http.request_header_timeout_secs))
     // The gate bounds connections (and closes the ones beyond at once);
-    // actix's own per-worker bound, which stops accepting, stays above it.
-    .max_connections(gate.max().saturating_add(1))
+    // actix's own per-worker bound, which stops accepting, is just above
+    // each worker's share, so that the connections accepted but not yet
+    // refused cannot take the descriptors the node needs.
+    .max_connections(gate.max().div_ceil(workers) + IN_TRANSIT_PER_WORKER)
     .on_connect(move |connection, data| admitted.on_connect(connection, data))
     // Connections still open when the workers stop (after the drain) get
     // this long to end.
     .shutdown_timeout(drain_grace.as_secs().max(1));
-    if config.workers > 0 {
-        main = main.workers(config.workers);
-    }
+    main = main.workers(workers);
     let socket = listen(config.bind)?;
     let listener = socket.try_clone()?;
     let main = main.listen(socket)?;
@@ -423,14 +434,15 @@ fn listen(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 }
 
 /// The connection limit: as configured, or the open-file limit less a
-/// reserve.
-fn max_connections(configured: usize) -> usize {
+/// reserve (the node's own descriptors, and the connections in transit).
+fn max_connections(configured: usize, workers: usize) -> usize {
     if configured > 0 {
         return configured;
     }
+    let reserve = FD_RESERVE + (IN_TRANSIT_PER_WORKER * workers) as u64;
     match rlimit::getrlimit(rlimit::Resource::NOFILE) {
         Ok((soft, _)) => {
-            usize::try_from(soft.saturating_sub(FD_RESERVE).max(16)).unwrap_or(usize::MAX)
+            usize::try_from(soft.saturating_sub(reserve).max(16)).unwrap_or(usize::MAX)
         }
         Err(err) => {
             tracing::warn!(error = %err, "Open-file limit unknown; connections limited to 1024.");

@@ -48,6 +48,21 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// Resident memory of process `pid` in bytes (`VmRSS` in
+/// `/proc/<pid>/status`); `None` when it cannot be read.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
 /// Sends one HTTP/1.1 request over a plain socket, exactly as written (for
 /// requests an HTTP client would amend: missing or repeated headers, odd
 /// header-name case). `head` is the request line and headers without the
@@ -208,13 +223,40 @@ impl NodeProcess {
         args: &[impl AsRef<std::ffi::OsStr>],
         bind: &str,
     ) -> anyhow::Result<Self> {
+        Self::spawn_command(binary, Command::new(binary), args, bind)
+    }
+
+    /// As [`Self::spawn`], with the open-file limit (soft and hard) set to
+    /// `open_files` for the node (through `sh -c 'ulimit -n'`).
+    ///
+    /// # Errors
+    /// As [`Self::spawn`].
+    pub fn spawn_with_open_files(
+        binary: &Path,
+        args: &[&str],
+        open_files: u64,
+    ) -> anyhow::Result<Self> {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {open_files} && exec \"$0\" \"$@\""))
+            .arg(binary);
+        Self::spawn_command(binary, command, args, "127.0.0.1:0")
+    }
+
+    fn spawn_command(
+        binary: &Path,
+        mut command: Command,
+        args: &[impl AsRef<std::ffi::OsStr>],
+        bind: &str,
+    ) -> anyhow::Result<Self> {
         if !binary.exists() {
             bail!(
                 "{} not found: build it first (cargo build -p mcp-node)",
                 binary.display()
             );
         }
-        let mut child = Command::new(binary)
+        let mut child = command
             .args(args)
             .args(["--bind", bind])
             .stdin(Stdio::null())
@@ -259,6 +301,32 @@ impl NodeProcess {
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The node's address.
+    ///
+    /// # Panics
+    /// When the URL the node reported has no address (never for a node
+    /// this type started).
+    pub fn addr(&self) -> SocketAddr {
+        self.url
+            .strip_prefix("http://")
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|addr| addr.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {}", self.url))
+    }
+
+    /// Its resident memory now, in bytes.
+    ///
+    /// # Panics
+    /// When `/proc` cannot tell (not Linux, or the node exited).
+    pub fn rss_bytes(&self) -> u64 {
+        rss_bytes(self.pid()).unwrap_or_else(|| panic!("no VmRSS for pid {}", self.pid()))
+    }
+
+    /// Whether the process still runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Sends SIGTERM (via `kill`) and waits for the exit status.

@@ -251,7 +251,10 @@ mod tests {
         assert!(conf.contains("server 127.0.0.1:1001 max_fails=0;"));
         assert!(conf.contains("server 127.0.0.1:1002 max_fails=0;"));
         assert!(conf.contains("listen 127.0.0.1:9;"));
-        assert!(conf.contains("keepalive_timeout 4s;"), "below the nodes' keep-alive");
+        assert!(
+            conf.contains("keepalive_timeout 4s;"),
+            "below the nodes' keep-alive"
+        );
         for sticky in ["ip_hash", "hash ", "sticky", "least_conn"] {
             assert!(!conf.contains(sticky), "{sticky}");
         }

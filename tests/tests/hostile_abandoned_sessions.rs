@@ -1,0 +1,84 @@
+//! Sessions abandoned without DELETE are reclaimed whole: when a session
+//! expires its streams go with it, so memory (embedded store) and Redis
+//! keys return to where they were. Before: each abandoned session left its
+//! standalone stream for `idle_stream_ttl_secs` (1 h): 0.56 KB each in
+//! memory, 2 Redis keys each.
+
+mod hostile_support;
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use hostile_support::*;
+use mcp_client::Client;
+use mcp_testkit::{Cluster, within};
+use serde_json::json;
+
+/// Idle TTL of the test nodes' sessions.
+const TTL_SECS: u64 = 2;
+/// Expiry plus the node's idle check (5 s) and expiry sweep (5 s).
+const RECLAIMED_AFTER: Duration = Duration::from_secs(TTL_SECS + 5 + 5 + 2);
+
+/// Opens `n` sessions on `url` and abandons them (no DELETE).
+async fn abandon(url: &str, n: usize) {
+    futures_util::stream::iter(0..n)
+        .for_each_concurrent(32, |_| async move {
+            let mut client = Client::new(url, VERSION);
+            within("initialize", client.initialize(json!({})))
+                .await
+                .unwrap();
+        })
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_sessions_give_their_memory_back() {
+    let ttl = TTL_SECS.to_string();
+    let node = node(&["--session-ttl-secs", &ttl]);
+    let url = node.url().to_owned();
+    let mut rss = Vec::new();
+    for _ in 0..3 {
+        abandon(&url, 10_000).await;
+        tokio::time::sleep(RECLAIMED_AFTER).await;
+        rss.push(node.rss_bytes());
+    }
+    eprintln!(
+        "abandoned sessions, 3 x 10,000 (embedded): RSS after each round {:?} KiB",
+        rss.iter().map(|b| b / 1024).collect::<Vec<_>>()
+    );
+    // Before: +5.6 MB per round of 10,000 (their standalone streams).
+    assert!(
+        rss[2] < rss[0] + 3 * MIB,
+        "memory grows with abandoned sessions: {rss:?}"
+    );
+    assert_serving(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_sessions_leave_no_redis_key() {
+    let ttl = TTL_SECS.to_string();
+    let cluster = Cluster::start(1, &["--log", "warn", "--session-ttl-secs", &ttl]).unwrap();
+    let url = cluster.node_url(0);
+    let keys = || -> u64 {
+        cluster
+            .redis()
+            .command(&["DBSIZE"])
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // The node's own keys (heartbeat, node set).
+    let baseline = keys();
+    for round in 0..2 {
+        abandon(&url, 2_000).await;
+        let during = keys();
+        assert!(during >= baseline + 2_000, "round {round}: {during} keys");
+        tokio::time::sleep(RECLAIMED_AFTER).await;
+        let after = keys();
+        eprintln!(
+            "abandoned sessions, round {round} of 2,000 (Redis): keys {baseline} -> {during} -> {after}"
+        );
+        assert_eq!(after, baseline, "round {round}: keys left behind");
+    }
+    assert_serving(&url).await;
+}
