@@ -186,10 +186,9 @@ fn hold_fails_when_the_server_refuses_sessions_and_closes_those_it_opened() {
         node.url(),
         "--sessions",
         "15",
-        // One at a time: the node's session limit is checked before the
-        // session is inserted, so concurrent initializes can overshoot it.
+        // Concurrent initializes: the node's limit holds exactly.
         "--open-concurrency",
-        "1",
+        "8",
         "--hold",
         "0",
     ]);

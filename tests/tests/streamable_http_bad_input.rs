@@ -784,3 +784,21 @@ async fn initialize_with_a_session_id_is_400() {
     assert!(message.contains("Mcp-Session-Id"), "{message}");
     assert_serving(&client).await;
 }
+
+#[tokio::test]
+async fn a_refused_initialize_answers_with_its_request_id() {
+    let mut config = NodeConfig::default();
+    config.runtime.max_sessions = 1;
+    let node = InProcessNode::start(fixtures::test_server(), config).unwrap();
+    let first = session(&node, LATEST).await;
+    let init = json!({"jsonrpc": "2.0", "id": "init-2", "method": "initialize", "params": {
+        "protocolVersion": LATEST, "capabilities": {},
+        "clientInfo": {"name": "second", "version": "0"}}});
+    let (status, headers, body) =
+        send(&node, Method::POST, post_headers(None), init.to_string()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(headers["retry-after"], "1");
+    let message = assert_error(&body, -32603, &json!("init-2"));
+    assert!(message.contains("too many sessions"), "{message}");
+    assert_serving(&first).await;
+}

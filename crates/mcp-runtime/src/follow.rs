@@ -24,6 +24,15 @@ use tokio_util::sync::CancellationToken;
 /// holds in memory.
 const READ_BATCH: usize = 64;
 
+/// How long a reader retries a store that does not answer before it ends
+/// its connection with `retry`: a short outage (Redis restarting, a
+/// reconnect) is ridden out, and a store that comes back without the stream
+/// gets the lost-stream error rather than a silent reconnect.
+const STORE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Pause between reads of a store that does not answer.
+const STORE_RETRY: Duration = Duration::from_millis(250);
+
 /// What a follower yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FollowItem {
@@ -176,6 +185,8 @@ pub struct Follow {
     notices: VecDeque<Arc<str>>,
     /// The end, yielded once the notices are out.
     ending: Option<FollowEnd>,
+    /// Since when reads have failed (the store not answering), if they do.
+    failing_since: Option<tokio::time::Instant>,
     done: bool,
 }
 
@@ -223,6 +234,7 @@ impl Follow {
             answered: HashSet::new(),
             notices: VecDeque::new(),
             ending: None,
+            failing_since: None,
             done: false,
         })
     }
@@ -265,17 +277,34 @@ impl Follow {
                 .await
             {
                 Ok(batch) if !batch.events.is_empty() => {
+                    self.failing_since = None;
                     self.buffer.extend(batch.events);
                     continue;
                 }
                 Ok(batch) if batch.closed => return Some(self.end(FollowEnd::Completed)),
                 Ok(_) => {}
                 Err(StoreError::StreamNotFound) => return self.lost().await,
+                Err(err @ StoreError::Unavailable(_)) => {
+                    let since = *self
+                        .failing_since
+                        .get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() >= STORE_PATIENCE {
+                        tracing::warn!(stream = %self.stream, error = %err, "Stream read failed; the client is told to reconnect.");
+                        return Some(self.end(FollowEnd::Failed));
+                    }
+                    tracing::debug!(stream = %self.stream, error = %err, "Stream read failed; retrying.");
+                    tokio::select! {
+                        () = self.attachment.kick.cancelled() => return Some(self.end(FollowEnd::Kicked)),
+                        () = self.shutdown.cancelled() => return Some(self.end(FollowEnd::ShuttingDown)),
+                        () = tokio::time::sleep(STORE_RETRY) => continue,
+                    }
+                }
                 Err(err) => {
                     tracing::warn!(stream = %self.stream, error = %err, "Stream read failed.");
                     return Some(self.end(FollowEnd::Failed));
                 }
             }
+            self.failing_since = None;
             // Draining: what the log already holds has been sent (the read
             // above found nothing new), so the client resumes after it.
             if self.shutdown.is_cancelled() {

@@ -108,6 +108,20 @@ struct Inner {
     /// Set late in the drain: no new work is admitted, not even for
     /// existing sessions (503, the client retries elsewhere).
     closing: AtomicBool,
+    /// Sessions being created (between the limit check and the insertion
+    /// into the map): counted against `max_sessions`, so concurrent
+    /// `initialize`s cannot overshoot it.
+    creating: std::sync::atomic::AtomicUsize,
+}
+
+/// One session creation in progress, counted in `Inner::creating` until
+/// dropped.
+struct Creating<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Runtime {
@@ -137,6 +151,7 @@ impl Runtime {
                 drain: CancellationToken::new(),
                 draining: AtomicBool::new(false),
                 closing: AtomicBool::new(false),
+                creating: std::sync::atomic::AtomicUsize::new(0),
             }),
         };
         crate::cluster::start(&runtime);
@@ -231,7 +246,9 @@ impl Runtime {
         if self.is_closing() {
             return Err(RuntimeError::ShuttingDown);
         }
-        if self.inner.sessions.len() >= self.config().max_sessions {
+        let others = self.inner.creating.fetch_add(1, Ordering::AcqRel);
+        let _creating = Creating(&self.inner.creating);
+        if self.inner.sessions.len() + others >= self.config().max_sessions {
             return Err(RuntimeError::TooManySessions);
         }
         let store = &self.inner.deps.node.store;
