@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project:
-#   1. the Rust workspace tests (unit, port suite, end-to-end over real sockets);
+#   1. the Rust workspace tests (unit, port suite, end-to-end over real sockets), then the
+#      fuzz targets (tests/fuzz/run.sh: cargo-fuzz on stable, each target for a bounded
+#      time from its seed corpus; installs the pinned cargo-fuzz if missing);
 #   2. the official MCP conformance suite (2025-11-25 requirements) against a started node,
 #      then through nginx in front of a 3-node cluster sharing a redis-server;
 #   3. an end-to-end test with the official TypeScript SDK client against a started node;
@@ -99,6 +101,13 @@ if [ "$cargo_status" != 0 ]; then
   echo "rust: $rust_passed passed, $rust_failed failed"
   exit 1
 fi
+
+echo "== fuzz targets (tests/fuzz/run.sh)"
+set +e
+LOG_DIR="$LOG_DIR" bash tests/fuzz/run.sh 2>&1 | tee "$LOG_DIR/fuzz.log"
+fuzz_status=${PIPESTATUS[0]}
+set -e
+read -r fuzz_passed fuzz_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/fuzz.log")
 
 # Starts a node on a free port, with any further arguments as extra flags; sets
 # NODE_PID and NODE_URL.
@@ -328,8 +337,9 @@ stop_cluster
 read -r matrix_passed matrix_failed < <(cat "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" |
   awk '/^matrix [a-z-]+: [0-9]+ passed, [0-9]+ failed$/ {p += $3; f += $5} END {print p+0, f+0}')
 
-failed=$((rust_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed))
-passed=$((rust_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed))
+failed=$((rust_failed + fuzz_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed))
+passed=$((rust_passed + fuzz_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed))
+[ "$fuzz_status" = 0 ] || { echo "fuzz targets failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$conformance_status" = 0 ] || { echo "conformance suite failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$cluster_conformance_status" = 0 ] || { echo "conformance suite against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$sdk_status" = 0 ] || { echo "TypeScript SDK end-to-end test failed" >&2; failed=$((failed > 0 ? failed : 1)); }
@@ -337,6 +347,6 @@ passed=$((rust_passed + conf_passed + cluster_passed + sdk_passed + matrix_passe
 [ "$matrix_cluster_status" = 0 ] || { echo "client matrix against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 echo "client matrix:"
 grep -h '^matrix .* x .*: ' "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" | sed 's/^/  /'
-echo "rust: $rust_passed passed, $rust_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed"
+echo "rust: $rust_passed passed, $rust_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed"
 echo "total: $passed passed, $failed failed"
 [ "$failed" = 0 ]
