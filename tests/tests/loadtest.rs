@@ -4,21 +4,11 @@
 //! `hold` measures the memory of idle sessions with open GET streams.
 //! Small numbers: this checks the tool works, it does not measure speed.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-use mcp_testkit::{Cluster, NodeProcess, node_binary};
+use mcp_testkit::{Cluster, NodeProcess, loadtest_binary, node_binary};
 use serde_json::Value;
-
-fn loadtest_binary() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/mcp-loadtest");
-    assert!(
-        path.exists(),
-        "{} not found: build it first (cargo build -p mcp-loadtest)",
-        path.display()
-    );
-    path
-}
 
 fn scenario(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -4,22 +4,12 @@
 //! session churn), is invisible to clients: no failed operation and no
 //! protocol violation in the load generator's report.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use mcp_testkit::Cluster;
+use mcp_testkit::{Cluster, loadtest_binary};
 use serde_json::Value;
-
-fn loadtest_binary() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/mcp-loadtest");
-    assert!(
-        path.exists(),
-        "{} not found: build it first (cargo build -p mcp-loadtest)",
-        path.display()
-    );
-    path
-}
 
 #[test]
 fn a_rolling_restart_under_load_fails_no_operation() {

@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +18,7 @@ use mcp_runtime::{
 use mcp_store::Store;
 use mcp_store::memory::Retention;
 use serde_json::{Value, json};
+use support::call;
 
 #[derive(Debug)]
 struct Echo;
@@ -60,26 +63,6 @@ impl McpService for Hang {
 
 fn runtime(config: RuntimeConfig) -> Runtime {
     Runtime::new(Arc::new(Echo), Store::memory(Retention::default()), config)
-}
-
-async fn call(
-    runtime: &Runtime,
-    session: &SessionHandle,
-    id: i64,
-    method: &str,
-    params: Value,
-) -> mcp_protocol::Response {
-    let (exchange, reply) = runtime.exchange(session, vec![RequestId::Number(id)]);
-    session
-        .dispatch(
-            Request::new(RequestId::Number(id), method, params),
-            exchange,
-        )
-        .unwrap();
-    match reply.await.unwrap() {
-        ExchangeReply::Json(mut r) => r.pop().unwrap(),
-        other => panic!("expected JSON, got {other:?}"),
-    }
 }
 
 async fn initialized(runtime: &Runtime) -> SessionHandle {

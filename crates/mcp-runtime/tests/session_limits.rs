@@ -81,114 +81,61 @@ async fn initialize_refuses_oversized_client_state_and_keeps_nothing() {
 async fn subscriptions_are_bounded_in_length_count_and_to_known_resources() {
     let runtime = runtime(config());
     let session = initialized(&runtime).await;
-    let subscribe = |uri: String| json!({ "uri": uri });
+    let subscribe = |id: i64, uri: String| {
+        call(
+            &runtime,
+            &session,
+            id,
+            "resources/subscribe",
+            json!({ "uri": uri }),
+        )
+    };
+    let message = |r: &mcp_protocol::Response| r.outcome.as_ref().unwrap_err().message.clone();
 
-    let long = format!("test://{}", "u".repeat(100));
-    let r = call(
-        &runtime,
-        &session,
-        1,
-        "resources/subscribe",
-        subscribe(long),
-    )
-    .await;
+    let r = subscribe(1, format!("test://{}", "u".repeat(100))).await;
     assert_eq!(code(&r), i64::from(ErrorCode::INVALID_PARAMS.0), "{r:?}");
-    assert!(
-        r.outcome
-            .as_ref()
-            .unwrap_err()
-            .message
-            .contains("at most 64"),
-        "{r:?}"
-    );
+    assert!(message(&r).contains("at most 64"), "{r:?}");
 
     // 2025-11-25 resources: an unknown resource is -32002, with its URI.
-    let r = call(
-        &runtime,
-        &session,
-        2,
-        "resources/subscribe",
-        subscribe("nope://x".into()),
-    )
-    .await;
+    let r = subscribe(2, "nope://x".into()).await;
     let err = r.outcome.as_ref().unwrap_err();
     assert_eq!(err.code, ErrorCode::RESOURCE_NOT_FOUND, "{r:?}");
     assert_eq!(err.data.as_ref().unwrap()["uri"], "nope://x");
 
-    for (i, uri) in ["test://a", "test://b", "test://c"].into_iter().enumerate() {
-        let r = call(
-            &runtime,
-            &session,
-            10 + i as i64,
-            "resources/subscribe",
-            subscribe(uri.into()),
-        )
-        .await;
+    for (id, uri) in [(10, "test://a"), (11, "test://b"), (12, "test://c")] {
+        let r = subscribe(id, uri.into()).await;
         assert!(r.outcome.is_ok(), "{uri}: {r:?}");
     }
     // Again: already held, no room needed.
-    let r = call(
-        &runtime,
-        &session,
-        20,
-        "resources/subscribe",
-        subscribe("test://a".into()),
-    )
-    .await;
+    let r = subscribe(20, "test://a".into()).await;
     assert!(r.outcome.is_ok(), "{r:?}");
-    let r = call(
-        &runtime,
-        &session,
-        21,
-        "resources/subscribe",
-        subscribe("test://d".into()),
-    )
-    .await;
+    let r = subscribe(21, "test://d".into()).await;
     assert_eq!(code(&r), i64::from(ErrorCode::INVALID_PARAMS.0), "{r:?}");
-    assert!(
-        r.outcome
-            .as_ref()
-            .unwrap_err()
-            .message
-            .contains("unsubscribe"),
-        "{r:?}"
+    assert!(message(&r).contains("unsubscribe"), "{r:?}");
+    assert_eq!(
+        held(&runtime, &session).await,
+        ["test://a", "test://b", "test://c"]
     );
 
-    let held = runtime
-        .store()
-        .sessions
-        .load(session.id())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(held.subscriptions.len(), 3, "{:?}", held.subscriptions);
-    assert!(!held.subscriptions.contains("test://d"));
+    let unsubscribe = json!({"uri": "test://b"});
+    let r = call(&runtime, &session, 22, "resources/unsubscribe", unsubscribe).await;
+    assert!(r.outcome.is_ok(), "{r:?}");
+    let r = subscribe(23, "test://d".into()).await;
+    assert!(r.outcome.is_ok(), "{r:?}");
+    assert_eq!(
+        held(&runtime, &session).await,
+        ["test://a", "test://c", "test://d"]
+    );
+}
 
-    let r = call(
-        &runtime,
-        &session,
-        22,
-        "resources/unsubscribe",
-        subscribe("test://b".into()),
-    )
-    .await;
-    assert!(r.outcome.is_ok(), "{r:?}");
-    let r = call(
-        &runtime,
-        &session,
-        23,
-        "resources/subscribe",
-        subscribe("test://d".into()),
-    )
-    .await;
-    assert!(r.outcome.is_ok(), "{r:?}");
-    let held = runtime
+/// The subscriptions the store holds for `session`, in order.
+async fn held(runtime: &mcp_runtime::Runtime, session: &mcp_runtime::SessionHandle) -> Vec<String> {
+    let record = runtime
         .store()
         .sessions
         .load(session.id())
         .await
         .unwrap()
         .unwrap();
-    let uris: Vec<&str> = held.subscriptions.iter().map(String::as_str).collect();
-    assert_eq!(uris, ["test://a", "test://c", "test://d"]);
+    record.subscriptions.into_iter().collect()
 }

@@ -23,6 +23,21 @@ pub fn node_binary() -> PathBuf {
     }
 }
 
+/// The `mcp-loadtest` binary: `target/debug/mcp-loadtest` in this
+/// workspace.
+///
+/// # Panics
+/// When it has not been built (`cargo build -p mcp-loadtest`).
+pub fn loadtest_binary() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/mcp-loadtest");
+    assert!(
+        path.exists(),
+        "{} not found: build it first (cargo build -p mcp-loadtest)",
+        path.display()
+    );
+    path
+}
+
 /// Redis, nodes and a load balancer; every process is killed on drop
 /// (load balancer first, Redis last).
 #[derive(Debug)]

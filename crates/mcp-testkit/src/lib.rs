@@ -356,6 +356,6 @@ pub mod fixtures;
 mod nginx;
 mod redis;
 
-pub use cluster::{Cluster, NODE_BIN_ENV, node_binary};
+pub use cluster::{Cluster, NODE_BIN_ENV, loadtest_binary, node_binary};
 pub use nginx::Nginx;
 pub use redis::RedisServer;
