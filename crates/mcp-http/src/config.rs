@@ -43,7 +43,9 @@ pub struct HttpConfig {
     /// node never runs out of descriptors.
     pub max_connections: usize,
     /// Most connections one client address holds; beyond it its new
-    /// connections are closed at once. 0: no limit. Default 512.
+    /// connections are closed at once. Never more than a quarter of the
+    /// node's connection limit (0: that quarter), so that one address
+    /// cannot fill the node. Default 512.
     pub max_connections_per_peer: usize,
     /// Addresses or networks (`10.0.0.0/8`) the per-address limit does not
     /// apply to: load balancers, ingress controllers and sidecar proxies,

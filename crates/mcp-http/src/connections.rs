@@ -63,11 +63,18 @@ impl Drop for Admitted {
 }
 
 impl ConnectionGate {
-    /// A gate admitting at most `max` connections, `max_per_peer` per
-    /// address outside `exempt`.
+    /// A gate admitting at most `max` connections, and per address outside
+    /// `exempt` at most `max_per_peer` (0: no limit of its own) and never
+    /// more than a quarter of `max`: one address cannot fill the node.
     pub fn new(max: usize, max_per_peer: usize, exempt: Vec<IpNet>) -> Arc<Self> {
+        let max = max.max(1);
+        let quarter = (max / 4).max(1);
+        let max_per_peer = match max_per_peer {
+            0 => quarter,
+            n => n.min(quarter),
+        };
         Arc::new(Self {
-            max: max.max(1),
+            max,
             max_per_peer,
             exempt,
             open: AtomicUsize::new(0),
@@ -91,6 +98,11 @@ impl ConnectionGate {
         self.max
     }
 
+    /// The most connections per address that is not exempt.
+    pub fn max_per_peer(&self) -> usize {
+        self.max_per_peer
+    }
+
     /// Admits a connection from `peer`, or says why not. An admitted one is
     /// counted until the returned guard drops.
     ///
@@ -101,8 +113,7 @@ impl ConnectionGate {
             self.open.fetch_sub(1, Ordering::AcqRel);
             return Err(self.refuse(Refused::NodeFull));
         }
-        let limited = peer
-            .filter(|ip| self.max_per_peer > 0 && !self.exempt.iter().any(|net| net.contains(ip)));
+        let limited = peer.filter(|ip| !self.exempt.iter().any(|net| net.contains(ip)));
         if let Some(ip) = limited {
             let mut count = self.per_peer.entry(ip).or_insert(0);
             if *count >= self.max_per_peer {
@@ -193,22 +204,35 @@ mod tests {
     #[test]
     fn per_peer_and_total_limits_hold_and_slots_come_back() {
         let gate = ConnectionGate::new(4, 2, vec![parse_net("10.0.0.0/8").unwrap()]);
+        // A quarter of 4: one per address.
+        assert_eq!(gate.max_per_peer(), 1);
+        let gate = ConnectionGate::new(8, 2, vec![parse_net("10.0.0.0/8").unwrap()]);
+        assert_eq!(gate.max_per_peer(), 2);
         let a1 = gate.admit(ip("192.0.2.1")).unwrap();
         let a2 = gate.admit(ip("192.0.2.1")).unwrap();
         assert_eq!(gate.admit(ip("192.0.2.1")).unwrap_err(), Refused::PeerFull);
-        // Another address, and an exempt one beyond the per-peer limit.
+        // Other addresses, and an exempt one beyond the per-peer limit.
         let b = gate.admit(ip("192.0.2.2")).unwrap();
-        let lb = gate.admit(ip("10.1.2.3")).unwrap();
-        assert_eq!(gate.open(), 4);
+        let c = gate.admit(ip("192.0.2.3")).unwrap();
+        let lb: Vec<_> = (0..4)
+            .map(|_| gate.admit(ip("10.1.2.3")).unwrap())
+            .collect();
+        assert_eq!(gate.open(), 8);
         assert_eq!(gate.admit(ip("10.1.2.3")).unwrap_err(), Refused::NodeFull);
         assert_eq!(gate.refused(), 2);
         drop(a1);
         let a3 = gate.admit(ip("192.0.2.1")).unwrap();
-        drop((a2, a3, b, lb));
+        drop((a2, a3, b, c, lb));
         assert_eq!(gate.open(), 0);
         assert!(
             gate.per_peer.is_empty(),
             "entries go with their last connection"
+        );
+        // No limit of its own: a quarter of the node's.
+        assert_eq!(ConnectionGate::new(400, 0, Vec::new()).max_per_peer(), 100);
+        assert_eq!(
+            ConnectionGate::new(400_000, 512, Vec::new()).max_per_peer(),
+            512
         );
     }
 

@@ -91,7 +91,8 @@ struct Cli {
     /// reserve [default: 0].
     #[arg(long, env = "MCP_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
-    /// Most connections per client address, 0 for no limit [default: 512].
+    /// Most connections per client address, at most a quarter of the
+    /// node's (0 for that quarter) [default: 512].
     #[arg(long, env = "MCP_MAX_CONNECTIONS_PER_PEER")]
     max_connections_per_peer: Option<usize>,
     /// Addresses or networks exempt from the per-address limit,

@@ -330,7 +330,7 @@ pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<Boun
     );
     tracing::info!(
         max_connections = gate.max(),
-        max_connections_per_peer = http.max_connections_per_peer,
+        max_connections_per_peer = gate.max_per_peer(),
         "Connection limits."
     );
     let drain_grace = Duration::from_secs(config.drain_grace_secs);
