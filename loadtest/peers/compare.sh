@@ -42,10 +42,26 @@
 #      fresh server and `mcp-loadtest hold --server-pid`, which samples the
 #      server's VmRSS before opening and after all sessions settle. For
 #      ours-redis only the node's RSS is counted, not Redis's.
-# Rates count 2xx replies only: (requests - non-2xx) / elapsed, from wrk's
-# own counts. Latency percentiles are wrk's (--latency). The table also
-# gives wrk's CPU share of its core: one wrk thread tops out near 125k
-# req/s here, so near 100 % the ceiling measured is the generator's.
+# Rates count checked answers only. The wrk scripts (peers/wrk/*.lua, the
+# rules in peers/wrk/mcp_check.lua) give every request its own JSON-RPC id,
+# unique across all runs of this script (RUN_ID), so no session ever sees an
+# id twice, and check every answer: HTTP 2xx, exactly one JSON-RPC response
+# (JSON body or SSE events), the request's id, no error, and the expected
+# result (tools/call: the echo text "mN" of request N, "Echo: mN" from
+# mcp-node; initialize: protocolVersion, capabilities, serverInfo and an
+# Mcp-Session-Id). The rate is checked successes / elapsed; wrk's own
+# Requests/sec counts any HTTP answer, errors included, and is not used.
+# (Before, a 2xx carrying a JSON-RPC error counted: with "id":1 on every
+# request about 2 % of ours-redis' answers at 64 connections were -32600
+# "request id 1 is already in flight".)
+# Any failed answer or wrk socket error in a run is reported at once, marks
+# the run's cells in the table ("!N failed"), and makes the script exit 1
+# at the end with the list of failing runs: such a table is not a result.
+# Latency percentiles are wrk's (--latency), over every answer (all checked
+# successes when the run has no failure). The table also gives wrk's CPU
+# share of its core: one wrk thread tops out near 125k req/s here (less
+# with the per-answer check), so near 100 % the ceiling measured is the
+# generator's.
 #
 # Fairness choices (each peer's file says more):
 #   - The SDK peers keep their defaults for stateful sessions: SSE response
@@ -93,6 +109,7 @@ PEERS=loadtest/peers
 OUT=target/peers
 LOG_DIR=$OUT/logs
 RAW=$OUT/raw.log
+FAILURES=$OUT/failures.log
 RESULTS=$OUT/results.md
 LOADTEST=./target/release/mcp-loadtest
 declare -A PORT=([ours]=18501 [ours-redis]=18502 [rmcp]=18503 [ts]=18504 [py]=18505
@@ -143,6 +160,7 @@ fi
 
 mkdir -p "$LOG_DIR"
 : >"$RAW"
+: >"$FAILURES"
 
 # ---- processes: every one this script starts is in PIDS until it is stopped
 PIDS=()
@@ -255,18 +273,32 @@ open_sessions() {
   (IFS=,; echo "${ids[*]}")
 }
 
-# run_wrk LABEL CONNS SECS SCRIPT URL [SESSIONS]
-#   -> "ok_rate p50_ms p99_ms errors generator_cpu_percent"
+# Every wrk run gets its own RUN_ID, so request ids never repeat in a
+# session across runs (the scripts make them unique within a run).
+WRK_RUN=0
+
+# echo_prefix TARGET: what the target's echo tool puts before the message.
+echo_prefix() { [[ $1 == ours* ]] && echo "Echo: " || echo ""; }
+
+# run_wrk LABEL CONNS SECS SCRIPT URL RUN_ID TARGET [SESSIONS]
+#   -> "ok_rate p50_ms p99_ms failed generator_cpu_percent"
+# ok_rate: checked successes per second (the script's done() line). failed:
+# failed answers plus socket errors; -1 when the script printed no summary
+# (wrk or the script broke; see raw.log). A run with failed != 0 is also
+# written to $FAILURES and reported on stderr at once.
 # The generator's CPU share (of its one core) is the check on the ceiling:
 # near 100 % the number is wrk's limit, not the server's.
 run_wrk() {
-  local label=$1 conns=$2 secs=$3 script=$4 url=$5 sessions=${6:-} out timer=()
+  local label=$1 conns=$2 secs=$3 script=$4 url=$5 run_id=$6 target=$7 sessions=${8:-} out timer=() line
   [[ -x /usr/bin/time ]] && timer=(/usr/bin/time -f 'generator_cpu_seconds %U %S')
+  local init_expect=mcp
+  [[ $target == actix ]] && init_expect=bare
   # Bounded: wrk stops itself after SECS; timeout covers a wedged server.
-  out=$(SESSIONS=$sessions timeout $((secs + 30)) taskset -c $LOAD_CORE "${timer[@]}" \
+  out=$(env SESSIONS="$sessions" RUN_ID="$run_id" ECHO_PREFIX="$(echo_prefix "$target")" \
+    INIT_EXPECT="$init_expect" WRK_LUA_DIR="$PEERS/wrk" timeout $((secs + 30)) taskset -c $LOAD_CORE "${timer[@]}" \
     wrk -t1 -c"$conns" -d"${secs}s" --timeout 5s --latency -s "$script" "$url" 2>&1) || true
   printf '### %s\n%s\n\n' "$label" "$out" >>"$RAW"
-  awk '
+  line=$(awk '
     function ms(v) {
       if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
       if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0
@@ -274,16 +306,28 @@ run_wrk() {
       if (v ~ /s$/) return substr(v, 1, length(v) - 1) * 1000
       return -1
     }
-    / requests in / { n = $1; t = $4; sub(/s,?$/, "", t) }
+    # checked ok N failed M socket_errors S responses R secs T ok_per_sec X
+    $1 == "checked" && $2 == "ok" { ok_rate = $13; bad = $5 + $7; t = $11; checked = 1 }
     $1 == "50%" { p50 = ms($2) }
     $1 == "99%" { p99 = ms($2) }
-    /Non-2xx or 3xx responses:/ { bad += $NF }
-    /Socket errors:/ { for (i = 3; i <= NF; i++) if ($i ~ /^[0-9]+,?$/) bad += $i + 0 }
     $1 == "generator_cpu_seconds" { cpu = $2 + $3; timed = 1 }
     END {
-      if (t > 0) printf "%.0f %.3f %.3f %d %s\n", (n - bad) / t, p50, p99, bad, timed ? sprintf("%.0f", 100 * cpu / t) : "-"
+      if (checked && t > 0) printf "%.0f %.3f %.3f %d %s\n", ok_rate, p50, p99, bad, timed ? sprintf("%.0f", 100 * cpu / t) : "-"
       else print "0 -1 -1 -1 -"
-    }' <<<"$out"
+    }' <<<"$out")
+  read -r _ _ _ failed _ <<<"$line"
+  if [[ $failed != 0 ]]; then
+    local why
+    if [[ $failed == -1 ]]; then
+      why="no checked summary from wrk (wrk or script error; see $RAW)"
+    else
+      why="$failed failed: $(awk '$1 == "checked" && $2 == "failure" { printf "%s%s x%s", sep, $3, $4; sep = ", " }
+        /Socket errors:/ { printf "%s%s", sep, $0; sep = ", " }' <<<"$out")"
+    fi
+    echo "$label: $why" >>"$FAILURES"
+    echo "compare.sh: FAILED ANSWERS in $label: $why" >&2
+  fi
+  echo "$line"
 }
 
 sum() { awk -v a="$1" -v b="$2" 'BEGIN { print a + b }'; }
@@ -315,9 +359,12 @@ step_calls() {
   for round in $(seq 1 "$ROUNDS"); do
     for conns in $CONNS_LIST; do
       for target in $TARGETS; do
+        WRK_RUN=$((WRK_RUN + 1))
         read -r rate p50 p99 errs cpu < <(run_wrk "tools/call round=$round conns=$conns $target" "$conns" \
-          "$DURATION_SECS" "$PEERS/wrk/tools_call.lua" "http://127.0.0.1:${PORT[$target]}/mcp" "${SESSIONS_OF[$target]}")
-        printf 'tools/call round %d conns %-3d %-12s %9s req/s  p50 %8s ms  p99 %8s ms  errors %s  wrk cpu %s%%\n' \
+          "$DURATION_SECS" "$PEERS/wrk/tools_call.lua" "http://127.0.0.1:${PORT[$target]}/mcp" "$WRK_RUN" "$target" \
+          "${SESSIONS_OF[$target]}")
+        [[ $errs == -1 ]] && errs=1 # no summary: counted as one failure
+        printf 'tools/call round %d conns %-3d %-12s %9s ok/s  p50 %8s ms  p99 %8s ms  failed %s  wrk cpu %s%%\n' \
           "$round" "$conns" "$target" "$rate" "$p50" "$p99" "$errs" "$cpu"
         RPS[$target,$conns]=$(sum "${RPS[$target,$conns]}" "$rate")
         P50[$target,$conns]=$(sum "${P50[$target,$conns]}" "$p50")
@@ -338,10 +385,12 @@ step_init() {
   for round in $(seq 1 "$ROUNDS"); do
     for target in $TARGETS; do
       start_server "$target" init
+      WRK_RUN=$((WRK_RUN + 1))
       read -r rate _ _ errs cpu < <(run_wrk "initialize round=$round $target" "$INIT_CONNS" "$INIT_SECS" \
-        "$PEERS/wrk/initialize.lua" "http://127.0.0.1:${PORT[$target]}/mcp")
+        "$PEERS/wrk/initialize.lua" "http://127.0.0.1:${PORT[$target]}/mcp" "$WRK_RUN" "$target")
       stop_server "$target"
-      printf 'initialize round %d %-12s %9s init/s  errors %s  wrk cpu %s%%\n' "$round" "$target" "$rate" "$errs" "$cpu"
+      [[ $errs == -1 ]] && errs=1 # no summary: counted as one failure
+      printf 'initialize round %d %-12s %9s ok/s  failed %s  wrk cpu %s%%\n' "$round" "$target" "$rate" "$errs" "$cpu"
       INIT[$target]=$(sum "${INIT[$target]}" "$rate")
       INIT_ERRS[$target]=$(sum "${INIT_ERRS[$target]}" "$errs")
     done
@@ -385,6 +434,8 @@ ELAPSED=$(($(date +%s) - STARTED))
 # ---- results
 mean() { awk -v s="$1" -v r="$ROUNDS" 'BEGIN { if (s == "-") print "-"; else printf "%.0f", s / r }'; }
 mean2() { awk -v s="$1" -v r="$ROUNDS" 'BEGIN { if (s == "-") print "-"; else printf "%.2f", s / r }'; }
+# marked VALUE FAILED: VALUE, or "VALUE !N failed" when its runs had failures
+marked() { if [[ $2 == 0 ]]; then echo "$1"; else echo "$1 !$2 failed"; fi; }
 # ratio A B GOAL OP: "1.23 (met)" against a goal, "-" when either is missing
 ratio() {
   awk -v a="$1" -v b="$2" -v goal="$3" -v op="$4" 'BEGIN {
@@ -415,22 +466,28 @@ top=${conns_list[-1]}
   echo "$(date -u '+%Y-%m-%d %H:%M UTC'); $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores; server on core $SERVER_CORE, load on core $LOAD_CORE; steps took ${ELAPSED}s; load average before start $LOAD_BEFORE (above ~0.5 means other processes shared the cores)."
   echo "$(versions)."
   echo
+  if [[ -s $FAILURES ]]; then
+    echo "**NOT A RESULT: some answers failed the check; cells marked \"!N failed\" include such runs.**"
+    echo
+    sed 's/^/- /' "$FAILURES"
+    echo
+  fi
   echo "## Throughput and latency"
   echo
-  echo "tools/call echo, 2xx req/s, mean of $ROUNDS; p50/p99 in ms at $top connections, mean of $ROUNDS; initialize/s at $INIT_CONNS connections. errors: non-2xx and socket errors summed over all runs. wrk CPU: the generator's highest share of its core in any tools/call run at $top connections; near 100 % the rate is the generator's limit, so a lower bound for the server."
+  echo "tools/call echo, checked successes per second (answers with the request's id and the exact echo text; see peers/wrk/mcp_check.lua), mean of $ROUNDS; p50/p99 in ms at $top connections, mean of $ROUNDS; initialize/s: checked initialize results at $INIT_CONNS connections. failed: answers that failed the check plus wrk socket errors, summed over all runs (anything but 0 means the row is not a result). wrk CPU: the generator's highest share of its core in any tools/call run at $top connections; near 100 % the rate is the generator's limit, so a lower bound for the server."
   echo
   header="| target |"; rule="| --- |"
   for conns in $CONNS_LIST; do header+=" req/s @$conns |"; rule+=" ---: |"; done
-  echo "$header p50 @$top | p99 @$top | initialize/s | errors | wrk CPU @$top |"
+  echo "$header p50 @$top | p99 @$top | initialize/s | failed | wrk CPU @$top |"
   echo "$rule ---: | ---: | ---: | ---: | ---: |"
   for target in $TARGETS; do
     row="| $target |"
     errs=${INIT_ERRS[$target]}
     for conns in $CONNS_LIST; do
-      row+=" $(mean "${RPS[$target,$conns]}") |"
+      row+=" $(marked "$(mean "${RPS[$target,$conns]}")" "${ERRS[$target,$conns]}") |"
       errs=$(sum "$errs" "${ERRS[$target,$conns]}")
     done
-    echo "$row $(mean2 "${P50[$target,$top]}") | $(mean2 "${P99[$target,$top]}") | $(mean "${INIT[$target]}") | $errs | ${GEN_CPU[$target,$top]:--}% |"
+    echo "$row $(mean2 "${P50[$target,$top]}") | $(mean2 "${P99[$target,$top]}") | $(marked "$(mean "${INIT[$target]}")" "${INIT_ERRS[$target]}") | $errs | ${GEN_CPU[$target,$top]:--}% |"
   done
   echo
   if step memory; then
@@ -490,3 +547,11 @@ top=${conns_list[-1]}
 } >"$RESULTS"
 echo
 cat "$RESULTS"
+# A run with any failed answer is not a result: say which runs, and fail.
+if [[ -s $FAILURES ]]; then
+  echo >&2
+  echo "compare.sh: FAILED: $(wc -l <"$FAILURES") run(s) had answers that failed the check (or wrk socket errors);" \
+    "their rates are not results (details in $FAILURES and $RAW):" >&2
+  cat "$FAILURES" >&2
+  exit 1
+fi

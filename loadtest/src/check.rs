@@ -171,6 +171,37 @@ impl CallCheck {
     }
 }
 
+/// The text an echo tool may answer `message` with: the message itself (the
+/// SDK examples, the peers in `loadtest/peers/`) or `Echo: ` and the message
+/// (`mcp-node` and the reference "everything" server).
+const ECHO_PREFIX: &str = "Echo: ";
+
+/// Whether a `tools/call echo` response's result is the echo of `message`:
+/// exactly one content item, of type text, whose text is `message` or
+/// `Echo: ` followed by `message`. Anything else (another message, extra or
+/// missing content) is a wrong answer even with the right id.
+pub(crate) fn is_echo_of(response: &Value, message: &str) -> bool {
+    let Some([item]) = response
+        .pointer("/result/content")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+    else {
+        return false;
+    };
+    let text = item.get("text").and_then(Value::as_str);
+    item.get("type").and_then(Value::as_str) == Some("text")
+        && text.is_some_and(|t| t == message || t.strip_prefix(ECHO_PREFIX) == Some(message))
+}
+
+/// Whether a tool call's response carries a tool result: `result.content`
+/// is an array with at least one item.
+pub(crate) fn has_tool_content(response: &Value) -> bool {
+    response
+        .pointer("/result/content")
+        .and_then(Value::as_array)
+        .is_some_and(|content| !content.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -248,5 +279,44 @@ mod tests {
             .observe(json!({"jsonrpc": "2.0", "id": 1, "result": {"isError": true, "content": []}}))
             .unwrap();
         assert_eq!(check.finish(false), Ok(()));
+    }
+
+    fn echoed(content: Value) -> Value {
+        json!({"jsonrpc": "2.0", "id": 1, "result": {"content": content}})
+    }
+
+    #[test]
+    fn only_the_exact_echo_of_the_message_is_a_correct_echo() {
+        let text = |t: &str| echoed(json!([{"type": "text", "text": t}]));
+        assert!(is_echo_of(&text("hello"), "hello"));
+        assert!(is_echo_of(&text("Echo: hello"), "hello"));
+        // Containing the message is not enough: that let wrong answers count.
+        assert!(!is_echo_of(&text("hello hello"), "hello"));
+        assert!(!is_echo_of(&text("Echo: hello!"), "hello"));
+        assert!(!is_echo_of(&text("hell"), "hello"));
+        assert!(!is_echo_of(&echoed(json!([])), "hello"));
+        assert!(!is_echo_of(
+            &echoed(json!([{"type": "text", "text": "hello"}, {"type": "text", "text": "x"}])),
+            "hello"
+        ));
+        assert!(!is_echo_of(
+            &echoed(json!([{"type": "image", "text": "hello"}])),
+            "hello"
+        ));
+        assert!(!is_echo_of(
+            &json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32600, "message": "hello"}}),
+            "hello"
+        ));
+    }
+
+    #[test]
+    fn a_tool_result_needs_content() {
+        assert!(has_tool_content(&echoed(
+            json!([{"type": "text", "text": "done"}])
+        )));
+        assert!(!has_tool_content(&echoed(json!([]))));
+        assert!(!has_tool_content(
+            &json!({"jsonrpc": "2.0", "id": 1, "result": {}})
+        ));
     }
 }

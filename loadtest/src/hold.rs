@@ -19,10 +19,10 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use futures_util::{StreamExt, stream};
 use mcp_client::{Client, Reply, SseStream};
-use serde_json::json;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout};
 
+use crate::initialize;
 use crate::rss::rss_bytes;
 
 /// Bound on opening one session (initialize, initialized, GET).
@@ -140,11 +140,13 @@ async fn open(
     plan: Arc<HoldPlan>,
     http: reqwest::Client,
 ) -> anyhow::Result<(Client, Option<SseStream>)> {
-    let mut client = Client::with_http(http, &plan.url, &plan.protocol_version);
-    timeout(OPEN_TIMEOUT, client.initialize(json!({})))
-        .await
-        .context("initialize timed out")?
-        .context("initialize")?;
+    let client = timeout(
+        OPEN_TIMEOUT,
+        initialize::open(&http, &plan.url, &plan.protocol_version),
+    )
+    .await
+    .context("initialize timed out")?
+    .map_err(|error| anyhow::anyhow!("initialize failed: {}", error.key()))?;
     if !plan.get_stream {
         return Ok((client, None));
     }

@@ -6,6 +6,7 @@
 //! - [`scenario`]: the TOML scenario, a weighted mix of operations.
 //! - [`session`]: one virtual session and the operations it runs.
 //! - [`check`]: response and progress rules, free of I/O.
+//! - [`initialize`]: opening a session, its answer checked like any other.
 //! - [`stats`]: counters, histograms and error counts, whole run and current interval.
 //! - [`series`]: the sampler task and the time series (with the server's RSS).
 //! - [`report`]: the live progress line, the summary and the JSON report.
@@ -16,6 +17,7 @@ mod chart;
 mod check;
 mod hold;
 mod html;
+mod initialize;
 mod report;
 mod rss;
 mod scenario;

@@ -18,7 +18,8 @@ use serde_json::{Value, json};
 use tokio::sync::RwLock;
 use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 
-use crate::check::{CallCheck, Seen, Violation};
+use crate::check::{CallCheck, Seen, Violation, has_tool_content, is_echo_of};
+use crate::initialize;
 use crate::scenario::{OpKind, Operation, Scenario};
 use crate::stats::{ErrorKind, Stats};
 
@@ -54,14 +55,9 @@ pub(crate) struct Plan {
 /// One virtual session, from its start time to its DELETE.
 pub(crate) async fn run(plan: Arc<Plan>, start_at: Instant) {
     sleep_until(start_at).await;
-    let mut client = Client::with_http(
-        plan.http.clone(),
-        &plan.url,
-        &plan.scenario.protocol_version,
-    );
-    if !initialize(&mut client, &plan).await {
+    let Some(client) = initialize(&plan).await else {
         return;
-    }
+    };
     plan.stats.active_sessions.fetch_add(1, Ordering::Relaxed);
     let client = RwLock::new(client);
     // The server allows one standalone GET stream per session.
@@ -79,23 +75,27 @@ pub(crate) async fn run(plan: Arc<Plan>, start_at: Instant) {
     plan.stats.active_sessions.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// Initializes, retrying until it works or the run ends; false if it never did.
-async fn initialize(client: &mut Client, plan: &Plan) -> bool {
+/// Opens a session (checked: see [`initialize::open`]), retrying until it
+/// works or the run ends; `None` if it never did.
+async fn initialize(plan: &Plan) -> Option<Client> {
     while Instant::now() < plan.end {
         let started = Instant::now();
-        client.set_session_id(None);
-        let error = match timeout(SESSION_CALL_TIMEOUT, client.initialize(json!({}))).await {
-            Ok(Ok(_)) => {
+        let error = match timeout(SESSION_CALL_TIMEOUT, open_session(plan)).await {
+            Ok(Ok(client)) => {
                 plan.stats.ok(OpKind::Initialize, started.elapsed());
-                return true;
+                return Some(client);
             }
-            Ok(Err(err)) => classify(err),
+            Ok(Err(error)) => error,
             Err(_) => ErrorKind::Timeout,
         };
         plan.stats.failed(OpKind::Initialize, &error);
         sleep(INITIALIZE_RETRY_PAUSE).await;
     }
-    false
+    None
+}
+
+async fn open_session(plan: &Plan) -> Result<Client, ErrorKind> {
+    initialize::open(&plan.http, &plan.url, &plan.scenario.protocol_version).await
 }
 
 /// Runs operations until the run ends. Ops share the session under a read
@@ -117,11 +117,14 @@ async fn lane(client: &RwLock<Client>, plan: &Plan, standalone_taken: &AtomicBoo
         let outcome = match op {
             Operation::DeleteSession => {
                 let mut client = client.write().await;
-                let outcome = timeout_at(deadline, delete_session(&mut client)).await;
+                let outcome = timeout_at(deadline, delete_session(&mut client, plan)).await;
                 let failed = !matches!(outcome, Ok(Ok(_)));
                 record(plan, kind, outcome);
-                if failed && !initialize(&mut client, plan).await {
-                    return;
+                if failed {
+                    let Some(fresh) = initialize(plan).await else {
+                        return;
+                    };
+                    *client = fresh;
                 }
                 continue;
             }
@@ -176,10 +179,7 @@ async fn run_op(client: &Client, op: &Operation) -> Result<Duration, ErrorKind> 
         Operation::EchoCall { message } => {
             let params = json!({"name": "echo", "arguments": {"message": message}});
             let response = simple_request(client, "tools/call", params).await?;
-            let text = response
-                .pointer("/result/content/0/text")
-                .and_then(Value::as_str);
-            if !text.is_some_and(|t| t.contains(message.as_str())) {
+            if !is_echo_of(&response, message) {
                 return Err(violation(Violation::WrongResult));
             }
         }
@@ -417,14 +417,14 @@ async fn get_stream(client: &Client, hold: Duration) -> Result<Duration, ErrorKi
 }
 
 /// DELETE the session, then initialize a new one.
-async fn delete_session(client: &mut Client) -> Result<Duration, ErrorKind> {
+async fn delete_session(client: &mut Client, plan: &Plan) -> Result<Duration, ErrorKind> {
     let started = Instant::now();
     let status = client.delete().await.map_err(classify)?;
     if !status.is_success() {
         return Err(ErrorKind::HttpStatus(status.as_u16()));
     }
     client.set_session_id(None);
-    client.initialize(json!({})).await.map_err(classify)?;
+    *client = open_session(plan).await?;
     Ok(started.elapsed())
 }
 
@@ -487,10 +487,15 @@ async fn read_stream(
     }
 }
 
-/// A call read to its end: every rule checked, and its response a success.
+/// A call read to its end: every rule checked, and its response a success
+/// that carries a tool result.
 fn complete(check: &CallCheck) -> Result<(), ErrorKind> {
     check.finish(false).map_err(violation)?;
-    response_ok(check).map(drop)
+    if has_tool_content(&response_ok(check)?) {
+        Ok(())
+    } else {
+        Err(violation(Violation::WrongResult))
+    }
 }
 
 /// The response of a checked request, or its error as an [`ErrorKind`].

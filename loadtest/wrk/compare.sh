@@ -4,6 +4,12 @@
 # actix-web JSON echo (the ceiling), all on loopback.
 # Each server runs one worker pinned to core 0; wrk (one thread) and
 # redis-server run on core 1. Prints one line per run and the ratios.
+# Rates are checked successes per second: the wrk script
+# (loadtest/peers/wrk/tools_call.lua, rules in mcp_check.lua) gives every
+# request its own id (RUN_ID keeps ids unique across runs, so a session
+# never sees one twice) and counts an answer only when it carries that id
+# and the exact echo text; any failed answer or socket error is printed
+# with the run and makes the script exit 1 at the end.
 #   CONNS=64 DURATION=10s ROUNDS=3 bash loadtest/wrk/compare.sh
 #   TARGETS="embedded echo" ... to leave Redis out.
 set -euo pipefail
@@ -58,24 +64,35 @@ sessions_for() { # addr -> comma-separated initialized session ids
   (IFS=,; echo "${ids[*]}")
 }
 
-declare -A url sessions total
+declare -A url sessions total prefix
 for target in $TARGETS; do
   case $target in
-    embedded) url[$target]="http://$EMBEDDED_ADDR/mcp"; sessions[$target]=$(sessions_for $EMBEDDED_ADDR) ;;
-    redis) url[$target]="http://$REDIS_NODE_ADDR/mcp"; sessions[$target]=$(sessions_for $REDIS_NODE_ADDR) ;;
-    echo) url[$target]="http://$ECHO_ADDR/mcp"; sessions[$target]="" ;;
+    embedded) url[$target]="http://$EMBEDDED_ADDR/mcp"; sessions[$target]=$(sessions_for $EMBEDDED_ADDR); prefix[$target]="Echo: " ;;
+    redis) url[$target]="http://$REDIS_NODE_ADDR/mcp"; sessions[$target]=$(sessions_for $REDIS_NODE_ADDR); prefix[$target]="Echo: " ;;
+    echo) url[$target]="http://$ECHO_ADDR/mcp"; sessions[$target]=""; prefix[$target]="" ;;
   esac
   total[$target]=0
 done
 
+run_id=0 failures=()
 for round in $(seq 1 "$ROUNDS"); do
   for target in $TARGETS; do
-    out=$(SESSIONS=${sessions[$target]} taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency -s loadtest/wrk/tools_call.lua "${url[$target]}")
-    rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+    run_id=$((run_id + 1))
+    out=$(SESSIONS=${sessions[$target]} RUN_ID=$run_id ECHO_PREFIX=${prefix[$target]} WRK_LUA_DIR=loadtest/peers/wrk \
+      taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency -s loadtest/peers/wrk/tools_call.lua "${url[$target]}") || true
+    # checked ok N failed M socket_errors S responses R secs T ok_per_sec X
+    rps=$(awk '$1 == "checked" && $2 == "ok" { print $13 }' <<<"$out")
+    failed=$(awk '$1 == "checked" && $2 == "ok" { print $5 + $7 }' <<<"$out")
     p50=$(awk '$1=="50%" {print $2}' <<<"$out")
     p99=$(awk '$1=="99%" {print $2}' <<<"$out")
-    errors=$(awk '/Non-2xx|Socket errors/' <<<"$out")
-    printf 'round %d %-9s rps=%-10s p50=%-8s p99=%-8s %s\n' "$round" "$target" "$rps" "$p50" "$p99" "$errors"
+    if [[ -z $rps ]]; then
+      rps=0 failed="no checked summary (wrk or script error)"
+      echo "$out" >&2
+    fi
+    printf 'round %d %-9s ok/s=%-10s p50=%-8s p99=%-8s failed=%s\n' "$round" "$target" "$rps" "$p50" "$p99" "$failed"
+    if [[ $failed != 0 ]]; then
+      failures+=("round $round $target: $failed failed $(awk '$1 == "checked" && $2 != "ok" && $2 != "thread"' <<<"$out" | tr '\n' ' ')")
+    fi
     total[$target]=$(awk -v a="${total[$target]}" -v b="$rps" 'BEGIN {print a + b}')
   done
 done
@@ -87,4 +104,9 @@ if [[ " $TARGETS " == *" embedded "* && " $TARGETS " == *" echo "* ]]; then
 fi
 if [[ " $TARGETS " == *" embedded "* && " $TARGETS " == *" redis "* ]]; then
   awk -v n="${total[embedded]}" -v r="${total[redis]}" 'BEGIN {printf "redis / embedded = %.2f\n", r / n}'
+fi
+if [[ ${#failures[@]} -gt 0 ]]; then
+  echo "compare.sh: FAILED: answers that failed the check; these rates are not results:" >&2
+  printf '  %s\n' "${failures[@]}" >&2
+  exit 1
 fi

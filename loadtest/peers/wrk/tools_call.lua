@@ -1,13 +1,25 @@
--- wrk script for loadtest/peers/compare.sh: POST tools/call (echo) to a
--- Streamable HTTP MCP endpoint, rotating over the session ids in the
--- SESSIONS environment variable (comma-separated; unset for the bare JSON
--- echo, which keeps no sessions).
--- The generator must outrun the fastest server on one core, so the requests
--- are formatted once, up front, and there is no response() hook (with one,
--- wrk hands every response to Lua; without it wrk counts non-2xx itself).
-local body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hello"}}}'
-local requests = {}
+-- wrk script for loadtest/peers/compare.sh and loadtest/wrk/compare.sh:
+-- POST tools/call (echo) to a Streamable HTTP MCP endpoint, rotating over
+-- the session ids in the SESSIONS environment variable (comma-separated;
+-- unset for the bare JSON echo, which keeps no sessions), and check every
+-- answer (mcp_check.lua says what counts as a success).
+--
+-- Every request has its own id N (unique in the run, and across runs that
+-- pass different RUN_IDs, so a session never sees an id twice) and the
+-- message "mN"; the answer must carry id N and the single text content
+-- ECHO_PREFIX .. "mN": "Echo: mN" from mcp-node's echo tool
+-- (ECHO_PREFIX="Echo: "), "mN" from the SDK peers, the actix echo and the
+-- hyper floor, which return the message as it came (ECHO_PREFIX unset).
+--
+-- Run from the repository root (or set WRK_LUA_DIR to this directory).
+--   SESSIONS=a,b RUN_ID=1 ECHO_PREFIX="Echo: " wrk -t1 -c64 -d10s \
+--     -s loadtest/peers/wrk/tools_call.lua http://127.0.0.1:18501/mcp
+package.path = (os.getenv("WRK_LUA_DIR") or "loadtest/peers/wrk") .. "/?.lua;" .. package.path
+local check = require("mcp_check")
+
+local heads = {}
 local counter = 0
+local prefix = os.getenv("ECHO_PREFIX") or ""
 
 -- In init, not at load: wrk sets the Host header just before calling it.
 init = function(args)
@@ -15,20 +27,35 @@ init = function(args)
   for id in string.gmatch(os.getenv("SESSIONS") or "", "[^,]+") do
     table.insert(ids, id)
   end
-  -- No sessions: one request without the header.
-  if #ids == 0 then ids = { false } end
+  if #ids == 0 then
+    heads[1] = check.post_head({ ["MCP-Protocol-Version"] = "2025-11-25" })
+  end
   for _, id in ipairs(ids) do
-    local headers = {
-      ["Content-Type"] = "application/json",
-      ["Accept"] = "application/json, text/event-stream",
-      ["MCP-Protocol-Version"] = "2025-11-25",
-    }
-    if id then headers["Mcp-Session-Id"] = id end
-    table.insert(requests, wrk.format("POST", nil, headers, body))
+    table.insert(heads, check.post_head({ ["MCP-Protocol-Version"] = "2025-11-25", ["Mcp-Session-Id"] = id }))
   end
 end
 
 request = function()
   counter = counter + 1
-  return requests[(counter % #requests) + 1]
+  local _, id = check.next_id()
+  local body = '{"jsonrpc":"2.0","id":' .. id ..
+    ',"method":"tools/call","params":{"name":"echo","arguments":{"message":"m' .. id .. '"}}}'
+  return heads[(counter % #heads) + 1] .. #body .. "\r\n\r\n" .. body
 end
+
+-- The echo result: exactly one content item, text, ECHO_PREFIX .. "m<id>".
+local function expect(result, id)
+  if result.isError == true then return "tool_error" end
+  local content = result.content
+  if type(content) ~= "table" or #content ~= 1 or type(content[1]) ~= "table" then
+    return "wrong_content"
+  end
+  local item = content[1]
+  if item.type ~= "text" then return "wrong_content" end
+  if item.text ~= prefix .. "m" .. check.id_text(id) then return "wrong_text" end
+  return nil
+end
+
+response = check.response_hook(expect)
+setup = check.setup
+done = check.done
