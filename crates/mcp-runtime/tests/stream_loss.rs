@@ -121,3 +121,43 @@ async fn an_expired_sessions_streams_are_deleted_by_the_sweep() {
         "the standalone stream went with its session, long before its own idle TTL"
     );
 }
+
+#[actix_rt::test]
+async fn abandoned_sessions_leave_no_stream_in_the_embedded_store() {
+    use std::sync::Arc;
+
+    use mcp_store::Store;
+    use mcp_store::memory::{MemoryEventLog, MemorySessionStore, Retention};
+
+    tokio::time::pause();
+    let log = Arc::new(MemoryEventLog::new(Retention::default()));
+    let mut store = Store::memory(Retention::default());
+    store.events = Arc::clone(&log) as _;
+    store.sessions = Arc::new(MemorySessionStore::new());
+    let runtime = mcp_runtime::Runtime::new(
+        Arc::new(Catalog),
+        store,
+        RuntimeConfig {
+            session_idle_ttl_secs: 60,
+            ..RuntimeConfig::default()
+        },
+    );
+    for round in 0..3 {
+        for _ in 0..500 {
+            initialized(&runtime).await;
+        }
+        assert!(
+            log.stream_count() >= 500,
+            "round {round}: {}",
+            log.stream_count()
+        );
+        // Idle past the TTL, one idle check and one sweep.
+        tokio::time::sleep(Duration::from_secs(60 + 5 + 5 + 1)).await;
+        assert_eq!(log.stream_count(), 0, "round {round}: streams left behind");
+        assert_eq!(
+            runtime.session_count(),
+            0,
+            "round {round}: actors left behind"
+        );
+    }
+}
