@@ -307,6 +307,10 @@ pub async fn open_store(config: &NodeConfig) -> std::io::Result<Store> {
 /// The store cannot be opened, the configuration is invalid, or an address
 /// cannot be bound.
 pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<BoundNode> {
+    // The addresses first: a node that cannot listen stops before it
+    // starts anything (actors, cluster duties) it would have to unwind.
+    let socket = listen(config.bind)?;
+    let admin_socket = config.admin_bind.map(listen).transpose()?;
     let store = open_store(&config).await?;
     let runtime = Runtime::new(Arc::new(server.clone()), store, config.runtime.clone());
     forward_events(&server, &runtime);
@@ -378,12 +382,11 @@ pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<Boun
     // this long to end.
     .shutdown_timeout(drain_grace.as_secs().max(1));
     main = main.workers(workers);
-    let socket = listen(config.bind)?;
     let listener = socket.try_clone()?;
     let main = main.listen(socket)?;
     let addrs = main.addrs();
-    let (admin, admin_addrs) = match config.admin_bind {
-        Some(addr) => {
+    let (admin, admin_addrs) = match admin_socket {
+        Some(admin_socket) => {
             let admin = HttpServer::new(move || {
                 App::new()
                     .app_data(web::Data::new(state.clone()))
@@ -391,7 +394,7 @@ pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<Boun
             })
             .disable_signals()
             .workers(1)
-            .bind(addr)?;
+            .listen(admin_socket)?;
             let admin_addrs = admin.addrs();
             (Some(admin.run()), admin_addrs)
         }
