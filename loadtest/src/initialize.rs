@@ -15,6 +15,7 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{Value, json};
 
 use crate::check::{CallCheck, Violation};
+use crate::session::{response_ok, violation};
 use crate::stats::ErrorKind;
 
 /// `Mcp-Session-Id`.
@@ -98,14 +99,7 @@ pub(crate) async fn open(
 /// initialize result.
 fn initialize_answer(check: &CallCheck) -> Result<String, ErrorKind> {
     check.finish(false).map_err(violation)?;
-    let response = check
-        .response()
-        .ok_or(violation(Violation::MissingResponse))?;
-    if let Some(error) = response.get("error") {
-        return Err(ErrorKind::JsonRpc(
-            error.get("code").and_then(Value::as_i64).unwrap_or(0),
-        ));
-    }
+    let response = response_ok(check)?;
     let result = response.get("result").unwrap_or(&Value::Null);
     let version = result.get("protocolVersion").and_then(Value::as_str);
     match version {
@@ -117,10 +111,6 @@ fn initialize_answer(check: &CallCheck) -> Result<String, ErrorKind> {
         }
         _ => Err(violation(Violation::WrongResult)),
     }
-}
-
-fn violation(v: Violation) -> ErrorKind {
-    ErrorKind::Protocol(v.name())
 }
 
 fn transport(err: reqwest::Error) -> ErrorKind {

@@ -499,7 +499,7 @@ fn complete(check: &CallCheck) -> Result<(), ErrorKind> {
 }
 
 /// The response of a checked request, or its error as an [`ErrorKind`].
-fn response_ok(check: &CallCheck) -> Result<Value, ErrorKind> {
+pub(crate) fn response_ok(check: &CallCheck) -> Result<Value, ErrorKind> {
     let response = check
         .response()
         .ok_or(violation(Violation::MissingResponse))?;
@@ -514,7 +514,7 @@ fn response_ok(check: &CallCheck) -> Result<Value, ErrorKind> {
     Ok(response.clone())
 }
 
-fn violation(v: Violation) -> ErrorKind {
+pub(crate) fn violation(v: Violation) -> ErrorKind {
     ErrorKind::Protocol(v.name())
 }
 

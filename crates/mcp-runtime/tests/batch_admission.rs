@@ -66,18 +66,8 @@ async fn a_batch_that_cannot_start_whole_is_refused_whole() {
         );
     }
     assert_eq!(runtime.in_flight(), 2, "no call of the refused batch runs");
-    let record = runtime
-        .store()
-        .sessions
-        .load(session.id())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(
-        record.subscriptions.is_empty(),
-        "{:?}",
-        record.subscriptions
-    );
+    let held = record(&runtime, &session).await;
+    assert!(held.subscriptions.is_empty(), "{:?}", held.subscriptions);
 
     // A batch that fits runs whole.
     let messages = vec![
@@ -94,17 +84,11 @@ async fn a_batch_that_cannot_start_whole_is_refused_whole() {
     })
     .await
     .unwrap();
-    let record = runtime
-        .store()
-        .sessions
-        .load(session.id())
-        .await
-        .unwrap()
-        .unwrap();
+    let held = record(&runtime, &session).await;
     assert!(
-        record.subscriptions.contains("test://kept"),
+        held.subscriptions.contains("test://kept"),
         "{:?}",
-        record.subscriptions
+        held.subscriptions
     );
     // The call logs, so the batch's answer is a stream.
     assert!(matches!(reply.await.unwrap(), ExchangeReply::Stream(..)));

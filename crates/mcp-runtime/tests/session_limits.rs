@@ -52,24 +52,14 @@ async fn initialize_refuses_oversized_client_state_and_keeps_nothing() {
         assert!(message.contains("at most"), "{message}");
         // Nothing negotiated, nothing stored: the session is not initialized.
         assert_eq!(session.protocol_version(), None);
-        let record = runtime
-            .store()
-            .sessions
-            .load(session.id())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(record.protocol_version, None);
+        let kept = record(&runtime, &session).await;
+        assert_eq!(kept.protocol_version, None);
         assert!(
-            record.client_capabilities.get().len() < 16,
+            kept.client_capabilities.get().len() < 16,
             "{:?}",
-            record.client_capabilities
+            kept.client_capabilities
         );
-        assert!(
-            record.client_info.get().len() < 16,
-            "{:?}",
-            record.client_info
-        );
+        assert!(kept.client_info.get().len() < 16, "{:?}", kept.client_info);
         // The client may try again within the limits.
         let params = initialize_params(json!({"roots": {}}), json!({"name": "c", "version": "1"}));
         let r = call(&runtime, &session, 2, "initialize", params).await;
@@ -130,12 +120,9 @@ async fn subscriptions_are_bounded_in_length_count_and_to_known_resources() {
 
 /// The subscriptions the store holds for `session`, in order.
 async fn held(runtime: &mcp_runtime::Runtime, session: &mcp_runtime::SessionHandle) -> Vec<String> {
-    let record = runtime
-        .store()
-        .sessions
-        .load(session.id())
+    record(runtime, session)
         .await
-        .unwrap()
-        .unwrap();
-    record.subscriptions.into_iter().collect()
+        .subscriptions
+        .into_iter()
+        .collect()
 }

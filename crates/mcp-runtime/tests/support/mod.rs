@@ -107,6 +107,17 @@ pub async fn initialized(runtime: &Runtime) -> SessionHandle {
     session
 }
 
+/// The session's record as the store holds it now.
+pub async fn record(runtime: &Runtime, session: &SessionHandle) -> mcp_store::SessionRecord {
+    runtime
+        .store()
+        .sessions
+        .load(session.id())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 /// A `tools/call` request (never completes with [`Catalog`]).
 pub fn tool_call(id: i64) -> Request {
     Request::new(RequestId::Number(id), "tools/call", json!({"name": "t"}))
