@@ -233,6 +233,30 @@ pub struct RedisEventLog {
 }
 
 impl RedisEventLog {
+    /// One field of the stream's meta hash (`Nil` when unset); the
+    /// stream is missing when its `closed` field is.
+    async fn meta_field(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        field: &str,
+    ) -> Result<Value, StoreError> {
+        let command = redis::cmd("HMGET")
+            .arg(self.keys.meta(session, stream))
+            .arg(META_CLOSED)
+            .arg(field)
+            .clone();
+        let reply = self.redis.cmd(&command).await?;
+        let mut fields = reply::array(reply)?.into_iter();
+        let (Some(closed), Some(value)) = (fields.next(), fields.next()) else {
+            return Err(corrupt("short HMGET reply"));
+        };
+        if closed == Value::Nil {
+            return Err(StoreError::StreamNotFound);
+        }
+        Ok(value)
+    }
+
     /// A position kept in the stream's meta hash (`last`, `trimmed`);
     /// [`Position::START`] when unset.
     async fn meta_position(
@@ -241,20 +265,7 @@ impl RedisEventLog {
         stream: &StreamId,
         field: &str,
     ) -> Result<Position, StoreError> {
-        let command = redis::cmd("HMGET")
-            .arg(self.keys.meta(session, stream))
-            .arg(META_CLOSED)
-            .arg(field)
-            .clone();
-        let reply = self.redis.cmd(&command).await?;
-        let mut fields = reply::array(reply)?.into_iter();
-        let (Some(closed), Some(position)) = (fields.next(), fields.next()) else {
-            return Err(corrupt("short HMGET reply"));
-        };
-        if closed == Value::Nil {
-            return Err(StoreError::StreamNotFound);
-        }
-        match position {
+        match self.meta_field(session, stream, field).await? {
             Value::Nil => Ok(Position::START),
             position => reply::position(position),
         }
@@ -306,19 +317,7 @@ impl EventLog for RedisEventLog {
         session: &SessionId,
         stream: &StreamId,
     ) -> Result<Vec<RequestId>, StoreError> {
-        let command = redis::cmd("HMGET")
-            .arg(self.keys.meta(session, stream))
-            .arg(META_CLOSED)
-            .arg(META_REQUESTS)
-            .clone();
-        let reply = self.redis.cmd(&command).await?;
-        let mut fields = reply::array(reply)?.into_iter();
-        let (Some(closed), Some(requests)) = (fields.next(), fields.next()) else {
-            return Err(corrupt("short HMGET reply"));
-        };
-        if closed == Value::Nil {
-            return Err(StoreError::StreamNotFound);
-        }
+        let requests = self.meta_field(session, stream, META_REQUESTS).await?;
         match reply::opt_text(requests)? {
             Some(json) => serde_json::from_str(&json).map_err(corrupt),
             None => Ok(Vec::new()),

@@ -11,15 +11,23 @@ use std::time::Duration;
 
 use mcp_protocol::jsonrpc::decode_message;
 use mcp_protocol::{ErrorCode, Message, RequestId};
-use mcp_runtime::{ExchangeReply, FollowEnd, FollowItem, RuntimeConfig};
+use mcp_runtime::{ExchangeReply, Follow, FollowEnd, FollowItem, RuntimeConfig};
 use mcp_store::{Position, StoreError};
 use support::*;
 
-fn error_of(data: &str) -> (Option<RequestId>, ErrorCode) {
-    match decode_message(data.as_bytes()).unwrap() {
-        Message::Response(r) => (r.id.clone(), r.outcome.unwrap_err().code),
-        other => panic!("not a response: {other:?}"),
-    }
+/// Reads the lost-stream error and the end that follows it; returns the
+/// error's id.
+async fn lost(follow: &mut Follow) -> Option<RequestId> {
+    let Some(FollowItem::Notice(data)) = follow.next().await else {
+        panic!("an error, not silence");
+    };
+    assert!(data.contains("stream lost"), "{data}");
+    let Message::Response(r) = decode_message(data.as_bytes()).unwrap() else {
+        panic!("not a response: {data}");
+    };
+    assert_eq!(r.outcome.unwrap_err().code, ErrorCode::INTERNAL_ERROR);
+    assert_eq!(follow.next().await, Some(FollowItem::End(FollowEnd::Gone)));
+    r.id
 }
 
 #[actix_rt::test]
@@ -46,15 +54,7 @@ async fn a_lost_request_stream_answers_its_request_with_an_error() {
         .await
         .unwrap();
 
-    let Some(FollowItem::Notice(data)) = follow.next().await else {
-        panic!("an error, not silence");
-    };
-    assert_eq!(
-        error_of(&data),
-        (Some(RequestId::Number(5)), ErrorCode::INTERNAL_ERROR)
-    );
-    assert!(data.contains("stream lost"), "{data}");
-    assert_eq!(follow.next().await, Some(FollowItem::End(FollowEnd::Gone)));
+    assert_eq!(lost(&mut follow).await, Some(RequestId::Number(5)));
     assert_eq!(follow.next().await, None);
 }
 
@@ -69,11 +69,7 @@ async fn a_lost_standalone_stream_ends_with_an_error_without_id() {
         .delete_session(session.id())
         .await
         .unwrap();
-    let Some(FollowItem::Notice(data)) = follow.next().await else {
-        panic!("an error, not silence");
-    };
-    assert_eq!(error_of(&data), (None, ErrorCode::INTERNAL_ERROR));
-    assert_eq!(follow.next().await, Some(FollowItem::End(FollowEnd::Gone)));
+    assert_eq!(lost(&mut follow).await, None);
 }
 
 #[actix_rt::test]
