@@ -93,7 +93,12 @@ async fn abandoned_sessions_leave_no_redis_key() {
         eprintln!(
             "abandoned sessions, round {round} of 2,000 (Redis): keys {baseline} -> {during} -> {after}"
         );
-        assert_eq!(after, baseline, "round {round}: keys left behind");
+        assert_eq!(
+            after,
+            baseline,
+            "round {round}: keys left behind: {}",
+            cluster.redis().command(&["KEYS", "*"]).unwrap_or_default()
+        );
     }
     assert_serving(&url).await;
 }

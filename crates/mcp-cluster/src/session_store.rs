@@ -270,17 +270,21 @@ impl SessionStore for RedisSessionStore {
         let mut expired = Vec::new();
         for (id, ttl) in ids.into_iter().zip(ttls) {
             let ttl = reply::int(&ttl)?;
-            if ttl > 0 {
+            // `PTTL` answers 0 for a key with less than a millisecond
+            // left: still alive, and due again at once.
+            if ttl >= 0 {
                 // Still alive: due again when its TTL can have run out.
                 settle
                     .cmd("ZADD")
                     .arg(&index)
                     .arg("XX")
-                    .arg(now.saturating_add(ttl.unsigned_abs()))
+                    .arg(now.saturating_add(ttl.unsigned_abs().max(1)))
                     .arg(id.as_str())
                     .ignore();
             } else {
                 // -2: gone; -1: no TTL (not a record this store wrote).
+                // Counting 0 as gone would drop a session from the index
+                // without handing it to anyone: its streams would stay.
                 settle.cmd("ZREM").arg(&index).arg(id.as_str());
                 if ttl == -2 {
                     expired.push(Some(id));
