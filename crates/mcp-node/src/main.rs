@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use mcp_server::NodeConfig;
-use mcp_telemetry::LogFormat;
+use mcp_telemetry::{LogFormat, OtelConfig};
 
 /// mimalloc: the request path allocates many small short-lived objects
 /// (JSON values, futures, actor contexts); measured faster than glibc malloc
@@ -109,6 +109,12 @@ struct Cli {
     /// Log as JSON lines.
     #[arg(long, env = "MCP_LOG_JSON")]
     log_json: bool,
+    /// Export traces over OTLP/HTTP to this collector (base URL, `/v1/traces`
+    /// is appended); overrides `OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT`.
+    /// Traces are off without an endpoint; the other `OTEL_*` variables
+    /// apply [default: none].
+    #[arg(long, env = "MCP_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
 }
 
 impl Cli {
@@ -202,10 +208,21 @@ fn main() -> ExitCode {
     } else {
         LogFormat::Text
     };
-    if let Err(err) = mcp_telemetry::init_logging(format, &cli.log) {
-        eprintln!("mcp-node: invalid --log filter: {err}");
-        return ExitCode::from(EXIT_CONFIG);
-    }
+    let otel = match OtelConfig::from_env(std::env::vars(), cli.otlp_endpoint.as_deref()) {
+        Ok(otel) => otel,
+        Err(err) => {
+            eprintln!("mcp-node: {err}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    // Held to the end of `main`: its shutdown exports the last spans.
+    let telemetry = match mcp_telemetry::init(format, &cli.log, &otel) {
+        Ok(telemetry) => telemetry,
+        Err(err) => {
+            eprintln!("mcp-node: {err}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     let config = match cli.config(std::env::vars()) {
         Ok(c) => c,
         Err(err) => {
@@ -216,6 +233,9 @@ fn main() -> ExitCode {
     tracing::info!(config = ?config, "Effective configuration.");
     raise_fd_limit(config.runtime.max_sessions);
     let result = actix_web::rt::System::new().block_on(serve(cli.stdio, config));
+    // The spans of the drain's last requests go out before the process
+    // ends (waits up to 5 s for the collector).
+    telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -1,0 +1,439 @@
+//! One span per MCP request or notification a node receives, named and
+//! attributed as the OpenTelemetry semantic conventions for MCP say
+//! (`gen-ai/mcp.md`, server span): name `{mcp.method.name} {target}`, kind
+//! SERVER, attributes `mcp.method.name`, `jsonrpc.request.id`,
+//! `mcp.session.id`, `mcp.protocol.version`, `gen_ai.tool.name`,
+//! `gen_ai.prompt.name`, `mcp.resource.uri`, `gen_ai.operation.name`,
+//! `network.transport`, `network.protocol.name`/`.version`,
+//! `client.address`/`.port`, and on failure `error.type`,
+//! `rpc.response.status_code` and an ERROR status.
+//!
+//! The pipeline creates the span ([`request_span`]) and records the outcome
+//! ([`record_error`]); this module knows no transport and no actor.
+//!
+//! With traces off the span is still the `mcp_request` log span, with only
+//! the method, request id and session id as fields: nothing else is
+//! formatted or allocated.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use opentelemetry::trace::TraceContextExt as _;
+use tracing::Span;
+use tracing::field::{Empty, display};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::spans;
+use crate::trace_context::RequestParent;
+
+/// What a request is about, beside its method.
+///
+/// Span names must keep a low cardinality: pass a tool or prompt name only
+/// once the server knows it (an unknown name from a client would put any
+/// string into span names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target<'a> {
+    /// `tools/call`: the tool's name (`gen_ai.tool.name`, in the span name).
+    Tool(&'a str),
+    /// `prompts/get`: the prompt's name (`gen_ai.prompt.name`, in the span
+    /// name).
+    Prompt(&'a str),
+    /// `resources/read`, `resources/subscribe`, `resources/unsubscribe`: the
+    /// URI (`mcp.resource.uri`; not in the span name, as the conventions
+    /// advise, URIs being unbounded).
+    Resource(&'a str),
+}
+
+/// A JSON-RPC id, recorded as its text (`7`, `req-7`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonRpcId<'a> {
+    /// A numeric id.
+    Number(i64),
+    /// A string id.
+    Str(&'a str),
+}
+
+impl fmt::Display for JsonRpcId<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Number(n) => write!(f, "{n}"),
+            Self::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The transport a request came over ("Recording MCP transport" in the
+/// conventions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport<'a> {
+    /// Streamable HTTP or the legacy HTTP+SSE transport:
+    /// `network.transport=tcp`, `network.protocol.name=http`.
+    Http {
+        /// `network.protocol.version`: `1.1`, `2`.
+        version: Option<&'a str>,
+    },
+    /// stdio: `network.transport=pipe`.
+    Stdio,
+}
+
+impl Default for Transport<'_> {
+    fn default() -> Self {
+        Self::Http { version: None }
+    }
+}
+
+/// The attributes of one request's span. Build with
+/// `RequestSpanAttrs { method, ..Default::default() }`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestSpanAttrs<'a> {
+    /// `mcp.method.name`: `tools/call`, `notifications/cancelled`, ….
+    pub method: &'a str,
+    /// The tool, prompt or resource the request is about.
+    pub target: Option<Target<'a>>,
+    /// `mcp.session.id`, when the request belongs to a session.
+    pub session_id: Option<&'a str>,
+    /// `jsonrpc.request.id`; `None` for a notification (or a null id).
+    pub request_id: Option<JsonRpcId<'a>>,
+    /// `mcp.protocol.version`, once negotiated (or from the header).
+    pub protocol_version: Option<&'a str>,
+    /// The transport.
+    pub transport: Transport<'a>,
+    /// `client.address` and `client.port`: the peer of the connection.
+    pub client: Option<SocketAddr>,
+}
+
+/// Creates the SERVER span of one MCP request or notification, child of
+/// `parent` (a [`RequestParent`], or a [`opentelemetry::Context`] from
+/// [`crate::parent_from_headers`] / [`crate::parent_from_meta`]). With no
+/// valid remote parent the span is a child of the current span, if any.
+///
+/// Carry it with `.instrument(span)` (never an entered guard across an
+/// `.await`); it ends, and is exported, when the last clone is dropped.
+pub fn request_span(attrs: &RequestSpanAttrs<'_>, parent: impl Into<RequestParent>) -> Span {
+    let span = tracing::info_span!(
+        spans::MCP_REQUEST,
+        "mcp.method.name" = attrs.method,
+        "jsonrpc.request.id" = attrs.request_id.map(display),
+        "mcp.session.id" = attrs.session_id,
+        "otel.name" = Empty,
+        "otel.kind" = Empty,
+        "error.type" = Empty,
+        "rpc.response.status_code" = Empty,
+        "otel.status_code" = Empty,
+        "otel.status_description" = Empty,
+    );
+    if !crate::otel_enabled() || span.is_disabled() {
+        return span;
+    }
+    let parent = parent.into();
+    match attrs.target {
+        Some(Target::Tool(name) | Target::Prompt(name)) => {
+            span.record("otel.name", format!("{} {name}", attrs.method).as_str());
+        }
+        _ => {
+            span.record("otel.name", attrs.method);
+        }
+    }
+    span.record("otel.kind", "server");
+    if parent.parent.span().span_context().is_valid() {
+        // Only fails without the layer or once started: neither here.
+        let _ = span.set_parent(parent.parent);
+    }
+    if let Some(link) = parent.link {
+        span.add_link(link);
+    }
+    if let Some(version) = attrs.protocol_version {
+        span.set_attribute("mcp.protocol.version", version.to_owned());
+    }
+    match attrs.target {
+        Some(Target::Tool(name)) => {
+            span.set_attribute("gen_ai.tool.name", name.to_owned());
+            span.set_attribute("gen_ai.operation.name", "execute_tool");
+        }
+        Some(Target::Prompt(name)) => span.set_attribute("gen_ai.prompt.name", name.to_owned()),
+        Some(Target::Resource(uri)) => span.set_attribute("mcp.resource.uri", uri.to_owned()),
+        None => {}
+    }
+    match attrs.transport {
+        Transport::Http { version } => {
+            span.set_attribute("network.transport", "tcp");
+            span.set_attribute("network.protocol.name", "http");
+            if let Some(version) = version {
+                span.set_attribute("network.protocol.version", version.to_owned());
+            }
+        }
+        Transport::Stdio => span.set_attribute("network.transport", "pipe"),
+    }
+    if let Some(client) = attrs.client {
+        span.set_attribute("client.address", client.ip().to_string());
+        span.set_attribute("client.port", i64::from(client.port()));
+    }
+    span
+}
+
+/// How a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestFailure<'a> {
+    /// Answered with a JSON-RPC error: `error.type` and
+    /// `rpc.response.status_code` are the code, the status description its
+    /// message.
+    JsonRpc {
+        /// The error code.
+        code: i64,
+        /// The error message.
+        message: &'a str,
+    },
+    /// A `tools/call` result with `isError: true`: `error.type=tool_error`.
+    ToolError,
+    /// No JSON-RPC answer at all: a low-cardinality reason such as
+    /// `cancelled` or `timeout`.
+    Other(&'a str),
+}
+
+/// Records on `span` (from [`request_span`]) that its request failed; the
+/// span's status becomes ERROR. Record nothing for a success.
+pub fn record_error(span: &Span, failure: RequestFailure<'_>) {
+    match failure {
+        RequestFailure::JsonRpc { code, message } => {
+            span.record("error.type", display(code));
+            span.record("rpc.response.status_code", display(code));
+            // A description makes the status ERROR.
+            span.record("otel.status_description", message);
+        }
+        RequestFailure::ToolError => {
+            span.record("error.type", "tool_error");
+            span.record("otel.status_code", "error");
+        }
+        RequestFailure::Other(reason) => {
+            span.record("error.type", reason);
+            span.record("otel.status_code", "error");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry::trace::{SpanKind, Status};
+    use opentelemetry::{Key, Value};
+    use opentelemetry_sdk::trace::SpanData;
+
+    use super::*;
+    use crate::init::capture_spans;
+    use crate::trace_context::{format_traceparent, remote_context};
+
+    const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const HTTP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    fn attr(span: &SpanData, key: &str) -> Option<String> {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key == Key::new(key.to_owned()))
+            .map(|kv| match &kv.value {
+                Value::String(s) => s.to_string(),
+                other => format!("{other}"),
+            })
+    }
+
+    #[test]
+    fn a_tool_call_span_follows_the_mcp_conventions() {
+        let spans = capture_spans(|| {
+            let attrs = RequestSpanAttrs {
+                method: "tools/call",
+                target: Some(Target::Tool("get-weather")),
+                session_id: Some("191c4850af6c49e08843a3f6c80e5046"),
+                request_id: Some(JsonRpcId::Number(7)),
+                protocol_version: Some("2025-11-25"),
+                transport: Transport::Http {
+                    version: Some("1.1"),
+                },
+                client: Some("127.0.0.1:50123".parse().unwrap()),
+            };
+            let parent = RequestParent::new(
+                remote_context(Some(HTTP), None),
+                remote_context(Some(CALLER), None),
+            );
+            let span = request_span(&attrs, parent);
+            span.in_scope(|| tracing::info!("Handled."));
+        });
+        let [span] = spans.as_slice() else {
+            panic!("one span: {spans:?}")
+        };
+        assert_eq!(span.name, "tools/call get-weather");
+        assert_eq!(span.span_kind, SpanKind::Server);
+        assert_eq!(
+            format!("{:032x}", span.span_context.trace_id()),
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            "the _meta context is the parent"
+        );
+        assert_eq!(format!("{:016x}", span.parent_span_id), "00f067aa0ba902b7");
+        assert!(span.parent_span_is_remote);
+        let links: Vec<String> = span
+            .links
+            .iter()
+            .map(|l| format_traceparent(&l.span_context))
+            .collect();
+        assert_eq!(links, [HTTP], "the transport's context is linked");
+        for (key, value) in [
+            ("mcp.method.name", "tools/call"),
+            ("jsonrpc.request.id", "7"),
+            ("mcp.session.id", "191c4850af6c49e08843a3f6c80e5046"),
+            ("mcp.protocol.version", "2025-11-25"),
+            ("gen_ai.tool.name", "get-weather"),
+            ("gen_ai.operation.name", "execute_tool"),
+            ("network.transport", "tcp"),
+            ("network.protocol.name", "http"),
+            ("network.protocol.version", "1.1"),
+            ("client.address", "127.0.0.1"),
+            ("client.port", "50123"),
+        ] {
+            assert_eq!(attr(span, key).as_deref(), Some(value), "{key}");
+        }
+        for absent in [
+            "error.type",
+            "otel.name",
+            "otel.kind",
+            "code.file.path",
+            "thread.id",
+        ] {
+            assert_eq!(attr(span, absent), None, "{absent}");
+        }
+        assert_eq!(span.status, Status::Unset);
+        assert_eq!(span.events.len(), 1, "log events become span events");
+    }
+
+    #[test]
+    fn other_methods_name_their_target_or_not() {
+        let spans = capture_spans(|| {
+            let prompt = RequestSpanAttrs {
+                method: "prompts/get",
+                target: Some(Target::Prompt("review")),
+                request_id: Some(JsonRpcId::Str("req-1")),
+                transport: Transport::Stdio,
+                ..Default::default()
+            };
+            drop(request_span(&prompt, remote_context(Some(HTTP), None)));
+            let resource = RequestSpanAttrs {
+                method: "resources/read",
+                target: Some(Target::Resource("file:///a")),
+                ..Default::default()
+            };
+            drop(request_span(&resource, opentelemetry::Context::new()));
+            let notification = RequestSpanAttrs {
+                method: "notifications/cancelled",
+                ..Default::default()
+            };
+            drop(request_span(&notification, opentelemetry::Context::new()));
+        });
+        let names: Vec<&str> = spans.iter().map(|s| &*s.name).collect();
+        assert_eq!(
+            names,
+            [
+                "prompts/get review",
+                "resources/read",
+                "notifications/cancelled"
+            ]
+        );
+        assert_eq!(
+            attr(&spans[0], "gen_ai.prompt.name").as_deref(),
+            Some("review")
+        );
+        assert_eq!(
+            attr(&spans[0], "jsonrpc.request.id").as_deref(),
+            Some("req-1")
+        );
+        assert_eq!(
+            attr(&spans[0], "network.transport").as_deref(),
+            Some("pipe")
+        );
+        assert_eq!(attr(&spans[0], "gen_ai.operation.name"), None);
+        assert_eq!(
+            format!("{:016x}", spans[0].parent_span_id),
+            "b7ad6b7169203331",
+            "the header's context is the parent without _meta"
+        );
+        assert!(spans[0].links.is_empty());
+        assert_eq!(
+            attr(&spans[1], "mcp.resource.uri").as_deref(),
+            Some("file:///a")
+        );
+        // No remote parent, no current span: a new trace.
+        assert_eq!(
+            spans[1].parent_span_id,
+            opentelemetry::trace::SpanId::INVALID
+        );
+        assert_eq!(
+            attr(&spans[2], "jsonrpc.request.id"),
+            None,
+            "no id, no attribute"
+        );
+        assert_eq!(attr(&spans[2], "mcp.session.id"), None);
+    }
+
+    #[test]
+    fn failures_set_error_type_code_and_status() {
+        let spans = capture_spans(|| {
+            let attrs = RequestSpanAttrs {
+                method: "tools/call",
+                target: Some(Target::Tool("t")),
+                ..Default::default()
+            };
+            let span = request_span(&attrs, opentelemetry::Context::new());
+            record_error(
+                &span,
+                RequestFailure::JsonRpc {
+                    code: -32602,
+                    message: "unknown tool",
+                },
+            );
+            drop(span);
+            let span = request_span(&attrs, opentelemetry::Context::new());
+            record_error(&span, RequestFailure::ToolError);
+            drop(span);
+            let span = request_span(&attrs, opentelemetry::Context::new());
+            record_error(&span, RequestFailure::Other("cancelled"));
+        });
+        assert_eq!(attr(&spans[0], "error.type").as_deref(), Some("-32602"));
+        assert_eq!(
+            attr(&spans[0], "rpc.response.status_code").as_deref(),
+            Some("-32602")
+        );
+        assert_eq!(spans[0].status, Status::error("unknown tool"));
+        assert_eq!(attr(&spans[1], "error.type").as_deref(), Some("tool_error"));
+        assert_eq!(attr(&spans[1], "rpc.response.status_code"), None);
+        assert!(matches!(spans[1].status, Status::Error { .. }));
+        assert_eq!(attr(&spans[2], "error.type").as_deref(), Some("cancelled"));
+        assert!(matches!(spans[2].status, Status::Error { .. }));
+        for span in &spans {
+            assert_eq!(attr(span, "otel.status_code"), None);
+            assert_eq!(attr(span, "otel.status_description"), None);
+        }
+    }
+
+    #[test]
+    fn the_current_span_goes_out_as_a_traceparent_and_links_come_in() {
+        let mut out = None;
+        let spans = capture_spans(|| {
+            let attrs = RequestSpanAttrs {
+                method: "notifications/cancelled",
+                ..Default::default()
+            };
+            let span = request_span(&attrs, remote_context(Some(CALLER), None));
+            out = span.in_scope(crate::current_traceparent);
+            assert_eq!(crate::traceparent_of(&span), out);
+            crate::link_from(&span, HTTP);
+            crate::link_from(&span, "garbage");
+        });
+        let out = out.expect("a traceparent while in the span");
+        let span = &spans[0];
+        assert_eq!(out, format_traceparent(&span.span_context));
+        assert!(out.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"));
+        assert!(out.ends_with("-01"));
+        let links: Vec<String> = span
+            .links
+            .iter()
+            .map(|l| format_traceparent(&l.span_context))
+            .collect();
+        assert_eq!(links, [HTTP]);
+        assert_eq!(crate::current_traceparent(), None, "no span outside");
+    }
+}
