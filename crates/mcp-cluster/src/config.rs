@@ -87,6 +87,15 @@ impl RedisConfig {
     /// [`ClusterError::Config`] naming the first bad field.
     pub fn validate(&self) -> Result<(), ClusterError> {
         let bad = |what: &str| Err(ClusterError::Config(what.to_owned()));
+        // Parsing only, no connection: a URL that does not parse is a
+        // configuration error at startup, not a reason to retry. The
+        // client's message never quotes the URL (it may hold a password).
+        if let Err(err) = redis::Client::open(self.url.as_str()) {
+            return Err(ClusterError::Config(format!(
+                "url {}: {err}",
+                self.redacted_url()
+            )));
+        }
         if self.key_prefix.is_empty()
             || !self
                 .key_prefix
@@ -169,6 +178,21 @@ mod tests {
         // Retention is the node's `[retention]`, never read from here.
         let with_retention = r#"{"retention": {"max_events_per_stream": 5}}"#;
         assert!(serde_json::from_str::<RedisConfig>(with_retention).is_err());
+        for url in [
+            "",
+            "redis//127.0.0.1",
+            "http://127.0.0.1",
+            "redis://127.0.0.1:port",
+        ] {
+            let c = RedisConfig {
+                url: url.into(),
+                ..RedisConfig::default()
+            };
+            assert!(
+                matches!(c.validate(), Err(ClusterError::Config(_))),
+                "{url:?}"
+            );
+        }
         for prefix in ["", "a{b", "a b"] {
             let c = RedisConfig {
                 key_prefix: prefix.into(),

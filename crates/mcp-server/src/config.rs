@@ -105,6 +105,114 @@ impl Default for NodeConfig {
     }
 }
 
+/// The prefix of every variable the node reads.
+const ENV_PREFIX: &str = "MCP_";
+
+/// An `MCP_*` environment variable that names neither a flag's variable nor
+/// a setting: ignored, and reported by whoever read the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVar {
+    /// The variable's name.
+    pub name: String,
+    /// The closest known name, when one is close enough to be a typo of it.
+    pub suggestion: Option<String>,
+}
+
+impl std::fmt::Display for UnknownVar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} names no setting", self.name)?;
+        match &self.suggestion {
+            Some(known) => write!(f, " (did you mean {known}?)"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Every setting, as a TOML tree: the defaults, with the optional settings
+/// present (TOML has no null: an absent option would hide its key).
+/// Options added to [`NodeConfig`] belong here too.
+fn skeleton() -> Result<toml::Value, ConfigError> {
+    let every = NodeConfig {
+        admin_bind: Some(NodeConfig::default().bind),
+        redis: Some(RedisConfig::default()),
+        ..NodeConfig::default()
+    };
+    toml::Value::try_from(&every).map_err(|err| ConfigError(err.to_string()))
+}
+
+/// The setting path an `MCP_*` name spells: `MCP__KEY` a top-level key,
+/// `MCP_SECTION__KEY` a key of a section; lowercase, as in the file. `None`
+/// when it spells none (no `__`).
+fn setting_path(name: &str) -> Option<Vec<String>> {
+    let path = match name.strip_prefix("MCP__") {
+        Some(top) => top,
+        None => name.strip_prefix(ENV_PREFIX).filter(|p| p.contains("__"))?,
+    };
+    let keys: Vec<String> = path
+        .split("__")
+        .filter(|k| !k.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    (!keys.is_empty()).then_some(keys)
+}
+
+/// The value at `path` in `tree`, when that is a setting (not a section).
+fn setting<'a>(tree: &'a toml::Value, path: &[String]) -> Option<&'a toml::Value> {
+    let value = path
+        .iter()
+        .try_fold(tree, |table, key| table.as_table()?.get(key.as_str()))?;
+    (!value.is_table()).then_some(value)
+}
+
+/// Every variable name the node knows: the flags' variables, and the
+/// `MCP_SECTION__KEY` / `MCP__KEY` name of every setting.
+fn known_names(skeleton: &toml::Value, flag_vars: &[&str]) -> Vec<String> {
+    fn walk(table: &toml::Table, path: &mut Vec<String>, names: &mut Vec<String>) {
+        for (key, value) in table {
+            path.push(key.to_ascii_uppercase());
+            match value {
+                toml::Value::Table(inner) => walk(inner, path, names),
+                _ if path.len() == 1 => names.push(format!("MCP__{}", path[0])),
+                _ => names.push(format!("{ENV_PREFIX}{}", path.join("__"))),
+            }
+            path.pop();
+        }
+    }
+    let mut names: Vec<String> = flag_vars.iter().map(|&name| name.to_owned()).collect();
+    if let Some(table) = skeleton.as_table() {
+        walk(table, &mut Vec::new(), &mut names);
+    }
+    names
+}
+
+/// The known name closest to `name`, when it is close enough to be a typo
+/// of it: at most 2 edits, or one in six characters for long names.
+fn closest(name: &str, known: &[String]) -> Option<String> {
+    let limit = (name.len() / 6).max(2);
+    known
+        .iter()
+        .map(|candidate| (edit_distance(name, candidate), candidate))
+        .filter(|(distance, _)| *distance <= limit)
+        .min_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)))
+        .map(|(_, candidate)| candidate.clone())
+}
+
+/// Levenshtein distance in bytes (variable names are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, &ca) in a.as_bytes().iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substituted = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
 /// A setting that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid configuration: {0}")]
@@ -123,50 +231,63 @@ impl NodeConfig {
     /// e.g. `MCP_HTTP__MAX_BODY_BYTES=1048576` or
     /// `MCP_RUNTIME__RESPONSE_MODE=sse`; a top-level key has no section
     /// (`MCP__DRAIN_GRACE_SECS`). Values are TOML scalars, or text;
-    /// comma-separated for lists. Other variables are ignored.
+    /// comma-separated for lists.
+    ///
+    /// `flag_vars` are the variables of the caller's flags (`MCP_BIND`),
+    /// which it reads itself. Every other `MCP_*` variable that names no
+    /// setting is ignored and returned, with the closest known name when
+    /// one is close, for the caller to report: an environment is shared
+    /// across versions and with other programs, so an unknown name must not
+    /// stop a node (see the README, "Flags and environment variables").
+    /// Variables without the `MCP_` prefix are not looked at.
     ///
     /// # Errors
-    /// A variable names no setting or holds a value of the wrong type.
+    /// A variable names a setting but holds a value of the wrong type.
     pub fn with_env_overrides(
         self,
         vars: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, ConfigError> {
-        let vars: Vec<(String, String)> = vars.into_iter().collect();
+        flag_vars: &[&str],
+    ) -> Result<(Self, Vec<UnknownVar>), ConfigError> {
+        let skeleton = skeleton()?;
+        let mut settings = Vec::new();
+        let mut unknown = Vec::new();
+        for (name, raw) in vars {
+            if !name.starts_with(ENV_PREFIX) || flag_vars.contains(&name.as_str()) {
+                continue;
+            }
+            match setting_path(&name).filter(|path| setting(&skeleton, path).is_some()) {
+                Some(path) => settings.push((name, path, raw)),
+                None => unknown.push(name),
+            }
+        }
+        let unknown = if unknown.is_empty() {
+            Vec::new()
+        } else {
+            let known = known_names(&skeleton, flag_vars);
+            unknown
+                .into_iter()
+                .map(|name| UnknownVar {
+                    suggestion: closest(&name, &known),
+                    name,
+                })
+                .collect()
+        };
+        if settings.is_empty() {
+            return Ok((self, unknown));
+        }
         let mut this = self;
         // `[redis]` is optional; naming one of its keys turns it on.
-        if this.redis.is_none() && vars.iter().any(|(name, _)| name.starts_with("MCP_REDIS__")) {
+        if this.redis.is_none() && settings.iter().any(|(_, path, _)| path[0] == "redis") {
             this.redis = Some(RedisConfig::default());
         }
         let mut tree = toml::Value::try_from(&this).map_err(|err| ConfigError(err.to_string()))?;
-        let mut applied = false;
-        for (name, raw) in vars {
-            // `MCP__KEY` is a top-level key, `MCP_SECTION__KEY` a nested one.
-            let path = match name.strip_prefix("MCP__") {
-                Some(top) => top,
-                None => match name.strip_prefix("MCP_").filter(|p| p.contains("__")) {
-                    Some(nested) => nested,
-                    None => continue,
-                },
-            };
-            let keys: Vec<String> = path
-                .split("__")
-                .filter(|k| !k.is_empty())
-                .map(str::to_ascii_lowercase)
-                .collect();
-            let Some((leaf, sections)) = keys.split_last() else {
+        for (name, path, raw) in settings {
+            let Some((leaf, sections)) = path.split_last() else {
                 continue;
             };
-            let mut table = &mut tree;
-            for section in sections {
-                table = table
-                    .get_mut(section.as_str())
-                    .filter(|t| t.is_table())
-                    .ok_or_else(|| ConfigError(format!("{name}: no section {section}")))?;
-            }
-            let table = table
-                .as_table_mut()
-                .ok_or_else(|| ConfigError(format!("{name}: not a section")))?;
-            let value = match table.get(leaf.as_str()) {
+            // The kind of value the setting takes, from the skeleton: the
+            // setting itself may be an absent option here.
+            let value = match setting(&skeleton, &path) {
                 Some(toml::Value::Array(_)) => toml::Value::Array(
                     raw.split(',')
                         .map(str::trim)
@@ -174,21 +295,27 @@ impl NodeConfig {
                         .map(|s| toml::Value::String(s.to_owned()))
                         .collect(),
                 ),
-                Some(toml::Value::String(_)) => toml::Value::String(raw.clone()),
-                Some(_) => toml::from_str::<toml::Table>(&format!("v = {raw}"))
+                Some(toml::Value::String(_)) => toml::Value::String(raw),
+                _ => toml::from_str::<toml::Table>(&format!("v = {raw}"))
                     .ok()
                     .and_then(|mut t| t.remove("v"))
                     .ok_or_else(|| ConfigError(format!("{name}: {raw:?} is not a valid value")))?,
-                None => return Err(ConfigError(format!("{name}: no setting {leaf}"))),
             };
-            table.insert(leaf.clone(), value);
-            applied = true;
+            let mut table = &mut tree;
+            for section in sections {
+                table = table
+                    .get_mut(section.as_str())
+                    .ok_or_else(|| ConfigError(format!("{name}: no section {section}")))?;
+            }
+            table
+                .as_table_mut()
+                .ok_or_else(|| ConfigError(format!("{name}: not a section")))?
+                .insert(leaf.clone(), value);
         }
-        if !applied {
-            return Ok(this);
-        }
-        tree.try_into()
-            .map_err(|err: toml::de::Error| ConfigError(err.to_string()))
+        let this = tree
+            .try_into()
+            .map_err(|err: toml::de::Error| ConfigError(err.to_string()))?;
+        Ok((this, unknown))
     }
 
     /// Checks values that parse but cannot work.
@@ -286,24 +413,33 @@ mod tests {
         assert!(short_streams.validate().is_err());
     }
 
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    /// Some flags' variables, as `mcp-node` passes them.
+    const FLAG_VARS: &[&str] = &["MCP_BIND", "MCP_REDIS_URL", "MCP_MAX_BODY_BYTES", "MCP_LOG"];
+
+    fn overridden(pairs: &[(&str, &str)]) -> Result<(NodeConfig, Vec<UnknownVar>), ConfigError> {
+        NodeConfig::default().with_env_overrides(vars(pairs), FLAG_VARS)
+    }
+
     #[test]
-    fn env_overrides_reach_nested_settings_and_reject_unknown_ones() {
-        let vars = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect::<Vec<_>>()
-        };
-        let c = NodeConfig::default()
-            .with_env_overrides(vars(&[
-                ("MCP_HTTP__MAX_BODY_BYTES", "2048"),
-                ("MCP_HTTP__ALLOWED_HOSTS", "a.example:*, b.example"),
-                ("MCP_RUNTIME__RESPONSE_MODE", "sse"),
-                ("MCP__DRAIN_GRACE_SECS", "5"),
-                ("MCP_BIND", "ignored: no section separator"),
-                ("PATH", "/bin"),
-            ]))
-            .unwrap();
+    fn env_overrides_reach_nested_settings_and_refuse_bad_values() {
+        let (c, unknown) = overridden(&[
+            ("MCP_HTTP__MAX_BODY_BYTES", "2048"),
+            ("MCP_HTTP__ALLOWED_HOSTS", "a.example:*, b.example"),
+            ("MCP_RUNTIME__RESPONSE_MODE", "sse"),
+            ("MCP__DRAIN_GRACE_SECS", "5"),
+            ("MCP__ADMIN_BIND", "127.0.0.1:9090"),
+            ("MCP_BIND", "a flag's variable: read by the flag, not here"),
+            ("PATH", "/bin"),
+        ])
+        .unwrap();
+        assert_eq!(unknown, []);
         assert_eq!(c.http.max_body_bytes, 2048);
         assert_eq!(
             c.http.allowed_hosts,
@@ -311,20 +447,103 @@ mod tests {
         );
         assert_eq!(c.runtime.response_mode, ResponseMode::Sse);
         assert_eq!(c.drain_grace_secs, 5);
-        assert!(
-            NodeConfig::default()
-                .with_env_overrides(vars(&[("MCP_HTTP__NOPE", "1")]))
-                .is_err()
+        assert_eq!(c.admin_bind, Some(SocketAddr::from(([127, 0, 0, 1], 9090))));
+        assert_eq!(c.bind, NodeConfig::default().bind);
+        assert!(c.redis.is_none());
+        for bad in [
+            ("MCP_HTTP__MAX_BODY_BYTES", "big"),
+            ("MCP_RUNTIME__RESPONSE_MODE", "sometimes"),
+            ("MCP__ADMIN_BIND", "nowhere"),
+        ] {
+            assert!(overridden(&[bad]).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_redis_key_turns_redis_on_with_defaults_for_the_rest() {
+        let (c, _) = overridden(&[("MCP_REDIS__KEY_PREFIX", "blue")]).unwrap();
+        let redis = c.redis.unwrap();
+        assert_eq!(redis.key_prefix, "blue");
+        assert_eq!(redis.url, RedisConfig::default().url);
+        // An unknown name in the section does not.
+        let (c, unknown) = overridden(&[("MCP_REDIS__NOPE", "1")]).unwrap();
+        assert!(c.redis.is_none());
+        assert_eq!(unknown.len(), 1);
+    }
+
+    #[test]
+    fn unknown_env_names_are_reported_with_the_closest_known_one() {
+        let (c, unknown) = overridden(&[
+            ("MCP_BIDN", "0.0.0.0:1"),
+            ("MCP_HTTP_MAX_BODY_BYTES", "2048"),
+            ("MCP_HTTP__NOPE", "1"),
+            ("MCP_NOPE__X", "1"),
+            ("MCP_REDIS__ULR", "redis://elsewhere"),
+            ("MCP_HTTP", "a section is not a setting"),
+            ("MCP__", "1"),
+            ("MCP_PROXY_AUTH_TOKEN", "another program's"),
+            ("MCP_RUNTIME__SSE_RETRY_MS", "2000"),
+        ])
+        .unwrap();
+        assert_eq!(c, {
+            let mut expected = NodeConfig::default();
+            expected.runtime.sse_retry_ms = 2000;
+            expected
+        });
+        let reported: Vec<(&str, Option<&str>)> = unknown
+            .iter()
+            .map(|u| (u.name.as_str(), u.suggestion.as_deref()))
+            .collect();
+        assert_eq!(
+            reported,
+            [
+                ("MCP_BIDN", Some("MCP_BIND")),
+                ("MCP_HTTP_MAX_BODY_BYTES", Some("MCP_HTTP__MAX_BODY_BYTES")),
+                ("MCP_HTTP__NOPE", None),
+                ("MCP_NOPE__X", None),
+                ("MCP_REDIS__ULR", Some("MCP_REDIS__URL")),
+                ("MCP_HTTP", None),
+                ("MCP__", None),
+                ("MCP_PROXY_AUTH_TOKEN", None),
+            ]
         );
-        assert!(
-            NodeConfig::default()
-                .with_env_overrides(vars(&[("MCP_HTTP__MAX_BODY_BYTES", "big")]))
-                .is_err()
+        assert_eq!(
+            unknown[0].to_string(),
+            "MCP_BIDN names no setting (did you mean MCP_BIND?)"
         );
+        assert_eq!(unknown[2].to_string(), "MCP_HTTP__NOPE names no setting");
+    }
+
+    #[test]
+    fn every_setting_of_the_file_has_a_variable() {
+        let names = known_names(&skeleton().unwrap(), &[]);
+        for name in [
+            "MCP__BIND",
+            "MCP__ADMIN_BIND",
+            "MCP__PAGE_SIZE",
+            "MCP_HTTP__ENDPOINT",
+            "MCP_RUNTIME__SSE_KEEP_ALIVE_SECS",
+            "MCP_RETENTION__MAX_STREAMS",
+            "MCP_REDIS__URL",
+            "MCP_REDIS__COMMAND_TIMEOUT_MS",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
+        }
+        // Sections are not settings, and `[redis]` has no retention key.
         assert!(
-            NodeConfig::default()
-                .with_env_overrides(vars(&[("MCP_NOPE__X", "1")]))
-                .is_err()
+            !names
+                .iter()
+                .any(|n| n == "MCP__HTTP" || n.contains("REDIS__RETENTION"))
         );
+    }
+
+    #[test]
+    fn edit_distance_counts_insertions_deletions_and_substitutions() {
+        assert_eq!(edit_distance("", ""), 0);
+        assert_eq!(edit_distance("abc", ""), 3);
+        assert_eq!(edit_distance("MCP_BIND", "MCP_BIND"), 0);
+        assert_eq!(edit_distance("MCP_BIDN", "MCP_BIND"), 2);
+        assert_eq!(edit_distance("MCP_HTTP_X", "MCP_HTTP__X"), 1);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 }

@@ -24,6 +24,10 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::{McpServer, NodeConfig};
 
+mod startup;
+
+pub use startup::{StartingNode, start};
+
 /// How often the drain checks for running requests.
 const DRAIN_POLL: Duration = Duration::from_millis(100);
 /// How long stopped requests get to write their -32603 answers.
@@ -285,23 +289,34 @@ async fn wait_for_signal() {
 /// Opens the store: Redis when configured (the node joins that cluster),
 /// otherwise the embedded in-memory store.
 ///
+/// Fails at once when Redis cannot be reached: a caller that must wait for
+/// it instead (a node behind an orchestrator) uses [`start`]. Stdio mode
+/// keeps this: its client started the process and is waiting on it, and
+/// gets an exit and a message sooner than a silent wait.
+///
 /// # Errors
 /// Redis cannot be reached or its configuration is invalid.
 pub async fn open_store(config: &NodeConfig) -> std::io::Result<Store> {
-    let Some(redis) = &config.redis else {
+    let Some(redis) = redis_config(config) else {
         return Ok(Store::memory(config.retention.to_retention()));
     };
-    let mut redis = redis.clone();
-    // One retention setting for both stores.
-    redis.retention = config.retention.to_retention().into();
     mcp_cluster::connect(&redis)
         .await
         .map_err(std::io::Error::other)
 }
 
+/// The Redis store's configuration, when the node has one, with the node's
+/// retention (one retention setting for both stores).
+fn redis_config(config: &NodeConfig) -> Option<mcp_cluster::RedisConfig> {
+    let mut redis = config.redis.clone()?;
+    redis.retention = config.retention.to_retention().into();
+    Some(redis)
+}
+
 /// Opens the store, builds the runtime and binds the HTTP server (and the
 /// admin listener, when configured). Must run inside an actix system
-/// (`#[actix_web::main]`).
+/// (`#[actix_web::main]`). Fails when Redis cannot be reached now; [`start`]
+/// waits for it instead.
 ///
 /// # Errors
 /// The store cannot be opened, the configuration is invalid, or an address
@@ -312,6 +327,18 @@ pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<Boun
     let socket = listen(config.bind)?;
     let admin_socket = config.admin_bind.map(listen).transpose()?;
     let store = open_store(&config).await?;
+    serve_on(server, config, socket, admin_socket, store)
+}
+
+/// Builds the runtime over an open store and the HTTP servers on bound
+/// sockets (not yet running).
+fn serve_on(
+    server: McpServer,
+    config: NodeConfig,
+    socket: std::net::TcpListener,
+    admin_socket: Option<std::net::TcpListener>,
+    store: Store,
+) -> std::io::Result<BoundNode> {
     let runtime = Runtime::new(Arc::new(server.clone()), store, config.runtime.clone());
     forward_events(&server, &runtime);
     let state = HttpState {

@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -25,6 +25,9 @@ use mcp_server::{McpServer, NodeConfig};
 /// Hang guard for network waits in tests: long enough for a loaded CI
 /// machine, short enough to fail a hung test quickly.
 pub const GUARD: Duration = Duration::from_secs(10);
+
+/// Pause between two looks at a node's log or exit status.
+const LOG_POLL: Duration = Duration::from_millis(20);
 
 /// Awaits `f`, panicking with `what` if it takes longer than [`GUARD`]. A
 /// guard against hangs, not an assertion on time.
@@ -195,11 +198,19 @@ impl Drop for InProcessNode {
     }
 }
 
+/// Lines of a node's log kept by [`NodeProcess::spawn_logged`]: far more
+/// than a test's node writes at the default level.
+const NODE_LOG_LINES_KEPT: usize = 10_000;
+
 /// The `mcp-node` binary as a child process; killed on drop.
 #[derive(Debug)]
 pub struct NodeProcess {
     child: Child,
     url: String,
+    /// What the node logged (stderr), for [`Self::spawn_logged`] only:
+    /// filled by a reader thread until the node exits, read by
+    /// [`Self::log`]; at most [`NODE_LOG_LINES_KEPT`] lines, the latest.
+    log: Option<Arc<Mutex<Vec<String>>>>,
 }
 
 impl NodeProcess {
@@ -223,7 +234,23 @@ impl NodeProcess {
         args: &[impl AsRef<std::ffi::OsStr>],
         bind: &str,
     ) -> anyhow::Result<Self> {
-        Self::spawn_command(binary, Command::new(binary), args, bind)
+        Self::spawn_command(binary, Command::new(binary), args, bind, false)
+    }
+
+    /// As [`Self::spawn`], with `env` added to the node's environment, and
+    /// keeping what the node logs (its stderr) for [`Self::log`]; each line
+    /// is also written to this process's stderr.
+    ///
+    /// # Errors
+    /// As [`Self::spawn`].
+    pub fn spawn_logged(
+        binary: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let mut command = Command::new(binary);
+        command.envs(env.iter().copied());
+        Self::spawn_command(binary, command, args, "127.0.0.1:0", true)
     }
 
     /// As [`Self::spawn`], with the open-file limit (soft and hard) set to
@@ -241,7 +268,7 @@ impl NodeProcess {
             .arg("-c")
             .arg(format!("ulimit -n {open_files} && exec \"$0\" \"$@\""))
             .arg(binary);
-        Self::spawn_command(binary, command, args, "127.0.0.1:0")
+        Self::spawn_command(binary, command, args, "127.0.0.1:0", false)
     }
 
     fn spawn_command(
@@ -249,6 +276,7 @@ impl NodeProcess {
         mut command: Command,
         args: &[impl AsRef<std::ffi::OsStr>],
         bind: &str,
+        keep_log: bool,
     ) -> anyhow::Result<Self> {
         if !binary.exists() {
             bail!(
@@ -261,9 +289,28 @@ impl NodeProcess {
             .args(["--bind", bind])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(if keep_log {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .spawn()
             .with_context(|| format!("spawning {}", binary.display()))?;
+        let log = child.stderr.take().map(|stderr| {
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let kept = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    eprintln!("{line}");
+                    let mut kept = kept.lock().unwrap_or_else(PoisonError::into_inner);
+                    if kept.len() == NODE_LOG_LINES_KEPT {
+                        kept.remove(0);
+                    }
+                    kept.push(line);
+                }
+            });
+            log
+        });
         let stdout = child.stdout.take().context("no stdout")?;
         let (tx, rx) = mpsc::channel();
         // Reads stdout to its end, so the node never blocks on a full pipe.
@@ -278,6 +325,7 @@ impl NodeProcess {
         let mut node = Self {
             child,
             url: String::new(),
+            log,
         };
         match rx.recv_timeout(Duration::from_secs(30)) {
             Ok(url) => {
@@ -296,6 +344,33 @@ impl NodeProcess {
     /// The MCP endpoint URL.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// What the node logged so far, one line per entry (empty unless
+    /// started by [`Self::spawn_logged`]).
+    pub fn log(&self) -> Vec<String> {
+        self.log.as_ref().map_or_else(Vec::new, |log| {
+            log.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        })
+    }
+
+    /// Waits (at most [`GUARD`]) until a logged line contains `text`, and
+    /// returns it. Blocking.
+    ///
+    /// # Errors
+    /// No such line within [`GUARD`] (the error holds the log).
+    pub fn wait_for_log(&self, text: &str) -> anyhow::Result<String> {
+        let mut waited = Duration::ZERO;
+        loop {
+            if let Some(line) = self.log().into_iter().find(|line| line.contains(text)) {
+                return Ok(line);
+            }
+            if waited >= GUARD {
+                bail!("no log line with {text:?}:\n{}", self.log().join("\n"));
+            }
+            std::thread::sleep(LOG_POLL);
+            waited += LOG_POLL;
+        }
     }
 
     /// The process id.
@@ -334,13 +409,41 @@ impl NodeProcess {
     /// # Errors
     /// The signal could not be sent or the wait failed.
     pub fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        self.send_term()?;
+        Ok(self.child.wait()?)
+    }
+
+    /// Sends SIGTERM and waits at most `limit` for the exit status.
+    ///
+    /// # Errors
+    /// The signal could not be sent, the wait failed, or the node still
+    /// runs after `limit`.
+    pub fn terminate_within(
+        &mut self,
+        limit: Duration,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        self.send_term()?;
+        let mut waited = Duration::ZERO;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if waited >= limit {
+                bail!("still running {limit:?} after SIGTERM");
+            }
+            std::thread::sleep(LOG_POLL);
+            waited += LOG_POLL;
+        }
+    }
+
+    fn send_term(&self) -> anyhow::Result<()> {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()?;
         if !status.success() {
             bail!("kill -TERM failed");
         }
-        Ok(self.child.wait()?)
+        Ok(())
     }
 }
 

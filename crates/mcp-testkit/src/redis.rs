@@ -38,7 +38,7 @@ pub struct RedisServer {
 
 impl RedisServer {
     /// Starts `redis-server` on a free loopback port and waits until it
-    /// answers `PING`.
+    /// answers.
     ///
     /// # Errors
     /// `redis-server` is not on `PATH`, exits, or does not answer within
@@ -46,18 +46,28 @@ impl RedisServer {
     pub fn start() -> anyhow::Result<Self> {
         let mut last_err = None;
         for _ in 0..START_ATTEMPTS {
-            let port = crate::free_port()?;
-            let server = Self {
-                port,
-                child: Mutex::new(None),
-                log: Arc::new(Mutex::new(Vec::new())),
-            };
-            match server.spawn() {
-                Ok(()) => return Ok(server),
+            match Self::start_on(crate::free_port()?) {
+                Ok(server) => return Ok(server),
                 Err(err) => last_err = Some(err),
             }
         }
         Err(last_err.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
+    }
+
+    /// Starts `redis-server` on loopback port `port` (one a test chose
+    /// before, e.g. for a node already told to connect there) and waits
+    /// until it answers.
+    ///
+    /// # Errors
+    /// As [`Self::start`]; also when something else holds the port.
+    pub fn start_on(port: u16) -> anyhow::Result<Self> {
+        let server = Self {
+            port,
+            child: Mutex::new(None),
+            log: Arc::new(Mutex::new(Vec::new())),
+        };
+        server.spawn()?;
+        Ok(server)
     }
 
     /// `redis://127.0.0.1:<port>/`.
@@ -156,7 +166,7 @@ impl RedisServer {
         }
     }
 
-    /// Spawns the process on `self.port` and waits for `PONG`.
+    /// Spawns the process on `self.port` and waits until it answers.
     fn spawn(&self) -> anyhow::Result<()> {
         let port = self.port.to_string();
         let mut child = Command::new("redis-server")
@@ -208,14 +218,16 @@ impl RedisServer {
                     self.log_tail()
                 );
             }
-            if matches!(command(self.port, &["PING"]), Ok(Reply::Simple(ref s)) if s == "PONG") {
+            // The server that answers must be this child, not another one
+            // already on the port (this one then exits: port taken).
+            if answering_pid(self.port) == Some(child.id()) {
                 break;
             }
             if waited >= GUARD {
                 let _ = child.kill();
                 let _ = child.wait();
                 bail!(
-                    "redis-server on port {port} did not answer PING:\n{}",
+                    "redis-server on port {port} did not answer:\n{}",
                     self.log_tail()
                 );
             }
@@ -293,6 +305,16 @@ fn command(port: u16, args: &[&str]) -> anyhow::Result<Reply> {
     })
 }
 
+/// The process id of the Redis answering on `port` (`INFO server`).
+fn answering_pid(port: u16) -> Option<u32> {
+    let Ok(Reply::Bulk(Some(info))) = command(port, &["INFO", "server"]) else {
+        return None;
+    };
+    info.lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
+}
+
 /// Whether `child` exits within `limit`.
 fn exits(child: &mut Child, limit: Duration) -> bool {
     let mut waited = Duration::ZERO;
@@ -346,6 +368,17 @@ mod tests {
         assert_eq!(redis.client_count().unwrap(), 1);
         drop(held_reader);
         drop(held);
+    }
+
+    #[test]
+    fn starts_on_a_chosen_port_and_refuses_a_taken_one() {
+        let port = crate::free_port().unwrap();
+        let redis = RedisServer::start_on(port).unwrap();
+        assert_eq!(redis.port(), port);
+        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
+        let err = RedisServer::start_on(port).unwrap_err();
+        assert!(err.to_string().contains("exited"), "{err:#}");
+        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
     }
 
     #[test]
