@@ -10,8 +10,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use mcp_server::NodeConfig;
+use mcp_server::config::UnknownVar;
 use mcp_telemetry::{LogFormat, OtelConfig};
 
 /// mimalloc: the request path allocates many small short-lived objects
@@ -119,16 +120,19 @@ struct Cli {
 
 impl Cli {
     /// Defaults, then the file, then `MCP_<SECTION>__<KEY>` variables, then
-    /// flags (and their own variables).
+    /// flags (and their own variables). Also returns the `MCP_*` variables
+    /// that name nothing, to be reported.
     fn config(
         &self,
         env: impl IntoIterator<Item = (String, String)>,
-    ) -> anyhow::Result<NodeConfig> {
+    ) -> anyhow::Result<(NodeConfig, Vec<UnknownVar>)> {
         let c = match &self.config {
             Some(path) => NodeConfig::from_toml(&std::fs::read_to_string(path)?)?,
             None => NodeConfig::default(),
         };
-        let mut c = c.with_env_overrides(env)?;
+        let flag_vars = flag_vars();
+        let flag_vars: Vec<&str> = flag_vars.iter().map(String::as_str).collect();
+        let (mut c, unknown) = c.with_env_overrides(env, &flag_vars)?;
         if let Some(v) = self.bind {
             c.bind = v;
         }
@@ -197,8 +201,18 @@ impl Cli {
             c.http.connection_limit_exempt.clone_from(v);
         }
         c.validate()?;
-        Ok(c)
+        Ok((c, unknown))
     }
+}
+
+/// The variables clap reads for the flags, from the command definition (so
+/// that a new flag's variable is known without another list to keep).
+fn flag_vars() -> Vec<String> {
+    Cli::command()
+        .get_arguments()
+        .filter_map(clap::Arg::get_env)
+        .map(|name| name.to_string_lossy().into_owned())
+        .collect()
 }
 
 fn main() -> ExitCode {
@@ -223,13 +237,29 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let config = match cli.config(std::env::vars()) {
+    let (config, unknown) = match cli.config(std::env::vars()) {
         Ok(c) => c,
         Err(err) => {
             eprintln!("mcp-node: {err}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    // Reported, not refused: an environment is shared across versions (a
+    // rollout, a rollback) and with other programs (README, "Flags and
+    // environment variables").
+    for var in &unknown {
+        match &var.suggestion {
+            Some(known) => tracing::warn!(
+                variable = %var.name,
+                did_you_mean = %known,
+                "Unknown MCP_ environment variable ignored."
+            ),
+            None => tracing::warn!(
+                variable = %var.name,
+                "Unknown MCP_ environment variable ignored."
+            ),
+        }
+    }
     tracing::info!(config = ?config, "Effective configuration.");
     raise_fd_limit(config.runtime.max_sessions);
     let result = actix_web::rt::System::new().block_on(serve(cli.stdio, config));
@@ -266,7 +296,9 @@ async fn serve(stdio: bool, config: NodeConfig) -> std::io::Result<()> {
         return mcp_server::stdio::run(server, config).await;
     }
     let endpoint = config.http.endpoint.clone();
-    let node = mcp_server::node::bind(server, config).await?;
+    // Binds at once; with Redis not reachable yet, waits for it (probes
+    // answer meanwhile) instead of exiting.
+    let node = mcp_server::node::start(server, config).await?;
     for addr in node.addrs() {
         tracing::info!(%addr, "Listening.");
         // A machine-readable line for scripts and tests.
@@ -277,4 +309,59 @@ async fn serve(stdio: bool, config: NodeConfig) -> std::io::Result<()> {
         println!("mcp-node probes on http://{addr}/healthz");
     }
     node.run().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_command_is_well_formed_and_every_flag_variable_is_known() {
+        Cli::command().debug_assert();
+        let vars = flag_vars();
+        for name in [
+            "MCP_CONFIG",
+            "MCP_BIND",
+            "MCP_REDIS_URL",
+            "MCP_ADMIN_BIND",
+            "MCP_LOG",
+        ] {
+            assert!(vars.iter().any(|v| v == name), "{name} missing: {vars:?}");
+        }
+        let cli = Cli::parse_from(["mcp-node"]);
+        let (_, unknown) = cli
+            .config(env(&[
+                ("MCP_BIND", "127.0.0.1:1"),
+                ("MCP_LOG_JSON", "true"),
+            ]))
+            .unwrap();
+        assert_eq!(unknown, []);
+    }
+
+    #[test]
+    fn unknown_variables_are_returned_and_bad_values_refused() {
+        let cli = Cli::parse_from(["mcp-node"]);
+        let (config, unknown) = cli
+            .config(env(&[
+                ("MCP_REDIS_ULR", "redis://127.0.0.1:1"),
+                ("MCP_HTTP__MAX_BODY_BYTES", "2048"),
+            ]))
+            .unwrap();
+        assert_eq!(config.http.max_body_bytes, 2048);
+        assert!(config.redis.is_none());
+        assert_eq!(unknown.len(), 1);
+        assert_eq!(unknown[0].name, "MCP_REDIS_ULR");
+        assert_eq!(unknown[0].suggestion.as_deref(), Some("MCP_REDIS_URL"));
+        assert!(
+            cli.config(env(&[("MCP_HTTP__MAX_BODY_BYTES", "big")]))
+                .is_err()
+        );
+    }
 }
