@@ -8,7 +8,10 @@
 #   3. an end-to-end test with the official TypeScript SDK client against a started node;
 #   4. the client matrix (tests/client-matrix.sh): the official clients (TypeScript SDK v1
 #      and v2, Python SDK, Inspector CLI) against a node started with --page-size 2, then
-#      through nginx in front of a 3-node cluster started with --page-size 2.
+#      through nginx in front of a 3-node cluster started with --page-size 2;
+#   5. the deployment files (tests/compose/check.sh): docker-compose.yml against the Compose
+#      Specification's schema (check-jsonschema, pinned in tests/compose/requirements.txt),
+#      deploy/prometheus/prometheus.yml with promtool (Debian package prometheus).
 # Installs what it needs first: Node.js/npm from Debian if missing, then (from the npm
 # registry, pinned in tests/js/package-lock.json) Node 22, the conformance suite, the SDKs
 # and the Inspector; then (from PyPI, pinned in tests/py/requirements.txt) the Python SDK
@@ -43,12 +46,16 @@ if ! has_cmd nginx; then
     need_apt nginx
   fi
 fi
+# promtool checks deploy/prometheus/prometheus.yml (tests/compose/check.sh).
+has_cmd promtool || need_apt prometheus
 has_cmd redis-server || { echo "redis-server missing after install" >&2; exit 1; }
 has_cmd nginx || { echo "nginx missing after install" >&2; exit 1; }
-# A service the packages started would hold 6379/80; the tests own their servers.
+has_cmd promtool || { echo "promtool missing after install" >&2; exit 1; }
+# A service the packages started would hold 6379/80/9090; the tests own their servers.
 if [ "$(id -u)" = 0 ] && command -v service >/dev/null 2>&1; then
   service redis-server stop >/dev/null 2>&1 || true
   service nginx stop >/dev/null 2>&1 || true
+  service prometheus stop >/dev/null 2>&1 || true
 fi
 
 echo "== installing JavaScript test tools (npm ci)"
@@ -108,6 +115,13 @@ LOG_DIR="$LOG_DIR" bash tests/fuzz/run.sh 2>&1 | tee "$LOG_DIR/fuzz.log"
 fuzz_status=${PIPESTATUS[0]}
 set -e
 read -r fuzz_passed fuzz_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/fuzz.log")
+
+echo "== deployment files (tests/compose/check.sh)"
+set +e
+LOG_DIR="$LOG_DIR" bash tests/compose/check.sh 2>&1 | tee "$LOG_DIR/compose.log"
+compose_status=${PIPESTATUS[0]}
+set -e
+read -r compose_passed compose_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/compose.log")
 
 # Starts a node on a free port, with any further arguments as extra flags; sets
 # NODE_PID and NODE_URL.
@@ -337,9 +351,10 @@ stop_cluster
 read -r matrix_passed matrix_failed < <(cat "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" |
   awk '/^matrix [a-z-]+: [0-9]+ passed, [0-9]+ failed$/ {p += $3; f += $5} END {print p+0, f+0}')
 
-failed=$((rust_failed + fuzz_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed))
-passed=$((rust_passed + fuzz_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed))
+failed=$((rust_failed + fuzz_failed + compose_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed))
+passed=$((rust_passed + fuzz_passed + compose_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed))
 [ "$fuzz_status" = 0 ] || { echo "fuzz targets failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$compose_status" = 0 ] || { echo "deployment file checks failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$conformance_status" = 0 ] || { echo "conformance suite failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$cluster_conformance_status" = 0 ] || { echo "conformance suite against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$sdk_status" = 0 ] || { echo "TypeScript SDK end-to-end test failed" >&2; failed=$((failed > 0 ? failed : 1)); }
@@ -347,6 +362,6 @@ passed=$((rust_passed + fuzz_passed + conf_passed + cluster_passed + sdk_passed 
 [ "$matrix_cluster_status" = 0 ] || { echo "client matrix against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 echo "client matrix:"
 grep -h '^matrix .* x .*: ' "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" | sed 's/^/  /'
-echo "rust: $rust_passed passed, $rust_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed"
+echo "rust: $rust_passed passed, $rust_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed"
 echo "total: $passed passed, $failed failed"
 [ "$failed" = 0 ]
