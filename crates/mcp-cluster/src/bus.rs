@@ -38,10 +38,20 @@ impl RedisBus {
 impl ControlBus for RedisBus {
     async fn publish(&self, message: &ControlMessage) -> Result<(), StoreError> {
         let json = serde_json::to_string(message).map_err(corrupt)?;
-        self.redis
-            .cmd(redis::cmd("PUBLISH").arg(&self.channel).arg(json))
+        let published = self
+            .redis
+            .cmd(
+                "bus_publish",
+                redis::cmd("PUBLISH").arg(&self.channel).arg(json),
+            )
             .await
-            .map(drop)
+            .map(drop);
+        let m = mcp_telemetry::metrics::metrics();
+        match &published {
+            Ok(()) => m.bus_published.with_label_values(&[message.kind()]).inc(),
+            Err(_) => m.bus_dropped.with_label_values(&["publish_failed"]).inc(),
+        }
+        published
     }
 
     fn subscribe(&self) -> broadcast::Receiver<ControlMessage> {

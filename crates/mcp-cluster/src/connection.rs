@@ -101,36 +101,59 @@ impl fmt::Debug for Redis {
 
 impl Redis {
     /// Runs one command.
-    pub(crate) async fn cmd(&self, cmd: &Cmd) -> Result<Value, StoreError> {
+    /// One command; `op` names it in the Redis metrics.
+    pub(crate) async fn cmd(&self, op: &'static str, cmd: &Cmd) -> Result<Value, StoreError> {
         let mut con = self.manager.clone();
-        self.bounded(cmd.query_async::<Value>(&mut con)).await
+        self.bounded(op, cmd.query_async::<Value>(&mut con)).await
     }
 
-    /// Runs a pipeline (atomic when built with `.atomic()`).
-    pub(crate) async fn pipe(&self, pipe: &Pipeline) -> Result<Value, StoreError> {
+    /// One pipeline (one round trip); `op` names it in the Redis metrics.
+    pub(crate) async fn pipe(
+        &self,
+        op: &'static str,
+        pipe: &Pipeline,
+    ) -> Result<Value, StoreError> {
         let mut con = self.manager.clone();
-        self.bounded(pipe.query_async::<Value>(&mut con)).await
+        self.bounded(op, pipe.query_async::<Value>(&mut con)).await
     }
 
-    /// Runs a Lua script: `EVALSHA`, loading it first when Redis does not
-    /// know it (first use, or after a Redis restart).
+    /// One script; `op` names it in the Redis metrics.
     pub(crate) async fn script(
         &self,
+        op: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<Value, StoreError> {
         let mut con = self.manager.clone();
-        self.bounded(invocation.invoke_async::<Value>(&mut con))
+        self.bounded(op, invocation.invoke_async::<Value>(&mut con))
             .await
     }
 
     async fn bounded(
         &self,
+        op: &'static str,
         call: impl Future<Output = redis::RedisResult<Value>>,
     ) -> Result<Value, StoreError> {
-        match tokio::time::timeout(self.timeout, call).await {
+        let m = mcp_telemetry::metrics::metrics();
+        let timer = m.redis_timer(op);
+        let outcome = tokio::time::timeout(self.timeout, call).await;
+        timer.observe_duration();
+        match outcome {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(err)) => Err(unavailable(&err)),
-            Err(_) => Err(timed_out(self.timeout)),
+            Ok(Err(err)) => {
+                let kind = if err.is_connection_dropped() || err.is_io_error() {
+                    // The connection manager reconnects after this.
+                    m.redis_reconnects.with_label_values(&["commands"]).inc();
+                    "connection"
+                } else {
+                    "other"
+                };
+                m.redis_errors.with_label_values(&[op, kind]).inc();
+                Err(unavailable(&err))
+            }
+            Err(_) => {
+                m.redis_errors.with_label_values(&[op, "timeout"]).inc();
+                Err(timed_out(self.timeout))
+            }
         }
     }
 }

@@ -246,7 +246,7 @@ impl RedisEventLog {
             .arg(META_CLOSED)
             .arg(field)
             .clone();
-        let reply = self.redis.cmd(&command).await?;
+        let reply = self.redis.cmd("stream_meta", &command).await?;
         let mut fields = reply::array(reply)?.into_iter();
         let (Some(closed), Some(value)) = (fields.next(), fields.next()) else {
             return Err(corrupt("short HMGET reply"));
@@ -300,6 +300,7 @@ impl EventLog for RedisEventLog {
         };
         self.redis
             .script(
+                "stream_create",
                 CREATE
                     .key(self.keys.meta(session, &stream))
                     .key(self.keys.streams(session))
@@ -333,6 +334,7 @@ impl EventLog for RedisEventLog {
         let reply = self
             .redis
             .script(
+                "stream_append",
                 APPEND
                     .key(self.keys.stream(session, stream))
                     .key(self.keys.meta(session, stream))
@@ -356,6 +358,7 @@ impl EventLog for RedisEventLog {
         let reply = self
             .redis
             .script(
+                "stream_close",
                 CLOSE
                     .key(self.keys.stream(session, stream))
                     .key(self.keys.meta(session, stream))
@@ -378,6 +381,7 @@ impl EventLog for RedisEventLog {
         let reply = self
             .redis
             .script(
+                "stream_read",
                 READ.key(self.keys.stream(session, stream))
                     .key(self.keys.meta(session, stream))
                     .arg(after.to_string())
@@ -422,7 +426,10 @@ impl EventLog for RedisEventLog {
     ) -> Result<Wakeup, StoreError> {
         let exists = self
             .redis
-            .cmd(redis::cmd("EXISTS").arg(self.keys.meta(session, stream)))
+            .cmd(
+                "stream_exists",
+                redis::cmd("EXISTS").arg(self.keys.meta(session, stream)),
+            )
             .await?;
         if reply::int(&exists)? == 0 {
             return Err(StoreError::StreamNotFound);
@@ -435,6 +442,7 @@ impl EventLog for RedisEventLog {
         let reply = self
             .redis
             .script(
+                "stream_touch",
                 TOUCH
                     .key(self.keys.stream(session, stream))
                     .key(self.keys.meta(session, stream))
@@ -449,6 +457,7 @@ impl EventLog for RedisEventLog {
     async fn delete_session(&self, session: &SessionId) -> Result<(), StoreError> {
         self.redis
             .script(
+                "streams_delete",
                 DELETE_SESSION
                     .key(self.keys.streams(session))
                     .arg(self.keys.stream_prefix(session))

@@ -83,7 +83,7 @@ impl NodeRegistry for RedisNodes {
             .arg(self.keys.nodes())
             .arg(node.as_str())
             .ignore();
-        self.redis.pipe(&pipe).await.map(drop)
+        self.redis.pipe("node_heartbeat", &pipe).await.map(drop)
     }
 
     async fn leave(&self, node: &NodeId) -> Result<(), StoreError> {
@@ -97,13 +97,14 @@ impl NodeRegistry for RedisNodes {
             .arg(self.keys.nodes())
             .arg(node.as_str())
             .ignore();
-        self.redis.pipe(&pipe).await.map(drop)
+        self.redis.pipe("node_leave", &pipe).await.map(drop)
     }
 
     async fn open_stream(&self, node: &NodeId, stream: &OpenStream) -> Result<(), StoreError> {
         let json = serde_json::to_string(stream).map_err(corrupt)?;
         self.redis
             .cmd(
+                "node_stream_open",
                 redis::cmd("HSET")
                     .arg(self.keys.node_streams(node))
                     .arg(stream.stream.as_str())
@@ -116,6 +117,7 @@ impl NodeRegistry for RedisNodes {
     async fn close_stream(&self, node: &NodeId, stream: &StreamId) -> Result<(), StoreError> {
         self.redis
             .cmd(
+                "node_stream_close",
                 redis::cmd("HDEL")
                     .arg(self.keys.node_streams(node))
                     .arg(stream.as_str()),
@@ -128,6 +130,7 @@ impl NodeRegistry for RedisNodes {
         let reply = self
             .redis
             .script(
+                "nodes_dead",
                 DEAD_NODES
                     .key(self.keys.nodes())
                     .arg(self.keys.node_prefix())
@@ -151,6 +154,7 @@ impl NodeRegistry for RedisNodes {
         let reply = self
             .redis
             .script(
+                "node_claim",
                 CLAIM
                     .key(self.keys.node_alive(dead))
                     .key(self.keys.node_streams(dead))

@@ -258,8 +258,20 @@ impl Shared {
         if channel == self.ctl {
             match serde_json::from_slice::<ControlMessage>(msg.get_payload_bytes()) {
                 // No receiver is not an error: nobody needed to hear it.
-                Ok(message) => drop(self.control.send(message)),
-                Err(err) => warn!(%err, "Undecodable control message dropped."),
+                Ok(message) => {
+                    mcp_telemetry::metrics::metrics()
+                        .bus_received
+                        .with_label_values(&[message.kind()])
+                        .inc();
+                    drop(self.control.send(message));
+                }
+                Err(err) => {
+                    mcp_telemetry::metrics::metrics()
+                        .bus_dropped
+                        .with_label_values(&["malformed"])
+                        .inc();
+                    warn!(%err, "Undecodable control message dropped.");
+                }
             }
         } else if let Some(wake) = self.lock().wakes.get(channel) {
             wake.tx.send_modify(|n| *n = n.wrapping_add(1));
@@ -348,5 +360,9 @@ async fn run(shared: Arc<Shared>, mut stream: PubSubStream, mut stop: oneshot::R
             }
         };
         info!("Redis pub/sub connection restored.");
+        mcp_telemetry::metrics::metrics()
+            .redis_reconnects
+            .with_label_values(&["pubsub"])
+            .inc();
     }
 }

@@ -133,7 +133,8 @@ impl SessionStore for RedisSessionStore {
             .arg(now_ms().saturating_add(ttl))
             .arg(record.id.as_str())
             .ignore();
-        let mut replies = reply::array(self.redis.pipe(&pipe).await?)?.into_iter();
+        let mut replies =
+            reply::array(self.redis.pipe("session_create", &pipe).await?)?.into_iter();
         match replies.next() {
             Some(Value::Nil) => Err(StoreError::Conflict),
             Some(_) => Ok(()),
@@ -147,7 +148,7 @@ impl SessionStore for RedisSessionStore {
             .arg(self.keys.session(id))
             .cmd("SMEMBERS")
             .arg(self.keys.subs(id));
-        let mut replies = reply::array(self.redis.pipe(&pipe).await?)?.into_iter();
+        let mut replies = reply::array(self.redis.pipe("session_load", &pipe).await?)?.into_iter();
         let (Some(record), Some(subs)) = (replies.next(), replies.next()) else {
             return Err(corrupt("short load reply"));
         };
@@ -166,6 +167,7 @@ impl SessionStore for RedisSessionStore {
         let reply = self
             .redis
             .script(
+                "session_save",
                 SAVE.key(self.keys.session(&record.id))
                     .key(self.keys.subs(&record.id))
                     .arg(json)
@@ -184,6 +186,7 @@ impl SessionStore for RedisSessionStore {
         let reply = self
             .redis
             .script(
+                "session_subscribe",
                 SUBSCRIBE
                     .key(self.keys.session(id))
                     .key(self.keys.subs(id))
@@ -204,6 +207,7 @@ impl SessionStore for RedisSessionStore {
         let reply = self
             .redis
             .script(
+                "session_unsubscribe",
                 UNSUBSCRIBE
                     .key(self.keys.session(id))
                     .key(self.keys.subs(id))
@@ -217,6 +221,7 @@ impl SessionStore for RedisSessionStore {
         let reply = self
             .redis
             .script(
+                "session_touch",
                 TOUCH
                     .key(self.keys.session(id))
                     .key(self.keys.subs(id))
@@ -236,6 +241,7 @@ impl SessionStore for RedisSessionStore {
         let due = self
             .redis
             .cmd(
+                "expiry_due",
                 redis::cmd("ZRANGEBYSCORE")
                     .arg(&index)
                     .arg("-inf")
@@ -253,7 +259,7 @@ impl SessionStore for RedisSessionStore {
                 Err(_) => {
                     // Not ours to keep: drop the malformed member.
                     self.redis
-                        .cmd(redis::cmd("ZREM").arg(&index).arg(&text))
+                        .cmd("expiry_drop", redis::cmd("ZREM").arg(&index).arg(&text))
                         .await?;
                 }
             }
@@ -265,7 +271,7 @@ impl SessionStore for RedisSessionStore {
         for id in &ids {
             ttls.cmd("PTTL").arg(self.keys.session(id));
         }
-        let ttls = reply::array(self.redis.pipe(&ttls).await?)?;
+        let ttls = reply::array(self.redis.pipe("expiry_ttls", &ttls).await?)?;
         let mut settle = redis::pipe();
         let mut expired = Vec::new();
         for (id, ttl) in ids.into_iter().zip(ttls) {
@@ -293,7 +299,7 @@ impl SessionStore for RedisSessionStore {
                 }
             }
         }
-        let removed = reply::array(self.redis.pipe(&settle).await?)?;
+        let removed = reply::array(self.redis.pipe("expiry_settle", &settle).await?)?;
         Ok(expired
             .into_iter()
             .zip(removed)
@@ -307,13 +313,16 @@ impl SessionStore for RedisSessionStore {
                 "redis pub/sub connection is down".into(),
             ));
         }
-        self.redis.cmd(&redis::cmd("PING")).await.map(drop)
+        self.redis.cmd("ping", &redis::cmd("PING")).await.map(drop)
     }
 
     async fn ended(&self, id: &SessionId) -> Result<bool, StoreError> {
         let reply = self
             .redis
-            .cmd(redis::cmd("EXISTS").arg(self.keys.ended(id)))
+            .cmd(
+                "session_ended",
+                redis::cmd("EXISTS").arg(self.keys.ended(id)),
+            )
             .await?;
         Ok(reply::int(&reply)? == 1)
     }
@@ -335,7 +344,8 @@ impl SessionStore for RedisSessionStore {
             .arg(self.keys.session_expiry())
             .arg(id.as_str())
             .ignore();
-        let mut replies = reply::array(self.redis.pipe(&pipe).await?)?.into_iter();
+        let mut replies =
+            reply::array(self.redis.pipe("session_delete", &pipe).await?)?.into_iter();
         let deleted = replies
             .next()
             .ok_or_else(|| corrupt("empty delete reply"))?;

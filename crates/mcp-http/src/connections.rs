@@ -56,6 +56,7 @@ pub struct Admitted {
 impl Drop for Admitted {
     fn drop(&mut self) {
         self.gate.open.fetch_sub(1, Ordering::AcqRel);
+        mcp_telemetry::metrics::metrics().connections_open.dec();
         if let Some(peer) = self.peer {
             self.gate.release_peer(peer);
         }
@@ -123,6 +124,7 @@ impl ConnectionGate {
             }
             *count += 1;
         }
+        mcp_telemetry::metrics::metrics().connections_open.inc();
         Ok(Admitted {
             gate: Arc::clone(self),
             peer: limited,
@@ -150,6 +152,10 @@ impl ConnectionGate {
 
     fn refuse(&self, why: Refused) -> Refused {
         self.refused.fetch_add(1, Ordering::Relaxed);
+        mcp_telemetry::metrics::metrics()
+            .connections_refused
+            .with_label_values(&[why.as_str()])
+            .inc();
         why
     }
 

@@ -5,7 +5,7 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{ALLOW, CONTENT_TYPE};
 use actix_web::{HttpResponse, ResponseError};
 use mcp_protocol::{DecodeError, ErrorCode, ErrorObject, Message, RequestId, Response};
-use mcp_runtime::RuntimeError;
+use mcp_runtime::{Refusal, RuntimeError};
 
 /// Why the transport refused a request.
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +119,30 @@ impl HttpError {
         }
     }
 
+    /// Label of `mcp_http_rejections_total`.
+    pub fn reason(&self) -> &'static str {
+        match self.inner() {
+            Self::ForbiddenOrigin => "forbidden_origin",
+            Self::ForbiddenHost => "forbidden_host",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::NotAcceptable(_) => "not_acceptable",
+            Self::UnsupportedVersion(_) => "unsupported_version",
+            Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::BodyRead => "body_read",
+            Self::BodyTimeout(_) => "body_timeout",
+            Self::Decode(_) => "malformed_message",
+            Self::MissingSession => "missing_session",
+            Self::MalformedSession => "malformed_session",
+            Self::SessionNotFound => "session_not_found",
+            Self::InvalidRequest { .. } => "invalid_request",
+            Self::HeaderMismatch { .. } => "header_mismatch",
+            Self::BadLastEventId(_) => "bad_last_event_id",
+            Self::MethodNotAllowed(_) => "method_not_allowed",
+            Self::Unavailable(_) => "unavailable",
+            Self::ForRequest { error, .. } => error.reason(),
+        }
+    }
+
     /// The error itself, without the request it answers.
     fn inner(&self) -> &Self {
         match self {
@@ -130,23 +154,26 @@ impl HttpError {
 
 impl From<RuntimeError> for HttpError {
     fn from(err: RuntimeError) -> Self {
+        let message = err.client_message();
         match err {
             RuntimeError::SessionNotFound => Self::SessionNotFound,
-            RuntimeError::TooManySessions => Self::Unavailable("too many sessions"),
-            RuntimeError::Overloaded => Self::Unavailable("session overloaded, retry later"),
-            RuntimeError::ShuttingDown => Self::Unavailable("node is shutting down"),
-            RuntimeError::UnknownEvent => Self::BadLastEventId("unknown Last-Event-ID"),
-            RuntimeError::EventsExpired => {
-                Self::BadLastEventId("events after Last-Event-ID are no longer retained")
+            RuntimeError::UnknownEvent | RuntimeError::EventsExpired => {
+                Self::BadLastEventId(message)
             }
             RuntimeError::Store(err) => {
                 tracing::warn!(error = %err, "Store failure.");
-                Self::Unavailable("session store unavailable")
+                Self::Unavailable(message)
             }
-            other => {
-                tracing::warn!(error = %other, "Runtime failure.");
-                Self::Unavailable("service unavailable")
-            }
+            _ => Self::Unavailable(message),
+        }
+    }
+}
+
+impl From<Refusal> for HttpError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Invalid { message, id } => Self::InvalidRequest { message, id },
+            Refusal::Runtime { error, id, .. } => Self::from(error).for_request(id),
         }
     }
 }
@@ -178,6 +205,10 @@ impl ResponseError for HttpError {
         // Client mistakes and attacks alike: never above debug, so that no
         // client can flood the log.
         tracing::debug!(status = %self.status_code(), error = %self, "Request refused.");
+        mcp_telemetry::metrics::metrics()
+            .http_rejections
+            .with_label_values(&[self.reason()])
+            .inc();
         let mut builder = HttpResponse::build(self.status_code());
         if let Self::MethodNotAllowed(allow) = self.inner() {
             builder.insert_header((ALLOW, *allow));

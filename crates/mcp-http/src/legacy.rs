@@ -5,16 +5,15 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use mcp_protocol::jsonrpc::{Body, decode_body_with_limit};
-use mcp_protocol::{Message, ProtocolVersion};
-use mcp_runtime::{Runtime, SessionHandle};
+use mcp_protocol::jsonrpc::decode_body_with_limit;
+use mcp_runtime::{Answers, Runtime, Transport};
 use mcp_store::SessionId;
 use serde::Deserialize;
 
 use crate::HttpState;
 use crate::error::HttpError;
 use crate::headers;
-use crate::sse::{self, Framing};
+use crate::sse::{self, Framing, StreamKind};
 use crate::streamable::read_body;
 
 /// Path of the SSE stream.
@@ -34,7 +33,9 @@ impl Drop for EndOnDrop {
         let runtime = self.runtime.clone();
         let session = self.session.clone();
         actix_web::rt::spawn(async move {
-            let _ = runtime.terminate(&session).await;
+            let _ = runtime
+                .end_disconnected(&session, Transport::LegacySse)
+                .await;
         });
     }
 }
@@ -47,13 +48,14 @@ pub async fn connect(
     headers::check_host_and_origin(&req, &state.config)?;
     headers::check_get_accept(req.headers())?;
     let runtime = &state.runtime;
-    let session = runtime.create_session(None).await?;
+    let session = runtime.open_session(Transport::LegacySse).await?;
     let (_, follow) = runtime.follow_standalone(&session).await?;
     let endpoint = format!("{MESSAGES_PATH}?sessionId={}", session.id());
     let framing = Framing {
         preamble: Some(sse::named("endpoint", &endpoint)),
         retry_ms: runtime.config().sse_retry_ms,
         legacy: true,
+        kind: StreamKind::Legacy,
         ..Framing::default()
     };
     let guard = EndOnDrop {
@@ -93,52 +95,11 @@ pub async fn message(
     let runtime = &state.runtime;
     let body = decode_body_with_limit(&bytes, runtime.config().max_batch_items)
         .map_err(HttpError::Decode)?;
+    if let mcp_protocol::jsonrpc::Body::Single(message) = &body {
+        crate::observe::note_method(&req, message.method().unwrap_or("response"));
+    }
     let session = runtime.session(&id).await?;
-    match body {
-        Body::Single(message) => route(runtime, &session, Ok(message))?,
-        // Batches exist in 2025-03-26 only, whatever the transport.
-        Body::Batch(items)
-            if session
-                .protocol_version()
-                .is_some_and(ProtocolVersion::allows_batches) =>
-        {
-            let (messages, invalid): (Vec<_>, Vec<_>) = items.into_iter().partition(Result::is_ok);
-            let messages = messages.into_iter().filter_map(Result::ok).collect();
-            // One mailbox message: the batch runs whole or not at all; the
-            // errors for its invalid members follow only when it ran.
-            session.dispatch_batch(messages, runtime.attached_exchange(&session))?;
-            for err in invalid.into_iter().filter_map(Result::err) {
-                route(runtime, &session, Err(err))?;
-            }
-        }
-        Body::Batch(_) => {
-            return Err(HttpError::InvalidRequest {
-                message: "JSON-RPC batches are not supported in this session's protocol version"
-                    .into(),
-                id: None,
-            });
-        }
-    }
+    // Answers travel on the SSE stream, errors for the body's members too.
+    runtime.submit(&session, body, Answers::SessionStream, Transport::LegacySse)?;
     Ok(HttpResponse::Accepted().body(Bytes::from_static(b"Accepted")))
-}
-
-fn route(
-    runtime: &Runtime,
-    session: &SessionHandle,
-    message: Result<Message, mcp_protocol::DecodeError>,
-) -> Result<(), HttpError> {
-    match message {
-        Ok(Message::Request(r)) => session.dispatch(r, runtime.attached_exchange(session))?,
-        Ok(Message::Notification(n)) => session.notify(n)?,
-        Ok(Message::Response(r)) => session.answer(r)?,
-        Err(err) => {
-            // The error travels on the stream like any answer.
-            let exchange = runtime.attached_exchange(session);
-            let response = mcp_protocol::Response::error(err.id.clone(), err.to_error_object());
-            actix_web::rt::spawn(async move {
-                let _ = exchange.finish(Some(response)).await;
-            });
-        }
-    }
-    Ok(())
 }

@@ -15,12 +15,14 @@
 //! - [`sse`]: SSE framing of followed streams.
 //! - [`streamable`]: the Streamable HTTP endpoint.
 //! - [`legacy`]: the HTTP+SSE transport (2024-11-05).
+//! - [`observe`]: `/metrics`, the access log and `X-Request-Id`.
 
 pub mod config;
 pub mod connections;
 pub mod error;
 pub mod headers;
 pub mod legacy;
+pub mod observe;
 pub mod sse;
 pub mod streamable;
 

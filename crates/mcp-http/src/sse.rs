@@ -25,6 +25,52 @@ pub struct Framing {
     pub retry_ms: u64,
     /// Legacy HTTP+SSE: events are named `message`.
     pub legacy: bool,
+    /// What the stream is, for `mcp_sse_streams_open`.
+    pub kind: StreamKind,
+}
+
+/// What an SSE stream carries (label of `mcp_sse_streams_open`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StreamKind {
+    /// The answer to a POST.
+    #[default]
+    Request,
+    /// The standalone GET stream.
+    Standalone,
+    /// A `Last-Event-ID` resumption.
+    Resumption,
+    /// The legacy HTTP+SSE session stream.
+    Legacy,
+}
+
+impl StreamKind {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Request => "request",
+            Self::Standalone => "standalone",
+            Self::Resumption => "resumption",
+            Self::Legacy => "legacy",
+        }
+    }
+}
+
+/// Counts a stream in `mcp_sse_streams_open` while it lives.
+struct Open(prometheus::IntGauge);
+
+impl Open {
+    fn new(kind: StreamKind) -> Self {
+        let gauge = mcp_telemetry::metrics::metrics()
+            .sse_streams_open
+            .with_label_values(&[kind.label()]);
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 /// One event.
@@ -85,6 +131,7 @@ pub fn body(
     }
     let retry_ms = framing.retry_ms;
     let legacy = framing.legacy;
+    let open = Open::new(framing.kind);
     let events = follow.into_stream().filter_map(move |item| async move {
         match item {
             FollowItem::Event(id, data) => Some(event(&id, &data, legacy)),
@@ -97,7 +144,10 @@ pub fn body(
             FollowItem::End(FollowEnd::Completed | FollowEnd::Gone) => None,
         }
     });
-    stream::iter(head).chain(events).map(Ok)
+    stream::iter(head).chain(events).map(move |chunk| {
+        let _open = &open;
+        Ok(chunk)
+    })
 }
 
 /// An SSE response (with `X-Accel-Buffering: no` so proxies do not hold

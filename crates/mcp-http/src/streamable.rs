@@ -6,13 +6,14 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use mcp_protocol::jsonrpc::{Body, decode_body_with_limit};
-use mcp_protocol::{ErrorCode, Message, ProtocolVersion, Request, Response, methods};
-use mcp_runtime::{ExchangeReply, ResponseMode, SessionHandle};
+use mcp_protocol::{Message, ProtocolVersion, Request, methods};
+use mcp_runtime::{Answers, ExchangeReply, RuntimeError, SessionHandle, Submitted, Transport};
 use mcp_store::{EventId, Position};
 
 use crate::error::HttpError;
 use crate::headers::{self, LAST_EVENT_ID, SESSION_ID};
-use crate::sse::{self, Framing};
+use crate::observe;
+use crate::sse::{self, Framing, StreamKind};
 use crate::{HttpConfig, HttpState};
 
 /// `Allow` for the endpoint.
@@ -82,12 +83,18 @@ pub async fn post(
         Body::Single(Message::Request(request)) => Some(request.id.clone()),
         _ => None,
     };
+    match &body {
+        Body::Single(Message::Request(r)) => observe::note_method(&req, &r.method),
+        Body::Single(Message::Notification(n)) => observe::note_method(&req, &n.method),
+        Body::Single(Message::Response(_)) => observe::note_method(&req, "response"),
+        Body::Batch(_) => observe::note_method(&req, "batch"),
+    }
     post_body(&req, body, &state)
         .await
         .map_err(|err| err.for_request(id))
 }
 
-/// Routes a decoded POST body.
+/// Routes a decoded POST body through the runtime's pipeline.
 async fn post_body(
     req: &HttpRequest,
     body: Body,
@@ -103,26 +110,15 @@ async fn post_body(
     }
     let session = session(req, state).await?;
     let runtime = &state.runtime;
-    match body {
-        Body::Single(message) => {
-            headers::check_standard_headers(req.headers(), &message, runtime.service().as_ref())?;
-            match message {
-                Message::Request(request) => {
-                    let (exchange, reply) = runtime.exchange(&session, vec![request.id.clone()]);
-                    session.dispatch(request, exchange)?;
-                    answer(state, &session, reply, false).await
-                }
-                Message::Notification(n) => {
-                    session.notify(n)?;
-                    Ok(HttpResponse::Accepted().finish())
-                }
-                Message::Response(r) => {
-                    session.answer(r)?;
-                    Ok(HttpResponse::Accepted().finish())
-                }
-            }
+    if let Body::Single(message) = &body {
+        headers::check_standard_headers(req.headers(), message, runtime.service().as_ref())?;
+    }
+    match runtime.submit(&session, body, Answers::Reply, Transport::StreamableHttp)? {
+        Submitted::Reply { reply, batch } => answer(state, &session, reply, batch).await,
+        Submitted::Accepted | Submitted::Stream(_) => {
+            count_answer("accepted");
+            Ok(HttpResponse::Accepted().finish())
         }
-        Body::Batch(items) => batch(state, &session, items).await,
     }
 }
 
@@ -145,22 +141,12 @@ async fn initialize(
         &Message::Request(request.clone()),
         state.runtime.service().as_ref(),
     )?;
-    let runtime = &state.runtime;
-    let session = runtime.create_session(None).await?;
-    let (exchange, reply) =
-        runtime.exchange_with_mode(&session, vec![request.id.clone()], ResponseMode::Auto);
-    session.dispatch(request, exchange)?;
-    let reply = reply.await;
-    let failed = match &reply {
-        Ok(ExchangeReply::Json(responses)) => responses.iter().any(|r| r.outcome.is_err()),
-        _ => true,
-    };
-    if failed {
-        // No session for a failed initialize.
-        let _ = runtime.terminate(session.id()).await;
-    }
+    let (session, reply, succeeded) = state
+        .runtime
+        .initialize(request, Transport::StreamableHttp)
+        .await?;
     let mut response = respond(state, &session, reply, false).await?;
-    if !failed {
+    if succeeded {
         response.headers_mut().insert(
             actix_web::http::header::HeaderName::from_static(SESSION_ID),
             // unwrap: session ids are visible ASCII by construction.
@@ -171,51 +157,11 @@ async fn initialize(
     Ok(response)
 }
 
-/// A JSON-RPC batch: 2025-03-26 sessions only.
-async fn batch(
-    state: &HttpState,
-    session: &SessionHandle,
-    items: Vec<Result<Message, mcp_protocol::DecodeError>>,
-) -> Result<HttpResponse, HttpError> {
-    let version = session
-        .protocol_version()
-        .unwrap_or(ProtocolVersion::HTTP_DEFAULT);
-    if !version.allows_batches() {
-        return Err(HttpError::InvalidRequest {
-            message: format!("JSON-RPC batches are not supported in protocol version {version}"),
-            id: None,
-        });
-    }
-    let mut messages = Vec::new();
-    let mut ids = Vec::new();
-    let mut errors = Vec::new();
-    for item in items {
-        match item {
-            Ok(Message::Request(r)) if r.method == methods::INITIALIZE => {
-                errors.push(Response::error(
-                    Some(r.id),
-                    mcp_protocol::ErrorObject::new(
-                        ErrorCode::INVALID_REQUEST,
-                        "initialize must not be part of a batch",
-                    ),
-                ))
-            }
-            Ok(Message::Request(r)) => {
-                ids.push(r.id.clone());
-                messages.push(Message::Request(r));
-            }
-            Ok(message) => messages.push(message),
-            Err(err) => errors.push(Response::error(err.id.clone(), err.to_error_object())),
-        }
-    }
-    let answers = !ids.is_empty() || !errors.is_empty();
-    let (exchange, reply) = state.runtime.batch_exchange(session, ids, errors);
-    // One mailbox message: the batch runs whole or not at all.
-    session.dispatch_batch(messages, exchange)?;
-    if !answers {
-        return Ok(HttpResponse::Accepted().finish());
-    }
-    answer(state, session, reply, true).await
+fn count_answer(kind: &str) {
+    mcp_telemetry::metrics::metrics()
+        .http_answers
+        .with_label_values(&[kind])
+        .inc();
 }
 
 async fn answer(
@@ -245,12 +191,14 @@ async fn respond(
                 };
                 Message::Response(response).to_json()
             };
+            count_answer("json");
             Ok(HttpResponse::Ok()
                 .insert_header((CONTENT_TYPE, "application/json"))
                 .body(body))
         }
         Ok(ExchangeReply::Stream(stream, requests)) => {
             let follow = state.runtime.follow_new(session, &stream, requests).await?;
+            count_answer("sse");
             let primes = session
                 .protocol_version()
                 .is_some_and(ProtocolVersion::primes_sse);
@@ -289,8 +237,11 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
     headers::check_host_and_origin(&req, &state.config)?;
     headers::check_get_accept(req.headers())?;
     headers::protocol_version(req.headers())?;
-    let session = session(&req, &state).await?;
+    let id = headers::session_id(req.headers())?.ok_or(HttpError::MissingSession)?;
     let runtime = &state.runtime;
+    // `moved`: this node started serving the session for this GET (the
+    // client came from another node).
+    let (session, moved) = runtime.locate(&id).await?;
     let retry_ms = runtime.config().sse_retry_ms;
     if let Some(value) = req.headers().get(LAST_EVENT_ID) {
         let id: EventId = value
@@ -298,11 +249,24 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .ok_or(HttpError::BadLastEventId("malformed Last-Event-ID"))?;
-        let follow = runtime.follow(&session, &id.stream, id.position).await?;
+        let followed = runtime.follow(&session, &id.stream, id.position).await;
+        let outcome = match &followed {
+            Ok(_) if moved => "other_node",
+            Ok(_) => "ok",
+            Err(RuntimeError::EventsExpired) => "gap",
+            Err(RuntimeError::UnknownEvent) => "unknown",
+            Err(_) => "failed",
+        };
+        mcp_telemetry::metrics::metrics()
+            .sse_resumptions
+            .with_label_values(&[outcome])
+            .inc();
         let framing = Framing {
             retry_ms,
+            kind: StreamKind::Resumption,
             ..Framing::default()
         };
+        let follow = followed?;
         return Ok(sse::response(sse::body(follow, framing)));
     }
     let (tail, follow) = runtime.follow_standalone(&session).await?;
@@ -315,6 +279,7 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
             position: tail,
         }),
         retry_ms,
+        kind: StreamKind::Standalone,
         ..Framing::default()
     };
     Ok(sse::response(sse::body(follow, framing)))

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_protocol::jsonrpc::decode_message;
-use mcp_protocol::{ErrorObject, Message, Response};
+use mcp_protocol::{ErrorObject, Message, RequestId, Response};
 use mcp_store::{ControlMessage, OpenStream, Store, StoreError};
+use mcp_telemetry::{ControlKind, control_span};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::registry::FanOut;
@@ -44,6 +45,10 @@ pub(crate) fn start(runtime: &Runtime) {
             match messages.recv().await {
                 Ok(message) => on_control(&rt, message),
                 Err(RecvError::Lagged(missed)) => {
+                    mcp_telemetry::metrics::metrics()
+                        .bus_dropped
+                        .with_label_values(&["lagged"])
+                        .inc_by(missed);
                     tracing::warn!(missed, "Control messages dropped: this node fell behind.");
                 }
                 Err(RecvError::Closed) => break,
@@ -69,13 +74,23 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
     let own = message.origin() == rt.node_id();
     match message {
         ControlMessage::Deliver {
-            session, message, ..
+            session,
+            message,
+            trace,
+            ..
         } if !own => {
             let Some(handle) = rt.sessions().get(&session).map(|h| h.clone()) else {
                 return;
             };
+            // In the trace of the node that received the client message
+            // (a disabled span when traces are off or none was carried).
+            let span = control_span(ControlKind::Deliver, session.as_str(), trace.as_deref());
+            let _entered = span.enter();
             match decode_message(message.as_bytes()) {
-                Ok(m) => handle.deliver_remote(m),
+                Ok(m) => {
+                    record_routed(&span, &m);
+                    handle.deliver_remote(m);
+                }
                 Err(err) => tracing::warn!(error = %err, "Undecodable message on the control bus."),
             }
         }
@@ -95,7 +110,45 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
             Some(event) => rt.registry().do_send(FanOut(event)),
             None => tracing::debug!(%name, "Unknown server event ignored."),
         },
-        ControlMessage::Kick { stream, .. } if !own => rt.node().attachments.kick_reader(&stream),
+        ControlMessage::Kick {
+            session,
+            stream,
+            trace,
+            ..
+        } if !own => {
+            let attachments = &rt.node().attachments;
+            // A span only where a reader ends: every node hears every kick.
+            let span = if trace.is_some() && attachments.is_attached(&stream) {
+                control_span(ControlKind::Kick, session.as_str(), trace.as_deref())
+            } else {
+                tracing::Span::none()
+            };
+            let _entered = span.enter();
+            attachments.kick_reader(&stream);
+        }
+        _ => {}
+    }
+}
+
+/// Names on `span` the client message a `deliver` routes.
+fn record_routed(span: &tracing::Span, message: &Message) {
+    if span.is_disabled() {
+        return;
+    }
+    match message {
+        Message::Notification(n) => {
+            span.record("mcp.method.name", n.method.as_str());
+        }
+        // The client's answer to a server request: the id of that request,
+        // as text (a string id without its JSON quotes).
+        Message::Response(Response { id: Some(id), .. }) => match id {
+            RequestId::Number(n) => {
+                span.record("jsonrpc.request.id", tracing::field::display(n));
+            }
+            RequestId::String(s) => {
+                span.record("jsonrpc.request.id", s.as_str());
+            }
+        },
         _ => {}
     }
 }
@@ -118,6 +171,11 @@ async fn sweep_expired(store: &Store) {
             }
         }
         if !expired.is_empty() {
+            let m = mcp_telemetry::metrics::metrics();
+            m.sessions_swept.inc_by(expired.len() as u64);
+            m.sessions_ended
+                .with_label_values(&["expired"])
+                .inc_by(expired.len() as u64);
             tracing::debug!(
                 sessions = expired.len(),
                 "Streams of expired sessions deleted."
@@ -147,6 +205,12 @@ async fn reap(store: &Store) {
             }
         };
         let count = orphans.len();
+        if count > 0 {
+            // Claimed by this node (a node claimed elsewhere yields none).
+            let m = mcp_telemetry::metrics::metrics();
+            m.dead_nodes_claimed.inc();
+            m.orphans_finalized.inc_by(count as u64);
+        }
         for open in orphans {
             if let Err(err) = finalize(store, &open).await {
                 tracing::warn!(stream = %open.stream, error = %err, "Orphaned stream could not be finalized.");

@@ -362,6 +362,28 @@ impl RequestContext {
         if !self.inner.shared.initialized.load(Ordering::Acquire) {
             return Err(AskError::NotInitialized);
         }
+        let outcome = self.ask_sent(method, params).await;
+        let label = match &outcome {
+            Ok(_) => "answered",
+            Err(AskError::Rejected(_)) => "rejected",
+            Err(AskError::Cancelled) => "cancelled",
+            Err(AskError::Timeout) => "timeout",
+            Err(_) => "unavailable",
+        };
+        let method = match method {
+            methods::SAMPLING_CREATE_MESSAGE
+            | methods::ROOTS_LIST
+            | methods::ELICITATION_CREATE => method,
+            _ => mcp_telemetry::metrics::OTHER,
+        };
+        mcp_telemetry::metrics::metrics()
+            .client_requests
+            .with_label_values(&[method, label])
+            .inc();
+        outcome
+    }
+
+    async fn ask_sent(&self, method: &str, params: impl Serialize) -> Result<Value, AskError> {
         let (id, answer) = self
             .inner
             .session

@@ -29,6 +29,21 @@ pub enum RuntimeError {
     Store(#[source] StoreError),
 }
 
+impl RuntimeError {
+    /// What a client is told, on every transport.
+    pub fn client_message(&self) -> &'static str {
+        match self {
+            Self::SessionNotFound => "session not found",
+            Self::TooManySessions => "too many sessions",
+            Self::Overloaded => "session overloaded, retry later",
+            Self::ShuttingDown => "node is shutting down",
+            Self::UnknownEvent => "unknown Last-Event-ID",
+            Self::EventsExpired => "events after Last-Event-ID are no longer retained",
+            Self::Store(_) => "session store unavailable",
+        }
+    }
+}
+
 impl From<StoreError> for RuntimeError {
     fn from(err: StoreError) -> Self {
         match err {

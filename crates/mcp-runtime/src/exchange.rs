@@ -16,6 +16,7 @@ use mcp_store::{OpenStream, SessionId, StoreError, StreamId};
 use tokio::sync::{Mutex, oneshot};
 
 use crate::ResponseMode;
+use crate::pipeline::Call;
 use crate::runtime::{ExchangeTicket, NodeContext};
 
 /// How the transport answers the POST.
@@ -70,6 +71,9 @@ pub struct Exchange {
     /// A tokio mutex: appends to the log happen under it so that messages
     /// keep the order in which they were emitted.
     state: Mutex<State>,
+    /// The requests answered here, measured until their response is
+    /// written; those left when the exchange goes end unanswered.
+    calls: std::sync::Mutex<Vec<Call>>,
 }
 
 impl Exchange {
@@ -100,6 +104,7 @@ impl Exchange {
             requests,
             mode,
             state: Mutex::new(state),
+            calls: std::sync::Mutex::default(),
         };
         (Arc::new(exchange), rx)
     }
@@ -116,6 +121,7 @@ impl Exchange {
             requests: Vec::new(),
             mode: ResponseMode::Sse,
             state: Mutex::new(State::Attached { stream }),
+            calls: std::sync::Mutex::default(),
         })
     }
 
@@ -135,6 +141,9 @@ impl Exchange {
     /// # Errors
     /// The event log failed while writing it.
     pub async fn finish(&self, response: Option<Response>) -> Result<(), StoreError> {
+        if let Some(r) = &response {
+            self.complete_call(r);
+        }
         let mut state = self.state.lock().await;
         if self.mode == ResponseMode::Sse && response.is_some() {
             self.ensure_stream(&mut state).await?;
@@ -202,6 +211,24 @@ impl Exchange {
                 }
             }
             State::Done => Ok(()),
+        }
+    }
+
+    /// Measures a request answered here.
+    pub(crate) fn track(&self, call: Call) {
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.push(call);
+        }
+    }
+
+    fn complete_call(&self, response: &Response) {
+        let Some(id) = &response.id else { return };
+        let call = self.calls.lock().ok().and_then(|mut calls| {
+            let at = calls.iter().position(|c| c.id == *id)?;
+            Some(calls.swap_remove(at))
+        });
+        if let Some(call) = call {
+            call.complete(response);
         }
     }
 
@@ -280,6 +307,7 @@ impl Exchange {
     }
 
     async fn append(&self, stream: &StreamId, message: &Message) -> Result<(), StoreError> {
+        mcp_telemetry::metrics::metrics().event_appends.inc();
         let data: Arc<str> = Arc::from(message.to_json());
         self.node
             .store

@@ -94,7 +94,10 @@ impl Attachments {
             },
         );
         match previous {
-            Some(Slot::Reader { kick: old, .. }) => old.cancel(),
+            Some(Slot::Reader { kick: old, .. }) => {
+                mcp_telemetry::metrics::metrics().sse_takeovers.inc();
+                old.cancel();
+            }
             // The server asked to disconnect before this reader arrived.
             Some(Slot::KickPending) => kick.cancel(),
             None => {}
@@ -123,6 +126,7 @@ impl Attachments {
     /// attached on another node took over).
     pub fn kick_reader(&self, stream: &StreamId) {
         if let Some(Slot::Reader { kick, .. }) = self.slots.get(stream).as_deref() {
+            mcp_telemetry::metrics::metrics().sse_takeovers.inc();
             kick.cancel();
         }
     }
@@ -278,6 +282,9 @@ impl Follow {
             {
                 Ok(batch) if !batch.events.is_empty() => {
                     self.failing_since = None;
+                    mcp_telemetry::metrics::metrics()
+                        .events_replayed
+                        .inc_by(batch.events.len() as u64);
                     self.buffer.extend(batch.events);
                     continue;
                 }

@@ -20,6 +20,7 @@
 //! - [`context`]: [`RequestContext`] handed to handlers.
 //! - [`exchange`]: the output of one POST (JSON or SSE).
 //! - [`follow`]: replaying and tailing one stream of the event log.
+//! - [`pipeline`]: the one path every transport hands decoded bodies to.
 //! - [`service`]: [`McpService`], what a provider implements.
 //! - [`cluster`]: control-bus handling, heartbeats, orphan finalization.
 //! - [`config`], [`error`]: settings and errors.
@@ -30,6 +31,7 @@ pub mod context;
 pub mod error;
 pub mod exchange;
 pub mod follow;
+pub mod pipeline;
 pub mod registry;
 pub(crate) mod request;
 pub mod runtime;
@@ -41,6 +43,7 @@ pub use context::{AskError, RequestContext};
 pub use error::RuntimeError;
 pub use exchange::{Exchange, ExchangeReply};
 pub use follow::{Follow, FollowEnd, FollowItem};
+pub use pipeline::{Answers, Refusal, Submitted, Transport};
 pub use runtime::Runtime;
 pub use service::{McpService, MirroredParam, ServerEvent};
 pub use session::SessionHandle;

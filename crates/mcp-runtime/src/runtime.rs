@@ -194,14 +194,22 @@ impl Runtime {
         if *left {
             return;
         }
-        if let Err(err) = self
+        let outcome = match self
             .store()
             .nodes
             .heartbeat(self.node_id(), crate::cluster::HEARTBEAT_TTL)
             .await
         {
-            tracing::warn!(error = %err, "Heartbeat failed.");
-        }
+            Ok(()) => "ok",
+            Err(err) => {
+                tracing::warn!(error = %err, "Heartbeat failed.");
+                "failed"
+            }
+        };
+        mcp_telemetry::metrics::metrics()
+            .heartbeats
+            .with_label_values(&[outcome])
+            .inc();
     }
 
     /// The settings.
@@ -289,6 +297,15 @@ impl Runtime {
     /// [`RuntimeError::SessionNotFound`] when it never existed, ended or
     /// expired; a store failure.
     pub async fn session(&self, id: &SessionId) -> Result<SessionHandle, RuntimeError> {
+        self.locate(id).await.map(|(handle, _)| handle)
+    }
+
+    /// As [`Self::session`], and whether this node started serving the
+    /// session just now (rehydrated: created elsewhere, or evicted here).
+    ///
+    /// # Errors
+    /// As [`Self::session`].
+    pub async fn locate(&self, id: &SessionId) -> Result<(SessionHandle, bool), RuntimeError> {
         let local = self
             .inner
             .sessions
@@ -303,7 +320,7 @@ impl Runtime {
             if self.is_closing() {
                 return Err(RuntimeError::ShuttingDown);
             }
-            return Ok(handle.clone());
+            return Ok((handle.clone(), false));
         }
         let save_events = local.as_ref().map(SessionHandle::save_events);
         let loaded = self.inner.deps.node.store.sessions.load(id).await?;
@@ -322,25 +339,27 @@ impl Runtime {
                 return Err(RuntimeError::SessionNotFound);
             };
             handle.refresh(record, save_events);
-            return Ok(handle);
+            return Ok((handle, false));
         }
         let record = loaded.ok_or(RuntimeError::SessionNotFound)?;
         let entry = self.inner.sessions.entry(id.clone());
-        let handle = match entry {
-            dashmap::Entry::Occupied(e) if e.get().is_alive() => e.get().clone(),
+        let (handle, started) = match entry {
+            dashmap::Entry::Occupied(e) if e.get().is_alive() => (e.get().clone(), false),
             dashmap::Entry::Occupied(mut e) => {
                 let handle = Session::start_with(record, self.inner.deps.clone(), &self.inner.stop);
                 e.insert(handle.clone());
-                handle
+                mcp_telemetry::metrics::metrics().sessions_rehydrated.inc();
+                (handle, true)
             }
             dashmap::Entry::Vacant(e) => {
                 let handle = Session::start_with(record, self.inner.deps.clone(), &self.inner.stop);
                 e.insert(handle.clone());
-                handle
+                mcp_telemetry::metrics::metrics().sessions_rehydrated.inc();
+                (handle, true)
             }
         };
         tracing::debug!(session_id = %id, "Session rehydrated.");
-        Ok(handle)
+        Ok((handle, started))
     }
 
     /// Evicts a session from this node only: its actor stops, its state
@@ -363,12 +382,55 @@ impl Runtime {
     /// [`RuntimeError::SessionNotFound`] when it was already gone; a store
     /// failure.
     pub async fn terminate(&self, id: &SessionId) -> Result<(), RuntimeError> {
+        self.end_session(id, Some(("deleted", "tcp"))).await
+    }
+
+    /// Ends a session whose connection ended (legacy HTTP+SSE: the SSE
+    /// stream; stdio: stdin), as [`Self::terminate`].
+    ///
+    /// # Errors
+    /// As [`Self::terminate`].
+    pub async fn end_disconnected(
+        &self,
+        id: &SessionId,
+        transport: crate::Transport,
+    ) -> Result<(), RuntimeError> {
+        self.end_session(id, Some(("disconnected", transport.network())))
+            .await
+    }
+
+    /// Ends a session; `measured`: the reason and network transport it is
+    /// counted under (`None`: a session that never started, not counted).
+    pub(crate) async fn end_session(
+        &self,
+        id: &SessionId,
+        measured: Option<(&str, &str)>,
+    ) -> Result<(), RuntimeError> {
         let store = &self.inner.deps.node.store;
+        let local = self.inner.sessions.get(id).map(|h| h.clone());
+        // The session's age is in its record; read it only when no actor
+        // here has it (DELETE is rare).
+        let record = match (&local, measured) {
+            (None, Some(_)) => store.sessions.load(id).await.ok().flatten(),
+            _ => None,
+        };
         let existed = store.sessions.delete(id).await?;
         store.events.delete_session(id).await?;
         let local = self.inner.sessions.remove(id);
         if let Some((_, handle)) = &local {
             handle.terminate();
+        }
+        if let Some((reason, transport)) = measured {
+            match (&local, record) {
+                (Some((_, handle)), _) => handle.record_end(reason, transport),
+                (None, Some(record)) if existed => crate::session::record_end(
+                    reason,
+                    transport,
+                    record.protocol_version.as_deref().unwrap_or(""),
+                    record.created_at_ms,
+                ),
+                _ => {}
+            }
         }
         // Every other node stops its actor of this session.
         self.node()
@@ -466,6 +528,8 @@ impl Runtime {
             session: session.id().clone(),
             stream: stream.clone(),
             origin: self.node_id().clone(),
+            // To fill: the attaching request's traceparent.
+            trace: None,
         };
         let node = Arc::clone(self.node());
         actix::spawn(async move { node.publish(kick).await });
@@ -567,6 +631,25 @@ impl Runtime {
     pub fn start_closing(&self) {
         self.start_drain();
         self.inner.closing.store(true, Ordering::Release);
+    }
+
+    /// Where the node is in its drain, as an index into
+    /// [`mcp_telemetry::metrics::DRAIN_PHASES`]: serving, draining
+    /// (readiness fails), closed (no new work), left (the cluster).
+    pub fn drain_phase(&self) -> usize {
+        let left = self
+            .node()
+            .membership
+            .try_lock()
+            .map(|left| *left)
+            .unwrap_or(false);
+        if left {
+            3
+        } else if self.is_closing() {
+            2
+        } else {
+            usize::from(self.is_draining())
+        }
     }
 
     /// Whether the node admits no more work ([`Self::start_closing`]).

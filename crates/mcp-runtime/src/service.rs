@@ -92,6 +92,17 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
         true
     }
 
+    /// Whether the server has a tool named `name` (metrics name only the
+    /// tools it has: a client cannot add label values). Default: none.
+    fn has_tool(&self, _name: &str) -> bool {
+        false
+    }
+
+    /// Whether the server has a prompt named `name` (as [`Self::has_tool`]).
+    fn has_prompt(&self, _name: &str) -> bool {
+        false
+    }
+
     /// Tool arguments mirrored into `Mcp-Param-*` headers, for header
     /// validation at the transport.
     fn mirrored_params(&self, _tool: &str) -> Vec<MirroredParam> {

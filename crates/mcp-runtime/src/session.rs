@@ -196,6 +196,7 @@ impl Session {
         shared.set_log_level(record.log_level.as_deref().and_then(LoggingLevel::parse));
         let id = record.id.clone();
         let standalone = record.standalone_stream.clone();
+        let created_at_ms = record.created_at_ms;
         let mailbox = deps.config.session_mailbox;
         let now = Instant::now();
         let session = Self {
@@ -219,6 +220,7 @@ impl Session {
             addr,
             shared,
             standalone,
+            created_at_ms,
         }
     }
 }
@@ -434,6 +436,7 @@ impl Handler<Broadcast> for Session {
         let session = self.record.id.clone();
         let stream = self.record.standalone_stream.clone();
         let data: Arc<str> = Arc::from(Message::Notification(notification).to_json());
+        mcp_telemetry::metrics::metrics().event_appends.inc();
         actix::spawn(async move {
             if let Err(err) = events.append(&session, &stream, data).await {
                 tracing::warn!(session_id = %session, error = %err, "Notification could not be written.");
@@ -576,6 +579,8 @@ impl Session {
             session: self.record.id.clone(),
             message: message.to_json(),
             origin: node.id.clone(),
+            // To fill: the traceparent of the span that received `message`.
+            trace: None,
         };
         actix::spawn(async move { node.publish(deliver).await });
     }
@@ -878,6 +883,7 @@ impl Session {
             addr: ctx.address(),
             shared: Arc::clone(&self.shared),
             standalone: self.record.standalone_stream.clone(),
+            created_at_ms: self.record.created_at_ms,
         };
         let context = RequestContext::new(
             &request,
@@ -921,6 +927,8 @@ pub struct SessionHandle {
     addr: Addr<Session>,
     shared: Arc<SessionShared>,
     standalone: StreamId,
+    /// When the session was created (ms since the epoch, any node's clock).
+    created_at_ms: u64,
 }
 
 impl SessionHandle {
@@ -937,6 +945,14 @@ impl SessionHandle {
     /// The stream of messages unrelated to any request.
     pub fn standalone_stream(&self) -> &StreamId {
         &self.standalone
+    }
+
+    /// Records the end of this session in
+    /// `mcp_server_session_duration_seconds` and
+    /// `mcp_sessions_ended_total{reason}`.
+    pub(crate) fn record_end(&self, reason: &str, transport: &str) {
+        let version = self.protocol_version().map_or("", ProtocolVersion::as_str);
+        record_end(reason, transport, version, self.created_at_ms);
     }
 
     /// Whether the actor is running.
@@ -1063,6 +1079,22 @@ impl SessionHandle {
             .await
             .map_err(|_| AskError::Unavailable)?
     }
+}
+
+/// Records the end of a session created at `created_at_ms` in
+/// `mcp_server_session_duration_seconds` and `mcp_sessions_ended_total`.
+pub(crate) fn record_end(reason: &str, transport: &str, version: &str, created_at_ms: u64) {
+    let m = mcp_telemetry::metrics::metrics();
+    m.sessions_ended.with_label_values(&[reason]).inc();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    // Milliseconds of a session's life fit an f64 exactly.
+    #[allow(clippy::cast_precision_loss)]
+    let seconds = now.saturating_sub(created_at_ms) as f64 / 1000.0;
+    m.session_duration
+        .with_label_values(&[version, transport])
+        .observe(seconds);
 }
 
 fn mailbox_error<M>(err: SendError<M>) -> RuntimeError {

@@ -391,6 +391,8 @@ fn serve_on(
             })
             .configure(|cfg| mcp_http::configure(cfg, state.clone()))
             .configure(probes)
+            // Outermost: sees every request, and the final status.
+            .wrap(actix_web::middleware::from_fn(mcp_http::observe::access_log))
     })
     .disable_signals()
     // SSE events are small writes that must leave at once; with Nagle a
@@ -443,13 +445,15 @@ fn serve_on(
     })
 }
 
-/// `/healthz` (alive) and `/readyz` (not draining, store reachable).
+/// `/healthz` (alive), `/readyz` (not draining, store reachable) and
+/// `/metrics` (Prometheus).
 fn probes(cfg: &mut web::ServiceConfig) {
     cfg.route(
         "/healthz",
         web::get().to(|| async { HttpResponse::Ok().body("ok") }),
     )
-    .route("/readyz", web::get().to(readyz));
+    .route("/readyz", web::get().to(readyz))
+    .route("/metrics", web::get().to(mcp_http::observe::metrics));
 }
 
 /// A listening socket as actix would make it, of which the drain keeps a

@@ -464,6 +464,14 @@ impl McpService for McpServer {
                 .any(|t| t.matcher.matches(uri).is_some())
     }
 
+    fn has_tool(&self, name: &str) -> bool {
+        self.catalog().tool(name).is_some()
+    }
+
+    fn has_prompt(&self, name: &str) -> bool {
+        self.catalog().prompts.iter().any(|p| p.prompt.name == name)
+    }
+
     fn mirrored_params(&self, tool: &str) -> Vec<MirroredParam> {
         self.catalog()
             .tool(tool)

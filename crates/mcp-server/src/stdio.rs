@@ -5,9 +5,9 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use mcp_protocol::jsonrpc::{Body, decode_body_with_limit};
-use mcp_protocol::{ErrorCode, ErrorObject, Message, ProtocolVersion, Response};
-use mcp_runtime::{Exchange, FollowItem, Runtime, RuntimeError};
+use mcp_protocol::jsonrpc::decode_body_with_limit;
+use mcp_protocol::{ErrorCode, ErrorObject, Response};
+use mcp_runtime::{Answers, Exchange, FollowItem, Runtime, Submitted, Transport};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::{McpServer, NodeConfig};
@@ -49,7 +49,7 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
     let store = crate::node::open_store(&config).await?;
     let runtime = Runtime::new(Arc::new(server), store, config.runtime.clone());
     let session = runtime
-        .create_session(None)
+        .open_session(Transport::Stdio)
         .await
         .map_err(std::io::Error::other)?;
     let mut follow = runtime
@@ -86,15 +86,9 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
         }
         if line.len() > limit {
             // Skip the rest of the oversized line.
-            unanswered.track(&reply_error(
-                &runtime,
-                &session,
-                None,
-                ErrorObject::new(
-                    mcp_protocol::ErrorCode::INVALID_REQUEST,
-                    "message too large",
-                ),
-            ));
+            let error = ErrorObject::new(ErrorCode::INVALID_REQUEST, "message too large");
+            unanswered
+                .track(&runtime.reply_on_stream(&session, vec![Response::error(None, error)]));
             let mut rest = Vec::new();
             stdin.read_until(b'\n', &mut rest).await?;
             continue;
@@ -102,59 +96,20 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let messages = match decode_body_with_limit(&line, runtime.config().max_batch_items) {
-            Ok(Body::Single(m)) => vec![Ok(m)],
-            // Batches exist in 2025-03-26 only.
-            Ok(Body::Batch(items))
-                if session
-                    .protocol_version()
-                    .is_some_and(ProtocolVersion::allows_batches) =>
-            {
-                dispatch_batch(&runtime, &session, items, &mut unanswered);
-                continue;
-            }
-            Ok(Body::Batch(_)) => {
-                let error = ErrorObject::new(
-                    ErrorCode::INVALID_REQUEST,
-                    "JSON-RPC batches are not supported in this session's protocol version",
-                );
-                unanswered.track(&reply_error(&runtime, &session, None, error));
-                continue;
-            }
-            Err(err) => vec![Err(err)],
-        };
-        for message in messages {
-            let outcome = match message {
-                Ok(Message::Request(r)) => {
-                    let id = r.id.clone();
-                    let exchange = runtime.attached_exchange(&session);
-                    unanswered.track(&exchange);
-                    session.dispatch(r, exchange).map_err(|e| (Some(id), e))
+        match decode_body_with_limit(&line, runtime.config().max_batch_items) {
+            Ok(body) => {
+                match runtime.submit(&session, body, Answers::SessionStream, Transport::Stdio) {
+                    Ok(Submitted::Stream(exchange)) => unanswered.track(&exchange),
+                    Ok(Submitted::Accepted | Submitted::Reply { .. }) => {}
+                    Err(refusal) => {
+                        unanswered.track(&runtime.reply_on_stream(&session, refusal.responses()));
+                    }
                 }
-                Ok(Message::Notification(n)) => session.notify(n).map_err(|e| (None, e)),
-                Ok(Message::Response(r)) => session.answer(r).map_err(|e| (None, e)),
-                Err(err) => {
-                    unanswered.track(&reply_error(
-                        &runtime,
-                        &session,
-                        err.id.clone(),
-                        err.to_error_object(),
-                    ));
-                    Ok(())
-                }
-            };
-            if let Err((id, err)) = outcome {
-                let message = match err {
-                    RuntimeError::Overloaded => "server overloaded",
-                    _ => "session unavailable",
-                };
-                unanswered.track(&reply_error(
-                    &runtime,
-                    &session,
-                    id,
-                    ErrorObject::internal(message),
-                ));
             }
+            Err(err) => unanswered.track(&runtime.reply_on_stream(
+                &session,
+                vec![Response::error(err.id.clone(), err.to_error_object())],
+            )),
         }
     }
     // stdin closed: the client is done (stdio shutdown). A piped client
@@ -170,67 +125,13 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
         .await
         .is_err()
     {
-        let _ = runtime.terminate(session.id()).await;
+        let _ = runtime
+            .end_disconnected(session.id(), Transport::Stdio)
+            .await;
     }
     let _ = writer.await;
-    let _ = runtime.terminate(session.id()).await;
+    let _ = runtime
+        .end_disconnected(session.id(), Transport::Stdio)
+        .await;
     Ok(())
-}
-
-/// Hands a batch to the session whole (it runs whole or not at all), then
-/// answers its invalid members.
-fn dispatch_batch(
-    runtime: &Runtime,
-    session: &mcp_runtime::SessionHandle,
-    items: Vec<Result<Message, mcp_protocol::DecodeError>>,
-    unanswered: &mut Unanswered,
-) {
-    let (messages, invalid): (Vec<_>, Vec<_>) = items.into_iter().partition(Result::is_ok);
-    let messages: Vec<Message> = messages.into_iter().filter_map(Result::ok).collect();
-    let exchange = runtime.attached_exchange(session);
-    unanswered.track(&exchange);
-    let ids: Vec<_> = messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Request(r) => Some(r.id.clone()),
-            _ => None,
-        })
-        .collect();
-    if let Err(err) = session.dispatch_batch(messages, exchange) {
-        let message = match err {
-            RuntimeError::Overloaded => "server overloaded; nothing in the batch was run",
-            _ => "session unavailable",
-        };
-        for id in ids {
-            unanswered.track(&reply_error(
-                runtime,
-                session,
-                Some(id),
-                ErrorObject::internal(message),
-            ));
-        }
-        return;
-    }
-    for err in invalid.into_iter().filter_map(Result::err) {
-        unanswered.track(&reply_error(
-            runtime,
-            session,
-            err.id.clone(),
-            err.to_error_object(),
-        ));
-    }
-}
-
-fn reply_error(
-    runtime: &Runtime,
-    session: &mcp_runtime::SessionHandle,
-    id: Option<mcp_protocol::RequestId>,
-    error: ErrorObject,
-) -> Arc<Exchange> {
-    let exchange = runtime.attached_exchange(session);
-    let writing = Arc::clone(&exchange);
-    actix_web::rt::spawn(async move {
-        let _ = writing.finish(Some(Response::error(id, error))).await;
-    });
-    exchange
 }

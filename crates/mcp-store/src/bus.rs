@@ -30,6 +30,12 @@ pub enum ControlMessage {
         message: String,
         /// The publishing node.
         origin: NodeId,
+        /// The W3C `traceparent` of the span in which the publishing node
+        /// received the client message, so that the node acting on it
+        /// continues the caller's trace. Absent when traces are off; a
+        /// node that predates the field ignores it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<String>,
     },
     /// The session ended (DELETE): every node stops its actor.
     SessionEnded {
@@ -66,10 +72,35 @@ pub enum ControlMessage {
         stream: StreamId,
         /// The publishing node.
         origin: NodeId,
+        /// The W3C `traceparent` of the span that attached the new reader
+        /// (a GET, a resumption), as for [`ControlMessage::Deliver`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<String>,
     },
 }
 
 impl ControlMessage {
+    /// The W3C `traceparent` the message carries, if any.
+    pub fn trace(&self) -> Option<&str> {
+        match self {
+            Self::Deliver { trace, .. } | Self::Kick { trace, .. } => trace.as_deref(),
+            Self::SessionEnded { .. } | Self::SessionChanged { .. } | Self::ServerEvent { .. } => {
+                None
+            }
+        }
+    }
+
+    /// The message type, as on the wire (`deliver`, `kick`…).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Deliver { .. } => "deliver",
+            Self::SessionEnded { .. } => "session_ended",
+            Self::SessionChanged { .. } => "session_changed",
+            Self::ServerEvent { .. } => "server_event",
+            Self::Kick { .. } => "kick",
+        }
+    }
+
     /// The publishing node.
     pub fn origin(&self) -> &NodeId {
         match self {
@@ -94,4 +125,35 @@ pub trait ControlBus: Send + Sync + Debug + 'static {
     /// Receives every message published from now on. A receiver that lags
     /// loses the oldest messages (and is told so by the channel).
     fn subscribe(&self) -> broadcast::Receiver<ControlMessage>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_is_optional_on_the_wire_both_ways() {
+        let session = SessionId::random();
+        let origin = NodeId::random();
+        // From a node that predates `trace`.
+        let old = format!(
+            r#"{{"type":"deliver","session":"{session}","message":"{{}}","origin":"{origin}"}}"#
+        );
+        let message: ControlMessage = serde_json::from_str(&old).unwrap();
+        assert_eq!(message.trace(), None);
+        // Without a trace, the JSON is what older nodes sent.
+        assert_eq!(serde_json::to_string(&message).unwrap(), old);
+
+        let traced = ControlMessage::Kick {
+            session,
+            stream: StreamId::random(),
+            origin,
+            trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        };
+        let json = serde_json::to_string(&traced).unwrap();
+        assert!(json.contains(r#""trace":"00-4bf9"#), "{json}");
+        let back: ControlMessage = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, traced);
+        assert_eq!(back.trace(), traced.trace());
+    }
 }

@@ -430,6 +430,14 @@ pub async fn bus_delivers_published_messages(store: &Store) {
             session: session.clone(),
             message: "{}".into(),
             origin: origin.clone(),
+            trace: None,
+        },
+        // The trace context travels with the message.
+        ControlMessage::Kick {
+            session: session.clone(),
+            stream: StreamId::random(),
+            origin: origin.clone(),
+            trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
         },
         ControlMessage::ServerEvent {
             name: "resource_updated".into(),

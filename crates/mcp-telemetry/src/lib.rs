@@ -18,6 +18,8 @@
 //! - [`control_span()`] (`control_span`): handling a control-bus message
 //!   in the publisher's trace.
 
+pub mod metrics;
+
 pub mod spans {
     //! Span names, written once.
 

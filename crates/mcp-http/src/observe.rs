@@ -1,0 +1,123 @@
+//! What an operator sees of the HTTP side: `/metrics`, the access log
+//! (one line per request) and `X-Request-Id`.
+
+use tokio::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use mcp_telemetry::metrics::{self, NodeGauges};
+
+use crate::HttpState;
+use crate::headers::SESSION_ID;
+
+/// The request id header: taken from the client (or the proxy before it)
+/// when it is 1–128 visible ASCII characters, generated otherwise, and
+/// echoed on the response.
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// The `tracing` target of access-log lines (filter it with
+/// `--log info,mcp_access=off`).
+pub const ACCESS_TARGET: &str = "mcp_access";
+
+/// What a handler learned about the request, for the access log.
+#[derive(Debug, Clone, Default)]
+pub struct RpcInfo {
+    /// The JSON-RPC method of a single message (`batch` for a batch).
+    pub method: Option<String>,
+}
+
+/// Records the JSON-RPC method of the request for the access log.
+pub(crate) fn note_method(req: &HttpRequest, method: &str) {
+    req.extensions_mut().insert(RpcInfo {
+        method: Some(method.to_owned()),
+    });
+}
+
+/// GET `/metrics`: the Prometheus text exposition format. Served on the
+/// main listener and the admin one, outside the Host and Origin checks of
+/// the MCP endpoint (a scraper addresses the pod, not the service name).
+pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
+    let runtime = &state.runtime;
+    let body = metrics::metrics().render(NodeGauges {
+        sessions_held: runtime.session_count(),
+        requests_in_flight: runtime.in_flight(),
+        exchanges_open: runtime.open_exchanges(),
+        drain_phase: runtime.drain_phase(),
+    });
+    HttpResponse::Ok()
+        .insert_header((CONTENT_TYPE, metrics::CONTENT_TYPE))
+        .body(body)
+}
+
+fn request_id(req: &ServiceRequest) -> HeaderValue {
+    req.headers()
+        .get(REQUEST_ID)
+        .filter(|v| {
+            let b = v.as_bytes();
+            !b.is_empty() && b.len() <= 128 && b.iter().all(|c| c.is_ascii_graphic())
+        })
+        .cloned()
+        .unwrap_or_else(|| {
+            // unwrap: a simple UUID is ASCII hex.
+            #[allow(clippy::unwrap_used)]
+            HeaderValue::from_str(&uuid::Uuid::new_v4().simple().to_string()).unwrap()
+        })
+}
+
+/// Middleware: gives every request an `X-Request-Id`, and when the
+/// response head is ready writes one access-log line and records
+/// `http_server_request_duration_seconds` (an SSE answer's duration ends
+/// at its head; the stream's life is in the SSE metrics).
+///
+/// # Errors
+/// Those of the wrapped service.
+pub async fn access_log(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let started = Instant::now();
+    let id = request_id(&req);
+    let mut res = next.call(req).await?;
+    let elapsed = started.elapsed();
+    let request = res.request();
+    let status = res.status();
+    let route = request
+        .match_pattern()
+        .unwrap_or_else(|| "other".to_owned());
+    metrics::metrics()
+        .http_duration
+        .with_label_values(&[request.method().as_str(), &route, status.as_str()])
+        .observe(elapsed.as_secs_f64());
+    if tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO) {
+        let session = request
+            .headers()
+            .get(SESSION_ID)
+            .or_else(|| res.headers().get(SESSION_ID))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let rpc_method = request
+            .extensions()
+            .get::<RpcInfo>()
+            .and_then(|i| i.method.clone())
+            .unwrap_or_default();
+        tracing::info!(
+            target: ACCESS_TARGET,
+            method = %request.method(),
+            path = request.path(),
+            status = status.as_u16(),
+            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            session_id = session,
+            rpc_method = rpc_method,
+            request_id = id.to_str().unwrap_or(""),
+            peer = request.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default(),
+            "HTTP request."
+        );
+    }
+    res.headers_mut()
+        .insert(HeaderName::from_static(REQUEST_ID), id);
+    Ok(res)
+}

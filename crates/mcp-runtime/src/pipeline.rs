@@ -1,0 +1,546 @@
+//! The one inbound pipeline: every transport (Streamable HTTP, legacy
+//! HTTP+SSE, stdio) decodes its framing and hands each body here.
+//!
+//! The pipeline owns what is the same on every transport: opening sessions
+//! (and counting them), the era rules for batches, splitting a batch into
+//! what runs and what is answered with an error, handing messages to the
+//! session actor (admission: whole or nothing), the wording of every
+//! refusal, and the measuring of every request
+//! (`mcp_server_operation_duration_seconds`). A transport keeps only what is
+//! its own: framing, HTTP status codes, SSE streams, and where answers go
+//! ([`Answers`]).
+
+use std::sync::Arc;
+use tokio::time::Instant;
+
+use mcp_protocol::jsonrpc::Body;
+use mcp_protocol::{
+    DecodeError, ErrorCode, ErrorObject, Message, ProtocolVersion, Request, RequestId, Response,
+    methods,
+};
+use mcp_telemetry::metrics::{self, OTHER, OperationLabels};
+use tokio::sync::oneshot;
+
+use crate::exchange::{Exchange, ExchangeReply};
+use crate::{ResponseMode, Runtime, RuntimeError, SessionHandle};
+
+/// The transport a message arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Streamable HTTP (`/mcp`).
+    StreamableHttp,
+    /// The 2024-11-05 HTTP+SSE transport (`/sse`, `/messages`).
+    LegacySse,
+    /// Newline-delimited JSON-RPC on stdin/stdout.
+    Stdio,
+}
+
+impl Transport {
+    /// Label of `mcp_sessions_created_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::StreamableHttp => "streamable_http",
+            Self::LegacySse => "legacy_sse",
+            Self::Stdio => "stdio",
+        }
+    }
+
+    /// OpenTelemetry `network.transport`.
+    pub fn network(self) -> &'static str {
+        match self {
+            Self::StreamableHttp | Self::LegacySse => "tcp",
+            Self::Stdio => "pipe",
+        }
+    }
+}
+
+/// Where the answers to a body go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answers {
+    /// On the transport's reply to this body (a Streamable HTTP POST: JSON,
+    /// or an SSE stream of its own).
+    Reply,
+    /// On the session's one stream (legacy HTTP+SSE, stdio).
+    SessionStream,
+}
+
+/// What the transport does next.
+#[derive(Debug)]
+pub enum Submitted {
+    /// Nothing will be answered (notifications and responses only).
+    Accepted,
+    /// The answers arrive on this reply ([`Answers::Reply`]); `batch`: the
+    /// body was a batch, answered as an array.
+    Reply {
+        /// Resolves once the answers are ready or turned into a stream.
+        reply: oneshot::Receiver<ExchangeReply>,
+        /// Answer with an array.
+        batch: bool,
+    },
+    /// The answers go to the session's stream through this exchange
+    /// ([`Answers::SessionStream`]); it is dropped once they are written.
+    Stream(Arc<Exchange>),
+}
+
+/// Why the pipeline refused a body before anything in it ran.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Not valid here (HTTP 400, JSON-RPC -32600).
+    #[error("{message}")]
+    Invalid {
+        /// What is wrong.
+        message: String,
+        /// The request refused, when the body was one request.
+        id: Option<RequestId>,
+    },
+    /// The runtime could not take it (overloaded, session gone…).
+    #[error("{error}")]
+    Runtime {
+        /// Why.
+        error: RuntimeError,
+        /// The request refused, when the body was one request.
+        id: Option<RequestId>,
+        /// The requests of a refused batch (none of them ran).
+        batch: Vec<RequestId>,
+    },
+}
+
+impl Refusal {
+    /// The request refused, when known.
+    pub fn id(&self) -> Option<&RequestId> {
+        match self {
+            Self::Invalid { id, .. } | Self::Runtime { id, .. } => id.as_ref(),
+        }
+    }
+
+    /// The JSON-RPC error of the refusal.
+    pub fn to_error_object(&self) -> ErrorObject {
+        match self {
+            Self::Invalid { message, .. } => ErrorObject::new(ErrorCode::INVALID_REQUEST, message),
+            Self::Runtime { error, batch, .. } if !batch.is_empty() => ErrorObject::internal(
+                format!("{}; nothing in the batch was run", error.client_message()),
+            ),
+            Self::Runtime { error, .. } => ErrorObject::internal(error.client_message()),
+        }
+    }
+
+    /// The answers of the refusal, for transports that answer on a stream:
+    /// one per request of a refused batch, else one.
+    pub fn responses(&self) -> Vec<Response> {
+        let error = self.to_error_object();
+        match self {
+            Self::Runtime { batch, .. } if !batch.is_empty() => batch
+                .iter()
+                .map(|id| Response::error(Some(id.clone()), error.clone()))
+                .collect(),
+            _ => vec![Response::error(self.id().cloned(), error)],
+        }
+    }
+
+    fn runtime(error: RuntimeError, id: Option<RequestId>) -> Self {
+        Self::Runtime {
+            error,
+            id,
+            batch: Vec::new(),
+        }
+    }
+}
+
+/// A request being measured: recorded in
+/// `mcp_server_operation_duration_seconds` when its response is written
+/// ([`Call::complete`]) or, without one (cancelled, or its session
+/// stopped), when its exchange lets it go.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) id: RequestId,
+    method: &'static str,
+    tool: Option<String>,
+    prompt: Option<String>,
+    version: &'static str,
+    transport: Transport,
+    started: Instant,
+    recorded: bool,
+}
+
+impl Call {
+    fn new(runtime: &Runtime, request: &Request, version: &'static str, t: Transport) -> Self {
+        let method = method_label(&request.method);
+        let name = || {
+            request
+                .params
+                .as_ref()
+                .and_then(|p| p.get("name"))
+                .and_then(serde_json::Value::as_str)
+        };
+        let service = runtime.service();
+        let tool = (method == methods::TOOLS_CALL).then(|| {
+            name()
+                .filter(|n| service.has_tool(n))
+                .unwrap_or(OTHER)
+                .to_owned()
+        });
+        let prompt = (method == methods::PROMPTS_GET).then(|| {
+            name()
+                .filter(|n| service.has_prompt(n))
+                .unwrap_or(OTHER)
+                .to_owned()
+        });
+        Self {
+            id: request.id.clone(),
+            method,
+            tool,
+            prompt,
+            version,
+            transport: t,
+            started: Instant::now(),
+            recorded: false,
+        }
+    }
+
+    /// Records the call with the outcome of `response`.
+    pub(crate) fn complete(mut self, response: &Response) {
+        if self.method == methods::INITIALIZE
+            && let Ok(result) = &response.outcome
+        {
+            // The version the session now speaks.
+            self.version = result
+                .get("protocolVersion")
+                .and_then(serde_json::Value::as_str)
+                .and_then(|v| v.parse::<ProtocolVersion>().ok())
+                .map_or("", ProtocolVersion::as_str);
+        }
+        let error_type = match &response.outcome {
+            Err(err) => err.code.0.to_string(),
+            Ok(value)
+                if self.method == methods::TOOLS_CALL
+                    && value.get("isError").and_then(serde_json::Value::as_bool) == Some(true) =>
+            {
+                "tool_error".to_owned()
+            }
+            Ok(_) => String::new(),
+        };
+        self.record(&error_type);
+    }
+
+    fn record(&mut self, error_type: &str) {
+        self.recorded = true;
+        metrics::metrics()
+            .operation(&OperationLabels {
+                method: self.method,
+                tool: self.tool.as_deref().unwrap_or(""),
+                prompt: self.prompt.as_deref().unwrap_or(""),
+                error_type,
+                protocol_version: self.version,
+                transport: self.transport.network(),
+            })
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if !self.recorded {
+            self.record("cancelled");
+        }
+    }
+}
+
+/// Client-to-server request methods this server knows (others are
+/// measured as [`OTHER`]).
+const KNOWN_METHODS: &[&str] = &[
+    methods::INITIALIZE,
+    methods::PING,
+    methods::TOOLS_LIST,
+    methods::TOOLS_CALL,
+    methods::RESOURCES_LIST,
+    methods::RESOURCES_TEMPLATES_LIST,
+    methods::RESOURCES_READ,
+    methods::RESOURCES_SUBSCRIBE,
+    methods::RESOURCES_UNSUBSCRIBE,
+    methods::PROMPTS_LIST,
+    methods::PROMPTS_GET,
+    methods::COMPLETION_COMPLETE,
+    methods::LOGGING_SET_LEVEL,
+];
+
+/// The label of a method: itself when known, else [`OTHER`].
+fn method_label(method: &str) -> &'static str {
+    KNOWN_METHODS
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or(OTHER)
+}
+
+fn version_label(session: &SessionHandle) -> &'static str {
+    session
+        .protocol_version()
+        .map_or("", ProtocolVersion::as_str)
+}
+
+fn rejection_reason(err: &RuntimeError) -> &'static str {
+    match err {
+        RuntimeError::TooManySessions => "too_many_sessions",
+        RuntimeError::ShuttingDown => "shutting_down",
+        RuntimeError::Store(_) => "store_unavailable",
+        _ => "other",
+    }
+}
+
+impl Runtime {
+    /// Opens a session for a transport that opens one without `initialize`
+    /// (legacy HTTP+SSE, stdio): the client's `initialize` follows on it.
+    ///
+    /// # Errors
+    /// As [`Runtime::create_session`].
+    pub async fn open_session(&self, transport: Transport) -> Result<SessionHandle, RuntimeError> {
+        let m = metrics::metrics();
+        match self.create_session(None).await {
+            Ok(session) => {
+                m.sessions_created
+                    .with_label_values(&[transport.label()])
+                    .inc();
+                Ok(session)
+            }
+            Err(err) => {
+                m.sessions_rejected
+                    .with_label_values(&[rejection_reason(&err)])
+                    .inc();
+                Err(err)
+            }
+        }
+    }
+
+    /// Streamable HTTP `initialize`: creates the session, runs the request
+    /// and waits for its answer (always JSON: the session id travels in the
+    /// HTTP headers). A failed `initialize` leaves no session.
+    ///
+    /// Returns the session, the reply, and whether it succeeded.
+    ///
+    /// # Errors
+    /// The session could not be created or the request not dispatched.
+    pub async fn initialize(
+        &self,
+        request: Request,
+        transport: Transport,
+    ) -> Result<
+        (
+            SessionHandle,
+            Result<ExchangeReply, oneshot::error::RecvError>,
+            bool,
+        ),
+        Refusal,
+    > {
+        let id = request.id.clone();
+        let session = self
+            .open_session(transport)
+            .await
+            .map_err(|err| Refusal::runtime(err, Some(id.clone())))?;
+        let (exchange, reply) =
+            self.exchange_with_mode(&session, vec![request.id.clone()], ResponseMode::Auto);
+        exchange.track(Call::new(self, &request, "", transport));
+        session
+            .dispatch(request, exchange)
+            .map_err(|err| Refusal::runtime(err, Some(id)))?;
+        let reply = reply.await;
+        let succeeded = matches!(&reply, Ok(ExchangeReply::Json(responses))
+            if responses.iter().all(|r| r.outcome.is_ok()));
+        if !succeeded {
+            let _ = self.end_session(session.id(), None).await;
+            metrics::metrics()
+                .sessions_rejected
+                .with_label_values(&["initialize_failed"])
+                .inc();
+        }
+        Ok((session, reply, succeeded))
+    }
+
+    /// Hands a decoded body to `session`: one message, or a batch (2025-03-26
+    /// sessions only) admitted whole or refused whole.
+    ///
+    /// # Errors
+    /// A [`Refusal`]: nothing in the body ran.
+    pub fn submit(
+        &self,
+        session: &SessionHandle,
+        body: Body,
+        answers: Answers,
+        transport: Transport,
+    ) -> Result<Submitted, Refusal> {
+        match body {
+            Body::Single(Message::Request(request)) => {
+                let exchange = match answers {
+                    Answers::Reply => {
+                        let (exchange, reply) = self.exchange(session, vec![request.id.clone()]);
+                        self.dispatch_one(session, request, &exchange, transport)?;
+                        return Ok(Submitted::Reply {
+                            reply,
+                            batch: false,
+                        });
+                    }
+                    Answers::SessionStream => self.attached_exchange(session),
+                };
+                self.dispatch_one(session, request, &exchange, transport)?;
+                Ok(Submitted::Stream(exchange))
+            }
+            Body::Single(Message::Notification(n)) => {
+                session
+                    .notify(n)
+                    .map_err(|err| Refusal::runtime(err, None))?;
+                Ok(Submitted::Accepted)
+            }
+            Body::Single(Message::Response(r)) => {
+                session
+                    .answer(r)
+                    .map_err(|err| Refusal::runtime(err, None))?;
+                Ok(Submitted::Accepted)
+            }
+            Body::Batch(items) => self.submit_batch(session, items, answers, transport),
+        }
+    }
+
+    fn dispatch_one(
+        &self,
+        session: &SessionHandle,
+        request: Request,
+        exchange: &Arc<Exchange>,
+        transport: Transport,
+    ) -> Result<(), Refusal> {
+        let id = request.id.clone();
+        exchange.track(Call::new(self, &request, version_label(session), transport));
+        session
+            .dispatch(request, Arc::clone(exchange))
+            .map_err(|err| Refusal::runtime(err, Some(id)))
+    }
+
+    fn submit_batch(
+        &self,
+        session: &SessionHandle,
+        items: Vec<Result<Message, DecodeError>>,
+        answers: Answers,
+        transport: Transport,
+    ) -> Result<Submitted, Refusal> {
+        let version = session
+            .protocol_version()
+            .unwrap_or(ProtocolVersion::HTTP_DEFAULT);
+        if !version.allows_batches() {
+            return Err(Refusal::Invalid {
+                message: format!(
+                    "JSON-RPC batches are not supported in protocol version {version}"
+                ),
+                id: None,
+            });
+        }
+        let mut messages = Vec::new();
+        let mut ids = Vec::new();
+        let mut errors = Vec::new();
+        let mut calls = Vec::new();
+        for item in items {
+            match item {
+                // 2025-03-26, lifecycle: initialize is never part of a batch.
+                Ok(Message::Request(r)) if r.method == methods::INITIALIZE => {
+                    errors.push(Response::error(
+                        Some(r.id),
+                        ErrorObject::new(
+                            ErrorCode::INVALID_REQUEST,
+                            "initialize must not be part of a batch",
+                        ),
+                    ));
+                }
+                Ok(Message::Request(r)) => {
+                    ids.push(r.id.clone());
+                    calls.push(Call::new(self, &r, version.as_str(), transport));
+                    messages.push(Message::Request(r));
+                }
+                Ok(message) => messages.push(message),
+                Err(err) => errors.push(Response::error(err.id.clone(), err.to_error_object())),
+            }
+        }
+        let answered = !ids.is_empty() || !errors.is_empty();
+        let (exchange, reply, late_errors) = match answers {
+            Answers::Reply => {
+                let (exchange, reply) = self.batch_exchange(session, ids, errors);
+                (exchange, Some(reply), Vec::new())
+            }
+            Answers::SessionStream => (self.attached_exchange(session), None, errors),
+        };
+        for call in calls {
+            exchange.track(call);
+        }
+        // One mailbox message: the batch runs whole or not at all.
+        let batch_ids = messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Request(r) => Some(r.id.clone()),
+                _ => None,
+            })
+            .collect::<Vec<_>>();
+        if let Err(error) = session.dispatch_batch(messages, Arc::clone(&exchange)) {
+            return Err(Refusal::Runtime {
+                error,
+                id: None,
+                batch: batch_ids,
+            });
+        }
+        // On a session's stream, the errors for the invalid members follow
+        // only when the batch ran.
+        for response in late_errors {
+            let writing = Arc::clone(&exchange);
+            actix::spawn(async move {
+                let _ = writing.finish(Some(response)).await;
+            });
+        }
+        Ok(match reply {
+            Some(reply) if answered => Submitted::Reply { reply, batch: true },
+            Some(_) => Submitted::Accepted,
+            None => Submitted::Stream(exchange),
+        })
+    }
+
+    /// Writes answers the pipeline or the transport computed on the
+    /// session's stream (transports that answer on it: legacy HTTP+SSE,
+    /// stdio). The exchange is dropped once they are written.
+    pub fn reply_on_stream(
+        &self,
+        session: &SessionHandle,
+        responses: Vec<Response>,
+    ) -> Arc<Exchange> {
+        let exchange = self.attached_exchange(session);
+        let writing = Arc::clone(&exchange);
+        actix::spawn(async move {
+            for response in responses {
+                let _ = writing.finish(Some(response)).await;
+            }
+        });
+        exchange
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_methods_are_one_label() {
+        assert_eq!(method_label("tools/call"), "tools/call");
+        assert_eq!(method_label("tools/call2"), OTHER);
+        assert_eq!(method_label(""), OTHER);
+    }
+
+    #[test]
+    fn refusals_word_the_same_on_every_transport() {
+        let r = Refusal::runtime(RuntimeError::Overloaded, Some(RequestId::Number(1)));
+        let e = r.to_error_object();
+        assert_eq!(e.code, ErrorCode::INTERNAL_ERROR);
+        assert_eq!(e.message, RuntimeError::Overloaded.client_message());
+        assert_eq!(r.id(), Some(&RequestId::Number(1)));
+        let batch = Refusal::Runtime {
+            error: RuntimeError::Overloaded,
+            id: None,
+            batch: vec![RequestId::Number(1), RequestId::Number(2)],
+        };
+        let answers = batch.responses();
+        assert_eq!(answers.len(), 2);
+        assert_eq!(answers[1].id, Some(RequestId::Number(2)));
+    }
+}
