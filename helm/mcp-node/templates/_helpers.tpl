@@ -1,0 +1,233 @@
+{{/*
+Names, labels and the values computed from several keys (allowed hosts and
+origins, the environment, the grace period). Templates added later
+(PrometheusRule, Grafana dashboard) take their labels from here too.
+*/}}
+
+{{- define "mcp-node.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The release's full name, also the Service's name: the release name when it
+already holds the chart name, else <release>-<chart>.
+*/}}
+{{- define "mcp-node.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "mcp-node.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "mcp-node.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mcp-node.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "mcp-node.labels" -}}
+helm.sh/chart: {{ include "mcp-node.chart" . }}
+{{ include "mcp-node.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "mcp-node.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "mcp-node.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "mcp-node.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret and key that hold the Redis URL. */}}
+{{- define "mcp-node.redisSecretName" -}}
+{{- if .Values.redis.existingSecret }}
+{{- .Values.redis.existingSecret }}
+{{- else }}
+{{- printf "%s-redis" (include "mcp-node.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "mcp-node.redisSecretKey" -}}
+{{- if .Values.redis.existingSecret }}
+{{- .Values.redis.existingSecretKey }}
+{{- else -}}
+redis-url
+{{- end }}
+{{- end }}
+
+{{/* Every Ingress host (rules and TLS), each once, wildcards refused. */}}
+{{- define "mcp-node.ingressHosts" -}}
+{{- $hosts := list }}
+{{- if .Values.ingress.enabled }}
+{{- range .Values.ingress.hosts }}
+{{- $hosts = append $hosts .host }}
+{{- end }}
+{{- range .Values.ingress.tls }}
+{{- range .hosts }}
+{{- $hosts = append $hosts . }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $hosts }}
+{{- if hasPrefix "*" . }}
+{{- fail (printf "ingress host %q: the node cannot allow a wildcard subdomain (MCP_ALLOWED_HOSTS); list each name as an Ingress host, or in config.allowedHosts and config.allowedOrigins" .) }}
+{{- end }}
+{{- end }}
+{{- $hosts | uniq | toJson }}
+{{- end }}
+
+{{/*
+MCP_ALLOWED_HOSTS: every name a request may carry in Host on its way to a
+pod through the Service or the Ingress, any port. A request with another
+Host gets 403 (DNS rebinding protection).
+*/}}
+{{- define "mcp-node.allowedHosts" -}}
+{{- $svc := include "mcp-node.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- $hosts := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns .Values.clusterDomain) }}
+{{- range (include "mcp-node.ingressHosts" . | fromJsonArray) }}
+{{- $hosts = append $hosts . }}
+{{- end }}
+{{- if .Values.config.allowLoopback }}
+{{- $hosts = concat $hosts (list "localhost" "127.0.0.1" "[::1]") }}
+{{- end }}
+{{- $out := list }}
+{{- range $hosts }}
+{{- $out = append $out (printf "%s:*" .) }}
+{{- end }}
+{{- concat $out .Values.config.allowedHosts | uniq | join "," }}
+{{- end }}
+
+{{/*
+MCP_ALLOWED_ORIGINS: browsers on an Ingress host (https, and http for a
+host without TLS), loopback for port-forwarding, and the extra values.
+*/}}
+{{- define "mcp-node.allowedOrigins" -}}
+{{- $tlsHosts := list }}
+{{- range .Values.ingress.tls }}
+{{- $tlsHosts = concat $tlsHosts (.hosts | default list) }}
+{{- end }}
+{{- $out := list }}
+{{- range (include "mcp-node.ingressHosts" . | fromJsonArray) }}
+{{- $out = append $out (printf "https://%s:*" .) }}
+{{- if not (has . $tlsHosts) }}
+{{- $out = append $out (printf "http://%s:*" .) }}
+{{- end }}
+{{- end }}
+{{- if .Values.config.allowLoopback }}
+{{- range (list "localhost" "127.0.0.1" "[::1]") }}
+{{- $out = concat $out (list (printf "http://%s:*" .) (printf "https://%s:*" .)) }}
+{{- end }}
+{{- end }}
+{{- concat $out .Values.config.allowedOrigins | uniq | join "," }}
+{{- end }}
+
+{{/* The drain the node runs after SIGTERM, in seconds. */}}
+{{- define "mcp-node.drainSecs" -}}
+{{- add .Values.config.drainDelaySecs .Values.config.drainGraceSecs }}
+{{- end }}
+
+{{/*
+terminationGracePeriodSeconds: the preStop sleep, the node's drain delay and
+grace, and 10 s to leave the cluster and exit. A smaller explicit value would
+let the kubelet kill requests the node still lets finish.
+*/}}
+{{- define "mcp-node.terminationGracePeriodSeconds" -}}
+{{- $needed := add .Values.preStopSleepSeconds (include "mcp-node.drainSecs" . | int) }}
+{{- $value := .Values.terminationGracePeriodSeconds }}
+{{- if kindIs "invalid" $value }}
+{{- add $needed 10 }}
+{{- else if le (int $value) (int $needed) }}
+{{- fail (printf "terminationGracePeriodSeconds %d must be above preStopSleepSeconds + config.drainDelaySecs + config.drainGraceSecs = %d" (int $value) (int $needed)) }}
+{{- else }}
+{{- $value }}
+{{- end }}
+{{- end }}
+
+{{/*
+config.<key> -> variable, for the keys passed as they are (null: not set,
+the node's default applies).
+*/}}
+{{- define "mcp-node.configEnvNames" -}}
+endpoint: MCP_HTTP__ENDPOINT
+drainDelaySecs: MCP_DRAIN_DELAY_SECS
+drainGraceSecs: MCP_DRAIN_GRACE_SECS
+sessionTtlSecs: MCP_SESSION_TTL_SECS
+maxSessions: MCP_MAX_SESSIONS
+maxInFlight: MCP_MAX_IN_FLIGHT
+maxBodyBytes: MCP_MAX_BODY_BYTES
+requestTimeoutSecs: MCP_REQUEST_TIMEOUT_SECS
+responseMode: MCP_RESPONSE_MODE
+workers: MCP_WORKERS
+keepAliveSecs: MCP_KEEP_ALIVE_SECS
+requestBodyTimeoutSecs: MCP_REQUEST_BODY_TIMEOUT_SECS
+maxConnections: MCP_MAX_CONNECTIONS
+maxConnectionsPerPeer: MCP_MAX_CONNECTIONS_PER_PEER
+pageSize: MCP_PAGE_SIZE
+log: MCP_LOG
+logJson: MCP_LOG_JSON
+{{- end }}
+
+{{/* The container's environment, as a YAML list of EnvVar objects. */}}
+{{- define "mcp-node.env" -}}
+{{- $env := list }}
+{{- $env = append $env (dict "name" "MCP_BIND" "value" (printf "%s:%d" .Values.listenAddress (int .Values.containerPorts.http))) }}
+{{- $env = append $env (dict "name" "MCP_ADMIN_BIND" "value" (printf "%s:%d" .Values.listenAddress (int .Values.containerPorts.admin))) }}
+{{- $env = append $env (dict "name" "MCP_REDIS_URL" "valueFrom" (dict "secretKeyRef" (dict "name" (include "mcp-node.redisSecretName" .) "key" (include "mcp-node.redisSecretKey" .)))) }}
+{{- with .Values.redis.keyPrefix }}
+{{- $env = append $env (dict "name" "MCP_REDIS__KEY_PREFIX" "value" (toString .)) }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.redis.commandTimeoutMs) }}
+{{- $env = append $env (dict "name" "MCP_REDIS__COMMAND_TIMEOUT_MS" "value" (toString (int .Values.redis.commandTimeoutMs))) }}
+{{- end }}
+{{- $env = append $env (dict "name" "MCP_ALLOWED_HOSTS" "value" (include "mcp-node.allowedHosts" .)) }}
+{{- $env = append $env (dict "name" "MCP_ALLOWED_ORIGINS" "value" (include "mcp-node.allowedOrigins" .)) }}
+{{- with .Values.config.connectionLimitExempt }}
+{{- $env = append $env (dict "name" "MCP_CONNECTION_LIMIT_EXEMPT" "value" (join "," .)) }}
+{{- end }}
+{{- $config := .Values.config }}
+{{- $names := include "mcp-node.configEnvNames" . | fromYaml }}
+{{- range $key := keys $names | sortAlpha }}
+{{- $value := "" }}
+{{- if hasKey $config $key }}
+{{- $value = get $config $key }}
+{{- end }}
+{{- if and (not (kindIs "invalid" $value)) (ne (toString $value) "") }}
+{{- if kindIs "float64" $value }}
+{{- $value = int64 $value }}
+{{- end }}
+{{- $env = append $env (dict "name" (get $names $key) "value" (toString $value)) }}
+{{- end }}
+{{- end }}
+{{- $taken := list }}
+{{- range $env }}
+{{- $taken = append $taken .name }}
+{{- end }}
+{{- range .Values.extraEnv }}
+{{- if has .name $taken }}
+{{- fail (printf "extraEnv %s: the chart sets this variable; use its config or redis key" .name) }}
+{{- end }}
+{{- $taken = append $taken .name }}
+{{- $env = append $env . }}
+{{- end }}
+{{- toYaml $env }}
+{{- end }}
