@@ -543,8 +543,11 @@ def check_validators_refuse():
             "spec": {"groups": [{"name": "g", "rules": [{"record": "a:b", "expr": "up",
                                                           "for": "5m"}]}]}}
     assert validate(rule), "a recording rule with `for` passed"
-    rule["spec"]["groups"][0]["rules"][0] = {"alert": "Down", "expr": "up ==", "for": "5m"}
-    assert validate(rule), "a rule with a broken expression passed promtool"
+    rule["spec"]["groups"][0]["rules"][0] = {"alert": "Down", "expr": "up", "for": "5m"}
+    assert validate(rule) == [], "a good alerting rule refused"
+    rule["spec"]["groups"][0]["rules"][0]["expr"] = "up =="
+    errors = validate(rule)
+    assert len(errors) == 1 and "promtool check rules: " in errors[0], errors
 
 
 def main():
