@@ -9,6 +9,8 @@
 //! - [`Nginx`] (`nginx`): a real nginx, round robin over nodes, unbuffered.
 //! - [`Cluster`] (`cluster`): Redis + `mcp-node` processes + nginx.
 //! - [`fixtures`]: a server with test-only tools.
+//! - [`OtlpReceiver`] (`otlp`): a real OTLP/HTTP trace receiver keeping the
+//!   spans it gets.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -457,8 +459,10 @@ impl Drop for NodeProcess {
 mod cluster;
 pub mod fixtures;
 mod nginx;
+mod otlp;
 mod redis;
 
 pub use cluster::{Cluster, NODE_BIN_ENV, loadtest_binary, node_binary};
 pub use nginx::Nginx;
+pub use otlp::{OtlpReceiver, ReceivedLink, ReceivedSpan};
 pub use redis::RedisServer;
