@@ -9,6 +9,8 @@
 //! - [`Nginx`] (`nginx`): a real nginx, round robin over nodes, unbuffered.
 //! - [`Cluster`] (`cluster`): Redis + `mcp-node` processes + nginx.
 //! - [`fixtures`]: a server with test-only tools.
+//! - [`Prometheus`] (`prometheus`): a real Prometheus scraping nodes every
+//!   second, queried over its HTTP API.
 //! - [`OtlpReceiver`] (`otlp`): a real OTLP/HTTP trace receiver keeping the
 //!   spans it gets.
 
@@ -460,9 +462,11 @@ mod cluster;
 pub mod fixtures;
 mod nginx;
 mod otlp;
+mod prometheus;
 mod redis;
 
 pub use cluster::{Cluster, NODE_BIN_ENV, loadtest_binary, node_binary};
 pub use nginx::Nginx;
 pub use otlp::{OtlpReceiver, ReceivedLink, ReceivedSpan};
+pub use prometheus::{PROMETHEUS_JOB, Prometheus};
 pub use redis::RedisServer;
