@@ -100,6 +100,7 @@ pub async fn message(
     }
     let session = runtime.session(&id).await?;
     // Answers travel on the SSE stream, errors for the body's members too.
-    runtime.submit(&session, body, Answers::SessionStream, Transport::LegacySse)?;
+    let inbound = crate::streamable::inbound(&req, Transport::LegacySse);
+    runtime.submit(&session, body, Answers::SessionStream, &inbound)?;
     Ok(HttpResponse::Accepted().body(Bytes::from_static(b"Accepted")))
 }

@@ -7,7 +7,9 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use mcp_protocol::jsonrpc::{Body, decode_body_with_limit};
 use mcp_protocol::{Message, ProtocolVersion, Request, methods};
-use mcp_runtime::{Answers, ExchangeReply, RuntimeError, SessionHandle, Submitted, Transport};
+use mcp_runtime::{
+    Answers, ExchangeReply, Inbound, RuntimeError, SessionHandle, Submitted, Transport,
+};
 use mcp_store::{EventId, Position};
 
 use crate::error::HttpError;
@@ -113,7 +115,8 @@ async fn post_body(
     if let Body::Single(message) = &body {
         headers::check_standard_headers(req.headers(), message, runtime.service().as_ref())?;
     }
-    match runtime.submit(&session, body, Answers::Reply, Transport::StreamableHttp)? {
+    let inbound = inbound(req, Transport::StreamableHttp);
+    match runtime.submit(&session, body, Answers::Reply, &inbound)? {
         Submitted::Reply { reply, batch } => answer(state, &session, reply, batch).await,
         Submitted::Accepted | Submitted::Stream(_) => {
             count_answer("accepted");
@@ -143,7 +146,7 @@ async fn initialize(
     )?;
     let (session, reply, succeeded) = state
         .runtime
-        .initialize(request, Transport::StreamableHttp)
+        .initialize(request, &inbound(req, Transport::StreamableHttp))
         .await?;
     let mut response = respond(state, &session, reply, false).await?;
     if succeeded {
@@ -155,6 +158,17 @@ async fn initialize(
         );
     }
     Ok(response)
+}
+
+/// What the pipeline needs from the HTTP request beside its body.
+pub(crate) fn inbound(req: &HttpRequest, transport: Transport) -> Inbound {
+    Inbound {
+        transport,
+        trace: mcp_telemetry::parent_from_headers(|name| {
+            req.headers().get(name).and_then(|v| v.to_str().ok())
+        }),
+        client: req.peer_addr(),
+    }
 }
 
 fn count_answer(kind: &str) {
@@ -249,7 +263,10 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .ok_or(HttpError::BadLastEventId("malformed Last-Event-ID"))?;
-        let followed = runtime.follow(&session, &id.stream, id.position).await;
+        let trace = inbound(&req, Transport::StreamableHttp).trace;
+        let followed = runtime
+            .follow_traced(&session, &id.stream, id.position, Some(&trace))
+            .await;
         let outcome = match &followed {
             Ok(_) if moved => "other_node",
             Ok(_) => "ok",

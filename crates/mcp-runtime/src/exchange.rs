@@ -221,6 +221,15 @@ impl Exchange {
         }
     }
 
+    /// The span of request `id` answered here (a disabled span if none).
+    pub(crate) fn span_of(&self, id: &RequestId) -> tracing::Span {
+        self.calls
+            .lock()
+            .ok()
+            .and_then(|calls| calls.iter().find(|c| c.id == *id).map(|c| c.span.clone()))
+            .unwrap_or_else(tracing::Span::none)
+    }
+
     fn complete_call(&self, response: &Response) {
         let Some(id) = &response.id else { return };
         let call = self.calls.lock().ok().and_then(|mut calls| {

@@ -43,7 +43,7 @@ pub use context::{AskError, RequestContext};
 pub use error::RuntimeError;
 pub use exchange::{Exchange, ExchangeReply};
 pub use follow::{Follow, FollowEnd, FollowItem};
-pub use pipeline::{Answers, Refusal, Submitted, Transport};
+pub use pipeline::{Answers, Inbound, Refusal, Submitted, Transport};
 pub use runtime::Runtime;
 pub use service::{McpService, MirroredParam, ServerEvent};
 pub use session::SessionHandle;

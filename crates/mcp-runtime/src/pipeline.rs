@@ -54,6 +54,71 @@ impl Transport {
     }
 }
 
+/// What the transport knows of a body beside its messages.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    /// The transport it arrived on.
+    pub transport: Transport,
+    /// The caller's trace context from the transport (W3C `traceparent`
+    /// HTTP headers; empty when traces are off or none was sent).
+    pub trace: mcp_telemetry::TraceContext,
+    /// The peer of the connection.
+    pub client: Option<std::net::SocketAddr>,
+}
+
+impl Inbound {
+    /// A body with no trace context and no peer (stdio).
+    pub fn new(transport: Transport) -> Self {
+        Self {
+            transport,
+            trace: mcp_telemetry::TraceContext::new(),
+            client: None,
+        }
+    }
+
+    fn span_transport(&self) -> mcp_telemetry::Transport<'static> {
+        match self.transport {
+            Transport::Stdio => mcp_telemetry::Transport::Stdio,
+            Transport::StreamableHttp | Transport::LegacySse => {
+                mcp_telemetry::Transport::Http { version: None }
+            }
+        }
+    }
+
+    /// The span of one message received: child of its `_meta` trace
+    /// context when it has one, else of the transport's.
+    fn span(
+        &self,
+        method: &str,
+        target: Option<mcp_telemetry::Target<'_>>,
+        session: &SessionHandle,
+        id: Option<&RequestId>,
+        params: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> tracing::Span {
+        let request_id = id.map(|id| match id {
+            RequestId::Number(n) => mcp_telemetry::JsonRpcId::Number(*n),
+            RequestId::String(s) => mcp_telemetry::JsonRpcId::Str(s),
+        });
+        let meta = params.and_then(|p| p.get("_meta"));
+        let version = session.protocol_version().map(ProtocolVersion::as_str);
+        mcp_telemetry::request_span(
+            &mcp_telemetry::RequestSpanAttrs {
+                method,
+                target,
+                session_id: Some(session.id().as_str()),
+                request_id,
+                protocol_version: version,
+                transport: self.span_transport(),
+                client: self.client,
+            },
+            mcp_telemetry::RequestParent::new(
+                self.trace.clone(),
+                mcp_telemetry::parent_from_meta(meta),
+            ),
+        )
+    }
+}
+
 /// Where the answers to a body go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answers {
@@ -160,10 +225,18 @@ pub(crate) struct Call {
     transport: Transport,
     started: Instant,
     recorded: bool,
+    /// The request's span: the handler runs in it.
+    pub(crate) span: tracing::Span,
 }
 
 impl Call {
-    fn new(runtime: &Runtime, request: &Request, version: &'static str, t: Transport) -> Self {
+    fn new(
+        runtime: &Runtime,
+        request: &Request,
+        session: &SessionHandle,
+        version: &'static str,
+        inbound: &Inbound,
+    ) -> Self {
         let method = method_label(&request.method);
         let name = || {
             request
@@ -185,15 +258,39 @@ impl Call {
                 .unwrap_or(OTHER)
                 .to_owned()
         });
+        let target = match (&tool, &prompt) {
+            (Some(tool), _) if tool != OTHER => Some(mcp_telemetry::Target::Tool(tool)),
+            (_, Some(prompt)) if prompt != OTHER => Some(mcp_telemetry::Target::Prompt(prompt)),
+            _ if method == methods::RESOURCES_READ
+                || method == methods::RESOURCES_SUBSCRIBE
+                || method == methods::RESOURCES_UNSUBSCRIBE =>
+            {
+                request
+                    .params
+                    .as_ref()
+                    .and_then(|p| p.get("uri"))
+                    .and_then(serde_json::Value::as_str)
+                    .map(mcp_telemetry::Target::Resource)
+            }
+            _ => None,
+        };
+        let span = inbound.span(
+            method,
+            target,
+            session,
+            Some(&request.id),
+            request.params.as_ref(),
+        );
         Self {
             id: request.id.clone(),
             method,
             tool,
             prompt,
             version,
-            transport: t,
+            transport: inbound.transport,
             started: Instant::now(),
             recorded: false,
+            span,
         }
     }
 
@@ -210,11 +307,21 @@ impl Call {
                 .map_or("", ProtocolVersion::as_str);
         }
         let error_type = match &response.outcome {
-            Err(err) => err.code.0.to_string(),
+            Err(err) => {
+                mcp_telemetry::record_error(
+                    &self.span,
+                    mcp_telemetry::RequestFailure::JsonRpc {
+                        code: i64::from(err.code.0),
+                        message: &err.message,
+                    },
+                );
+                err.code.0.to_string()
+            }
             Ok(value)
                 if self.method == methods::TOOLS_CALL
                     && value.get("isError").and_then(serde_json::Value::as_bool) == Some(true) =>
             {
+                mcp_telemetry::record_error(&self.span, mcp_telemetry::RequestFailure::ToolError);
                 "tool_error".to_owned()
             }
             Ok(_) => String::new(),
@@ -240,6 +347,10 @@ impl Call {
 impl Drop for Call {
     fn drop(&mut self) {
         if !self.recorded {
+            mcp_telemetry::record_error(
+                &self.span,
+                mcp_telemetry::RequestFailure::Other("cancelled"),
+            );
             self.record("cancelled");
         }
     }
@@ -322,7 +433,7 @@ impl Runtime {
     pub async fn initialize(
         &self,
         request: Request,
-        transport: Transport,
+        inbound: &Inbound,
     ) -> Result<
         (
             SessionHandle,
@@ -333,12 +444,12 @@ impl Runtime {
     > {
         let id = request.id.clone();
         let session = self
-            .open_session(transport)
+            .open_session(inbound.transport)
             .await
             .map_err(|err| Refusal::runtime(err, Some(id.clone())))?;
         let (exchange, reply) =
             self.exchange_with_mode(&session, vec![request.id.clone()], ResponseMode::Auto);
-        exchange.track(Call::new(self, &request, "", transport));
+        exchange.track(Call::new(self, &request, &session, "", inbound));
         session
             .dispatch(request, exchange)
             .map_err(|err| Refusal::runtime(err, Some(id)))?;
@@ -365,14 +476,14 @@ impl Runtime {
         session: &SessionHandle,
         body: Body,
         answers: Answers,
-        transport: Transport,
+        inbound: &Inbound,
     ) -> Result<Submitted, Refusal> {
         match body {
             Body::Single(Message::Request(request)) => {
                 let exchange = match answers {
                     Answers::Reply => {
                         let (exchange, reply) = self.exchange(session, vec![request.id.clone()]);
-                        self.dispatch_one(session, request, &exchange, transport)?;
+                        self.dispatch_one(session, request, &exchange, inbound)?;
                         return Ok(Submitted::Reply {
                             reply,
                             batch: false,
@@ -380,22 +491,26 @@ impl Runtime {
                     }
                     Answers::SessionStream => self.attached_exchange(session),
                 };
-                self.dispatch_one(session, request, &exchange, transport)?;
+                self.dispatch_one(session, request, &exchange, inbound)?;
                 Ok(Submitted::Stream(exchange))
             }
             Body::Single(Message::Notification(n)) => {
+                let span = inbound.span(&n.method, None, session, None, n.params.as_ref());
+                let trace = mcp_telemetry::traceparent_of(&span);
                 session
-                    .notify(n)
+                    .notify(n, trace)
                     .map_err(|err| Refusal::runtime(err, None))?;
                 Ok(Submitted::Accepted)
             }
             Body::Single(Message::Response(r)) => {
+                // The node whose request asked links the client's trace.
+                let trace = mcp_telemetry::traceparent_of_context(&inbound.trace);
                 session
-                    .answer(r)
+                    .answer(r, trace)
                     .map_err(|err| Refusal::runtime(err, None))?;
                 Ok(Submitted::Accepted)
             }
-            Body::Batch(items) => self.submit_batch(session, items, answers, transport),
+            Body::Batch(items) => self.submit_batch(session, items, answers, inbound),
         }
     }
 
@@ -404,10 +519,16 @@ impl Runtime {
         session: &SessionHandle,
         request: Request,
         exchange: &Arc<Exchange>,
-        transport: Transport,
+        inbound: &Inbound,
     ) -> Result<(), Refusal> {
         let id = request.id.clone();
-        exchange.track(Call::new(self, &request, version_label(session), transport));
+        exchange.track(Call::new(
+            self,
+            &request,
+            session,
+            version_label(session),
+            inbound,
+        ));
         session
             .dispatch(request, Arc::clone(exchange))
             .map_err(|err| Refusal::runtime(err, Some(id)))
@@ -418,7 +539,7 @@ impl Runtime {
         session: &SessionHandle,
         items: Vec<Result<Message, DecodeError>>,
         answers: Answers,
-        transport: Transport,
+        inbound: &Inbound,
     ) -> Result<Submitted, Refusal> {
         let version = session
             .protocol_version()
@@ -449,7 +570,7 @@ impl Runtime {
                 }
                 Ok(Message::Request(r)) => {
                     ids.push(r.id.clone());
-                    calls.push(Call::new(self, &r, version.as_str(), transport));
+                    calls.push(Call::new(self, &r, session, version.as_str(), inbound));
                     messages.push(Message::Request(r));
                 }
                 Ok(message) => messages.push(message),

@@ -512,6 +512,21 @@ impl Runtime {
         stream: &StreamId,
         after: Position,
     ) -> Result<Follow, RuntimeError> {
+        self.follow_traced(session, stream, after, None).await
+    }
+
+    /// As [`Self::follow`], for a request in the trace `trace` (the
+    /// caller's): the node whose reader it takes over links it.
+    ///
+    /// # Errors
+    /// As [`Self::follow`].
+    pub async fn follow_traced(
+        &self,
+        session: &SessionHandle,
+        stream: &StreamId,
+        after: Position,
+        trace: Option<&mcp_telemetry::TraceContext>,
+    ) -> Result<Follow, RuntimeError> {
         // A request stream names the requests it answers, so that this
         // follow can answer them should the stream's data be lost.
         let requests = if stream == session.standalone_stream() {
@@ -528,8 +543,9 @@ impl Runtime {
             session: session.id().clone(),
             stream: stream.clone(),
             origin: self.node_id().clone(),
-            // To fill: the attaching request's traceparent.
-            trace: None,
+            // The reader's node links the trace of the request that took
+            // its stream over (the client's, from its HTTP headers).
+            trace: trace.and_then(mcp_telemetry::traceparent_of_context),
         };
         let node = Arc::clone(self.node());
         actix::spawn(async move { node.publish(kick).await });

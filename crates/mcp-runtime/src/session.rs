@@ -26,6 +26,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::context::{
     AskError, AskOutcome, RequestContext, RequestOutput, SaveGuard, SessionShared,
@@ -68,6 +69,9 @@ pub(crate) struct DispatchBatch {
 pub(crate) struct Notify {
     pub(crate) notification: Notification,
     pub(crate) remote: bool,
+    /// The W3C `traceparent` of the span that received it, carried to the
+    /// node that acts on it.
+    pub(crate) trace: Option<String>,
 }
 
 /// Route the client's answer to a server request (`remote` as for
@@ -77,6 +81,8 @@ pub(crate) struct Notify {
 pub(crate) struct ClientAnswer {
     pub(crate) response: Response,
     pub(crate) remote: bool,
+    /// As for [`Notify`].
+    pub(crate) trace: Option<String>,
 }
 
 /// Reload the state from the store: another node changed it.
@@ -290,8 +296,8 @@ impl Handler<DispatchBatch> for Session {
         for message in messages {
             match message {
                 Message::Request(r) => self.dispatch(r, Arc::clone(&exchange), ctx),
-                Message::Notification(n) => self.notify(n, false),
-                Message::Response(r) => self.client_answer(r, false),
+                Message::Notification(n) => self.notify(n, false, None),
+                Message::Response(r) => self.client_answer(r, false, None),
             }
         }
     }
@@ -305,20 +311,29 @@ impl Handler<Notify> for Session {
         Notify {
             notification,
             remote,
+            trace,
         }: Notify,
         ctx: &mut Self::Context,
     ) {
         self.active(ctx);
-        self.notify(notification, remote);
+        self.notify(notification, remote, trace);
     }
 }
 
 impl Handler<ClientAnswer> for Session {
     type Result = ();
 
-    fn handle(&mut self, ClientAnswer { response, remote }: ClientAnswer, ctx: &mut Self::Context) {
+    fn handle(
+        &mut self,
+        ClientAnswer {
+            response,
+            remote,
+            trace,
+        }: ClientAnswer,
+        ctx: &mut Self::Context,
+    ) {
         self.active(ctx);
-        self.client_answer(response, remote);
+        self.client_answer(response, remote, trace);
     }
 }
 
@@ -573,14 +588,15 @@ impl Session {
     }
 
     /// Hands a client message this node cannot place to the other nodes.
-    fn publish_deliver(&self, message: Message) {
+    /// `trace`: the span that received it, so that the node acting on it
+    /// stays in the caller's trace.
+    fn publish_deliver(&self, message: Message, trace: Option<String>) {
         let node = Arc::clone(&self.deps.node);
         let deliver = ControlMessage::Deliver {
             session: self.record.id.clone(),
             message: message.to_json(),
             origin: node.id.clone(),
-            // To fill: the traceparent of the span that received `message`.
-            trace: None,
+            trace,
         };
         actix::spawn(async move { node.publish(deliver).await });
     }
@@ -608,7 +624,7 @@ impl Session {
         }
     }
 
-    fn notify(&mut self, n: Notification, remote: bool) {
+    fn notify(&mut self, n: Notification, remote: bool, trace: Option<String>) {
         match n.method.as_str() {
             methods::NOTIFICATION_INITIALIZED => {
                 if self.record.protocol_version.is_some() && !self.record.initialized {
@@ -631,7 +647,9 @@ impl Session {
                     }
                     // Not running here: it may run on another node, which the
                     // bus reaches; unknown everywhere, it is ignored (spec).
-                    None if !remote => self.publish_deliver(Message::Notification(n.clone())),
+                    None if !remote => {
+                        self.publish_deliver(Message::Notification(n.clone()), trace);
+                    }
                     None => {
                         tracing::debug!(session_id = %self.record.id, "Cancellation of an unknown request ignored.")
                     }
@@ -646,7 +664,7 @@ impl Session {
         }
     }
 
-    fn client_answer(&mut self, response: Response, remote: bool) {
+    fn client_answer(&mut self, response: Response, remote: bool, trace: Option<String>) {
         let pending = response
             .id
             .as_ref()
@@ -656,7 +674,7 @@ impl Session {
                 let _ = p.tx.send(response.outcome);
             }
             // Asked by a request running on another node.
-            None if !remote => self.publish_deliver(Message::Response(response)),
+            None if !remote => self.publish_deliver(Message::Response(response), trace),
             None => {
                 tracing::debug!(session_id = %self.record.id, "Answer to an unknown server request ignored.")
             }
@@ -896,7 +914,9 @@ impl Session {
         );
         let id = request.id.clone();
         let service = Arc::clone(&self.deps.service);
-        let job = Box::pin(async move { service.handle(request, context).await });
+        // The handler runs in the request's span (made by the pipeline).
+        let span = output.exchange.span_of(&id);
+        let job = Box::pin(async move { service.handle(request, context).await }.instrument(span));
         let actor = InFlightRequest::new(
             id.clone(),
             serial,
@@ -998,11 +1018,16 @@ impl SessionHandle {
     ///
     /// # Errors
     /// As [`Self::dispatch`].
-    pub fn notify(&self, notification: Notification) -> Result<(), RuntimeError> {
+    pub fn notify(
+        &self,
+        notification: Notification,
+        trace: Option<String>,
+    ) -> Result<(), RuntimeError> {
         self.addr
             .try_send(Notify {
                 notification,
                 remote: false,
+                trace,
             })
             .map_err(mailbox_error)
     }
@@ -1011,11 +1036,12 @@ impl SessionHandle {
     ///
     /// # Errors
     /// As [`Self::dispatch`].
-    pub fn answer(&self, response: Response) -> Result<(), RuntimeError> {
+    pub fn answer(&self, response: Response, trace: Option<String>) -> Result<(), RuntimeError> {
         self.addr
             .try_send(ClientAnswer {
                 response,
                 remote: false,
+                trace,
             })
             .map_err(mailbox_error)
     }
@@ -1026,10 +1052,12 @@ impl SessionHandle {
             Message::Notification(notification) => self.addr.do_send(Notify {
                 notification,
                 remote: true,
+                trace: None,
             }),
             Message::Response(response) => self.addr.do_send(ClientAnswer {
                 response,
                 remote: true,
+                trace: None,
             }),
             Message::Request(_) => {}
         }

@@ -71,10 +71,13 @@ async fn initialized(runtime: &Runtime) -> SessionHandle {
     let r = call(runtime, &session, 0, "initialize", params).await;
     assert!(r.outcome.is_ok(), "{r:?}");
     session
-        .notify(Notification {
-            method: "notifications/initialized".into(),
-            params: None,
-        })
+        .notify(
+            Notification {
+                method: "notifications/initialized".into(),
+                params: None,
+            },
+            None,
+        )
         .unwrap();
     session
 }
@@ -192,7 +195,7 @@ async fn a_request_id_in_flight_cannot_be_reused() {
     assert!(err.message.contains("already in flight"), "{err:?}");
     // Cancelling the first frees the id: its POST gets no response.
     let cancel = Notification::new("notifications/cancelled", json!({"requestId": 7}));
-    session.notify(cancel).unwrap();
+    session.notify(cancel, None).unwrap();
     assert!(matches!(first_reply.await.unwrap(), ExchangeReply::Empty));
 }
 

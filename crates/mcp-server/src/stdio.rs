@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mcp_protocol::jsonrpc::decode_body_with_limit;
 use mcp_protocol::{ErrorCode, ErrorObject, Response};
-use mcp_runtime::{Answers, Exchange, FollowItem, Runtime, Submitted, Transport};
+use mcp_runtime::{Answers, Exchange, FollowItem, Inbound, Runtime, Submitted, Transport};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::{McpServer, NodeConfig};
@@ -72,6 +72,7 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
         Ok::<_, std::io::Error>(())
     });
 
+    let inbound = Inbound::new(Transport::Stdio);
     let limit = max_line(&config);
     let mut unanswered = Unanswered::default();
     let mut stdin = BufReader::new(tokio::io::stdin());
@@ -97,15 +98,13 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
             continue;
         }
         match decode_body_with_limit(&line, runtime.config().max_batch_items) {
-            Ok(body) => {
-                match runtime.submit(&session, body, Answers::SessionStream, Transport::Stdio) {
-                    Ok(Submitted::Stream(exchange)) => unanswered.track(&exchange),
-                    Ok(Submitted::Accepted | Submitted::Reply { .. }) => {}
-                    Err(refusal) => {
-                        unanswered.track(&runtime.reply_on_stream(&session, refusal.responses()));
-                    }
+            Ok(body) => match runtime.submit(&session, body, Answers::SessionStream, &inbound) {
+                Ok(Submitted::Stream(exchange)) => unanswered.track(&exchange),
+                Ok(Submitted::Accepted | Submitted::Reply { .. }) => {}
+                Err(refusal) => {
+                    unanswered.track(&runtime.reply_on_stream(&session, refusal.responses()));
                 }
-            }
+            },
             Err(err) => unanswered.track(&runtime.reply_on_stream(
                 &session,
                 vec![Response::error(err.id.clone(), err.to_error_object())],

@@ -45,11 +45,13 @@ mod trace_context;
 
 pub use control_span::{ControlKind, control_span};
 pub use init::{InitError, LogFormat, TelemetryGuard, init, init_logging, otel_enabled};
+/// A trace context (the caller's, from [`parent_from_headers`]).
+pub use opentelemetry::Context as TraceContext;
 pub use otel::{DEFAULT_SERVICE_NAME, OtelConfig, OtelConfigError, SamplerConfig};
 pub use request_span::{
     JsonRpcId, RequestFailure, RequestSpanAttrs, Target, Transport, record_error, request_span,
 };
 pub use trace_context::{
     RequestParent, TRACEPARENT, TRACESTATE, current_traceparent, link_from, parent_from_headers,
-    parent_from_meta, traceparent_of,
+    parent_from_meta, traceparent_of, traceparent_of_context,
 };

@@ -112,6 +112,16 @@ pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
         .then(|| format_traceparent(&span_context))
 }
 
+/// The W3C `traceparent` of a context's span (the caller's, from
+/// [`parent_from_headers`]), to carry it to another node. `None` when it
+/// holds no valid span.
+pub fn traceparent_of_context(context: &Context) -> Option<String> {
+    let span_context = context.span().span_context().clone();
+    span_context
+        .is_valid()
+        .then(|| format_traceparent(&span_context))
+}
+
 /// Links `span` to the span `traceparent` names (another node's, carried
 /// over the control bus). Nothing happens when traces are off or
 /// `traceparent` is invalid.

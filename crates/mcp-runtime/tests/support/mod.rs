@@ -102,7 +102,10 @@ pub async fn initialized(runtime: &Runtime) -> SessionHandle {
     let r = call(runtime, &session, 0, "initialize", params).await;
     assert!(r.outcome.is_ok(), "{r:?}");
     session
-        .notify(Notification::new("notifications/initialized", json!({})))
+        .notify(
+            Notification::new("notifications/initialized", json!({})),
+            None,
+        )
         .unwrap();
     session
 }
