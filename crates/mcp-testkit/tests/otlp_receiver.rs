@@ -7,14 +7,14 @@ use std::time::Duration;
 use mcp_testkit::{OtlpReceiver, ReceivedLink, raw_http};
 use serde_json::json;
 
-fn post(receiver: &OtlpReceiver, content_type: &str, body: &str) -> (u16, String) {
+fn post(receiver: &OtlpReceiver, content_type: &str, body: &str) -> anyhow::Result<(u16, String)> {
     let addr = receiver.endpoint().trim_start_matches("http://").to_owned();
     let head = format!(
         "POST /v1/traces HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {content_type}\r\n\
          Content-Length: {}\r\nConnection: close",
         body.len()
     );
-    raw_http(addr.parse().unwrap(), &head, body).unwrap()
+    raw_http(addr.parse()?, &head, body)
 }
 
 #[tokio::test]
@@ -45,7 +45,7 @@ async fn json_exports_are_decoded_into_spans() {
     }]})
     .to_string();
     // Blocking, which is fine: the receiver runs on its own thread.
-    let (status, _) = post(&receiver, "application/json", &body);
+    let (status, _) = post(&receiver, "application/json", &body).unwrap();
     assert_eq!(status, 200);
 
     let span = receiver
@@ -75,9 +75,9 @@ async fn json_exports_are_decoded_into_spans() {
 #[tokio::test]
 async fn undecodable_exports_are_refused_and_nothing_is_kept() {
     let receiver = OtlpReceiver::start().unwrap();
-    let (status, _) = post(&receiver, "application/x-protobuf", "\u{7f}not protobuf");
+    let (status, _) = post(&receiver, "application/x-protobuf", "\u{7f}not protobuf").unwrap();
     assert_eq!(status, 400);
-    let (status, _) = post(&receiver, "application/json", "{");
+    let (status, _) = post(&receiver, "application/json", "{").unwrap();
     assert_eq!(status, 400);
     assert!(receiver.spans().is_empty());
     let err = receiver
