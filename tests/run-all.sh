@@ -365,7 +365,7 @@ read -r matrix_passed matrix_failed < <(cat "$LOG_DIR/matrix-single-node.log" "$
 
 echo "== Helm chart (tests/helm/run.sh)"
 set +e
-LOG_DIR="$LOG_DIR" bash tests/helm/run.sh 2>&1 | tee "$LOG_DIR/helm.log"
+LOG_DIR="$LOG_DIR" MCP_NODE="$ROOT/target/debug/mcp-node" bash tests/helm/run.sh 2>&1 | tee "$LOG_DIR/helm.log"
 helm_status=${PIPESTATUS[0]}
 set -e
 read -r helm_passed helm_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/helm.log")

