@@ -19,8 +19,9 @@ the pod address in Host, success being a status from 200 to 399. nginx in
 front of the three (round robin, as tests/run-all.sh's nginx_config and
 mcp-testkit's Nginx) stands in for the Service and the Ingress: the MCP
 sessions through it carry the Service's cluster DNS name, or the Ingress
-host, in Host. Steps run in order and the first failure stops the rest
-(each counted as failed).
+host, in Host. Prometheus is played by a GET of the ServiceMonitor's port
+and path on each pod. Steps run in order and the first failure stops the
+rest (each counted as failed).
 """
 
 import http.client
@@ -384,6 +385,29 @@ class Test:
         used = {p.address for p in self.pods if f"upstream={p.address}:" in log}
         assert used == set(POD_ADDRESSES), f"pods used: {sorted(used)}"
 
+    def scrape(self):
+        """Every pod answers the ServiceMonitor's scrape: its port, by name on
+        the Service it selects, then that port's target on the pod, and its
+        path give 200 and the Prometheus text format with the node's metrics."""
+        monitor = one(self.docs, "ServiceMonitor")
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        services = [s for s in find(self.docs, "Service")
+                    if all(s["metadata"]["labels"].get(k) == v for k, v in selector.items())]
+        assert len(services) == 1, [s["metadata"]["name"] for s in services]
+        for endpoint in monitor["spec"]["endpoints"]:
+            port = [p for p in services[0]["spec"]["ports"] if p["name"] == endpoint["port"]]
+            assert port, f"no port {endpoint['port']} on {services[0]['metadata']['name']}"
+            target = chart.container_port(self.container, port[0]["targetPort"])
+            timeout = int(endpoint.get("scrapeTimeout", "10s").removesuffix("s"))
+            for pod in self.pods:
+                status, h, body = http_request(
+                    pod.address, target, "GET", endpoint["path"],
+                    {"Host": f"{pod.address}:{target}", "User-Agent": "Prometheus/3.5.0",
+                     "Accept": "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"}, timeout=timeout)
+                assert status == 200, f"{pod.name} {endpoint['path']}: {status}"
+                assert h.get("content-type", "").startswith("text/plain"), h
+                assert "\n# TYPE mcp_" in "\n" + body.decode(), body[:500]
+
     def sigterm(self):
         """SIGTERM to one pod: readiness fails at once while liveness passes and
         the node still serves, for the drain delay the chart's preStop and
@@ -471,6 +495,8 @@ def run(results, node, log_dir):
         ("a Host or an Origin the chart does not allow gets 403", test.refused),
         ("the helm test pod's script passes through the load balancer", test.helm_test_pod),
         ("requests reached all three pods", test.spread),
+        ("every pod answers the ServiceMonitor's scrape (port, path) with its metrics",
+         test.scrape),
         ("SIGTERM: readiness 503, liveness 200, the pod still serves; sessions go on",
          test.sigterm),
         ("the terminated pod exits 0 within terminationGracePeriodSeconds less preStop",

@@ -416,6 +416,7 @@ def expect_e2e(docs):
     _, container = node_container(docs)
     values = {e["name"]: e.get("value") for e in container["env"]}
     assert "mcp.example.com:*" in values["MCP_ALLOWED_HOSTS"].split(",")
+    assert one(docs, "ServiceMonitor")["spec"]["endpoints"][0]["path"] == "/metrics"
 
 
 VALUE_SETS = [
@@ -426,7 +427,7 @@ VALUE_SETS = [
              expect=expect_existing_secret),
     ValueSet("extra-hosts", ["values-extra-hosts.yaml"], release="edge", namespace="edge-ns",
              expect=expect_extra_hosts),
-    ValueSet("e2e", ["values-e2e.yaml"], expect=expect_e2e),
+    ValueSet("e2e-values", ["values-e2e.yaml"], expect=expect_e2e),
 ]
 
 
@@ -462,7 +463,7 @@ def expect_notes(vs, text):
         "existing-secret": ["URL from Secret shared-redis, key url"],
         "extra-hosts": ["The Service is of type LoadBalancer",
                         "config.allowLoopback is off"],
-        "e2e": ["http://mcp.example.com/mcp", "list\nits pod network in config.connectionLimitExempt"],
+        "e2e-values": ["http://mcp.example.com/mcp", "list\nits pod network in config.connectionLimitExempt"],
     }[vs.name]
     for warning in warnings:
         assert warning in text, f"NOTES.txt lacks {warning!r}:\n{text}"
