@@ -300,3 +300,71 @@ async fn every_http_request_has_an_access_log_line_and_a_request_id() {
         .count();
     assert_eq!(lines, 4, "{:#?}", node.log());
 }
+
+/// Retention and replays are counted where they happen, in either store.
+async fn retention_is_counted(node: &NodeProcess) {
+    let base = node.url().trim_end_matches("/mcp").to_owned();
+    let mut client = Client::new(node.url(), VERSION);
+    within("initialize", client.initialize(json!({})))
+        .await
+        .unwrap();
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "long_running_operation",
+                   "arguments": {"duration_ms": 50, "steps": 5},
+                   "_meta": {"progressToken": "p"}}});
+    let Reply::Sse(mut stream) = within("POST", client.post(&body)).await.unwrap() else {
+        panic!("progress makes the answer a stream");
+    };
+    let mut messages = 0;
+    while within("next", stream.next_message())
+        .await
+        .unwrap()
+        .is_some()
+    {
+        messages += 1;
+    }
+    // Five progress notifications and the response, read as they came.
+    assert_eq!(messages, 6);
+    let text = scrape(&base, None).await;
+    // The stream keeps 2 events: the 4 oldest were dropped, one per append.
+    assert_eq!(value(&text, "mcp_event_log_appends_total", &[]), 6.0);
+    assert_eq!(value(&text, "mcp_event_log_trims_total", &[]), 4.0);
+    assert!(value(&text, "mcp_event_log_replayed_events_total", &[]) >= 2.0);
+    assert_eq!(
+        value(&text, "mcp_http_answers_total", &[("kind", "sse")]),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn retention_is_counted_on_the_embedded_store() {
+    let node = NodeProcess::spawn_logged(
+        &node_binary(),
+        &["--log", "warn"],
+        &[("MCP_RETENTION__MAX_EVENTS_PER_STREAM", "2")],
+    )
+    .unwrap();
+    retention_is_counted(&node).await;
+}
+
+#[tokio::test]
+async fn retention_is_counted_on_redis() {
+    let redis = mcp_testkit::RedisServer::start().unwrap();
+    let node = NodeProcess::spawn_logged(
+        &node_binary(),
+        &["--log", "warn", "--redis-url", &redis.url()],
+        &[("MCP_RETENTION__MAX_EVENTS_PER_STREAM", "2")],
+    )
+    .unwrap();
+    retention_is_counted(&node).await;
+    let text = scrape(node.url().trim_end_matches("/mcp"), None).await;
+    // Every round trip to Redis is timed by operation.
+    assert!(
+        value(
+            &text,
+            "mcp_redis_command_duration_seconds_count",
+            &[("operation", "stream_append")]
+        ) >= 6.0
+    );
+    assert!(value(&text, "mcp_heartbeats_total", &[("outcome", "ok")]) >= 1.0);
+}

@@ -81,7 +81,8 @@ return 1
 });
 
 /// KEYS: stream, meta, set. ARGV: data, max events, idle TTL ms, wake
-/// channel. Returns the new entry id, or nil for a missing or closed stream.
+/// channel. Returns `{entry id, 1 if older events were dropped else 0}`,
+/// or nil for a missing or closed stream.
 static APPEND: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
@@ -100,7 +101,10 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 extend(KEYS[3], ARGV[3])
 redis.call('PUBLISH', ARGV[4], id)
-return id
+if excess > 0 then
+  return {id, 1}
+end
+return {id, 0}
 ",
     )
 });
@@ -348,9 +352,16 @@ impl EventLog for RedisEventLog {
         if reply == Value::Nil {
             return Err(StoreError::StreamNotFound);
         }
+        let mut parts = reply::array(reply)?.into_iter();
+        let (Some(id), Some(trimmed)) = (parts.next(), parts.next()) else {
+            return Err(corrupt("short append reply"));
+        };
+        if reply::int(&trimmed)? == 1 {
+            mcp_telemetry::metrics::metrics().event_trims.inc();
+        }
         Ok(EventId {
             stream: stream.clone(),
-            position: reply::position(reply)?,
+            position: reply::position(id)?,
         })
     }
 

@@ -248,6 +248,7 @@ impl EventLog for MemoryEventLog {
             && let Some(dropped) = log.events.pop_front()
         {
             log.trimmed_through = dropped.position;
+            mcp_telemetry::metrics::metrics().event_trims.inc();
         }
         log.touched = Instant::now();
         log.wake_readers();
