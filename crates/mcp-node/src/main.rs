@@ -104,9 +104,10 @@ struct Cli {
     /// and prompts/list [default: 100].
     #[arg(long, env = "MCP_PAGE_SIZE")]
     page_size: Option<usize>,
-    /// Log filter (tracing EnvFilter syntax).
-    #[arg(long, env = "MCP_LOG", default_value = "info")]
-    log: String,
+    /// Log filter (tracing EnvFilter syntax; the access log is the target
+    /// `mcp_access`); without it, `RUST_LOG` [default: info].
+    #[arg(long, env = "MCP_LOG")]
+    log: Option<String>,
     /// Log as JSON lines.
     #[arg(long, env = "MCP_LOG_JSON")]
     log_json: bool,
@@ -215,6 +216,14 @@ fn flag_vars() -> Vec<String> {
         .collect()
 }
 
+/// The log filter: `--log` / `MCP_LOG`, else `RUST_LOG` (the variable
+/// Rust tools share), else `info`.
+fn log_filter(flag: Option<&str>, rust_log: Option<String>) -> String {
+    flag.map(str::to_owned)
+        .or(rust_log.filter(|f| !f.trim().is_empty()))
+        .unwrap_or_else(|| "info".to_owned())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let format = if cli.log_json {
@@ -230,7 +239,8 @@ fn main() -> ExitCode {
         }
     };
     // Held to the end of `main`: its shutdown exports the last spans.
-    let telemetry = match mcp_telemetry::init(format, &cli.log, &otel) {
+    let filter = log_filter(cli.log.as_deref(), std::env::var("RUST_LOG").ok());
+    let telemetry = match mcp_telemetry::init(format, &filter, &otel) {
         Ok(telemetry) => telemetry,
         Err(err) => {
             eprintln!("mcp-node: {err}");
@@ -314,6 +324,17 @@ async fn serve(stdio: bool, config: NodeConfig) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_flag_wins_then_rust_log_then_info() {
+        assert_eq!(log_filter(Some("warn"), Some("debug".into())), "warn");
+        assert_eq!(
+            log_filter(None, Some("debug,mcp_access=off".into())),
+            "debug,mcp_access=off"
+        );
+        assert_eq!(log_filter(None, Some(" ".into())), "info");
+        assert_eq!(log_filter(None, None), "info");
+    }
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs

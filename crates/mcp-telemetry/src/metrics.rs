@@ -503,4 +503,36 @@ mod tests {
         }
         assert!(text.contains("le=\"0.00025\""), "sub-millisecond buckets");
     }
+
+    #[test]
+    fn the_operations_guide_describes_every_metric() {
+        let guide = include_str!("../../../proto-docs/operations.md");
+        // Every metric name this file registers: the first argument of
+        // the constructors, a quoted `mcp_…` or `http_server_…` literal.
+        let source = include_str!("metrics.rs");
+        let source = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
+        let names: Vec<&str> = source
+            .split('"')
+            .skip(1)
+            .step_by(2)
+            .filter(|lit| {
+                (lit.starts_with("mcp_") || lit.starts_with("http_server_"))
+                    && lit.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                    && !lit.ends_with('_')
+            })
+            .filter(|lit| {
+                !matches!(
+                    *lit,
+                    "mcp_method_name" | "mcp_protocol_version" | "mcp_access"
+                )
+            })
+            .collect();
+        assert!(names.len() > 30, "{names:?}");
+        for name in names {
+            assert!(
+                guide.contains(&format!("`{name}`")),
+                "proto-docs/operations.md does not describe {name}"
+            );
+        }
+    }
 }
