@@ -65,6 +65,13 @@ async fn a_node_started_before_redis_waits_not_ready_then_serves() {
         let (status, body) = get(addr, "/readyz").await;
         assert_eq!(status, 503, "/readyz on {addr}: {body}");
         assert!(body.contains("not connected"), "/readyz on {addr}: {body}");
+        // Scrapable while starting, and saying so.
+        let (status, metrics) = get(addr, "/metrics").await;
+        assert_eq!(status, 200, "/metrics on {addr}");
+        assert!(
+            metrics.contains("mcp_node_drain_phase{phase=\"starting\"} 1"),
+            "{metrics}"
+        );
     }
 
     // MCP requests: 503, Retry-After, a JSON-RPC error saying why.
@@ -103,6 +110,11 @@ async fn a_node_started_before_redis_waits_not_ready_then_serves() {
     })
     .await;
     assert_eq!(get(admin, "/readyz").await, (200, "ready".to_owned()));
+    let (_, metrics) = get(admin, "/metrics").await;
+    assert!(
+        metrics.contains("mcp_node_drain_phase{phase=\"serving\"} 1"),
+        "{metrics}"
+    );
     let mut client = Client::new(node.url(), VERSION);
     within("initialize", client.initialize(json!({})))
         .await

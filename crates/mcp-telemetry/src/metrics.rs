@@ -117,8 +117,12 @@ pub struct Metrics {
     pub connections_refused: IntCounterVec,
 }
 
-/// The drain phases, in order.
-pub const DRAIN_PHASES: &[&str] = &["serving", "draining", "closed", "left"];
+/// The node's phases: the drain's, in order, then `starting` (waiting for
+/// its store before serving).
+pub const DRAIN_PHASES: &[&str] = &["serving", "draining", "closed", "left", "starting"];
+
+/// The index of `starting` in [`DRAIN_PHASES`].
+pub const STARTING: usize = 4;
 
 /// State gauges read from the node when `/metrics` is scraped.
 #[derive(Debug, Clone, Copy, Default)]
@@ -316,7 +320,7 @@ impl Metrics {
             ),
             drain_phase: gauges(
                 "mcp_node_drain_phase",
-                "1 for the node's current phase (serving, draining, closed, left), 0 for the others.",
+                "1 for the node's current phase (starting, serving, draining, closed, left), 0 for the others.",
                 &["phase"],
             ),
             connections_open: gauge(

@@ -364,6 +364,21 @@ fn placeholder(socket: TcpListener, role: Role) -> std::io::Result<ServerHandle>
                         .insert_header((CONTENT_TYPE, "text/plain; charset=utf-8"))
                         .body(NOT_CONNECTED)
                 }),
+            )
+            // Scraped while starting too: the node is up, in phase
+            // `starting` (a scraper sees why it is not ready).
+            .route(
+                "/metrics",
+                web::get().to(|| async {
+                    let metrics = mcp_telemetry::metrics::metrics();
+                    let body = metrics.render(mcp_telemetry::metrics::NodeGauges {
+                        drain_phase: mcp_telemetry::metrics::STARTING,
+                        ..Default::default()
+                    });
+                    HttpResponse::Ok()
+                        .insert_header((CONTENT_TYPE, mcp_telemetry::metrics::CONTENT_TYPE))
+                        .body(body)
+                }),
             );
         match role {
             Role::Main => app.default_service(web::to(|| async {
