@@ -11,7 +11,9 @@
 #      through nginx in front of a 3-node cluster started with --page-size 2;
 #   5. the deployment files (tests/compose/check.sh): docker-compose.yml against the Compose
 #      Specification's schema (check-jsonschema, pinned in tests/compose/requirements.txt),
-#      deploy/prometheus/prometheus.yml with promtool (Debian package prometheus);
+#      deploy/prometheus/prometheus.yml with promtool (Debian package prometheus); then the
+#      alerting rules (tests/prometheus/check.sh): promtool check rules and promtool test
+#      rules on deploy/prometheus/rules/, every alert with its runbook anchor and tested;
 #   6. the Helm chart (tests/helm/run.sh): helm lint --strict and helm template over several
 #      value sets, the manifests validated offline against the Kubernetes schemas, values
 #      the chart must refuse, and the rendered pods run as three real nodes behind nginx.
@@ -51,11 +53,14 @@ if ! has_cmd nginx; then
     need_apt nginx
   fi
 fi
-# promtool checks deploy/prometheus/prometheus.yml (tests/compose/check.sh).
-has_cmd promtool || need_apt prometheus
+# promtool checks deploy/prometheus/prometheus.yml and the alerting rules
+# (tests/compose/check.sh, tests/prometheus/check.sh); the end-to-end tests
+# prometheus_scrape and grafana_dashboard start a real prometheus (mcp-testkit).
+{ has_cmd promtool && has_cmd prometheus; } || need_apt prometheus
 has_cmd redis-server || { echo "redis-server missing after install" >&2; exit 1; }
 has_cmd nginx || { echo "nginx missing after install" >&2; exit 1; }
 has_cmd promtool || { echo "promtool missing after install" >&2; exit 1; }
+has_cmd prometheus || { echo "prometheus missing after install" >&2; exit 1; }
 # A service the packages started would hold 6379/80/9090; the tests own their servers.
 if [ "$(id -u)" = 0 ] && command -v service >/dev/null 2>&1; then
   service redis-server stop >/dev/null 2>&1 || true
@@ -134,6 +139,13 @@ LOG_DIR="$LOG_DIR" bash tests/compose/check.sh 2>&1 | tee "$LOG_DIR/compose.log"
 compose_status=${PIPESTATUS[0]}
 set -e
 read -r compose_passed compose_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/compose.log")
+
+echo "== alerting rules (tests/prometheus/check.sh)"
+set +e
+LOG_DIR="$LOG_DIR" bash tests/prometheus/check.sh 2>&1 | tee "$LOG_DIR/prometheus-rules.log"
+rules_status=${PIPESTATUS[0]}
+set -e
+read -r rules_passed rules_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/prometheus-rules.log")
 
 # Starts a node on a free port, with any further arguments as extra flags; sets
 # NODE_PID and NODE_URL.
@@ -370,10 +382,11 @@ helm_status=${PIPESTATUS[0]}
 set -e
 read -r helm_passed helm_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/helm.log")
 
-failed=$((rust_failed + fuzz_failed + compose_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed + helm_failed))
-passed=$((rust_passed + fuzz_passed + compose_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed + helm_passed))
+failed=$((rust_failed + fuzz_failed + compose_failed + rules_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed + helm_failed))
+passed=$((rust_passed + fuzz_passed + compose_passed + rules_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed + helm_passed))
 [ "$fuzz_status" = 0 ] || { echo "fuzz targets failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$compose_status" = 0 ] || { echo "deployment file checks failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$rules_status" = 0 ] || { echo "alerting rule checks failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$conformance_status" = 0 ] || { echo "conformance suite failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$cluster_conformance_status" = 0 ] || { echo "conformance suite against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$sdk_status" = 0 ] || { echo "TypeScript SDK end-to-end test failed" >&2; failed=$((failed > 0 ? failed : 1)); }
@@ -382,6 +395,6 @@ passed=$((rust_passed + fuzz_passed + compose_passed + conf_passed + cluster_pas
 [ "$helm_status" = 0 ] || { echo "Helm chart tests failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 echo "client matrix:"
 grep -h '^matrix .* x .*: ' "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" | sed 's/^/  /'
-echo "rust: $rust_passed passed, $rust_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed; helm chart checks: $helm_passed passed, $helm_failed failed"
+echo "rust: $rust_passed passed, $rust_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; alerting rule checks: $rules_passed passed, $rules_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed; helm chart checks: $helm_passed passed, $helm_failed failed"
 echo "total: $passed passed, $failed failed"
 [ "$failed" = 0 ]
