@@ -8,6 +8,7 @@
 #     summary, a description and a runbook_url to its own anchor,
 #     proto-docs/operations.md#alert-<name in lower case>;
 #   - every alert has a firing and a silent case in the unit tests;
+#   - every alert's runbook anchor exists in proto-docs/operations.md;
 #   - promtool refuses a rules file with a broken expression, and the unit
 #     tests fail on a rule whose threshold moved: a pass means the files were
 #     checked.
@@ -131,6 +132,18 @@ if [ -n "$alerts" ] && [ -z "$untested" ]; then
 else
   fail "every alert has a firing and a silent case in $TESTS:"
   echo "$untested" | sed 's/^/       /'
+fi
+
+# Every alert's runbook section exists in proto-docs/operations.md.
+undocumented=$(for a in $alerts; do
+  anchor="alert-$(echo "$a" | tr '[:upper:]' '[:lower:]')"
+  grep -q "id=\"$anchor\"" proto-docs/operations.md || echo "$a (#$anchor)"
+done)
+if [ -n "$alerts" ] && [ -z "$undocumented" ]; then
+  ok "every alert has its runbook section in proto-docs/operations.md"
+else
+  fail "every alert has its runbook section in proto-docs/operations.md:"
+  echo "$undocumented" | sed 's/^/       /'
 fi
 
 echo "$passed passed, $failed failed"

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use mcp_store::{Store, StoreError};
@@ -25,6 +26,11 @@ const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(1);
 /// Attempts in one reconnection round; when they all fail, the next command
 /// starts another round (and fails fast meanwhile).
 const RECONNECT_RETRIES: usize = 4;
+
+/// Set when a command found the commands connection lost, cleared (and a
+/// reconnection counted) by the next command that succeeds. One node, one
+/// commands connection.
+static COMMANDS_LOST: AtomicBool = AtomicBool::new(false);
 
 /// Connects a node to Redis and returns its [`Store`].
 ///
@@ -134,15 +140,22 @@ impl Redis {
         call: impl Future<Output = redis::RedisResult<Value>>,
     ) -> Result<Value, StoreError> {
         let m = mcp_telemetry::metrics::metrics();
-        let timer = m.redis_timer(op);
-        let outcome = tokio::time::timeout(self.timeout, call).await;
-        timer.observe_duration();
-        match outcome {
-            Ok(Ok(value)) => Ok(value),
+        let started = tokio::time::Instant::now();
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(value)) => {
+                m.redis_duration
+                    .with_label_values(&[op])
+                    .observe(started.elapsed().as_secs_f64());
+                if COMMANDS_LOST.swap(false, Ordering::AcqRel) {
+                    // The first answer since the connection was lost.
+                    m.redis_reconnects.with_label_values(&["commands"]).inc();
+                }
+                Ok(value)
+            }
             Ok(Err(err)) => {
                 let kind = if err.is_connection_dropped() || err.is_io_error() {
-                    // The connection manager reconnects after this.
-                    m.redis_reconnects.with_label_values(&["commands"]).inc();
+                    // The connection manager reconnects for the next one.
+                    COMMANDS_LOST.store(true, Ordering::Release);
                     "connection"
                 } else {
                     "other"

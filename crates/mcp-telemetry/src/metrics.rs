@@ -27,8 +27,8 @@ pub const DURATION_BUCKETS: &[f64] = &[
     5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 ];
 
-/// Buckets of Redis command latency, in seconds: 50 µs to the 2 s command
-/// timeout and beyond.
+/// Buckets of Redis command latency, in seconds: 50 µs to beyond the
+/// command timeout (1 s by default).
 pub const REDIS_BUCKETS: &[f64] = &[
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
     2.5,
@@ -63,6 +63,8 @@ pub struct Metrics {
     pub sessions_ended: IntCounterVec,
     /// `mcp_sessions_held`: session actors on this node.
     pub sessions_held: IntGauge,
+    /// `mcp_node_max_sessions`: the most sessions this node holds.
+    pub max_sessions: IntGauge,
     /// `mcp_requests_in_flight`: handlers running on this node.
     pub requests_in_flight: IntGauge,
     /// `mcp_exchanges_open`: POSTs whose answers are not all written.
@@ -129,6 +131,8 @@ pub const STARTING: usize = 4;
 pub struct NodeGauges {
     /// Session actors on this node.
     pub sessions_held: usize,
+    /// Its limit (`max_sessions`).
+    pub max_sessions: usize,
     /// Handlers running.
     pub requests_in_flight: usize,
     /// Exchanges not done.
@@ -211,6 +215,10 @@ impl Metrics {
                 &["reason"],
             ),
             sessions_held: gauge("mcp_sessions_held", "Sessions with an actor on this node."),
+            max_sessions: gauge(
+                "mcp_node_max_sessions",
+                "The most sessions this node holds (max_sessions); beyond it new sessions get 503.",
+            ),
             requests_in_flight: gauge(
                 "mcp_requests_in_flight",
                 "Client requests whose handler runs on this node.",
@@ -267,7 +275,7 @@ impl Metrics {
             ),
             redis_duration: histogram(
                 "mcp_redis_command_duration_seconds",
-                "Redis round trips by operation.",
+                "Successful Redis round trips by operation (failures are in mcp_redis_errors_total).",
                 &["operation"],
                 REDIS_BUCKETS,
             ),
@@ -278,7 +286,7 @@ impl Metrics {
             ),
             redis_reconnects: counters(
                 "mcp_redis_reconnects_total",
-                "Reconnections of the Redis connections (commands, pubsub).",
+                "Redis connections restored after they were lost (commands, pubsub).",
                 &["connection"],
             ),
             bus_published: counters(
@@ -347,6 +355,7 @@ impl Metrics {
             Box::new(self.sessions_rehydrated.clone()),
             Box::new(self.sessions_ended.clone()),
             Box::new(self.sessions_held.clone()),
+            Box::new(self.max_sessions.clone()),
             Box::new(self.requests_in_flight.clone()),
             Box::new(self.exchanges_open.clone()),
             Box::new(self.http_answers.clone()),
@@ -397,8 +406,76 @@ impl Metrics {
         for kind in ["request", "standalone", "resumption", "legacy"] {
             self.sse_streams_open.with_label_values(&[kind]).set(0);
         }
-        for outcome in ["ok", "other_node", "gap", "unknown"] {
-            self.sse_resumptions.with_label_values(&[outcome]);
+        // Every label value of counters known in advance, at zero: a series
+        // that first appears at 1 shows no increase() for its first event.
+        let zero = |vec: &IntCounterVec, values: &[&str]| {
+            for value in values {
+                vec.with_label_values(&[value]);
+            }
+        };
+        zero(
+            &self.sse_resumptions,
+            &["ok", "other_node", "gap", "unknown", "failed"],
+        );
+        zero(
+            &self.sessions_rejected,
+            &[
+                "too_many_sessions",
+                "shutting_down",
+                "store_unavailable",
+                "initialize_failed",
+                "other",
+            ],
+        );
+        zero(
+            &self.sessions_ended,
+            &["deleted", "disconnected", "expired"],
+        );
+        zero(
+            &self.sessions_created,
+            &["streamable_http", "legacy_sse", "stdio"],
+        );
+        zero(&self.redis_reconnects, &["commands", "pubsub"]);
+        zero(
+            &self.bus_dropped,
+            &["publish_failed", "malformed", "lagged"],
+        );
+        zero(
+            &self.connections_refused,
+            &["node_connection_limit", "peer_connection_limit"],
+        );
+        zero(
+            &self.http_rejections,
+            &[
+                "forbidden_origin",
+                "forbidden_host",
+                "unsupported_media_type",
+                "not_acceptable",
+                "unsupported_version",
+                "payload_too_large",
+                "body_read",
+                "body_timeout",
+                "malformed_message",
+                "missing_session",
+                "malformed_session",
+                "session_not_found",
+                "invalid_request",
+                "header_mismatch",
+                "bad_last_event_id",
+                "method_not_allowed",
+                "unavailable",
+            ],
+        );
+        for method in ["sampling/createMessage", "roots/list", "elicitation/create"] {
+            for outcome in [
+                "answered",
+                "rejected",
+                "timeout",
+                "cancelled",
+                "unavailable",
+            ] {
+                self.client_requests.with_label_values(&[method, outcome]);
+            }
         }
         for kind in ["json", "sse", "accepted"] {
             self.http_answers.with_label_values(&[kind]);
@@ -412,6 +489,7 @@ impl Metrics {
     /// text exposition format (version 0.0.4).
     pub fn render(&self, gauges: NodeGauges) -> String {
         self.sessions_held.set(clamp(gauges.sessions_held));
+        self.max_sessions.set(clamp(gauges.max_sessions));
         self.requests_in_flight
             .set(clamp(gauges.requests_in_flight));
         self.exchanges_open.set(clamp(gauges.exchanges_open));
@@ -424,13 +502,6 @@ impl Metrics {
         // Encoding into a Vec cannot fail for well-formed metric families.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         String::from_utf8(out).unwrap_or_default()
-    }
-
-    /// Starts a Redis round trip; the guard records its duration.
-    pub fn redis_timer(&self, operation: &'static str) -> prometheus::HistogramTimer {
-        self.redis_duration
-            .with_label_values(&[operation])
-            .start_timer()
     }
 
     /// The operation histogram for one set of labels.
