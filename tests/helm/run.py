@@ -381,9 +381,37 @@ def expect_full(docs):
     monitor = one(docs, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     assert monitor["spec"]["endpoints"][0]["interval"] == "15s"
+    # The scraped series carry the job the rules select.
+    assert {"action": "replace", "targetLabel": "job", "replacement": "mcp-prod"} in \
+        monitor["spec"]["endpoints"][0]["relabelings"], monitor
+    # The alert rules: deploy/'s, selecting that job.
+    rule = one(docs, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    shipped = yaml.safe_load(
+        (ROOT / "deploy/prometheus/rules/mcp-node.rules.yml").read_text()
+        .replace('job="mcp-node"', 'job="mcp-prod"'))
+    assert rule["spec"]["groups"] == shipped["groups"], "PrometheusRule differs from deploy/"
+    assert 'job="mcp-node"' not in json.dumps(rule["spec"])
+    # The dashboard, for the Grafana sidecar.
+    dashboard = one(docs, "ConfigMap", "mcp-node-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["annotations"]["grafana_folder"] == "MCP"
+    assert json.loads(dashboard["data"]["mcp-node-dashboard.json"]) == json.loads(
+        (ROOT / "deploy/grafana/mcp-node-dashboard.json").read_text())
     labels = deployment["spec"]["template"]["metadata"]
     assert labels["labels"]["example.com/tier"] == "backend"
     assert labels["annotations"]["example.com/team"] == "tools"
+
+
+def check_shipped_copies():
+    """The chart's files/ are the very files of deploy/ (a chart can only read
+    files inside itself)."""
+    for chart_file, source in (
+            ("mcp-node.rules.yml", "deploy/prometheus/rules/mcp-node.rules.yml"),
+            ("mcp-node-dashboard.json", "deploy/grafana/mcp-node-dashboard.json")):
+        copy_text = (CHART / "files" / chart_file).read_text()
+        assert copy_text == (ROOT / source).read_text(), \
+            f"helm/mcp-node/files/{chart_file} differs from {source}: copy it again"
 
 
 def expect_existing_secret(docs):
@@ -581,6 +609,8 @@ def main():
         results.check(f"refused: {path.name} ({text})", check_refused, path, text)
     results.check("the validators refuse a broken Deployment, ServiceMonitor and"
                   " PrometheusRule", check_validators_refuse)
+    results.check("the chart ships deploy/'s alert rules and dashboard unchanged",
+                  check_shipped_copies)
     e2e.run(results, NODE, LOG_DIR)
     print(f"{results.passed} passed, {results.failed} failed", flush=True)
     return 0 if results.failed == 0 else 1
