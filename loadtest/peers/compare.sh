@@ -7,7 +7,10 @@
 #   ROUNDS=1 DURATION=3s MEM_SESSIONS=1000 bash loadtest/peers/compare.sh
 #   TARGETS="ours rmcp actix hyper-floor" bash loadtest/peers/compare.sh
 #
-#   TARGETS       subset of: ours ours-redis rmcp ts py actix hyper-floor (default: all)
+#   TARGETS       subset of: ours ours-redis ours-traced ours-base rmcp ts py actix
+#                 hyper-floor (default: all but ours-traced and ours-base)
+#   BASE_REV      git revision ours-base is built from (default: d1af96f, the last
+#                 build before metrics and traces)
 #   ROUNDS        repetitions of every load step (default 3)
 #   DURATION      wrk duration per tools/call run, in seconds with an `s` (default 10s)
 #   CONNS_LIST    concurrent connections for tools/call (default "1 16 64")
@@ -22,6 +25,10 @@
 # Targets:
 #   ours         mcp-node, embedded in-memory store
 #   ours-redis   mcp-node on a redis-server this script starts
+#   ours-traced  mcp-node exporting a span per request (sampler always_on) over
+#                OTLP/HTTP to a sink this script starts (it answers 200, keeps nothing)
+#   ours-base    mcp-node built from BASE_REV in a git worktree (target/peers/base):
+#                the same node without what came after, side by side
 #   rmcp         official Rust SDK (crates.io rmcp), loadtest/peers/rmcp-echo
 #   ts           official TypeScript SDK (npm @modelcontextprotocol/sdk), loadtest/peers/ts-echo
 #   py           official Python SDK (PyPI mcp), loadtest/peers/py-echo
@@ -92,6 +99,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 TARGETS=${TARGETS:-"ours ours-redis rmcp ts py actix hyper-floor"}
+BASE_REV=${BASE_REV:-d1af96f}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
 CONNS_LIST=${CONNS_LIST:-"1 16 64"}
@@ -113,8 +121,9 @@ FAILURES=$OUT/failures.log
 RESULTS=$OUT/results.md
 LOADTEST=./target/release/mcp-loadtest
 declare -A PORT=([ours]=18501 [ours-redis]=18502 [rmcp]=18503 [ts]=18504 [py]=18505
-  [actix]=18506 [hyper-floor]=18507)
+  [actix]=18506 [hyper-floor]=18507 [ours-traced]=18508 [ours-base]=18509)
 REDIS_PORT=18510
+OTLP_PORT=18511
 PROTOCOL_VERSION=2025-11-25
 MEMORY_TARGETS="ours ours-redis rmcp ts py hyper-floor"
 
@@ -185,6 +194,15 @@ forget_pid() {
 echo "== building (cargo -j $JOBS)"
 cargo build --release --quiet -j "$JOBS" -p mcp-node -p mcp-loadtest
 cargo build --release --quiet -j "$JOBS" -p mcp-server --example json_echo
+if has ours-base; then
+  echo "== building ours-base from $BASE_REV (git worktree $OUT/base)"
+  rm -rf "$OUT/base"
+  git worktree prune
+  git worktree add --detach --force "$OUT/base" "$BASE_REV" >"$LOG_DIR/base-worktree.log" 2>&1 ||
+    { cat "$LOG_DIR/base-worktree.log" >&2; die "git worktree add $BASE_REV failed"; }
+  cargo build --release --quiet -j "$JOBS" -p mcp-node --manifest-path "$OUT/base/Cargo.toml" \
+    --target-dir "$OUT/base-target"
+fi
 # Peers are standalone cargo projects (own [workspace]), built against the
 # registry's newest matching versions into target/peers/cargo.
 for peer in rmcp-echo hyper-floor; do
@@ -204,6 +222,25 @@ if has py; then
 fi
 
 # ---- servers
+if has ours-traced; then
+  # An OTLP/HTTP sink: answers every export with 200 and an empty body (an
+  # empty ExportTraceServiceResponse), keeping nothing.
+  (exec taskset -c $LOAD_CORE python3 -c '
+import http.server, sys
+class Sink(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_forever()
+' "$OTLP_PORT" >"$LOG_DIR/otlp-sink.log" 2>&1) &
+  PIDS+=($!)
+fi
 if has ours-redis; then
   (exec taskset -c $LOAD_CORE redis-server --port $REDIS_PORT --bind 127.0.0.1 --save '' --appendonly no \
     >"$LOG_DIR/redis.log" 2>&1) &
@@ -220,6 +257,9 @@ start_server() {
   case $target in
     ours) cmd=(./target/release/mcp-node "${node_flags[@]}") ;;
     ours-redis) cmd=(./target/release/mcp-node "${node_flags[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
+    ours-traced) cmd=(env OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$OTLP_PORT" OTEL_TRACES_SAMPLER=always_on
+      ./target/release/mcp-node "${node_flags[@]}") ;;
+    ours-base) cmd=("$OUT/base-target/release/mcp-node" "${node_flags[@]}") ;;
     rmcp) cmd=("$OUT/cargo/release/rmcp-echo" "$addr" 1) ;;
     ts) cmd=("$PEERS/ts-echo/node_modules/.bin/node" "$PEERS/ts-echo/server.mjs" "$addr") ;;
     py) cmd=(env MAX_SESSIONS="$max_sessions" "$OUT/py-venv/bin/python" "$PEERS/py-echo/server.py" "$addr") ;;
