@@ -392,7 +392,9 @@ fn serve_on(
             .configure(|cfg| mcp_http::configure(cfg, state.clone()))
             .configure(probes)
             // Outermost: sees every request, and the final status.
-            .wrap(actix_web::middleware::from_fn(mcp_http::observe::access_log))
+            .wrap(actix_web::middleware::from_fn(
+                mcp_http::observe::access_log,
+            ))
     })
     .disable_signals()
     // SSE events are small writes that must leave at once; with Nagle a
