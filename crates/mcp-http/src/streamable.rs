@@ -119,7 +119,7 @@ async fn post_body(
     match runtime.submit(&session, body, Answers::Reply, &inbound)? {
         Submitted::Reply { reply, batch } => answer(state, &session, reply, batch).await,
         Submitted::Accepted | Submitted::Stream(_) => {
-            count_answer("accepted");
+            count_answer(AnswerKind::Accepted);
             Ok(HttpResponse::Accepted().finish())
         }
     }
@@ -171,11 +171,22 @@ pub(crate) fn inbound(req: &HttpRequest, transport: Transport) -> Inbound {
     }
 }
 
-fn count_answer(kind: &str) {
-    mcp_telemetry::metrics::metrics()
-        .http_answers
-        .with_label_values(&[kind])
-        .inc();
+/// How a POST was answered, for `mcp_http_answers_total`.
+#[derive(Debug, Clone, Copy)]
+enum AnswerKind {
+    Json,
+    Sse,
+    Accepted,
+}
+
+fn count_answer(kind: AnswerKind) {
+    // Resolved once: the label lookup is not paid per request.
+    static COUNTERS: std::sync::LazyLock<[prometheus::IntCounter; 3]> =
+        std::sync::LazyLock::new(|| {
+            let answers = &mcp_telemetry::metrics::metrics().http_answers;
+            ["json", "sse", "accepted"].map(|kind| answers.with_label_values(&[kind]))
+        });
+    COUNTERS[kind as usize].inc();
 }
 
 async fn answer(
@@ -205,14 +216,14 @@ async fn respond(
                 };
                 Message::Response(response).to_json()
             };
-            count_answer("json");
+            count_answer(AnswerKind::Json);
             Ok(HttpResponse::Ok()
                 .insert_header((CONTENT_TYPE, "application/json"))
                 .body(body))
         }
         Ok(ExchangeReply::Stream(stream, requests)) => {
             let follow = state.runtime.follow_new(session, &stream, requests).await?;
-            count_answer("sse");
+            count_answer(AnswerKind::Sse);
             let primes = session
                 .protocol_version()
                 .is_some_and(ProtocolVersion::primes_sse);

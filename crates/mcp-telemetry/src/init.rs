@@ -156,7 +156,13 @@ where
         // Nothing here reads `opentelemetry::Context::current()`;
         // activating it on every enter would cost for nothing.
         .with_context_activation(false)
-        .with_filter(Targets::new().with_target("mcp", LevelFilter::INFO))
+        // Not the access log (its lines belong to no span): with it on,
+        // every request would format a log line that is thrown away.
+        .with_filter(
+            Targets::new()
+                .with_target("mcp", LevelFilter::INFO)
+                .with_target("mcp_access", LevelFilter::OFF),
+        )
 }
 
 /// Installs the global `tracing` subscriber without traces: [`init`] with

@@ -110,63 +110,68 @@ pub struct RequestSpanAttrs<'a> {
 /// Carry it with `.instrument(span)` (never an entered guard across an
 /// `.await`); it ends, and is exported, when the last clone is dropped.
 pub fn request_span(attrs: &RequestSpanAttrs<'_>, parent: impl Into<RequestParent>) -> Span {
+    if !crate::otel_enabled() {
+        // The log span: three fields, nothing else formatted.
+        return tracing::info_span!(
+            spans::MCP_REQUEST,
+            "mcp.method.name" = attrs.method,
+            "jsonrpc.request.id" = attrs.request_id.map(display),
+            "mcp.session.id" = attrs.session_id,
+            "error.type" = Empty,
+            "rpc.response.status_code" = Empty,
+            "otel.status_code" = Empty,
+            "otel.status_description" = Empty,
+        );
+    }
+    // Every attribute given at creation: the OpenTelemetry layer turns the
+    // fields into attributes in one pass (setting them one by one after
+    // costs a lookup of the span's data each).
+    let name = match attrs.target {
+        Some(Target::Tool(name) | Target::Prompt(name)) => format!("{} {name}", attrs.method),
+        _ => attrs.method.to_owned(),
+    };
+    let (tool, prompt, uri) = match attrs.target {
+        Some(Target::Tool(name)) => (Some(name), None, None),
+        Some(Target::Prompt(name)) => (None, Some(name), None),
+        Some(Target::Resource(uri)) => (None, None, Some(uri)),
+        None => (None, None, None),
+    };
+    let (network, protocol, protocol_version) = match attrs.transport {
+        Transport::Http { version } => ("tcp", Some("http"), version),
+        Transport::Stdio => ("pipe", None, None),
+    };
     let span = tracing::info_span!(
         spans::MCP_REQUEST,
+        "otel.name" = name.as_str(),
+        "otel.kind" = "server",
         "mcp.method.name" = attrs.method,
         "jsonrpc.request.id" = attrs.request_id.map(display),
         "mcp.session.id" = attrs.session_id,
-        "otel.name" = Empty,
-        "otel.kind" = Empty,
+        "mcp.protocol.version" = attrs.protocol_version,
+        "gen_ai.tool.name" = tool,
+        "gen_ai.operation.name" = tool.map(|_| "execute_tool"),
+        "gen_ai.prompt.name" = prompt,
+        "mcp.resource.uri" = uri,
+        "network.transport" = network,
+        "network.protocol.name" = protocol,
+        "network.protocol.version" = protocol_version,
+        "client.address" = attrs.client.map(|c| display(c.ip())),
+        "client.port" = attrs.client.map(|c| i64::from(c.port())),
         "error.type" = Empty,
         "rpc.response.status_code" = Empty,
         "otel.status_code" = Empty,
         "otel.status_description" = Empty,
     );
-    if !crate::otel_enabled() || span.is_disabled() {
+    if span.is_disabled() {
         return span;
     }
     let parent = parent.into();
-    match attrs.target {
-        Some(Target::Tool(name) | Target::Prompt(name)) => {
-            span.record("otel.name", format!("{} {name}", attrs.method).as_str());
-        }
-        _ => {
-            span.record("otel.name", attrs.method);
-        }
-    }
-    span.record("otel.kind", "server");
     if parent.parent.span().span_context().is_valid() {
         // Only fails without the layer or once started: neither here.
         let _ = span.set_parent(parent.parent);
     }
     if let Some(link) = parent.link {
         span.add_link(link);
-    }
-    if let Some(version) = attrs.protocol_version {
-        span.set_attribute("mcp.protocol.version", version.to_owned());
-    }
-    match attrs.target {
-        Some(Target::Tool(name)) => {
-            span.set_attribute("gen_ai.tool.name", name.to_owned());
-            span.set_attribute("gen_ai.operation.name", "execute_tool");
-        }
-        Some(Target::Prompt(name)) => span.set_attribute("gen_ai.prompt.name", name.to_owned()),
-        Some(Target::Resource(uri)) => span.set_attribute("mcp.resource.uri", uri.to_owned()),
-        None => {}
-    }
-    match attrs.transport {
-        Transport::Http { version } => {
-            span.set_attribute("network.transport", "tcp");
-            span.set_attribute("network.protocol.name", "http");
-            if let Some(version) = version {
-                span.set_attribute("network.protocol.version", version.to_owned());
-            }
-        }
-        Transport::Stdio => span.set_attribute("network.transport", "pipe"),
-    }
-    if let Some(client) = attrs.client {
-        span.set_attribute("client.address", client.ip().to_string());
-        span.set_attribute("client.port", i64::from(client.port()));
     }
     span
 }
