@@ -374,6 +374,24 @@ const KNOWN_METHODS: &[&str] = &[
     methods::LOGGING_SET_LEVEL,
 ];
 
+/// Client notifications this server knows (others are named [`OTHER`] in
+/// spans: a span name must not take any value a client sends).
+const KNOWN_NOTIFICATIONS: &[&str] = &[
+    methods::NOTIFICATION_INITIALIZED,
+    methods::NOTIFICATION_CANCELLED,
+    methods::CANCEL_REQUEST_ALIAS,
+    methods::NOTIFICATION_PROGRESS,
+    methods::NOTIFICATION_ROOTS_LIST_CHANGED,
+];
+
+fn notification_label(method: &str) -> &'static str {
+    KNOWN_NOTIFICATIONS
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or(OTHER)
+}
+
 /// The label of a method: itself when known, else [`OTHER`].
 fn method_label(method: &str) -> &'static str {
     KNOWN_METHODS
@@ -495,7 +513,8 @@ impl Runtime {
                 Ok(Submitted::Stream(exchange))
             }
             Body::Single(Message::Notification(n)) => {
-                let span = inbound.span(&n.method, None, session, None, n.params.as_ref());
+                let method = notification_label(&n.method);
+                let span = inbound.span(method, None, session, None, n.params.as_ref());
                 let trace = mcp_telemetry::traceparent_of(&span);
                 session
                     .notify(n, trace)
@@ -646,6 +665,11 @@ mod tests {
         assert_eq!(method_label("tools/call"), "tools/call");
         assert_eq!(method_label("tools/call2"), OTHER);
         assert_eq!(method_label(""), OTHER);
+        assert_eq!(
+            notification_label("notifications/cancelled"),
+            "notifications/cancelled"
+        );
+        assert_eq!(notification_label("notifications/anything"), OTHER);
     }
 
     #[test]
