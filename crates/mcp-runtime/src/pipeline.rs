@@ -385,20 +385,17 @@ const KNOWN_NOTIFICATIONS: &[&str] = &[
 ];
 
 fn notification_label(method: &str) -> &'static str {
-    KNOWN_NOTIFICATIONS
-        .iter()
-        .find(|m| **m == method)
-        .copied()
-        .unwrap_or(OTHER)
+    known(KNOWN_NOTIFICATIONS, method)
 }
 
 /// The label of a method: itself when known, else [`OTHER`].
 fn method_label(method: &str) -> &'static str {
-    KNOWN_METHODS
-        .iter()
-        .find(|m| **m == method)
-        .copied()
-        .unwrap_or(OTHER)
+    known(KNOWN_METHODS, method)
+}
+
+/// `name` as the entry of `list` it equals, else [`OTHER`].
+fn known(list: &[&'static str], name: &str) -> &'static str {
+    list.iter().find(|m| **m == name).copied().unwrap_or(OTHER)
 }
 
 fn version_label(session: &SessionHandle) -> &'static str {
@@ -599,7 +596,7 @@ impl Runtime {
         let answered = !ids.is_empty() || !errors.is_empty();
         let (exchange, reply, late_errors) = match answers {
             Answers::Reply => {
-                let (exchange, reply) = self.batch_exchange(session, ids, errors);
+                let (exchange, reply) = self.batch_exchange(session, ids.clone(), errors);
                 (exchange, Some(reply), Vec::new())
             }
             Answers::SessionStream => (self.attached_exchange(session), None, errors),
@@ -608,28 +605,16 @@ impl Runtime {
             exchange.track(call);
         }
         // One mailbox message: the batch runs whole or not at all.
-        let batch_ids = messages
-            .iter()
-            .filter_map(|m| match m {
-                Message::Request(r) => Some(r.id.clone()),
-                _ => None,
-            })
-            .collect::<Vec<_>>();
         if let Err(error) = session.dispatch_batch(messages, Arc::clone(&exchange)) {
             return Err(Refusal::Runtime {
                 error,
                 id: None,
-                batch: batch_ids,
+                batch: ids,
             });
         }
         // On a session's stream, the errors for the invalid members follow
         // only when the batch ran.
-        for response in late_errors {
-            let writing = Arc::clone(&exchange);
-            actix::spawn(async move {
-                let _ = writing.finish(Some(response)).await;
-            });
-        }
+        write_later(&exchange, late_errors);
         Ok(match reply {
             Some(reply) if answered => Submitted::Reply { reply, batch: true },
             Some(_) => Submitted::Accepted,
@@ -646,14 +631,22 @@ impl Runtime {
         responses: Vec<Response>,
     ) -> Arc<Exchange> {
         let exchange = self.attached_exchange(session);
-        let writing = Arc::clone(&exchange);
-        actix::spawn(async move {
-            for response in responses {
-                let _ = writing.finish(Some(response)).await;
-            }
-        });
+        write_later(&exchange, responses);
         exchange
     }
+}
+
+/// Writes `responses` to `exchange` in order, in the background.
+fn write_later(exchange: &Arc<Exchange>, responses: Vec<Response>) {
+    if responses.is_empty() {
+        return;
+    }
+    let writing = Arc::clone(exchange);
+    actix::spawn(async move {
+        for response in responses {
+            let _ = writing.finish(Some(response)).await;
+        }
+    });
 }
 
 #[cfg(test)]

@@ -5,8 +5,7 @@
 //! with plain HTTP/1.0 on a `TcpStream`, so the testkit needs no HTTP client.
 
 use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,8 +13,6 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
-
-use crate::GUARD;
 
 /// The scrape job every target belongs to (the `job` label), as in
 /// `deploy/prometheus/prometheus.yml`.
@@ -285,22 +282,11 @@ scrape_configs:
 /// One HTTP/1.0 GET (the server closes the connection after the body, and
 /// never answers in chunks); returns the status and the body.
 fn get(addr: SocketAddr, path_and_query: &str) -> anyhow::Result<(u16, String)> {
-    let mut socket = TcpStream::connect(addr)?;
-    socket.set_read_timeout(Some(GUARD))?;
-    socket.set_write_timeout(Some(GUARD))?;
-    socket
-        .write_all(format!("GET {path_and_query} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())?;
-    let mut response = String::new();
-    socket.read_to_string(&mut response)?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .context("no end of headers")?;
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .context("no status")?;
-    Ok((status, body.to_owned()))
+    crate::raw_http(
+        addr,
+        &format!("GET {path_and_query} HTTP/1.0\r\nHost: {addr}"),
+        "",
+    )
 }
 
 /// Percent-encodes a query parameter's value (everything but RFC 3986's

@@ -118,29 +118,20 @@ impl std::fmt::Debug for StartingNode {
 pub async fn start(server: McpServer, config: NodeConfig) -> std::io::Result<StartingNode> {
     let socket = listen(config.bind)?;
     let admin_socket = config.admin_bind.map(listen).transpose()?;
-    let Some(redis) = redis_config(&config) else {
-        let store = Store::memory(config.retention.to_retention());
-        return Ok(StartingNode::bound(serve_on(
-            server,
-            config,
-            socket,
-            admin_socket,
-            store,
-        )?));
+    let first = match redis_config(&config) {
+        None => Ok(Store::memory(config.retention.to_retention())),
+        Some(redis) => mcp_cluster::connect(&redis)
+            .await
+            .map_err(|err| (redis, err)),
+    };
+    let (redis, err) = match first {
+        Ok(store) => {
+            let node = serve_on(server, config, socket, admin_socket, store)?;
+            return Ok(StartingNode::bound(node));
+        }
+        Err(failed) => failed,
     };
     let mut failures = FailureLog::default();
-    let err = match mcp_cluster::connect(&redis).await {
-        Ok(store) => {
-            return Ok(StartingNode::bound(serve_on(
-                server,
-                config,
-                socket,
-                admin_socket,
-                store,
-            )?));
-        }
-        Err(err) => err,
-    };
     failed(&redis, &err, 1, &mut failures)?;
     let addrs = vec![socket.local_addr()?];
     let admin_addrs = match &admin_socket {
