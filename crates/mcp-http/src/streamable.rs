@@ -168,6 +168,7 @@ pub(crate) fn inbound(req: &HttpRequest, transport: Transport) -> Inbound {
             req.headers().get(name).and_then(|v| v.to_str().ok())
         }),
         client: req.peer_addr(),
+        principal: None,
     }
 }
 

@@ -64,6 +64,9 @@ pub struct Inbound {
     pub trace: mcp_telemetry::TraceContext,
     /// The peer of the connection.
     pub client: Option<std::net::SocketAddr>,
+    /// Who the body acts for: the principal of its validated access token
+    /// (`None` when authorization is off, and on stdio).
+    pub principal: Option<Arc<mcp_store::Principal>>,
 }
 
 impl Inbound {
@@ -73,6 +76,7 @@ impl Inbound {
             transport,
             trace: mcp_telemetry::TraceContext::new(),
             client: None,
+            principal: None,
         }
     }
 

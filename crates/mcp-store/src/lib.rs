@@ -12,6 +12,7 @@
 //! - [`session_store`]: the [`SessionStore`] port and [`SessionRecord`].
 //! - [`bus`]: the [`ControlBus`] port (cluster-wide messages).
 //! - [`nodes`]: the [`NodeRegistry`] port (heartbeats, open streams, orphans).
+//! - [`principal`]: [`Principal`], who a request acts for.
 //! - [`memory`]: in-memory implementations with bounded retention.
 //! - [`suite`]: one behavioural test suite every implementation must pass.
 
@@ -21,6 +22,7 @@ pub mod event_log;
 pub mod ids;
 pub mod memory;
 pub mod nodes;
+pub mod principal;
 pub mod session_store;
 pub mod suite;
 
@@ -33,6 +35,7 @@ pub use ids::{EventId, IdError, NodeId, Position, SessionId, StreamId};
 /// Request ids, as the ports carry them (streams and open requests name them).
 pub use mcp_protocol::RequestId;
 pub use nodes::{NodeRegistry, OpenStream};
+pub use principal::Principal;
 pub use session_store::{ENDED_MEMORY, RawJson, SessionRecord, SessionStore, Subscribed};
 
 /// The storage a node runs on, shared by every node of a cluster.
