@@ -73,6 +73,16 @@ pub enum HttpError {
     /// The node is overloaded, draining, or its store is down (503).
     #[error("{0}")]
     Unavailable(&'static str),
+    /// Authorization refused the request: 401 (no or invalid token), 403
+    /// (insufficient scope), 503 (the authorization server is down). 401
+    /// and 403 carry `WWW-Authenticate`.
+    #[error("{error}")]
+    Auth {
+        /// Why.
+        error: mcp_auth::AuthError,
+        /// The `WWW-Authenticate` value.
+        challenge: String,
+    },
     /// Another error, answering the request with this id (the body's error
     /// carries it, as JSON-RPC asks when the id could be read).
     #[error("{error}")]
@@ -91,6 +101,10 @@ impl HttpError {
             Self::Decode(err) => err.code,
             Self::HeaderMismatch { .. } => ErrorCode::HEADER_MISMATCH,
             Self::Unavailable(_) => ErrorCode::INTERNAL_ERROR,
+            Self::Auth {
+                error: mcp_auth::AuthError::Unavailable(_),
+                ..
+            } => ErrorCode::INTERNAL_ERROR,
             Self::ForRequest { error, .. } => error.code(),
             _ => ErrorCode::INVALID_REQUEST,
         }
@@ -139,6 +153,11 @@ impl HttpError {
             Self::BadLastEventId(_) => "bad_last_event_id",
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::Unavailable(_) => "unavailable",
+            Self::Auth { error, .. } => match error {
+                mcp_auth::AuthError::InsufficientScope(_) => "insufficient_scope",
+                mcp_auth::AuthError::Unavailable(_) => "auth_unavailable",
+                _ => "unauthorized",
+            },
             Self::ForRequest { error, .. } => error.reason(),
         }
     }
@@ -189,6 +208,11 @@ impl ResponseError for HttpError {
             Self::SessionNotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Auth { error, .. } => match error {
+                mcp_auth::AuthError::InsufficientScope(_) => StatusCode::FORBIDDEN,
+                mcp_auth::AuthError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::UNAUTHORIZED,
+            },
             Self::UnsupportedVersion(_)
             | Self::BodyRead
             | Self::Decode(_)
@@ -217,8 +241,21 @@ impl ResponseError for HttpError {
             // The rest of the body may still trickle in: never read it.
             builder.force_close();
         }
-        if matches!(self.inner(), Self::Unavailable(_)) {
-            builder.insert_header(("Retry-After", "1"));
+        match self.inner() {
+            Self::Unavailable(_)
+            | Self::Auth {
+                error: mcp_auth::AuthError::Unavailable(_),
+                ..
+            } => {
+                builder.insert_header(("Retry-After", "1"));
+            }
+            Self::Auth { challenge, .. } => {
+                builder.insert_header((
+                    actix_web::http::header::WWW_AUTHENTICATE,
+                    challenge.as_str(),
+                ));
+            }
+            _ => {}
         }
         let body = Message::Response(Response::error(
             self.id(),

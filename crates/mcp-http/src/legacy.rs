@@ -46,9 +46,11 @@ pub async fn connect(
     state: web::Data<HttpState>,
 ) -> Result<HttpResponse, HttpError> {
     headers::check_host_and_origin(&req, &state.config)?;
+    let principal = crate::auth::authorize(&req, &state).await?;
     headers::check_get_accept(req.headers())?;
     let runtime = &state.runtime;
-    let session = runtime.open_session(Transport::LegacySse).await?;
+    let inbound = crate::streamable::inbound(&req, Transport::LegacySse, principal);
+    let session = runtime.open_session(&inbound).await?;
     let (_, follow) = runtime.follow_standalone(&session).await?;
     let endpoint = format!("{MESSAGES_PATH}?sessionId={}", session.id());
     let framing = Framing {
@@ -84,6 +86,7 @@ pub async fn message(
     state: web::Data<HttpState>,
 ) -> Result<HttpResponse, HttpError> {
     headers::check_host_and_origin(&req, &state.config)?;
+    let principal = crate::auth::authorize(&req, &state).await?;
     headers::check_content_type(req.headers())?;
     let id: SessionId = query
         .session_id
@@ -98,9 +101,10 @@ pub async fn message(
     if let mcp_protocol::jsonrpc::Body::Single(message) = &body {
         crate::observe::note_method(&req, message.method().unwrap_or("response"));
     }
-    let session = runtime.session(&id).await?;
+    crate::auth::check_tool_scopes(&state, principal.as_deref(), &body)?;
+    let session = runtime.session_as(&id, principal.as_deref()).await?;
     // Answers travel on the SSE stream, errors for the body's members too.
-    let inbound = crate::streamable::inbound(&req, Transport::LegacySse);
+    let inbound = crate::streamable::inbound(&req, Transport::LegacySse, principal);
     runtime.submit(&session, body, Answers::SessionStream, &inbound)?;
     Ok(HttpResponse::Accepted().body(Bytes::from_static(b"Accepted")))
 }

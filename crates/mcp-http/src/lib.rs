@@ -8,6 +8,7 @@
 //! [`mcp_runtime::Runtime`] calls and runtime follows into SSE.
 //!
 //! # Layout
+//! - [`auth`]: bearer tokens at the edge, protected resource metadata.
 //! - [`config`]: transport settings ([`HttpConfig`]).
 //! - [`connections`]: connection limits, in all and per client address.
 //! - [`error`]: [`HttpError`], the one place that picks status codes.
@@ -17,6 +18,7 @@
 //! - [`legacy`]: the HTTP+SSE transport (2024-11-05).
 //! - [`observe`]: `/metrics`, the access log and `X-Request-Id`.
 
+pub mod auth;
 pub mod config;
 pub mod connections;
 pub mod error;
@@ -40,6 +42,9 @@ pub struct HttpState {
     pub runtime: Runtime,
     /// Transport settings.
     pub config: Arc<HttpConfig>,
+    /// The resource server, when authorization is on: every MCP request
+    /// then needs a valid bearer token.
+    pub auth: Option<Arc<mcp_auth::Authenticator>>,
 }
 
 /// Registers the MCP routes (Streamable HTTP endpoint and, when enabled, the
@@ -47,7 +52,15 @@ pub struct HttpState {
 pub fn configure(cfg: &mut web::ServiceConfig, state: HttpState) {
     let endpoint = state.config.endpoint.clone();
     let legacy = state.config.legacy_sse;
+    let metadata_paths = state
+        .auth
+        .as_ref()
+        .map(|a| a.metadata().paths().to_vec())
+        .unwrap_or_default();
     cfg.app_data(web::Data::new(state));
+    for path in metadata_paths {
+        cfg.service(web::resource(path).route(web::get().to(auth::metadata)));
+    }
     cfg.service(
         web::resource(endpoint)
             .route(web::post().to(streamable::post))

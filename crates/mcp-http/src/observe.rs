@@ -29,6 +29,18 @@ pub struct RpcInfo {
     pub method: Option<String>,
 }
 
+/// Who the request acted for (its principal's key), for the access log.
+#[derive(Debug, Clone)]
+pub struct PrincipalInfo(pub String);
+
+/// Records the principal of the request for the access log (only when the
+/// access log is on).
+pub(crate) fn note_principal(req: &HttpRequest, principal: &mcp_store::Principal) {
+    if tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO) {
+        req.extensions_mut().insert(PrincipalInfo(principal.key()));
+    }
+}
+
 /// Records the JSON-RPC method of the request for the access log (only
 /// when the access log is on: it costs an allocation).
 pub(crate) fn note_method(req: &HttpRequest, method: &str) {
@@ -85,6 +97,7 @@ fn route(req: &HttpRequest) -> &str {
         _ if Some(path) == endpoint => path,
         crate::legacy::SSE_PATH | crate::legacy::MESSAGES_PATH => path,
         "/healthz" | "/readyz" | "/metrics" => path,
+        _ if path.starts_with(mcp_auth::WELL_KNOWN) => mcp_auth::WELL_KNOWN,
         _ => "other",
     }
 }
@@ -123,6 +136,11 @@ pub async fn access_log(
             .get::<RpcInfo>()
             .and_then(|i| i.method.clone())
             .unwrap_or_default();
+        let principal = request
+            .extensions()
+            .get::<PrincipalInfo>()
+            .map(|p| p.0.clone())
+            .unwrap_or_default();
         tracing::info!(
             target: ACCESS_TARGET,
             method = %request.method(),
@@ -131,6 +149,7 @@ pub async fn access_log(
             duration_ms = elapsed.as_secs_f64() * 1000.0,
             session_id = session,
             rpc_method = rpc_method,
+            principal = principal,
             request_id = id.to_str().unwrap_or(""),
             peer = request.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default(),
             "HTTP request."

@@ -12,6 +12,7 @@ use mcp_runtime::{
 };
 use mcp_store::{EventId, Position};
 
+use crate::auth;
 use crate::error::HttpError;
 use crate::headers::{self, LAST_EVENT_ID, SESSION_ID};
 use crate::observe;
@@ -58,13 +59,10 @@ async fn read_limited(
     Ok(body.freeze())
 }
 
-/// Common checks of POST requests, in the order the status codes take
-/// precedence: 403, 415, 406, 400 (version).
-pub(crate) fn check_post(
-    req: &HttpRequest,
-    config: &HttpConfig,
-) -> Result<Option<ProtocolVersion>, HttpError> {
-    headers::check_host_and_origin(req, config)?;
+/// Common checks of POST requests once Host, Origin (403) and the token
+/// (401) passed, in the order the status codes take precedence: 415, 406,
+/// 400 (version).
+pub(crate) fn check_post(req: &HttpRequest) -> Result<Option<ProtocolVersion>, HttpError> {
     headers::check_content_type(req.headers())?;
     headers::check_post_accept(req.headers())?;
     headers::protocol_version(req.headers())
@@ -76,7 +74,9 @@ pub async fn post(
     payload: web::Payload,
     state: web::Data<HttpState>,
 ) -> Result<HttpResponse, HttpError> {
-    check_post(&req, &state.config)?;
+    headers::check_host_and_origin(&req, &state.config)?;
+    let principal = auth::authorize(&req, &state).await?;
+    check_post(&req)?;
     let bytes = read_body(&req, payload, &state.config).await?;
     let body = decode_body_with_limit(&bytes, state.runtime.config().max_batch_items)
         .map_err(HttpError::Decode)?;
@@ -91,7 +91,9 @@ pub async fn post(
         Body::Single(Message::Response(_)) => observe::note_method(&req, "response"),
         Body::Batch(_) => observe::note_method(&req, "batch"),
     }
-    post_body(&req, body, &state)
+    auth::check_tool_scopes(&state, principal.as_deref(), &body)?;
+    let inbound = inbound(&req, Transport::StreamableHttp, principal);
+    post_body(&req, body, &state, inbound)
         .await
         .map_err(|err| err.for_request(id))
 }
@@ -101,6 +103,7 @@ async fn post_body(
     req: &HttpRequest,
     body: Body,
     state: &HttpState,
+    inbound: Inbound,
 ) -> Result<HttpResponse, HttpError> {
     if let Body::Single(Message::Request(request)) = &body
         && request.method == methods::INITIALIZE
@@ -108,14 +111,13 @@ async fn post_body(
         let Body::Single(Message::Request(request)) = body else {
             unreachable!("matched above")
         };
-        return initialize(req, request, state).await;
+        return initialize(req, request, state, &inbound).await;
     }
-    let session = session(req, state).await?;
+    let session = session(req, state, inbound.principal.as_deref()).await?;
     let runtime = &state.runtime;
     if let Body::Single(message) = &body {
         headers::check_standard_headers(req.headers(), message, runtime.service().as_ref())?;
     }
-    let inbound = inbound(req, Transport::StreamableHttp);
     match runtime.submit(&session, body, Answers::Reply, &inbound)? {
         Submitted::Reply { reply, batch } => answer(state, &session, reply, batch).await,
         Submitted::Accepted | Submitted::Stream(_) => {
@@ -130,6 +132,7 @@ async fn initialize(
     req: &HttpRequest,
     request: Request,
     state: &HttpState,
+    inbound: &Inbound,
 ) -> Result<HttpResponse, HttpError> {
     if req.headers().contains_key(SESSION_ID) {
         // A session id names an initialized session; a new one starts
@@ -144,10 +147,7 @@ async fn initialize(
         &Message::Request(request.clone()),
         state.runtime.service().as_ref(),
     )?;
-    let (session, reply, succeeded) = state
-        .runtime
-        .initialize(request, &inbound(req, Transport::StreamableHttp))
-        .await?;
+    let (session, reply, succeeded) = state.runtime.initialize(request, inbound).await?;
     let mut response = respond(state, &session, reply, false).await?;
     if succeeded {
         response.headers_mut().insert(
@@ -161,14 +161,18 @@ async fn initialize(
 }
 
 /// What the pipeline needs from the HTTP request beside its body.
-pub(crate) fn inbound(req: &HttpRequest, transport: Transport) -> Inbound {
+pub(crate) fn inbound(
+    req: &HttpRequest,
+    transport: Transport,
+    principal: Option<std::sync::Arc<mcp_store::Principal>>,
+) -> Inbound {
     Inbound {
         transport,
         trace: mcp_telemetry::parent_from_headers(|name| {
             req.headers().get(name).and_then(|v| v.to_str().ok())
         }),
         client: req.peer_addr(),
-        principal: None,
+        principal,
     }
 }
 
@@ -252,22 +256,24 @@ async fn respond(
 pub(crate) async fn session(
     req: &HttpRequest,
     state: &HttpState,
+    principal: Option<&mcp_store::Principal>,
 ) -> Result<SessionHandle, HttpError> {
     let id = headers::session_id(req.headers())?.ok_or(HttpError::MissingSession)?;
-    Ok(state.runtime.session(&id).await?)
+    Ok(state.runtime.session_as(&id, principal).await?)
 }
 
 /// GET: the standalone SSE stream, or with `Last-Event-ID` the resumption
 /// of the stream that event belongs to.
 pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpResponse, HttpError> {
     headers::check_host_and_origin(&req, &state.config)?;
+    let principal = auth::authorize(&req, &state).await?;
     headers::check_get_accept(req.headers())?;
     headers::protocol_version(req.headers())?;
     let id = headers::session_id(req.headers())?.ok_or(HttpError::MissingSession)?;
     let runtime = &state.runtime;
     // `moved`: this node started serving the session for this GET (the
     // client came from another node).
-    let (session, moved) = runtime.locate(&id).await?;
+    let (session, moved) = runtime.locate_as(&id, principal.as_deref()).await?;
     let retry_ms = runtime.config().sse_retry_ms;
     if let Some(value) = req.headers().get(LAST_EVENT_ID) {
         let id: EventId = value
@@ -275,7 +281,7 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .ok_or(HttpError::BadLastEventId("malformed Last-Event-ID"))?;
-        let trace = inbound(&req, Transport::StreamableHttp).trace;
+        let trace = inbound(&req, Transport::StreamableHttp, None).trace;
         let followed = runtime
             .follow_traced(&session, &id.stream, id.position, Some(&trace))
             .await;
@@ -320,9 +326,13 @@ pub async fn delete(
     state: web::Data<HttpState>,
 ) -> Result<HttpResponse, HttpError> {
     headers::check_host_and_origin(&req, &state.config)?;
+    let principal = auth::authorize(&req, &state).await?;
     headers::protocol_version(req.headers())?;
     let id = headers::session_id(req.headers())?.ok_or(HttpError::MissingSession)?;
-    state.runtime.terminate(&id).await?;
+    state
+        .runtime
+        .terminate_as(&id, principal.as_deref())
+        .await?;
     Ok(HttpResponse::Ok().finish())
 }
 

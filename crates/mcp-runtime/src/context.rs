@@ -13,7 +13,7 @@ use mcp_protocol::types::{
 use mcp_protocol::{
     ErrorObject, Message, Notification, ProtocolVersion, Request, RequestId, Response, methods,
 };
-use mcp_store::{SessionId, StoreError};
+use mcp_store::{Principal, SessionId, StoreError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -41,6 +41,10 @@ pub(crate) struct SessionShared {
     pub(crate) save_events: AtomicU64,
     /// Saves of the session record in progress.
     pub(crate) saves_pending: AtomicUsize,
+    /// The key of the principal that created the session
+    /// ([`mcp_store::Principal::key`]); unset when it was created without
+    /// authorization. Set once, when the actor starts.
+    pub(crate) owner: OnceLock<Box<str>>,
 }
 
 /// One save of the session record in progress; counted in
@@ -194,6 +198,7 @@ struct ContextInner {
     session: SessionHandle,
     shared: Arc<SessionShared>,
     ask_timeout: Duration,
+    principal: Option<Arc<Principal>>,
 }
 
 impl RequestContext {
@@ -206,6 +211,7 @@ impl RequestContext {
         session: SessionHandle,
         shared: Arc<SessionShared>,
         ask_timeout: Duration,
+        principal: Option<Arc<Principal>>,
     ) -> Self {
         Self {
             inner: Arc::new(ContextInner {
@@ -217,6 +223,7 @@ impl RequestContext {
                 session,
                 shared,
                 ask_timeout,
+                principal,
             }),
         }
     }
@@ -229,6 +236,14 @@ impl RequestContext {
     /// The session.
     pub fn session_id(&self) -> &SessionId {
         &self.inner.session_id
+    }
+
+    /// Who the request acts for: the principal of its validated access
+    /// token, with the scopes that token grants. `None` when authorization
+    /// is off (and on stdio). The token itself is never handed to
+    /// handlers: a server must not pass it on (no token passthrough).
+    pub fn principal(&self) -> Option<&Principal> {
+        self.inner.principal.as_deref()
     }
 
     /// The negotiated protocol revision.

@@ -230,6 +230,16 @@ impl Exchange {
             .unwrap_or_else(tracing::Span::none)
     }
 
+    /// Who request `id` answered here acts for.
+    pub(crate) fn principal_of(&self, id: &RequestId) -> Option<Arc<mcp_store::Principal>> {
+        self.calls.lock().ok().and_then(|calls| {
+            calls
+                .iter()
+                .find(|c| c.id == *id)
+                .and_then(|c| c.principal.clone())
+        })
+    }
+
     fn complete_call(&self, response: &Response) {
         let Some(id) = &response.id else { return };
         let call = self.calls.lock().ok().and_then(|mut calls| {

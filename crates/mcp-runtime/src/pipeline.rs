@@ -114,6 +114,11 @@ impl Inbound {
                 protocol_version: version,
                 transport: self.span_transport(),
                 client: self.client,
+                user: self.principal.as_deref().map(|p| mcp_telemetry::User {
+                    issuer: &p.issuer,
+                    subject: &p.subject,
+                    client_id: p.client_id.as_deref(),
+                }),
             },
             mcp_telemetry::RequestParent::new(
                 self.trace.clone(),
@@ -231,6 +236,8 @@ pub(crate) struct Call {
     recorded: bool,
     /// The request's span: the handler runs in it.
     pub(crate) span: tracing::Span,
+    /// Who the request acts for (its handler's context tells).
+    pub(crate) principal: Option<Arc<mcp_store::Principal>>,
 }
 
 impl Call {
@@ -295,6 +302,7 @@ impl Call {
             started: Instant::now(),
             recorded: false,
             span,
+            principal: inbound.principal.clone(),
         }
     }
 
@@ -423,9 +431,11 @@ impl Runtime {
     ///
     /// # Errors
     /// As [`Runtime::create_session`].
-    pub async fn open_session(&self, transport: Transport) -> Result<SessionHandle, RuntimeError> {
+    pub async fn open_session(&self, inbound: &Inbound) -> Result<SessionHandle, RuntimeError> {
+        let transport = inbound.transport;
         let m = metrics::metrics();
-        match self.create_session(None).await {
+        let owner = inbound.principal.as_deref().map(mcp_store::Principal::key);
+        match self.create_session(owner).await {
             Ok(session) => {
                 m.sessions_created
                     .with_label_values(&[transport.label()])
@@ -463,7 +473,7 @@ impl Runtime {
     > {
         let id = request.id.clone();
         let session = self
-            .open_session(inbound.transport)
+            .open_session(inbound)
             .await
             .map_err(|err| Refusal::runtime(err, Some(id.clone())))?;
         let (exchange, reply) =

@@ -9,7 +9,8 @@ use actix::prelude::*;
 use dashmap::DashMap;
 use mcp_protocol::{RequestId, Response};
 use mcp_store::{
-    ControlMessage, NodeId, Position, SessionId, SessionRecord, Store, StoreError, StreamId,
+    ControlMessage, NodeId, Position, Principal, SessionId, SessionRecord, Store, StoreError,
+    StreamId,
 };
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -297,7 +298,23 @@ impl Runtime {
     /// [`RuntimeError::SessionNotFound`] when it never existed, ended or
     /// expired; a store failure.
     pub async fn session(&self, id: &SessionId) -> Result<SessionHandle, RuntimeError> {
-        self.locate(id).await.map(|(handle, _)| handle)
+        self.session_as(id, None).await
+    }
+
+    /// As [`Self::session`], for `principal`: a session another principal
+    /// created is unknown to it ([`RuntimeError::SessionNotFound`], as if it
+    /// did not exist).
+    ///
+    /// # Errors
+    /// As [`Self::session`].
+    pub async fn session_as(
+        &self,
+        id: &SessionId,
+        principal: Option<&Principal>,
+    ) -> Result<SessionHandle, RuntimeError> {
+        self.locate_as(id, principal)
+            .await
+            .map(|(handle, _)| handle)
     }
 
     /// As [`Self::session`], and whether this node started serving the
@@ -306,6 +323,32 @@ impl Runtime {
     /// # Errors
     /// As [`Self::session`].
     pub async fn locate(&self, id: &SessionId) -> Result<(SessionHandle, bool), RuntimeError> {
+        self.locate_as(id, None).await
+    }
+
+    /// As [`Self::locate`], for `principal` (see [`Self::session_as`]). A
+    /// session of another principal is neither rehydrated nor refreshed.
+    ///
+    /// # Errors
+    /// As [`Self::session`].
+    pub async fn locate_as(
+        &self,
+        id: &SessionId,
+        principal: Option<&Principal>,
+    ) -> Result<(SessionHandle, bool), RuntimeError> {
+        let located = self.locate_any(id, principal).await?;
+        if located.0.belongs_to(principal) {
+            Ok(located)
+        } else {
+            Err(RuntimeError::SessionNotFound)
+        }
+    }
+
+    async fn locate_any(
+        &self,
+        id: &SessionId,
+        principal: Option<&Principal>,
+    ) -> Result<(SessionHandle, bool), RuntimeError> {
         let local = self
             .inner
             .sessions
@@ -341,7 +384,9 @@ impl Runtime {
             handle.refresh(record, save_events);
             return Ok((handle, false));
         }
-        let record = loaded.ok_or(RuntimeError::SessionNotFound)?;
+        let record = loaded
+            .filter(|r| crate::session::owned_by(r.principal.as_deref(), principal))
+            .ok_or(RuntimeError::SessionNotFound)?;
         let entry = self.inner.sessions.entry(id.clone());
         let (handle, started) = match entry {
             dashmap::Entry::Occupied(e) if e.get().is_alive() => (e.get().clone(), false),
@@ -382,6 +427,32 @@ impl Runtime {
     /// [`RuntimeError::SessionNotFound`] when it was already gone; a store
     /// failure.
     pub async fn terminate(&self, id: &SessionId) -> Result<(), RuntimeError> {
+        self.terminate_as(id, None).await
+    }
+
+    /// As [`Self::terminate`], for `principal`: a session another principal
+    /// created is unknown to it and stays.
+    ///
+    /// # Errors
+    /// As [`Self::terminate`].
+    pub async fn terminate_as(
+        &self,
+        id: &SessionId,
+        principal: Option<&Principal>,
+    ) -> Result<(), RuntimeError> {
+        let local = self.inner.sessions.get(id).map(|h| h.clone());
+        let owned = match local {
+            Some(handle) => handle.belongs_to(principal),
+            // Not held here: the record says who owns it (none: already
+            // gone, which `end_session` reports).
+            None => match self.store().sessions.load(id).await? {
+                Some(record) => crate::session::owned_by(record.principal.as_deref(), principal),
+                None => true,
+            },
+        };
+        if !owned {
+            return Err(RuntimeError::SessionNotFound);
+        }
         self.end_session(id, Some(("deleted", "tcp"))).await
     }
 

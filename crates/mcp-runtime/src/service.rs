@@ -98,6 +98,12 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
+    /// OAuth scopes a caller needs to call tool `name` (when authorization
+    /// is on). Default: none.
+    fn tool_scopes(&self, _name: &str) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Whether the server has a prompt named `name` (as [`Self::has_tool`]).
     fn has_prompt(&self, _name: &str) -> bool {
         false

@@ -200,6 +200,9 @@ impl Session {
             .initialized
             .store(record.initialized, Ordering::Release);
         shared.set_log_level(record.log_level.as_deref().and_then(LoggingLevel::parse));
+        if let Some(owner) = record.principal.as_deref() {
+            let _ = shared.owner.set(owner.into());
+        }
         let id = record.id.clone();
         let standalone = record.standalone_stream.clone();
         let created_at_ms = record.created_at_ms;
@@ -903,6 +906,7 @@ impl Session {
             standalone: self.record.standalone_stream.clone(),
             created_at_ms: self.record.created_at_ms,
         };
+        let principal = output.exchange.principal_of(&request.id);
         let context = RequestContext::new(
             &request,
             self.record.id.clone(),
@@ -911,6 +915,7 @@ impl Session {
             handle,
             Arc::clone(&self.shared),
             self.deps.config.ask_timeout(),
+            principal,
         );
         let id = request.id.clone();
         let service = Arc::clone(&self.deps.service);
@@ -965,6 +970,12 @@ impl SessionHandle {
     /// The stream of messages unrelated to any request.
     pub fn standalone_stream(&self) -> &StreamId {
         &self.standalone
+    }
+
+    /// Whether `principal` may use this session: the one that created it
+    /// (both none when it was created without authorization).
+    pub fn belongs_to(&self, principal: Option<&mcp_store::Principal>) -> bool {
+        owned_by(self.shared.owner.get().map(|o| &**o), principal)
     }
 
     /// Records the end of this session in
@@ -1106,6 +1117,22 @@ impl SessionHandle {
             .send(RegisterAsk { from })
             .await
             .map_err(|_| AskError::Unavailable)?
+    }
+}
+
+/// Whether a session created by `owner` (a principal's key) may be used by
+/// `principal`.
+pub(crate) fn owned_by(owner: Option<&str>, principal: Option<&mcp_store::Principal>) -> bool {
+    match (owner, principal) {
+        (None, None) => true,
+        (Some(owner), Some(principal)) => {
+            // The key without allocating it: `<issuer>#<subject>`.
+            owner.len() == principal.issuer.len() + 1 + principal.subject.len()
+                && owner.starts_with(principal.issuer.as_str())
+                && owner[principal.issuer.len()..].starts_with('#')
+                && owner.ends_with(principal.subject.as_str())
+        }
+        _ => false,
     }
 }
 

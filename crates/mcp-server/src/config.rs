@@ -6,6 +6,7 @@
 
 use std::net::SocketAddr;
 
+pub use mcp_auth::AuthConfig;
 pub use mcp_cluster::RedisConfig;
 use mcp_http::HttpConfig;
 pub use mcp_runtime::{ResponseMode, RuntimeConfig};
@@ -86,6 +87,11 @@ pub struct NodeConfig {
     /// The Redis store: present, the node joins the cluster sharing it;
     /// absent, the node runs alone on the embedded store.
     pub redis: Option<RedisConfig>,
+    /// OAuth 2.1 resource server: present, every request to the MCP
+    /// endpoints needs a valid bearer token. Default none (loopback
+    /// development); a node listening beyond loopback without it says so
+    /// loudly at start.
+    pub auth: Option<AuthConfig>,
 }
 
 impl Default for NodeConfig {
@@ -101,6 +107,7 @@ impl Default for NodeConfig {
             runtime: RuntimeConfig::default(),
             retention: RetentionConfig::default(),
             redis: None,
+            auth: None,
         }
     }
 }
@@ -135,6 +142,18 @@ fn skeleton() -> Result<toml::Value, ConfigError> {
     let every = NodeConfig {
         admin_bind: Some(NodeConfig::default().bind),
         redis: Some(RedisConfig::default()),
+        auth: Some(AuthConfig {
+            ca_file: Some(Default::default()),
+            resource_name: Some(String::new()),
+            resource_documentation: Some(String::new()),
+            introspection: Some(mcp_auth::IntrospectionConfig {
+                endpoint: Some(String::new()),
+                client_secret: Some(String::new()),
+                client_secret_file: Some(Default::default()),
+                ..mcp_auth::IntrospectionConfig::default()
+            }),
+            ..AuthConfig::default()
+        }),
         ..NodeConfig::default()
     };
     toml::Value::try_from(&every).map_err(|err| ConfigError(err.to_string()))
@@ -280,6 +299,10 @@ impl NodeConfig {
         if this.redis.is_none() && settings.iter().any(|(_, path, _)| path[0] == "redis") {
             this.redis = Some(RedisConfig::default());
         }
+        // So is `[auth]`.
+        if this.auth.is_none() && settings.iter().any(|(_, path, _)| path[0] == "auth") {
+            this.auth = Some(AuthConfig::default());
+        }
         let mut tree = toml::Value::try_from(&this).map_err(|err| ConfigError(err.to_string()))?;
         for (name, path, raw) in settings {
             let Some((leaf, sections)) = path.split_last() else {
@@ -303,9 +326,13 @@ impl NodeConfig {
             };
             let mut table = &mut tree;
             for section in sections {
+                // A nested optional section (`[auth.introspection]`) named
+                // by a variable starts empty, with its defaults.
                 table = table
-                    .get_mut(section.as_str())
-                    .ok_or_else(|| ConfigError(format!("{name}: no section {section}")))?;
+                    .as_table_mut()
+                    .ok_or_else(|| ConfigError(format!("{name}: not a section")))?
+                    .entry(section.as_str())
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()));
             }
             table
                 .as_table_mut()
@@ -383,6 +410,10 @@ impl NodeConfig {
             redis
                 .validate()
                 .map_err(|err| ConfigError(format!("redis: {err}")))?;
+        }
+        if let Some(auth) = &self.auth {
+            auth.validate()
+                .map_err(|err| ConfigError(err.to_string()))?;
         }
         if self.retention.idle_stream_ttl_secs < self.runtime.session_idle_ttl_secs {
             // The standalone stream is renewed with the session: it must not

@@ -16,6 +16,7 @@ use std::time::Duration;
 use actix_web::dev::Service;
 use actix_web::http::ConnectionType;
 use actix_web::{App, HttpResponse, HttpServer, web};
+use mcp_auth::Authenticator;
 use mcp_http::HttpState;
 use mcp_http::connections::ConnectionGate;
 use mcp_runtime::Runtime;
@@ -330,6 +331,38 @@ pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<Boun
     serve_on(server, config, socket, admin_socket, store)
 }
 
+/// The resource server, when authorization is configured; its issuers'
+/// keys are fetched in the background. Without it, a node listening beyond
+/// loopback says loudly that anyone who reaches it may use it.
+fn authenticator(config: &NodeConfig) -> std::io::Result<Option<Arc<Authenticator>>> {
+    let Some(auth) = &config.auth else {
+        let exposed = std::iter::once(config.bind)
+            .chain(config.admin_bind)
+            .any(|addr| !addr.ip().is_loopback());
+        if exposed && !config.bind.ip().is_loopback() {
+            tracing::warn!(
+                bind = %config.bind,
+                "AUTHORIZATION IS OFF on a non-loopback address: anyone who reaches this node \
+                 can open sessions and call every tool. Configure [auth] (see README, \
+                 \"Authorization\") or bind to 127.0.0.1."
+            );
+        }
+        return Ok(None);
+    };
+    let auth = Authenticator::new(auth.clone())
+        .map(Arc::new)
+        .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err))?;
+    let prefetch = Arc::clone(&auth);
+    actix_web::rt::spawn(async move { prefetch.prefetch().await });
+    tracing::info!(
+        resource = %auth.config().resource,
+        issuers = ?auth.config().issuers,
+        metadata = auth.metadata().url(),
+        "Authorization on: every MCP request needs a bearer token."
+    );
+    Ok(Some(auth))
+}
+
 /// Builds the runtime over an open store and the HTTP servers on bound
 /// sockets (not yet running).
 fn serve_on(
@@ -339,11 +372,13 @@ fn serve_on(
     admin_socket: Option<std::net::TcpListener>,
     store: Store,
 ) -> std::io::Result<BoundNode> {
+    let auth = authenticator(&config)?;
     let runtime = Runtime::new(Arc::new(server.clone()), store, config.runtime.clone());
     forward_events(&server, &runtime);
     let state = HttpState {
         runtime: runtime.clone(),
         config: Arc::new(config.http.clone()),
+        auth,
     };
     let http = &config.http;
     let exempt = http

@@ -468,6 +468,13 @@ impl McpService for McpServer {
         self.catalog().tool(name).is_some()
     }
 
+    fn tool_scopes(&self, name: &str) -> Vec<String> {
+        self.catalog()
+            .tool(name)
+            .map(|t| t.scopes.clone())
+            .unwrap_or_default()
+    }
+
     fn has_prompt(&self, name: &str) -> bool {
         self.catalog().prompts.iter().any(|p| p.prompt.name == name)
     }

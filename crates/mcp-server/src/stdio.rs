@@ -49,7 +49,7 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
     let store = crate::node::open_store(&config).await?;
     let runtime = Runtime::new(Arc::new(server), store, config.runtime.clone());
     let session = runtime
-        .open_session(Transport::Stdio)
+        .open_session(&Inbound::new(Transport::Stdio))
         .await
         .map_err(std::io::Error::other)?;
     let mut follow = runtime

@@ -52,6 +52,9 @@ pub struct ToolDef {
     pub(crate) output: Option<Arc<jsonschema::Validator>>,
     pub(crate) mirrored: Vec<MirroredParam>,
     pub(crate) handler: ToolHandler,
+    /// OAuth scopes a caller's token needs to call the tool (when
+    /// authorization is on), beside the scopes every request needs.
+    pub(crate) scopes: Vec<String>,
 }
 
 impl std::fmt::Debug for ToolDef {
@@ -94,6 +97,7 @@ impl ToolDef {
             output: None,
             mirrored,
             handler: Arc::new(move |args, ctx| Box::pin(handler(args, ctx))),
+            scopes: Vec::new(),
         })
     }
 
@@ -152,6 +156,15 @@ impl ToolDef {
     #[must_use]
     pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
         self.tool.annotations = Some(annotations);
+        self
+    }
+
+    /// OAuth scopes a caller needs to call this tool, when authorization is
+    /// on: a token without them gets HTTP 403 `insufficient_scope` naming
+    /// them, and the client can ask its user for more (step-up).
+    #[must_use]
+    pub fn scopes<S: Into<String>>(mut self, scopes: impl IntoIterator<Item = S>) -> Self {
+        self.scopes = scopes.into_iter().map(Into::into).collect();
         self
     }
 

@@ -34,6 +34,7 @@ fn one_request(meta: &serde_json::Value) {
             version: Some("1.1"),
         },
         client: Some("127.0.0.1:50123".parse().unwrap()),
+        user: None,
     };
     let span = request_span(&attrs, RequestParent::new(transport, meta));
     drop(std::hint::black_box(span));

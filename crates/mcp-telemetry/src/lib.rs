@@ -49,7 +49,8 @@ pub use init::{InitError, LogFormat, TelemetryGuard, init, init_logging, otel_en
 pub use opentelemetry::Context as TraceContext;
 pub use otel::{DEFAULT_SERVICE_NAME, OtelConfig, OtelConfigError, SamplerConfig};
 pub use request_span::{
-    JsonRpcId, RequestFailure, RequestSpanAttrs, Target, Transport, record_error, request_span,
+    JsonRpcId, RequestFailure, RequestSpanAttrs, Target, Transport, User, record_error,
+    request_span,
 };
 pub use trace_context::{
     RequestParent, TRACEPARENT, TRACESTATE, current_traceparent, link_from, parent_from_headers,

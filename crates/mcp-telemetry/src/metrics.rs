@@ -117,6 +117,13 @@ pub struct Metrics {
     pub connections_open: IntGauge,
     /// `mcp_connections_refused_total` by reason.
     pub connections_refused: IntCounterVec,
+    /// `mcp_auth_failures_total` by reason: requests refused by
+    /// authorization (401, 403, 503).
+    pub auth_failures: IntCounterVec,
+    /// `mcp_auth_jwks_fetches_total` by outcome.
+    pub auth_jwks_fetches: IntCounterVec,
+    /// `mcp_auth_introspections_total` by outcome.
+    pub auth_introspections: IntCounterVec,
 }
 
 /// The node's phases: the drain's, in order, then `starting` (waiting for
@@ -340,6 +347,21 @@ impl Metrics {
                 "Connections closed at accept, by reason (node_connection_limit, peer_connection_limit).",
                 &["reason"],
             ),
+            auth_failures: counters(
+                "mcp_auth_failures_total",
+                "Requests refused by authorization, by reason (missing, expired, audience, insufficient_scope, unavailable, ...).",
+                &["reason"],
+            ),
+            auth_jwks_fetches: counters(
+                "mcp_auth_jwks_fetches_total",
+                "Fetches of an issuer's signing keys (metadata discovery included), by outcome: ok, failed.",
+                &["outcome"],
+            ),
+            auth_introspections: counters(
+                "mcp_auth_introspections_total",
+                "RFC 7662 introspection calls, by outcome: ok, failed.",
+                &["outcome"],
+            ),
         };
         m.register_all();
         m
@@ -381,6 +403,9 @@ impl Metrics {
             Box::new(self.drain_phase.clone()),
             Box::new(self.connections_open.clone()),
             Box::new(self.connections_refused.clone()),
+            Box::new(self.auth_failures.clone()),
+            Box::new(self.auth_jwks_fetches.clone()),
+            Box::new(self.auth_introspections.clone()),
         ];
         for c in collectors {
             self.registry.register(c).unwrap();
@@ -464,8 +489,13 @@ impl Metrics {
                 "bad_last_event_id",
                 "method_not_allowed",
                 "unavailable",
+                "unauthorized",
+                "insufficient_scope",
+                "auth_unavailable",
             ],
         );
+        zero(&self.auth_jwks_fetches, &["ok", "failed"]);
+        zero(&self.auth_introspections, &["ok", "failed"]);
         for method in ["sampling/createMessage", "roots/list", "elicitation/create"] {
             for outcome in [
                 "answered",

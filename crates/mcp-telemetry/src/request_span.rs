@@ -100,6 +100,21 @@ pub struct RequestSpanAttrs<'a> {
     pub transport: Transport<'a>,
     /// `client.address` and `client.port`: the peer of the connection.
     pub client: Option<SocketAddr>,
+    /// Who the request acts for, when authorization is on.
+    pub user: Option<User<'a>>,
+}
+
+/// The authenticated caller of a request: `user.id` (the token's
+/// subject), `mcp.auth.issuer` and `mcp.auth.client_id`. Never a metric
+/// label (unbounded); spans and access logs only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct User<'a> {
+    /// The token's issuer.
+    pub issuer: &'a str,
+    /// The token's subject.
+    pub subject: &'a str,
+    /// The OAuth client the token was issued to.
+    pub client_id: Option<&'a str>,
 }
 
 /// Creates the SERVER span of one MCP request or notification, child of
@@ -157,6 +172,9 @@ pub fn request_span(attrs: &RequestSpanAttrs<'_>, parent: impl Into<RequestParen
         "network.protocol.version" = protocol_version,
         "client.address" = attrs.client.map(|c| display(c.ip())),
         "client.port" = attrs.client.map(|c| i64::from(c.port())),
+        "user.id" = attrs.user.map(|u| u.subject),
+        "mcp.auth.issuer" = attrs.user.map(|u| u.issuer),
+        "mcp.auth.client_id" = attrs.user.and_then(|u| u.client_id),
         "error.type" = Empty,
         "rpc.response.status_code" = Empty,
         "otel.status_code" = Empty,
@@ -252,6 +270,11 @@ mod tests {
                     version: Some("1.1"),
                 },
                 client: Some("127.0.0.1:50123".parse().unwrap()),
+                user: Some(User {
+                    issuer: "https://idp.example",
+                    subject: "alice",
+                    client_id: Some("inspector"),
+                }),
             };
             let parent = RequestParent::new(
                 remote_context(Some(HTTP), None),
@@ -290,6 +313,9 @@ mod tests {
             ("network.protocol.version", "1.1"),
             ("client.address", "127.0.0.1"),
             ("client.port", "50123"),
+            ("user.id", "alice"),
+            ("mcp.auth.issuer", "https://idp.example"),
+            ("mcp.auth.client_id", "inspector"),
         ] {
             assert_eq!(attr(span, key).as_deref(), Some(value), "{key}");
         }
