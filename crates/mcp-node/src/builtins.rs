@@ -132,6 +132,20 @@ fn tools(server: &Arc<OnceLock<McpServer>>) -> Vec<ToolDef> {
             Ok(CallToolResult::text(format!("Echo: {}", a.message)))
         })
         .annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() }),
+        ToolDef::typed("whoami", "Says who the request acts for: the principal of its access token, or none when authorization is off.", |_: NoArgs, ctx: RequestContext| async move {
+            let who = match ctx.principal() {
+                Some(p) => serde_json::json!({
+                    "authenticated": true,
+                    "issuer": p.issuer,
+                    "subject": p.subject,
+                    "clientId": p.client_id,
+                    "scopes": p.scopes,
+                }),
+                None => serde_json::json!({ "authenticated": false }),
+            };
+            Ok(CallToolResult::structured(as_object(&who)))
+        })
+        .annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() }),
         ToolDef::typed("add", "Adds two numbers; structured result.", |a: AddArgs, _| async move {
             Ok(CallToolResult::structured(as_object(&Sum { sum: a.a + a.b })))
         })
