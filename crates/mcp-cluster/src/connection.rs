@@ -16,6 +16,7 @@ use crate::event_log::RedisEventLog;
 use crate::keys::Keys;
 use crate::nodes::RedisNodes;
 use crate::pubsub::PubSub;
+use crate::quota::RedisQuotas;
 use crate::session_store::RedisSessionStore;
 use crate::{ClusterError, RedisConfig};
 
@@ -78,7 +79,8 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
             pubsub.clone(),
         )),
         bus: Arc::new(RedisBus::new(redis.clone(), keys.clone(), pubsub)),
-        nodes: Arc::new(RedisNodes::new(redis, keys)),
+        nodes: Arc::new(RedisNodes::new(redis.clone(), keys.clone())),
+        quotas: Arc::new(RedisQuotas::new(redis, keys)),
         shared: true,
     })
 }

@@ -16,6 +16,7 @@
 //! | `mcp:{nodes}:alive:<node>` | string, `PX` heartbeat TTL | present while the node lives |
 //! | `mcp:{nodes}:all` | set | every node id not yet claimed or gone |
 //! | `mcp:{nodes}:streams:<node>` | hash | stream id → JSON [`mcp_store::OpenStream`] |
+//! | `mcp:quota:<quota>:{<subject>}` | string, `PX` a window (a rate) or sorted set, `PX` its longest lease (a lease set) | see [`crate::quota`] |
 //!
 //! Session keys carry the session id as a hash tag (`{...}`), so one
 //! session's keys sit in one Redis Cluster slot and a Lua script may touch
@@ -28,6 +29,12 @@
 //! (`session`, `subs`, `ended`, `streams`, `stream:<hex>`, `meta:<hex>`, `wake:<hex>`)
 //! contain no brace.
 //!
+//! A quota key is tagged by its subject (a client address, a principal's
+//! key): each is used alone, by one script, so quota keys spread over the
+//! slots of a Redis Cluster. The subject is any text, braces included; it
+//! ends the key, after a prefix fixed per quota, so two subjects never
+//! share a key.
+//!
 //! Node keys share the hash tag `{nodes}`: the node registry scripts touch
 //! the node set and one node's keys together, so they must sit in one Redis
 //! Cluster slot. The registry is small (a few keys per node), so one slot
@@ -35,7 +42,7 @@
 
 use std::sync::Arc;
 
-use mcp_store::{NodeId, SessionId, StreamId};
+use mcp_store::{NodeId, QuotaKey, SessionId, StreamId};
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "mcp";
@@ -62,6 +69,8 @@ const CTL: &str = "ctl";
 const ALIVE: &str = "alive";
 /// Key part: the set of known nodes.
 const NODES: &str = "nodes";
+/// Key part: quotas.
+const QUOTA: &str = "quota";
 
 /// Field of a stream entry holding the event data.
 pub const ENTRY_DATA: &str = "d";
@@ -190,6 +199,11 @@ impl Keys {
     pub fn node_streams(&self, node: &NodeId) -> String {
         format!("{}:{{{NODES}}}:{STREAMS}:{node}", self.prefix)
     }
+
+    /// A quota's rate or lease set for one subject.
+    pub fn quota(&self, key: &QuotaKey) -> String {
+        format!("{}:{QUOTA}:{}:{{{}}}", self.prefix, key.quota, key.subject)
+    }
 }
 
 #[cfg(test)]
@@ -234,6 +248,13 @@ mod tests {
         assert_eq!(k.node_alive(&n), "mcp:{nodes}:alive:node-1");
         assert_eq!(k.nodes(), "mcp:{nodes}:all");
         assert_eq!(k.node_streams(&n), "mcp:{nodes}:streams:node-1");
+        assert_eq!(
+            k.quota(&QuotaKey::new(
+                "sessions_per_principal",
+                "https://idp#alice"
+            )),
+            "mcp:quota:sessions_per_principal:{https://idp#alice}"
+        );
         assert_eq!(Keys::new("blue").ctl(), "blue:ctl");
     }
 

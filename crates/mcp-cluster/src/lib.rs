@@ -21,6 +21,7 @@
 //! - [`session_store`]: the [`RedisSessionStore`].
 //! - [`bus`]: the [`RedisBus`], one control channel.
 //! - [`nodes`]: the [`RedisNodes`] registry: heartbeats, orphan claims.
+//! - [`quota`]: the [`RedisQuotas`]: rate counters and lease sets.
 //! - `pubsub`: the node's one pub/sub connection and its task.
 //! - [`error`]: [`ClusterError`] and the mapping onto `StoreError`.
 
@@ -32,6 +33,7 @@ pub mod event_log;
 pub mod keys;
 pub mod nodes;
 mod pubsub;
+pub mod quota;
 mod reply;
 pub mod session_store;
 
@@ -42,4 +44,5 @@ pub use error::ClusterError;
 pub use event_log::RedisEventLog;
 pub use keys::Keys;
 pub use nodes::RedisNodes;
+pub use quota::RedisQuotas;
 pub use session_store::RedisSessionStore;

@@ -155,3 +155,60 @@ async fn clusters_with_different_prefixes_share_one_redis_apart() {
     assert!(!keys.is_empty());
     assert!(keys.iter().all(|k| k.starts_with("blue:")), "{keys:?}");
 }
+
+#[tokio::test]
+async fn quota_keys_always_carry_a_ttl_and_go_when_they_hold_nothing() {
+    use mcp_store::{QuotaKey, Rate};
+    let server = RedisServer::start();
+    let store = connect(&server.config()).await.unwrap();
+    let rate = Rate {
+        limit: 2,
+        window: Duration::from_millis(400),
+    };
+    let lease = Duration::from_millis(400);
+    let address = QuotaKey::new("initialize_per_address", "127.0.0.2");
+    let principal = QuotaKey::new("sessions_per_principal", "https://idp/{x}#alice");
+    assert!(
+        store
+            .quotas
+            .hit(&address, 1, rate)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    assert!(
+        store
+            .quotas
+            .acquire(&principal, "s1", 3, lease)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    store
+        .quotas
+        .renew(&principal, &["s2".into()], lease)
+        .await
+        .unwrap();
+    let mut con = support::raw(&server).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("mcp:quota:*")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 2, "one key per subject and quota: {keys:?}");
+    for key in &keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert!(ttl > 0 && ttl <= 400, "{key}: PTTL {ttl}");
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("mcp:quota:*")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+}

@@ -13,6 +13,7 @@
 //! - [`bus`]: the [`ControlBus`] port (cluster-wide messages).
 //! - [`nodes`]: the [`NodeRegistry`] port (heartbeats, open streams, orphans).
 //! - [`principal`]: [`Principal`], who a request acts for.
+//! - [`quota`]: the [`QuotaStore`] port (rate counters, lease sets).
 //! - [`memory`]: in-memory implementations with bounded retention.
 //! - [`suite`]: one behavioural test suite every implementation must pass.
 
@@ -23,6 +24,7 @@ pub mod ids;
 pub mod memory;
 pub mod nodes;
 pub mod principal;
+pub mod quota;
 pub mod session_store;
 pub mod suite;
 
@@ -36,6 +38,7 @@ pub use ids::{EventId, IdError, NodeId, Position, SessionId, StreamId};
 pub use mcp_protocol::RequestId;
 pub use nodes::{NodeRegistry, OpenStream};
 pub use principal::Principal;
+pub use quota::{QuotaKey, QuotaStore, Rate, Verdict};
 pub use session_store::{ENDED_MEMORY, RawJson, SessionRecord, SessionStore, Subscribed};
 
 /// The storage a node runs on, shared by every node of a cluster.
@@ -49,6 +52,8 @@ pub struct Store {
     pub bus: Arc<dyn ControlBus>,
     /// Node liveness and the streams each node writes.
     pub nodes: Arc<dyn NodeRegistry>,
+    /// Quota counters and leases, shared by every node.
+    pub quotas: Arc<dyn QuotaStore>,
     /// Other nodes share this store (Redis): session state may change
     /// elsewhere, so it is re-read per request. `false` for the embedded
     /// store, where this node is the only writer.
@@ -63,6 +68,7 @@ impl Store {
             events: Arc::new(memory::MemoryEventLog::new(retention)),
             bus: Arc::new(memory::MemoryBus::new()),
             nodes: Arc::new(memory::MemoryNodes::default()),
+            quotas: Arc::new(memory::MemoryQuotas::new()),
             shared: false,
         }
     }

@@ -2,6 +2,11 @@
 //! alone. Retention is bounded per stream by count and by time, and sessions
 //! expire after their idle TTL; expired entries are swept lazily by the calls
 //! that create new ones, so no background task is needed.
+//!
+//! # Layout
+//! - [`MemoryEventLog`], [`MemorySessionStore`], [`MemoryBus`],
+//!   [`MemoryNodes`]: here.
+//! - [`MemoryQuotas`] (`quota`): rate counters and lease sets.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -18,6 +23,10 @@ use crate::{
     ReadBatch, SessionId, SessionRecord, SessionStore, StoreError, StoredEvent, StreamId,
     Subscribed, Wakeup,
 };
+
+mod quota;
+
+pub use quota::{MAX_QUOTA_KEYS, MemoryQuotas};
 
 /// How long sweeps wait between runs.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);

@@ -15,8 +15,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::{
-    ControlMessage, NodeId, OpenStream, Position, RawJson, SessionId, SessionRecord, Store,
-    StoreError, StreamId,
+    ControlMessage, NodeId, OpenStream, Position, QuotaKey, Rate, RawJson, SessionId,
+    SessionRecord, Store, StoreError, StreamId, Verdict,
 };
 
 const TTL: Duration = Duration::from_secs(60);
@@ -55,6 +55,10 @@ pub async fn run_all(store: &Store) {
     store_answers_ping(store).await;
     bus_delivers_published_messages(store).await;
     dead_nodes_are_reported_and_claimed_once(store).await;
+    rates_admit_a_burst_then_one_unit_per_interval(store).await;
+    rates_hold_under_concurrent_hits(store).await;
+    lease_sets_hold_at_most_max_members(store).await;
+    leases_lapse_unless_renewed(store).await;
 }
 
 /// Appends come back in order, each once.
@@ -526,4 +530,227 @@ pub async fn dead_nodes_are_reported_and_claimed_once(store: &Store) {
         "forgotten once claimed"
     );
     store.nodes.leave(&alive).await.unwrap();
+}
+
+/// A subject no other test (or run) uses, with the characters that matter
+/// to key building (braces, separators).
+fn subject(tag: &str) -> std::sync::Arc<str> {
+    format!("https://idp.example/{{x}}#{tag}:{}", SessionId::random()).into()
+}
+
+fn limited(verdict: Verdict) -> Duration {
+    match verdict {
+        Verdict::Limited { retry_after } => retry_after,
+        Verdict::Admitted => panic!("admitted beyond the quota"),
+    }
+}
+
+/// A rate admits a burst of `limit`, then refuses (counting nothing) with
+/// the time until one more unit fits; a cost above what is left is refused
+/// whole; subjects and quotas are counted apart; after the interval one
+/// more unit fits.
+pub async fn rates_admit_a_burst_then_one_unit_per_interval(store: &Store) {
+    let quotas = &store.quotas;
+    let minute = Rate {
+        limit: 4,
+        window: Duration::from_secs(60),
+    };
+    let key = QuotaKey::new("suite_rate", subject("burst"));
+    assert_eq!(
+        quotas.hit(&key, 3, minute).await.unwrap(),
+        Verdict::Admitted
+    );
+    let wait = limited(quotas.hit(&key, 2, minute).await.unwrap());
+    assert!(
+        wait > Duration::ZERO && wait <= Duration::from_secs(15),
+        "{wait:?}"
+    );
+    assert_eq!(
+        quotas.hit(&key, 1, minute).await.unwrap(),
+        Verdict::Admitted
+    );
+    let wait = limited(quotas.hit(&key, 1, minute).await.unwrap());
+    assert!(
+        wait > Duration::from_secs(10) && wait <= Duration::from_secs(15),
+        "{wait:?}"
+    );
+    // Never more than the limit at once, even on a fresh subject.
+    let fresh = QuotaKey::new("suite_rate", subject("fresh"));
+    assert_eq!(
+        limited(quotas.hit(&fresh, 5, minute).await.unwrap()),
+        minute.window
+    );
+    assert!(quotas.hit(&fresh, 4, minute).await.unwrap().admitted());
+    // Another quota of the same subject is counted apart.
+    let other = QuotaKey::new("suite_other", key.subject.clone());
+    assert!(quotas.hit(&other, 1, minute).await.unwrap().admitted());
+
+    let fast = Rate {
+        limit: 2,
+        window: Duration::from_millis(600),
+    };
+    let key = QuotaKey::new("suite_rate", subject("refill"));
+    assert!(quotas.hit(&key, 1, fast).await.unwrap().admitted());
+    assert!(quotas.hit(&key, 1, fast).await.unwrap().admitted());
+    let wait = limited(quotas.hit(&key, 1, fast).await.unwrap());
+    assert!(wait <= Duration::from_millis(300), "{wait:?}");
+    tokio::time::sleep(wait + Duration::from_millis(50)).await;
+    assert!(quotas.hit(&key, 1, fast).await.unwrap().admitted());
+    assert!(!quotas.hit(&key, 1, fast).await.unwrap().admitted());
+}
+
+/// Concurrent hits on one subject admit exactly the limit.
+pub async fn rates_hold_under_concurrent_hits(store: &Store) {
+    let rate = Rate {
+        limit: 10,
+        window: Duration::from_secs(60),
+    };
+    let key = QuotaKey::new("suite_rate", subject("race"));
+    let mut hits = tokio::task::JoinSet::new();
+    for _ in 0..25 {
+        let quotas = Arc::clone(&store.quotas);
+        let key = key.clone();
+        hits.spawn(async move { quotas.hit(&key, 1, rate).await.unwrap() });
+    }
+    let admitted = hits
+        .join_all()
+        .await
+        .into_iter()
+        .filter(|v| v.admitted())
+        .count();
+    assert_eq!(admitted, 10);
+}
+
+/// A lease set holds at most `max` members; a member already held is
+/// admitted again; a released member frees its slot; what one subject
+/// holds does not count for another.
+pub async fn lease_sets_hold_at_most_max_members(store: &Store) {
+    let quotas = &store.quotas;
+    let lease = Duration::from_secs(60);
+    let key = QuotaKey::new("suite_lease", subject("max"));
+    assert!(
+        quotas
+            .acquire(&key, "a", 2, lease)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    assert!(
+        quotas
+            .acquire(&key, "b", 2, lease)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    let wait = limited(quotas.acquire(&key, "c", 2, lease).await.unwrap());
+    assert!(wait > Duration::from_secs(50) && wait <= lease, "{wait:?}");
+    assert!(
+        quotas
+            .acquire(&key, "a", 2, lease)
+            .await
+            .unwrap()
+            .admitted(),
+        "a member already held is admitted again"
+    );
+    let other = QuotaKey::new("suite_lease", subject("other"));
+    assert!(
+        quotas
+            .acquire(&other, "c", 2, lease)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    quotas.release(&key, "a").await.unwrap();
+    quotas.release(&key, "never held").await.unwrap();
+    assert!(
+        quotas
+            .acquire(&key, "c", 2, lease)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    assert!(
+        !quotas
+            .acquire(&key, "d", 2, lease)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    for member in ["b", "c"] {
+        quotas.release(&key, member).await.unwrap();
+    }
+    quotas.release(&other, "c").await.unwrap();
+    assert!(
+        !quotas
+            .acquire(&key, "z", 0, lease)
+            .await
+            .unwrap()
+            .admitted(),
+        "a set of at most 0 admits nothing"
+    );
+}
+
+/// Members lapse with their lease unless renewed (a holder that died frees
+/// its slots); a renewal brings back a member that lapsed.
+pub async fn leases_lapse_unless_renewed(store: &Store) {
+    let quotas = &store.quotas;
+    let lease = Duration::from_millis(500);
+    let key = QuotaKey::new("suite_lease", subject("lapse"));
+    assert!(
+        quotas
+            .acquire(&key, "kept", 2, lease)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    assert!(
+        quotas
+            .acquire(&key, "dead", 2, lease)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    assert!(
+        !quotas
+            .acquire(&key, "new", 2, lease)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    quotas.renew(&key, &["kept".into()], lease).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        quotas
+            .acquire(&key, "new", 2, lease)
+            .await
+            .unwrap()
+            .admitted(),
+        "the member nobody renewed lapsed"
+    );
+    assert!(
+        !quotas
+            .acquire(&key, "newer", 2, lease)
+            .await
+            .unwrap()
+            .admitted(),
+        "the renewed member is still held"
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    quotas.renew(&key, &["back".into()], lease).await.unwrap();
+    assert!(
+        quotas
+            .acquire(&key, "one", 2, lease)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    assert!(
+        !quotas
+            .acquire(&key, "two", 2, lease)
+            .await
+            .unwrap()
+            .admitted(),
+        "a renewal holds its member even after it lapsed"
+    );
 }

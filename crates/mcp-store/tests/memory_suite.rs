@@ -138,3 +138,67 @@ async fn touched_open_streams_outlive_the_idle_ttl() {
         StoreError::StreamNotFound
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn quota_entries_are_swept_once_they_hold_nothing_and_bounded_in_number() {
+    use mcp_store::memory::MemoryQuotas;
+    use mcp_store::{QuotaKey, QuotaStore, Rate};
+    let quotas = MemoryQuotas::with_max_keys(3);
+    let minute = Rate {
+        limit: 1,
+        window: Duration::from_secs(60),
+    };
+    let lease = Duration::from_secs(30);
+    for subject in ["a", "b", "c"] {
+        let key = QuotaKey::new("initialize", subject);
+        assert!(quotas.hit(&key, 1, minute).await.unwrap().admitted());
+        assert!(!quotas.hit(&key, 1, minute).await.unwrap().admitted());
+        let key = QuotaKey::new("sessions", subject);
+        assert!(
+            quotas
+                .acquire(&key, "s", 1, lease)
+                .await
+                .unwrap()
+                .admitted()
+        );
+    }
+    assert_eq!(quotas.len(), (3, 3));
+    // Full of live subjects: a new one is admitted, but not counted.
+    let newcomer = QuotaKey::new("initialize", "d");
+    for _ in 0..3 {
+        assert!(quotas.hit(&newcomer, 1, minute).await.unwrap().admitted());
+    }
+    assert!(
+        !quotas
+            .hit(&QuotaKey::new("initialize", "a"), 1, minute)
+            .await
+            .unwrap()
+            .admitted(),
+        "subjects already counted stay counted"
+    );
+    assert_eq!(quotas.len(), (3, 3));
+    // A lease renewed keeps its set; the others lapse, and every entry that
+    // holds nothing is swept by the next call that adds one.
+    for _ in 0..2 {
+        tokio::time::advance(Duration::from_secs(25)).await;
+        quotas
+            .renew(&QuotaKey::new("sessions", "a"), &["s".into()], lease)
+            .await
+            .unwrap();
+    }
+    tokio::time::advance(Duration::from_secs(11)).await;
+    assert!(quotas.hit(&newcomer, 1, minute).await.unwrap().admitted());
+    assert_eq!(quotas.len(), (1, 1));
+    assert!(
+        !quotas
+            .acquire(&QuotaKey::new("sessions", "a"), "t", 1, lease)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    quotas
+        .release(&QuotaKey::new("sessions", "a"), "s")
+        .await
+        .unwrap();
+    assert_eq!(quotas.len(), (1, 0), "a released set goes at once");
+}
