@@ -13,6 +13,9 @@
 //!   second, queried over its HTTP API.
 //! - [`OtlpReceiver`] (`otlp`): a real OTLP/HTTP trace receiver keeping the
 //!   spans it gets.
+//! - [`TestIssuer`] (`issuer`): an OAuth 2.1 authorization server over real
+//!   HTTP (metadata, JWKS, introspection, client credentials) and the
+//!   tokens, valid or forged, that tests present to nodes.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -460,12 +463,14 @@ impl Drop for NodeProcess {
 
 mod cluster;
 pub mod fixtures;
+mod issuer;
 mod nginx;
 mod otlp;
 mod prometheus;
 mod redis;
 
 pub use cluster::{Cluster, NODE_BIN_ENV, loadtest_binary, node_binary};
+pub use issuer::{Discovery, IssuerOptions, KeyAlg, PublicKeyForm, TestIssuer, TokenBuilder};
 pub use nginx::Nginx;
 pub use otlp::{OtlpReceiver, ReceivedLink, ReceivedSpan};
 pub use prometheus::{PROMETHEUS_JOB, Prometheus};
