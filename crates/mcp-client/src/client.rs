@@ -35,6 +35,9 @@ pub enum ClientError {
     /// The server answered but broke the protocol.
     #[error("protocol: {0}")]
     Protocol(String),
+    /// A client setting cannot work (see [`crate::HttpOptions`]).
+    #[error("client configuration: {0}")]
+    Config(String),
 }
 
 /// What a POST got back.

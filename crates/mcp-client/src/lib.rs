@@ -8,9 +8,12 @@
 //! # Layout
 //! - [`sse`]: an incremental SSE parser and an event stream over HTTP.
 //! - [`client`]: [`Client`], sessions and requests.
+//! - [`http`]: [`HttpOptions`], the HTTP client's CA, token and headers.
 
 pub mod client;
+pub mod http;
 pub mod sse;
 
 pub use client::{Client, ClientError, Reply};
+pub use http::HttpOptions;
 pub use sse::{SseEvent, SseParser, SseStream};
