@@ -160,6 +160,16 @@ fn errors_section(page: &mut String, report: &Report) -> std::fmt::Result {
          are violations; the others are failures (status codes, timeouts, transport).</p>",
         report.protocol_violations
     )?;
+    // Always shown: against a protected server, no refusal is news too.
+    writeln!(
+        page,
+        "<p>Refused by the server for who sent the request or how often (failures, \
+         also listed below):</p>\n<table id=\"refusals\">\n<tr><th>status</th><th>count</th></tr>"
+    )?;
+    for (status, reason, count) in report.refusals.rows() {
+        writeln!(page, "<tr><td>{status} {reason}</td><td>{count}</td></tr>")?;
+    }
+    writeln!(page, "</table>")?;
     if report.errors.is_empty() {
         return writeln!(page, "<p>No errors.</p>\n</section>");
     }
@@ -507,6 +517,7 @@ fn escape(text: &str) -> String {
 mod tests {
     use super::*;
     use crate::chart::tests::svg_text;
+    use crate::report::Refusals;
     use crate::series::RssSummary;
     use crate::stats::OpReport;
 
@@ -571,7 +582,12 @@ mod tests {
             errors: BTreeMap::from([
                 ("timeout".to_owned(), 2),
                 ("protocol:wrong_id".to_owned(), 1),
+                ("refused:401_unauthorized".to_owned(), 4),
             ]),
+            refusals: Refusals {
+                unauthorized_401: 4,
+                ..Refusals::default()
+            },
             series,
         }
     }
@@ -616,6 +632,11 @@ mod tests {
         assert!(page.contains("<td>echo_call</td><td>9000</td><td>9000</td><td>0</td>"));
         assert!(page.contains("<tr class=\"violation\"><td>protocol:wrong_id</td><td>1</td>"));
         assert!(page.contains("1 protocol violations."));
+        // Refusals: a table of their own, and failures among the errors.
+        assert!(page.contains("<table id=\"refusals\">"));
+        assert!(page.contains("<tr><td>401 Unauthorized</td><td>4</td></tr>"));
+        assert!(page.contains("<tr><td>429 Too Many Requests</td><td>0</td></tr>"));
+        assert!(page.contains("<tr><td>refused:401_unauthorized</td><td>4</td></tr>"));
         assert!(page.contains("<td>80.0 MiB</td>"));
 
         let throughput = figure(&page, "throughput");

@@ -52,7 +52,7 @@ pub(crate) async fn open(
         .await
         .map_err(transport)?;
     if response.status() != StatusCode::OK {
-        return Err(ErrorKind::HttpStatus(response.status().as_u16()));
+        return Err(ErrorKind::status(response.status().as_u16()));
     }
     let session = response
         .headers()
@@ -87,7 +87,7 @@ pub(crate) async fn open(
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     match client.post(&initialized).await.map_err(client_error)? {
         Reply::Accepted => Ok(client),
-        Reply::Status(status, _) => Err(ErrorKind::HttpStatus(status.as_u16())),
+        Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
         _ => Err(ErrorKind::Protocol("protocol:notification_answered")),
     }
 }
@@ -125,7 +125,7 @@ fn client_error(err: mcp_client::ClientError) -> ErrorKind {
     match err {
         mcp_client::ClientError::Http(err) => transport(err),
         mcp_client::ClientError::Json(_) => violation(Violation::Malformed),
-        mcp_client::ClientError::Status { status, .. } => ErrorKind::HttpStatus(status.as_u16()),
+        mcp_client::ClientError::Status { status, .. } => ErrorKind::status(status.as_u16()),
         _ => ErrorKind::Transport,
     }
 }

@@ -77,11 +77,82 @@ enum Command {
     Hold(HoldArgs),
 }
 
+/// How requests reach the server: which CA to trust for `https://`, the
+/// credentials and extra headers sent with every request.
+#[derive(Debug, clap::Args)]
+struct HttpArgs {
+    /// PEM file of the CA certificates trusted for an https:// --url, instead of the
+    /// system's roots.
+    #[arg(long, value_name = "FILE.pem")]
+    ca_file: Option<PathBuf>,
+
+    /// Bearer token sent as `Authorization: Bearer <token>` with every request. Prefer the
+    /// variable or --bearer-token-file: a command line is visible to the machine's other
+    /// users. Never printed (the report's command line shows `***`).
+    #[arg(
+        long,
+        env = "MCP_LOADTEST_BEARER_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    bearer_token: Option<String>,
+
+    /// File holding the bearer token (one trailing newline ignored).
+    #[arg(long, value_name = "FILE")]
+    bearer_token_file: Option<PathBuf>,
+
+    /// Extra header sent with every request, `Name: value` (repeatable). An
+    /// Authorization header replaces the bearer token's.
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    headers: Vec<String>,
+}
+
+impl HttpArgs {
+    /// The client options these flags describe.
+    ///
+    /// # Errors
+    /// Both a token and a token file, an unreadable or empty token file, or
+    /// a header that is not `Name: value`.
+    fn options(&self) -> anyhow::Result<mcp_client::HttpOptions> {
+        let bearer_token = match (&self.bearer_token, &self.bearer_token_file) {
+            (Some(_), Some(_)) => anyhow::bail!(
+                "give one of --bearer-token (or MCP_LOADTEST_BEARER_TOKEN) and --bearer-token-file"
+            ),
+            (Some(token), None) => Some(token.clone()),
+            (None, Some(path)) => {
+                let token = std::fs::read_to_string(path)
+                    .with_context(|| format!("--bearer-token-file {}", path.display()))?;
+                let token = token.trim_end_matches(['\r', '\n']);
+                ensure!(
+                    !token.is_empty(),
+                    "--bearer-token-file {} is empty",
+                    path.display()
+                );
+                Some(token.to_owned())
+            }
+            (None, None) => None,
+        };
+        let headers = self
+            .headers
+            .iter()
+            .map(|line| mcp_client::http::parse_header(line))
+            .collect::<Result<_, _>>()?;
+        Ok(mcp_client::HttpOptions {
+            ca_file: self.ca_file.clone(),
+            bearer_token,
+            headers,
+        })
+    }
+}
+
 #[derive(Debug, clap::Args)]
 struct HoldArgs {
     /// The server's MCP endpoint (same rules as for `run`).
     #[arg(long)]
     url: String,
+
+    #[command(flatten)]
+    http: HttpArgs,
 
     /// Also allow this non-loopback host as a target (repeatable).
     #[arg(long = "allow-target", value_name = "HOST")]
@@ -119,6 +190,9 @@ struct RunArgs {
     /// localhost are accepted unless the host is named with --allow-target.
     #[arg(long)]
     url: String,
+
+    #[command(flatten)]
+    http: HttpArgs,
 
     /// Also allow this non-loopback host as a target (repeatable). Only name servers you
     /// run yourself: this tool generates heavy load.
@@ -206,7 +280,7 @@ fn hold(args: HoldArgs) -> anyhow::Result<u64> {
     if let Some(pid) = args.server_pid {
         rss::rss_bytes(pid).context("--server-pid")?;
     }
-    let http = http_client()?;
+    let http = http_client(&args.http)?;
     let plan = hold::HoldPlan {
         url: args.url,
         protocol_version: args.protocol_version,
@@ -232,9 +306,11 @@ fn hold(args: HoldArgs) -> anyhow::Result<u64> {
     }
 }
 
-/// One connection pool shared by every virtual session.
-fn http_client() -> anyhow::Result<reqwest::Client> {
-    reqwest::Client::builder()
+/// One connection pool shared by every virtual session, with the CA, token
+/// and headers of `args`.
+fn http_client(args: &HttpArgs) -> anyhow::Result<reqwest::Client> {
+    args.options()?
+        .builder()?
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         // Below the 5 s keep-alive of common servers (actix-web, Node.js):
@@ -267,7 +343,7 @@ fn run(args: RunArgs) -> anyhow::Result<u64> {
 }
 
 async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
-    let http = http_client()?;
+    let http = http_client(&args.http)?;
     let stats = Arc::new(Stats::new()?);
     let start = Instant::now();
     let duration = Duration::from_secs(args.duration);
@@ -320,7 +396,112 @@ async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
     Ok(report.protocol_violations)
 }
 
-/// The command line, for the report.
+/// The command line, for the report, without secrets.
 fn args_echo() -> String {
-    std::env::args().collect::<Vec<_>>().join(" ")
+    redacted(std::env::args()).join(" ")
+}
+
+/// `args` with the bearer token and the values of credential headers
+/// replaced by `***`.
+fn redacted(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--bearer-token" => {
+                out.push(arg);
+                if args.next().is_some() {
+                    out.push("***".to_owned());
+                }
+            }
+            "--header" => {
+                out.push(arg);
+                if let Some(header) = args.next() {
+                    out.push(mcp_client::http::redact_header(&header));
+                }
+            }
+            _ if arg.starts_with("--bearer-token=") => out.push("--bearer-token=***".to_owned()),
+            _ => match arg.strip_prefix("--header=") {
+                Some(header) => out.push(format!(
+                    "--header={}",
+                    mcp_client::http::redact_header(header)
+                )),
+                None => out.push(arg),
+            },
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|&a| a.to_owned()).collect()
+    }
+
+    #[test]
+    fn the_echoed_command_line_hides_credentials() {
+        let echoed = redacted(strings(&[
+            "mcp-loadtest",
+            "run",
+            "--bearer-token",
+            "s3cret",
+            "--bearer-token=s3cret",
+            "--header",
+            "Authorization: Bearer s3cret",
+            "--header=cookie: id=s3cret",
+            "--header",
+            "X-Tenant: blue",
+            "--bearer-token-file",
+            "/run/token",
+        ]))
+        .join(" ");
+        assert!(!echoed.contains("s3cret"), "{echoed}");
+        assert!(echoed.contains("X-Tenant: blue"), "{echoed}");
+        assert!(
+            echoed.contains("--bearer-token-file /run/token"),
+            "{echoed}"
+        );
+    }
+
+    #[test]
+    fn http_flags_become_client_options() {
+        let cli = Cli::parse_from([
+            "mcp-loadtest",
+            "run",
+            "--url",
+            "https://127.0.0.1:8443/mcp",
+            "--ca-file",
+            "/etc/ca.pem",
+            "--bearer-token",
+            "abc",
+            "--header",
+            "X-Tenant: blue",
+            "--header",
+            "X-Trace: 1",
+        ]);
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        let options = args.http.options().unwrap();
+        assert_eq!(options.ca_file, Some(PathBuf::from("/etc/ca.pem")));
+        assert_eq!(options.bearer_token.as_deref(), Some("abc"));
+        assert_eq!(options.headers.len(), 2);
+        let bad = HttpArgs {
+            ca_file: None,
+            bearer_token: Some("abc".into()),
+            bearer_token_file: Some("/run/token".into()),
+            headers: Vec::new(),
+        };
+        assert!(bad.options().is_err());
+        let bad_header = HttpArgs {
+            bearer_token: None,
+            bearer_token_file: None,
+            headers: vec!["no colon".into()],
+            ..bad
+        };
+        assert!(bad_header.options().is_err());
+    }
 }

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use crate::RunArgs;
 use crate::series::{RssSummary, Series};
 use crate::session::Plan;
-use crate::stats::{OpReport, Stats};
+use crate::stats::{OpReport, Refusal, Stats};
 
 /// How often the live line is refreshed.
 const LIVE_REFRESH: Duration = Duration::from_millis(500);
@@ -81,6 +81,9 @@ pub(crate) struct Report {
     pub(crate) unfinished_sessions: usize,
     pub(crate) operations: BTreeMap<&'static str, OpReport>,
     pub(crate) errors: BTreeMap<String, u64>,
+    /// The 401, 403 and 429 answers among `errors`, by kind: failures
+    /// counted apart, so that credentials or a rate limit show at a glance.
+    pub(crate) refusals: Refusals,
     /// The run over time, set by [`Report::with_series`].
     pub(crate) series: Series,
 }
@@ -109,6 +112,7 @@ impl Report {
             protocol_violations,
             unfinished_sessions: unfinished,
             operations: plan.stats.operations(elapsed),
+            refusals: Refusals::from_errors(&plan.stats.errors()),
             errors: plan.stats.errors(),
             series: Series::default(),
         }
@@ -157,6 +161,9 @@ impl Report {
                 .collect();
             println!("errors: {}", errors.join(" "));
         }
+        if self.refusals.total() > 0 {
+            println!("{}", self.refusals.line());
+        }
         if let Some(rss) = &self.series.server_rss {
             println!("{}", rss_line(rss));
         }
@@ -169,6 +176,54 @@ impl Report {
                 n => format!(" ({n} left out: the series was full)"),
             }
         );
+    }
+}
+
+/// Answers that refused a request for who sent it or how often (see
+/// [`Refusal`]), by kind. Every one is also a failure under `errors`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) struct Refusals {
+    /// 401 Unauthorized.
+    pub(crate) unauthorized_401: u64,
+    /// 403 Forbidden.
+    pub(crate) forbidden_403: u64,
+    /// 429 Too Many Requests.
+    pub(crate) too_many_requests_429: u64,
+}
+
+impl Refusals {
+    /// Picks the refusals out of the error counts.
+    pub(crate) fn from_errors(errors: &BTreeMap<String, u64>) -> Self {
+        let count = |refusal: Refusal| errors.get(refusal.key()).copied().unwrap_or(0);
+        Self {
+            unauthorized_401: count(Refusal::Unauthorized),
+            forbidden_403: count(Refusal::Forbidden),
+            too_many_requests_429: count(Refusal::TooManyRequests),
+        }
+    }
+
+    /// All three.
+    pub(crate) fn total(&self) -> u64 {
+        self.unauthorized_401 + self.forbidden_403 + self.too_many_requests_429
+    }
+
+    /// (status, reason, count) for each kind, in status order.
+    pub(crate) fn rows(&self) -> [(u16, &'static str, u64); 3] {
+        [
+            (401, "Unauthorized", self.unauthorized_401),
+            (403, "Forbidden", self.forbidden_403),
+            (429, "Too Many Requests", self.too_many_requests_429),
+        ]
+    }
+
+    /// `refused (failures): 401 unauthorized 3, 403 forbidden 0, 429 too many requests 1`.
+    pub(crate) fn line(&self) -> String {
+        let parts: Vec<String> = self
+            .rows()
+            .iter()
+            .map(|(status, reason, n)| format!("{status} {} {n}", reason.to_lowercase()))
+            .collect();
+        format!("refused (failures): {}", parts.join(", "))
     }
 }
 
@@ -192,4 +247,35 @@ fn rss_line(rss: &RssSummary) -> String {
 /// Bytes as `12.3 MiB`.
 pub(crate) fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_picked_out_of_the_errors() {
+        let errors = BTreeMap::from([
+            ("refused:401_unauthorized".to_owned(), 3),
+            ("refused:429_too_many_requests".to_owned(), 1),
+            ("http_status:503".to_owned(), 7),
+        ]);
+        let refusals = Refusals::from_errors(&errors);
+        assert_eq!(
+            refusals,
+            Refusals {
+                unauthorized_401: 3,
+                forbidden_403: 0,
+                too_many_requests_429: 1,
+            }
+        );
+        assert_eq!(refusals.total(), 4);
+        assert_eq!(
+            refusals.line(),
+            "refused (failures): 401 unauthorized 3, 403 forbidden 0, 429 too many requests 1"
+        );
+        let json = serde_json::to_value(refusals).unwrap();
+        assert_eq!(json["unauthorized_401"], 3);
+        assert_eq!(json["forbidden_403"], 0);
+    }
 }

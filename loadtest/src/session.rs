@@ -67,7 +67,7 @@ pub(crate) async fn run(plan: Arc<Plan>, start_at: Instant) {
     if client.session_id().is_some() {
         match timeout(SESSION_CALL_TIMEOUT, client.delete()).await {
             Ok(Ok(status)) if status.is_success() => {}
-            Ok(Ok(status)) => plan.stats.error(&ErrorKind::HttpStatus(status.as_u16())),
+            Ok(Ok(status)) => plan.stats.error(&ErrorKind::status(status.as_u16())),
             Ok(Err(err)) => plan.stats.error(&classify(err)),
             Err(_) => plan.stats.error(&ErrorKind::Timeout),
         }
@@ -368,7 +368,7 @@ async fn resume_until_response(
         sleep(pause).await;
         let mut resumed = match client.get(Some(&last_event_id)).await.map_err(classify)? {
             Reply::Sse(stream) => stream,
-            Reply::Status(status, _) => return Err(ErrorKind::HttpStatus(status.as_u16())),
+            Reply::Status(status, _) => return Err(ErrorKind::status(status.as_u16())),
             _ => return Err(ErrorKind::Protocol("protocol:resume_not_sse")),
         };
         read_stream(&mut resumed, check, None).await?;
@@ -389,7 +389,7 @@ async fn get_stream(client: &Client, hold: Duration) -> Result<Duration, ErrorKi
     let started = Instant::now();
     let mut stream = match client.get(None).await.map_err(classify)? {
         Reply::Sse(stream) => stream,
-        Reply::Status(status, _) => return Err(ErrorKind::HttpStatus(status.as_u16())),
+        Reply::Status(status, _) => return Err(ErrorKind::status(status.as_u16())),
         _ => return Err(ErrorKind::Protocol("protocol:standalone_not_sse")),
     };
     let opened = started.elapsed();
@@ -421,7 +421,7 @@ async fn delete_session(client: &mut Client, plan: &Plan) -> Result<Duration, Er
     let started = Instant::now();
     let status = client.delete().await.map_err(classify)?;
     if !status.is_success() {
-        return Err(ErrorKind::HttpStatus(status.as_u16()));
+        return Err(ErrorKind::status(status.as_u16()));
     }
     client.set_session_id(None);
     *client = open_session(plan).await?;
@@ -437,7 +437,7 @@ fn long_call_body(id: i64, duration_ms: u64, steps: u64) -> Value {
 
 async fn post(client: &Client, body: &Value) -> Result<Reply, ErrorKind> {
     match client.post(body).await.map_err(classify)? {
-        Reply::Status(status, _) => Err(ErrorKind::HttpStatus(status.as_u16())),
+        Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
         reply => Ok(reply),
     }
 }
@@ -445,7 +445,7 @@ async fn post(client: &Client, body: &Value) -> Result<Reply, ErrorKind> {
 fn expect_accepted(reply: Reply) -> Result<(), ErrorKind> {
     match reply {
         Reply::Accepted => Ok(()),
-        Reply::Status(status, _) => Err(ErrorKind::HttpStatus(status.as_u16())),
+        Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
         _ => Err(ErrorKind::Protocol("protocol:notification_answered")),
     }
 }
@@ -457,7 +457,7 @@ async fn read_reply(client: &Client, reply: Reply, check: &mut CallCheck) -> Res
         Reply::Json(message, _) => check.observe(message).map(drop).map_err(violation),
         Reply::Sse(stream) => read_until_response(client, stream, check).await,
         Reply::Accepted => Err(ErrorKind::Protocol("protocol:request_answered_202")),
-        Reply::Status(status, _) => Err(ErrorKind::HttpStatus(status.as_u16())),
+        Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
     }
 }
 
@@ -523,7 +523,7 @@ fn classify(err: ClientError) -> ErrorKind {
         ClientError::Http(err) if err.is_timeout() => ErrorKind::Timeout,
         ClientError::Http(_) => ErrorKind::Transport,
         ClientError::Json(_) => violation(Violation::Malformed),
-        ClientError::Status { status, .. } => ErrorKind::HttpStatus(status.as_u16()),
+        ClientError::Status { status, .. } => ErrorKind::status(status.as_u16()),
         // From `initialize`: an error response or a refused `initialized`.
         ClientError::Protocol(_) => ErrorKind::Protocol("protocol:initialize_failed"),
         _ => ErrorKind::Transport,

@@ -25,8 +25,10 @@ const HISTOGRAM_SIGFIGS: u8 = 3;
 /// Why an operation failed; the report counts each under [`ErrorKind::key`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ErrorKind {
-    /// An HTTP status other than the expected one.
+    /// An HTTP status other than the expected one, and not a [`Refusal`].
     HttpStatus(u16),
+    /// The server refused the request for who sent it or how often.
+    Refused(Refusal),
     /// A JSON-RPC error response.
     JsonRpc(i64),
     /// The operation outlived its time bound.
@@ -43,16 +45,71 @@ pub(crate) enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// The report key: `http_status:503`, `jsonrpc:-32600`, `timeout`, ...
+    /// The failure an HTTP status other than the expected one stands for:
+    /// 401, 403 and 429 are [`Refusal`]s, counted apart; others are
+    /// [`ErrorKind::HttpStatus`].
+    pub(crate) fn status(code: u16) -> Self {
+        match Refusal::ALL.into_iter().find(|r| r.status() == code) {
+            Some(refusal) => ErrorKind::Refused(refusal),
+            None => ErrorKind::HttpStatus(code),
+        }
+    }
+
+    /// The report key: `http_status:503`, `refused:401_unauthorized`,
+    /// `jsonrpc:-32600`, `timeout`, ...
     pub(crate) fn key(&self) -> String {
         match self {
             ErrorKind::HttpStatus(code) => format!("http_status:{code}"),
+            ErrorKind::Refused(refusal) => refusal.key().to_owned(),
             ErrorKind::JsonRpc(code) => format!("jsonrpc:{code}"),
             ErrorKind::Timeout => "timeout".to_owned(),
             ErrorKind::Transport => "transport".to_owned(),
             ErrorKind::ToolError => "tool_error".to_owned(),
             ErrorKind::Protocol(name) => (*name).to_owned(),
             ErrorKind::ServerRssLost => "server_rss_lost".to_owned(),
+        }
+    }
+}
+
+/// An HTTP answer that refuses the request for who sent it or how often,
+/// rather than for what it asked: a deployment's authorization or rate
+/// limits at work. Counted apart from other statuses (a run against a
+/// protected server shows at once whether its credentials or its rate were
+/// the problem), and always as a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// 401: no credentials, or ones the server does not accept.
+    Unauthorized,
+    /// 403: credentials accepted, but not enough (a missing scope), or an
+    /// Origin or Host the server refuses.
+    Forbidden,
+    /// 429: over a rate limit or quota.
+    TooManyRequests,
+}
+
+impl Refusal {
+    /// Every refusal, in status order.
+    pub(crate) const ALL: [Refusal; 3] = [
+        Refusal::Unauthorized,
+        Refusal::Forbidden,
+        Refusal::TooManyRequests,
+    ];
+
+    /// Its HTTP status.
+    pub(crate) fn status(self) -> u16 {
+        match self {
+            Refusal::Unauthorized => 401,
+            Refusal::Forbidden => 403,
+            Refusal::TooManyRequests => 429,
+        }
+    }
+
+    /// The error key in the report.
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            Refusal::Unauthorized => "refused:401_unauthorized",
+            Refusal::Forbidden => "refused:403_forbidden",
+            Refusal::TooManyRequests => "refused:429_too_many_requests",
         }
     }
 }
@@ -304,4 +361,46 @@ pub(crate) struct OpReport {
     pub(crate) p99_ms: f64,
     pub(crate) max_ms: f64,
     pub(crate) mean_ms: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_counted_apart_and_as_failures() {
+        assert_eq!(
+            ErrorKind::status(401),
+            ErrorKind::Refused(Refusal::Unauthorized)
+        );
+        assert_eq!(
+            ErrorKind::status(403),
+            ErrorKind::Refused(Refusal::Forbidden)
+        );
+        assert_eq!(
+            ErrorKind::status(429),
+            ErrorKind::Refused(Refusal::TooManyRequests)
+        );
+        assert_eq!(ErrorKind::status(503), ErrorKind::HttpStatus(503));
+        assert_eq!(ErrorKind::status(401).key(), "refused:401_unauthorized");
+        assert_eq!(ErrorKind::status(403).key(), "refused:403_forbidden");
+        assert_eq!(
+            ErrorKind::status(429).key(),
+            "refused:429_too_many_requests"
+        );
+        assert_eq!(ErrorKind::status(404).key(), "http_status:404");
+
+        let stats = Stats::new().unwrap();
+        for code in [401, 401, 403, 429] {
+            stats.failed(OpKind::Initialize, &ErrorKind::status(code));
+        }
+        let (ok, failed, violations) = stats.totals();
+        assert_eq!((ok, failed, violations), (0, 4, 0));
+        let errors = stats.errors();
+        assert_eq!(errors.get("refused:401_unauthorized"), Some(&2));
+        assert_eq!(errors.get("refused:403_forbidden"), Some(&1));
+        assert_eq!(errors.get("refused:429_too_many_requests"), Some(&1));
+        let initialize = &stats.operations(Duration::from_secs(1))["initialize"];
+        assert_eq!((initialize.ok, initialize.failed), (0, 4));
+    }
 }
