@@ -296,6 +296,9 @@ impl Authenticator {
     /// Verifies a JWT access token; returns its principal and `exp`.
     async fn verify_jwt(&self, token: &str) -> Result<(Arc<Principal>, u64), AuthError> {
         let invalid = AuthError::Invalid;
+        if segment_json(token, 0).is_none() {
+            return Err(invalid(Rejection::Malformed));
+        }
         // The header names the algorithm; `none`, symmetric and unknown
         // algorithms do not parse into an accepted one.
         let header =
@@ -471,11 +474,18 @@ fn bearer(header: Option<&[u8]>) -> Result<&str, AuthError> {
 /// The claims of a JWT before its signature is checked: only to pick the
 /// issuer whose keys check it.
 fn unverified_claims(token: &str) -> Option<Claims> {
-    let payload = token.split('.').nth(1)?;
+    serde_json::from_value(segment_json(token, 1)?).ok()
+}
+
+/// Segment `n` of a JWT (0: header, 1: payload) as a JSON object.
+fn segment_json(token: &str, n: usize) -> Option<serde_json::Value> {
+    let segment = token.split('.').nth(n)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
+        .decode(segment.trim_end_matches('='))
         .ok()?;
-    serde_json::from_slice(&bytes).ok()
+    serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .filter(serde_json::Value::is_object)
 }
 
 fn rejection_of(kind: &jsonwebtoken::errors::ErrorKind) -> Rejection {

@@ -66,6 +66,19 @@ impl Cluster {
     /// A binary is missing (the message says how to install or build it),
     /// or a process does not start.
     pub fn start(n: usize, extra_args: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with(n, |_| extra_args.iter().map(|a| (*a).to_owned()).collect())
+    }
+
+    /// As [`Self::start`], the load balancer first: `extra_args` gets its
+    /// MCP endpoint URL (`http://127.0.0.1:<port>/mcp`), for settings that
+    /// name the public URL (the resource URI of authorization).
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_with(
+        n: usize,
+        extra_args: impl FnOnce(&str) -> Vec<String>,
+    ) -> anyhow::Result<Self> {
         if n == 0 {
             bail!("a cluster needs at least one node");
         }
@@ -77,20 +90,22 @@ impl Cluster {
             );
         }
         let redis = RedisServer::start()?;
+        let addrs = (0..n)
+            .map(|_| Ok(SocketAddr::from(([127, 0, 0, 1], crate::free_port()?))))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        // nginx needs no upstream up to start.
+        let nginx = Nginx::start(&addrs)?;
+        let extra_args = extra_args(&nginx.url());
         let mut args = vec!["--redis-url".to_owned(), redis.url()];
         if !extra_args.iter().any(|arg| arg.starts_with("--log")) {
             args.extend(["--log".to_owned(), "warn".to_owned()]);
         }
-        args.extend(extra_args.iter().map(|arg| (*arg).to_owned()));
+        args.extend(extra_args);
         let mut nodes = Vec::with_capacity(n);
-        let mut addrs = Vec::with_capacity(n);
-        for i in 0..n {
-            let addr = SocketAddr::from(([127, 0, 0, 1], crate::free_port()?));
-            let node = spawn_node(&binary, &args, addr).with_context(|| format!("node {i}"))?;
+        for (i, addr) in addrs.iter().enumerate() {
+            let node = spawn_node(&binary, &args, *addr).with_context(|| format!("node {i}"))?;
             nodes.push(Some(node));
-            addrs.push(addr);
         }
-        let nginx = Nginx::start(&addrs)?;
         Ok(Self {
             nginx,
             nodes,
