@@ -52,6 +52,17 @@ pub struct HttpConfig {
     /// which carry many clients' connections. Default: `127.0.0.1` and
     /// `::1` (a local proxy; a client on the node's own host).
     pub connection_limit_exempt: Vec<String>,
+    /// Addresses or networks of the proxies whose `X-Forwarded-For` is
+    /// believed: behind them, quotas count a request's client as the
+    /// rightmost forwarded address that is not itself one of them
+    /// ([`crate::forwarded`]). List the load balancers and ingress
+    /// controllers in front of the node (usually the same as
+    /// `connection_limit_exempt`). A request whose every hop is trusted has
+    /// no address of its own and no per-address quota. Default: `127.0.0.1`
+    /// and `::1`, a proxy on the node's own host (a client there is trusted
+    /// anyway); a client that reaches the node directly cannot claim
+    /// another address.
+    pub trusted_proxies: Vec<String>,
 }
 
 impl Default for HttpConfig {
@@ -72,6 +83,7 @@ impl Default for HttpConfig {
             max_connections: 0,
             max_connections_per_peer: 512,
             connection_limit_exempt: vec!["127.0.0.1".to_owned(), "::1".to_owned()],
+            trusted_proxies: vec!["127.0.0.1".to_owned(), "::1".to_owned()],
         }
     }
 }

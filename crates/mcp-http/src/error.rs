@@ -2,10 +2,10 @@
 //! JSON-RPC code declared once, rendered as a JSON-RPC error body.
 
 use actix_web::http::StatusCode;
-use actix_web::http::header::{ALLOW, CONTENT_TYPE};
+use actix_web::http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER};
 use actix_web::{HttpResponse, ResponseError};
 use mcp_protocol::{DecodeError, ErrorCode, ErrorObject, Message, RequestId, Response};
-use mcp_runtime::{Refusal, RuntimeError};
+use mcp_runtime::{Quota, Refusal, RuntimeError};
 
 /// Why the transport refused a request.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +83,15 @@ pub enum HttpError {
         /// The `WWW-Authenticate` value.
         challenge: String,
     },
+    /// A quota refused (429 with `Retry-After`; the body's `error.data`
+    /// names the quota).
+    #[error("{}", .quota.client_message())]
+    QuotaExceeded {
+        /// Which.
+        quota: Quota,
+        /// Whole seconds to wait before trying again, at least 1.
+        retry_after_secs: u64,
+    },
     /// Another error, answering the request with this id (the body's error
     /// carries it, as JSON-RPC asks when the id could be read).
     #[error("{error}")]
@@ -101,6 +110,7 @@ impl HttpError {
             Self::Decode(err) => err.code,
             Self::HeaderMismatch { .. } => ErrorCode::HEADER_MISMATCH,
             Self::Unavailable(_) => ErrorCode::INTERNAL_ERROR,
+            Self::QuotaExceeded { .. } => ErrorCode::QUOTA_EXCEEDED,
             Self::Auth {
                 error: mcp_auth::AuthError::Unavailable(_),
                 ..
@@ -116,6 +126,20 @@ impl HttpError {
             Self::Decode(err) => err.id.clone(),
             Self::InvalidRequest { id, .. } | Self::HeaderMismatch { id, .. } => id.clone(),
             Self::ForRequest { id, .. } => Some(id.clone()),
+            _ => None,
+        }
+    }
+
+    /// The error body's `data`, when it has any.
+    pub fn data(&self) -> Option<serde_json::Value> {
+        match self.inner() {
+            Self::QuotaExceeded {
+                quota,
+                retry_after_secs,
+            } => Some(serde_json::json!({
+                "quota": quota.name(),
+                "retryAfterSeconds": retry_after_secs,
+            })),
             _ => None,
         }
     }
@@ -153,6 +177,7 @@ impl HttpError {
             Self::BadLastEventId(_) => "bad_last_event_id",
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::Unavailable(_) => "unavailable",
+            Self::QuotaExceeded { .. } => "quota_exceeded",
             Self::Auth { error, .. } => match error {
                 mcp_auth::AuthError::InsufficientScope(_) => "insufficient_scope",
                 mcp_auth::AuthError::Unavailable(_) => "auth_unavailable",
@@ -174,6 +199,14 @@ impl HttpError {
 impl From<RuntimeError> for HttpError {
     fn from(err: RuntimeError) -> Self {
         let message = err.client_message();
+        if let (RuntimeError::QuotaExceeded { quota, .. }, Some(retry_after_secs)) =
+            (&err, err.retry_after_secs())
+        {
+            return Self::QuotaExceeded {
+                quota: *quota,
+                retry_after_secs,
+            };
+        }
         match err {
             RuntimeError::SessionNotFound => Self::SessionNotFound,
             RuntimeError::UnknownEvent | RuntimeError::EventsExpired => {
@@ -208,6 +241,7 @@ impl ResponseError for HttpError {
             Self::SessionNotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Auth { error, .. } => match error {
                 mcp_auth::AuthError::InsufficientScope(_) => StatusCode::FORBIDDEN,
                 mcp_auth::AuthError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -255,14 +289,56 @@ impl ResponseError for HttpError {
                     challenge.as_str(),
                 ));
             }
+            Self::QuotaExceeded {
+                retry_after_secs, ..
+            } => {
+                builder.insert_header((RETRY_AFTER, retry_after_secs.to_string()));
+            }
             _ => {}
         }
-        let body = Message::Response(Response::error(
-            self.id(),
-            ErrorObject::new(self.code(), self.to_string()),
-        ));
+        let mut error = ErrorObject::new(self.code(), self.to_string());
+        error.data = self.data();
+        let body = Message::Response(Response::error(self.id(), error));
         builder
             .insert_header((CONTENT_TYPE, "application/json"))
             .body(body.to_json())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use actix_web::body::MessageBody;
+
+    use super::*;
+
+    #[test]
+    fn a_quota_refusal_is_429_with_retry_after_and_names_the_quota() {
+        let refusal = Refusal::Runtime {
+            error: RuntimeError::QuotaExceeded {
+                quota: Quota::SessionsPerPrincipal,
+                retry_after: Duration::from_millis(1500),
+            },
+            id: Some(RequestId::Number(3)),
+            batch: Vec::new(),
+        };
+        let err = HttpError::from(refusal);
+        assert_eq!(err.status_code(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(err.reason(), "quota_exceeded");
+        let response = err.error_response();
+        assert_eq!(response.headers().get(RETRY_AFTER).unwrap(), "2");
+        let body = response.into_body().try_into_bytes().unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["id"], 3);
+        assert_eq!(body["error"]["code"], -32029);
+        assert_eq!(body["error"]["data"]["quota"], "sessions_per_principal");
+        assert_eq!(body["error"]["data"]["retryAfterSeconds"], 2);
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("sessions_per_principal")
+        );
     }
 }

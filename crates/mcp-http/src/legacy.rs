@@ -51,6 +51,12 @@ pub async fn connect(
     let runtime = &state.runtime;
     let inbound = crate::streamable::inbound(&req, Transport::LegacySse, principal);
     let session = runtime.open_session(&inbound).await?;
+    // From here the session ends with its stream, or without it (a stream
+    // refused by its quota leaves no session behind).
+    let guard = EndOnDrop {
+        runtime: runtime.clone(),
+        session: session.id().clone(),
+    };
     let (_, follow) = runtime.follow_standalone(&session).await?;
     let endpoint = format!("{MESSAGES_PATH}?sessionId={}", session.id());
     let framing = Framing {
@@ -59,10 +65,6 @@ pub async fn connect(
         legacy: true,
         kind: StreamKind::Legacy,
         ..Framing::default()
-    };
-    let guard = EndOnDrop {
-        runtime: runtime.clone(),
-        session: session.id().clone(),
     };
     let body = sse::body(follow, framing).map(move |chunk| {
         let _keep = &guard;
@@ -105,6 +107,8 @@ pub async fn message(
     let session = runtime.session_as(&id, principal.as_deref()).await?;
     // Answers travel on the SSE stream, errors for the body's members too.
     let inbound = crate::streamable::inbound(&req, Transport::LegacySse, principal);
-    runtime.submit(&session, body, Answers::SessionStream, &inbound)?;
+    runtime
+        .submit(&session, body, Answers::SessionStream, &inbound)
+        .await?;
     Ok(HttpResponse::Accepted().body(Bytes::from_static(b"Accepted")))
 }

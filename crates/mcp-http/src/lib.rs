@@ -12,6 +12,7 @@
 //! - [`config`]: transport settings ([`HttpConfig`]).
 //! - [`connections`]: connection limits, in all and per client address.
 //! - [`error`]: [`HttpError`], the one place that picks status codes.
+//! - [`forwarded`]: the client's address behind trusted proxies.
 //! - [`headers`]: header names and checks.
 //! - [`sse`]: SSE framing of followed streams.
 //! - [`streamable`]: the Streamable HTTP endpoint.
@@ -22,6 +23,7 @@ pub mod auth;
 pub mod config;
 pub mod connections;
 pub mod error;
+pub mod forwarded;
 pub mod headers;
 pub mod legacy;
 pub mod observe;
@@ -57,6 +59,9 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: HttpState) {
         .as_ref()
         .map(|a| a.metadata().paths().to_vec())
         .unwrap_or_default();
+    // Validated at start (`NodeConfig::validate`): none trusted otherwise.
+    let proxies = forwarded::TrustedProxies::from_config(&state.config).unwrap_or_default();
+    cfg.app_data(web::Data::new(proxies));
     cfg.app_data(web::Data::new(state));
     for path in metadata_paths {
         cfg.service(web::resource(path).route(web::get().to(auth::metadata)));

@@ -118,7 +118,10 @@ async fn post_body(
     if let Body::Single(message) = &body {
         headers::check_standard_headers(req.headers(), message, runtime.service().as_ref())?;
     }
-    match runtime.submit(&session, body, Answers::Reply, &inbound)? {
+    match runtime
+        .submit(&session, body, Answers::Reply, &inbound)
+        .await?
+    {
         Submitted::Reply { reply, batch } => answer(state, &session, reply, batch).await,
         Submitted::Accepted | Submitted::Stream(_) => {
             count_answer(AnswerKind::Accepted);
@@ -166,12 +169,15 @@ pub(crate) fn inbound(
     transport: Transport,
     principal: Option<std::sync::Arc<mcp_store::Principal>>,
 ) -> Inbound {
+    let peer = req.peer_addr();
+    let proxies = req.app_data::<web::Data<crate::forwarded::TrustedProxies>>();
     Inbound {
         transport,
         trace: mcp_telemetry::parent_from_headers(|name| {
             req.headers().get(name).and_then(|v| v.to_str().ok())
         }),
-        client: req.peer_addr(),
+        client: peer,
+        client_ip: proxies.and_then(|p| p.client_ip(peer.map(|a| a.ip()), req.headers())),
         principal,
     }
 }

@@ -100,6 +100,27 @@ struct Cli {
     /// comma-separated [default: 127.0.0.1,::1].
     #[arg(long, env = "MCP_CONNECTION_LIMIT_EXEMPT", value_delimiter = ',')]
     connection_limit_exempt: Option<Vec<String>>,
+    /// Proxies (addresses or networks) whose X-Forwarded-For names the
+    /// client quotas count, comma-separated [default: 127.0.0.1,::1].
+    #[arg(long, env = "MCP_TRUSTED_PROXIES", value_delimiter = ',')]
+    trusted_proxies: Option<Vec<String>>,
+    /// New sessions per client address per `quotas.initialize_window_secs`
+    /// (60 s) for requests without a principal, 0 for no limit
+    /// [default: 60].
+    #[arg(long, env = "MCP_QUOTA_INITIALIZE_PER_ADDRESS")]
+    quota_initialize_per_address: Option<u32>,
+    /// Requests and notifications per principal per
+    /// `quotas.requests_window_secs` (60 s), 0 for no limit [default: 1200].
+    #[arg(long, env = "MCP_QUOTA_REQUESTS_PER_PRINCIPAL")]
+    quota_requests_per_principal: Option<u32>,
+    /// Open sessions per principal, cluster-wide, 0 for no limit
+    /// [default: 100].
+    #[arg(long, env = "MCP_QUOTA_SESSIONS_PER_PRINCIPAL")]
+    quota_sessions_per_principal: Option<u32>,
+    /// Open SSE streams (GET, resumptions, legacy /sse) per principal,
+    /// cluster-wide, 0 for no limit [default: 100].
+    #[arg(long, env = "MCP_QUOTA_STREAMS_PER_PRINCIPAL")]
+    quota_streams_per_principal: Option<u32>,
     /// Items per page of tools/list, resources/list, resources/templates/list
     /// and prompts/list [default: 100].
     #[arg(long, env = "MCP_PAGE_SIZE")]
@@ -200,6 +221,21 @@ impl Cli {
         }
         if let Some(v) = &self.connection_limit_exempt {
             c.http.connection_limit_exempt.clone_from(v);
+        }
+        if let Some(v) = &self.trusted_proxies {
+            c.http.trusted_proxies.clone_from(v);
+        }
+        if let Some(v) = self.quota_initialize_per_address {
+            c.quotas.initialize_per_address = v;
+        }
+        if let Some(v) = self.quota_requests_per_principal {
+            c.quotas.requests_per_principal = v;
+        }
+        if let Some(v) = self.quota_sessions_per_principal {
+            c.quotas.sessions_per_principal = v;
+        }
+        if let Some(v) = self.quota_streams_per_principal {
+            c.quotas.streams_per_principal = v;
         }
         c.validate()?;
         Ok((c, unknown))

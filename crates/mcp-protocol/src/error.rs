@@ -24,6 +24,10 @@ impl ErrorCode {
     /// HTTP headers do not match the body (`Mcp-Method`, `Mcp-Name`,
     /// `Mcp-Param-*`); the code the released 2026-07-28 schema allocates.
     pub const HEADER_MISMATCH: Self = Self(-32020);
+    /// A quota refused the request (HTTP 429 with `Retry-After`): this
+    /// server's code, from the range JSON-RPC 2.0 leaves to servers
+    /// (-32000 to -32099); `data` names the quota.
+    pub const QUOTA_EXCEEDED: Self = Self(-32029);
     /// URL-mode elicitation required (2025-11-25).
     pub const URL_ELICITATION_REQUIRED: Self = Self(-32042);
 }

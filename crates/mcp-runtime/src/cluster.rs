@@ -1,9 +1,10 @@
 //! The node's cluster duties: acting on control-bus messages, heartbeating,
-//! and finalizing the requests of dead nodes.
+//! finalizing the requests of dead nodes, and renewing the quota slots of
+//! the streams this node serves.
 //!
-//! Owner: [`Runtime::new`] starts both tasks on the actix system arbiter.
-//! Stop path: they end with the actix system (the bus task also when the
-//! bus closes).
+//! Owner: [`Runtime::new`] starts the three tasks on the actix system
+//! arbiter. Stop path: they end with the actix system (the bus task also
+//! when the bus closes).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -53,6 +54,17 @@ pub(crate) fn start(runtime: &Runtime) {
                 }
                 Err(RecvError::Closed) => break,
             }
+        }
+    });
+    // Apart from the heartbeat: renewing many principals' slots must never
+    // delay it.
+    let rt = runtime.clone();
+    actix::spawn(async move {
+        let quotas = std::sync::Arc::clone(&rt.node().quotas);
+        let mut renew = tokio::time::interval(quotas.renew_interval());
+        loop {
+            renew.tick().await;
+            quotas.renew_streams().await;
         }
     });
     let rt = runtime.clone();

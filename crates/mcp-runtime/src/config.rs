@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::QuotaConfig;
+
 /// How a POST carrying requests is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -66,6 +68,10 @@ pub struct RuntimeConfig {
     /// most about 150 KiB of client-chosen data (info, capabilities,
     /// subscriptions).
     pub max_uri_bytes: usize,
+    /// Quotas per client address and per principal. Not read from the
+    /// runtime's section: a node sets it from its own `[quotas]` section.
+    #[serde(skip)]
+    pub quotas: QuotaConfig,
 }
 
 impl Default for RuntimeConfig {
@@ -85,6 +91,7 @@ impl Default for RuntimeConfig {
             max_client_capabilities_bytes: 16 * 1024,
             max_subscriptions_per_session: 64,
             max_uri_bytes: 2048,
+            quotas: QuotaConfig::default(),
         }
     }
 }

@@ -1,6 +1,10 @@
 //! Errors the runtime reports to transports.
 
+use std::time::Duration;
+
 use mcp_store::StoreError;
+
+use crate::Quota;
 
 /// Why the runtime could not take a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,6 +31,14 @@ pub enum RuntimeError {
     /// The store failed (HTTP 503).
     #[error("store unavailable")]
     Store(#[source] StoreError),
+    /// A quota refused (HTTP 429 with `Retry-After`).
+    #[error("quota {} exceeded", .quota.name())]
+    QuotaExceeded {
+        /// Which.
+        quota: Quota,
+        /// When trying again may succeed at the soonest.
+        retry_after: Duration,
+    },
 }
 
 impl RuntimeError {
@@ -40,6 +52,35 @@ impl RuntimeError {
             Self::UnknownEvent => "unknown Last-Event-ID",
             Self::EventsExpired => "events after Last-Event-ID are no longer retained",
             Self::Store(_) => "session store unavailable",
+            Self::QuotaExceeded { quota, .. } => quota.client_message(),
+        }
+    }
+
+    /// Whole seconds a refused client should wait (`Retry-After`), at least
+    /// 1; `None` when waiting is not the remedy.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Self::QuotaExceeded { retry_after, .. } => {
+                let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+                Some(secs.max(1))
+            }
+            _ => None,
+        }
+    }
+
+    /// The JSON-RPC error a client gets, on every transport.
+    pub fn to_error_object(&self) -> mcp_protocol::ErrorObject {
+        use mcp_protocol::{ErrorCode, ErrorObject};
+        match self {
+            Self::QuotaExceeded { quota, .. } => {
+                ErrorObject::new(ErrorCode::QUOTA_EXCEEDED, quota.client_message()).with_data(
+                    serde_json::json!({
+                        "quota": quota.name(),
+                        "retryAfterSeconds": self.retry_after_secs(),
+                    }),
+                )
+            }
+            other => ErrorObject::internal(other.client_message()),
         }
     }
 }

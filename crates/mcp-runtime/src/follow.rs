@@ -20,6 +20,8 @@ use mcp_store::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::quota::StreamLease;
+
 /// Events read from the log per round trip; also the most a slow reader
 /// holds in memory.
 const READ_BATCH: usize = 64;
@@ -192,6 +194,10 @@ pub struct Follow {
     /// Since when reads have failed (the store not answering), if they do.
     failing_since: Option<tokio::time::Instant>,
     done: bool,
+    /// The principal's stream slot this follow holds, if counted: given
+    /// back when the follow is dropped (its connection ended), kept for
+    /// the reader that took the stream over.
+    lease: Option<StreamLease>,
 }
 
 /// What a client reads when a stream's data is gone (the session was
@@ -240,7 +246,17 @@ impl Follow {
             ending: None,
             failing_since: None,
             done: false,
+            lease: None,
         })
+    }
+
+    /// Holds `lease` (a stream slot) for as long as this follow lives; a
+    /// reader that takes the stream over takes the slot with it.
+    pub(crate) fn hold(&mut self, mut lease: Option<StreamLease>) {
+        if let Some(lease) = &mut lease {
+            lease.yield_to_takeover(self.attachment.kick.clone());
+        }
+        self.lease = lease;
     }
 
     /// The stream followed.

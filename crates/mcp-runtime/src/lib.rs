@@ -23,6 +23,7 @@
 //! - [`pipeline`]: the one path every transport hands decoded bodies to.
 //! - [`service`]: [`McpService`], what a provider implements.
 //! - [`cluster`]: control-bus handling, heartbeats, orphan finalization.
+//! - [`quota`]: quotas per client address and per principal.
 //! - [`config`], [`error`]: settings and errors.
 
 pub mod cluster;
@@ -32,6 +33,7 @@ pub mod error;
 pub mod exchange;
 pub mod follow;
 pub mod pipeline;
+pub mod quota;
 pub mod registry;
 pub(crate) mod request;
 pub mod runtime;
@@ -44,6 +46,7 @@ pub use error::RuntimeError;
 pub use exchange::{Exchange, ExchangeReply};
 pub use follow::{Follow, FollowEnd, FollowItem};
 pub use pipeline::{Answers, Inbound, Refusal, Submitted, Transport};
+pub use quota::{Quota, QuotaConfig};
 pub use runtime::Runtime;
 pub use service::{McpService, MirroredParam, ServerEvent};
 pub use session::SessionHandle;

@@ -64,6 +64,11 @@ pub struct Inbound {
     pub trace: mcp_telemetry::TraceContext,
     /// The peer of the connection.
     pub client: Option<std::net::SocketAddr>,
+    /// The client's address as quotas count it: the peer, or behind
+    /// trusted proxies the address they forwarded for (`mcp-http`
+    /// decides); `None` on stdio, and when the client cannot be told from
+    /// a proxy that carries many clients.
+    pub client_ip: Option<std::net::IpAddr>,
     /// Who the body acts for: the principal of its validated access token
     /// (`None` when authorization is off, and on stdio).
     pub principal: Option<Arc<mcp_store::Principal>>,
@@ -76,6 +81,7 @@ impl Inbound {
             transport,
             trace: mcp_telemetry::TraceContext::new(),
             client: None,
+            client_ip: None,
             principal: None,
         }
     }
@@ -191,10 +197,12 @@ impl Refusal {
     pub fn to_error_object(&self) -> ErrorObject {
         match self {
             Self::Invalid { message, .. } => ErrorObject::new(ErrorCode::INVALID_REQUEST, message),
-            Self::Runtime { error, batch, .. } if !batch.is_empty() => ErrorObject::internal(
-                format!("{}; nothing in the batch was run", error.client_message()),
-            ),
-            Self::Runtime { error, .. } => ErrorObject::internal(error.client_message()),
+            Self::Runtime { error, batch, .. } if !batch.is_empty() => {
+                let mut object = error.to_error_object();
+                object.message.push_str("; nothing in the batch was run");
+                object
+            }
+            Self::Runtime { error, .. } => error.to_error_object(),
         }
     }
 
@@ -421,6 +429,7 @@ fn rejection_reason(err: &RuntimeError) -> &'static str {
         RuntimeError::TooManySessions => "too_many_sessions",
         RuntimeError::ShuttingDown => "shutting_down",
         RuntimeError::Store(_) => "store_unavailable",
+        RuntimeError::QuotaExceeded { .. } => "quota",
         _ => "other",
     }
 }
@@ -428,14 +437,25 @@ fn rejection_reason(err: &RuntimeError) -> &'static str {
 impl Runtime {
     /// Opens a session for a transport that opens one without `initialize`
     /// (legacy HTTP+SSE, stdio): the client's `initialize` follows on it.
+    /// Counted against `initialize_per_address` (no principal) or
+    /// `sessions_per_principal`.
     ///
     /// # Errors
-    /// As [`Runtime::create_session`].
+    /// As [`Runtime::create_session`], and [`RuntimeError::QuotaExceeded`].
     pub async fn open_session(&self, inbound: &Inbound) -> Result<SessionHandle, RuntimeError> {
         let transport = inbound.transport;
         let m = metrics::metrics();
         let owner = inbound.principal.as_deref().map(mcp_store::Principal::key);
-        match self.create_session(owner).await {
+        let admitted = self
+            .node()
+            .quotas
+            .admit_new_session(inbound.client_ip, inbound.principal.as_deref())
+            .await;
+        let created = match admitted {
+            Ok(()) => self.create_session(owner).await,
+            Err(err) => Err(err),
+        };
+        match created {
             Ok(session) => {
                 m.sessions_created
                     .with_label_values(&[transport.label()])
@@ -472,6 +492,20 @@ impl Runtime {
         Refusal,
     > {
         let id = request.id.clone();
+        // The principal's request quota first: a refused `initialize`
+        // opens nothing.
+        if let Err(err) = self
+            .node()
+            .quotas
+            .admit_requests(inbound.principal.as_deref(), 1)
+            .await
+        {
+            metrics::metrics()
+                .sessions_rejected
+                .with_label_values(&[rejection_reason(&err)])
+                .inc();
+            return Err(Refusal::runtime(err, Some(id)));
+        }
         let session = self
             .open_session(inbound)
             .await
@@ -496,17 +530,23 @@ impl Runtime {
     }
 
     /// Hands a decoded body to `session`: one message, or a batch (2025-03-26
-    /// sessions only) admitted whole or refused whole.
+    /// sessions only) admitted whole or refused whole. Its requests and
+    /// notifications count against the principal's `requests_per_principal`
+    /// first (a batch all or nothing).
+    ///
+    /// Cancel safety: cancelled before it returns, nothing of the body ran
+    /// (its quota units may have been counted).
     ///
     /// # Errors
     /// A [`Refusal`]: nothing in the body ran.
-    pub fn submit(
+    pub async fn submit(
         &self,
         session: &SessionHandle,
         body: Body,
         answers: Answers,
         inbound: &Inbound,
     ) -> Result<Submitted, Refusal> {
+        self.admit_body(&body, inbound).await?;
         match body {
             Body::Single(Message::Request(request)) => {
                 let exchange = match answers {
@@ -542,6 +582,46 @@ impl Runtime {
             }
             Body::Batch(items) => self.submit_batch(session, items, answers, inbound),
         }
+    }
+
+    /// Counts the body's requests and notifications against the principal's
+    /// request quota; a refusal names the request of a single-request body,
+    /// or every request of a batch (none of them runs).
+    async fn admit_body(&self, body: &Body, inbound: &Inbound) -> Result<(), Refusal> {
+        let Some(principal) = inbound.principal.as_deref() else {
+            return Ok(());
+        };
+        let initiated = |m: &Message| matches!(m, Message::Request(_) | Message::Notification(_));
+        let count = match body {
+            Body::Single(message) => usize::from(initiated(message)),
+            Body::Batch(items) => items
+                .iter()
+                .filter(|item| item.as_ref().is_ok_and(initiated))
+                .count(),
+        };
+        let Err(error) = self
+            .node()
+            .quotas
+            .admit_requests(Some(principal), count)
+            .await
+        else {
+            return Ok(());
+        };
+        Err(match body {
+            Body::Single(Message::Request(r)) => Refusal::runtime(error, Some(r.id.clone())),
+            Body::Batch(items) => Refusal::Runtime {
+                error,
+                id: None,
+                batch: items
+                    .iter()
+                    .filter_map(|item| match item {
+                        Ok(Message::Request(r)) => Some(r.id.clone()),
+                        _ => None,
+                    })
+                    .collect(),
+            },
+            Body::Single(_) => Refusal::runtime(error, None),
+        })
     }
 
     fn dispatch_one(

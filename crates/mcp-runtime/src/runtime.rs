@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::exchange::{Exchange, ExchangeReply};
 use crate::follow::{Attachments, Follow};
+use crate::quota::Quotas;
 use crate::registry::{FanOut, SessionMap, SessionRegistry};
 use crate::session::{Session, SessionDeps};
 use crate::{McpService, RuntimeConfig, RuntimeError, ServerEvent, SessionHandle};
@@ -41,6 +42,8 @@ pub(crate) struct NodeContext {
     /// Set by `Runtime::leave`: no heartbeat after it. A tokio mutex: held
     /// across the heartbeat and the leave, so neither overtakes the other.
     pub(crate) membership: tokio::sync::Mutex<bool>,
+    /// Quota checks, and the stream slots this node's connections hold.
+    pub(crate) quotas: Arc<Quotas>,
 }
 
 /// Counts one open exchange on its node while it lives.
@@ -130,8 +133,13 @@ impl Runtime {
     pub fn new(service: Arc<dyn McpService>, store: Store, config: RuntimeConfig) -> Self {
         let sessions: SessionMap = Arc::new(DashMap::new());
         let registry = SessionRegistry::new(Arc::clone(&sessions)).start();
+        let quotas = Arc::new(Quotas::new(
+            config.quotas.clone(),
+            Arc::clone(&store.quotas),
+        ));
         let node = Arc::new(NodeContext {
             id: NodeId::random(),
+            quotas,
             store,
             attachments: Arc::new(Attachments::default()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
@@ -239,11 +247,12 @@ impl Runtime {
     }
 
     /// Creates a new, not yet initialized session and starts its actor on
-    /// the current arbiter.
+    /// the current arbiter. A session of a principal (`principal`: its key)
+    /// takes one of its `sessions_per_principal` slots until it ends.
     ///
     /// # Errors
     /// [`RuntimeError::TooManySessions`], [`RuntimeError::ShuttingDown`],
-    /// or a store failure.
+    /// [`RuntimeError::QuotaExceeded`], or a store failure.
     pub async fn create_session(
         &self,
         principal: Option<String>,
@@ -260,9 +269,35 @@ impl Runtime {
         if self.inner.sessions.len() + others >= self.config().max_sessions {
             return Err(RuntimeError::TooManySessions);
         }
-        let store = &self.inner.deps.node.store;
         let id = SessionId::random();
-        let standalone = store.events.create_stream(&id, &[]).await?;
+        let idle_ttl = self.config().session_idle_ttl();
+        let quotas = &self.node().quotas;
+        if let Some(owner) = &principal {
+            quotas.acquire_session(owner, &id, idle_ttl).await?;
+        }
+        let stored = self.store_new_session(&id, principal.clone()).await;
+        let record = match stored {
+            Ok(record) => record,
+            Err(err) => {
+                if let Some(owner) = &principal {
+                    quotas.release_session(owner, &id).await;
+                }
+                return Err(err);
+            }
+        };
+        let handle = Session::start_with(record, self.inner.deps.clone(), &self.inner.stop);
+        self.inner.sessions.insert(id, handle.clone());
+        Ok(handle)
+    }
+
+    /// Writes a new session's standalone stream and record.
+    async fn store_new_session(
+        &self,
+        id: &SessionId,
+        principal: Option<String>,
+    ) -> Result<SessionRecord, RuntimeError> {
+        let store = &self.inner.deps.node.store;
+        let standalone = store.events.create_stream(id, &[]).await?;
         let record = SessionRecord {
             id: id.clone(),
             protocol_version: None,
@@ -281,9 +316,7 @@ impl Runtime {
             .sessions
             .create(&record, self.config().session_idle_ttl())
             .await?;
-        let handle = Session::start_with(record, self.inner.deps.clone(), &self.inner.stop);
-        self.inner.sessions.insert(id, handle.clone());
-        Ok(handle)
+        Ok(record)
     }
 
     /// Finds a session: on this node, or rehydrated from the store.
@@ -485,8 +518,16 @@ impl Runtime {
             (None, Some(_)) => store.sessions.load(id).await.ok().flatten(),
             _ => None,
         };
+        // Whose session slot it held: its actor knows, or its record.
+        let owner: Option<String> = local
+            .as_ref()
+            .and_then(|h| h.owner().map(str::to_owned))
+            .or_else(|| record.as_ref().and_then(|r| r.principal.clone()));
         let existed = store.sessions.delete(id).await?;
         store.events.delete_session(id).await?;
+        if let Some(owner) = owner {
+            self.node().quotas.release_session(&owner, id).await;
+        }
         let local = self.inner.sessions.remove(id);
         if let Some((_, handle)) = &local {
             handle.terminate();
@@ -572,11 +613,14 @@ impl Runtime {
     }
 
     /// Follows a stream of the session after `after`, taking it over from
-    /// its reader anywhere in the cluster (resumption, standalone GET).
+    /// its reader anywhere in the cluster (resumption, standalone GET). A
+    /// principal's session counts it against `streams_per_principal` while
+    /// the follow lives.
     ///
     /// # Errors
     /// [`RuntimeError::UnknownEvent`] when the stream or position is not in
-    /// this session; [`RuntimeError::EventsExpired`]; a store failure.
+    /// this session; [`RuntimeError::EventsExpired`];
+    /// [`RuntimeError::QuotaExceeded`]; a store failure.
     pub async fn follow(
         &self,
         session: &SessionHandle,
@@ -608,7 +652,14 @@ impl Runtime {
                 .stream_requests(session.id(), stream)
                 .await?
         };
-        let follow = self.follow_here(session, stream, after, requests).await?;
+        // A principal's stream holds one of its slots while it is read; a
+        // reconnection to the same stream takes that stream's slot over.
+        let lease = match session.owner() {
+            Some(owner) => self.node().quotas.acquire_stream(owner, stream).await?,
+            None => None,
+        };
+        let mut follow = self.follow_here(session, stream, after, requests).await?;
+        follow.hold(lease);
         // One reader per stream in the whole cluster: readers elsewhere end.
         let kick = ControlMessage::Kick {
             session: session.id().clone(),

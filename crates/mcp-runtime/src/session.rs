@@ -482,11 +482,17 @@ impl Session {
         let id = self.record.id.clone();
         let standalone = self.record.standalone_stream.clone();
         let addr = ctx.address();
+        // The session's quota slot lives exactly as long as its record.
+        let owner = self.shared.owner.get().cloned();
+        let quotas = Arc::clone(&self.deps.node.quotas);
         actix::spawn(async move {
             match store.sessions.touch(&id, ttl).await {
                 Ok(true) => {
                     if let Err(err) = store.events.touch(&id, &standalone).await {
                         tracing::warn!(session_id = %id, error = %err, "Stream retention renewal failed.");
+                    }
+                    if let Some(owner) = owner {
+                        quotas.renew_session(&owner, &id, ttl).await;
                     }
                 }
                 Ok(false) => {
@@ -970,6 +976,11 @@ impl SessionHandle {
     /// The stream of messages unrelated to any request.
     pub fn standalone_stream(&self) -> &StreamId {
         &self.standalone
+    }
+
+    /// The key of the principal that created the session, if one did.
+    pub(crate) fn owner(&self) -> Option<&str> {
+        self.shared.owner.get().map(|o| &**o)
     }
 
     /// Whether `principal` may use this session: the one that created it

@@ -75,6 +75,7 @@ async fn ask(runtime: &Runtime, as_: &Inbound, session: &mcp_runtime::SessionHan
             Answers::Reply,
             as_,
         )
+        .await
         .unwrap();
     let Submitted::Reply { reply, .. } = submitted else {
         panic!("expected a reply")

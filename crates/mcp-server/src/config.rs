@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 pub use mcp_auth::AuthConfig;
 pub use mcp_cluster::RedisConfig;
 use mcp_http::HttpConfig;
-pub use mcp_runtime::{ResponseMode, RuntimeConfig};
+pub use mcp_runtime::{QuotaConfig, ResponseMode, RuntimeConfig};
 use serde::{Deserialize, Serialize};
 
 /// Event log retention, in file-friendly units.
@@ -84,6 +84,10 @@ pub struct NodeConfig {
     pub runtime: RuntimeConfig,
     /// Event log retention (embedded and Redis stores alike).
     pub retention: RetentionConfig,
+    /// Quotas per client address and per principal, cluster-wide with
+    /// Redis (`[quotas]`; who the client is behind proxies:
+    /// `http.trusted_proxies`).
+    pub quotas: QuotaConfig,
     /// The Redis store: present, the node joins the cluster sharing it;
     /// absent, the node runs alone on the embedded store.
     pub redis: Option<RedisConfig>,
@@ -106,6 +110,7 @@ impl Default for NodeConfig {
             http: HttpConfig::default(),
             runtime: RuntimeConfig::default(),
             retention: RetentionConfig::default(),
+            quotas: QuotaConfig::default(),
             redis: None,
             auth: None,
         }
@@ -345,6 +350,14 @@ impl NodeConfig {
         Ok((this, unknown))
     }
 
+    /// The runtime's settings, with the node's `[quotas]`.
+    pub fn runtime_config(&self) -> RuntimeConfig {
+        RuntimeConfig {
+            quotas: self.quotas.clone(),
+            ..self.runtime.clone()
+        }
+    }
+
     /// Checks values that parse but cannot work.
     ///
     /// # Errors
@@ -367,6 +380,12 @@ impl NodeConfig {
         if let Err(err) = h.exempt_networks() {
             return Err(ConfigError(format!("http.connection_limit_exempt: {err}")));
         }
+        if let Err(err) = mcp_http::forwarded::TrustedProxies::from_config(h) {
+            return Err(ConfigError(format!("http.trusted_proxies: {err}")));
+        }
+        self.quotas
+            .validate(self.runtime.max_batch_items)
+            .map_err(ConfigError)?;
         if self.page_size == 0 {
             return bad("page_size must be positive");
         }
@@ -576,5 +595,33 @@ mod tests {
         assert_eq!(edit_distance("MCP_BIDN", "MCP_BIND"), 2);
         assert_eq!(edit_distance("MCP_HTTP_X", "MCP_HTTP__X"), 1);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn quotas_and_trusted_proxies_come_from_their_section_and_are_checked() {
+        let (c, unknown) = overridden(&[
+            ("MCP_QUOTAS__SESSIONS_PER_PRINCIPAL", "5"),
+            ("MCP_QUOTAS__INITIALIZE_PER_ADDRESS", "0"),
+            ("MCP_HTTP__TRUSTED_PROXIES", "10.0.0.0/8, 192.0.2.1"),
+        ])
+        .unwrap();
+        assert_eq!(unknown, []);
+        assert_eq!(c.quotas.sessions_per_principal, 5);
+        assert_eq!(c.quotas.initialize_per_address, 0);
+        assert_eq!(c.runtime_config().quotas, c.quotas);
+        assert_eq!(c.http.trusted_proxies, ["10.0.0.0/8", "192.0.2.1"]);
+        c.validate().unwrap();
+        let file = NodeConfig::from_toml("[quotas]\nstreams_per_principal = 7\n").unwrap();
+        assert_eq!(file.quotas.streams_per_principal, 7);
+        // The runtime's section does not take them.
+        assert!(NodeConfig::from_toml("[runtime.quotas]\nstreams_per_principal = 7\n").is_err());
+        for bad in [
+            "[http]\ntrusted_proxies = [\"proxy.example\"]\n",
+            "[quotas]\nrequests_per_principal = 10\n",
+            "[quotas]\nstream_lease_secs = 1\n",
+        ] {
+            let c = NodeConfig::from_toml(bad).unwrap();
+            assert!(c.validate().is_err(), "{bad}");
+        }
     }
 }

@@ -373,7 +373,7 @@ fn serve_on(
     store: Store,
 ) -> std::io::Result<BoundNode> {
     let auth = authenticator(&config)?;
-    let runtime = Runtime::new(Arc::new(server.clone()), store, config.runtime.clone());
+    let runtime = Runtime::new(Arc::new(server.clone()), store, config.runtime_config());
     forward_events(&server, &runtime);
     let state = HttpState {
         runtime: runtime.clone(),

@@ -98,7 +98,10 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
             continue;
         }
         match decode_body_with_limit(&line, runtime.config().max_batch_items) {
-            Ok(body) => match runtime.submit(&session, body, Answers::SessionStream, &inbound) {
+            Ok(body) => match runtime
+                .submit(&session, body, Answers::SessionStream, &inbound)
+                .await
+            {
                 Ok(Submitted::Stream(exchange)) => unanswered.track(&exchange),
                 Ok(Submitted::Accepted | Submitted::Reply { .. }) => {}
                 Err(refusal) => {

@@ -117,6 +117,8 @@ pub struct Metrics {
     pub connections_open: IntGauge,
     /// `mcp_connections_refused_total` by reason.
     pub connections_refused: IntCounterVec,
+    /// `mcp_quota_rejections_total` by quota (one of [`QUOTAS`]).
+    pub quota_rejections: IntCounterVec,
     /// `mcp_auth_failures_total` by reason: requests refused by
     /// authorization (401, 403, 503).
     pub auth_failures: IntCounterVec,
@@ -125,6 +127,15 @@ pub struct Metrics {
     /// `mcp_auth_introspections_total` by outcome.
     pub auth_introspections: IntCounterVec,
 }
+
+/// The quotas (label values of `mcp_quota_rejections_total`), as the
+/// runtime names them.
+pub const QUOTAS: &[&str] = &[
+    "initialize_per_address",
+    "requests_per_principal",
+    "sessions_per_principal",
+    "streams_per_principal",
+];
 
 /// The node's phases: the drain's, in order, then `starting` (waiting for
 /// its store before serving).
@@ -347,6 +358,11 @@ impl Metrics {
                 "Connections closed at accept, by reason (node_connection_limit, peer_connection_limit).",
                 &["reason"],
             ),
+            quota_rejections: counters(
+                "mcp_quota_rejections_total",
+                "Requests, sessions and streams refused by a quota (HTTP 429), by quota.",
+                &["quota"],
+            ),
             auth_failures: counters(
                 "mcp_auth_failures_total",
                 "Requests refused by authorization, by reason (missing, expired, audience, insufficient_scope, unavailable, ...).",
@@ -403,6 +419,7 @@ impl Metrics {
             Box::new(self.drain_phase.clone()),
             Box::new(self.connections_open.clone()),
             Box::new(self.connections_refused.clone()),
+            Box::new(self.quota_rejections.clone()),
             Box::new(self.auth_failures.clone()),
             Box::new(self.auth_jwks_fetches.clone()),
             Box::new(self.auth_introspections.clone()),
@@ -449,6 +466,7 @@ impl Metrics {
                 "shutting_down",
                 "store_unavailable",
                 "initialize_failed",
+                "quota",
                 "other",
             ],
         );
@@ -461,6 +479,7 @@ impl Metrics {
             &["streamable_http", "legacy_sse", "stdio"],
         );
         zero(&self.redis_reconnects, &["commands", "pubsub"]);
+        zero(&self.quota_rejections, QUOTAS);
         zero(
             &self.bus_dropped,
             &["publish_failed", "malformed", "lagged"],
@@ -492,6 +511,7 @@ impl Metrics {
                 "unauthorized",
                 "insufficient_scope",
                 "auth_unavailable",
+                "quota_exceeded",
             ],
         );
         zero(&self.auth_jwks_fetches, &["ok", "failed"]);

@@ -1,0 +1,183 @@
+//! [`TrustedProxies`]: who the client of a request is when it came through
+//! proxies, as quotas count it.
+//!
+//! A request's TCP peer is its client unless the peer is a trusted proxy
+//! (`HttpConfig::trusted_proxies`). From a trusted proxy, the client is
+//! the rightmost address of `X-Forwarded-For` that is not itself a trusted
+//! proxy: each proxy appends the address it received the request from, so
+//! the entries right of the first untrusted one were written by trusted
+//! proxies, and everything left of it may be the client's own invention.
+//! When every hop is trusted (a request from a proxy itself, or from a
+//! client on a trusted address without the header), the client cannot be
+//! told from a proxy that carries many clients: it has no address of its
+//! own, and per-address quotas do not apply to it. An entry that does not
+//! parse stops the walk the same way. Only `X-Forwarded-For` is read (not
+//! RFC 7239 `Forwarded`): it is what nginx, HAProxy, Envoy and the cloud
+//! load balancers write.
+
+use std::net::{IpAddr, SocketAddr};
+
+use actix_web::http::header::HeaderMap;
+use ipnet::IpNet;
+
+use crate::HttpConfig;
+use crate::connections::parse_net;
+
+/// The header proxies append client addresses to.
+pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
+
+/// Most `X-Forwarded-For` hops looked at, from the right: more trusted
+/// proxies than this in a row is a misconfiguration, not a deployment.
+const MAX_HOPS: usize = 16;
+
+/// The proxies whose `X-Forwarded-For` is believed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies {
+    nets: Vec<IpNet>,
+}
+
+impl TrustedProxies {
+    /// The proxies of `config.trusted_proxies`.
+    ///
+    /// # Errors
+    /// An entry is neither an address nor a network.
+    pub fn from_config(config: &HttpConfig) -> Result<Self, String> {
+        let nets = config
+            .trusted_proxies
+            .iter()
+            .map(|text| parse_net(text))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { nets })
+    }
+
+    /// Whether `ip` is a trusted proxy.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.nets.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The client's address for a request from `peer` with `headers`
+    /// (see the module docs); `None` when it cannot be told from a trusted
+    /// proxy.
+    pub fn client_ip(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<IpAddr> {
+        let peer = peer?.to_canonical();
+        if !self.trusts(peer) {
+            return Some(peer);
+        }
+        // Several header lines form one list, in order.
+        let lines: Vec<&str> = headers
+            .get_all(X_FORWARDED_FOR)
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        let hops = lines.iter().rev().flat_map(|line| line.rsplit(','));
+        for hop in hops.take(MAX_HOPS) {
+            let ip = parse_hop(hop)?.to_canonical();
+            if !self.trusts(ip) {
+                return Some(ip);
+            }
+        }
+        None
+    }
+}
+
+/// One `X-Forwarded-For` entry: an address, perhaps with a port
+/// (`192.0.2.1:4711`, `[2001:db8::1]:4711`) or in brackets.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    let hop = hop.trim();
+    hop.parse::<IpAddr>()
+        .ok()
+        .or_else(|| hop.parse::<SocketAddr>().ok().map(|a| a.ip()))
+        .or_else(|| {
+            hop.strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .and_then(|h| h.parse().ok())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::http::header::{HeaderName, HeaderValue};
+
+    use super::*;
+
+    fn proxies(list: &[&str]) -> TrustedProxies {
+        TrustedProxies::from_config(&HttpConfig {
+            trusted_proxies: list.iter().map(|s| (*s).to_owned()).collect(),
+            ..HttpConfig::default()
+        })
+        .unwrap()
+    }
+
+    fn headers(lines: &[&str]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for line in lines {
+            map.append(
+                HeaderName::from_static(X_FORWARDED_FOR),
+                HeaderValue::from_str(line).unwrap(),
+            );
+        }
+        map
+    }
+
+    fn ip(text: &str) -> Option<IpAddr> {
+        Some(text.parse().unwrap())
+    }
+
+    #[test]
+    fn an_untrusted_peer_is_the_client_whatever_it_forwards() {
+        let p = proxies(&["10.0.0.0/8"]);
+        assert_eq!(
+            p.client_ip(ip("203.0.113.9"), &headers(&["198.51.100.1"])),
+            ip("203.0.113.9")
+        );
+        assert_eq!(p.client_ip(None, &headers(&[])), None);
+    }
+
+    #[test]
+    fn behind_trusted_proxies_the_rightmost_untrusted_hop_is_the_client() {
+        let p = proxies(&["10.0.0.0/8", "127.0.0.1"]);
+        let peer = ip("10.0.0.5");
+        // The client's own claim (left) is never reached.
+        assert_eq!(
+            p.client_ip(peer, &headers(&["127.0.0.1, 203.0.113.9, 10.1.1.1"])),
+            ip("203.0.113.9")
+        );
+        // Several header lines are one list.
+        assert_eq!(
+            p.client_ip(peer, &headers(&["192.0.2.1", "203.0.113.9:4711, 10.2.2.2"])),
+            ip("203.0.113.9")
+        );
+        assert_eq!(
+            p.client_ip(peer, &headers(&["[2001:db8::7]:443"])),
+            ip("2001:db8::7")
+        );
+        assert_eq!(
+            p.client_ip(peer, &headers(&["[2001:db8::8]"])),
+            ip("2001:db8::8")
+        );
+        // A mapped IPv4 address is that address.
+        assert_eq!(
+            p.client_ip(ip("::ffff:10.0.0.5"), &headers(&["::ffff:192.0.2.4"])),
+            ip("192.0.2.4")
+        );
+    }
+
+    #[test]
+    fn no_client_of_its_own_when_every_hop_is_trusted_or_unreadable() {
+        let p = proxies(&["127.0.0.1", "::1"]);
+        let local = ip("127.0.0.1");
+        assert_eq!(p.client_ip(local, &headers(&[])), None);
+        assert_eq!(p.client_ip(local, &headers(&["::1, 127.0.0.1"])), None);
+        assert_eq!(p.client_ip(local, &headers(&["192.0.2.1, unknown"])), None);
+        let long = vec!["127.0.0.1"; MAX_HOPS + 1].join(",");
+        let spoofed = format!("192.0.2.1,{long}");
+        assert_eq!(p.client_ip(local, &headers(&[&spoofed])), None);
+        assert!(
+            TrustedProxies::from_config(&HttpConfig {
+                trusted_proxies: vec!["nonsense".into()],
+                ..HttpConfig::default()
+            })
+            .is_err()
+        );
+    }
+}
