@@ -96,15 +96,28 @@ redis-url
 {{- end }}
 
 {{/*
+The host of auth.resource (no port) when authorization is on: the public
+name clients use, so a Host the node must allow. Empty otherwise.
+*/}}
+{{- define "mcp-node.resourceHost" -}}
+{{- if and .Values.auth.enabled .Values.auth.resource }}
+{{- regexReplaceAll ":[0-9]+$" (urlParse .Values.auth.resource).host "" }}
+{{- end }}
+{{- end }}
+
+{{/*
 MCP_ALLOWED_HOSTS: every name a request may carry in Host on its way to a
-pod through the Service or the Ingress, any port. A request with another
-Host gets 403 (DNS rebinding protection).
+pod through the Service or the Ingress, and the host of auth.resource, any
+port. A request with another Host gets 403 (DNS rebinding protection).
 */}}
 {{- define "mcp-node.allowedHosts" -}}
 {{- $svc := include "mcp-node.fullname" . }}
 {{- $ns := .Release.Namespace }}
 {{- $hosts := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns .Values.clusterDomain) }}
 {{- range (include "mcp-node.ingressHosts" . | fromJsonArray) }}
+{{- $hosts = append $hosts . }}
+{{- end }}
+{{- with (include "mcp-node.resourceHost" .) }}
 {{- $hosts = append $hosts . }}
 {{- end }}
 {{- if .Values.config.allowLoopback }}
@@ -187,6 +200,87 @@ log: MCP_LOG
 logJson: MCP_LOG_JSON
 {{- end }}
 
+{{/*
+auth.* -> MCP_AUTH__* variables (lists comma-separated), when auth.enabled;
+the introspection client secret by secretKeyRef. toolScopes is a map, which
+no variable can carry: see mcp-node.configToml.
+*/}}
+{{- define "mcp-node.authEnv" -}}
+{{- $env := list }}
+{{- $auth := .Values.auth }}
+{{- if $auth.enabled }}
+{{- $env = append $env (dict "name" "MCP_AUTH__RESOURCE" "value" $auth.resource) }}
+{{- $lists := dict "issuers" "MCP_AUTH__ISSUERS" "audiences" "MCP_AUTH__AUDIENCES" "requiredScopes" "MCP_AUTH__REQUIRED_SCOPES" "scopesSupported" "MCP_AUTH__SCOPES_SUPPORTED" "algorithms" "MCP_AUTH__ALGORITHMS" }}
+{{- range $key := keys $lists | sortAlpha }}
+{{- with (get $auth $key) }}
+{{- $env = append $env (dict "name" (get $lists $key) "value" (join "," .)) }}
+{{- end }}
+{{- end }}
+{{- if not (kindIs "invalid" $auth.leewaySecs) }}
+{{- $env = append $env (dict "name" "MCP_AUTH__LEEWAY_SECS" "value" (toString (int64 $auth.leewaySecs))) }}
+{{- end }}
+{{- with $auth.resourceName }}
+{{- $env = append $env (dict "name" "MCP_AUTH__RESOURCE_NAME" "value" .) }}
+{{- end }}
+{{- $i := $auth.introspection }}
+{{- if $i.enabled }}
+{{- with $i.endpoint }}
+{{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__ENDPOINT" "value" .) }}
+{{- end }}
+{{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__CLIENT_ID" "value" $i.clientId) }}
+{{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__CLIENT_SECRET" "valueFrom" (dict "secretKeyRef" (dict "name" $i.existingSecret "key" $i.existingSecretKey))) }}
+{{- end }}
+{{- end }}
+{{- toYaml $env }}
+{{- end }}
+
+{{/*
+The node's TOML file (--config), for the settings no variable can carry:
+auth.toolScopes as [auth.tool_scopes]. Empty when there is none; keys and
+values as toJson writes them, which TOML reads as basic strings.
+*/}}
+{{- define "mcp-node.configToml" -}}
+{{- if and .Values.auth.enabled .Values.auth.toolScopes -}}
+# Rendered by the mcp-node chart from auth.toolScopes; the other settings
+# come from MCP_* variables, which override this file.
+[auth.tool_scopes]
+{{- range $tool, $scopes := .Values.auth.toolScopes }}
+{{ toJson $tool }} = {{ toJson $scopes }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Where the ConfigMap of mcp-node.configToml is mounted, and the file. */}}
+{{- define "mcp-node.configDir" -}}
+/etc/mcp-node
+{{- end }}
+{{- define "mcp-node.configFile" -}}
+mcp-node.toml
+{{- end }}
+
+{{/*
+The container's arguments: --config when the chart renders a file, then
+extraArgs. A --config in extraArgs (or MCP_CONFIG in extraEnv, which the
+flag would override) would hide the chart's file: refused.
+*/}}
+{{- define "mcp-node.args" -}}
+{{- $args := list }}
+{{- if include "mcp-node.configToml" . }}
+{{- range .Values.extraArgs }}
+{{- if or (eq . "--config") (hasPrefix "--config=" .) }}
+{{- fail "extraArgs --config: the chart passes its own --config file (auth.toolScopes); give node settings as MCP_* variables in extraEnv instead" }}
+{{- end }}
+{{- end }}
+{{- range .Values.extraEnv }}
+{{- if eq .name "MCP_CONFIG" }}
+{{- fail "extraEnv MCP_CONFIG: the chart passes its own --config file (auth.toolScopes); give node settings as MCP_* variables in extraEnv instead" }}
+{{- end }}
+{{- end }}
+{{- $args = list "--config" (printf "%s/%s" (include "mcp-node.configDir" .) (include "mcp-node.configFile" .)) }}
+{{- end }}
+{{- concat $args .Values.extraArgs | toYaml }}
+{{- end }}
+
 {{/* The container's environment, as a YAML list of EnvVar objects. */}}
 {{- define "mcp-node.env" -}}
 {{- $env := list }}
@@ -218,13 +312,14 @@ logJson: MCP_LOG_JSON
 {{- $env = append $env (dict "name" (get $names $key) "value" (toString $value)) }}
 {{- end }}
 {{- end }}
+{{- $env = concat $env (include "mcp-node.authEnv" . | fromYamlArray) }}
 {{- $taken := list }}
 {{- range $env }}
 {{- $taken = append $taken .name }}
 {{- end }}
 {{- range .Values.extraEnv }}
 {{- if has .name $taken }}
-{{- fail (printf "extraEnv %s: the chart sets this variable; use its config or redis key" .name) }}
+{{- fail (printf "extraEnv %s: the chart sets this variable; use its config, redis or auth key" .name) }}
 {{- end }}
 {{- $taken = append $taken .name }}
 {{- $env = append $env . }}
