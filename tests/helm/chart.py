@@ -9,8 +9,11 @@ from the rendered Secret, fieldRef from the pod, $(VAR) references).
 import base64
 import os
 import re
+import shutil
 import socket
+import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -161,6 +164,27 @@ def resolve_env(docs, container, pod, external_secrets=None):
         else:
             raise AssertionError(f"env {name}: unsupported source {source}")
     return env
+
+
+def run_test_pod(docs, service, port, to_host, to_port, timeout=60):
+    """The `helm test` pod's own command, run here: its curl, through a
+    wrapper first on PATH, connects to to_host:to_port in place of the
+    Service service:port (curl --connect-to), Host staying the Service's
+    name. Returns the finished process (stdout and stderr as text)."""
+    pods = [p for p in find(docs, "Pod")
+            if p["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
+    container = one(pods, "Pod")["spec"]["containers"][0]
+    curl = shutil.which("curl")
+    assert curl, "curl missing: apt-get install curl"
+    with tempfile.TemporaryDirectory() as shim:
+        wrapper = Path(shim) / "curl"
+        wrapper.write_text(f'#!/bin/sh\nexec {curl} --connect-to '
+                           f'{service}:{port}:{to_host}:{to_port} "$@"\n')
+        wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+        env = {"PATH": f"{shim}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        env.update({e["name"]: e["value"] for e in container.get("env", [])})
+        return subprocess.run(container["command"] + container.get("args", []), env=env,
+                              capture_output=True, text=True, timeout=timeout)
 
 
 def free_port(host="127.0.0.1"):

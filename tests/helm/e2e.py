@@ -30,9 +30,7 @@ import os
 import shutil
 import signal
 import socket
-import stat
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -361,21 +359,8 @@ class Test:
         """The `helm test` pod's own command, run here: its curl goes to the
         load balancer in place of the Service's address (curl --connect-to
         through a wrapper first on PATH), Host stays the Service's name."""
-        pods = [p for p in find(self.docs, "Pod")
-                if p["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
-        container = one(pods, "Pod")["spec"]["containers"][0]
         port = one(self.docs, "Service", RELEASE)["spec"]["ports"][0]["port"]
-        curl = shutil.which("curl")
-        assert curl, "curl missing: apt-get install curl"
-        with tempfile.TemporaryDirectory() as shim:
-            wrapper = Path(shim) / "curl"
-            wrapper.write_text(f'#!/bin/sh\nexec {curl} --connect-to '
-                               f'{RELEASE}:{port}:127.0.0.1:{self.lb_port} "$@"\n')
-            wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-            env = {"PATH": f"{shim}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
-            env.update({e["name"]: e["value"] for e in container.get("env", [])})
-            proc = subprocess.run(container["command"] + container.get("args", []), env=env,
-                                  capture_output=True, text=True, timeout=60)
+        proc = chart.run_test_pod(self.docs, RELEASE, port, "127.0.0.1", self.lb_port)
         assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stdout}{proc.stderr}"
         assert "initialized and deleted" in proc.stdout, proc.stdout
 

@@ -15,8 +15,16 @@ For each value set (the chart's defaults and tests/helm/values-*.yaml):
     listener, drain-aware grace period, security context, the Redis URL from
     a Secret, Host and Origin allow-lists covering the Service's names and the
     Ingress hosts, selectors that match the pods, NOTES.txt;
-  - the real mcp-node binary given the rendered environment: it starts and
-    reports no unknown MCP_ variable (bind addresses moved to loopback).
+  - the real mcp-node binary given the rendered environment (and the rendered
+    ConfigMap as its --config file): it starts and reports no unknown MCP_
+    variable (bind addresses moved to loopback; issuers and the
+    introspection endpoint moved to a closed loopback port, so that nothing
+    leaves the machine). With authorization on, its protected resource
+    metadata must say what the values say, and the `helm test` pod's script
+    must pass against it (401 without a token, the metadata through the
+    Service's name).
+The value sets include the chart's example values for identity providers
+(helm/mcp-node/examples/*.yaml).
 Then value sets the chart must refuse (tests/helm/refused/), a check that the
 validators do refuse a broken object, and the end-to-end test (e2e.py).
 
@@ -25,16 +33,20 @@ target/debug/mcp-node), LOG_DIR (default target/test-logs).
 """
 
 import copy
+import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import traceback
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import jsonschema
 import kubernetes_validate
@@ -62,6 +74,7 @@ class ValueSet:
     def __init__(self, name, files, release="mcp-node", namespace="default",
                  external_secrets=None, expect=None):
         self.name = name
+        # Relative to tests/helm/, or absolute (the chart's examples).
         self.files = [TESTS / f for f in files]
         self.release = release
         self.namespace = namespace
@@ -301,6 +314,9 @@ def check_common(vs, docs):
             assert chart.container_port(container, port[0]["targetPort"]) == admin_port
             assert endpoint["path"] == "/metrics"
 
+    # Authorization: the variables, the file, the routes to the metadata.
+    check_auth(docs, deployment, container, env, hosts)
+
     # The `helm test` pod: through the Service, as a hook.
     test_pods = [p for p in find(docs, "Pod")
                  if p["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
@@ -308,6 +324,63 @@ def check_common(vs, docs):
     test_env = env_list(test_pods[0]["spec"]["containers"][0])
     endpoint = values.get("MCP_HTTP__ENDPOINT", "/mcp")
     assert test_env["MCP_URL"]["value"] == f"http://{fullname}:{svc_port}{endpoint}"
+
+
+METADATA_PATH = "/.well-known/oauth-protected-resource"
+CONFIG_DIR = "/etc/mcp-node"
+
+
+def config_map(docs, deployment):
+    """The node's rendered TOML file (ConfigMap <fullname>-config), parsed,
+    or None."""
+    maps = find(docs, "ConfigMap", f"{deployment['metadata']['name']}-config")
+    if not maps:
+        return None
+    return tomllib.loads(maps[0]["data"]["mcp-node.toml"])
+
+
+def check_auth(docs, deployment, container, env, hosts):
+    """With MCP_AUTH__RESOURCE (auth.enabled): the resource's host is an
+    allowed Host, every Ingress host routes the protected resource metadata,
+    the tool scopes reach the node as its --config file (mounted from the
+    ConfigMap, the pods rolled by its checksum) and the helm test pod knows
+    the resource. Without: no MCP_AUTH__ variable, no file."""
+    args = container.get("args", [])
+    toml = config_map(docs, deployment)
+    test_pod = [p for p in find(docs, "Pod")
+                if p["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"][0]
+    test_env = env_list(test_pod["spec"]["containers"][0])
+    if "MCP_AUTH__RESOURCE" not in env:
+        assert not [n for n in env if n.startswith("MCP_AUTH__")], sorted(env)
+        assert toml is None and "--config" not in args, args
+        assert "MCP_RESOURCE" not in test_env
+        return
+    resource = env["MCP_AUTH__RESOURCE"]["value"]
+    assert re.fullmatch(r"https://[^/?#\s,]+(/[^?#\s,]*)?", resource), resource
+    host = urlsplit(resource).hostname
+    assert allowed(hosts, host) and allowed(hosts, f"{host}:443"), \
+        f"the resource's host {host} is not an allowed Host: {hosts}"
+    for ing in find(docs, "Ingress"):
+        for rule in ing["spec"]["rules"]:
+            routed = [p for p in rule["http"]["paths"]
+                      if p["pathType"] != "Exact"
+                      and (METADATA_PATH + "/").startswith(p["path"].rstrip("/") + "/")]
+            assert routed, f"Ingress host {rule['host']} does not route {METADATA_PATH}"
+    if env.get("MCP_AUTH__INTROSPECTION__CLIENT_ID"):
+        ref = env["MCP_AUTH__INTROSPECTION__CLIENT_SECRET"]["valueFrom"]["secretKeyRef"]
+        assert ref["name"] and ref["key"], ref
+    if toml is None:
+        assert "--config" not in args, args
+    else:
+        assert set(toml) == {"auth"} and set(toml["auth"]) == {"tool_scopes"}, toml
+        assert args[:2] == ["--config", f"{CONFIG_DIR}/mcp-node.toml"], args
+        mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+        assert mounts["config"]["mountPath"] == CONFIG_DIR and mounts["config"]["readOnly"]
+        volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["config"]["configMap"]["name"] == \
+            f"{deployment['metadata']['name']}-config", volumes
+        assert "checksum/config" in deployment["spec"]["template"]["metadata"]["annotations"]
+    assert test_env["MCP_RESOURCE"]["value"] == resource, test_env
 
 
 def vs_cluster_domain(docs):
@@ -447,6 +520,75 @@ def expect_e2e(docs):
     assert one(docs, "ServiceMonitor")["spec"]["endpoints"][0]["path"] == "/metrics"
 
 
+def env_values(docs):
+    _, container = node_container(docs)
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def auth_values(docs):
+    return {k: v for k, v in env_values(docs).items() if k.startswith("MCP_AUTH__")}
+
+
+def expect_keycloak(docs):
+    assert auth_values(docs) == {
+        "MCP_AUTH__RESOURCE": "https://mcp.example.com/mcp",
+        "MCP_AUTH__ISSUERS": "https://keycloak.example.com/realms/mcp",
+        "MCP_AUTH__REQUIRED_SCOPES": "mcp:tools",
+        "MCP_AUTH__RESOURCE_NAME": "MCP tools"}, auth_values(docs)
+    assert config_map(docs, one(docs, "Deployment")) == {
+        "auth": {"tool_scopes": {"touch_resource": ["mcp:write"]}}}
+
+
+def expect_auth0(docs):
+    assert auth_values(docs) == {
+        "MCP_AUTH__RESOURCE": "https://mcp.example.com/mcp",
+        "MCP_AUTH__ISSUERS": "https://example-tenant.auth0.com/",
+        "MCP_AUTH__REQUIRED_SCOPES": "mcp:tools"}, auth_values(docs)
+    assert config_map(docs, one(docs, "Deployment")) == {
+        "auth": {"tool_scopes": {"touch_resource": ["mcp:write"]}}}
+
+
+def expect_entra_id(docs):
+    app = "11111111-1111-1111-1111-111111111111"
+    assert auth_values(docs) == {
+        "MCP_AUTH__RESOURCE": "https://mcp.example.com/mcp",
+        "MCP_AUTH__ISSUERS":
+            "https://login.microsoftonline.com/00000000-0000-0000-0000-000000000000/v2.0",
+        "MCP_AUTH__AUDIENCES": app,
+        "MCP_AUTH__REQUIRED_SCOPES": "mcp.tools",
+        "MCP_AUTH__SCOPES_SUPPORTED": f"api://{app}/mcp.tools,api://{app}/mcp.write"}, \
+        auth_values(docs)
+    assert config_map(docs, one(docs, "Deployment")) == {
+        "auth": {"tool_scopes": {"touch_resource": ["mcp.write"]}}}
+
+
+def expect_auth_introspection(docs):
+    _, container = node_container(docs)
+    assert auth_values(docs) == {
+        "MCP_AUTH__RESOURCE": "https://tools.example.org/mcp",
+        "MCP_AUTH__AUDIENCES": "urn:example:mcp,mcp-tools",
+        "MCP_AUTH__REQUIRED_SCOPES": "mcp",
+        "MCP_AUTH__SCOPES_SUPPORTED": "mcp,mcp:admin",
+        "MCP_AUTH__ALGORITHMS": "ES256,EdDSA",
+        "MCP_AUTH__LEEWAY_SECS": "5",
+        "MCP_AUTH__RESOURCE_NAME": "Example tools",
+        "MCP_AUTH__INTROSPECTION__ENDPOINT": "https://idp.example.org/oauth2/introspect",
+        "MCP_AUTH__INTROSPECTION__CLIENT_ID": "mcp-resource-server",
+        "MCP_AUTH__INTROSPECTION__CLIENT_SECRET": None}, auth_values(docs)
+    ref = env_list(container)["MCP_AUTH__INTROSPECTION__CLIENT_SECRET"]["valueFrom"]
+    assert ref == {"secretKeyRef": {"name": "idp-introspection", "key": "secret"}}, ref
+    # The chart renders no Secret for it: it only names one.
+    assert [s["metadata"]["name"] for s in find(docs, "Secret")] == ["mcp-node-redis"]
+    assert config_map(docs, one(docs, "Deployment")) == {"auth": {"tool_scopes": {
+        "add": ["mcp:admin"], "test_simple_text": ["mcp:admin", "mcp:read"]}}}
+    # The Exact path stays; the metadata is routed beside it.
+    paths = one(docs, "Ingress")["spec"]["rules"][0]["http"]["paths"]
+    assert [(p["path"], p["pathType"]) for p in paths] == [
+        ("/mcp", "Exact"), (METADATA_PATH, "Prefix")], paths
+
+
+EXAMPLES = CHART / "examples"
+
 VALUE_SETS = [
     ValueSet("defaults", [], expect=expect_defaults),
     ValueSet("full", ["values-full.yaml"], namespace="prod", expect=expect_full),
@@ -456,6 +598,13 @@ VALUE_SETS = [
     ValueSet("extra-hosts", ["values-extra-hosts.yaml"], release="edge", namespace="edge-ns",
              expect=expect_extra_hosts),
     ValueSet("e2e-values", ["values-e2e.yaml"], expect=expect_e2e),
+    ValueSet("keycloak", [EXAMPLES / "keycloak.yaml"], expect=expect_keycloak),
+    ValueSet("auth0", [EXAMPLES / "auth0.yaml"], namespace="mcp", expect=expect_auth0),
+    ValueSet("entra-id", [EXAMPLES / "entra-id.yaml"], release="tools",
+             expect=expect_entra_id),
+    ValueSet("auth-introspection", ["values-auth-introspection.yaml"],
+             external_secrets={("idp-introspection", "secret"): "introspection-secret"},
+             expect=expect_auth_introspection),
 ]
 
 
@@ -487,25 +636,52 @@ def expect_notes(vs, text):
     """What NOTES.txt must say for this value set."""
     warnings = {
         "defaults": ["redis.url is the chart's default"],
-        "full": ["https://mcp.example.com/mcp", "https://tools.example.org/mcp"],
+        "full": ["https://mcp.example.com/mcp", "https://tools.example.org/mcp",
+                 "AUTHORIZATION IS OFF and the Service is exposed by an Ingress"],
         "existing-secret": ["URL from Secret shared-redis, key url"],
         "extra-hosts": ["The Service is of type LoadBalancer",
-                        "config.allowLoopback is off"],
-        "e2e-values": ["http://mcp.example.com/mcp", "list\nits pod network in config.connectionLimitExempt"],
+                        "config.allowLoopback is off",
+                        "AUTHORIZATION IS OFF and the Service is exposed by a LoadBalancer Service"],
+        "e2e-values": ["http://mcp.example.com/mcp", "list\nits pod network in config.connectionLimitExempt",
+                       "AUTHORIZATION IS OFF and the Service is exposed by an Ingress"],
+        "keycloak": ["Authorization is on", "https://keycloak.example.com/realms/mcp",
+                     "https://mcp.example.com/.well-known/oauth-protected-resource/mcp",
+                     "touch_resource: mcp:write", "Bearer $TOKEN"],
+        "auth0": ["with aud https://mcp.example.com/mcp.", "https://example-tenant.auth0.com/"],
+        "entra-id": ["(or 11111111-1111-1111-1111-111111111111)"],
+        "auth-introspection": ["the introspection endpoint's server",
+                               "https://tools.example.org/.well-known/oauth-protected-resource/mcp",
+                               "test_simple_text: mcp:admin mcp:read"],
     }[vs.name]
+    if "Authorization is on" in text:
+        assert "AUTHORIZATION IS OFF" not in text, text
     for warning in warnings:
         assert warning in text, f"NOTES.txt lacks {warning!r}:\n{text}"
 
 
 # The real binary ------------------------------------------------------------------
 
+def loopback(url, port):
+    """url with its scheme and authority replaced by http://127.0.0.1:port:
+    the node's calls to it go nowhere but a closed loopback port."""
+    return f"http://127.0.0.1:{port}{urlsplit(url).path}"
+
+
 def check_binary_accepts(vs, docs):
     """mcp-node started with the rendered environment (listeners moved to
-    127.0.0.1 port 0, Redis pointing at a closed loopback port): it binds, waits
-    for Redis, warns about no unknown MCP_ variable, and SIGTERM ends it with 0."""
+    127.0.0.1 port 0, Redis pointing at a closed loopback port) and, when the
+    chart renders one, the ConfigMap's file as --config: it binds, waits for
+    Redis, warns about no unknown MCP_ variable, and SIGTERM ends it with 0.
+    With authorization on, issuers and the introspection endpoint point at a
+    closed loopback port too (their path kept): the node starts without them,
+    its metadata must say what the values say, and the helm test pod's script
+    must pass against it."""
     deployment, container = node_container(docs)
-    closed = f"redis://127.0.0.1:{chart.free_port()}/"
-    secrets = {key: closed for key in vs.external_secrets}
+    closed_port = chart.free_port()
+    closed = f"redis://127.0.0.1:{closed_port}/"
+    secrets = {key: closed if value is None else value
+               for key, value in vs.external_secrets.items()}
+    authorization = any(e["name"] == "MCP_AUTH__RESOURCE" for e in container.get("env", []))
     pod = {"name": "config-check", "namespace": vs.namespace, "ip": "127.0.0.1",
            "labels": deployment["spec"]["template"]["metadata"]["labels"],
            "serviceAccountName": deployment["spec"]["template"]["spec"]["serviceAccountName"]}
@@ -513,27 +689,117 @@ def check_binary_accepts(vs, docs):
     env["MCP_REDIS_URL"] = closed
     env["MCP_BIND"] = "127.0.0.1:0"
     env["MCP_ADMIN_BIND"] = "127.0.0.1:0"
+    rendered = dict(env)
+    if env.get("MCP_AUTH__ISSUERS"):
+        env["MCP_AUTH__ISSUERS"] = ",".join(
+            loopback(u, closed_port) for u in env["MCP_AUTH__ISSUERS"].split(","))
+    if env.get("MCP_AUTH__INTROSPECTION__ENDPOINT"):
+        env["MCP_AUTH__INTROSPECTION__ENDPOINT"] = loopback(
+            env["MCP_AUTH__INTROSPECTION__ENDPOINT"], closed_port)
     log = LOG_DIR / f"helm-config-{vs.name}.log"
     out = LOG_DIR / f"helm-config-{vs.name}.out"
-    with open(log, "w") as err, open(out, "w") as stdout:
-        proc = subprocess.Popen([str(NODE), *container.get("args", [])], env=env,
-                                stdout=stdout, stderr=err)
-    try:
-        chart.wait_for("the node's listeners",
-                       lambda: proc.poll() is not None or "mcp-node probes on" in out.read_text(),
-                       timeout=20)
-        assert proc.poll() is None, f"mcp-node exited {proc.returncode}: {log.read_text()}"
-        assert "mcp-node listening on" in out.read_text(), out.read_text()
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=15)
-        assert code == 0, f"exit {code} on SIGTERM: {log.read_text()}"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    args = list(container.get("args", []))
+    redis = None
+    if authorization:
+        # A node serves its routes (and so the authorization checks) only
+        # once connected to its store: a real Redis, on loopback.
+        redis_port = chart.free_port()
+        env["MCP_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/"
+        with open(LOG_DIR / f"helm-config-{vs.name}-redis.log", "w") as redis_log:
+            redis = subprocess.Popen(
+                [e2e.binary("redis-server"), "--port", str(redis_port), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no"],
+                stdout=redis_log, stderr=subprocess.STDOUT)
+    with tempfile.TemporaryDirectory() as tmp:
+        if "--config" in args:
+            # The ConfigMap's file, where the pod would have it mounted.
+            at = args.index("--config") + 1
+            maps = one(docs, "ConfigMap", f"{deployment['metadata']['name']}-config")
+            name = Path(args[at]).name
+            (Path(tmp) / name).write_text(maps["data"][name])
+            args[at] = str(Path(tmp) / name)
+        with open(log, "w") as err, open(out, "w") as stdout:
+            proc = subprocess.Popen([str(NODE), *args], env=env, stdout=stdout, stderr=err)
+        try:
+            chart.wait_for("the node's listeners",
+                           lambda: proc.poll() is not None
+                           or "mcp-node probes on" in out.read_text(),
+                           timeout=20)
+            assert proc.poll() is None, f"mcp-node exited {proc.returncode}: {log.read_text()}"
+            listening = re.search(r"mcp-node listening on (?:\w+://)?127\.0\.0\.1:(\d+)",
+                                  out.read_text())
+            assert listening, out.read_text()
+            if authorization:
+                probes = re.search(r"mcp-node probes on http://127\.0\.0\.1:(\d+)",
+                                   out.read_text())
+                assert probes, out.read_text()
+                chart.wait_for("readiness with Redis up",
+                               lambda: ready(int(probes.group(1))), timeout=15, interval=0.1)
+                check_node_auth(docs, rendered, env, int(listening.group(1)), log)
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=15)
+            assert code == 0, f"exit {code} on SIGTERM: {log.read_text()}"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if redis is not None:
+                redis.terminate()
+                redis.wait(timeout=10)
     text = log.read_text()
     assert "Unknown MCP_ environment variable" not in text, \
         [l for l in text.splitlines() if "Unknown MCP_" in l]
+
+
+def ready(admin_port):
+    """GET /readyz on the admin listener answers 200."""
+    conn = http.client.HTTPConnection("127.0.0.1", admin_port, timeout=2)
+    try:
+        conn.request("GET", "/readyz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def check_node_auth(docs, rendered, env, port, log):
+    """The running node has authorization on as the values say: its
+    protected resource metadata (RFC 9728) names the resource, the issuers,
+    the scopes (scopesSupported, else the required scopes then the tool
+    scopes of the --config file) and the algorithms; and the helm test pod's
+    script passes against it (401 without a token, the metadata at the path
+    WWW-Authenticate names, with the Service's name as Host)."""
+    assert "Authorization on" in log.read_text(), log.read_text()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", METADATA_PATH, headers={"Host": "localhost"})
+        resp = conn.getresponse()
+        body = resp.read()
+    finally:
+        conn.close()
+    assert resp.status == 200, f"GET {METADATA_PATH}: {resp.status} {body!r}"
+    metadata = json.loads(body)
+    split = lambda name: [v for v in (env.get(name) or "").split(",") if v]  # noqa: E731
+    assert metadata["resource"] == rendered["MCP_AUTH__RESOURCE"], metadata
+    assert metadata["authorization_servers"] == split("MCP_AUTH__ISSUERS"), metadata
+    scopes = split("MCP_AUTH__SCOPES_SUPPORTED")
+    if not scopes:
+        scopes = split("MCP_AUTH__REQUIRED_SCOPES")
+        toml = config_map(docs, one(docs, "Deployment")) or {"auth": {"tool_scopes": {}}}
+        for tool in sorted(toml["auth"]["tool_scopes"]):
+            scopes += [s for s in toml["auth"]["tool_scopes"][tool] if s not in scopes]
+    assert metadata.get("scopes_supported", []) == scopes, (metadata, scopes)
+    assert metadata["resource_signing_alg_values_supported"] == \
+        (split("MCP_AUTH__ALGORITHMS") or ["RS256", "ES256"]), metadata
+    if env.get("MCP_AUTH__RESOURCE_NAME"):
+        assert metadata["resource_name"] == env["MCP_AUTH__RESOURCE_NAME"], metadata
+    service = one(docs, "Service", one(docs, "Deployment")["metadata"]["name"])
+    proc = chart.run_test_pod(docs, service["metadata"]["name"],
+                              service["spec"]["ports"][0]["port"], "127.0.0.1", port)
+    assert proc.returncode == 0, f"helm test script: exit {proc.returncode}: " \
+                                 f"{proc.stdout}{proc.stderr}"
+    assert "401 without a token; protected resource metadata" in proc.stdout, proc.stdout
 
 
 # Values the chart must refuse ------------------------------------------------------
