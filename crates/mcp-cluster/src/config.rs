@@ -1,9 +1,12 @@
-//! Configuration of the Redis store.
+//! Configuration of the Redis store, and the Redis client it makes
+//! (credentials and TLS files read at each connection attempt).
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mcp_store::memory::Retention;
+use redis::{ConnectionAddr, IntoConnectionInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::ClusterError;
@@ -14,10 +17,28 @@ use crate::keys::DEFAULT_PREFIX;
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
-    /// Redis URL, `redis://[[user]:password@]host[:port][/db]`. Default
+    /// Redis URL, `redis://[[user]:password@]host[:port][/db]`, or
+    /// `rediss://…` for TLS (the server's certificate is verified against
+    /// `ca_file`, else the system's roots, and must name `host`). Default
     /// `redis://127.0.0.1:6379`: a local Redis, nothing leaves the host
-    /// unless configured to. May hold a password: redact it when logging.
+    /// unless configured to. May hold a user (an ACL user) and a password:
+    /// redact it when logging.
     pub url: String,
+    /// A file holding the password (the ACL user's, or `requirepass`'s),
+    /// one trailing newline ignored; read at each connection attempt, so a
+    /// rotated secret is picked up by the next one. Instead of a password in
+    /// `url`: the URL can then sit in plain configuration and the password
+    /// in a secret. Default none.
+    pub password_file: Option<PathBuf>,
+    /// PEM file of the CA certificates that sign Redis's certificate,
+    /// trusted instead of the system's roots (`rediss://` only). Default
+    /// none: the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// PEM certificate chain the node presents to Redis (`tls-auth-clients
+    /// yes`), with `client_key_file` (`rediss://` only). Default none.
+    pub client_cert_file: Option<PathBuf>,
+    /// PEM private key of `client_cert_file`. Default none.
+    pub client_key_file: Option<PathBuf>,
     /// First part of every key and channel, so several clusters can share one
     /// Redis. Default `mcp`. Must be non-empty, without braces (they would
     /// change the hash tags) or whitespace.
@@ -36,6 +57,10 @@ impl Default for RedisConfig {
     fn default() -> Self {
         Self {
             url: "redis://127.0.0.1:6379".to_owned(),
+            password_file: None,
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
             key_prefix: DEFAULT_PREFIX.to_owned(),
             command_timeout_ms: 1000,
             retention: RedisRetention::default(),
@@ -47,6 +72,10 @@ impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
             .field("url", &self.redacted_url())
+            .field("password_file", &self.password_file)
+            .field("ca_file", &self.ca_file)
+            .field("client_cert_file", &self.client_cert_file)
+            .field("client_key_file", &self.client_key_file)
             .field("key_prefix", &self.key_prefix)
             .field("command_timeout_ms", &self.command_timeout_ms)
             .field("retention", &self.retention)
@@ -90,11 +119,36 @@ impl RedisConfig {
         // Parsing only, no connection: a URL that does not parse is a
         // configuration error at startup, not a reason to retry. The
         // client's message never quotes the URL (it may hold a password).
-        if let Err(err) = redis::Client::open(self.url.as_str()) {
-            return Err(ClusterError::Config(format!(
-                "url {}: {err}",
-                self.redacted_url()
-            )));
+        let info = match self.url.as_str().into_connection_info() {
+            Ok(info) => info,
+            Err(err) => {
+                return Err(ClusterError::Config(format!(
+                    "url {}: {err}",
+                    self.redacted_url()
+                )));
+            }
+        };
+        let tls_files = [&self.ca_file, &self.client_cert_file, &self.client_key_file];
+        if tls_files.iter().any(|file| file.is_some()) && !is_tls(info.addr()) {
+            return bad("ca_file, client_cert_file and client_key_file need a rediss:// url");
+        }
+        if self.client_cert_file.is_some() != self.client_key_file.is_some() {
+            return bad("client_cert_file and client_key_file go together");
+        }
+        let files = [
+            ("password_file", &self.password_file),
+            ("ca_file", &self.ca_file),
+            ("client_cert_file", &self.client_cert_file),
+            ("client_key_file", &self.client_key_file),
+        ];
+        if let Some((name, _)) = files
+            .iter()
+            .find(|(_, file)| file.as_ref().is_some_and(|f| f.as_os_str().is_empty()))
+        {
+            return Err(ClusterError::Config(format!("{name} is empty")));
+        }
+        if self.password_file.is_some() && info.redis_settings().password().is_some() {
+            return bad("the url holds a password and password_file is set: give one of them");
         }
         if self.key_prefix.is_empty()
             || !self
@@ -112,6 +166,113 @@ impl RedisConfig {
         }
         Ok(())
     }
+}
+
+impl RedisConfig {
+    /// Whether the URL is `rediss://` (TLS).
+    pub fn is_tls(&self) -> bool {
+        self.url
+            .as_str()
+            .into_connection_info()
+            .is_ok_and(|info| is_tls(info.addr()))
+    }
+
+    /// The Redis client of this configuration: the URL, the password of
+    /// `password_file`, and for `rediss://` the CA and client certificate
+    /// files. Reads the files now (the caller builds a client per connection
+    /// attempt, so rotated files are picked up); connects to nothing.
+    ///
+    /// # Errors
+    /// [`ClusterError::Config`] when the configuration is invalid or a file
+    /// cannot be read or parsed, naming the file (never the password).
+    pub fn client(&self) -> Result<redis::Client, ClusterError> {
+        self.validate()?;
+        let mut info = self
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(ClusterError::Url)?;
+        if let Some(path) = &self.password_file {
+            let password = read_password(path)?;
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
+        if !is_tls(info.addr()) {
+            return redis::Client::open(info).map_err(ClusterError::Url);
+        }
+        let root_cert = self
+            .ca_file
+            .as_deref()
+            .map(|path| read_pem(path, "ca_file", PemKind::Certificates))
+            .transpose()?;
+        let client_tls = match (&self.client_cert_file, &self.client_key_file) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read_pem(cert, "client_cert_file", PemKind::Certificates)?,
+                client_key: read_pem(key, "client_key_file", PemKind::PrivateKey)?,
+            }),
+            _ => None,
+        };
+        redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls,
+                root_cert,
+            },
+        )
+        .map_err(|err| ClusterError::Config(format!("tls files: {err}")))
+    }
+}
+
+/// Whether `addr` is a TLS address (`rediss://`).
+fn is_tls(addr: &ConnectionAddr) -> bool {
+    matches!(addr, ConnectionAddr::TcpTls { .. })
+}
+
+/// What a PEM file must hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PemKind {
+    /// At least one certificate.
+    Certificates,
+    /// A private key.
+    PrivateKey,
+}
+
+/// Reads a PEM file and checks that it holds what `kind` says (the Redis
+/// client's own parse errors do not name the file).
+fn read_pem(path: &Path, name: &str, kind: PemKind) -> Result<Vec<u8>, ClusterError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |what: String| ClusterError::Config(format!("{name} {}: {what}", path.display()));
+    let pem = std::fs::read(path).map_err(|err| bad(err.to_string()))?;
+    match kind {
+        PemKind::Certificates => {
+            let certs = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|err| bad(format!("not PEM certificates ({err})")))?;
+            if certs.is_empty() {
+                return Err(bad("no PEM certificate in it".to_owned()));
+            }
+        }
+        PemKind::PrivateKey => {
+            PrivateKeyDer::from_pem_slice(&pem)
+                .map_err(|err| bad(format!("no PEM private key in it ({err})")))?;
+        }
+    }
+    Ok(pem)
+}
+
+/// The password in `path`, without one trailing newline.
+fn read_password(path: &Path) -> Result<String, ClusterError> {
+    let bad =
+        |what: &str| ClusterError::Config(format!("password_file {}: {what}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|err| bad(&err.to_string()))?;
+    let password = text
+        .strip_suffix('\n')
+        .map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
+    if password.is_empty() {
+        return Err(bad("empty"));
+    }
+    Ok(password.to_owned())
 }
 
 /// Event log retention in Redis: the same knobs as the in-memory
@@ -224,5 +385,112 @@ mod tests {
                 "{debug}"
             );
         }
+    }
+
+    fn temp_file(name: &str, content: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("mcp-cluster-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+
+    #[test]
+    fn tls_files_need_rediss_and_go_in_pairs() {
+        let tls = |url: &str, ca: bool, cert: bool, key: bool| RedisConfig {
+            url: url.into(),
+            ca_file: ca.then(|| "ca.pem".into()),
+            client_cert_file: cert.then(|| "client.pem".into()),
+            client_key_file: key.then(|| "client.key".into()),
+            ..RedisConfig::default()
+        };
+        tls("rediss://127.0.0.1:6380", true, true, true)
+            .validate()
+            .unwrap();
+        tls("rediss://127.0.0.1:6380", false, false, false)
+            .validate()
+            .unwrap();
+        for (config, says) in [
+            (
+                tls("redis://127.0.0.1", true, false, false),
+                "need a rediss://",
+            ),
+            (tls("rediss://127.0.0.1", false, true, false), "go together"),
+            (tls("rediss://127.0.0.1", false, false, true), "go together"),
+        ] {
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
+        assert!(tls("rediss://h:1", false, false, false).is_tls());
+        assert!(!RedisConfig::default().is_tls());
+        let empty = RedisConfig {
+            ca_file: Some(PathBuf::new()),
+            ..tls("rediss://127.0.0.1", false, false, false)
+        };
+        assert!(
+            empty
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("ca_file is empty")
+        );
+    }
+
+    #[test]
+    fn the_password_comes_from_the_url_or_the_file_never_both() {
+        let file = temp_file("password", "s3cret\n");
+        let c = RedisConfig {
+            url: "rediss://mcp@127.0.0.1:6380".into(),
+            password_file: Some(file),
+            ..RedisConfig::default()
+        };
+        let client = c.client().unwrap();
+        let settings = client.get_connection_info().redis_settings();
+        assert_eq!(settings.password(), Some("s3cret"));
+        assert_eq!(settings.username(), Some("mcp"));
+        assert!(!format!("{c:?}").contains("s3cret"));
+        let both = RedisConfig {
+            url: "redis://mcp:other@127.0.0.1".into(),
+            ..c.clone()
+        };
+        assert!(
+            both.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("give one")
+        );
+        let crlf = temp_file("crlf", "s3cret\r\n");
+        assert_eq!(read_password(&crlf).unwrap(), "s3cret");
+        let empty = temp_file("empty", "\n");
+        assert!(read_password(&empty).is_err());
+        let missing = RedisConfig {
+            password_file: Some("/nonexistent/password".into()),
+            ..c
+        };
+        let err = missing.client().unwrap_err().to_string();
+        assert!(err.contains("password_file /nonexistent/password"), "{err}");
+    }
+
+    #[test]
+    fn unreadable_or_wrong_tls_files_are_named() {
+        let not_pem = temp_file("not.pem", "hello\n");
+        let c = RedisConfig {
+            url: "rediss://127.0.0.1:6380".into(),
+            ca_file: Some(not_pem.clone()),
+            ..RedisConfig::default()
+        };
+        let err = c.client().unwrap_err().to_string();
+        assert!(err.contains("ca_file") && err.contains("not.pem"), "{err}");
+        let c = RedisConfig {
+            ca_file: None,
+            client_cert_file: Some("/nonexistent/client.pem".into()),
+            client_key_file: Some(not_pem),
+            ..c
+        };
+        let err = c.client().unwrap_err().to_string();
+        assert!(
+            err.contains("client_cert_file /nonexistent/client.pem"),
+            "{err}"
+        );
     }
 }

@@ -11,7 +11,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, Pipeline, ScriptInvocation, Value};
 
 use crate::bus::RedisBus;
-use crate::error::{timed_out, unavailable};
+use crate::error::{connect_failed, timed_out, unavailable};
 use crate::event_log::RedisEventLog;
 use crate::keys::Keys;
 use crate::nodes::RedisNodes;
@@ -42,12 +42,15 @@ static COMMANDS_LOST: AtomicBool = AtomicBool::new(false);
 /// dropped.
 ///
 /// # Errors
-/// [`ClusterError::Config`] for values that cannot work, [`ClusterError::Url`],
-/// [`ClusterError::Connect`] or [`ClusterError::Timeout`] when Redis cannot be
-/// reached now.
+/// [`ClusterError::Config`] for values that cannot work (files that cannot
+/// be read included), [`ClusterError::Url`], [`ClusterError::Connect`] or
+/// [`ClusterError::Timeout`] when Redis cannot be reached now,
+/// [`ClusterError::Rejected`] when it refuses the node as configured.
 pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
-    config.validate()?;
-    let client = redis::Client::open(config.url.as_str()).map_err(ClusterError::Url)?;
+    // Both connections (commands and pub/sub) come from this one client:
+    // the same credentials and TLS for both.
+    let client = config.client()?;
+    let tls = config.is_tls();
     let timeout = config.command_timeout();
     let keys = Keys::new(&config.key_prefix);
     // The pub/sub connection first: one plain attempt whose error says why.
@@ -64,7 +67,7 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
     )
     .await
     .map_err(|_| ClusterError::Timeout(timeout))?
-    .map_err(ClusterError::Connect)?;
+    .map_err(|err| connect_failed(err, tls))?;
     let redis = Redis { manager, timeout };
     Ok(Store {
         sessions: Arc::new(RedisSessionStore::new(

@@ -40,7 +40,7 @@ use tokio::time::MissedTickBehavior;
 use tracing::{debug, info, warn};
 
 use crate::ClusterError;
-use crate::error::{timed_out, unavailable};
+use crate::error::{connect_failed, timed_out, unavailable};
 
 /// Capacity of the control message broadcast; a subscriber that lags
 /// further loses the oldest messages and is told so by the channel.
@@ -74,6 +74,8 @@ struct Handle {
 struct Shared {
     /// Opens new connections (reconnection).
     client: redis::Client,
+    /// Whether `client` speaks TLS (for the errors' hints).
+    tls: bool,
     /// Bound on connecting and on each subscription command.
     timeout: Duration,
     /// The control bus channel.
@@ -130,14 +132,18 @@ impl PubSub {
     /// Connects, subscribes to the control channel and starts the task.
     ///
     /// # Errors
-    /// [`ClusterError::Connect`] or [`ClusterError::Timeout`] when the first
-    /// connection fails.
+    /// [`ClusterError::Connect`], [`ClusterError::Rejected`] or
+    /// [`ClusterError::Timeout`] when the first connection fails.
     pub(crate) async fn start(
         client: redis::Client,
         ctl: String,
         timeout: Duration,
     ) -> Result<Self, ClusterError> {
         let shared = Arc::new(Shared {
+            tls: matches!(
+                client.get_connection_info().addr(),
+                redis::ConnectionAddr::TcpTls { .. }
+            ),
             client,
             timeout,
             ctl,
@@ -229,7 +235,7 @@ impl Shared {
         let pubsub = tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
             .await
             .map_err(|_| ClusterError::Timeout(self.timeout))?
-            .map_err(ClusterError::Connect)?;
+            .map_err(|err| connect_failed(err, self.tls))?;
         let (mut sink, stream) = pubsub.split();
         let _gate = self.gate.write().await;
         let mut channels = vec![self.ctl.clone()];
@@ -238,7 +244,7 @@ impl Shared {
             tokio::time::timeout(self.timeout, sink.subscribe(batch))
                 .await
                 .map_err(|_| ClusterError::Timeout(self.timeout))?
-                .map_err(ClusterError::Connect)?;
+                .map_err(|err| connect_failed(err, self.tls))?;
         }
         let mut state = self.lock();
         state.generation += 1;

@@ -250,27 +250,47 @@ impl Waiting {
 
 /// Logs a failed attempt (as [`FailureLog`] allows). A configuration error
 /// is returned instead: waiting would not mend it.
+///
+/// Redis refusing the node as configured (credentials, certificates, TLS
+/// on one side only) is waited out too, logged as an error: the operator
+/// must act, but what to fix may be on Redis's side (an ACL user created
+/// later, a server certificate replaced), and every attempt reads the
+/// password and certificate files again, so a corrected secret is picked up
+/// without a restart. Meanwhile `/readyz` says the node is not connected.
 fn failed(
     redis: &RedisConfig,
     err: &ClusterError,
     attempt: u32,
     failures: &mut FailureLog,
 ) -> std::io::Result<()> {
-    if !matches!(err, ClusterError::Connect(_) | ClusterError::Timeout(_)) {
+    let rejected = matches!(err, ClusterError::Rejected { .. });
+    if !rejected && !matches!(err, ClusterError::Connect(_) | ClusterError::Timeout(_)) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             causes(err),
         ));
     }
     if let Some(unlogged) = failures.admit(Instant::now(), attempt) {
-        tracing::warn!(
-            attempt,
-            unlogged,
-            url = %redis.redacted_url(),
-            retry_in = ?retry_delay(attempt),
-            error = %causes(err),
-            "Session store not connected yet; retrying."
-        );
+        let (url, retry_in, error) = (redis.redacted_url(), retry_delay(attempt), causes(err));
+        if rejected {
+            tracing::error!(
+                attempt,
+                unlogged,
+                %url,
+                ?retry_in,
+                %error,
+                "Redis refuses this node as configured; retrying."
+            );
+        } else {
+            tracing::warn!(
+                attempt,
+                unlogged,
+                %url,
+                ?retry_in,
+                %error,
+                "Session store not connected yet; retrying."
+            );
+        }
     }
     Ok(())
 }
