@@ -38,6 +38,28 @@ struct Cli {
     /// runs alone on the embedded in-memory store).
     #[arg(long, env = "MCP_REDIS_URL")]
     redis_url: Option<String>,
+    /// PEM file of the CA certificates that sign Redis's certificate
+    /// (`rediss://`), instead of the system's roots [default: none].
+    #[arg(long, env = "MCP_REDIS_CA_FILE")]
+    redis_ca_file: Option<PathBuf>,
+    /// PEM client certificate presented to Redis (`rediss://`, with
+    /// --redis-client-key) [default: none].
+    #[arg(long, env = "MCP_REDIS_CLIENT_CERT", requires = "redis_client_key")]
+    redis_client_cert: Option<PathBuf>,
+    /// PEM private key of --redis-client-cert [default: none].
+    #[arg(long, env = "MCP_REDIS_CLIENT_KEY", requires = "redis_client_cert")]
+    redis_client_key: Option<PathBuf>,
+    /// File holding Redis's password (for the URL's user), instead of a
+    /// password in the URL [default: none].
+    #[arg(long, env = "MCP_REDIS_PASSWORD_FILE")]
+    redis_password_file: Option<PathBuf>,
+    /// Serve HTTPS on the main listener with this PEM certificate chain
+    /// (with --tls-key); reloaded when the file changes [default: none].
+    #[arg(long, env = "MCP_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert [default: none].
+    #[arg(long, env = "MCP_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Serve one session over stdin/stdout instead of HTTP.
     #[arg(long)]
     stdio: bool,
@@ -192,6 +214,27 @@ impl Cli {
                 .url
                 .clone_from(url);
         }
+        // Each of these turns `[redis]` on, as --redis-url does.
+        fn redis(c: &mut NodeConfig) -> &mut mcp_server::config::RedisConfig {
+            c.redis.get_or_insert_with(Default::default)
+        }
+        if let Some(v) = &self.redis_ca_file {
+            redis(&mut c).ca_file = Some(v.clone());
+        }
+        if let Some(v) = &self.redis_client_cert {
+            redis(&mut c).client_cert_file = Some(v.clone());
+        }
+        if let Some(v) = &self.redis_client_key {
+            redis(&mut c).client_key_file = Some(v.clone());
+        }
+        if let Some(v) = &self.redis_password_file {
+            redis(&mut c).password_file = Some(v.clone());
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            let tls = c.tls.get_or_insert_with(Default::default);
+            tls.cert_file.clone_from(cert);
+            tls.key_file.clone_from(key);
+        }
         if let Some(v) = self.workers {
             c.workers = v;
         }
@@ -307,6 +350,10 @@ fn main() -> ExitCode {
         }
     }
     tracing::info!(config = ?config, "Effective configuration.");
+    if let Err(err) = check_files(&config, cli.stdio) {
+        eprintln!("mcp-node: {err}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
     raise_fd_limit(config.runtime.max_sessions);
     let result = actix_web::rt::System::new().block_on(serve(cli.stdio, config));
     // The spans of the drain's last requests go out before the process
@@ -319,6 +366,20 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Reads the files the configuration names (the TLS certificate and key,
+/// Redis's password, CA and client certificate files), so that a missing or
+/// bad one exits with 64 and one line like any other bad setting. The node
+/// reads them again when it starts, and later when they change.
+fn check_files(config: &NodeConfig, stdio: bool) -> anyhow::Result<()> {
+    if let Some(tls) = config.tls.as_ref().filter(|_| !stdio) {
+        mcp_server::tls::ReloadingCert::load(tls)?;
+    }
+    if let Some(redis) = &config.redis {
+        redis.client()?;
+    }
+    Ok(())
 }
 
 /// Every session with an open stream holds a socket: lift the soft limit
@@ -342,16 +403,22 @@ async fn serve(stdio: bool, config: NodeConfig) -> std::io::Result<()> {
         return mcp_server::stdio::run(server, config).await;
     }
     let endpoint = config.http.endpoint.clone();
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     // Binds at once; with Redis not reachable yet, waits for it (probes
     // answer meanwhile) instead of exiting.
     let node = mcp_server::node::start(server, config).await?;
     for addr in node.addrs() {
         tracing::info!(%addr, "Listening.");
         // A machine-readable line for scripts and tests.
-        println!("mcp-node listening on http://{addr}{endpoint}");
+        println!("mcp-node listening on {scheme}://{addr}{endpoint}");
     }
     for addr in node.admin_addrs() {
         tracing::info!(%addr, "Probes listening.");
+        // Always plain HTTP, TLS or not.
         println!("mcp-node probes on http://{addr}/healthz");
     }
     node.run().await
@@ -400,6 +467,63 @@ mod tests {
             ]))
             .unwrap();
         assert_eq!(unknown, []);
+    }
+
+    #[test]
+    fn tls_and_redis_file_flags_fill_their_sections() {
+        let cli = Cli::parse_from([
+            "mcp-node",
+            "--tls-cert",
+            "/etc/mcp/tls.crt",
+            "--tls-key",
+            "/etc/mcp/tls.key",
+            "--redis-url",
+            "rediss://mcp@redis.internal:6380",
+            "--redis-ca-file",
+            "/etc/mcp/redis-ca.pem",
+            "--redis-password-file",
+            "/run/secrets/redis",
+        ]);
+        let (config, _) = cli
+            .config(env(&[("MCP_TLS__RELOAD_INTERVAL_SECS", "30")]))
+            .unwrap();
+        let tls = config.tls.unwrap();
+        assert_eq!(tls.cert_file, PathBuf::from("/etc/mcp/tls.crt"));
+        assert_eq!(tls.key_file, PathBuf::from("/etc/mcp/tls.key"));
+        assert_eq!(tls.reload_interval_secs, 30);
+        let redis = config.redis.unwrap();
+        assert_eq!(redis.ca_file, Some(PathBuf::from("/etc/mcp/redis-ca.pem")));
+        assert_eq!(
+            redis.password_file,
+            Some(PathBuf::from("/run/secrets/redis"))
+        );
+        // A certificate without its key is refused by clap.
+        assert!(Cli::try_parse_from(["mcp-node", "--tls-cert", "a.pem"]).is_err());
+        assert!(Cli::try_parse_from(["mcp-node", "--redis-client-key", "a.key"]).is_err());
+        for name in [
+            "MCP_TLS_CERT",
+            "MCP_TLS_KEY",
+            "MCP_REDIS_CA_FILE",
+            "MCP_REDIS_PASSWORD_FILE",
+        ] {
+            assert!(flag_vars().iter().any(|v| v == name), "{name}");
+        }
+    }
+
+    #[test]
+    fn missing_tls_files_are_a_configuration_error_naming_the_file() {
+        let cli = Cli::parse_from([
+            "mcp-node",
+            "--tls-cert",
+            "/nonexistent/tls.crt",
+            "--tls-key",
+            "/nonexistent/tls.key",
+        ]);
+        let (config, _) = cli.config(env(&[])).unwrap();
+        let err = check_files(&config, false).unwrap_err().to_string();
+        assert!(err.contains("cert_file /nonexistent/tls.crt"), "{err}");
+        // Stdio serves no HTTPS: the files are not needed.
+        check_files(&config, true).unwrap();
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! validated once, by [`NodeConfig::validate`].
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 pub use mcp_auth::AuthConfig;
 pub use mcp_cluster::RedisConfig;
@@ -47,6 +48,35 @@ impl RetentionConfig {
             closed_stream_ttl: std::time::Duration::from_secs(self.closed_stream_ttl_secs),
             idle_stream_ttl: std::time::Duration::from_secs(self.idle_stream_ttl_secs),
             max_streams: self.max_streams,
+        }
+    }
+}
+
+/// HTTPS on the main listener, for deployments without a proxy that ends
+/// TLS in front of the node. The admin listener (`admin_bind`: probes and
+/// `/metrics`) stays plain HTTP.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain, the node's own certificate first. Required.
+    pub cert_file: PathBuf,
+    /// PEM private key of that certificate (PKCS#8, PKCS#1 or SEC1).
+    /// Required.
+    pub key_file: PathBuf,
+    /// Seconds between two reads of both files; a changed pair that loads
+    /// and matches is served to new handshakes from then on, a bad one is
+    /// logged and the previous pair kept. Default 10: a renewed certificate
+    /// (cert-manager rewrites a Secret's files well before expiry) is in use
+    /// within seconds, for the cost of reading two small files.
+    pub reload_interval_secs: u64,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        Self {
+            cert_file: PathBuf::new(),
+            key_file: PathBuf::new(),
+            reload_interval_secs: 10,
         }
     }
 }
@@ -96,6 +126,10 @@ pub struct NodeConfig {
     /// development); a node listening beyond loopback without it says so
     /// loudly at start.
     pub auth: Option<AuthConfig>,
+    /// HTTPS on the main listener: present, the node serves TLS itself;
+    /// absent (the default), plain HTTP (behind a proxy that ends TLS, or
+    /// on loopback).
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for NodeConfig {
@@ -113,6 +147,7 @@ impl Default for NodeConfig {
             quotas: QuotaConfig::default(),
             redis: None,
             auth: None,
+            tls: None,
         }
     }
 }
@@ -146,7 +181,14 @@ impl std::fmt::Display for UnknownVar {
 fn skeleton() -> Result<toml::Value, ConfigError> {
     let every = NodeConfig {
         admin_bind: Some(NodeConfig::default().bind),
-        redis: Some(RedisConfig::default()),
+        redis: Some(RedisConfig {
+            password_file: Some(PathBuf::new()),
+            ca_file: Some(PathBuf::new()),
+            client_cert_file: Some(PathBuf::new()),
+            client_key_file: Some(PathBuf::new()),
+            ..RedisConfig::default()
+        }),
+        tls: Some(TlsConfig::default()),
         auth: Some(AuthConfig {
             ca_file: Some(Default::default()),
             resource_name: Some(String::new()),
@@ -308,6 +350,10 @@ impl NodeConfig {
         if this.auth.is_none() && settings.iter().any(|(_, path, _)| path[0] == "auth") {
             this.auth = Some(AuthConfig::default());
         }
+        // And `[tls]`.
+        if this.tls.is_none() && settings.iter().any(|(_, path, _)| path[0] == "tls") {
+            this.tls = Some(TlsConfig::default());
+        }
         let mut tree = toml::Value::try_from(&this).map_err(|err| ConfigError(err.to_string()))?;
         for (name, path, raw) in settings {
             let Some((leaf, sections)) = path.split_last() else {
@@ -429,6 +475,14 @@ impl NodeConfig {
             redis
                 .validate()
                 .map_err(|err| ConfigError(format!("redis: {err}")))?;
+        }
+        if let Some(tls) = &self.tls {
+            if tls.cert_file.as_os_str().is_empty() || tls.key_file.as_os_str().is_empty() {
+                return bad("tls.cert_file and tls.key_file must both be set");
+            }
+            if tls.reload_interval_secs == 0 {
+                return bad("tls.reload_interval_secs must be positive");
+            }
         }
         if let Some(auth) = &self.auth {
             auth.validate()
@@ -576,6 +630,13 @@ mod tests {
             "MCP_RETENTION__MAX_STREAMS",
             "MCP_REDIS__URL",
             "MCP_REDIS__COMMAND_TIMEOUT_MS",
+            "MCP_REDIS__PASSWORD_FILE",
+            "MCP_REDIS__CA_FILE",
+            "MCP_REDIS__CLIENT_CERT_FILE",
+            "MCP_REDIS__CLIENT_KEY_FILE",
+            "MCP_TLS__CERT_FILE",
+            "MCP_TLS__KEY_FILE",
+            "MCP_TLS__RELOAD_INTERVAL_SECS",
         ] {
             assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
         }
@@ -585,6 +646,47 @@ mod tests {
                 .iter()
                 .any(|n| n == "MCP__HTTP" || n.contains("REDIS__RETENTION"))
         );
+    }
+
+    #[test]
+    fn a_tls_key_turns_tls_on_and_both_files_are_required() {
+        let (c, unknown) = overridden(&[
+            ("MCP_TLS__CERT_FILE", "/etc/mcp/tls.crt"),
+            ("MCP_TLS__KEY_FILE", "/etc/mcp/tls.key"),
+        ])
+        .unwrap();
+        assert_eq!(unknown, []);
+        let tls = c.tls.clone().unwrap();
+        assert_eq!(tls.cert_file, PathBuf::from("/etc/mcp/tls.crt"));
+        assert_eq!(tls.reload_interval_secs, 10);
+        c.validate().unwrap();
+        let (half, _) = overridden(&[("MCP_TLS__CERT_FILE", "/etc/mcp/tls.crt")]).unwrap();
+        let err = half.validate().unwrap_err().to_string();
+        assert!(err.contains("tls.cert_file and tls.key_file"), "{err}");
+        let file = NodeConfig::from_toml(
+            "[tls]\ncert_file = \"a.pem\"\nkey_file = \"a.key\"\nreload_interval_secs = 0\n",
+        )
+        .unwrap();
+        assert!(file.validate().is_err());
+        assert!(NodeConfig::from_toml("[tls]\ncert = \"a.pem\"\n").is_err());
+    }
+
+    #[test]
+    fn redis_tls_files_have_variables_of_their_own() {
+        let (c, unknown) = overridden(&[
+            ("MCP_REDIS__URL", "rediss://mcp@redis.internal:6380"),
+            ("MCP_REDIS__PASSWORD_FILE", "/run/secrets/redis-password"),
+            ("MCP_REDIS__CA_FILE", "/etc/mcp/redis-ca.pem"),
+        ])
+        .unwrap();
+        assert_eq!(unknown, []);
+        let redis = c.redis.unwrap();
+        assert_eq!(redis.ca_file, Some(PathBuf::from("/etc/mcp/redis-ca.pem")));
+        assert_eq!(
+            redis.password_file,
+            Some(PathBuf::from("/run/secrets/redis-password"))
+        );
+        assert_eq!(redis.client_cert_file, None);
     }
 
     #[test]

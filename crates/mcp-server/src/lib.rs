@@ -27,6 +27,7 @@
 //! - [`uri_template`]: matching resource template URIs.
 //! - [`config`]: the node's composed configuration.
 //! - [`node`], [`stdio`]: running a server.
+//! - [`tls`]: the node's HTTPS certificate, reloaded when its files change.
 
 pub mod config;
 pub mod cursor;
@@ -35,6 +36,7 @@ pub mod prompt;
 pub mod resource;
 pub mod server;
 pub mod stdio;
+pub mod tls;
 pub mod tool;
 pub mod uri_template;
 

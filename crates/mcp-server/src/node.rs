@@ -8,13 +8,16 @@
 //! (clients resume elsewhere), every answer closes its connection, admitted
 //! requests get `drain_grace_secs`, and the process exits.
 
+use std::any::Any;
 use std::net::{Shutdown, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use actix_tls::accept::rustls_0_23::TlsStream;
 use actix_web::dev::Service;
 use actix_web::http::ConnectionType;
+use actix_web::rt::net::TcpStream;
 use actix_web::{App, HttpResponse, HttpServer, web};
 use mcp_auth::Authenticator;
 use mcp_http::HttpState;
@@ -23,6 +26,7 @@ use mcp_runtime::Runtime;
 use mcp_store::Store;
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::tls::{ReloadingCert, spawn_reload};
 use crate::{McpServer, NodeConfig};
 
 mod startup;
@@ -49,6 +53,11 @@ const FD_RESERVE: u64 = 64;
 /// flood can take between the accept and the refusal; kept out of the
 /// connection limit too.
 const IN_TRANSIT_PER_WORKER: usize = 32;
+/// How long a client gets to complete its TLS handshake on the main
+/// listener. Connections are counted by the gate only once their handshake
+/// is done; until then actix's per-worker bound holds them, for this long
+/// at most.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A node about to serve: bound, not yet running.
 pub struct BoundNode {
@@ -327,8 +336,38 @@ pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<Boun
     // starts anything (actors, cluster duties) it would have to unwind.
     let socket = listen(config.bind)?;
     let admin_socket = config.admin_bind.map(listen).transpose()?;
+    let tls = https(&config)?;
     let store = open_store(&config).await?;
-    serve_on(server, config, socket, admin_socket, store)
+    serve_on(server, config, socket, admin_socket, tls, store)
+}
+
+/// The main listener's TLS configuration, when `[tls]` is set: the
+/// certificate and key are loaded now (bad files fail the start) and
+/// reloaded in the background when they change (see [`crate::tls`]).
+fn https(config: &NodeConfig) -> std::io::Result<Option<rustls::ServerConfig>> {
+    let Some(tls) = &config.tls else {
+        return Ok(None);
+    };
+    let invalid = |err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err);
+    let cert = ReloadingCert::load(tls).map_err(invalid)?;
+    let server_config = cert.server_config().map_err(invalid)?;
+    spawn_reload(&cert, Duration::from_secs(tls.reload_interval_secs));
+    tracing::info!(
+        cert_file = %tls.cert_file.display(),
+        reload_interval_secs = tls.reload_interval_secs,
+        "HTTPS on the main listener; the admin listener stays plain HTTP."
+    );
+    Ok(Some(server_config))
+}
+
+/// The TCP stream under an accepted connection, plain or TLS: what the
+/// connection gate looks at (its peer address, and the socket it shuts
+/// down to refuse).
+fn tcp_stream(connection: &dyn Any) -> &dyn Any {
+    match connection.downcast_ref::<TlsStream<TcpStream>>() {
+        Some(tls) => tls.get_ref().0,
+        None => connection,
+    }
 }
 
 /// The resource server, when authorization is configured; its issuers'
@@ -370,6 +409,7 @@ fn serve_on(
     config: NodeConfig,
     socket: std::net::TcpListener,
     admin_socket: Option<std::net::TcpListener>,
+    tls: Option<rustls::ServerConfig>,
     store: Store,
 ) -> std::io::Result<BoundNode> {
     let auth = authenticator(&config)?;
@@ -443,13 +483,19 @@ fn serve_on(
     // each worker's share, so that the connections accepted but not yet
     // refused cannot take the descriptors the node needs.
     .max_connections(gate.max().div_ceil(workers) + IN_TRANSIT_PER_WORKER)
-    .on_connect(move |connection, data| admitted.on_connect(connection, data))
+    // Over TLS this runs once the handshake is done (actix calls it with
+    // the TLS stream); the gate sees the TCP stream under it either way.
+    .on_connect(move |connection, data| admitted.on_connect(tcp_stream(connection), data))
+    .tls_handshake_timeout(TLS_HANDSHAKE_TIMEOUT)
     // Connections still open when the workers stop (after the drain) get
     // this long to end.
     .shutdown_timeout(drain_grace.as_secs().max(1));
     main = main.workers(workers);
     let listener = socket.try_clone()?;
-    let main = main.listen(socket)?;
+    let main = match tls {
+        Some(tls) => main.listen_rustls_0_23(socket, tls)?,
+        None => main.listen(socket)?,
+    };
     let addrs = main.addrs();
     let (admin, admin_addrs) = match admin_socket {
         Some(admin_socket) => {

@@ -111,6 +111,9 @@ pub struct Metrics {
     pub sessions_swept: IntCounter,
     /// `mcp_server_to_client_requests_total` by method and outcome.
     pub client_requests: IntCounterVec,
+    /// `mcp_tls_certificate_reloads_total` by outcome (`reloaded`,
+    /// `rejected`): changed certificate files of the node's HTTPS listener.
+    pub tls_reloads: IntCounterVec,
     /// `mcp_node_drain_phase`: 1 for the current phase, 0 for the others.
     pub drain_phase: IntGaugeVec,
     /// `mcp_connections_open`.
@@ -344,6 +347,11 @@ impl Metrics {
                 "Requests this node sent to clients (sampling, roots, elicitation), by outcome.",
                 &["method", "outcome"],
             ),
+            tls_reloads: counters(
+                "mcp_tls_certificate_reloads_total",
+                "Changed certificate files of the HTTPS listener, by outcome: reloaded (served to new connections), rejected (the previous certificate stays).",
+                &["outcome"],
+            ),
             drain_phase: gauges(
                 "mcp_node_drain_phase",
                 "1 for the node's current phase (starting, serving, draining, closed, left), 0 for the others.",
@@ -416,6 +424,7 @@ impl Metrics {
             Box::new(self.orphans_finalized.clone()),
             Box::new(self.sessions_swept.clone()),
             Box::new(self.client_requests.clone()),
+            Box::new(self.tls_reloads.clone()),
             Box::new(self.drain_phase.clone()),
             Box::new(self.connections_open.clone()),
             Box::new(self.connections_refused.clone()),
@@ -533,6 +542,7 @@ impl Metrics {
         for outcome in ["ok", "failed"] {
             self.heartbeats.with_label_values(&[outcome]);
         }
+        zero(&self.tls_reloads, &["reloaded", "rejected"]);
     }
 
     /// Sets the state gauges, then renders every metric in the Prometheus

@@ -41,7 +41,10 @@ use mcp_http::HttpError;
 use mcp_store::Store;
 use tokio::time::Instant;
 
-use super::{BoundNode, PAUSE_SETTLE, listen, redis_config, serve_on, wait_for_signal};
+use super::{
+    BoundNode, PAUSE_SETTLE, TLS_HANDSHAKE_TIMEOUT, https, listen, redis_config, serve_on,
+    wait_for_signal,
+};
 use crate::{McpServer, NodeConfig};
 
 /// Delay before the second connection attempt; doubled after each failure.
@@ -87,6 +90,9 @@ struct Waiting {
     socket: TcpListener,
     /// The admin listener, likewise.
     admin_socket: Option<TcpListener>,
+    /// The main listener's TLS, when configured: the placeholder's and then
+    /// the real server's (one certificate, reloaded for both).
+    tls: Option<rustls::ServerConfig>,
     /// The placeholder servers (main, and admin when configured), each on
     /// a second handle of its socket; stopped before the real ones start.
     placeholders: Vec<ServerHandle>,
@@ -118,6 +124,7 @@ impl std::fmt::Debug for StartingNode {
 pub async fn start(server: McpServer, config: NodeConfig) -> std::io::Result<StartingNode> {
     let socket = listen(config.bind)?;
     let admin_socket = config.admin_bind.map(listen).transpose()?;
+    let tls = https(&config)?;
     let first = match redis_config(&config) {
         None => Ok(Store::memory(config.retention.to_retention())),
         Some(redis) => mcp_cluster::connect(&redis)
@@ -126,7 +133,7 @@ pub async fn start(server: McpServer, config: NodeConfig) -> std::io::Result<Sta
     };
     let (redis, err) = match first {
         Ok(store) => {
-            let node = serve_on(server, config, socket, admin_socket, store)?;
+            let node = serve_on(server, config, socket, admin_socket, tls, store)?;
             return Ok(StartingNode::bound(node));
         }
         Err(failed) => failed,
@@ -138,9 +145,9 @@ pub async fn start(server: McpServer, config: NodeConfig) -> std::io::Result<Sta
         Some(admin) => vec![admin.local_addr()?],
         None => Vec::new(),
     };
-    let mut placeholders = vec![placeholder(socket.try_clone()?, Role::Main)?];
+    let mut placeholders = vec![placeholder(socket.try_clone()?, Role::Main, tls.clone())?];
     if let Some(admin) = &admin_socket {
-        placeholders.push(placeholder(admin.try_clone()?, Role::Admin)?);
+        placeholders.push(placeholder(admin.try_clone()?, Role::Admin, None)?);
     }
     Ok(StartingNode {
         addrs,
@@ -151,6 +158,7 @@ pub async fn start(server: McpServer, config: NodeConfig) -> std::io::Result<Sta
             redis,
             socket,
             admin_socket,
+            tls,
             placeholders,
             attempts: 1,
             failures,
@@ -220,9 +228,10 @@ impl StartingNode {
             config,
             socket,
             admin_socket,
+            tls,
             ..
         } = *waiting;
-        serve_on(server, config, socket, admin_socket, store)?
+        serve_on(server, config, socket, admin_socket, tls, store)?
             .run_until(shutdown)
             .await
     }
@@ -360,8 +369,13 @@ enum Role {
 
 /// Starts a placeholder server on `socket`: `/healthz` 200, `/readyz` 503,
 /// and on the main listener 503 with `Retry-After` and a JSON-RPC error for
-/// anything else. One worker, no keep-alive; the caller stops it.
-fn placeholder(socket: TcpListener, role: Role) -> std::io::Result<ServerHandle> {
+/// anything else; over TLS when `tls` is given (the main listener of an
+/// HTTPS node). One worker, no keep-alive; the caller stops it.
+fn placeholder(
+    socket: TcpListener,
+    role: Role,
+    tls: Option<rustls::ServerConfig>,
+) -> std::io::Result<ServerHandle> {
     let server = HttpServer::new(move || {
         let app = App::new()
             .route(
@@ -404,7 +418,11 @@ fn placeholder(socket: TcpListener, role: Role) -> std::io::Result<ServerHandle>
     .workers(1)
     .keep_alive(actix_web::http::KeepAlive::Disabled)
     .shutdown_timeout(PLACEHOLDER_SHUTDOWN_SECS)
-    .listen(socket)?
+    .tls_handshake_timeout(TLS_HANDSHAKE_TIMEOUT);
+    let server = match tls {
+        Some(tls) => server.listen_rustls_0_23(socket, tls)?,
+        None => server.listen(socket)?,
+    }
     .run();
     let handle = server.handle();
     actix_web::rt::spawn(server);
