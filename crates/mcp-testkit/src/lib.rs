@@ -5,7 +5,10 @@
 //! # Layout
 //! - [`InProcessNode`]: a node on its own actix system thread.
 //! - [`NodeProcess`]: the `mcp-node` binary as a child process.
-//! - [`RedisServer`] (`redis`): a real `redis-server` on a free port, no disk.
+//! - [`RedisServer`] (`redis`): a real `redis-server` on a free port, no disk;
+//!   plain, or TLS only with client certificates and an ACL user.
+//! - [`TestPki`] (`pki`): a CA, server and client certificates made with the
+//!   real `openssl`, in a temporary directory.
 //! - [`Nginx`] (`nginx`): a real nginx, round robin over nodes, unbuffered.
 //! - [`Cluster`] (`cluster`): Redis + `mcp-node` processes + nginx.
 //! - [`fixtures`]: a server with test-only tools.
@@ -348,7 +351,8 @@ impl NodeProcess {
         }
     }
 
-    /// The MCP endpoint URL.
+    /// The MCP endpoint URL, as the node reported it: `https://` when it
+    /// serves TLS (`--tls-cert`, `--tls-key`).
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -393,6 +397,7 @@ impl NodeProcess {
     pub fn addr(&self) -> SocketAddr {
         self.url
             .strip_prefix("http://")
+            .or_else(|| self.url.strip_prefix("https://"))
             .and_then(|rest| rest.split('/').next())
             .and_then(|addr| addr.parse().ok())
             .unwrap_or_else(|| panic!("no address in {}", self.url))
@@ -466,6 +471,7 @@ pub mod fixtures;
 mod issuer;
 mod nginx;
 mod otlp;
+mod pki;
 mod prometheus;
 mod redis;
 
@@ -473,5 +479,6 @@ pub use cluster::{Cluster, NODE_BIN_ENV, loadtest_binary, node_binary};
 pub use issuer::{Discovery, IssuerOptions, KeyAlg, PublicKeyForm, TestIssuer, TokenBuilder};
 pub use nginx::Nginx;
 pub use otlp::{OtlpReceiver, ReceivedLink, ReceivedSpan};
+pub use pki::TestPki;
 pub use prometheus::{PROMETHEUS_JOB, Prometheus};
 pub use redis::RedisServer;

@@ -1,17 +1,25 @@
 //! A real `redis-server` for one test: on a free loopback port, without a
 //! config file and without touching the disk (no RDB, no AOF). Talks to it
-//! over raw RESP on a `TcpStream` so the testkit needs no Redis client; the
-//! Redis adapters under test bring their own.
+//! over raw RESP on a `TcpStream` (or a TLS stream over one) so the testkit
+//! needs no Redis client; the Redis adapters under test bring their own.
+//!
+//! [`RedisServer::start_tls`] starts one that speaks TLS only (`--port 0`,
+//! `--tls-port`), wants a client certificate signed by the test CA
+//! (`--tls-auth-clients yes`) and, when asked, an ACL user with a password
+//! instead of the open `default` user.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
-use crate::GUARD;
+use crate::{GUARD, TestPki};
 
 /// Startup attempts when the chosen port is taken between picking it and
 /// the server binding it.
@@ -28,6 +36,9 @@ const LOG_LINES_KEPT: usize = 40;
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
+    /// How the server is set up and reached: plain, or TLS with its files;
+    /// with an ACL user or the open `default` one.
+    access: Access,
     /// The running server, `None` between [`Self::stop`] and
     /// [`Self::restart`]. Written by `start`/`stop`/`restart`/`drop`.
     child: Mutex<Option<Child>>,
@@ -61,8 +72,37 @@ impl RedisServer {
     /// # Errors
     /// As [`Self::start`]; also when something else holds the port.
     pub fn start_on(port: u16) -> anyhow::Result<Self> {
+        Self::start_with(port, Access::default())
+    }
+
+    /// Starts `redis-server` speaking TLS only, on a free loopback port,
+    /// with `pki`'s server certificate, wanting a client certificate signed
+    /// by `pki`'s CA. With `user` (name, password), the `default` user is
+    /// off and that ACL user (all commands, keys and channels) is the only
+    /// way in. `pki` must outlive the server ([`Self::restart`] reads its
+    /// files again).
+    ///
+    /// # Errors
+    /// As [`Self::start`]; also when `pki`'s files cannot be read.
+    pub fn start_tls(pki: &TestPki, user: Option<(&str, &str)>) -> anyhow::Result<Self> {
+        let access = Access {
+            tls: Some(TlsSetup::new(pki)?),
+            user: user.map(|(name, password)| (name.to_owned(), password.to_owned())),
+        };
+        let mut last_err = None;
+        for _ in 0..START_ATTEMPTS {
+            match Self::start_with(crate::free_port()?, access.clone()) {
+                Ok(server) => return Ok(server),
+                Err(err) => last_err = Some(err),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
+    }
+
+    fn start_with(port: u16, access: Access) -> anyhow::Result<Self> {
         let server = Self {
             port,
+            access,
             child: Mutex::new(None),
             log: Arc::new(Mutex::new(Vec::new())),
         };
@@ -70,9 +110,22 @@ impl RedisServer {
         Ok(server)
     }
 
-    /// `redis://127.0.0.1:<port>/`.
+    /// `redis://127.0.0.1:<port>/`, or `rediss://…` for a TLS server;
+    /// without credentials.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.access.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
+    }
+
+    /// [`Self::url`] with `user` and `password` in it
+    /// (`rediss://user:password@127.0.0.1:<port>/`).
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        self.url()
+            .replacen("://", &format!("://{user}:{password}@"), 1)
     }
 
     /// The port, the same across [`Self::restart`].
@@ -107,7 +160,9 @@ impl RedisServer {
             return Ok(());
         }
         // SHUTDOWN closes the connection instead of answering when it works.
-        if command(self.port, &["SHUTDOWN", "NOSAVE"]).is_err() || !exits(&mut child, GUARD / 2) {
+        if command(&self.access, self.port, &["SHUTDOWN", "NOSAVE"]).is_err()
+            || !exits(&mut child, GUARD / 2)
+        {
             signal_term(child.id());
         }
         if !exits(&mut child, GUARD) {
@@ -137,7 +192,7 @@ impl RedisServer {
     /// # Errors
     /// The server does not answer or the answer is not a `CLIENT LIST`.
     pub fn client_count(&self) -> anyhow::Result<usize> {
-        let list = match command(self.port, &["CLIENT", "LIST"])? {
+        let list = match command(&self.access, self.port, &["CLIENT", "LIST"])? {
             Reply::Bulk(Some(list)) => list,
             other => bail!("unexpected CLIENT LIST reply: {other:?}"),
         };
@@ -158,7 +213,7 @@ impl RedisServer {
     /// # Errors
     /// The server does not answer, or answers with an error.
     pub fn command(&self, args: &[&str]) -> anyhow::Result<String> {
-        match command(self.port, args)? {
+        match command(&self.access, self.port, args)? {
             Reply::Simple(text) => Ok(text),
             Reply::Integer(n) => Ok(n.to_string()),
             Reply::Bulk(body) => Ok(body.unwrap_or_default()),
@@ -169,9 +224,28 @@ impl RedisServer {
     /// Spawns the process on `self.port` and waits until it answers.
     fn spawn(&self) -> anyhow::Result<()> {
         let port = self.port.to_string();
-        let mut child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        match &self.access.tls {
+            None => command.args(["--port", &port]),
+            Some(tls) => command
+                .args(["--port", "0", "--tls-port", &port])
+                .arg("--tls-cert-file")
+                .arg(&tls.cert_file)
+                .arg("--tls-key-file")
+                .arg(&tls.key_file)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca_file)
+                .args(["--tls-auth-clients", "yes"]),
+        };
+        if let Some((name, password)) = &self.access.user {
+            command
+                .args(["--user", "default", "off"])
+                .args(["--user", name, "on", &format!(">{password}")])
+                .args(["~*", "&*", "+@all"]);
+        }
+        let mut child = command
             // `--save ""` and `--appendonly no`: nothing goes to disk.
-            .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "no", "--protected-mode", "yes"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -220,7 +294,7 @@ impl RedisServer {
             }
             // The server that answers must be this child, not another one
             // already on the port (this one then exits: port taken).
-            if answering_pid(self.port) == Some(child.id()) {
+            if answering_pid(&self.access, self.port) == Some(child.id()) {
                 break;
             }
             if waited >= GUARD {
@@ -268,17 +342,96 @@ enum Reply {
     Bulk(Option<String>),
 }
 
-/// Sends `args` as a RESP array on a fresh connection and reads one reply.
-fn command(port: u16, args: &[&str]) -> anyhow::Result<Reply> {
-    let mut socket = TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port)))?;
+/// How a server is set up and reached.
+#[derive(Debug, Clone, Default)]
+struct Access {
+    /// TLS only, with these files; `None`: plain TCP.
+    tls: Option<TlsSetup>,
+    /// The ACL user (name, password) that replaces the `default` one.
+    user: Option<(String, String)>,
+}
+
+/// A TLS server's files, and the probes' side of its handshakes.
+#[derive(Debug, Clone)]
+struct TlsSetup {
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    ca_file: PathBuf,
+    /// Trusts the test CA and presents the test client certificate.
+    client: Arc<rustls::ClientConfig>,
+}
+
+impl TlsSetup {
+    fn new(pki: &TestPki) -> anyhow::Result<Self> {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(pki.ca_cert())? {
+            roots.add(cert?)?;
+        }
+        let chain =
+            CertificateDer::pem_file_iter(pki.client_cert())?.collect::<Result<Vec<_>, _>>()?;
+        let key = PrivateKeyDer::from_pem_file(pki.client_key())?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .context("the test client certificate")?;
+        Ok(Self {
+            cert_file: pki.server_cert(),
+            key_file: pki.server_key(),
+            ca_file: pki.ca_cert(),
+            client: Arc::new(client),
+        })
+    }
+}
+
+/// A probe's connection: plain or TLS.
+trait Stream: Read + Write {}
+
+impl<T: Read + Write> Stream for T {}
+
+/// Sends `args` as a RESP array on a fresh connection (after `AUTH` when
+/// the server has an ACL user) and reads one reply.
+fn command(access: &Access, port: u16, args: &[&str]) -> anyhow::Result<Reply> {
+    let socket = TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port)))?;
     socket.set_read_timeout(Some(GUARD))?;
     socket.set_write_timeout(Some(GUARD))?;
+    let mut stream: Box<dyn Stream> = match &access.tls {
+        None => Box::new(socket),
+        Some(tls) => {
+            let name = ServerName::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST).into());
+            let connection = rustls::ClientConnection::new(Arc::clone(&tls.client), name)?;
+            Box::new(rustls::StreamOwned::new(connection, socket))
+        }
+    };
+    let mut request = String::new();
+    if let Some((name, password)) = &access.user {
+        request.push_str(&resp_array(&["AUTH", name, password]));
+    }
+    request.push_str(&resp_array(args));
+    stream.write_all(request.as_bytes())?;
+    stream.flush()?;
+    let mut reader = BufReader::new(stream);
+    if access.user.is_some() {
+        match read_reply(&mut reader)? {
+            Reply::Simple(ok) if ok == "OK" => {}
+            other => bail!("AUTH refused: {other:?}"),
+        }
+    }
+    read_reply(&mut reader)
+}
+
+/// `args` as a RESP array.
+fn resp_array(args: &[&str]) -> String {
     let mut request = format!("*{}\r\n", args.len());
     for arg in args {
         request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
     }
-    socket.write_all(request.as_bytes())?;
-    let mut reader = BufReader::new(socket);
+    request
+}
+
+/// Reads one reply.
+fn read_reply(reader: &mut impl BufRead) -> anyhow::Result<Reply> {
     let mut line = String::new();
     if reader.read_line(&mut line)? == 0 {
         bail!("connection closed without a reply");
@@ -306,8 +459,8 @@ fn command(port: u16, args: &[&str]) -> anyhow::Result<Reply> {
 }
 
 /// The process id of the Redis answering on `port` (`INFO server`).
-fn answering_pid(port: u16) -> Option<u32> {
-    let Ok(Reply::Bulk(Some(info))) = command(port, &["INFO", "server"]) else {
+fn answering_pid(access: &Access, port: u16) -> Option<u32> {
+    let Ok(Reply::Bulk(Some(info))) = command(access, port, &["INFO", "server"]) else {
         return None;
     };
     info.lines()
@@ -401,6 +554,30 @@ mod tests {
         redis.restart().unwrap();
         assert!(redis.is_running());
         assert_eq!(redis.port(), port);
+        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
+    }
+
+    #[test]
+    fn a_tls_server_with_an_acl_user_answers_only_over_tls_with_the_password() {
+        let pki = TestPki::new().unwrap();
+        let redis = RedisServer::start_tls(&pki, Some(("mcp", "s3cret"))).unwrap();
+        assert!(redis.url().starts_with("rediss://127.0.0.1:"));
+        assert_eq!(
+            redis.url_as("mcp", "s3cret"),
+            format!("rediss://mcp:s3cret@127.0.0.1:{}/", redis.port())
+        );
+        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
+        assert_eq!(redis.command(&["ACL", "WHOAMI"]).unwrap(), "mcp");
+        // Plain RESP on the TLS port gets no answer.
+        assert!(command(&Access::default(), redis.port(), &["PING"]).is_err());
+        // Neither does the right certificate with the wrong password.
+        let wrong = Access {
+            user: Some(("mcp".into(), "wrong".into())),
+            ..redis.access.clone()
+        };
+        let err = command(&wrong, redis.port(), &["PING"]).unwrap_err();
+        assert!(err.to_string().contains("WRONGPASS"), "{err:#}");
+        redis.restart().unwrap();
         assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
     }
 }
