@@ -441,6 +441,15 @@ def expect_full(docs):
         "MCP_CONNECTION_LIMIT_EXEMPT": "10.244.0.0/16,127.0.0.1,::1", "MCP_PAGE_SIZE": "50",
         "MCP_LOG": "info,mcp_runtime=debug", "MCP_LOG_JSON": "true",
         "MCP_RUNTIME__SSE_KEEP_ALIVE_SECS": "10"}, values
+    # The quotas and who the client is behind the ingress; 0 (off) reaches
+    # the node too.
+    assert {k: values.get(k) for k in (
+        "MCP_TRUSTED_PROXIES", "MCP_QUOTA_INITIALIZE_PER_ADDRESS",
+        "MCP_QUOTA_REQUESTS_PER_PRINCIPAL", "MCP_QUOTA_SESSIONS_PER_PRINCIPAL",
+        "MCP_QUOTA_STREAMS_PER_PRINCIPAL")} == {
+        "MCP_TRUSTED_PROXIES": "10.244.0.0/16,127.0.0.1,::1",
+        "MCP_QUOTA_INITIALIZE_PER_ADDRESS": "120", "MCP_QUOTA_REQUESTS_PER_PRINCIPAL": "3000",
+        "MCP_QUOTA_SESSIONS_PER_PRINCIPAL": "50", "MCP_QUOTA_STREAMS_PER_PRINCIPAL": "0"}, values
     spec = deployment["spec"]["template"]["spec"]
     assert spec["terminationGracePeriodSeconds"] == 2 + 10 + 60 + 10
     assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 2
@@ -643,6 +652,7 @@ def expect_notes(vs, text):
                         "config.allowLoopback is off",
                         "AUTHORIZATION IS OFF and the Service is exposed by a LoadBalancer Service"],
         "e2e-values": ["http://mcp.example.com/mcp", "list\nits pod network in config.connectionLimitExempt",
+                       "config.trustedProxies (X-Forwarded-For then names the client)",
                        "AUTHORIZATION IS OFF and the Service is exposed by an Ingress"],
         "keycloak": ["Authorization is on", "https://keycloak.example.com/realms/mcp",
                      "https://mcp.example.com/.well-known/oauth-protected-resource/mcp",

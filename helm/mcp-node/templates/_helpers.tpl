@@ -195,6 +195,10 @@ keepAliveSecs: MCP_KEEP_ALIVE_SECS
 requestBodyTimeoutSecs: MCP_REQUEST_BODY_TIMEOUT_SECS
 maxConnections: MCP_MAX_CONNECTIONS
 maxConnectionsPerPeer: MCP_MAX_CONNECTIONS_PER_PEER
+quotaInitializePerAddress: MCP_QUOTA_INITIALIZE_PER_ADDRESS
+quotaRequestsPerPrincipal: MCP_QUOTA_REQUESTS_PER_PRINCIPAL
+quotaSessionsPerPrincipal: MCP_QUOTA_SESSIONS_PER_PRINCIPAL
+quotaStreamsPerPrincipal: MCP_QUOTA_STREAMS_PER_PRINCIPAL
 pageSize: MCP_PAGE_SIZE
 log: MCP_LOG
 logJson: MCP_LOG_JSON
@@ -297,6 +301,9 @@ flag would override) would hide the chart's file: refused.
 {{- $env = append $env (dict "name" "MCP_ALLOWED_ORIGINS" "value" (include "mcp-node.allowedOrigins" .)) }}
 {{- with .Values.config.connectionLimitExempt }}
 {{- $env = append $env (dict "name" "MCP_CONNECTION_LIMIT_EXEMPT" "value" (join "," .)) }}
+{{- end }}
+{{- with .Values.config.trustedProxies }}
+{{- $env = append $env (dict "name" "MCP_TRUSTED_PROXIES" "value" (join "," .)) }}
 {{- end }}
 {{- $config := .Values.config }}
 {{- $names := include "mcp-node.configEnvNames" . | fromYaml }}
