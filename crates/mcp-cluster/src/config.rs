@@ -1,5 +1,5 @@
 //! Configuration of the Redis store, and the Redis client it makes
-//! (credentials and TLS files read at each connection attempt).
+//! (credentials and TLS files read each time a store connects).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -25,10 +25,12 @@ pub struct RedisConfig {
     /// redact it when logging.
     pub url: String,
     /// A file holding the password (the ACL user's, or `requirepass`'s),
-    /// one trailing newline ignored; read at each connection attempt, so a
-    /// rotated secret is picked up by the next one. Instead of a password in
-    /// `url`: the URL can then sit in plain configuration and the password
-    /// in a secret. Default none.
+    /// one trailing newline ignored; read by every [`crate::connect`] (a
+    /// starting node calls it until Redis accepts it, so a corrected secret
+    /// is picked up), while the connections of a connected store reconnect
+    /// with what they were opened with. Instead of a password in `url`: the
+    /// URL can then sit in plain configuration and the password in a
+    /// secret. Default none.
     pub password_file: Option<PathBuf>,
     /// PEM file of the CA certificates that sign Redis's certificate,
     /// trusted instead of the system's roots (`rediss://` only). Default
