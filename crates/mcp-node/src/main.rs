@@ -545,4 +545,40 @@ mod tests {
                 .is_err()
         );
     }
+
+    #[test]
+    fn quota_flags_and_variables_fill_the_quotas_section() {
+        let cli = Cli::parse_from([
+            "mcp-node",
+            "--trusted-proxies",
+            "10.0.0.0/8,127.0.0.1",
+            "--quota-sessions-per-principal",
+            "5",
+            "--quota-streams-per-principal",
+            "0",
+            "--quota-initialize-per-address",
+            "7",
+        ]);
+        // A flag's own variable is the flag's (clap reads it), not unknown.
+        let (config, unknown) = cli
+            .config(env(&[
+                ("MCP_QUOTA_INITIALIZE_PER_ADDRESS", "8"),
+                ("MCP_QUOTAS__REQUESTS_PER_PRINCIPAL", "100"),
+            ]))
+            .unwrap();
+        assert_eq!(unknown, []);
+        assert_eq!(config.http.trusted_proxies, ["10.0.0.0/8", "127.0.0.1"]);
+        let q = &config.quotas;
+        assert_eq!(
+            (
+                q.initialize_per_address,
+                q.requests_per_principal,
+                q.sessions_per_principal,
+                q.streams_per_principal
+            ),
+            (7, 100, 5, 0)
+        );
+        let bad = Cli::parse_from(["mcp-node", "--trusted-proxies", "proxy.example"]);
+        assert!(bad.config(env(&[])).is_err(), "a host name is no address");
+    }
 }
