@@ -149,16 +149,21 @@ pub fn test_server() -> McpServer {
         ),
         ToolDef::new(
             "log",
-            "Logs count messages.",
-            schema(json!({"count": {"type": "integer"}}), &[]),
+            "Logs count messages, each padded to at least bytes.",
+            schema(
+                json!({"count": {"type": "integer"}, "bytes": {"type": "integer"}}),
+                &[],
+            ),
             |args, ctx| async move {
+                let bytes = usize::try_from(arg_u64(&args, "bytes", 0)).unwrap_or(0);
                 for i in 0..arg_u64(&args, "count", 3) {
+                    let mut message = format!("message {i}");
+                    if message.len() < bytes {
+                        message.push(' ');
+                        message.push_str(&"x".repeat(bytes - message.len()));
+                    }
                     let _ = ctx
-                        .log(
-                            LoggingLevel::Info,
-                            Some("test"),
-                            json!(format!("message {i}")),
-                        )
+                        .log(LoggingLevel::Info, Some("test"), json!(message))
                         .await;
                 }
                 Ok(CallToolResult::text("logged"))
