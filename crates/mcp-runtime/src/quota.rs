@@ -14,10 +14,10 @@
 //! happens before anything of the refused body runs. Stdio has neither
 //! address nor principal: nothing is counted there.
 //!
-//! Owner: the runtime's [`NodeContext`](crate::runtime) holds the node's
-//! [`Quotas`]; the cluster task renews the stream leases this node holds
-//! every [`Quotas::renew_interval`]; each [`StreamLease`] gives its slot
-//! back when dropped (its connection ended). A node that dies renews
+//! Owner: the runtime's `NodeContext` holds the node's `Quotas`; the
+//! cluster task renews the stream leases this node holds every third of
+//! `stream_lease_secs`; each `StreamLease` (held by the follow of one SSE
+//! connection) gives its slot back when dropped. A node that dies renews
 //! nothing more: its stream slots lapse within `stream_lease_secs`.
 
 use std::collections::HashMap;
