@@ -531,8 +531,8 @@ impl Runtime {
 
     /// Hands a decoded body to `session`: one message, or a batch (2025-03-26
     /// sessions only) admitted whole or refused whole. Its requests and
-    /// notifications count against the principal's `requests_per_principal`
-    /// first (a batch all or nothing).
+    /// notifications (but cancellations) count against the principal's
+    /// `requests_per_principal` first (a batch all or nothing).
     ///
     /// Cancel safety: cancelled before it returns, nothing of the body ran
     /// (its quota units may have been counted).
@@ -591,7 +591,16 @@ impl Runtime {
         let Some(principal) = inbound.principal.as_deref() else {
             return Ok(());
         };
-        let initiated = |m: &Message| matches!(m, Message::Request(_) | Message::Notification(_));
+        // A cancellation is never counted: it frees what the client holds,
+        // and a client over its quota must still be able to stop its work.
+        let initiated = |m: &Message| match m {
+            Message::Request(_) => true,
+            Message::Notification(n) => {
+                n.method != methods::NOTIFICATION_CANCELLED
+                    && n.method != methods::CANCEL_REQUEST_ALIAS
+            }
+            Message::Response(_) => false,
+        };
         let count = match body {
             Body::Single(message) => usize::from(initiated(message)),
             Body::Batch(items) => items

@@ -5,7 +5,7 @@
 //! | quota | counted for | what | default |
 //! |---|---|---|---|
 //! | `initialize_per_address` | the client address of a request without a principal | new sessions (`initialize`, legacy `GET /sse`), a rate | 60 per 60 s |
-//! | `requests_per_principal` | a principal | JSON-RPC requests and notifications, a rate | 1200 per 60 s |
+//! | `requests_per_principal` | a principal | JSON-RPC requests and notifications (cancellations excepted), a rate | 1200 per 60 s |
 //! | `sessions_per_principal` | a principal | open sessions, leases renewed with the session's idle TTL | 100 |
 //! | `streams_per_principal` | a principal (the session's owner) | open GET streams, resumptions, legacy `/sse` streams, leases renewed by the node that serves them | 100 |
 //!

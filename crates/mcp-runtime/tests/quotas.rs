@@ -235,6 +235,22 @@ async fn requests_are_limited_per_principal_and_a_batch_is_refused_whole() {
         .await
         .unwrap_err();
     assert_eq!(refusal.id(), Some(&RequestId::Number(30)));
+    // Over the quota, a cancellation still passes: it frees, it does not
+    // take.
+    let cancel = mcp_protocol::Notification::new(
+        "notifications/cancelled",
+        json!({"requestId": 30, "reason": "over quota"}),
+    );
+    let submitted = runtime
+        .submit(
+            &session,
+            Body::Single(Message::Notification(cancel)),
+            Answers::Reply,
+            &alice,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(submitted, Submitted::Accepted));
 
     // Another principal, and the same session without one, are not
     // counted against alice.
