@@ -51,7 +51,7 @@ pub struct QuotaConfig {
     pub initialize_window_secs: u64,
     /// JSON-RPC requests and notifications per principal per
     /// `requests_window_secs` (a batch counts each of its messages and is
-    /// refused whole). Default 1200: bursts of 1200, 20 a second
+    /// refused whole; cancellations and responses are not counted). Default 1200: bursts of 1200, 20 a second
     /// sustained. At least `runtime.max_batch_items` when on, so that any
     /// valid batch can pass.
     pub requests_per_principal: u32,
