@@ -34,7 +34,8 @@ pub struct AuthConfig {
     /// `audiences`) in `aud`. Required.
     pub resource: String,
     /// Other `aud` values accepted, for identity providers that name an API
-    /// otherwise (Entra ID: `api://<application id>`). Default none.
+    /// otherwise (Auth0: the API identifier; Entra ID v2 tokens: the
+    /// application (client) id). Default none.
     pub audiences: Vec<String>,
     /// Issuers whose tokens are accepted (the authorization servers, as in
     /// their metadata's `issuer`). Their keys are found through RFC 8414 or
