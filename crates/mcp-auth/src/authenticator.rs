@@ -120,6 +120,7 @@ impl Authenticator {
     /// The settings cannot work (see [`AuthConfig::validate`]), or the CA
     /// file is not PEM.
     pub fn new(config: AuthConfig) -> Result<Self, ConfigError> {
+        crate::verify::install();
         let checked = config.check()?;
         let mut builder = reqwest::Client::builder()
             .timeout(checked.http_timeout)

@@ -100,24 +100,6 @@ impl AuthError {
             Self::Unavailable(_) => "unavailable",
         }
     }
-
-    /// Every label value, for pre-created metric series.
-    pub const LABELS: [&'static str; 14] = [
-        "missing",
-        "malformed_header",
-        "malformed",
-        "algorithm",
-        "expired",
-        "not_yet_valid",
-        "issuer",
-        "audience",
-        "unknown_key",
-        "signature",
-        "claims",
-        "inactive",
-        "insufficient_scope",
-        "unavailable",
-    ];
 }
 
 #[cfg(test)]
@@ -142,9 +124,10 @@ mod tests {
             AuthError::Invalid(Rejection::Claims),
             AuthError::Invalid(Rejection::Inactive),
         ];
+        let reasons = mcp_telemetry::metrics::AUTH_FAILURE_REASONS;
         for e in &all {
-            assert!(AuthError::LABELS.contains(&e.label()), "{}", e.label());
+            assert!(reasons.contains(&e.label()), "{}", e.label());
         }
-        assert_eq!(all.len(), AuthError::LABELS.len());
+        assert_eq!(all.len(), reasons.len());
     }
 }

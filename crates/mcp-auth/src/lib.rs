@@ -15,12 +15,14 @@
 //! - [`issuer`]: discovery and key caching per authorization server.
 //! - [`metadata`]: [`ResourceMetadata`] and `WWW-Authenticate` challenges.
 //! - [`error`]: [`AuthError`], [`Rejection`].
+//! - `verify`: signatures checked with ring.
 
 pub mod authenticator;
 pub mod config;
 pub mod error;
 mod issuer;
 pub mod metadata;
+mod verify;
 
 pub use authenticator::Authenticator;
 pub use config::{AuthConfig, ConfigError, IntrospectionConfig};

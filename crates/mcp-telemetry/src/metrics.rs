@@ -39,6 +39,25 @@ pub const SESSION_BUCKETS: &[f64] = &[
     1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0,
 ];
 
+/// Every `reason` of `mcp_auth_failures_total` (mcp-auth's `AuthError`
+/// labels; its tests check the two agree).
+pub const AUTH_FAILURE_REASONS: &[&str] = &[
+    "missing",
+    "malformed_header",
+    "malformed",
+    "algorithm",
+    "expired",
+    "not_yet_valid",
+    "issuer",
+    "audience",
+    "unknown_key",
+    "signature",
+    "claims",
+    "inactive",
+    "insufficient_scope",
+    "unavailable",
+];
+
 /// The label value of a method, tool or prompt outside the known set.
 pub const OTHER: &str = "_OTHER";
 
@@ -523,6 +542,7 @@ impl Metrics {
                 "quota_exceeded",
             ],
         );
+        zero(&self.auth_failures, AUTH_FAILURE_REASONS);
         zero(&self.auth_jwks_fetches, &["ok", "failed"]);
         zero(&self.auth_introspections, &["ok", "failed"]);
         for method in ["sampling/createMessage", "roots/list", "elicitation/create"] {
