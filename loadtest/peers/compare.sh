@@ -7,8 +7,9 @@
 #   ROUNDS=1 DURATION=3s MEM_SESSIONS=1000 bash loadtest/peers/compare.sh
 #   TARGETS="ours rmcp actix hyper-floor" bash loadtest/peers/compare.sh
 #
-#   TARGETS       subset of: ours ours-redis ours-traced ours-base rmcp ts py actix
-#                 hyper-floor (default: all but ours-traced and ours-base)
+#   TARGETS       subset of: ours ours-redis ours-traced ours-base ours-auth
+#                 ours-auth-nocache rmcp ts py actix hyper-floor (default: all but
+#                 ours-traced, ours-base and the ours-auth pair)
 #   BASE_REV      git revision ours-base is built from (default: d1af96f, the last
 #                 build before metrics and traces)
 #   ROUNDS        repetitions of every load step (default 3)
@@ -29,6 +30,13 @@
 #                OTLP/HTTP to a sink this script starts (it answers 200, keeps nothing)
 #   ours-base    mcp-node built from BASE_REV in a git worktree (target/peers/base):
 #                the same node without what came after, side by side
+#   ours-auth    mcp-node with authorization on: every request carries a JWT
+#                (RS256, one principal per session) that the node validates
+#                against the JWKS of a test issuer this script starts
+#                (mcp-testkit's example test_issuer); a checked token is
+#                remembered until it expires (the default)
+#   ours-auth-nocache  the same with auth.token_cache_entries = 0: the
+#                signature is verified on every request
 #   rmcp         official Rust SDK (crates.io rmcp), loadtest/peers/rmcp-echo
 #   ts           official TypeScript SDK (npm @modelcontextprotocol/sdk), loadtest/peers/ts-echo
 #   py           official Python SDK (PyPI mcp), loadtest/peers/py-echo
@@ -121,7 +129,8 @@ FAILURES=$OUT/failures.log
 RESULTS=$OUT/results.md
 LOADTEST=./target/release/mcp-loadtest
 declare -A PORT=([ours]=18501 [ours-redis]=18502 [rmcp]=18503 [ts]=18504 [py]=18505
-  [actix]=18506 [hyper-floor]=18507 [ours-traced]=18508 [ours-base]=18509)
+  [actix]=18506 [hyper-floor]=18507 [ours-traced]=18508 [ours-base]=18509 [ours-auth]=18512
+  [ours-auth-nocache]=18513)
 REDIS_PORT=18510
 OTLP_PORT=18511
 PROTOCOL_VERSION=2025-11-25
@@ -194,6 +203,9 @@ forget_pid() {
 echo "== building (cargo -j $JOBS)"
 cargo build --release --quiet -j "$JOBS" -p mcp-node -p mcp-loadtest
 cargo build --release --quiet -j "$JOBS" -p mcp-server --example json_echo
+if has ours-auth || has ours-auth-nocache; then
+  cargo build --release --quiet -j "$JOBS" -p mcp-testkit --example test_issuer
+fi
 if has ours-base; then
   echo "== building ours-base from $BASE_REV (git worktree $OUT/base)"
   rm -rf "$OUT/base"
@@ -241,6 +253,26 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_for
 ' "$OTLP_PORT" >"$LOG_DIR/otlp-sink.log" 2>&1) &
   PIDS+=($!)
 fi
+# ISSUER_URL and TOKENS_OF[target]: the test issuer and, per auth target,
+# SESSIONS_N tokens whose audience is that target's endpoint.
+declare -A TOKENS_OF
+start_issuer() { # start_issuer TARGET
+  local file=$LOG_DIR/issuer-$1.txt _
+  (exec taskset -c $LOAD_CORE ./target/release/examples/test_issuer "http://127.0.0.1:${PORT[$1]}/mcp" "$SESSIONS_N" \
+    >"$file" 2>"$LOG_DIR/issuer-$1.log") &
+  PIDS+=($!)
+  for _ in $(seq 1 100); do
+    [[ $(wc -l <"$file") -gt $SESSIONS_N ]] && break
+    sleep 0.1
+  done
+  [[ $(wc -l <"$file") -gt $SESSIONS_N ]] || die "test_issuer printed no tokens; see $LOG_DIR/issuer-$1.log"
+  ISSUER_OF[$1]=$(head -n 1 "$file")
+  TOKENS_OF[$1]=$(tail -n +2 "$file" | paste -sd, -)
+}
+declare -A ISSUER_OF
+for target in ours-auth ours-auth-nocache; do
+  has $target && start_issuer $target
+done
 if has ours-redis; then
   (exec taskset -c $LOAD_CORE redis-server --port $REDIS_PORT --bind 127.0.0.1 --save '' --appendonly no \
     >"$LOG_DIR/redis.log" 2>&1) &
@@ -254,12 +286,20 @@ start_server() {
   local max_sessions=20000
   [[ $mode == init ]] && max_sessions=1000000
   local node_flags=(--bind "$addr" --workers 1 --log error --max-in-flight 1024 --max-sessions "$max_sessions")
+  # Quotas off (the peers have none, and one load generator on one address
+  # is not the many clients they are for); ours-base predates the flags.
+  local current=("${node_flags[@]}" --quota-initialize-per-address 0 --quota-requests-per-principal 0
+    --quota-sessions-per-principal 0 --quota-streams-per-principal 0)
   case $target in
-    ours) cmd=(./target/release/mcp-node "${node_flags[@]}") ;;
-    ours-redis) cmd=(./target/release/mcp-node "${node_flags[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
+    ours) cmd=(./target/release/mcp-node "${current[@]}") ;;
+    ours-redis) cmd=(./target/release/mcp-node "${current[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
     ours-traced) cmd=(env OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$OTLP_PORT" OTEL_TRACES_SAMPLER=always_on
-      ./target/release/mcp-node "${node_flags[@]}") ;;
+      ./target/release/mcp-node "${current[@]}") ;;
     ours-base) cmd=("$OUT/base-target/release/mcp-node" "${node_flags[@]}") ;;
+    ours-auth | ours-auth-nocache)
+      cmd=(env MCP_AUTH__RESOURCE="http://$addr/mcp" MCP_AUTH__ISSUERS="${ISSUER_OF[$target]}")
+      [[ $target == ours-auth-nocache ]] && cmd+=(MCP_AUTH__TOKEN_CACHE_ENTRIES=0)
+      cmd+=(./target/release/mcp-node "${current[@]}") ;;
     rmcp) cmd=("$OUT/cargo/release/rmcp-echo" "$addr" 1) ;;
     ts) cmd=("$PEERS/ts-echo/node_modules/.bin/node" "$PEERS/ts-echo/server.mjs" "$addr") ;;
     py) cmd=(env MAX_SESSIONS="$max_sessions" "$OUT/py-venv/bin/python" "$PEERS/py-echo/server.py" "$addr") ;;
@@ -299,9 +339,12 @@ stop_server() {
 # notifications/initialized). The id comes from the Mcp-Session-Id header,
 # whether the body is JSON or SSE.
 open_sessions() {
-  local url="http://127.0.0.1:${PORT[$1]}/mcp" ids=() sid _
-  local accept=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
-  for _ in $(seq 1 "$2"); do
+  local url="http://127.0.0.1:${PORT[$1]}/mcp" ids=() sid i
+  local tokens=()
+  IFS=, read -r -a tokens <<<"${TOKENS_OF[$1]:-}"
+  for i in $(seq 0 $(($2 - 1))); do
+    local accept=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
+    [[ ${#tokens[@]} -gt 0 ]] && accept+=(-H "Authorization: Bearer ${tokens[$((i % ${#tokens[@]}))]}")
     sid=$(curl -s --max-time 10 -D - -o /dev/null "${accept[@]}" \
       -d "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"$PROTOCOL_VERSION\",\"capabilities\":{},\"clientInfo\":{\"name\":\"wrk\",\"version\":\"0\"}}}" \
       "$url" | tr -d '\r' | awk 'tolower($1)=="mcp-session-id:" {print $2}')
@@ -334,7 +377,7 @@ run_wrk() {
   local init_expect=mcp
   [[ $target == actix ]] && init_expect=bare
   # Bounded: wrk stops itself after SECS; timeout covers a wedged server.
-  out=$(env SESSIONS="$sessions" RUN_ID="$run_id" ECHO_PREFIX="$(echo_prefix "$target")" \
+  out=$(env SESSIONS="$sessions" BEARERS="${TOKENS_OF[$target]:-}" RUN_ID="$run_id" ECHO_PREFIX="$(echo_prefix "$target")" \
     INIT_EXPECT="$init_expect" WRK_LUA_DIR="$PEERS/wrk" timeout $((secs + 30)) taskset -c $LOAD_CORE "${timer[@]}" \
     wrk -t1 -c"$conns" -d"${secs}s" --timeout 5s --latency -s "$script" "$url" 2>&1) || true
   printf '### %s\n%s\n\n' "$label" "$out" >>"$RAW"
@@ -424,6 +467,9 @@ step_init() {
   for target in $TARGETS; do INIT[$target]=0; done
   for round in $(seq 1 "$ROUNDS"); do
     for target in $TARGETS; do
+      # initialize.lua sends no token: the auth targets are measured by
+      # the calls step only.
+      [[ $target == ours-auth* ]] && continue
       start_server "$target" init
       WRK_RUN=$((WRK_RUN + 1))
       read -r rate _ _ errs cpu < <(run_wrk "initialize round=$round $target" "$INIT_CONNS" "$INIT_SECS" \

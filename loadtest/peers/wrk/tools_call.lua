@@ -22,16 +22,24 @@ local counter = 0
 local prefix = os.getenv("ECHO_PREFIX") or ""
 
 -- In init, not at load: wrk sets the Host header just before calling it.
+-- BEARERS (comma-separated, optional): bearer tokens, the i-th session's
+-- requests carrying the i-th (a node with authorization binds each session
+-- to its token's principal).
 init = function(args)
-  local ids = {}
+  local ids, tokens = {}, {}
   for id in string.gmatch(os.getenv("SESSIONS") or "", "[^,]+") do
     table.insert(ids, id)
+  end
+  for token in string.gmatch(os.getenv("BEARERS") or "", "[^,]+") do
+    table.insert(tokens, token)
   end
   if #ids == 0 then
     heads[1] = check.post_head({ ["MCP-Protocol-Version"] = "2025-11-25" })
   end
-  for _, id in ipairs(ids) do
-    table.insert(heads, check.post_head({ ["MCP-Protocol-Version"] = "2025-11-25", ["Mcp-Session-Id"] = id }))
+  for i, id in ipairs(ids) do
+    local extra = { ["MCP-Protocol-Version"] = "2025-11-25", ["Mcp-Session-Id"] = id }
+    if #tokens > 0 then extra["Authorization"] = "Bearer " .. tokens[((i - 1) % #tokens) + 1] end
+    table.insert(heads, check.post_head(extra))
   end
 end
 
