@@ -57,6 +57,9 @@ fi
 # (tests/compose/check.sh, tests/prometheus/check.sh); the end-to-end tests
 # prometheus_scrape and grafana_dashboard start a real prometheus (mcp-testkit).
 { has_cmd promtool && has_cmd prometheus; } || need_apt prometheus
+# The TLS tests make their CA and certificates with openssl (mcp-testkit's
+# TestPki), and so does the test authorization server its signing keys.
+has_cmd openssl || need_apt openssl
 has_cmd redis-server || { echo "redis-server missing after install" >&2; exit 1; }
 has_cmd nginx || { echo "nginx missing after install" >&2; exit 1; }
 has_cmd promtool || { echo "promtool missing after install" >&2; exit 1; }
