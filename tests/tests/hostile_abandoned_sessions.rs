@@ -73,8 +73,17 @@ async fn abandoned_sessions_leave_no_redis_key() {
             .parse()
             .unwrap()
     };
-    // The node's own keys (heartbeat, node set).
-    let baseline = keys();
+    // The node's own keys (heartbeat, node set), once its first heartbeat
+    // has written them.
+    let mut baseline = keys();
+    for _ in 0..100 {
+        if baseline > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        baseline = keys();
+    }
+    assert!(baseline > 0, "the node registered no key");
     for round in 0..2 {
         abandon(&url, 2_000).await;
         let during = keys();

@@ -66,7 +66,7 @@ pub struct Client {
 impl Client {
     /// A client for the endpoint `url`, speaking `protocol_version`.
     pub fn new(url: &str, protocol_version: &str) -> Self {
-        Self::with_http(reqwest::Client::new(), url, protocol_version)
+        Self::with_http(crate::http::default_client(), url, protocol_version)
     }
 
     /// A client sharing a connection pool.
