@@ -153,6 +153,36 @@ pub fn redact_header(line: &str) -> String {
     }
 }
 
+/// A client with `reqwest`'s defaults and the system's trusted roots: what
+/// [`crate::Client::new`] uses.
+pub fn default_client() -> reqwest::Client {
+    with_system_roots(reqwest::Client::builder())
+        .build()
+        // The builder has nothing that can fail but TLS, set up already.
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// `builder` trusting the system's roots, loaded once per process: `reqwest`
+/// loads them anew for every client it builds (18 ms a client in a debug
+/// build), and a load test opens thousands of sessions, each with its own
+/// client (and connection pool).
+fn with_system_roots(builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
+    static TLS: std::sync::LazyLock<Option<rustls::ClientConfig>> =
+        std::sync::LazyLock::new(|| {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .ok()
+                .map(|config| config.with_root_certificates(roots).with_no_client_auth())
+        });
+    match &*TLS {
+        Some(config) => builder.use_preconfigured_tls(config.clone()),
+        None => builder,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,35 +268,5 @@ mod tests {
         };
         assert!(matches!(not_pem.builder(), Err(ClientError::Config(_))));
         let _ = std::fs::remove_dir_all(dir);
-    }
-}
-
-/// A client with `reqwest`'s defaults and the system's trusted roots: what
-/// [`crate::Client::new`] uses.
-pub fn default_client() -> reqwest::Client {
-    with_system_roots(reqwest::Client::builder())
-        .build()
-        // The builder has nothing that can fail but TLS, set up already.
-        .unwrap_or_else(|_| reqwest::Client::new())
-}
-
-/// `builder` trusting the system's roots, loaded once per process: `reqwest`
-/// loads them anew for every client it builds (18 ms a client in a debug
-/// build), and a load test opens thousands of sessions, each with its own
-/// client (and connection pool).
-fn with_system_roots(builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
-    static TLS: std::sync::LazyLock<Option<rustls::ClientConfig>> =
-        std::sync::LazyLock::new(|| {
-            let mut roots = rustls::RootCertStore::empty();
-            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-            rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .ok()
-                .map(|config| config.with_root_certificates(roots).with_no_client_auth())
-        });
-    match &*TLS {
-        Some(config) => builder.use_preconfigured_tls(config.clone()),
-        None => builder,
     }
 }
