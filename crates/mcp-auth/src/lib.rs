@@ -12,7 +12,7 @@
 //! # Layout
 //! - [`config`]: [`AuthConfig`], validated once.
 //! - [`authenticator`]: [`Authenticator`], header to principal.
-//! - [`issuer`]: discovery and key caching per authorization server.
+//! - `issuer`: discovery and key caching per authorization server.
 //! - [`metadata`]: [`ResourceMetadata`] and `WWW-Authenticate` challenges.
 //! - [`error`]: [`AuthError`], [`Rejection`].
 //! - `verify`: signatures checked with ring.
