@@ -51,6 +51,15 @@ return {1, 0}
 
 /// KEYS: the lease set. ARGV: member, max, lease (ms). Returns
 /// `{admitted, retry after (ms)}`.
+static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then return 1 end
+return 0
+",
+    )
+});
+
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -149,6 +158,17 @@ impl QuotaStore for RedisQuotas {
             )
             .await?;
         verdict(reply, Duration::from_micros)
+    }
+
+    async fn claim_once(&self, key: &QuotaKey, ttl: Duration) -> Result<bool, StoreError> {
+        let reply = self
+            .redis
+            .script(
+                "quota_claim",
+                CLAIM.key(self.keys.quota(key)).arg(millis(ttl).max(1)),
+            )
+            .await?;
+        Ok(reply::int(&reply)? == 1)
     }
 
     async fn acquire(

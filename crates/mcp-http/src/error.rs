@@ -92,6 +92,18 @@ pub enum HttpError {
         /// Whole seconds to wait before trying again, at least 1.
         retry_after_secs: u64,
     },
+    /// A stateless (2026-07-28) request refused with its own JSON-RPC
+    /// error and the status that revision gives it (400 for a version,
+    /// header, capability or `_meta` error, 404 for an unknown method).
+    #[error("{}", error.message)]
+    Rpc {
+        /// The HTTP status.
+        status: StatusCode,
+        /// The JSON-RPC error, as sent.
+        error: ErrorObject,
+        /// The request answered.
+        id: Option<RequestId>,
+    },
     /// Another error, answering the request with this id (the body's error
     /// carries it, as JSON-RPC asks when the id could be read).
     #[error("{error}")]
@@ -116,6 +128,7 @@ impl HttpError {
                 ..
             } => ErrorCode::INTERNAL_ERROR,
             Self::ForRequest { error, .. } => error.code(),
+            Self::Rpc { error, .. } => error.code,
             _ => ErrorCode::INVALID_REQUEST,
         }
     }
@@ -124,7 +137,9 @@ impl HttpError {
     pub fn id(&self) -> Option<RequestId> {
         match self {
             Self::Decode(err) => err.id.clone(),
-            Self::InvalidRequest { id, .. } | Self::HeaderMismatch { id, .. } => id.clone(),
+            Self::InvalidRequest { id, .. }
+            | Self::HeaderMismatch { id, .. }
+            | Self::Rpc { id, .. } => id.clone(),
             Self::ForRequest { id, .. } => Some(id.clone()),
             _ => None,
         }
@@ -140,6 +155,7 @@ impl HttpError {
                 "quota": quota.name(),
                 "retryAfterSeconds": retry_after_secs,
             })),
+            Self::Rpc { error, .. } => error.data.clone(),
             _ => None,
         }
     }
@@ -184,6 +200,13 @@ impl HttpError {
                 _ => "unauthorized",
             },
             Self::ForRequest { error, .. } => error.reason(),
+            Self::Rpc { error, .. } => match error.code {
+                ErrorCode::METHOD_NOT_FOUND => "method_not_found",
+                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION => "unsupported_version",
+                ErrorCode::HEADER_MISMATCH => "header_mismatch",
+                ErrorCode::MISSING_CLIENT_CAPABILITY => "missing_capability",
+                _ => "invalid_request",
+            },
         }
     }
 
@@ -256,6 +279,7 @@ impl ResponseError for HttpError {
             | Self::HeaderMismatch { .. }
             | Self::BadLastEventId(_) => StatusCode::BAD_REQUEST,
             Self::ForRequest { error, .. } => error.status_code(),
+            Self::Rpc { status, .. } => *status,
         }
     }
 

@@ -176,6 +176,16 @@ pub fn check_standard_headers(
         Message::Notification(n) => (n.method.as_str(), n.params.as_ref(), None),
         Message::Response(_) => return Ok(()),
     };
+    check_fields(headers, method, params, id, service)
+}
+
+fn check_fields(
+    headers: &HeaderMap,
+    method: &str,
+    params: Option<&serde_json::Map<String, Value>>,
+    id: Option<mcp_protocol::RequestId>,
+    service: &dyn McpService,
+) -> Result<(), HttpError> {
     let mismatch = |message: String| HttpError::HeaderMismatch {
         message,
         id: id.clone(),
@@ -237,6 +247,62 @@ pub fn check_standard_headers(
         }
     }
     Ok(())
+}
+
+/// The 2026-07-28 rule on top of [`check_standard_headers`]: the standard
+/// headers are required, not only checked when sent. `MCP-Protocol-Version`
+/// and `Mcp-Method` on every request, `Mcp-Name` where the method names
+/// something, and each `Mcp-Param-*` whose argument the body carries.
+///
+/// # Errors
+/// [`HttpError::HeaderMismatch`] (400, -32020) naming the missing header.
+pub fn check_required_headers(
+    headers: &HeaderMap,
+    request: &mcp_protocol::Request,
+    service: &dyn McpService,
+) -> Result<(), HttpError> {
+    let missing = |name: &str| HttpError::HeaderMismatch {
+        message: format!("required header {name} is missing"),
+        id: Some(request.id.clone()),
+    };
+    if !headers.contains_key(PROTOCOL_VERSION) {
+        return Err(missing("MCP-Protocol-Version"));
+    }
+    if !headers.contains_key(MCP_METHOD) {
+        return Err(missing("Mcp-Method"));
+    }
+    let params = request.params.as_ref();
+    if let Some(field) = methods::name_param(&request.method)
+        && !headers.contains_key(MCP_NAME)
+        && params.and_then(|p| p.get(field)).is_some()
+    {
+        return Err(missing("Mcp-Name"));
+    }
+    if request.method == methods::TOOLS_CALL {
+        let tool = params
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let args = params
+            .and_then(|p| p.get("arguments"))
+            .and_then(Value::as_object);
+        for mirrored in service.mirrored_params(tool) {
+            let present = args
+                .and_then(|a| a.get(&mirrored.argument))
+                .is_some_and(|v| !v.is_null());
+            let name = format!("{MCP_PARAM_PREFIX}{}", mirrored.header.to_ascii_lowercase());
+            if present && !headers.contains_key(name.as_str()) {
+                return Err(missing(&format!("Mcp-Param-{}", mirrored.header)));
+            }
+        }
+    }
+    check_fields(
+        headers,
+        &request.method,
+        params,
+        Some(request.id.clone()),
+        service,
+    )
 }
 
 /// A header value as text: plain visible ASCII (with inner spaces), or the

@@ -28,6 +28,7 @@ pub mod headers;
 pub mod legacy;
 pub mod observe;
 pub mod sse;
+mod stateless;
 pub mod streamable;
 
 use std::sync::Arc;

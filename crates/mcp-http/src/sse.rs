@@ -41,6 +41,8 @@ pub enum StreamKind {
     Resumption,
     /// The legacy HTTP+SSE session stream.
     Legacy,
+    /// A stateless (2026-07-28) request's stream: not resumable.
+    Live,
 }
 
 impl StreamKind {
@@ -50,6 +52,7 @@ impl StreamKind {
             Self::Standalone => "standalone",
             Self::Resumption => "resumption",
             Self::Legacy => "legacy",
+            Self::Live => "live",
         }
     }
 }
@@ -147,6 +150,28 @@ pub fn body(
     stream::iter(head).chain(events).map(move |chunk| {
         let _open = &open;
         Ok(chunk)
+    })
+}
+
+/// The SSE body of a stateless (2026-07-28) request or `subscriptions/listen`
+/// stream: its messages as events without ids (nothing is resumable), with
+/// keep-alive comments while it is quiet. Holds `guard` while the client
+/// reads: dropping the body (the client went away) cancels the request.
+/// `kind`: counted in `mcp_sse_streams_open` (`None` when the runtime
+/// counts it, as for listen streams).
+pub fn live_body<G: 'static>(
+    rx: tokio::sync::mpsc::Receiver<std::sync::Arc<str>>,
+    guard: G,
+    kind: Option<StreamKind>,
+    keep_alive: std::time::Duration,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + 'static {
+    let open = kind.map(Open::new);
+    stream::unfold((rx, guard, open), move |(mut rx, guard, open)| async move {
+        let chunk = tokio::select! {
+            message = rx.recv() => notice(&message?, false),
+            () = tokio::time::sleep(keep_alive) => Bytes::from_static(KEEP_ALIVE),
+        };
+        Some((Ok(chunk), (rx, guard, open)))
     })
 }
 

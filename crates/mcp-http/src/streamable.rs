@@ -59,15 +59,6 @@ async fn read_limited(
     Ok(body.freeze())
 }
 
-/// Common checks of POST requests once Host, Origin (403) and the token
-/// (401) passed, in the order the status codes take precedence: 415, 406,
-/// 400 (version).
-pub(crate) fn check_post(req: &HttpRequest) -> Result<Option<ProtocolVersion>, HttpError> {
-    headers::check_content_type(req.headers())?;
-    headers::check_post_accept(req.headers())?;
-    headers::protocol_version(req.headers())
-}
-
 /// POST: one JSON-RPC message (or a 2025-03-26 batch).
 pub async fn post(
     req: HttpRequest,
@@ -76,7 +67,8 @@ pub async fn post(
 ) -> Result<HttpResponse, HttpError> {
     headers::check_host_and_origin(&req, &state.config)?;
     let principal = auth::authorize(&req, &state).await?;
-    check_post(&req)?;
+    headers::check_content_type(req.headers())?;
+    headers::check_post_accept(req.headers())?;
     let bytes = read_body(&req, payload, &state.config).await?;
     let body = decode_body_with_limit(&bytes, state.runtime.config().max_batch_items)
         .map_err(HttpError::Decode)?;
@@ -85,6 +77,10 @@ pub async fn post(
         Body::Single(Message::Request(request)) => Some(request.id.clone()),
         _ => None,
     };
+    let stateless = crate::stateless::is_stateless(&req, &body);
+    if !stateless {
+        headers::protocol_version(req.headers()).map_err(|err| err.for_request(id.clone()))?;
+    }
     match &body {
         Body::Single(Message::Request(r)) => observe::note_method(&req, &r.method),
         Body::Single(Message::Notification(n)) => observe::note_method(&req, &n.method),
@@ -93,9 +89,12 @@ pub async fn post(
     }
     auth::check_tool_scopes(&state, principal.as_deref(), &body)?;
     let inbound = inbound(&req, Transport::StreamableHttp, principal);
-    post_body(&req, body, &state, inbound)
-        .await
-        .map_err(|err| err.for_request(id))
+    let answered = if stateless {
+        crate::stateless::post(&req, body, &state, inbound).await
+    } else {
+        post_body(&req, body, &state, inbound).await
+    };
+    answered.map_err(|err| err.for_request(id))
 }
 
 /// Routes a decoded POST body through the runtime's pipeline.
@@ -252,6 +251,8 @@ async fn respond(
         // so the client does not try to resume it.
         Ok(ExchangeReply::Empty) => Ok(sse::response(futures_util::stream::empty())),
         Ok(ExchangeReply::Failed(_)) => Err(HttpError::Unavailable("event log unavailable")),
+        // Only stateless exchanges stream live; a session's never does.
+        Ok(ExchangeReply::Live(_)) => Err(HttpError::Unavailable("unexpected live stream")),
         Err(_) => Err(HttpError::Unavailable(
             "session stopped while handling the request, retry",
         )),

@@ -33,7 +33,10 @@ pub(crate) fn server(page_size: usize) -> McpServer {
     let mut b = ServerBuilder::new("mcp-node", env!("CARGO_PKG_VERSION"))
         .page_size(page_size)
         .instructions("Built-in tools of an MCP cluster node: echo, add, long_running_operation, and conformance fixtures.");
-    for tool in tools(&handle) {
+    for tool in tools(&handle)
+        .into_iter()
+        .chain(crate::input_fixtures::tools(&handle))
+    {
         b = b.tool(tool);
     }
     for resource in resources() {
@@ -42,7 +45,10 @@ pub(crate) fn server(page_size: usize) -> McpServer {
     for template in templates() {
         b = b.template(template);
     }
-    for prompt in prompts() {
+    for prompt in prompts()
+        .into_iter()
+        .chain(crate::input_fixtures::prompts())
+    {
         b = b.prompt(prompt);
     }
     let server = b.build();
@@ -117,7 +123,7 @@ struct UriArgs {
 #[schemars(deny_unknown_fields)]
 struct NoArgs {}
 
-fn no_args<F, Fut>(name: &str, description: &str, f: F) -> ToolDef
+pub(crate) fn no_args<F, Fut>(name: &str, description: &str, f: F) -> ToolDef
 where
     F: Fn(RequestContext) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ToolResult> + Send + 'static,

@@ -5,6 +5,7 @@
 //! serving failed.
 
 mod builtins;
+mod input_fixtures;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -24,6 +24,13 @@ impl ErrorCode {
     /// HTTP headers do not match the body (`Mcp-Method`, `Mcp-Name`,
     /// `Mcp-Param-*`); the code the released 2026-07-28 schema allocates.
     pub const HEADER_MISMATCH: Self = Self(-32020);
+    /// The request needs a client capability its `_meta` does not declare
+    /// (2026-07-28 `MissingRequiredClientCapabilityError`).
+    pub const MISSING_CLIENT_CAPABILITY: Self = Self(-32021);
+    /// The request's protocol version is not served (2026-07-28
+    /// `UnsupportedProtocolVersionError`; `data` lists `supported` and
+    /// `requested`).
+    pub const UNSUPPORTED_PROTOCOL_VERSION: Self = Self(-32022);
     /// A quota refused the request (HTTP 429 with `Retry-After`): this
     /// server's code, from the range JSON-RPC 2.0 leaves to servers
     /// (-32000 to -32099); `data` names the quota.

@@ -26,6 +26,16 @@ pub const PROMPTS_GET: &str = "prompts/get";
 pub const COMPLETION_COMPLETE: &str = "completion/complete";
 /// `logging/setLevel`.
 pub const LOGGING_SET_LEVEL: &str = "logging/setLevel";
+/// `server/discover` (2026-07-28): versions, capabilities, identity.
+pub const SERVER_DISCOVER: &str = "server/discover";
+/// `subscriptions/listen` (2026-07-28): the long-lived change stream.
+pub const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
+/// `tasks/get` (the `io.modelcontextprotocol/tasks` extension).
+pub const TASKS_GET: &str = "tasks/get";
+/// `tasks/update` (the tasks extension).
+pub const TASKS_UPDATE: &str = "tasks/update";
+/// `tasks/cancel` (the tasks extension).
+pub const TASKS_CANCEL: &str = "tasks/cancel";
 
 /// `sampling/createMessage` (server → client).
 pub const SAMPLING_CREATE_MESSAGE: &str = "sampling/createMessage";
@@ -55,6 +65,26 @@ pub const NOTIFICATION_RESOURCES_LIST_CHANGED: &str = "notifications/resources/l
 pub const NOTIFICATION_RESOURCES_UPDATED: &str = "notifications/resources/updated";
 /// `notifications/prompts/list_changed`.
 pub const NOTIFICATION_PROMPTS_LIST_CHANGED: &str = "notifications/prompts/list_changed";
+/// `notifications/subscriptions/acknowledged` (2026-07-28): the first
+/// message of a `subscriptions/listen` stream.
+pub const NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED: &str =
+    "notifications/subscriptions/acknowledged";
+
+/// `_meta` keys of the 2026-07-28 revision.
+pub mod meta {
+    /// The request's protocol version.
+    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    /// The client's name and version.
+    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    /// The client's capabilities for this request.
+    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    /// The lowest level of `notifications/message` the client wants.
+    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+    /// The server's name and version, on results.
+    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+    /// The `subscriptions/listen` request a notification belongs to.
+    pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+}
 
 /// Methods whose `params.name` (or `params.uri`) the `Mcp-Name` header
 /// mirrors, with the params field it mirrors (standard MCP request headers).

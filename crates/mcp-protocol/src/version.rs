@@ -18,10 +18,14 @@ pub enum ProtocolVersion {
     V2025_06_18,
     /// 2025-11-25: SSE priming events and polling, icons, URL elicitation.
     V2025_11_25,
+    /// 2026-07-28: stateless. No `initialize` and no sessions: every request
+    /// carries its version, client info and capabilities in `_meta`;
+    /// `server/discover`, input-required round trips, `subscriptions/listen`.
+    V2026_07_28,
 }
 
 impl ProtocolVersion {
-    /// Every served revision, oldest first.
+    /// Every session-era revision (opened by `initialize`), oldest first.
     pub const ALL: [Self; 4] = [
         Self::V2024_11_05,
         Self::V2025_03_26,
@@ -29,9 +33,22 @@ impl ProtocolVersion {
         Self::V2025_11_25,
     ];
 
-    /// The newest served revision, offered when a client asks for one we do
-    /// not know (lifecycle, version negotiation).
+    /// The newest session-era revision, offered when an `initialize` asks
+    /// for one we do not know (lifecycle, version negotiation).
     pub const LATEST: Self = Self::V2025_11_25;
+
+    /// The stateless revision: requests carry their own `_meta`.
+    pub const STATELESS: Self = Self::V2026_07_28;
+
+    /// Every revision served, newest first, as `server/discover` and
+    /// `UnsupportedProtocolVersionError` list them.
+    pub const SUPPORTED: [Self; 5] = [
+        Self::V2026_07_28,
+        Self::V2025_11_25,
+        Self::V2025_06_18,
+        Self::V2025_03_26,
+        Self::V2024_11_05,
+    ];
 
     /// The revision a server assumes when a Streamable HTTP request carries no
     /// `MCP-Protocol-Version` header and nothing else tells (2025-06-18
@@ -45,13 +62,24 @@ impl ProtocolVersion {
             Self::V2025_03_26 => "2025-03-26",
             Self::V2025_06_18 => "2025-06-18",
             Self::V2025_11_25 => "2025-11-25",
+            Self::V2026_07_28 => "2026-07-28",
         }
     }
 
     /// The revision the server answers `initialize` with: the requested one
     /// when served, otherwise the latest (lifecycle, version negotiation).
     pub fn negotiate(requested: &str) -> Self {
-        requested.parse().unwrap_or(Self::LATEST)
+        requested
+            .parse()
+            .ok()
+            .filter(|v: &Self| !v.is_stateless())
+            .unwrap_or(Self::LATEST)
+    }
+
+    /// Whether requests of this revision carry their own `_meta` and open
+    /// no session (2026-07-28 and later).
+    pub fn is_stateless(self) -> bool {
+        self >= Self::V2026_07_28
     }
 
     /// JSON-RPC batches are part of 2025-03-26 only (added there, removed in
@@ -93,7 +121,7 @@ impl FromStr for ProtocolVersion {
     type Err = UnsupportedVersion;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
+        Self::SUPPORTED
             .into_iter()
             .find(|v| v.as_str() == s)
             .ok_or(UnsupportedVersion)
@@ -112,6 +140,15 @@ mod tests {
         assert_eq!(
             ProtocolVersion::negotiate("1999-01-01"),
             ProtocolVersion::LATEST
+        );
+        // initialize never opens a stateless-era session.
+        assert_eq!(
+            ProtocolVersion::negotiate("2026-07-28"),
+            ProtocolVersion::LATEST
+        );
+        assert_eq!(
+            "2026-07-28".parse::<ProtocolVersion>(),
+            Ok(ProtocolVersion::STATELESS)
         );
     }
 

@@ -119,7 +119,10 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
         // Published by `Runtime::broadcast` only through the bus, so the
         // origin's own sessions hear it here too.
         ControlMessage::ServerEvent { name, uri, .. } => match ServerEvent::from_wire(&name, uri) {
-            Some(event) => rt.registry().do_send(FanOut(event)),
+            Some(event) => {
+                rt.node().listeners.fan_out(&event);
+                rt.registry().do_send(FanOut(event));
+            }
             None => tracing::debug!(%name, "Unknown server event ignored."),
         },
         ControlMessage::Kick {

@@ -68,6 +68,26 @@ pub struct RuntimeConfig {
     /// most about 150 KiB of client-chosen data (info, capabilities,
     /// subscriptions).
     pub max_uri_bytes: usize,
+    /// `ttlMs` on cacheable stateless results (`server/discover`, the
+    /// lists, `resources/read`) when the handler sets none. Default 60,000:
+    /// list changes also reach `subscriptions/listen` at once.
+    pub cache_ttl_ms: u64,
+    /// Seconds an input-required `requestState` stays valid. Default 600:
+    /// a human may be asked.
+    pub request_state_ttl_secs: u64,
+    /// Keys that seal `requestState`, as `<id>:<base64 of 32 bytes>`, the
+    /// first sealing and all opening (rotation: put the new key first, drop
+    /// the old one after `request_state_ttl_secs`). Empty: the cluster
+    /// shares a ring the store keeps and rotates
+    /// (`request_state_rotate_secs`); a single node with the embedded store
+    /// makes its own.
+    #[serde(skip_serializing)]
+    pub request_state_keys: Vec<String>,
+    /// Seconds between rotations of the store-kept key ring. Default 86,400.
+    pub request_state_rotate_secs: u64,
+    /// Most `subscriptions/listen` streams this node holds; more get
+    /// HTTP 503. Default 10,000.
+    pub max_listen_streams: usize,
     /// Quotas per client address and per principal. Not read from the
     /// runtime's section: a node sets it from its own `[quotas]` section.
     #[serde(skip)]
@@ -91,6 +111,11 @@ impl Default for RuntimeConfig {
             max_client_capabilities_bytes: 16 * 1024,
             max_subscriptions_per_session: 64,
             max_uri_bytes: 2048,
+            cache_ttl_ms: 60_000,
+            request_state_ttl_secs: 600,
+            request_state_keys: Vec::new(),
+            request_state_rotate_secs: 86_400,
+            max_listen_streams: 10_000,
             quotas: QuotaConfig::default(),
         }
     }
@@ -110,6 +135,22 @@ impl RuntimeConfig {
     /// Client answer timeout.
     pub fn ask_timeout(&self) -> Duration {
         Duration::from_secs(self.ask_timeout_secs)
+    }
+
+    /// How long a `requestState` stays valid.
+    pub fn request_state_ttl(&self) -> Duration {
+        Duration::from_secs(self.request_state_ttl_secs.max(1))
+    }
+
+    /// The configured request-state keys, parsed.
+    ///
+    /// # Errors
+    /// The first key that does not parse, said for the operator.
+    pub fn state_keys(&self) -> Result<Vec<crate::mrtr::StateKey>, String> {
+        self.request_state_keys
+            .iter()
+            .map(|k| crate::mrtr::StateKey::parse(k))
+            .collect()
     }
 
     /// Keep-alive interval.

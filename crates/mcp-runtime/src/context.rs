@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::exchange::Exchange;
 use crate::session::SessionHandle;
+use crate::stateless::StatelessScope;
 
 /// Session state that handlers read without a mailbox round trip. Written by
 /// the session actor only.
@@ -176,6 +177,12 @@ pub enum AskError {
     /// The request could not be sent (session gone, log failed).
     #[error("the request could not be sent")]
     Unavailable,
+    /// Stateless (2026-07-28): the question goes to the client in this
+    /// request's `input_required` result, and the client's retry brings the
+    /// answer. The handler's own result is discarded; it runs again on the
+    /// retry and gets the answer there.
+    #[error("input required from the client")]
+    InputRequired,
 }
 
 /// The client's answer to a server request.
@@ -190,15 +197,28 @@ pub struct RequestContext {
 #[derive(Debug)]
 struct ContextInner {
     request_id: RequestId,
-    session_id: SessionId,
     progress_token: Option<Value>,
-    /// Tripped by `notifications/cancelled`, DELETE or shutdown.
+    /// Tripped by `notifications/cancelled`, DELETE or shutdown (and, for
+    /// a stateless request, by its client closing the response stream).
     cancel: CancellationToken,
     output: Arc<RequestOutput>,
-    session: SessionHandle,
-    shared: Arc<SessionShared>,
+    scope: Scope,
     ask_timeout: Duration,
     principal: Option<Arc<Principal>>,
+}
+
+/// What a request belongs to.
+#[derive(Debug)]
+enum Scope {
+    /// A session (2024-11-05 … 2025-11-25).
+    Session {
+        id: SessionId,
+        session: SessionHandle,
+        shared: Arc<SessionShared>,
+    },
+    /// Nothing but itself (2026-07-28): what a session would hold comes with
+    /// the request.
+    Stateless(Arc<StatelessScope>),
 }
 
 impl RequestContext {
@@ -216,13 +236,36 @@ impl RequestContext {
         Self {
             inner: Arc::new(ContextInner {
                 request_id: request.id.clone(),
-                session_id,
                 progress_token: request.progress_token().cloned(),
                 cancel,
                 output,
-                session,
-                shared,
+                scope: Scope::Session {
+                    id: session_id,
+                    session,
+                    shared,
+                },
                 ask_timeout,
+                principal,
+            }),
+        }
+    }
+
+    /// The context of a stateless (2026-07-28) request.
+    pub(crate) fn stateless(
+        request: &Request,
+        cancel: CancellationToken,
+        output: Arc<RequestOutput>,
+        scope: Arc<StatelessScope>,
+        principal: Option<Arc<Principal>>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(ContextInner {
+                request_id: request.id.clone(),
+                progress_token: request.progress_token().cloned(),
+                cancel,
+                output,
+                scope: Scope::Stateless(scope),
+                ask_timeout: Duration::ZERO,
                 principal,
             }),
         }
@@ -233,9 +276,12 @@ impl RequestContext {
         &self.inner.request_id
     }
 
-    /// The session.
-    pub fn session_id(&self) -> &SessionId {
-        &self.inner.session_id
+    /// The session; `None` for a stateless (2026-07-28) request.
+    pub fn session_id(&self) -> Option<&SessionId> {
+        match &self.inner.scope {
+            Scope::Session { id, .. } => Some(id),
+            Scope::Stateless(_) => None,
+        }
     }
 
     /// Who the request acts for: the principal of its validated access
@@ -248,17 +294,23 @@ impl RequestContext {
 
     /// The negotiated protocol revision.
     pub fn protocol_version(&self) -> ProtocolVersion {
-        self.inner
-            .shared
-            .version
-            .get()
-            .copied()
-            .unwrap_or(ProtocolVersion::LATEST)
+        match &self.inner.scope {
+            Scope::Session { shared, .. } => shared
+                .version
+                .get()
+                .copied()
+                .unwrap_or(ProtocolVersion::LATEST),
+            Scope::Stateless(_) => ProtocolVersion::STATELESS,
+        }
     }
 
-    /// What the client declared in `initialize`.
+    /// What the client declared: in `initialize` (session era) or in this
+    /// request's `_meta` (2026-07-28).
     pub fn client_capabilities(&self) -> Option<&ClientCapabilities> {
-        self.inner.shared.client_capabilities.get()
+        match &self.inner.scope {
+            Scope::Session { shared, .. } => shared.client_capabilities.get(),
+            Scope::Stateless(scope) => Some(&scope.capabilities),
+        }
     }
 
     /// The cancellation token of this request. Handlers that spawn work tie
@@ -311,7 +363,8 @@ impl RequestContext {
     }
 
     /// Sends `notifications/message` on this request's stream when `level`
-    /// passes the session's `logging/setLevel`.
+    /// passes the session's `logging/setLevel` (2026-07-28: the request's
+    /// `_meta` log level; none set, nothing is sent).
     ///
     /// # Errors
     /// [`EmitError`] when the request already completed or the log failed.
@@ -321,7 +374,11 @@ impl RequestContext {
         logger: Option<&str>,
         data: Value,
     ) -> Result<(), EmitError> {
-        if !self.inner.shared.sends(level) {
+        let sends = match &self.inner.scope {
+            Scope::Session { shared, .. } => shared.sends(level),
+            Scope::Stateless(scope) => scope.log_level.is_some_and(|min| level >= min),
+        };
+        if !sends {
             return Ok(());
         }
         let params = LoggingMessageParams {
@@ -374,15 +431,41 @@ impl RequestContext {
     /// # Errors
     /// [`AskError`]: not initialized, cancelled, timed out, rejected.
     pub async fn ask(&self, method: &str, params: impl Serialize) -> Result<Value, AskError> {
-        if !self.inner.shared.initialized.load(Ordering::Acquire) {
-            return Err(AskError::NotInitialized);
-        }
-        let outcome = self.ask_sent(method, params).await;
+        self.ask_keyed(None, method, params).await
+    }
+
+    /// Names the next question this handler asks. In the stateless era
+    /// (2026-07-28) the question travels in an `input_required` result under
+    /// this key, and the client answers under it; without a name the n-th
+    /// question of a kind is `<kind>-<n>` (`elicitation-1`, `sampling-2`).
+    /// The session era ignores the name.
+    pub fn input<'a>(&'a self, key: &'a str) -> NamedInput<'a> {
+        NamedInput { ctx: self, key }
+    }
+
+    async fn ask_keyed(
+        &self,
+        key: Option<&str>,
+        method: &str,
+        params: impl Serialize,
+    ) -> Result<Value, AskError> {
+        let outcome = match &self.inner.scope {
+            Scope::Session { shared, .. } if !shared.initialized.load(Ordering::Acquire) => {
+                return Err(AskError::NotInitialized);
+            }
+            Scope::Session { session, .. } => self.ask_sent(session, method, params).await,
+            Scope::Stateless(scope) => {
+                let params = serde_json::to_value(params)
+                    .map_err(|err| AskError::InvalidAnswer(err.to_string()))?;
+                scope.inputs.ask(key, method, params)
+            }
+        };
         let label = match &outcome {
             Ok(_) => "answered",
             Err(AskError::Rejected(_)) => "rejected",
             Err(AskError::Cancelled) => "cancelled",
             Err(AskError::Timeout) => "timeout",
+            Err(AskError::InputRequired) => "input_required",
             Err(_) => "unavailable",
         };
         let method = match method {
@@ -398,12 +481,13 @@ impl RequestContext {
         outcome
     }
 
-    async fn ask_sent(&self, method: &str, params: impl Serialize) -> Result<Value, AskError> {
-        let (id, answer) = self
-            .inner
-            .session
-            .register_ask(self.inner.request_id.clone())
-            .await?;
+    async fn ask_sent(
+        &self,
+        session: &SessionHandle,
+        method: &str,
+        params: impl Serialize,
+    ) -> Result<Value, AskError> {
+        let (id, answer) = session.register_ask(self.inner.request_id.clone()).await?;
         let request = Request::new(id, method, params);
         self.inner
             .output
@@ -430,8 +514,19 @@ impl RequestContext {
         &self,
         params: CreateMessageParams,
     ) -> Result<CreateMessageResult, AskError> {
+        self.create_message_keyed(None, params).await
+    }
+
+    async fn create_message_keyed(
+        &self,
+        key: Option<&str>,
+        params: CreateMessageParams,
+    ) -> Result<CreateMessageResult, AskError> {
         self.require(|c| c.sampling.is_some(), "sampling")?;
-        typed(self.ask(methods::SAMPLING_CREATE_MESSAGE, params).await?)
+        typed(
+            self.ask_keyed(key, methods::SAMPLING_CREATE_MESSAGE, params)
+                .await?,
+        )
     }
 
     /// `roots/list`: the client's roots.
@@ -440,8 +535,15 @@ impl RequestContext {
     /// [`AskError::NotSupported`] without the client's `roots` capability,
     /// and the errors of [`Self::ask`].
     pub async fn list_roots(&self) -> Result<ListRootsResult, AskError> {
+        self.list_roots_keyed(None).await
+    }
+
+    async fn list_roots_keyed(&self, key: Option<&str>) -> Result<ListRootsResult, AskError> {
         self.require(|c| c.roots.is_some(), "roots")?;
-        typed(self.ask(methods::ROOTS_LIST, serde_json::json!({})).await?)
+        typed(
+            self.ask_keyed(key, methods::ROOTS_LIST, serde_json::json!({}))
+                .await?,
+        )
     }
 
     /// `elicitation/create`: asks the user for input (2025-06-18 and later).
@@ -450,11 +552,22 @@ impl RequestContext {
     /// [`AskError::NotSupported`] without the client's `elicitation`
     /// capability or before 2025-06-18, and the errors of [`Self::ask`].
     pub async fn elicit(&self, params: ElicitParams) -> Result<ElicitResult, AskError> {
+        self.elicit_keyed(None, params).await
+    }
+
+    async fn elicit_keyed(
+        &self,
+        key: Option<&str>,
+        params: ElicitParams,
+    ) -> Result<ElicitResult, AskError> {
         if !self.protocol_version().has_elicitation() {
             return Err(AskError::NotSupported("elicitation"));
         }
         self.require(|c| c.elicitation.is_some(), "elicitation")?;
-        typed(self.ask(methods::ELICITATION_CREATE, params).await?)
+        typed(
+            self.ask_keyed(key, methods::ELICITATION_CREATE, params)
+                .await?,
+        )
     }
 
     fn require(
@@ -462,10 +575,50 @@ impl RequestContext {
         has: impl Fn(&ClientCapabilities) -> bool,
         what: &'static str,
     ) -> Result<(), AskError> {
-        match self.client_capabilities() {
-            Some(caps) if has(caps) => Ok(()),
+        match (self.client_capabilities(), &self.inner.scope) {
+            (Some(caps), _) if has(caps) => Ok(()),
+            (_, Scope::Stateless(scope)) => {
+                scope.inputs.missing_capability(what);
+                Err(AskError::NotSupported(what))
+            }
             _ => Err(AskError::NotSupported(what)),
         }
+    }
+}
+
+/// A question with a name ([`RequestContext::input`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NamedInput<'a> {
+    ctx: &'a RequestContext,
+    key: &'a str,
+}
+
+impl NamedInput<'_> {
+    /// [`RequestContext::elicit`] under this name.
+    ///
+    /// # Errors
+    /// As [`RequestContext::elicit`].
+    pub async fn elicit(self, params: ElicitParams) -> Result<ElicitResult, AskError> {
+        self.ctx.elicit_keyed(Some(self.key), params).await
+    }
+
+    /// [`RequestContext::create_message`] under this name.
+    ///
+    /// # Errors
+    /// As [`RequestContext::create_message`].
+    pub async fn create_message(
+        self,
+        params: CreateMessageParams,
+    ) -> Result<CreateMessageResult, AskError> {
+        self.ctx.create_message_keyed(Some(self.key), params).await
+    }
+
+    /// [`RequestContext::list_roots`] under this name.
+    ///
+    /// # Errors
+    /// As [`RequestContext::list_roots`].
+    pub async fn list_roots(self) -> Result<ListRootsResult, AskError> {
+        self.ctx.list_roots_keyed(Some(self.key)).await
     }
 }
 

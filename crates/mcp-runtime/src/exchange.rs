@@ -7,7 +7,10 @@
 //! log; the transport follows that stream as SSE, and a client that drops it
 //! can resume from any event. The stream closes after the last response.
 //! Legacy HTTP+SSE and stdio exchanges are *attached* to the session's
-//! standalone stream from the start and never close it.
+//! standalone stream from the start and never close it. Stateless
+//! (2026-07-28) exchanges are *direct*: their stream is not resumable, so it
+//! goes straight to the transport through a bounded channel, never through
+//! the event log.
 
 use std::sync::Arc;
 
@@ -33,7 +36,15 @@ pub enum ExchangeReply {
     Empty,
     /// The event log failed while switching to SSE.
     Failed(StoreError),
+    /// A direct exchange's stream: each message as JSON, in order; the
+    /// channel closes after the last response. Bounded: a client that
+    /// does not read holds up its handlers, not the node's memory.
+    Live(tokio::sync::mpsc::Receiver<Arc<str>>),
 }
+
+/// Messages a direct exchange's channel holds before a slow client holds up
+/// its handlers.
+const LIVE_BUFFER: usize = 64;
 
 #[derive(Debug)]
 enum State {
@@ -53,6 +64,12 @@ enum State {
     Attached {
         stream: StreamId,
     },
+    Live {
+        tx: tokio::sync::mpsc::Sender<Arc<str>>,
+        remaining: usize,
+        /// Dropped with the state when the exchange is done.
+        _open: Option<ExchangeTicket>,
+    },
     Done,
 }
 
@@ -61,7 +78,9 @@ enum State {
 /// the transport holds the reply receiver.
 #[derive(Debug)]
 pub struct Exchange {
-    session: SessionId,
+    /// The session whose event log holds the stream; `None` for a direct
+    /// exchange.
+    session: Option<SessionId>,
     node: Arc<NodeContext>,
     /// The requests answered here, registered with the node registry while
     /// the stream is open so that a survivor can answer them if this node
@@ -99,7 +118,7 @@ impl Exchange {
             }
         };
         let exchange = Self {
-            session,
+            session: Some(session),
             node,
             requests,
             mode,
@@ -116,7 +135,7 @@ impl Exchange {
         stream: StreamId,
     ) -> Arc<Self> {
         Arc::new(Self {
-            session,
+            session: Some(session),
             node,
             requests: Vec::new(),
             mode: ResponseMode::Sse,
@@ -125,12 +144,40 @@ impl Exchange {
         })
     }
 
+    /// A direct exchange answering one stateless request: JSON when the
+    /// response is ready before anything else, otherwise a live stream.
+    pub(crate) fn direct(
+        node: Arc<NodeContext>,
+        mode: ResponseMode,
+        request: RequestId,
+    ) -> (Arc<Self>, oneshot::Receiver<ExchangeReply>) {
+        let (tx, rx) = oneshot::channel();
+        let exchange = Self {
+            session: None,
+            state: Mutex::new(State::Pending {
+                remaining: 1,
+                responses: Vec::new(),
+                reply: Some(tx),
+                open: Some(ExchangeTicket::issue(&node)),
+            }),
+            node,
+            requests: vec![request],
+            mode,
+            calls: std::sync::Mutex::default(),
+        };
+        (Arc::new(exchange), rx)
+    }
+
     /// Emits a message related to a request that is not its response.
     ///
     /// # Errors
     /// The event log failed; the message is lost and the caller is told.
     pub async fn emit(&self, message: &Message) -> Result<(), StoreError> {
         let mut state = self.state.lock().await;
+        if self.session.is_none() {
+            let tx = self.ensure_live(&mut state)?;
+            return send_live(&tx, message).await;
+        }
         let stream = self.ensure_stream(&mut state).await?;
         self.append(&stream, message).await
     }
@@ -146,7 +193,11 @@ impl Exchange {
         }
         let mut state = self.state.lock().await;
         if self.mode == ResponseMode::Sse && response.is_some() {
-            self.ensure_stream(&mut state).await?;
+            if self.session.is_some() {
+                self.ensure_stream(&mut state).await?;
+            } else {
+                self.ensure_live(&mut state)?;
+            }
         }
         match &mut *state {
             State::Pending {
@@ -184,12 +235,12 @@ impl Exchange {
                     Some(r) => self.append(&stream, &Message::Response(r.clone())).await,
                     None => Ok(()),
                 };
-                if last {
+                if let (true, Some(session)) = (last, &self.session) {
                     self.node.attachments.forget(&stream);
                     self.node
                         .store
                         .events
-                        .close_stream(&self.session, &stream)
+                        .close_stream(session, &stream)
                         .await?;
                     if let Err(err) = self
                         .node
@@ -207,6 +258,20 @@ impl Exchange {
                 let stream = stream.clone();
                 match response {
                     Some(r) => self.append(&stream, &Message::Response(r)).await,
+                    None => Ok(()),
+                }
+            }
+            State::Live { tx, remaining, .. } => {
+                let tx = tx.clone();
+                *remaining = remaining.saturating_sub(1);
+                if *remaining == 0 {
+                    // The state's sender goes now; the channel closes once
+                    // this last message is in.
+                    *state = State::Done;
+                }
+                drop(state);
+                match response {
+                    Some(r) => send_live(&tx, &Message::Response(r)).await,
                     None => Ok(()),
                 }
             }
@@ -263,7 +328,9 @@ impl Exchange {
     /// The event log failed while switching to SSE.
     pub async fn disconnect_client(&self) -> Result<(), StoreError> {
         let mut state = self.state.lock().await;
-        if matches!(*state, State::Attached { .. }) {
+        // A direct exchange's stream cannot be resumed (2026-07-28): closing
+        // it would cancel the request.
+        if matches!(*state, State::Attached { .. }) || self.session.is_none() {
             return Ok(());
         }
         let stream = self.ensure_stream(&mut state).await?;
@@ -271,10 +338,44 @@ impl Exchange {
         Ok(())
     }
 
+    /// Switches a pending direct exchange to its live channel.
+    fn ensure_live(
+        &self,
+        state: &mut State,
+    ) -> Result<tokio::sync::mpsc::Sender<Arc<str>>, StoreError> {
+        match state {
+            State::Live { tx, .. } => Ok(tx.clone()),
+            State::Pending {
+                remaining,
+                responses,
+                reply,
+                open,
+            } => {
+                let (tx, rx) = tokio::sync::mpsc::channel(LIVE_BUFFER);
+                for r in std::mem::take(responses) {
+                    let _ = tx.try_send(Arc::from(Message::Response(r).to_json()));
+                }
+                if let Some(reply) = reply.take() {
+                    let _ = reply.send(ExchangeReply::Live(rx));
+                }
+                *state = State::Live {
+                    tx: tx.clone(),
+                    remaining: *remaining,
+                    _open: open.take(),
+                };
+                Ok(tx)
+            }
+            _ => Err(StoreError::StreamNotFound),
+        }
+    }
+
     async fn ensure_stream(&self, state: &mut State) -> Result<StreamId, StoreError> {
+        let Some(session) = &self.session else {
+            return Err(StoreError::StreamNotFound);
+        };
         match state {
             State::Streaming { stream, .. } | State::Attached { stream } => Ok(stream.clone()),
-            State::Done => Err(StoreError::StreamNotFound),
+            State::Done | State::Live { .. } => Err(StoreError::StreamNotFound),
             State::Pending {
                 remaining,
                 responses,
@@ -285,7 +386,7 @@ impl Exchange {
                     .node
                     .store
                     .events
-                    .create_stream(&self.session, &self.requests)
+                    .create_stream(session, &self.requests)
                     .await
                 {
                     Ok(stream) => stream,
@@ -300,7 +401,7 @@ impl Exchange {
                 // Registered before anything is written, so that a survivor
                 // knows which requests to answer should this node die.
                 let open = OpenStream {
-                    session: self.session.clone(),
+                    session: session.clone(),
                     stream: stream.clone(),
                     requests: self.requests.clone(),
                 };
@@ -326,13 +427,27 @@ impl Exchange {
     }
 
     async fn append(&self, stream: &StreamId, message: &Message) -> Result<(), StoreError> {
+        let Some(session) = &self.session else {
+            return Err(StoreError::StreamNotFound);
+        };
         mcp_telemetry::metrics::metrics().event_appends.inc();
         let data: Arc<str> = Arc::from(message.to_json());
         self.node
             .store
             .events
-            .append(&self.session, stream, data)
+            .append(session, stream, data)
             .await
             .map(|_| ())
     }
+}
+
+/// Sends one message on a direct exchange's channel, waiting while it is
+/// full; a client that went away ends the wait.
+async fn send_live(
+    tx: &tokio::sync::mpsc::Sender<Arc<str>>,
+    message: &Message,
+) -> Result<(), StoreError> {
+    tx.send(Arc::from(message.to_json()))
+        .await
+        .map_err(|_| StoreError::StreamNotFound)
 }

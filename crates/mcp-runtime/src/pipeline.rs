@@ -101,7 +101,7 @@ impl Inbound {
         &self,
         method: &str,
         target: Option<mcp_telemetry::Target<'_>>,
-        session: &SessionHandle,
+        session: Option<&SessionHandle>,
         id: Option<&RequestId>,
         params: Option<&serde_json::Map<String, serde_json::Value>>,
     ) -> tracing::Span {
@@ -110,12 +110,15 @@ impl Inbound {
             RequestId::String(s) => mcp_telemetry::JsonRpcId::Str(s),
         });
         let meta = params.and_then(|p| p.get("_meta"));
-        let version = session.protocol_version().map(ProtocolVersion::as_str);
+        let version = match session {
+            Some(session) => session.protocol_version().map(ProtocolVersion::as_str),
+            None => Some(ProtocolVersion::STATELESS.as_str()),
+        };
         mcp_telemetry::request_span(
             &mcp_telemetry::RequestSpanAttrs {
                 method,
                 target,
-                session_id: Some(session.id().as_str()),
+                session_id: session.map(|s| s.id().as_str()),
                 request_id,
                 protocol_version: version,
                 transport: self.span_transport(),
@@ -249,10 +252,10 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    fn new(
+    pub(crate) fn new(
         runtime: &Runtime,
         request: &Request,
-        session: &SessionHandle,
+        session: Option<&SessionHandle>,
         version: &'static str,
         inbound: &Inbound,
     ) -> Self {
@@ -512,7 +515,7 @@ impl Runtime {
             .map_err(|err| Refusal::runtime(err, Some(id.clone())))?;
         let (exchange, reply) =
             self.exchange_with_mode(&session, vec![request.id.clone()], ResponseMode::Auto);
-        exchange.track(Call::new(self, &request, &session, "", inbound));
+        exchange.track(Call::new(self, &request, Some(&session), "", inbound));
         session
             .dispatch(request, exchange)
             .map_err(|err| Refusal::runtime(err, Some(id)))?;
@@ -565,7 +568,7 @@ impl Runtime {
             }
             Body::Single(Message::Notification(n)) => {
                 let method = notification_label(&n.method);
-                let span = inbound.span(method, None, session, None, n.params.as_ref());
+                let span = inbound.span(method, None, Some(session), None, n.params.as_ref());
                 let trace = mcp_telemetry::traceparent_of(&span);
                 session
                     .notify(n, trace)
@@ -644,7 +647,7 @@ impl Runtime {
         exchange.track(Call::new(
             self,
             &request,
-            session,
+            Some(session),
             version_label(session),
             inbound,
         ));
@@ -689,7 +692,13 @@ impl Runtime {
                 }
                 Ok(Message::Request(r)) => {
                     ids.push(r.id.clone());
-                    calls.push(Call::new(self, &r, session, version.as_str(), inbound));
+                    calls.push(Call::new(
+                        self,
+                        &r,
+                        Some(session),
+                        version.as_str(),
+                        inbound,
+                    ));
                     messages.push(Message::Request(r));
                 }
                 Ok(message) => messages.push(message),

@@ -91,6 +91,42 @@ impl InFlightRequest {
     }
 }
 
+/// Runs a handler's future under the request timeout, turning a panic or a
+/// timeout into -32603 for this request only. `None`: the client cancelled
+/// it (`client_cancelled` set before `cancel` tripped), and no response is
+/// due; a token tripped without it (node shutdown) answers with an error.
+pub(crate) async fn run_job(
+    job: Job,
+    timeout: Duration,
+    cancel: &CancellationToken,
+    client_cancelled: &AtomicBool,
+    id: &RequestId,
+) -> Option<Result<Value, ErrorObject>> {
+    Some(tokio::select! {
+        // A stopped request answers as stopped even if its handler,
+        // seeing the same token, returned at the same moment.
+        biased;
+        () = cancel.cancelled() => {
+            if client_cancelled.load(Ordering::Acquire) {
+                return None;
+            }
+            tracing::info!(jsonrpc_id = %id, "Request stopped by the server.");
+            Err(ErrorObject::internal("request stopped: the server is shutting down"))
+        }
+        finished = tokio::time::timeout(timeout, AssertUnwindSafe(job).catch_unwind()) => match finished {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => {
+                tracing::error!(jsonrpc_id = %id, "Handler panicked.");
+                Err(ErrorObject::internal("internal error: the handler failed"))
+            }
+            Err(_) => {
+                tracing::warn!(jsonrpc_id = %id, "Handler timed out.");
+                Err(ErrorObject::internal("request timed out"))
+            }
+        },
+    })
+}
+
 impl Actor for InFlightRequest {
     type Context = Context<Self>;
 
@@ -105,28 +141,8 @@ impl Actor for InFlightRequest {
         let cancel = self.cancel.clone();
         let client_cancelled = Arc::clone(&self.client_cancelled);
         let run = async move {
-            let outcome = tokio::select! {
-                // A stopped request answers as stopped even if its handler,
-                // seeing the same token, returned at the same moment.
-                biased;
-                () = cancel.cancelled() => {
-                    if client_cancelled.load(Ordering::Acquire) {
-                        return;
-                    }
-                    tracing::info!(jsonrpc_id = %id, "Request stopped by the server.");
-                    Err(ErrorObject::internal("request stopped: the server is shutting down"))
-                }
-                finished = tokio::time::timeout(timeout, AssertUnwindSafe(job).catch_unwind()) => match finished {
-                    Ok(Ok(outcome)) => outcome,
-                    Ok(Err(_)) => {
-                        tracing::error!(jsonrpc_id = %id, "Handler panicked.");
-                        Err(ErrorObject::internal("internal error: the handler failed"))
-                    }
-                    Err(_) => {
-                        tracing::warn!(jsonrpc_id = %id, "Handler timed out.");
-                        Err(ErrorObject::internal("request timed out"))
-                    }
-                },
+            let Some(outcome) = run_job(job, timeout, &cancel, &client_cancelled, &id).await else {
+                return;
             };
             // Detached, so that a cancellation arriving now cannot cut the
             // write short and leave the stream unclosed.

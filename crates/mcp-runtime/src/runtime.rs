@@ -44,6 +44,10 @@ pub(crate) struct NodeContext {
     pub(crate) membership: tokio::sync::Mutex<bool>,
     /// Quota checks, and the stream slots this node's connections hold.
     pub(crate) quotas: Arc<Quotas>,
+    /// The `subscriptions/listen` streams open on this node.
+    pub(crate) listeners: Arc<crate::listen::Listeners>,
+    /// The keys that seal input-required request states.
+    pub(crate) key_ring: Arc<crate::mrtr::KeyRing>,
 }
 
 /// Counts one open exchange on its node while it lives.
@@ -137,9 +141,15 @@ impl Runtime {
             config.quotas.clone(),
             Arc::clone(&store.quotas),
         ));
+        let configured = config.state_keys().unwrap_or_else(|err| {
+            tracing::error!(error = %err, "Request-state keys ignored; this node makes its own.");
+            Vec::new()
+        });
         let node = Arc::new(NodeContext {
             id: NodeId::random(),
             quotas,
+            listeners: Arc::default(),
+            key_ring: Arc::new(crate::mrtr::KeyRing::new(&configured)),
             store,
             attachments: Arc::new(Attachments::default()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
@@ -219,6 +229,16 @@ impl Runtime {
             .heartbeats
             .with_label_values(&[outcome])
             .inc();
+    }
+
+    /// The key ring sealing input-required request states.
+    pub fn key_ring(&self) -> &crate::mrtr::KeyRing {
+        &self.inner.deps.node.key_ring
+    }
+
+    /// Tripped when the node starts draining.
+    pub(crate) fn drain_token(&self) -> CancellationToken {
+        self.inner.drain.clone()
     }
 
     /// The settings.
@@ -747,11 +767,13 @@ impl Runtime {
         };
         let store = self.store().clone();
         let registry = self.inner.registry.clone();
+        let listeners = Arc::clone(&self.node().listeners);
         // Every node (this one included, through the bus) fans it out to its
         // sessions; if the bus is down, at least this node's sessions hear.
         actix::spawn(async move {
             if let Err(err) = store.bus.publish(&message).await {
                 tracing::warn!(error = %err, "Server event not published; delivered on this node only.");
+                listeners.fan_out(&event);
                 registry.do_send(FanOut(event));
             }
         });

@@ -232,6 +232,13 @@ impl McpServer {
         self.update(|c| c.prompts.push(prompt), ServerEvent::PromptsListChanged);
     }
 
+    /// Tells listening clients that something changed that the catalog
+    /// does not hold (a provider whose tools or prompts depend on outside
+    /// state): `notifications/*/list_changed` or `resources/updated`.
+    pub fn announce(&self, event: ServerEvent) {
+        self.emit(event);
+    }
+
     /// Tells subscribed clients that a resource changed
     /// (`notifications/resources/updated`).
     pub fn resource_updated(&self, uri: &str) {

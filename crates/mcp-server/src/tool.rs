@@ -253,19 +253,23 @@ fn mirrored_params(tool: &str, schema: &Value) -> Result<Vec<MirroredParam>, Def
         let header = header
             .as_str()
             .ok_or_else(|| err(format!("{argument}: must be a string")))?;
-        let valid = !header.is_empty() && header.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+        // An HTTP field-name token (RFC 9110 `1*tchar`).
+        let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        let valid = !header.is_empty() && header.bytes().all(tchar);
         if !valid {
             return Err(err(format!(
-                "{argument}: {header:?} must be non-empty ASCII without space or ':'"
+                "{argument}: {header:?} must be an HTTP field-name token"
             )));
         }
+        // 2026-07-28: integers, strings and booleans; a `number` has no one
+        // text form to compare.
         let primitive = matches!(
             prop.get("type").and_then(Value::as_str),
-            Some("string" | "number" | "integer" | "boolean")
+            Some("string" | "integer" | "boolean")
         );
         if !primitive {
             return Err(err(format!(
-                "{argument}: only string, number and boolean parameters can be mirrored"
+                "{argument}: only string, integer and boolean parameters can be mirrored"
             )));
         }
         if out.iter().any(|m| m.header.eq_ignore_ascii_case(header)) {
@@ -302,6 +306,9 @@ mod tests {
         for bad in [
             serde_json::json!({"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "a b"}}}),
             serde_json::json!({"type": "object", "properties": {"a": {"type": "object", "x-mcp-header": "A"}}}),
+            // 2026-07-28: no `number`, and the name is an HTTP token.
+            serde_json::json!({"type": "object", "properties": {"a": {"type": "number", "x-mcp-header": "A"}}}),
+            serde_json::json!({"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "A(b)"}}}),
             serde_json::json!({"type": "object", "properties": {
                 "a": {"type": "string", "x-mcp-header": "X"}, "b": {"type": "string", "x-mcp-header": "x"}}}),
         ] {

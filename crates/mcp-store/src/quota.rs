@@ -137,6 +137,11 @@ pub trait QuotaStore: Send + Sync + Debug + 'static {
     /// # Errors
     /// [`StoreError::Unavailable`].
     async fn release(&self, key: &QuotaKey, member: &str) -> Result<(), StoreError>;
+
+    /// Marks `key` used for `ttl`: `true` the first time, `false` while
+    /// it is still marked (a request state presented twice). A store
+    /// that has no room left to remember says `true`.
+    async fn claim_once(&self, key: &QuotaKey, ttl: Duration) -> Result<bool, StoreError>;
 }
 
 #[cfg(test)]

@@ -289,7 +289,7 @@ impl Metrics {
             ),
             sse_streams_open: gauges(
                 "mcp_sse_streams_open",
-                "SSE streams this node is sending, by kind (request, standalone, resumption, legacy).",
+                "SSE streams this node is sending, by kind (request, standalone, resumption, legacy; 2026-07-28: live request streams, listen).",
                 &["kind"],
             ),
             sse_resumptions: counters(
@@ -473,7 +473,14 @@ impl Metrics {
         for phase in DRAIN_PHASES {
             self.drain_phase.with_label_values(&[phase]).set(0);
         }
-        for kind in ["request", "standalone", "resumption", "legacy"] {
+        for kind in [
+            "request",
+            "standalone",
+            "resumption",
+            "legacy",
+            "live",
+            "listen",
+        ] {
             self.sse_streams_open.with_label_values(&[kind]).set(0);
         }
         // Every label value of counters known in advance, at zero: a series
@@ -540,6 +547,8 @@ impl Metrics {
                 "insufficient_scope",
                 "auth_unavailable",
                 "quota_exceeded",
+                "method_not_found",
+                "missing_capability",
             ],
         );
         zero(&self.auth_failures, AUTH_FAILURE_REASONS);
@@ -552,6 +561,7 @@ impl Metrics {
                 "timeout",
                 "cancelled",
                 "unavailable",
+                "input_required",
             ] {
                 self.client_requests.with_label_values(&[method, outcome]);
             }

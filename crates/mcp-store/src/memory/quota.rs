@@ -142,6 +142,27 @@ impl QuotaStore for MemoryQuotas {
         Ok(Verdict::Admitted)
     }
 
+    async fn claim_once(&self, key: &QuotaKey, ttl: Duration) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        self.maybe_sweep(now);
+        let room = self.has_room(self.rates.len());
+        // Kept with the rates: an instant that the sweep drops once past.
+        match self.rates.entry(key.clone()) {
+            dashmap::Entry::Occupied(mut e) => {
+                if *e.get() > now {
+                    return Ok(false);
+                }
+                e.insert(now + ttl);
+            }
+            dashmap::Entry::Vacant(e) => {
+                if room {
+                    e.insert(now + ttl);
+                }
+            }
+        }
+        Ok(true)
+    }
+
     async fn acquire(
         &self,
         key: &QuotaKey,
