@@ -4,6 +4,8 @@
 #
 #   tests/js/conformance.sh URL                  # full 2025-11-25 requirement set
 #   tests/js/conformance.sh URL SCENARIO...      # only these scenarios
+#   CONFORMANCE_REQUIREMENTS=2026-07-28 tests/js/conformance.sh URL [SCENARIO...]
+#                                                # the stateless 2026-07-28 set
 #
 # URL is the MCP endpoint, e.g. http://127.0.0.1:8080/mcp (dns-rebinding-protection
 # needs a loopback URL). Install first: npm ci --prefix tests/js
@@ -52,7 +54,35 @@ REQUIRED_FULL=(
   server-session-lifecycle server-sse-polling
 )
 
-RUN_DIR="$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)"
+# The 2026-07-28 set (CONFORMANCE_REQUIREMENTS=2026-07-28): its 37 scored scenarios,
+# the three it runs as pending, and the tasks extension's ten; all required.
+REQUIRED_2026=(
+  server-stateless completion-complete tools-list tools-call-simple-text tools-call-image
+  tools-call-audio tools-call-embedded-resource tools-call-mixed-content tools-call-error
+  tools-call-with-progress server-sse-multiple-streams resources-list resources-read-text
+  resources-read-binary resources-templates-read sep-2164-resource-not-found prompts-list
+  prompts-get-simple prompts-get-with-args prompts-get-embedded-resource prompts-get-with-image
+  dns-rebinding-protection caching input-required-result-basic-elicitation
+  input-required-result-basic-sampling input-required-result-basic-list-roots
+  input-required-result-request-state input-required-result-multiple-input-requests
+  input-required-result-multi-round input-required-result-missing-input-response
+  input-required-result-non-tool-request input-required-result-result-type
+  input-required-result-unsupported-methods input-required-result-tampered-state
+  input-required-result-capability-check input-required-result-ignore-extra-params
+  input-required-result-validate-input
+  json-schema-2020-12 http-header-validation http-custom-header-server-validation
+  tasks-lifecycle tasks-capability-negotiation tasks-wire-fields tasks-request-state-removal
+  tasks-mrtr-input tasks-request-headers tasks-dispatch-and-envelope tasks-status-notifications
+  tasks-required-task-error tasks-mrtr-composition
+)
+REQUIREMENTS="${CONFORMANCE_REQUIREMENTS:-2025-11-25}"
+case "$REQUIREMENTS" in
+  2025-11-25) ;;
+  2026-07-28) REQUIRED_FULL=("${REQUIRED_2026[@]}") ;;
+  *) echo "CONFORMANCE_REQUIREMENTS must be 2025-11-25 or 2026-07-28" >&2; exit 2 ;;
+esac
+
+RUN_DIR="$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)-$REQUIREMENTS"
 mkdir -p "$RUN_DIR"
 LOG="$RUN_DIR/suite.log"
 TIMEOUT="${CONFORMANCE_TIMEOUT_MS:-30000}"
@@ -68,14 +98,14 @@ run_suite() {
 suite_rc=0
 if [[ $# -eq 0 ]]; then
   REQUIRED=("${REQUIRED_FULL[@]}")
-  echo "conformance: requirement set 2025-11-25 against $URL (results: $RUN_DIR)"
-  run_suite server --url "$URL" --requirements 2025-11-25 --timeout "$TIMEOUT" -o "$RUN_DIR" || suite_rc=$?
+  echo "conformance: requirement set $REQUIREMENTS against $URL (results: $RUN_DIR)"
+  run_suite server --url "$URL" --requirements "$REQUIREMENTS" --timeout "$TIMEOUT" -o "$RUN_DIR" || suite_rc=$?
 else
   REQUIRED=("$@")
   echo "conformance: ${#REQUIRED[@]} scenario(s) against $URL (results: $RUN_DIR)"
   for s in "${REQUIRED[@]}"; do
     rc=0
-    run_suite server --url "$URL" --scenario "$s" --spec-version 2025-11-25 --force \
+    run_suite server --url "$URL" --scenario "$s" --spec-version "$REQUIREMENTS" --force \
       --timeout "$TIMEOUT" -o "$RUN_DIR" || rc=$?
     if [[ $rc -ne 0 ]]; then suite_rc=$rc; fi
   done

@@ -16,6 +16,7 @@
 //! | `mcp:{nodes}:alive:<node>` | string, `PX` heartbeat TTL | present while the node lives |
 //! | `mcp:{nodes}:all` | set | every node id not yet claimed or gone |
 //! | `mcp:{nodes}:streams:<node>` | hash | stream id → JSON [`mcp_store::OpenStream`] |
+//! | `mcp:{nodes}:state_keys` | hash | request-state key id → `<made, ms since the epoch>:<id>:<base64 secret>`, the cluster's key ring for 2026-07-28 `requestState` |
 //! | `mcp:quota:<quota>:{<subject>}` | string, `PX` a window (a rate) or sorted set, `PX` its longest lease (a lease set) | see [`crate::quota`] |
 //!
 //! Session keys carry the session id as a hash tag (`{...}`), so one
@@ -193,6 +194,11 @@ impl Keys {
     /// The set of known nodes.
     pub fn nodes(&self) -> String {
         format!("{}:{{{NODES}}}:all", self.prefix)
+    }
+
+    /// The request-state key ring (2026-07-28 input-required round trips).
+    pub fn state_keys(&self) -> String {
+        format!("{}:{{{NODES}}}:state_keys", self.prefix)
     }
 
     /// The streams a node writes.

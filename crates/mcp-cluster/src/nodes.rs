@@ -55,6 +55,39 @@ return open
     )
 });
 
+/// KEYS: the key ring hash. ARGV: fresh key id, fresh `<id>:<secret>`,
+/// rotate ms, keep ms. Values are `<made ms>:<id>:<secret>`. Adds the fresh
+/// key when the newest is `rotate` old (or none), drops those older than
+/// `rotate + keep` but the newest; returns the values, newest first.
+static STATE_KEYS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ring = {}
+for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
+  local made = tonumber(string.match(v, '^(%d+):'))
+  if made then ring[#ring + 1] = {made, v} end
+end
+table.sort(ring, function(a, b) return a[1] > b[1] end)
+if #ring == 0 or now - ring[1][1] >= tonumber(ARGV[3]) then
+  local v = now .. ':' .. ARGV[2]
+  redis.call('HSET', KEYS[1], ARGV[1], v)
+  table.insert(ring, 1, {now, v})
+end
+local out = {}
+for i, e in ipairs(ring) do
+  if i == 1 or now - e[1] < tonumber(ARGV[3]) + tonumber(ARGV[4]) then
+    out[#out + 1] = e[2]
+  else
+    redis.call('HDEL', KEYS[1], string.match(e[2], '^%d+:([^:]+):'))
+  end
+end
+return out
+",
+    )
+});
+
 /// The Redis [`NodeRegistry`].
 #[derive(Debug)]
 pub struct RedisNodes {
@@ -70,6 +103,37 @@ impl RedisNodes {
 
 #[async_trait]
 impl NodeRegistry for RedisNodes {
+    async fn state_keys(
+        &self,
+        fresh: &str,
+        rotate: Duration,
+        keep: Duration,
+    ) -> Result<Vec<String>, StoreError> {
+        let id = fresh.split(':').next().unwrap_or_default();
+        let reply = self
+            .redis
+            .script(
+                "state_keys",
+                STATE_KEYS
+                    .key(self.keys.state_keys())
+                    .arg(id)
+                    .arg(fresh)
+                    .arg(millis(rotate).max(1))
+                    .arg(millis(keep)),
+            )
+            .await?;
+        reply::array(reply)?
+            .into_iter()
+            .map(|v| {
+                let text = reply::text(v)?;
+                // `<made>:<id>:<secret>` → `<id>:<secret>`.
+                text.split_once(':')
+                    .map(|(_, key)| key.to_owned())
+                    .ok_or_else(|| corrupt(format!("state key {text:?}")))
+            })
+            .collect()
+    }
+
     async fn heartbeat(&self, node: &NodeId, ttl: Duration) -> Result<(), StoreError> {
         let mut pipe = redis::pipe();
         pipe.atomic()

@@ -28,6 +28,9 @@ pub const HEARTBEAT_TTL: Duration = Duration::from_secs(6);
 /// the time to write the errors.
 pub const REAP_INTERVAL: Duration = Duration::from_secs(3);
 
+/// How often a node re-reads the cluster's request-state key ring.
+pub const KEY_RING_REFRESH: Duration = Duration::from_secs(60);
+
 /// Events read per round trip while finalizing a stream.
 const FINALIZE_BATCH: usize = 256;
 
@@ -56,6 +59,20 @@ pub(crate) fn start(runtime: &Runtime) {
             }
         }
     });
+    // The request-state key ring the cluster shares (unless configured):
+    // fetched now, then often enough to pick up a rotation well before
+    // anyone needs it (a state sealed with a key this node lacks makes it
+    // fetch at once, too).
+    if runtime.config().request_state_keys.is_empty() {
+        let rt = runtime.clone();
+        actix::spawn(async move {
+            let mut refresh = tokio::time::interval(KEY_RING_REFRESH);
+            loop {
+                refresh.tick().await;
+                rt.refresh_key_ring().await;
+            }
+        });
+    }
     // Apart from the heartbeat: renewing many principals' slots must never
     // delay it.
     let rt = runtime.clone();

@@ -256,6 +256,71 @@ impl KeyRing {
     }
 }
 
+impl crate::Runtime {
+    /// Reads the cluster's key ring from the store (adding a fresh key
+    /// when it is due for rotation) and seals with its newest key from now
+    /// on. Configured keys are never replaced. A failure keeps the ring
+    /// held: retries in flight keep working.
+    pub async fn refresh_key_ring(&self) {
+        let config = self.config();
+        if !config.request_state_keys.is_empty() {
+            return;
+        }
+        let mut read = self.node().ring_read.lock().await;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let fresh = StateKey::random(&id[..12]).encode();
+        let rotate = Duration::from_secs(config.request_state_rotate_secs.max(60));
+        // A key seals states for `rotate` and opens them until the last
+        // one it sealed expired.
+        let keep = config.request_state_ttl() + Duration::from_secs(60);
+        match self.store().nodes.state_keys(&fresh, rotate, keep).await {
+            Ok(keys) => {
+                let keys: Vec<StateKey> = keys
+                    .iter()
+                    .filter_map(|k| StateKey::parse(k).ok())
+                    .collect();
+                self.key_ring().replace(&keys);
+                *read = Some(tokio::time::Instant::now());
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "Request-state key ring not read from the store; keeping the keys held.");
+            }
+        }
+    }
+
+    /// Before sealing: the ring was read from the store at least once
+    /// (a node's own first key would not open on the others).
+    pub(crate) async fn ensure_key_ring(&self) {
+        if !self.config().request_state_keys.is_empty() {
+            return;
+        }
+        if self.node().ring_read.lock().await.is_none() {
+            self.refresh_key_ring().await;
+        }
+    }
+
+    /// Opens a state; one sealed with a key this node does not hold yet (a
+    /// rotation on another node) makes it read the ring again, at most
+    /// once a second.
+    pub(crate) async fn open_state(&self, text: &str) -> Result<RoundState, StateError> {
+        match self.key_ring().open(text) {
+            Err(StateError::UnknownKey) if self.config().request_state_keys.is_empty() => {
+                let stale = self
+                    .node()
+                    .ring_read
+                    .lock()
+                    .await
+                    .is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+                if stale {
+                    self.refresh_key_ring().await;
+                }
+                self.key_ring().open(text)
+            }
+            other => other,
+        }
+    }
+}
+
 /// What a request state carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct RoundState {

@@ -48,6 +48,8 @@ pub(crate) struct NodeContext {
     pub(crate) listeners: Arc<crate::listen::Listeners>,
     /// The keys that seal input-required request states.
     pub(crate) key_ring: Arc<crate::mrtr::KeyRing>,
+    /// When the key ring was last read from the store (`None`: not yet).
+    pub(crate) ring_read: tokio::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 /// Counts one open exchange on its node while it lives.
@@ -150,6 +152,7 @@ impl Runtime {
             quotas,
             listeners: Arc::default(),
             key_ring: Arc::new(crate::mrtr::KeyRing::new(&configured)),
+            ring_read: tokio::sync::Mutex::new(None),
             store,
             attachments: Arc::new(Attachments::default()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),

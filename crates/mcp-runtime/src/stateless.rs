@@ -325,7 +325,7 @@ impl Runtime {
                 StatelessReply::Now(Response::result(id, result))
             }
             methods::SUBSCRIPTIONS_LISTEN => self.listen(request, inbound).await,
-            method if served(method) => self.run_stateless(request, meta, inbound),
+            method if served(method) => self.run_stateless(request, meta, inbound).await,
             method => refuse(ErrorObject::method_not_found(method)),
         }
     }
@@ -375,7 +375,7 @@ impl Runtime {
         }
     }
 
-    fn run_stateless(
+    async fn run_stateless(
         &self,
         request: Request,
         meta: RequestMeta,
@@ -385,7 +385,8 @@ impl Runtime {
         let principal_key = inbound.principal.as_deref().map(mcp_store::Principal::key);
         let method = request.method.clone();
         // The round so far: the state's answers, then the retry's.
-        let (answers, state_id) = match self.round_answers(&request, principal_key.as_deref()) {
+        let (answers, state_id) = match self.round_answers(&request, principal_key.as_deref()).await
+        {
             Ok(found) => found,
             Err(err) => return StatelessReply::Now(Response::error(Some(id), err)),
         };
@@ -459,7 +460,7 @@ impl Runtime {
 
     /// The answers a retry brings: those its `requestState` sealed, then
     /// its `inputResponses`. Returns them with the state's id.
-    fn round_answers(
+    async fn round_answers(
         &self,
         request: &Request,
         principal: Option<&str>,
@@ -468,14 +469,10 @@ impl Runtime {
         let mut answers = Map::new();
         let mut state_id = None;
         if let Some(state) = params.and_then(|p| p.get("requestState")) {
-            let opened = state
-                .as_str()
-                .ok_or(StateError::Malformed)
-                .and_then(|text| self.key_ring().open(text))
-                .and_then(|state| {
-                    state.check(&request.method, params, principal)?;
-                    Ok(state)
-                })
+            let text = state.as_str().ok_or(state_refused(StateError::Malformed))?;
+            let opened = self.open_state(text).await.map_err(state_refused)?;
+            opened
+                .check(&request.method, params, principal)
                 .map_err(state_refused)?;
             answers = opened.answers;
             state_id = Some(opened.id);
@@ -513,6 +510,7 @@ impl Runtime {
         }
         let open = scope.inputs.take_open();
         if !open.is_empty() && supports_input(method) {
+            self.ensure_key_ring().await;
             let asked: Vec<String> = open.iter().map(|(k, _)| k.clone()).collect();
             let state = RoundState::issue(
                 method,

@@ -555,10 +555,34 @@ pub struct MemoryNodes {
     alive: DashMap<NodeId, Instant>,
     /// Open streams per node.
     streams: DashMap<NodeId, Vec<OpenStream>>,
+    /// The request-state key ring: when each key was made, the key.
+    state_keys: std::sync::Mutex<Vec<(Instant, String)>>,
 }
 
 #[async_trait]
 impl NodeRegistry for MemoryNodes {
+    async fn state_keys(
+        &self,
+        fresh: &str,
+        rotate: Duration,
+        keep: Duration,
+    ) -> Result<Vec<String>, StoreError> {
+        let now = Instant::now();
+        let mut ring = lock(&self.state_keys);
+        ring.sort_by(|a, b| b.0.cmp(&a.0));
+        if ring
+            .first()
+            .is_none_or(|(made, _)| now.duration_since(*made) >= rotate)
+        {
+            ring.insert(0, (now, fresh.to_owned()));
+        }
+        let mut first = true;
+        ring.retain(|(made, _)| {
+            std::mem::take(&mut first) || now.duration_since(*made) < rotate + keep
+        });
+        Ok(ring.iter().map(|(_, key)| key.clone()).collect())
+    }
+
     async fn heartbeat(&self, node: &NodeId, ttl: Duration) -> Result<(), StoreError> {
         self.alive.insert(node.clone(), Instant::now() + ttl);
         Ok(())

@@ -65,4 +65,16 @@ pub trait NodeRegistry: Send + Sync + Debug + 'static {
     /// # Errors
     /// [`StoreError::Unavailable`].
     async fn claim_orphans(&self, dead: &NodeId) -> Result<Vec<OpenStream>, StoreError>;
+
+    /// The cluster's request-state key ring (2026-07-28 input-required
+    /// round trips), newest first, each `<id>:<base64 secret>`. Adds
+    /// `fresh` when the newest key is `rotate` old or there is none, and
+    /// drops keys older than `rotate + keep` (the newest always stays), in
+    /// one atomic step: nodes calling at once agree on one ring.
+    async fn state_keys(
+        &self,
+        fresh: &str,
+        rotate: Duration,
+        keep: Duration,
+    ) -> Result<Vec<String>, StoreError>;
 }
