@@ -569,7 +569,7 @@ impl NodeRegistry for MemoryNodes {
     ) -> Result<Vec<String>, StoreError> {
         let now = Instant::now();
         let mut ring = lock(&self.state_keys);
-        ring.sort_by(|a, b| b.0.cmp(&a.0));
+        ring.sort_by_key(|(made, _)| std::cmp::Reverse(*made));
         if ring
             .first()
             .is_none_or(|(made, _)| now.duration_since(*made) >= rotate)
