@@ -461,6 +461,12 @@ impl NodeConfig {
                  max_subscriptions_per_session and max_uri_bytes must be positive",
             );
         }
+        if let Err(err) = self.runtime.state_keys() {
+            return bad(&format!("runtime.request_state_keys: {err}"));
+        }
+        if r.request_state_ttl_secs == 0 || r.max_listen_streams == 0 {
+            return bad("runtime.request_state_ttl_secs and max_listen_streams must be positive");
+        }
         if self.runtime.session_idle_ttl_secs == 0 || self.runtime.request_timeout_secs == 0 {
             return bad(
                 "runtime.session_idle_ttl_secs and runtime.request_timeout_secs must be positive",

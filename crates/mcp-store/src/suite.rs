@@ -59,6 +59,8 @@ pub async fn run_all(store: &Store) {
     rates_hold_under_concurrent_hits(store).await;
     lease_sets_hold_at_most_max_members(store).await;
     leases_lapse_unless_renewed(store).await;
+    claims_are_accepted_once_until_they_lapse(store).await;
+    the_state_key_ring_rotates_and_forgets_old_keys(store).await;
 }
 
 /// Appends come back in order, each once.
@@ -753,4 +755,34 @@ pub async fn leases_lapse_unless_renewed(store: &Store) {
             .admitted(),
         "a renewal holds its member even after it lapsed"
     );
+}
+
+/// A claim is accepted once, and again once its time is over.
+pub async fn claims_are_accepted_once_until_they_lapse(store: &Store) {
+    let key = QuotaKey::new("request_state", format!("suite-{}", uuid::Uuid::new_v4()));
+    let ttl = Duration::from_millis(300);
+    assert!(store.quotas.claim_once(&key, ttl).await.unwrap());
+    assert!(!store.quotas.claim_once(&key, ttl).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(store.quotas.claim_once(&key, ttl).await.unwrap());
+}
+
+/// The key ring: the first call makes a key; later calls return it until
+/// it is due for rotation, then add a new one first; keys older than
+/// rotate + keep go, but never the newest.
+pub async fn the_state_key_ring_rotates_and_forgets_old_keys(store: &Store) {
+    let rotate = Duration::from_millis(400);
+    let keep = Duration::from_millis(400);
+    let nodes = &store.nodes;
+    let first = nodes.state_keys("k1:one", rotate, keep).await.unwrap();
+    assert_eq!(first, vec!["k1:one".to_owned()]);
+    let again = nodes.state_keys("k2:two", rotate, keep).await.unwrap();
+    assert_eq!(again, first, "not due yet: the offered key is not added");
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let rotated = nodes.state_keys("k3:three", rotate, keep).await.unwrap();
+    assert_eq!(rotated, vec!["k3:three".to_owned(), "k1:one".to_owned()]);
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    // k1 is 900 ms old (> rotate + keep): gone; k3 is due: k4 comes first.
+    let later = nodes.state_keys("k4:four", rotate, keep).await.unwrap();
+    assert_eq!(later, vec!["k4:four".to_owned(), "k3:three".to_owned()]);
 }
