@@ -18,6 +18,7 @@ use crate::nodes::RedisNodes;
 use crate::pubsub::PubSub;
 use crate::quota::RedisQuotas;
 use crate::session_store::RedisSessionStore;
+use crate::tasks::RedisTasks;
 use crate::{ClusterError, RedisConfig};
 
 /// First delay before the command connection retries a lost connection.
@@ -83,7 +84,8 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
         )),
         bus: Arc::new(RedisBus::new(redis.clone(), keys.clone(), pubsub)),
         nodes: Arc::new(RedisNodes::new(redis.clone(), keys.clone())),
-        quotas: Arc::new(RedisQuotas::new(redis, keys)),
+        quotas: Arc::new(RedisQuotas::new(redis.clone(), keys.clone())),
+        tasks: Arc::new(RedisTasks::new(redis, keys)),
         shared: true,
     })
 }

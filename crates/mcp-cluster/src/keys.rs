@@ -18,6 +18,8 @@
 //! | `mcp:{nodes}:streams:<node>` | hash | stream id → JSON [`mcp_store::OpenStream`] |
 //! | `mcp:{nodes}:state_keys` | hash | request-state key id → `<made, ms since the epoch>:<id>:<base64 secret>`, the cluster's key ring for 2026-07-28 `requestState` |
 //! | `mcp:quota:<quota>:{<subject>}` | string, `PX` a window (a rate) or sorted set, `PX` its longest lease (a lease set) | see [`crate::quota`] |
+//! | `mcp:task:{<task>}` | hash, `PX` the task's TTL | `status`, `record` (JSON), `cancel` (`0`/`1`); see [`crate::tasks`] |
+//! | `mcp:task:{<task>}:inputs` | hash, the task key's TTL | input key → answer (JSON) |
 //!
 //! Session keys carry the session id as a hash tag (`{...}`), so one
 //! session's keys sit in one Redis Cluster slot and a Lua script may touch
@@ -35,6 +37,18 @@
 //! slots of a Redis Cluster. The subject is any text, braces included; it
 //! ends the key, after a prefix fixed per quota, so two subjects never
 //! share a key.
+//!
+//! A task's keys carry the task id as a hash tag, so the task scripts may
+//! touch both in a Redis Cluster. Task ids reach the store from the wire
+//! (`tasks/get`, `tasks/update`, `tasks/cancel`) as any text, so the tag
+//! is built with care: an id that is not empty and has no `}` is the tag
+//! itself (`mcp:task:{<task>}`); any other id (empty, which would make an
+//! empty tag, or holding a `}`, where Redis would end the tag) is written
+//! as lowercase hex of its UTF-8 bytes after an `h`: `mcp:task:hex:{h<hex>}` (and
+//! `mcp:task:hex:{h<hex>}:inputs`). Either way both keys of a task share
+//! one non-empty tag, and no key of one task equals a key of another: the
+//! two forms differ right after `task:` (`{` or `h`), each is one-to-one in
+//! the id, and the tag (which holds no `}`) ends before the suffix.
 //!
 //! Node keys share the hash tag `{nodes}`: the node registry scripts touch
 //! the node set and one node's keys together, so they must sit in one Redis
@@ -72,6 +86,10 @@ const ALIVE: &str = "alive";
 const NODES: &str = "nodes";
 /// Key part: quotas.
 const QUOTA: &str = "quota";
+/// Key part: tasks.
+const TASK: &str = "task";
+/// Key part: a task's answers.
+const INPUTS: &str = "inputs";
 
 /// Field of a stream entry holding the event data.
 pub const ENTRY_DATA: &str = "d";
@@ -84,6 +102,12 @@ pub const META_LAST: &str = "last";
 pub const META_REQUESTS: &str = "req";
 /// Meta hash field: the newest entry id dropped by retention.
 pub const META_TRIMMED: &str = "trimmed";
+/// Task hash field: the status.
+pub const TASK_STATUS: &str = "status";
+/// Task hash field: the record (JSON).
+pub const TASK_RECORD: &str = "record";
+/// Task hash field: `1` once `tasks/cancel` was called, else `0`.
+pub const TASK_CANCEL: &str = "cancel";
 
 /// Builds keys and channel names under one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,6 +234,28 @@ impl Keys {
     pub fn quota(&self, key: &QuotaKey) -> String {
         format!("{}:{QUOTA}:{}:{{{}}}", self.prefix, key.quota, key.subject)
     }
+
+    /// `<prefix>:task:{<task>}` (or `<prefix>:task:hex:{h<hex>}` for an id
+    /// that is empty or has a `}`): the task hash, and the start of every
+    /// key of the task.
+    pub fn task(&self, task: &str) -> String {
+        use std::fmt::Write;
+        if !task.is_empty() && !task.contains('}') {
+            return format!("{}:{TASK}:{{{task}}}", self.prefix);
+        }
+        let mut key = format!("{}:{TASK}:hex:{{h", self.prefix);
+        for byte in task.bytes() {
+            // Writing to a String cannot fail.
+            let _ = write!(key, "{byte:02x}");
+        }
+        key.push('}');
+        key
+    }
+
+    /// A task's answers, by input key.
+    pub fn task_inputs(&self, task: &str) -> String {
+        format!("{}:{INPUTS}", self.task(task))
+    }
 }
 
 #[cfg(test)]
@@ -261,6 +307,11 @@ mod tests {
             )),
             "mcp:quota:sessions_per_principal:{https://idp#alice}"
         );
+        assert_eq!(k.task("t-1"), "mcp:task:{t-1}");
+        assert_eq!(k.task_inputs("t-1"), "mcp:task:{t-1}:inputs");
+        assert_eq!(k.task("a}b"), "mcp:task:hex:{h617d62}");
+        assert_eq!(k.task_inputs("a}b"), "mcp:task:hex:{h617d62}:inputs");
+        assert_eq!(k.task(""), "mcp:task:hex:{h}");
         assert_eq!(Keys::new("blue").ctl(), "blue:ctl");
     }
 
@@ -281,6 +332,37 @@ mod tests {
             ];
             let tag = hash_tag(&keys[0]);
             assert!(keys.iter().all(|key| hash_tag(key) == tag), "{keys:?}");
+        }
+    }
+
+    #[test]
+    fn task_keys_share_a_non_empty_tag_and_never_collide() {
+        let k = Keys::default();
+        let ids = [
+            "plain",
+            "",
+            "}",
+            "{",
+            "{}",
+            "a}b",
+            "a{b}c",
+            "{x}",
+            "x}:inputs",
+            "x",
+            "h78",
+            "hex:{h78}",
+            "617d62",
+            "a:b",
+            "é}",
+        ];
+        let mut all = std::collections::HashSet::new();
+        for id in ids {
+            let (task, inputs) = (k.task(id), k.task_inputs(id));
+            let tag = hash_tag(&task);
+            assert!(tag != task && !tag.is_empty(), "{task}");
+            assert_eq!(hash_tag(&inputs), tag, "{inputs}");
+            assert!(all.insert(task), "{id:?}");
+            assert!(all.insert(inputs), "{id:?}");
         }
     }
 }

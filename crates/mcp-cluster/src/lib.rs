@@ -1,5 +1,6 @@
 //! Redis implementations of the `mcp-store` ports, so the nodes of a cluster
-//! share sessions, event logs, a control bus and a node registry.
+//! share sessions, event logs, a control bus, a node registry, quotas and
+//! tasks.
 //!
 //! [`connect`] builds a node's [`mcp_store::Store`] on two Redis connections,
 //! whatever the load: one multiplexed command connection (a
@@ -22,6 +23,7 @@
 //! - [`bus`]: the [`RedisBus`], one control channel.
 //! - [`nodes`]: the [`RedisNodes`] registry: heartbeats, orphan claims.
 //! - [`quota`]: the [`RedisQuotas`]: rate counters and lease sets.
+//! - [`tasks`]: the [`RedisTasks`]: task records, answers, cancel flags.
 //! - `pubsub`: the node's one pub/sub connection and its task.
 //! - [`error`]: [`ClusterError`] and the mapping onto `StoreError`.
 
@@ -36,6 +38,7 @@ mod pubsub;
 pub mod quota;
 mod reply;
 pub mod session_store;
+pub mod tasks;
 
 pub use bus::RedisBus;
 pub use config::{RedisConfig, RedisRetention};
@@ -46,3 +49,4 @@ pub use keys::Keys;
 pub use nodes::RedisNodes;
 pub use quota::RedisQuotas;
 pub use session_store::RedisSessionStore;
+pub use tasks::RedisTasks;

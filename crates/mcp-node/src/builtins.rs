@@ -36,6 +36,7 @@ pub(crate) fn server(page_size: usize) -> McpServer {
     for tool in tools(&handle)
         .into_iter()
         .chain(crate::input_fixtures::tools(&handle))
+        .chain(crate::task_fixtures::tools())
     {
         b = b.tool(tool);
     }

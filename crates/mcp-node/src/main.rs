@@ -6,6 +6,7 @@
 
 mod builtins;
 mod input_fixtures;
+mod task_fixtures;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -92,6 +92,7 @@ pub fn name_param(method: &str) -> Option<&'static str> {
     match method {
         TOOLS_CALL | PROMPTS_GET => Some("name"),
         RESOURCES_READ => Some("uri"),
+        TASKS_GET | TASKS_UPDATE | TASKS_CANCEL => Some("taskId"),
         _ => None,
     }
 }

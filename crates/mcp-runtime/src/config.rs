@@ -88,6 +88,14 @@ pub struct RuntimeConfig {
     /// Most `subscriptions/listen` streams this node holds; more get
     /// HTTP 503. Default 10,000.
     pub max_listen_streams: usize,
+    /// Milliseconds a task (tasks extension) is kept after its last change:
+    /// its `ttlMs`. Default 3,600,000.
+    pub task_ttl_ms: u64,
+    /// `pollIntervalMs` suggested to clients polling a task. Default 500.
+    pub task_poll_interval_ms: u64,
+    /// Most tasks running on this node at once; more get HTTP 503.
+    /// Default 1,000.
+    pub max_running_tasks: usize,
     /// Quotas per client address and per principal. Not read from the
     /// runtime's section: a node sets it from its own `[quotas]` section.
     #[serde(skip)]
@@ -116,6 +124,9 @@ impl Default for RuntimeConfig {
             request_state_keys: Vec::new(),
             request_state_rotate_secs: 86_400,
             max_listen_streams: 10_000,
+            task_ttl_ms: 3_600_000,
+            task_poll_interval_ms: 500,
+            max_running_tasks: 1_000,
             quotas: QuotaConfig::default(),
         }
     }

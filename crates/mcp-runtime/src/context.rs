@@ -313,6 +313,20 @@ impl RequestContext {
         }
     }
 
+    /// Turns this request into a task (the 2026-07-28 tasks extension) from
+    /// here on: the client gets the task's handle now, and the rest of the
+    /// handler runs as the task, its questions waiting for `tasks/update`.
+    /// Only for tools that start their task in the handler
+    /// ([`crate::McpService::task_starts_in_handler`]) and clients that
+    /// declared the extension; `false` otherwise (the request goes on as
+    /// it was, which every other era does too).
+    pub async fn become_task(&self) -> bool {
+        match &self.inner.scope {
+            Scope::Stateless(scope) => scope.start_task().await,
+            Scope::Session { .. } => false,
+        }
+    }
+
     /// The cancellation token of this request. Handlers that spawn work tie
     /// it to this token.
     pub fn cancellation(&self) -> &CancellationToken {
@@ -457,7 +471,7 @@ impl RequestContext {
             Scope::Stateless(scope) => {
                 let params = serde_json::to_value(params)
                     .map_err(|err| AskError::InvalidAnswer(err.to_string()))?;
-                scope.inputs.ask(key, method, params)
+                scope.ask(key, method, params).await
             }
         };
         let label = match &outcome {

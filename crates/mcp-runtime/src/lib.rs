@@ -42,6 +42,7 @@ pub mod runtime;
 pub mod service;
 pub mod session;
 pub mod stateless;
+pub mod tasks;
 
 pub use config::{ResponseMode, RuntimeConfig};
 pub use context::{AskError, NamedInput, RequestContext};
@@ -51,6 +52,6 @@ pub use follow::{Follow, FollowEnd, FollowItem};
 pub use pipeline::{Answers, Inbound, Refusal, Submitted, Transport};
 pub use quota::{Quota, QuotaConfig};
 pub use runtime::Runtime;
-pub use service::{McpService, MirroredParam, ServerEvent};
+pub use service::{McpService, MirroredParam, ServerEvent, TaskSupport};
 pub use session::SessionHandle;
 pub use stateless::{RequestMeta, StatelessReply};

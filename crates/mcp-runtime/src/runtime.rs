@@ -48,6 +48,8 @@ pub(crate) struct NodeContext {
     pub(crate) listeners: Arc<crate::listen::Listeners>,
     /// The keys that seal input-required request states.
     pub(crate) key_ring: Arc<crate::mrtr::KeyRing>,
+    /// Tasks running on this node.
+    pub(crate) running_tasks: std::sync::atomic::AtomicUsize,
     /// When the key ring was last read from the store (`None`: not yet).
     pub(crate) ring_read: tokio::sync::Mutex<Option<tokio::time::Instant>>,
 }
@@ -153,6 +155,7 @@ impl Runtime {
             listeners: Arc::default(),
             key_ring: Arc::new(crate::mrtr::KeyRing::new(&configured)),
             ring_read: tokio::sync::Mutex::new(None),
+            running_tasks: std::sync::atomic::AtomicUsize::new(0),
             store,
             attachments: Arc::new(Attachments::default()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
@@ -237,6 +240,11 @@ impl Runtime {
     /// The key ring sealing input-required request states.
     pub fn key_ring(&self) -> &crate::mrtr::KeyRing {
         &self.inner.deps.node.key_ring
+    }
+
+    /// Tripped when in-flight work must stop (end of the drain grace).
+    pub(crate) fn stop_token(&self) -> CancellationToken {
+        self.inner.stop.clone()
     }
 
     /// Tripped when the node starts draining.

@@ -17,6 +17,20 @@ pub struct MirroredParam {
     pub argument: String,
 }
 
+/// Whether a tool runs as a task (the 2026-07-28 tasks extension) when the
+/// request's client declares the extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskSupport {
+    /// Never: always answered synchronously.
+    #[default]
+    Forbidden,
+    /// As a task for clients that declare the extension, synchronously for
+    /// others.
+    Optional,
+    /// Only as a task: clients without the extension get -32021.
+    Required,
+}
+
 /// A server-side happening that clients may need to hear about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerEvent {
@@ -106,6 +120,19 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
 
     /// Whether the server has a prompt named `name` (as [`Self::has_tool`]).
     fn has_prompt(&self, _name: &str) -> bool {
+        false
+    }
+
+    /// Whether tool `name` runs as a task for clients of the tasks
+    /// extension. Default: never.
+    fn task_support(&self, _name: &str) -> TaskSupport {
+        TaskSupport::Forbidden
+    }
+
+    /// Whether tool `name` becomes a task only when its handler calls
+    /// [`RequestContext::become_task`] (after asking what it needs first,
+    /// as input-required rounds), rather than from its start. Default: no.
+    fn task_starts_in_handler(&self, _name: &str) -> bool {
         false
     }
 

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use mcp_protocol::types::{ClientCapabilities, LoggingLevel};
@@ -21,12 +21,14 @@ use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
 
+use crate::TaskSupport;
 use crate::context::{RequestContext, RequestOutput};
 use crate::exchange::{Exchange, ExchangeReply};
 use crate::mrtr::{RoundState, StateError};
 use crate::pipeline::{Call, Inbound};
 use crate::request::run_job;
 use crate::runtime::InFlightTicket;
+use crate::tasks::{Eligible, TaskRun, TaskSlot};
 use crate::{Runtime, RuntimeError};
 
 /// `_meta` keys of a stateless request.
@@ -145,6 +147,62 @@ pub(crate) struct StatelessScope {
     pub(crate) capabilities: ClientCapabilities,
     pub(crate) log_level: Option<LoggingLevel>,
     pub(crate) inputs: InputRound,
+    /// Whether (and as what) the request runs as a task.
+    pub(crate) task: tokio::sync::Mutex<TaskSlot>,
+    /// Set once it is a task: closing the response stream no longer
+    /// cancels it.
+    pub(crate) is_task: AtomicBool,
+}
+
+impl StatelessScope {
+    /// Turns an eligible request into a task; `true` when it is one.
+    pub(crate) async fn start_task(&self) -> bool {
+        let mut slot = self.task.lock().await;
+        match &*slot {
+            TaskSlot::Running(_) => true,
+            TaskSlot::None => false,
+            TaskSlot::Eligible(eligible) => match eligible.start().await {
+                Some((run, created)) => {
+                    // A task before the handle goes out: the client's
+                    // closing that response no longer cancels anything.
+                    self.is_task.store(true, Ordering::Release);
+                    let TaskSlot::Eligible(eligible) =
+                        std::mem::replace(&mut *slot, TaskSlot::Running(run))
+                    else {
+                        unreachable!("matched above")
+                    };
+                    // Durably created before the answer goes out.
+                    eligible.answer(created).await;
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    /// The task this request became, if it did.
+    pub(crate) async fn running_task(&self) -> Option<Arc<TaskRun>> {
+        match &*self.task.lock().await {
+            TaskSlot::Running(run) => Some(Arc::clone(run)),
+            _ => None,
+        }
+    }
+
+    /// A question from the handler: inside a task it waits for the
+    /// client's `tasks/update`; otherwise it becomes an input-required
+    /// round trip.
+    pub(crate) async fn ask(
+        &self,
+        key: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, crate::AskError> {
+        let key = self.inputs.key(key, method)?;
+        match self.running_task().await {
+            Some(run) => run.ask(key, method, params).await,
+            None => self.inputs.ask(key, method, params),
+        }
+    }
 }
 
 /// The questions and answers of one round of an input-required request.
@@ -164,7 +222,7 @@ pub(crate) struct InputRound {
 /// Whether a client's answer has the shape of the result `method` asks
 /// for (an elicitation's `action`, a sampled message's `role` and
 /// `content`, the `roots` list).
-fn well_formed(method: &str, answer: &Value) -> bool {
+pub(crate) fn well_formed(method: &str, answer: &Value) -> bool {
     match method {
         methods::ELICITATION_CREATE => answer
             .get("action")
@@ -186,32 +244,35 @@ impl InputRound {
         }
     }
 
-    /// The handler asks: its answer when the retry brought a well-formed
-    /// one, else the question is noted for the `input_required` result (a
-    /// malformed answer is asked again).
-    pub(crate) fn ask(
-        &self,
-        key: Option<&str>,
-        method: &str,
-        params: Value,
-    ) -> Result<Value, crate::AskError> {
+    /// The key of a question: the handler's name for it, or the n-th of
+    /// its kind (`<kind>-<n>`, the same on every run of the handler).
+    pub(crate) fn key(&self, key: Option<&str>, method: &str) -> Result<String, crate::AskError> {
         let kind = match method {
             methods::ELICITATION_CREATE => "elicitation",
             methods::SAMPLING_CREATE_MESSAGE => "sampling",
             methods::ROOTS_LIST => "roots",
             _ => return Err(crate::AskError::NotSupported("this request in 2026-07-28")),
         };
-        let key = match key {
-            Some(key) => key.to_owned(),
-            None => {
-                let Ok(mut counts) = self.counts.lock() else {
-                    return Err(crate::AskError::Unavailable);
-                };
-                let n = counts.entry(kind).or_default();
-                *n += 1;
-                format!("{kind}-{n}")
-            }
+        if let Some(key) = key {
+            return Ok(key.to_owned());
+        }
+        let Ok(mut counts) = self.counts.lock() else {
+            return Err(crate::AskError::Unavailable);
         };
+        let n = counts.entry(kind).or_default();
+        *n += 1;
+        Ok(format!("{kind}-{n}"))
+    }
+
+    /// The answer when the retry brought a well-formed one, else the
+    /// question is noted for the `input_required` result (a malformed
+    /// answer is asked again).
+    pub(crate) fn ask(
+        &self,
+        key: String,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, crate::AskError> {
         if let Some(answer) = self.answers.get(&key).filter(|a| well_formed(method, a)) {
             return Ok(answer.clone());
         }
@@ -325,6 +386,18 @@ impl Runtime {
                 StatelessReply::Now(Response::result(id, result))
             }
             methods::SUBSCRIPTIONS_LISTEN => self.listen(request, inbound).await,
+            methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL => {
+                // The capability first: without it, no task is looked up.
+                if !crate::tasks::declares_extension(&meta.capabilities) {
+                    return refuse(crate::tasks::extension_required());
+                }
+                let principal = inbound.principal.as_deref().map(mcp_store::Principal::key);
+                let outcome = self.task_method(&request, principal.as_deref()).await;
+                StatelessReply::Now(Response {
+                    id: Some(id),
+                    outcome,
+                })
+            }
             method if served(method) => self.run_stateless(request, meta, inbound).await,
             method => refuse(ErrorObject::method_not_found(method)),
         }
@@ -336,10 +409,10 @@ impl Runtime {
         let mut result = Map::new();
         result.insert("resultType".into(), json!("complete"));
         result.insert("supportedVersions".into(), json!(supported_versions()));
-        result.insert(
-            "capabilities".into(),
-            serde_json::to_value(service.capabilities()).unwrap_or_else(|_| json!({})),
-        );
+        let mut capabilities =
+            serde_json::to_value(service.capabilities()).unwrap_or_else(|_| json!({}));
+        capabilities["extensions"] = json!({ crate::tasks::EXTENSION: {} });
+        result.insert("capabilities".into(), capabilities);
         if let Some(text) = service.instructions() {
             result.insert("instructions".into(), json!(text));
         }
@@ -384,13 +457,47 @@ impl Runtime {
         let id = request.id.clone();
         let principal_key = inbound.principal.as_deref().map(mcp_store::Principal::key);
         let method = request.method.clone();
+        // A tool that runs as a task for clients of the extension.
+        let (task_support, task_in_handler) = match (method.as_str(), request.params.as_ref()) {
+            (methods::TOOLS_CALL, Some(params)) => {
+                let tool = params
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let service = self.service();
+                (
+                    service.task_support(tool),
+                    service.task_starts_in_handler(tool),
+                )
+            }
+            _ => (TaskSupport::Forbidden, false),
+        };
+        let extension = crate::tasks::declares_extension(&meta.capabilities);
+        if task_support == TaskSupport::Required && !extension {
+            return StatelessReply::Now(Response::error(
+                Some(id),
+                crate::tasks::extension_required(),
+            ));
+        }
+        let task_eligible = task_support != TaskSupport::Forbidden && extension;
+        if task_eligible
+            && self.node().running_tasks.load(Ordering::Acquire) >= self.config().max_running_tasks
+        {
+            return StatelessReply::Refused(RuntimeError::Overloaded, id);
+        }
         // The round so far: the state's answers, then the retry's.
         let (answers, state_id) = match self.round_answers(&request, principal_key.as_deref()).await
         {
             Ok(found) => found,
             Err(err) => return StatelessReply::Now(Response::error(Some(id), err)),
         };
-        let cancel = CancellationToken::new();
+        // The handler's token: tripped when the node stops, when the client
+        // closes the response stream (unless the request became a task,
+        // which outlives it) and by `tasks/cancel`. `client_gone` says
+        // which: set, no answer is due.
+        let job = self.stop_token().child_token();
+        let client_gone = Arc::new(AtomicBool::new(false));
+        let request_token = CancellationToken::new();
         let (exchange, reply) = Exchange::direct(
             Arc::clone(self.node()),
             self.config().response_mode,
@@ -404,14 +511,44 @@ impl Runtime {
             inbound,
         ));
         let output = Arc::new(RequestOutput::new(Arc::clone(&exchange)));
+        let task = if task_eligible {
+            TaskSlot::Eligible(Box::new(Eligible {
+                runtime: self.clone(),
+                output: Arc::clone(&output),
+                request_id: id.clone(),
+                principal: principal_key.clone().unwrap_or_default(),
+                job: job.clone(),
+                cancelled: Arc::clone(&client_gone),
+            }))
+        } else {
+            TaskSlot::None
+        };
         let scope = Arc::new(StatelessScope {
             capabilities: meta.capabilities,
             log_level: meta.log_level,
             inputs: InputRound::new(answers),
+            task: tokio::sync::Mutex::new(task),
+            is_task: AtomicBool::new(false),
         });
+        if task_eligible && !task_in_handler {
+            scope.start_task().await;
+        }
+        {
+            let scope = Arc::clone(&scope);
+            let job = job.clone();
+            let client_gone = Arc::clone(&client_gone);
+            let request_token = request_token.clone();
+            actix::spawn(async move {
+                request_token.cancelled().await;
+                if !scope.is_task.load(Ordering::Acquire) {
+                    client_gone.store(true, Ordering::Release);
+                    job.cancel();
+                }
+            });
+        }
         let context = RequestContext::stateless(
             &request,
-            cancel.clone(),
+            job.clone(),
             Arc::clone(&output),
             Arc::clone(&scope),
             inbound.principal.clone(),
@@ -419,17 +556,20 @@ impl Runtime {
         let params = request.params.clone();
         let service = Arc::clone(self.service());
         let span = exchange.span_of(&id);
-        let job = Box::pin(async move { service.handle(request, context).await }.instrument(span));
+        let handler =
+            Box::pin(async move { service.handle(request, context).await }.instrument(span));
         let runtime = self.clone();
         let timeout = self.config().request_timeout();
         let ticket = InFlightTicket::issue(self.node());
-        let token = cancel.clone();
         actix::spawn(async move {
             let _ticket = ticket;
+            let outcome = run_job(handler, timeout, &job, &client_gone, &id).await;
+            if let Some(run) = scope.running_task().await {
+                run.finish(outcome).await;
+                return;
+            }
             // A client that closed its stream cancelled the request: no
             // answer, nothing after.
-            let client_gone = AtomicBool::new(true);
-            let outcome = run_job(job, timeout, &token, &client_gone, &id).await;
             let Some(outcome) = outcome else {
                 tracing::debug!(jsonrpc_id = %id, "Stateless request cancelled by its client.");
                 output.finish(None).await;
@@ -454,7 +594,7 @@ impl Runtime {
         });
         StatelessReply::Running {
             reply,
-            guard: cancel.drop_guard(),
+            guard: request_token.drop_guard(),
         }
     }
 

@@ -42,7 +42,7 @@ pub mod uri_template;
 
 pub use config::NodeConfig;
 pub use mcp_protocol as protocol;
-pub use mcp_runtime::{AskError, RequestContext, ServerEvent};
+pub use mcp_runtime::{AskError, RequestContext, ServerEvent, TaskSupport};
 pub use prompt::PromptDef;
 pub use resource::{ResourceDef, TemplateDef};
 pub use server::{McpServer, ServerBuilder};

@@ -12,7 +12,7 @@ use mcp_protocol::types::{
     ReadResourceResult, ResourcesCapability, ServerCapabilities, UriParams,
 };
 use mcp_protocol::{ErrorCode, ErrorObject, Request, methods};
-use mcp_runtime::{McpService, MirroredParam, RequestContext, ServerEvent};
+use mcp_runtime::{McpService, MirroredParam, RequestContext, ServerEvent, TaskSupport};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::broadcast;
@@ -484,6 +484,16 @@ impl McpService for McpServer {
 
     fn has_prompt(&self, name: &str) -> bool {
         self.catalog().prompts.iter().any(|p| p.prompt.name == name)
+    }
+
+    fn task_support(&self, name: &str) -> TaskSupport {
+        self.catalog()
+            .tool(name)
+            .map_or(TaskSupport::Forbidden, |t| t.task)
+    }
+
+    fn task_starts_in_handler(&self, name: &str) -> bool {
+        self.catalog().tool(name).is_some_and(|t| t.task_in_handler)
     }
 
     fn mirrored_params(&self, tool: &str) -> Vec<MirroredParam> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use mcp_protocol::ErrorObject;
 use mcp_protocol::types::{CallToolResult, JsonObject, Tool, ToolAnnotations};
-use mcp_runtime::{MirroredParam, RequestContext};
+use mcp_runtime::{MirroredParam, RequestContext, TaskSupport};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -55,6 +55,10 @@ pub struct ToolDef {
     /// OAuth scopes a caller's token needs to call the tool (when
     /// authorization is on), beside the scopes every request needs.
     pub(crate) scopes: Vec<String>,
+    /// Whether it runs as a task for clients of the tasks extension.
+    pub(crate) task: TaskSupport,
+    /// Its handler starts the task ([`RequestContext::become_task`]).
+    pub(crate) task_in_handler: bool,
 }
 
 impl std::fmt::Debug for ToolDef {
@@ -98,6 +102,8 @@ impl ToolDef {
             mirrored,
             handler: Arc::new(move |args, ctx| Box::pin(handler(args, ctx))),
             scopes: Vec::new(),
+            task: TaskSupport::Forbidden,
+            task_in_handler: false,
         })
     }
 
@@ -165,6 +171,24 @@ impl ToolDef {
     #[must_use]
     pub fn scopes<S: Into<String>>(mut self, scopes: impl IntoIterator<Item = S>) -> Self {
         self.scopes = scopes.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Runs the tool as a task (2026-07-28 tasks extension) for clients that
+    /// declare the extension: [`TaskSupport::Optional`] answers others
+    /// synchronously, [`TaskSupport::Required`] refuses them (-32021).
+    #[must_use]
+    pub fn task(mut self, support: TaskSupport) -> Self {
+        self.task = support;
+        self
+    }
+
+    /// The task starts when the handler calls
+    /// [`RequestContext::become_task`] (after asking what it needs as
+    /// input-required rounds), not before the handler runs.
+    #[must_use]
+    pub fn task_starts_in_handler(mut self) -> Self {
+        self.task_in_handler = true;
         self
     }
 

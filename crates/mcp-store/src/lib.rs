@@ -27,6 +27,7 @@ pub mod principal;
 pub mod quota;
 pub mod session_store;
 pub mod suite;
+pub mod task_store;
 
 use std::sync::Arc;
 
@@ -40,6 +41,7 @@ pub use nodes::{NodeRegistry, OpenStream};
 pub use principal::Principal;
 pub use quota::{QuotaKey, QuotaStore, Rate, Verdict};
 pub use session_store::{ENDED_MEMORY, RawJson, SessionRecord, SessionStore, Subscribed};
+pub use task_store::{StoredTask, TaskStore};
 
 /// The storage a node runs on, shared by every node of a cluster.
 #[derive(Debug, Clone)]
@@ -54,6 +56,8 @@ pub struct Store {
     pub nodes: Arc<dyn NodeRegistry>,
     /// Quota counters and leases, shared by every node.
     pub quotas: Arc<dyn QuotaStore>,
+    /// Tasks (the 2026-07-28 tasks extension).
+    pub tasks: Arc<dyn TaskStore>,
     /// Other nodes share this store (Redis): session state may change
     /// elsewhere, so it is re-read per request. `false` for the embedded
     /// store, where this node is the only writer.
@@ -69,6 +73,7 @@ impl Store {
             bus: Arc::new(memory::MemoryBus::new()),
             nodes: Arc::new(memory::MemoryNodes::default()),
             quotas: Arc::new(memory::MemoryQuotas::new()),
+            tasks: Arc::new(memory::MemoryTasks::new()),
             shared: false,
         }
     }

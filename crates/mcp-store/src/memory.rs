@@ -25,8 +25,10 @@ use crate::{
 };
 
 mod quota;
+mod tasks;
 
 pub use quota::{MAX_QUOTA_KEYS, MemoryQuotas};
+pub use tasks::{MAX_TASKS, MemoryTasks};
 
 /// How long sweeps wait between runs.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);

@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::task_store::TERMINAL;
 use crate::{
     ControlMessage, NodeId, OpenStream, Position, QuotaKey, Rate, RawJson, SessionId,
-    SessionRecord, Store, StoreError, StreamId, Verdict,
+    SessionRecord, Store, StoreError, StoredTask, StreamId, Verdict,
 };
 
 const TTL: Duration = Duration::from_secs(60);
@@ -61,6 +62,13 @@ pub async fn run_all(store: &Store) {
     leases_lapse_unless_renewed(store).await;
     claims_are_accepted_once_until_they_lapse(store).await;
     the_state_key_ring_rotates_and_forgets_old_keys(store).await;
+    tasks_are_created_once_and_read_back(store).await;
+    unknown_tasks_are_none_and_refuse_writes(store).await;
+    task_puts_change_status_and_record_until_terminal(store).await;
+    task_inputs_replace_by_key_and_hold_at_most_max(store).await;
+    task_cancel_sets_the_flag(store).await;
+    tasks_expire_with_their_ttl(store).await;
+    task_ids_with_braces_and_colons_stay_apart(store).await;
 }
 
 /// Appends come back in order, each once.
@@ -785,4 +793,341 @@ pub async fn the_state_key_ring_rotates_and_forgets_old_keys(store: &Store) {
     // k1 is 900 ms old (> rotate + keep): gone; k3 is due: k4 comes first.
     let later = nodes.state_keys("k4:four", rotate, keep).await.unwrap();
     assert_eq!(later, vec!["k4:four".to_owned(), "k3:three".to_owned()]);
+}
+
+/// A task id no other test (or run) uses.
+fn task_id(tag: &str) -> String {
+    format!("suite-{tag}-{}", uuid::Uuid::new_v4())
+}
+
+/// `(key, answer)` pairs, owned.
+fn answers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// The task, its answers sorted by key (their order is the store's).
+async fn task(store: &Store, id: &str) -> Option<StoredTask> {
+    let mut task = store.tasks.get(id).await.unwrap()?;
+    task.inputs.sort();
+    Some(task)
+}
+
+/// A task as just created: no answers, not cancelled.
+fn fresh(status: &str, record: &str) -> StoredTask {
+    StoredTask {
+        status: status.to_owned(),
+        record: record.to_owned(),
+        inputs: Vec::new(),
+        cancelled: false,
+    }
+}
+
+/// A created task reads back as written; creating it again is refused and
+/// changes nothing.
+pub async fn tasks_are_created_once_and_read_back(store: &Store) {
+    let id = task_id("create");
+    let record = r#"{"status":"working","n":1}"#;
+    assert!(
+        store
+            .tasks
+            .create(&id, "working", record, TTL)
+            .await
+            .unwrap()
+    );
+    assert_eq!(task(store, &id).await, Some(fresh("working", record)));
+    assert!(
+        !store
+            .tasks
+            .create(&id, "input_required", "{}", TTL)
+            .await
+            .unwrap(),
+        "a task is created once"
+    );
+    assert_eq!(
+        task(store, &id).await,
+        Some(fresh("working", record)),
+        "a refused create changes nothing"
+    );
+}
+
+/// A task never created is `None`, and every write to it is refused
+/// without creating it.
+pub async fn unknown_tasks_are_none_and_refuse_writes(store: &Store) {
+    let id = task_id("unknown");
+    assert_eq!(store.tasks.get(&id).await.unwrap(), None);
+    assert!(!store.tasks.put(&id, "working", "{}", TTL).await.unwrap());
+    assert!(
+        !store
+            .tasks
+            .add_inputs(&id, &answers(&[("q", "1")]), 10)
+            .await
+            .unwrap()
+    );
+    assert!(!store.tasks.cancel(&id).await.unwrap());
+    assert_eq!(
+        store.tasks.get(&id).await.unwrap(),
+        None,
+        "refused writes create nothing"
+    );
+}
+
+/// `put` replaces status and record (keeping answers and the cancel flag)
+/// until a terminal status is written; after that it is refused and
+/// nothing changes, whichever terminal status it was.
+pub async fn task_puts_change_status_and_record_until_terminal(store: &Store) {
+    for terminal in TERMINAL {
+        let id = task_id("put");
+        assert!(store.tasks.create(&id, "working", "{}", TTL).await.unwrap());
+        assert!(
+            store
+                .tasks
+                .add_inputs(&id, &answers(&[("q", "\"yes\"")]), 10)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .tasks
+                .put(&id, "input_required", r#"{"n":2}"#, TTL)
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            task(store, &id).await,
+            Some(StoredTask {
+                status: "input_required".into(),
+                record: r#"{"n":2}"#.into(),
+                inputs: answers(&[("q", "\"yes\"")]),
+                cancelled: false,
+            }),
+            "put replaced status and record, kept the answers"
+        );
+        let last = format!(r#"{{"status":"{terminal}"}}"#);
+        assert!(store.tasks.put(&id, terminal, &last, TTL).await.unwrap());
+        let ended = task(store, &id).await.unwrap();
+        assert_eq!(
+            (ended.status.as_str(), ended.record.as_str()),
+            (terminal, &*last)
+        );
+        assert!(
+            !store.tasks.put(&id, "working", "{}", TTL).await.unwrap(),
+            "{terminal} is terminal"
+        );
+        assert!(
+            !store.tasks.put(&id, terminal, "{}", TTL).await.unwrap(),
+            "{terminal} is terminal, even for itself"
+        );
+        assert_eq!(
+            task(store, &id).await,
+            Some(ended),
+            "a refused put changes nothing"
+        );
+    }
+}
+
+/// Answers are added by key: a key given again replaces its answer (even
+/// when `max` keys are held, and within one call the last one wins); new
+/// keys beyond `max` held are dropped; the task is still answered `true`.
+pub async fn task_inputs_replace_by_key_and_hold_at_most_max(store: &Store) {
+    let id = task_id("inputs");
+    assert!(
+        store
+            .tasks
+            .create(&id, "input_required", "{}", TTL)
+            .await
+            .unwrap()
+    );
+    let add = |inputs: Vec<(String, String)>| {
+        let id = id.clone();
+        async move { store.tasks.add_inputs(&id, &inputs, 3).await.unwrap() }
+    };
+    assert!(add(answers(&[("a", "1"), ("b", "2")])).await);
+    assert!(add(answers(&[("a", "10"), ("c", "3"), ("d", "4"), ("e", "5")])).await);
+    assert_eq!(
+        task(store, &id).await.unwrap().inputs,
+        answers(&[("a", "10"), ("b", "2"), ("c", "3")]),
+        "a replaced, c added, d and e beyond max dropped"
+    );
+    assert!(add(answers(&[("d", "4"), ("b", "20"), ("b", "21")])).await);
+    assert_eq!(
+        task(store, &id).await.unwrap().inputs,
+        answers(&[("a", "10"), ("b", "21"), ("c", "3")]),
+        "at max, held keys are still replaced"
+    );
+    assert!(add(Vec::new()).await, "no answers: nothing to add");
+    assert!(
+        store
+            .tasks
+            .add_inputs(&id, &answers(&[("f", "6")]), 0)
+            .await
+            .unwrap()
+    );
+    let held = task(store, &id).await.unwrap();
+    assert_eq!(held.inputs.len(), 3, "{:?}", held.inputs);
+    assert_eq!(
+        (held.status.as_str(), held.record.as_str(), held.cancelled),
+        ("input_required", "{}", false),
+        "answers leave the rest of the task alone"
+    );
+}
+
+/// `cancel` sets the flag, keeps the rest, and works on any live task,
+/// ended ones included.
+pub async fn task_cancel_sets_the_flag(store: &Store) {
+    let id = task_id("cancel");
+    assert!(store.tasks.create(&id, "working", "{}", TTL).await.unwrap());
+    assert!(store.tasks.cancel(&id).await.unwrap());
+    assert_eq!(
+        task(store, &id).await,
+        Some(StoredTask {
+            cancelled: true,
+            ..fresh("working", "{}")
+        })
+    );
+    assert!(store.tasks.cancel(&id).await.unwrap(), "cancel again");
+    assert!(
+        store
+            .tasks
+            .put(&id, "cancelled", r#"{"why":"asked"}"#, TTL)
+            .await
+            .unwrap(),
+        "the flag does not stop the owner from writing"
+    );
+    assert_eq!(
+        task(store, &id).await,
+        Some(StoredTask {
+            cancelled: true,
+            ..fresh("cancelled", r#"{"why":"asked"}"#)
+        }),
+        "put keeps the flag"
+    );
+    let done = task_id("cancel-done");
+    assert!(
+        store
+            .tasks
+            .create(&done, "completed", "{}", TTL)
+            .await
+            .unwrap()
+    );
+    assert!(store.tasks.cancel(&done).await.unwrap());
+    assert!(task(store, &done).await.unwrap().cancelled);
+}
+
+/// A task (answers included) is gone `ttl` after its create or last put,
+/// whatever was answered or cancelled since; a put renews the TTL; once
+/// gone, writes are refused and the id may be created afresh.
+pub async fn tasks_expire_with_their_ttl(store: &Store) {
+    let ttl = Duration::from_millis(300);
+    let short = task_id("expire");
+    let renewed = task_id("renew");
+    for id in [&short, &renewed] {
+        assert!(store.tasks.create(id, "working", "{}", ttl).await.unwrap());
+        assert!(
+            store
+                .tasks
+                .add_inputs(id, &answers(&[("q", "1")]), 10)
+                .await
+                .unwrap()
+        );
+    }
+    assert!(store.tasks.cancel(&short).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        store
+            .tasks
+            .put(
+                &renewed,
+                "working",
+                r#"{"n":2}"#,
+                Duration::from_millis(500)
+            )
+            .await
+            .unwrap()
+    );
+    // `short` expired at 300 ms, `renewed` expires at 650 ms.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(store.tasks.get(&short).await.unwrap(), None, "expired");
+    assert!(!store.tasks.put(&short, "working", "{}", ttl).await.unwrap());
+    assert!(
+        !store
+            .tasks
+            .add_inputs(&short, &answers(&[("q", "2")]), 10)
+            .await
+            .unwrap()
+    );
+    assert!(!store.tasks.cancel(&short).await.unwrap());
+    assert_eq!(
+        task(store, &renewed).await.map(|t| t.inputs),
+        Some(answers(&[("q", "1")])),
+        "the put renewed the task, answers included"
+    );
+    assert!(
+        store
+            .tasks
+            .create(&short, "working", "{}", TTL)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        task(store, &short).await,
+        Some(fresh("working", "{}")),
+        "created afresh: no answers, no cancel flag"
+    );
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(store.tasks.get(&renewed).await.unwrap(), None, "expired");
+}
+
+/// Ids are any text: braces, colons and the names of key parts keep tasks
+/// apart.
+pub async fn task_ids_with_braces_and_colons_stay_apart(store: &Store) {
+    let u = uuid::Uuid::new_v4();
+    let ids = [
+        format!("{u}"),
+        format!("{{{u}}}"),
+        format!("{{{u}"),
+        format!("{u}}}"),
+        format!("}}{u}"),
+        format!("a}}b{u}"),
+        format!("{u}:inputs"),
+        format!("{u}}}:inputs"),
+        format!("{{{u}}}:inputs"),
+        format!("task:{{{u}}}"),
+        format!("hex:{{h{u}}}"),
+        format!("urn:x:{u}:{{a}}:{{b}}"),
+    ];
+    for (i, id) in ids.iter().enumerate() {
+        assert!(
+            store
+                .tasks
+                .create(id, "working", &i.to_string(), TTL)
+                .await
+                .unwrap(),
+            "{id}"
+        );
+        let answer = i.to_string();
+        assert!(
+            store
+                .tasks
+                .add_inputs(id, &[(id.clone(), answer)], 10)
+                .await
+                .unwrap(),
+            "{id}"
+        );
+    }
+    assert!(store.tasks.cancel(&ids[1]).await.unwrap());
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(
+            task(store, id).await,
+            Some(StoredTask {
+                status: "working".into(),
+                record: i.to_string(),
+                inputs: vec![(id.clone(), i.to_string())],
+                cancelled: i == 1,
+            }),
+            "{id}"
+        );
+    }
 }

@@ -44,6 +44,7 @@ pub fn headers(body: &Value) -> Vec<(String, String)> {
     let name = match method {
         "tools/call" | "prompts/get" => body["params"]["name"].as_str(),
         "resources/read" => body["params"]["uri"].as_str(),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => body["params"]["taskId"].as_str(),
         _ => None,
     };
     if let Some(name) = name {

@@ -1,0 +1,168 @@
+//! Tasks (the 2026-07-28 tasks extension) across a cluster: a task created
+//! on one node is polled, answered, cancelled and fetched on the others,
+//! and a task whose node dies ends `failed` within the lease, never stuck
+//! in `working`.
+
+mod cluster_support;
+mod stateless_support;
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use serde_json::{Value, json};
+use stateless_support::*;
+
+fn task_caps() -> Value {
+    json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
+}
+
+async fn task_request(url: &str, id: u64, method: &str, params: Value) -> Value {
+    call(url, &request(id, method, params, task_caps()), &[])
+        .await
+        .response
+}
+
+/// `tasks/get` on `url` until `done` holds (20 s at most); the last view.
+async fn poll(url: &str, task: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut id = 1000;
+    loop {
+        id += 1;
+        let body = request(id, "tasks/get", json!({"taskId": task}), task_caps());
+        let view = call(url, &body, &[]).await.response;
+        if done(&view["result"]) || Instant::now() > deadline {
+            return view;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_task_created_on_one_node_is_answered_cancelled_and_fetched_on_others() {
+    let cluster = cluster_support::start(3, &[]);
+    let node = |i: usize| cluster.node_url(i);
+
+    let created = call(
+        &node(0),
+        &tool_call(
+            1,
+            "confirm_delete",
+            json!({"filename": "a.txt"}),
+            json!({}),
+            task_caps(),
+        ),
+        &[],
+    )
+    .await;
+    let result = &created.response["result"];
+    assert_eq!(result["resultType"], "task", "{created:?}");
+    assert_eq!(result["status"], "working");
+    let task = result["taskId"].as_str().unwrap().to_owned();
+
+    let waiting = poll(&node(1), &task, |r| r["status"] == "input_required").await;
+    let questions = waiting["result"]["inputRequests"].as_object().unwrap();
+    assert_eq!(
+        questions["confirm"]["method"], "elicitation/create",
+        "{waiting}"
+    );
+    let ack = call(
+        &node(2),
+        &request(
+            2,
+            "tasks/update",
+            json!({"taskId": task, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}}),
+            task_caps(),
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(ack.response["result"], json!({"resultType": "complete"}));
+    let done = poll(&node(1), &task, |r| r["status"] == "completed").await;
+    assert_eq!(
+        done["result"]["result"]["content"][0]["text"], "Deleted a.txt.",
+        "{done}"
+    );
+
+    // Cancelled through another node.
+    let slow = call(
+        &node(0),
+        &tool_call(
+            3,
+            "slow_compute",
+            json!({"seconds": 60, "label": "x"}),
+            json!({}),
+            task_caps(),
+        ),
+        &[],
+    )
+    .await;
+    let slow = slow.response["result"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ack = call(
+        &node(2),
+        &request(4, "tasks/cancel", json!({"taskId": slow}), task_caps()),
+        &[],
+    )
+    .await;
+    assert_eq!(ack.response["result"]["resultType"], "complete");
+    let ended = poll(&node(1), &slow, |r| r["status"] != "working").await;
+    assert_eq!(ended["result"]["status"], "cancelled", "{ended}");
+
+    // Unknown tasks, and clients without the extension.
+    let unknown = task_request(&node(1), 5, "tasks/get", json!({"taskId": "no-such-task"})).await;
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    let gated = call(
+        &node(1),
+        &request(6, "tasks/get", json!({"taskId": slow}), json!({})),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (gated.status, gated.response["error"]["code"].as_i64()),
+        (400, Some(-32021))
+    );
+}
+
+#[tokio::test]
+async fn a_task_whose_node_dies_ends_failed_within_the_lease() {
+    let mut cluster = cluster_support::start(2, &[]);
+    let created = call(
+        &cluster.node_url(0),
+        &tool_call(
+            1,
+            "slow_compute",
+            json!({"seconds": 120, "label": "doomed"}),
+            json!({}),
+            task_caps(),
+        ),
+        &[],
+    )
+    .await;
+    let task = created.response["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created:?}"))
+        .to_owned();
+    let survivor = cluster.node_url(1);
+    let working = poll(&survivor, &task, |r| r["status"].is_string()).await;
+    assert_eq!(working["result"]["status"], "working");
+    cluster.kill_node(0);
+    let killed = Instant::now();
+    let ended = poll(&survivor, &task, |r| r["status"] != "working").await;
+    assert_eq!(ended["result"]["status"], "failed", "{ended}");
+    assert!(
+        ended["result"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("stopped"),
+        "{ended}"
+    );
+    // The lease (10 s) bounds it; a poll a little after.
+    assert!(
+        killed.elapsed() < Duration::from_secs(13),
+        "{:?}",
+        killed.elapsed()
+    );
+}
