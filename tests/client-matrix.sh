@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The client matrix against one target: each official MCP client runs its checks
-# against URL, one process each, and gets one summary line:
-#   matrix <client> x <target>: PASS|FAIL (<its own count>, <seconds> s)
+# The client matrix against one target: each official MCP client, in each
+# protocol era and negotiation mode it offers, runs its checks against URL, one
+# process each, and gets one summary line:
+#   matrix <client> x <target>: PASS|FAIL (era <era>, <its own count>, <seconds> s)
 # then `matrix <target>: N passed, M failed` counts the clients. Exits 1 if any failed.
 #
 #   bash tests/client-matrix.sh URL TARGET-NAME
+#
+# Each client prints the era it negotiated, read off the HTTP exchanges it made
+# (`era: session (...)` or `era: 2026-07-28 (...)`), and runs that era's checks;
+# a client that settles on another era than the one listed for it below fails
+# (e.g. a probing client that falls back to initialize against this server).
 #
 # Needs what tests/run-all.sh installs: tests/js/node_modules (npm ci --prefix
 # tests/js) and tests/py/.venv (tests/py/requirements.txt). A missing one is a
@@ -30,21 +36,29 @@ for tool in "$NODE" "$PYTHON"; do
   fi
 done
 
-# client name, then its command line (URL appended).
+# client name, the era it must negotiate, then its command line (URL inserted
+# after the script).
 CLIENTS=(
-  "ts-sdk-v1|$NODE tests/js/client-matrix-v1.mjs"
-  "ts-sdk-v2|$NODE tests/js/client-matrix-v2.mjs"
-  "ts-sdk-v2-auto|$NODE tests/js/client-matrix-v2.mjs --negotiation auto"
-  "python-sdk|$PYTHON tests/py/client_matrix.py"
-  "inspector-cli|$NODE tests/js/client-matrix-inspector.mjs"
+  "ts-sdk-v1|session|$NODE tests/js/client-matrix-v1.mjs"
+  "ts-sdk-v2|session|$NODE tests/js/client-matrix-v2.mjs"
+  "ts-sdk-v2-auto|2026-07-28|$NODE tests/js/client-matrix-v2.mjs --negotiation auto"
+  "ts-sdk-v2-2026|2026-07-28|$NODE tests/js/client-matrix-v2.mjs --negotiation 2026-07-28"
+  "python-sdk-legacy|session|$PYTHON tests/py/client_matrix.py --mode legacy"
+  "python-sdk-auto|2026-07-28|$PYTHON tests/py/client_matrix.py"
+  "python-sdk-2026|2026-07-28|$PYTHON tests/py/client_matrix.py --mode 2026-07-28"
+  "inspector-cli|session|$NODE tests/js/client-matrix-inspector.mjs"
+  "inspector-cli-auto|2026-07-28|$NODE tests/js/client-matrix-inspector.mjs --protocol-era auto"
+  "inspector-cli-2026|2026-07-28|$NODE tests/js/client-matrix-inspector.mjs --protocol-era modern"
 )
 
 passed=0
 failed=0
 for entry in "${CLIENTS[@]}"; do
   name=${entry%%|*}
-  read -r -a cmd <<<"${entry#*|}"
-  # The v2 script takes the URL first, then its flag.
+  rest=${entry#*|}
+  want_era=${rest%%|*}
+  read -r -a cmd <<<"${rest#*|}"
+  # The scripts take the URL first, then their flags.
   args=("${cmd[@]:0:2}" "$url" "${cmd[@]:2}")
   log="$LOG_DIR/matrix-$name-$target.log"
   start=$(date +%s%N)
@@ -52,13 +66,16 @@ for entry in "${CLIENTS[@]}"; do
   status=$?
   secs=$(awk -v ns=$(($(date +%s%N) - start)) 'BEGIN { printf "%.1f", ns / 1e9 }')
   counts=$(sed -n 's/^[a-z0-9-]*: \([0-9]* passed, [0-9]* failed\)$/\1/p' "$log" | tail -n 1)
+  era=$(sed -n 's/^era: \([^ ]*\).*$/\1/p' "$log" | tail -n 1)
   [ "$status" = 124 ] && counts="timed out after $RUN_TIMEOUT_SECS s"
-  if [ "$status" = 0 ] && [ -n "$counts" ] && [ "${counts#* passed, }" = "0 failed" ]; then
+  if [ "$status" = 0 ] && [ -n "$counts" ] && [ "${counts#* passed, }" = "0 failed" ] && [ "$era" = "$want_era" ]; then
     passed=$((passed + 1))
-    echo "matrix $name x $target: PASS (${counts}, ${secs} s)"
+    echo "matrix $name x $target: PASS (era $era, ${counts}, ${secs} s)"
   else
     failed=$((failed + 1))
-    echo "matrix $name x $target: FAIL (${counts:-exit $status}, ${secs} s); its output ($log):"
+    why=${counts:-exit $status}
+    [ "$era" = "$want_era" ] || why="era ${era:-not reported}, expected $want_era; $why"
+    echo "matrix $name x $target: FAIL ($why, ${secs} s); its output ($log):"
     sed 's/^/    /' "$log"
   fi
 done
