@@ -3,8 +3,10 @@
 #   1. the Rust workspace tests (unit, port suite, end-to-end over real sockets), then the
 #      fuzz targets (tests/fuzz/run.sh: cargo-fuzz on stable, each target for a bounded
 #      time from its seed corpus; installs the pinned cargo-fuzz if missing);
-#   2. the official MCP conformance suite (2025-11-25 requirements) against a started node,
-#      then through nginx in front of a 3-node cluster sharing a redis-server;
+#   2. the official MCP conformance suite, both requirement sets (2025-11-25, the session
+#      era; 2026-07-28, the stateless era with the tasks extension and the pending
+#      scenarios) against a started node, then through nginx in front of a 3-node cluster
+#      sharing a redis-server;
 #   3. an end-to-end test with the official TypeScript SDK client against a started node;
 #   4. the client matrix (tests/client-matrix.sh): the official clients (TypeScript SDK v1
 #      and v2, Python SDK, Inspector CLI) against a node started with --page-size 2, then
@@ -331,23 +333,35 @@ trap 'exit 130' INT TERM
 
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
+# Both requirement sets on the same node (and then the same cluster): the
+# session era (2025-11-25) and the stateless one (2026-07-28, with the tasks
+# extension and the pending scenarios), one endpoint.
+# Sums the "N passed, M failed" lines of the given logs.
+sum_counts() {
+  cat "$@" | awk '/^[0-9]+ passed, [0-9]+ failed$/ {p += $1; f += $3} END {print p+0, f+0}'
+}
+
 echo "== official MCP conformance suite"
 start_node conformance
 set +e
 bash tests/js/conformance.sh "$NODE_URL" 2>&1 | tee "$LOG_DIR/conformance.log"
 conformance_status=${PIPESTATUS[0]}
+CONFORMANCE_REQUIREMENTS=2026-07-28 bash tests/js/conformance.sh "$NODE_URL" 2>&1 | tee "$LOG_DIR/conformance-2026.log"
+[ "${PIPESTATUS[0]}" = 0 ] || conformance_status=1
 set -e
 stop_node
-read -r conf_passed conf_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/conformance.log")
+read -r conf_passed conf_failed < <(sum_counts "$LOG_DIR/conformance.log" "$LOG_DIR/conformance-2026.log")
 
 echo "== official MCP conformance suite against a 3-node cluster behind nginx"
 start_cluster
 set +e
 bash tests/js/conformance.sh "$LB_URL" 2>&1 | tee "$LOG_DIR/conformance-cluster.log"
 cluster_conformance_status=${PIPESTATUS[0]}
+CONFORMANCE_REQUIREMENTS=2026-07-28 bash tests/js/conformance.sh "$LB_URL" 2>&1 | tee "$LOG_DIR/conformance-cluster-2026.log"
+[ "${PIPESTATUS[0]}" = 0 ] || cluster_conformance_status=1
 set -e
 stop_cluster
-read -r cluster_passed cluster_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/conformance-cluster.log")
+read -r cluster_passed cluster_failed < <(sum_counts "$LOG_DIR/conformance-cluster.log" "$LOG_DIR/conformance-cluster-2026.log")
 
 echo "== TypeScript SDK client end-to-end"
 start_node sdk
