@@ -7,9 +7,10 @@
 #   ROUNDS=1 DURATION=3s MEM_SESSIONS=1000 bash loadtest/peers/compare.sh
 #   TARGETS="ours rmcp actix hyper-floor" bash loadtest/peers/compare.sh
 #
-#   TARGETS       subset of: ours ours-redis ours-traced ours-base ours-auth
-#                 ours-auth-nocache rmcp ts py actix hyper-floor (default: all but
-#                 ours-traced, ours-base and the ours-auth pair)
+#   TARGETS       subset of: ours ours-redis ours-2026 ours-redis-2026 ours-traced
+#                 ours-base ours-auth ours-auth-nocache rmcp ts py actix hyper-floor
+#                 (default: all but ours-traced, ours-base, the ours-auth pair and
+#                 the -2026 pair)
 #   BASE_REV      git revision ours-base is built from (default: d1af96f, the last
 #                 build before metrics and traces)
 #   ROUNDS        repetitions of every load step (default 3)
@@ -26,6 +27,10 @@
 # Targets:
 #   ours         mcp-node, embedded in-memory store
 #   ours-redis   mcp-node on a redis-server this script starts
+#   ours-2026, ours-redis-2026  the same two nodes, called in the stateless
+#                2026-07-28 era: no session, every request with its _meta and
+#                the standard headers (tools/call only: the era has no
+#                initialize, and its memory per session is none)
 #   ours-traced  mcp-node exporting a span per request (sampler always_on) over
 #                OTLP/HTTP to a sink this script starts (it answers 200, keeps nothing)
 #   ours-base    mcp-node built from BASE_REV in a git worktree (target/peers/base):
@@ -130,7 +135,7 @@ RESULTS=$OUT/results.md
 LOADTEST=./target/release/mcp-loadtest
 declare -A PORT=([ours]=18501 [ours-redis]=18502 [rmcp]=18503 [ts]=18504 [py]=18505
   [actix]=18506 [hyper-floor]=18507 [ours-traced]=18508 [ours-base]=18509 [ours-auth]=18512
-  [ours-auth-nocache]=18513)
+  [ours-auth-nocache]=18513 [ours-2026]=18514 [ours-redis-2026]=18515)
 REDIS_PORT=18510
 OTLP_PORT=18511
 PROTOCOL_VERSION=2025-11-25
@@ -153,7 +158,7 @@ done
 command -v wrk >/dev/null || die "wrk is required (apt-get install wrk)"
 command -v taskset >/dev/null || die "taskset is required (apt-get install util-linux)"
 command -v curl >/dev/null || die "curl is required (apt-get install curl)"
-if has ours-redis; then
+if has ours-redis || has ours-redis-2026; then
   command -v redis-server >/dev/null || die "redis-server is required for ours-redis (apt-get install redis-server)"
 fi
 if has ts; then
@@ -273,7 +278,7 @@ declare -A ISSUER_OF
 for target in ours-auth ours-auth-nocache; do
   has $target && start_issuer $target
 done
-if has ours-redis; then
+if has ours-redis || has ours-redis-2026; then
   (exec taskset -c $LOAD_CORE redis-server --port $REDIS_PORT --bind 127.0.0.1 --save '' --appendonly no \
     >"$LOG_DIR/redis.log" 2>&1) &
   PIDS+=($!)
@@ -291,8 +296,9 @@ start_server() {
   local current=("${node_flags[@]}" --quota-initialize-per-address 0 --quota-requests-per-principal 0
     --quota-sessions-per-principal 0 --quota-streams-per-principal 0)
   case $target in
-    ours) cmd=(./target/release/mcp-node "${current[@]}") ;;
-    ours-redis) cmd=(./target/release/mcp-node "${current[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
+    ours | ours-2026) cmd=(./target/release/mcp-node "${current[@]}") ;;
+    ours-redis | ours-redis-2026)
+      cmd=(./target/release/mcp-node "${current[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
     ours-traced) cmd=(env OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$OTLP_PORT" OTEL_TRACES_SAMPLER=always_on
       ./target/release/mcp-node "${current[@]}") ;;
     ours-base) cmd=("$OUT/base-target/release/mcp-node" "${node_flags[@]}") ;;
@@ -377,7 +383,9 @@ run_wrk() {
   local init_expect=mcp
   [[ $target == actix ]] && init_expect=bare
   # Bounded: wrk stops itself after SECS; timeout covers a wedged server.
-  out=$(env SESSIONS="$sessions" BEARERS="${TOKENS_OF[$target]:-}" RUN_ID="$run_id" ECHO_PREFIX="$(echo_prefix "$target")" \
+  local stateless=0
+  [[ $target == *-2026 ]] && stateless=1
+  out=$(env SESSIONS="$sessions" STATELESS="$stateless" BEARERS="${TOKENS_OF[$target]:-}" RUN_ID="$run_id" ECHO_PREFIX="$(echo_prefix "$target")" \
     INIT_EXPECT="$init_expect" WRK_LUA_DIR="$PEERS/wrk" timeout $((secs + 30)) taskset -c $LOAD_CORE "${timer[@]}" \
     wrk -t1 -c"$conns" -d"${secs}s" --timeout 5s --latency -s "$script" "$url" 2>&1) || true
   printf '### %s\n%s\n\n' "$label" "$out" >>"$RAW"
@@ -432,7 +440,7 @@ step_calls() {
   echo "== tools/call: starting $TARGETS"
   for target in $TARGETS; do
     start_server "$target"
-    if [[ $target == actix ]]; then
+    if [[ $target == actix || $target == *-2026 ]]; then
       SESSIONS_OF[$target]=""
     else
       SESSIONS_OF[$target]=$(open_sessions "$target" "$SESSIONS_N")
@@ -469,7 +477,7 @@ step_init() {
     for target in $TARGETS; do
       # initialize.lua sends no token: the auth targets are measured by
       # the calls step only.
-      [[ $target == ours-auth* ]] && continue
+      [[ $target == ours-auth* || $target == *-2026 ]] && continue
       start_server "$target" init
       WRK_RUN=$((WRK_RUN + 1))
       read -r rate _ _ errs cpu < <(run_wrk "initialize round=$round $target" "$INIT_CONNS" "$INIT_SECS" \
@@ -608,6 +616,13 @@ top=${conns_list[-1]}
       for conns in $CONNS_LIST; do row+=" $(ratio "${RPS[$ours,$conns]}" "${RPS[$peer,$conns]}" "$goal" ">=") |"; done
       echo "$row $(ratio "${INIT[$ours]}" "${INIT[$peer]}" 0 ">=" | sed 's/ (met)//') |"
     done
+  done
+  for era in ours ours-redis; do
+    if has "$era-2026" && has "$era"; then
+      row="| $era-2026 / $era (stateless / session era) |"
+      for conns in $CONNS_LIST; do row+=" $(ratio "${RPS[$era-2026,$conns]}" "${RPS[$era,$conns]}" 1 ">=") |"; done
+      echo "$row - |"
+    fi
   done
   echo
   if step memory && has hyper-floor; then

@@ -54,4 +54,4 @@ pub use quota::{Quota, QuotaConfig};
 pub use runtime::Runtime;
 pub use service::{McpService, MirroredParam, ServerEvent, TaskSupport};
 pub use session::SessionHandle;
-pub use stateless::{RequestMeta, StatelessReply};
+pub use stateless::{RequestGuard, RequestMeta, StatelessReply};

@@ -1,7 +1,7 @@
 //! `subscriptions/listen` (2026-07-28): long-lived streams of the change
 //! notifications a client opted in to.
 //!
-//! Each node keeps the listen streams its clients opened ([`Listeners`]). A
+//! Each node keeps the listen streams its clients opened (`Listeners`). A
 //! server event raised on any node reaches every node through the control
 //! bus (as it reaches the session-era sessions), and each node hands it to
 //! its own streams whose filter wants it, tagged with the stream's
@@ -286,7 +286,7 @@ impl Runtime {
         let _ = reply_tx.send(ExchangeReply::Live(rx));
         StatelessReply::Running {
             reply,
-            guard: cancel.drop_guard(),
+            guard: crate::stateless::RequestGuard::token(cancel),
         }
     }
 }

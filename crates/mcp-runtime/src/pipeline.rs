@@ -395,6 +395,11 @@ const KNOWN_METHODS: &[&str] = &[
     methods::PROMPTS_GET,
     methods::COMPLETION_COMPLETE,
     methods::LOGGING_SET_LEVEL,
+    methods::SERVER_DISCOVER,
+    methods::SUBSCRIPTIONS_LISTEN,
+    methods::TASKS_GET,
+    methods::TASKS_UPDATE,
+    methods::TASKS_CANCEL,
 ];
 
 /// Client notifications this server knows (others are named [`OTHER`] in

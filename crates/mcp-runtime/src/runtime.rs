@@ -124,6 +124,8 @@ struct Inner {
     /// into the map): counted against `max_sessions`, so concurrent
     /// `initialize`s cannot overshoot it.
     creating: std::sync::atomic::AtomicUsize,
+    /// `serverInfo` as JSON, made on first use.
+    server_info: std::sync::OnceLock<serde_json::Value>,
 }
 
 /// One session creation in progress, counted in `Inner::creating` until
@@ -177,6 +179,7 @@ impl Runtime {
                 draining: AtomicBool::new(false),
                 closing: AtomicBool::new(false),
                 creating: std::sync::atomic::AtomicUsize::new(0),
+                server_info: std::sync::OnceLock::new(),
             }),
         };
         crate::cluster::start(&runtime);
@@ -240,6 +243,14 @@ impl Runtime {
     /// The key ring sealing input-required request states.
     pub fn key_ring(&self) -> &crate::mrtr::KeyRing {
         &self.inner.deps.node.key_ring
+    }
+
+    /// The service's `serverInfo` as JSON, made once (every stateless
+    /// result carries it).
+    pub(crate) fn server_info_json(&self) -> &serde_json::Value {
+        self.inner.server_info.get_or_init(|| {
+            serde_json::to_value(self.service().server_info()).unwrap_or(serde_json::Value::Null)
+        })
     }
 
     /// Tripped when in-flight work must stop (end of the drain grace).

@@ -4,7 +4,7 @@
 //! answers on its own response (JSON, or a stream that is not resumable and
 //! whose closing cancels the request).
 //!
-//! What a session held comes with the request ([`StatelessScope`]); what a
+//! What a session held comes with the request (`StatelessScope`); what a
 //! server-to-client request did becomes an input-required round trip
 //! ([`crate::mrtr`]): the handler's question goes back in the result, and
 //! the client's retry brings the answer to any node.
@@ -352,8 +352,49 @@ pub enum StatelessReply {
         /// Resolves with the JSON answer or the live stream.
         reply: oneshot::Receiver<ExchangeReply>,
         /// Cancels the request when dropped.
-        guard: DropGuard,
+        guard: RequestGuard,
     },
+}
+
+/// Held by the transport while its client is there: dropping it (the
+/// client closed the response) cancels the request, unless it became a
+/// task (which outlives its response) or a listen stream's own token.
+#[derive(Debug)]
+pub struct RequestGuard(Guarded);
+
+#[derive(Debug)]
+enum Guarded {
+    /// A handler's run.
+    Run {
+        scope: Arc<StatelessScope>,
+        job: CancellationToken,
+        client_gone: Arc<AtomicBool>,
+    },
+    /// Anything cancelled by its token alone (held, tripped on drop).
+    Token { _held: DropGuard },
+}
+
+impl RequestGuard {
+    pub(crate) fn token(token: CancellationToken) -> Self {
+        Self(Guarded::Token {
+            _held: token.drop_guard(),
+        })
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        if let Guarded::Run {
+            scope,
+            job,
+            client_gone,
+        } = &self.0
+            && !scope.is_task.load(Ordering::Acquire)
+        {
+            client_gone.store(true, Ordering::Release);
+            job.cancel();
+        }
+    }
 }
 
 impl Runtime {
@@ -361,6 +402,35 @@ impl Runtime {
     /// transport read ([`RequestMeta::read`]) and whose headers it checked,
     /// without any session.
     pub async fn stateless(
+        &self,
+        request: Request,
+        meta: RequestMeta,
+        inbound: &Inbound,
+    ) -> StatelessReply {
+        // Measured here when answered at once; a handler's run measures
+        // itself until its response is written.
+        let long_lived = request.method == methods::SUBSCRIPTIONS_LISTEN;
+        let call = (!served(&request.method) && !long_lived).then(|| {
+            Call::new(
+                self,
+                &request,
+                None,
+                ProtocolVersion::STATELESS.as_str(),
+                inbound,
+            )
+        });
+        let reply = self.stateless_reply(request, meta, inbound).await;
+        match (call, &reply) {
+            (Some(call), StatelessReply::Now(response)) => call.complete(response),
+            (Some(call), StatelessReply::Refused(err, id)) => {
+                call.complete(&Response::error(Some(id.clone()), err.to_error_object()));
+            }
+            _ => {}
+        }
+        reply
+    }
+
+    async fn stateless_reply(
         &self,
         request: Request,
         meta: RequestMeta,
@@ -431,9 +501,8 @@ impl Runtime {
             .entry("_meta")
             .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(meta) = meta {
-            meta.entry(meta::SERVER_INFO).or_insert_with(|| {
-                serde_json::to_value(self.service().server_info()).unwrap_or(Value::Null)
-            });
+            meta.entry(meta::SERVER_INFO)
+                .or_insert_with(|| self.server_info_json().clone());
         }
         if cacheable(method) {
             let config = self.config();
@@ -497,7 +566,6 @@ impl Runtime {
         // which: set, no answer is due.
         let job = self.stop_token().child_token();
         let client_gone = Arc::new(AtomicBool::new(false));
-        let request_token = CancellationToken::new();
         let (exchange, reply) = Exchange::direct(
             Arc::clone(self.node()),
             self.config().response_mode,
@@ -533,19 +601,11 @@ impl Runtime {
         if task_eligible && !task_in_handler {
             scope.start_task().await;
         }
-        {
-            let scope = Arc::clone(&scope);
-            let job = job.clone();
-            let client_gone = Arc::clone(&client_gone);
-            let request_token = request_token.clone();
-            actix::spawn(async move {
-                request_token.cancelled().await;
-                if !scope.is_task.load(Ordering::Acquire) {
-                    client_gone.store(true, Ordering::Release);
-                    job.cancel();
-                }
-            });
-        }
+        let guard = RequestGuard(Guarded::Run {
+            scope: Arc::clone(&scope),
+            job: job.clone(),
+            client_gone: Arc::clone(&client_gone),
+        });
         let context = RequestContext::stateless(
             &request,
             job.clone(),
@@ -592,10 +652,7 @@ impl Runtime {
                 }))
                 .await;
         });
-        StatelessReply::Running {
-            reply,
-            guard: request_token.drop_guard(),
-        }
+        StatelessReply::Running { reply, guard }
     }
 
     /// The answers a retry brings: those its `requestState` sealed, then

@@ -3,7 +3,7 @@
 //! answered, cancelled and fetched from any node.
 //!
 //! A task's state lives in the store ([`mcp_store::TaskStore`]); the node
-//! that created it runs its handler ([`TaskRun`]) and alone writes its
+//! that created it runs its handler (`TaskRun`) and alone writes its
 //! record. While it runs, that node renews the task's lease every
 //! [`RENEW`]; a task whose lease lapsed ([`LEASE`] without renewal: its
 //! node died) is ended as `failed` by whichever node next reads it, so no

@@ -20,6 +20,13 @@ local check = require("mcp_check")
 local heads = {}
 local counter = 0
 local prefix = os.getenv("ECHO_PREFIX") or ""
+-- STATELESS=1: the 2026-07-28 era, no session: every request carries its
+-- _meta and the standard headers (MCP-Protocol-Version, Mcp-Method,
+-- Mcp-Name).
+local stateless = os.getenv("STATELESS") == "1"
+local meta = ',"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",' ..
+  '"io.modelcontextprotocol/clientInfo":{"name":"wrk","version":"0"},' ..
+  '"io.modelcontextprotocol/clientCapabilities":{}}' 
 
 -- In init, not at load: wrk sets the Host header just before calling it.
 -- BEARERS (comma-separated, optional): bearer tokens, the i-th session's
@@ -32,6 +39,12 @@ init = function(args)
   end
   for token in string.gmatch(os.getenv("BEARERS") or "", "[^,]+") do
     table.insert(tokens, token)
+  end
+  if stateless then
+    heads[1] = check.post_head({
+      ["MCP-Protocol-Version"] = "2026-07-28", ["Mcp-Method"] = "tools/call", ["Mcp-Name"] = "echo",
+    })
+    return
   end
   if #ids == 0 then
     heads[1] = check.post_head({ ["MCP-Protocol-Version"] = "2025-11-25" })
@@ -47,7 +60,8 @@ request = function()
   counter = counter + 1
   local _, id = check.next_id()
   local body = '{"jsonrpc":"2.0","id":' .. id ..
-    ',"method":"tools/call","params":{"name":"echo","arguments":{"message":"m' .. id .. '"}}}'
+    ',"method":"tools/call","params":{"name":"echo","arguments":{"message":"m' .. id .. '"}' ..
+    (stateless and meta or "") .. '}}'
   return heads[(counter % #heads) + 1] .. #body .. "\r\n\r\n" .. body
 end
 
