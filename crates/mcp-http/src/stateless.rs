@@ -3,8 +3,9 @@
 //!
 //! A POST is stateless when its request carries the new `_meta`
 //! (`io.modelcontextprotocol/protocolVersion`) or its `MCP-Protocol-Version`
-//! header names a revision no session can speak (2026-07-28, or one this
-//! server does not know: it gets -32022 with the versions it could use).
+//! header names a revision no session can speak (2026-07-28, or, without
+//! `Mcp-Session-Id`, one this server does not know: it gets -32022 with the
+//! versions it could use).
 //! `initialize` always opens a session-era session, and a request without
 //! either marker stays in the session era, so both eras share `/mcp`.
 
@@ -27,12 +28,13 @@ pub(crate) fn is_stateless(req: &HttpRequest, body: &Body) -> bool {
             .ok()
             .and_then(|v| v.parse::<ProtocolVersion>().ok())
     });
-    // A header no session can speak: a version this server does not know
-    // (the stateless era answers that with the versions it has) or one of
-    // the stateless revisions.
+    // A header no session can speak: one of the stateless revisions, or a
+    // version this server does not know on a request that names no
+    // session (the stateless era answers it with the versions it has; a
+    // session's request keeps the session era's 400).
     let header_stateless = match header {
         Some(Some(version)) => version.is_stateless(),
-        Some(None) => true,
+        Some(None) => !req.headers().contains_key(crate::headers::SESSION_ID),
         None => false,
     };
     // `initialize` opens a session unless it says it is of the stateless
