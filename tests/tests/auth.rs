@@ -6,6 +6,7 @@
 //! log, and sessions bound to their principal on both HTTP transports.
 
 mod auth_support;
+mod stateless_support;
 
 use std::time::Duration;
 
@@ -622,4 +623,50 @@ fn a_node_beyond_loopback_without_authorization_says_so() {
     let _ = child.wait();
     let line = warned.expect("a warning at start");
     assert!(line.contains("WARN"), "{line}");
+}
+
+/// 2026-07-28: a request state names the principal it was issued to; another
+/// principal's retry with it is refused, the owner's completes.
+#[tokio::test]
+async fn a_request_state_answers_only_the_principal_it_was_issued_to() {
+    use stateless_support as sl;
+    let issuer = issuer().await;
+    let config = config_file("mrtr-principal", &issuer, RESOURCE, "", "");
+    let node = node(&config);
+    let url = node.url().to_owned();
+    let alice = format!(
+        "Bearer {}",
+        issuer.token().audience(RESOURCE).subject("alice").sign()
+    );
+    let bob = format!(
+        "Bearer {}",
+        issuer.token().audience(RESOURCE).subject("bob").sign()
+    );
+    let tool = "test_input_required_result_elicitation";
+    let first = sl::call(
+        &url,
+        &sl::tool_call(1, tool, json!({}), json!({}), sl::all_caps()),
+        &[("Authorization", Some(&alice))],
+    )
+    .await;
+    let state = first.response["result"]["requestState"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{first:?}"))
+        .to_owned();
+    let retry = |id: u64| {
+        sl::tool_call(
+            id,
+            tool,
+            json!({}),
+            json!({"inputResponses": {"user_name": sl::accept("name", "Al")}, "requestState": state}),
+            sl::all_caps(),
+        )
+    };
+    let stolen = sl::call(&url, &retry(2), &[("Authorization", Some(&bob))]).await;
+    assert_eq!(stolen.response["error"]["code"], -32602, "{stolen:?}");
+    assert_eq!(stolen.response["error"]["data"]["reason"], "foreign");
+    let anonymous = sl::call(&url, &retry(3), &[]).await;
+    assert_eq!(anonymous.status, 401, "{anonymous:?}");
+    let own = sl::call(&url, &retry(4), &[("Authorization", Some(&alice))]).await;
+    assert_eq!(sl::text(&own.response), "Hello, Al!");
 }

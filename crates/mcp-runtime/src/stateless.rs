@@ -555,8 +555,7 @@ impl Runtime {
             return StatelessReply::Refused(RuntimeError::Overloaded, id);
         }
         // The round so far: the state's answers, then the retry's.
-        let (answers, state_id) = match self.round_answers(&request, principal_key.as_deref()).await
-        {
+        let answers = match self.round_answers(&request, principal_key.as_deref()).await {
             Ok(found) => found,
             Err(err) => return StatelessReply::Now(Response::error(Some(id), err)),
         };
@@ -641,7 +640,6 @@ impl Runtime {
                     params.as_ref(),
                     &scope,
                     principal_key.as_deref(),
-                    state_id.as_deref(),
                     outcome,
                 )
                 .await;
@@ -655,24 +653,26 @@ impl Runtime {
         StatelessReply::Running { reply, guard }
     }
 
-    /// The answers a retry brings: those its `requestState` sealed, then
-    /// its `inputResponses`. Returns them with the state's id.
+    /// The answers a retry brings: those its `requestState` sealed (the
+    /// state claimed, so the handler never runs twice on one state), then
+    /// its `inputResponses`.
     async fn round_answers(
         &self,
         request: &Request,
         principal: Option<&str>,
-    ) -> Result<(Map<String, Value>, Option<String>), ErrorObject> {
+    ) -> Result<Map<String, Value>, ErrorObject> {
         let params = request.params.as_ref();
         let mut answers = Map::new();
-        let mut state_id = None;
         if let Some(state) = params.and_then(|p| p.get("requestState")) {
             let text = state.as_str().ok_or(state_refused(StateError::Malformed))?;
             let opened = self.open_state(text).await.map_err(state_refused)?;
             opened
                 .check(&request.method, params, principal)
                 .map_err(state_refused)?;
+            if !self.claim_state(&opened.id).await {
+                return Err(state_refused(StateError::Replayed));
+            }
             answers = opened.answers;
-            state_id = Some(opened.id);
         }
         if let Some(responses) = params.and_then(|p| p.get("inputResponses")) {
             let Value::Object(responses) = responses else {
@@ -684,7 +684,7 @@ impl Runtime {
                 answers.insert(key.clone(), value.clone());
             }
         }
-        Ok((answers, state_id))
+        Ok(answers)
     }
 
     /// The response of a finished run: `input_required` when the handler
@@ -697,14 +697,8 @@ impl Runtime {
         params: Option<&Map<String, Value>>,
         scope: &StatelessScope,
         principal: Option<&str>,
-        state_id: Option<&str>,
         outcome: Result<Value, ErrorObject>,
     ) -> Result<Value, ErrorObject> {
-        if let Some(id) = state_id
-            && !self.claim_state(id).await
-        {
-            return Err(state_refused(StateError::Replayed));
-        }
         let open = scope.inputs.take_open();
         if !open.is_empty() && supports_input(method) {
             self.ensure_key_ring().await;
