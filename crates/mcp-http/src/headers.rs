@@ -176,20 +176,27 @@ pub fn check_standard_headers(
         Message::Notification(n) => (n.method.as_str(), n.params.as_ref(), None),
         Message::Response(_) => return Ok(()),
     };
-    check_fields(headers, method, params, id, service)
+    check_fields(headers, method, params, id, service, false)
 }
 
+/// The header checks of one message. `required` (2026-07-28): a header the
+/// body calls for must be sent, not only match when it is.
 fn check_fields(
     headers: &HeaderMap,
     method: &str,
     params: Option<&serde_json::Map<String, Value>>,
     id: Option<mcp_protocol::RequestId>,
     service: &dyn McpService,
+    required: bool,
 ) -> Result<(), HttpError> {
     let mismatch = |message: String| HttpError::HeaderMismatch {
         message,
         id: id.clone(),
     };
+    let missing = |name: &str| mismatch(format!("required header {name} is missing"));
+    if required && !headers.contains_key(MCP_METHOD) {
+        return Err(missing("Mcp-Method"));
+    }
     for value in headers.get_all(MCP_METHOD) {
         let sent = value
             .to_str()
@@ -201,11 +208,14 @@ fn check_fields(
         }
     }
     if let Some(field) = methods::name_param(method) {
+        let body = params.and_then(|p| p.get(field));
+        if required && body.is_some() && !headers.contains_key(MCP_NAME) {
+            return Err(missing("Mcp-Name"));
+        }
         for value in headers.get_all(MCP_NAME) {
             let sent = header_text(value.as_bytes())
                 .ok_or_else(|| mismatch("Mcp-Name has invalid characters".into()))?;
-            let body = params.and_then(|p| p.get(field)).and_then(Value::as_str);
-            if body != Some(sent.as_str()) {
+            if body.and_then(Value::as_str) != Some(sent.as_str()) {
                 return Err(mismatch(format!(
                     "Mcp-Name header value '{sent}' does not match body {field}"
                 )));
@@ -216,7 +226,7 @@ fn check_fields(
         let has_param_headers = headers
             .keys()
             .any(|k| k.as_str().starts_with(MCP_PARAM_PREFIX));
-        if has_param_headers {
+        if required || has_param_headers {
             let tool = params
                 .and_then(|p| p.get("name"))
                 .and_then(Value::as_str)
@@ -226,6 +236,12 @@ fn check_fields(
                 .and_then(Value::as_object);
             for mirrored in service.mirrored_params(tool) {
                 let name = format!("{MCP_PARAM_PREFIX}{}", mirrored.header.to_ascii_lowercase());
+                let body = args
+                    .and_then(|a| a.get(&mirrored.argument))
+                    .filter(|v| !v.is_null());
+                if required && body.is_some() && !headers.contains_key(name.as_str()) {
+                    return Err(missing(&format!("Mcp-Param-{}", mirrored.header)));
+                }
                 for value in headers.get_all(name.as_str()) {
                     let sent = header_text(value.as_bytes()).ok_or_else(|| {
                         mismatch(format!(
@@ -233,9 +249,6 @@ fn check_fields(
                             mirrored.header
                         ))
                     })?;
-                    let body = args
-                        .and_then(|a| a.get(&mirrored.argument))
-                        .filter(|v| !v.is_null());
                     if !body.is_some_and(|v| same_value(&sent, v)) {
                         return Err(mismatch(format!(
                             "Mcp-Param-{} does not match argument {}",
@@ -250,58 +263,26 @@ fn check_fields(
 }
 
 /// The 2026-07-28 rule on top of [`check_standard_headers`]: the standard
-/// headers are required, not only checked when sent. `MCP-Protocol-Version`
-/// and `Mcp-Method` on every request, `Mcp-Name` where the method names
-/// something, and each `Mcp-Param-*` whose argument the body carries.
+/// headers are required, not only checked when sent. `Mcp-Method` on every
+/// request, `Mcp-Name` where the body has the field it mirrors, and each
+/// `Mcp-Param-*` whose argument the body carries. (`MCP-Protocol-Version`
+/// is compared with the request's `_meta` before this.)
 ///
 /// # Errors
-/// [`HttpError::HeaderMismatch`] (400, -32020) naming the missing header.
+/// [`HttpError::HeaderMismatch`] (400, -32020) naming the missing or
+/// mismatched header.
 pub fn check_required_headers(
     headers: &HeaderMap,
     request: &mcp_protocol::Request,
     service: &dyn McpService,
 ) -> Result<(), HttpError> {
-    let missing = |name: &str| HttpError::HeaderMismatch {
-        message: format!("required header {name} is missing"),
-        id: Some(request.id.clone()),
-    };
-    if !headers.contains_key(PROTOCOL_VERSION) {
-        return Err(missing("MCP-Protocol-Version"));
-    }
-    if !headers.contains_key(MCP_METHOD) {
-        return Err(missing("Mcp-Method"));
-    }
-    let params = request.params.as_ref();
-    if let Some(field) = methods::name_param(&request.method)
-        && !headers.contains_key(MCP_NAME)
-        && params.and_then(|p| p.get(field)).is_some()
-    {
-        return Err(missing("Mcp-Name"));
-    }
-    if request.method == methods::TOOLS_CALL {
-        let tool = params
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let args = params
-            .and_then(|p| p.get("arguments"))
-            .and_then(Value::as_object);
-        for mirrored in service.mirrored_params(tool) {
-            let present = args
-                .and_then(|a| a.get(&mirrored.argument))
-                .is_some_and(|v| !v.is_null());
-            let name = format!("{MCP_PARAM_PREFIX}{}", mirrored.header.to_ascii_lowercase());
-            if present && !headers.contains_key(name.as_str()) {
-                return Err(missing(&format!("Mcp-Param-{}", mirrored.header)));
-            }
-        }
-    }
     check_fields(
         headers,
         &request.method,
-        params,
+        request.params.as_ref(),
         Some(request.id.clone()),
         service,
+        true,
     )
 }
 
