@@ -467,57 +467,28 @@ async fn input_required_round_trips_and_the_sealed_state_refuses_misuse() {
 async fn log_messages_go_only_to_requests_that_ask_for_a_level() {
     let node = node(&[]);
     let url = node.url();
-    let quiet = call(
-        url,
-        &tool_call(1, "test_tool_with_logging", json!({}), json!({}), json!({})),
-        &[],
-    )
-    .await;
-    assert!(
-        quiet
+    // The log notifications a call of test_tool_with_logging gets, with
+    // this `_meta` log level (none: no level).
+    let logged = |id: u64, level: Option<&'static str>| async move {
+        let mut m = meta(json!({}));
+        if let Some(level) = level {
+            m["io.modelcontextprotocol/logLevel"] = json!(level);
+        }
+        let params = json!({"name": "test_tool_with_logging", "arguments": {}, "_meta": m});
+        let answer = call(url, &request(id, "tools/call", params, json!({})), &[]).await;
+        let messages = answer
             .notifications
             .iter()
-            .all(|n| n["method"] != "notifications/message"),
-        "{quiet:?}"
-    );
-    let mut m = meta(json!({}));
-    m["io.modelcontextprotocol/logLevel"] = json!("info");
-    let loud = call(
-        url,
-        &request(
-            2,
-            "tools/call",
-            json!({"name": "test_tool_with_logging", "arguments": {}, "_meta": m}),
-            json!({}),
-        ),
-        &[],
-    )
-    .await;
-    let logged = loud
-        .notifications
-        .iter()
-        .filter(|n| n["method"] == "notifications/message")
-        .count();
-    assert!(logged >= 1, "{loud:?}");
-    m["io.modelcontextprotocol/logLevel"] = json!("error");
-    let strict = call(
-        url,
-        &request(
-            3,
-            "tools/call",
-            json!({"name": "test_tool_with_logging", "arguments": {}, "_meta": m}),
-            json!({}),
-        ),
-        &[],
-    )
-    .await;
-    assert!(
-        strict
-            .notifications
-            .iter()
-            .all(|n| n["method"] != "notifications/message"),
-        "info is below error: {strict:?}"
-    );
+            .filter(|n| n["method"] == "notifications/message")
+            .count();
+        (messages, answer)
+    };
+    let (quiet, answer) = logged(1, None).await;
+    assert_eq!(quiet, 0, "{answer:?}");
+    let (loud, answer) = logged(2, Some("info")).await;
+    assert!(loud >= 1, "{answer:?}");
+    let (strict, answer) = logged(3, Some("error")).await;
+    assert_eq!(strict, 0, "info is below error: {answer:?}");
 }
 
 #[tokio::test]

@@ -91,6 +91,8 @@ pub(crate) async fn post(
     meta.version().map_err(bad_request)?;
     let service = state.runtime.service();
     headers::check_required_headers(req.headers(), &request, service.as_ref())?;
+    // A listen stream is counted by the runtime; a request's by the body.
+    let kind = (request.method != methods::SUBSCRIPTIONS_LISTEN).then_some(StreamKind::Live);
     match state.runtime.stateless(request, meta, &inbound).await {
         StatelessReply::Now(response) => Ok(json(response)),
         StatelessReply::Refused(err, id) => Err(HttpError::from(err).for_request(Some(id))),
@@ -101,9 +103,6 @@ pub(crate) async fn post(
                 .map(json)
                 .ok_or(HttpError::Unavailable("no response")),
             Ok(ExchangeReply::Live(rx)) => {
-                let kind = (req.headers().get(headers::MCP_METHOD).map(|v| v.as_bytes())
-                    != Some(methods::SUBSCRIPTIONS_LISTEN.as_bytes()))
-                .then_some(StreamKind::Live);
                 let keep_alive = state.runtime.config().sse_keep_alive();
                 Ok(sse::response(sse::live_body(rx, guard, kind, keep_alive)))
             }

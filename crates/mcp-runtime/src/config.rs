@@ -148,6 +148,21 @@ impl RuntimeConfig {
         Duration::from_secs(self.ask_timeout_secs)
     }
 
+    /// A resource URI a client subscribes to, within `max_uri_bytes`.
+    ///
+    /// # Errors
+    /// -32602 saying how long it is and what is accepted.
+    pub fn check_uri_len(&self, uri: &str) -> Result<(), mcp_protocol::ErrorObject> {
+        if uri.len() > self.max_uri_bytes {
+            return Err(mcp_protocol::ErrorObject::invalid_params(format!(
+                "resource URI is {} bytes; this server accepts at most {}",
+                uri.len(),
+                self.max_uri_bytes
+            )));
+        }
+        Ok(())
+    }
+
     /// How long a `requestState` stays valid.
     pub fn request_state_ttl(&self) -> Duration {
         Duration::from_secs(self.request_state_ttl_secs.max(1))

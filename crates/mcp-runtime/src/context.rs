@@ -233,21 +233,12 @@ impl RequestContext {
         ask_timeout: Duration,
         principal: Option<Arc<Principal>>,
     ) -> Self {
-        Self {
-            inner: Arc::new(ContextInner {
-                request_id: request.id.clone(),
-                progress_token: request.progress_token().cloned(),
-                cancel,
-                output,
-                scope: Scope::Session {
-                    id: session_id,
-                    session,
-                    shared,
-                },
-                ask_timeout,
-                principal,
-            }),
-        }
+        let scope = Scope::Session {
+            id: session_id,
+            session,
+            shared,
+        };
+        Self::with_scope(request, cancel, output, scope, ask_timeout, principal)
     }
 
     /// The context of a stateless (2026-07-28) request.
@@ -258,14 +249,27 @@ impl RequestContext {
         scope: Arc<StatelessScope>,
         principal: Option<Arc<Principal>>,
     ) -> Self {
+        // No wait for answers: a question becomes an input round.
+        let scope = Scope::Stateless(scope);
+        Self::with_scope(request, cancel, output, scope, Duration::ZERO, principal)
+    }
+
+    fn with_scope(
+        request: &Request,
+        cancel: CancellationToken,
+        output: Arc<RequestOutput>,
+        scope: Scope,
+        ask_timeout: Duration,
+        principal: Option<Arc<Principal>>,
+    ) -> Self {
         Self {
             inner: Arc::new(ContextInner {
                 request_id: request.id.clone(),
                 progress_token: request.progress_token().cloned(),
                 cancel,
                 output,
-                scope: Scope::Stateless(scope),
-                ask_timeout: Duration::ZERO,
+                scope,
+                ask_timeout,
                 principal,
             }),
         }

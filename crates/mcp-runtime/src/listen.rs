@@ -189,13 +189,7 @@ impl Runtime {
                             "resourceSubscriptions must be strings",
                         ));
                     };
-                    if uri.len() > config.max_uri_bytes {
-                        return Err(ErrorObject::invalid_params(format!(
-                            "a resource URI is {} bytes; this server accepts at most {}",
-                            uri.len(),
-                            config.max_uri_bytes
-                        )));
-                    }
+                    config.check_uri_len(uri)?;
                     // Honoured only for resources the server can read.
                     if subscribable && self.service().has_resource(uri) {
                         filter.uris.insert(uri.to_owned());

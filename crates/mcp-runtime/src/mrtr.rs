@@ -337,8 +337,6 @@ pub(crate) struct RoundState {
     pub(crate) digest: String,
     /// The answers of the earlier rounds, by input key.
     pub(crate) answers: Map<String, Value>,
-    /// The keys asked in the round this state answers.
-    pub(crate) asked: Vec<String>,
 }
 
 impl RoundState {
@@ -348,17 +346,15 @@ impl RoundState {
         params: Option<&Map<String, Value>>,
         principal: Option<&str>,
         answers: Map<String, Value>,
-        asked: Vec<String>,
         ttl: Duration,
     ) -> Self {
         Self {
             id: uuid::Uuid::new_v4().simple().to_string(),
-            exp: now_ms().saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)),
+            exp: now_ms().saturating_add(millis(ttl)),
             sub: principal.unwrap_or_default().to_owned(),
             method: method.to_owned(),
             digest: digest(params),
             answers,
-            asked,
         }
     }
 
@@ -428,10 +424,16 @@ fn digest(params: Option<&Map<String, Value>>) -> String {
     URL_SAFE_NO_PAD.encode(&hasher.finalize()[..16])
 }
 
-fn now_ms() -> u64 {
+/// A duration in whole milliseconds (saturating).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Now, in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .map_or(0, millis)
 }
 
 #[cfg(test)]
@@ -452,7 +454,6 @@ mod tests {
             Some(p),
             Some("iss#alice"),
             Map::new(),
-            vec!["elicitation-0".into()],
             Duration::from_secs(60),
         )
     }

@@ -802,12 +802,8 @@ impl Session {
         };
         let subscribe = request.method == methods::RESOURCES_SUBSCRIBE;
         let config = &self.deps.config;
-        let refused = if uri.len() > config.max_uri_bytes {
-            Some(ErrorObject::invalid_params(format!(
-                "resource URI is {} bytes; this server accepts at most {}",
-                uri.len(),
-                config.max_uri_bytes
-            )))
+        let refused = if let Err(err) = config.check_uri_len(&uri) {
+            Some(err)
         } else if subscribe && !self.deps.service.has_resource(&uri) {
             // 2025-11-25 resources, error handling: resource not found.
             Some(

@@ -702,13 +702,11 @@ impl Runtime {
         let open = scope.inputs.take_open();
         if !open.is_empty() && supports_input(method) {
             self.ensure_key_ring().await;
-            let asked: Vec<String> = open.iter().map(|(k, _)| k.clone()).collect();
             let state = RoundState::issue(
                 method,
                 params,
                 principal,
                 scope.inputs.answers.clone(),
-                asked,
                 self.config().request_state_ttl(),
             );
             let sealed = self

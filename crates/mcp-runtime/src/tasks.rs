@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use mcp_protocol::types::ClientCapabilities;
 use mcp_protocol::{ErrorCode, ErrorObject, Request, RequestId, Response};
@@ -27,6 +27,7 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::RequestOutput;
+use crate::mrtr::{millis, now_ms};
 use crate::{AskError, Runtime, RuntimeError};
 
 /// The extension's identifier, in capabilities.
@@ -488,16 +489,6 @@ impl Runtime {
             }
         }
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, millis)
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` of a Unix time in milliseconds.
