@@ -597,3 +597,72 @@ async fn closing_the_response_stream_cancels_the_request() {
     }
     assert_eq!(left, 0.0, "the handler stopped when its client went away");
 }
+
+#[tokio::test]
+async fn listen_streams_and_running_tasks_are_bounded_per_node() {
+    let config = std::env::temp_dir().join(format!("bounds-e2e-{}.toml", std::process::id()));
+    std::fs::write(
+        &config,
+        "[runtime]\nmax_listen_streams = 2\nmax_running_tasks = 1\n",
+    )
+    .unwrap();
+    let node = node(&["--config", config.to_str().unwrap()]);
+    let url = node.url();
+    let listen = |id: u64| {
+        request(
+            id,
+            "subscriptions/listen",
+            json!({"notifications": {}}),
+            json!({}),
+        )
+    };
+    let mut held = Vec::new();
+    for id in [1, 2] {
+        let mut stream = Messages::new(send(url, &listen(id), &[]).await);
+        let ack = stream.next().await.expect("acknowledgement");
+        assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+        held.push(stream);
+    }
+    let third = call(url, &listen(3), &[]).await;
+    assert_eq!(third.status, 503, "{third:?}");
+    assert_eq!(third.response["id"], 3);
+
+    let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let slow = |id: u64| {
+        tool_call(
+            id,
+            "slow_compute",
+            json!({"seconds": 30, "label": "b"}),
+            json!({}),
+            caps.clone(),
+        )
+    };
+    let first = call(url, &slow(4), &[]).await;
+    assert_eq!(first.response["result"]["resultType"], "task", "{first:?}");
+    let second = call(url, &slow(5), &[]).await;
+    assert_eq!(second.status, 503, "{second:?}");
+    // Once the running task ends, a new one starts.
+    let task = first.response["result"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    call(
+        url,
+        &request(6, "tasks/cancel", json!({"taskId": task}), caps.clone()),
+        &[],
+    )
+    .await;
+    let mut started = None;
+    for id in 7..100 {
+        let again = call(url, &slow(id), &[]).await;
+        if again.status == 200 {
+            started = Some(again);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let started = started.expect("a task starts once the running one was cancelled");
+    assert_eq!(started.response["result"]["resultType"], "task");
+    drop(held);
+    let _ = std::fs::remove_file(config);
+}
