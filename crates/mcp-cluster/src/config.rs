@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use mcp_store::ByteBudget;
 use mcp_store::memory::Retention;
 use redis::{ConnectionAddr, IntoConnectionInfo};
 use serde::{Deserialize, Serialize};
@@ -295,6 +296,18 @@ pub struct RedisRetention {
     /// bound on streams a vanished writer left behind. Default 3,600,000
     /// (1 hour).
     pub idle_stream_ttl_ms: u64,
+    /// Bytes of events kept per stream, as in the in-memory log. Set from
+    /// the node's `[retention]`.
+    #[serde(skip)]
+    pub max_stream_bytes: u64,
+    /// Bytes of closed streams this node wrote that it keeps in Redis
+    /// (per node, per session). Set from the node's `[retention]`.
+    #[serde(skip)]
+    pub closed_streams: ByteBudget,
+    /// Bytes of finished tasks this node ended that it keeps in Redis (per
+    /// node, per client). Set from the node's `[retention]`.
+    #[serde(skip)]
+    pub finished_tasks: ByteBudget,
 }
 
 impl Default for RedisRetention {
@@ -309,6 +322,9 @@ impl From<Retention> for RedisRetention {
             max_events_per_stream: r.max_events_per_stream,
             closed_stream_ttl_ms: millis(r.closed_stream_ttl),
             idle_stream_ttl_ms: millis(r.idle_stream_ttl),
+            max_stream_bytes: r.max_stream_bytes,
+            closed_streams: r.closed_streams,
+            finished_tasks: r.finished_tasks,
         }
     }
 }

@@ -85,7 +85,11 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
         bus: Arc::new(RedisBus::new(redis.clone(), keys.clone(), pubsub)),
         nodes: Arc::new(RedisNodes::new(redis.clone(), keys.clone())),
         quotas: Arc::new(RedisQuotas::new(redis.clone(), keys.clone())),
-        tasks: Arc::new(RedisTasks::new(redis, keys)),
+        tasks: Arc::new(RedisTasks::new(
+            redis,
+            keys,
+            config.retention.finished_tasks,
+        )),
         shared: true,
     })
 }

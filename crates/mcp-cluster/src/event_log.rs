@@ -12,6 +12,15 @@
 //! expires `idle_stream_ttl_ms` after its last append or touch, a closed one
 //! `closed_stream_ttl_ms` after its close; Redis expires the keys itself.
 //!
+//! Bytes, as in the in-memory log: the meta hash counts the bytes of the
+//! events a stream holds (`bytes`); past `max_stream_bytes` the oldest are
+//! dropped (the newest is always kept). A stream closed by this node
+//! counts against this node's closed-stream budget (a [`Ledger`], per node
+//! and per session); past it the oldest closed streams are deleted
+//! (`UNLINK`) before their TTL. Each node answers for the streams it
+//! closed, so Redis holds at most the nodes' budgets together, with no
+//! shared counter on the request path.
+//!
 //! Reads follow the in-memory rules: `after` below the trimmed boundary is
 //! `Trimmed`; `after` equal to `0-0`, the boundary or an entry id is
 //! accepted; anything else is `EventNotFound`; `closed` is set only when the
@@ -21,7 +30,7 @@ use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use mcp_store::{
-    EventId, EventLog, Position, ReadBatch, RequestId, SessionId, StoreError, StoredEvent,
+    EventId, EventLog, Ledger, Position, ReadBatch, RequestId, SessionId, StoreError, StoredEvent,
     StreamId, Wakeup,
 };
 use redis::{Script, Value};
@@ -29,7 +38,9 @@ use redis::{Script, Value};
 use crate::config::RedisRetention;
 use crate::connection::Redis;
 use crate::error::corrupt;
-use crate::keys::{ENTRY_DATA, Keys, META_CLOSED, META_LAST, META_REQUESTS, META_TRIMMED};
+use crate::keys::{
+    ENTRY_DATA, Keys, META_BYTES, META_CLOSED, META_LAST, META_REQUESTS, META_TRIMMED,
+};
 use crate::pubsub::PubSub;
 use crate::reply;
 
@@ -41,7 +52,7 @@ pub const MAX_READ_BATCH: usize = 10_000;
 /// helper that lengthens a key's TTL but never shortens it.
 fn prelude() -> String {
     format!(
-        "local CLOSED, LAST, TRIMMED, DATA, REQUESTS = '{META_CLOSED}', '{META_LAST}', '{META_TRIMMED}', '{ENTRY_DATA}', '{META_REQUESTS}'\n{}",
+        "local CLOSED, LAST, TRIMMED, DATA, REQUESTS, BYTES = '{META_CLOSED}', '{META_LAST}', '{META_TRIMMED}', '{ENTRY_DATA}', '{META_REQUESTS}', '{META_BYTES}'\n{}",
         r"
 local function extend(key, ttl)
   if redis.call('PTTL', key) < tonumber(ttl) then
@@ -81,8 +92,8 @@ return 1
 });
 
 /// KEYS: stream, meta, set. ARGV: data, max events, idle TTL ms, wake
-/// channel. Returns `{entry id, 1 if older events were dropped else 0}`,
-/// or nil for a missing or closed stream.
+/// channel, max bytes. Returns `{entry id, 1 if older events were dropped
+/// else 0}`, or nil for a missing or closed stream.
 static APPEND: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
@@ -90,11 +101,24 @@ if redis.call('HGET', KEYS[2], CLOSED) ~= '0' then
   return false
 end
 local id = redis.call('XADD', KEYS[1], '*', DATA, ARGV[1])
-local excess = redis.call('XLEN', KEYS[1]) - tonumber(ARGV[2])
+local bytes = redis.call('HINCRBY', KEYS[2], BYTES, #ARGV[1])
+local len = redis.call('XLEN', KEYS[1])
+local excess = 0
+while len > 1 and (len > tonumber(ARGV[2]) or bytes > tonumber(ARGV[5])) do
+  local oldest = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
+  local fields = oldest[2]
+  for i = 1, #fields - 1, 2 do
+    if fields[i] == DATA then
+      bytes = bytes - #fields[i + 1]
+    end
+  end
+  redis.call('XDEL', KEYS[1], oldest[1])
+  redis.call('HSET', KEYS[2], TRIMMED, oldest[1])
+  len = len - 1
+  excess = excess + 1
+end
 if excess > 0 then
-  local dropped = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', excess)
-  redis.call('HSET', KEYS[2], TRIMMED, dropped[#dropped][1])
-  redis.call('XTRIM', KEYS[1], 'MAXLEN', ARGV[2])
+  redis.call('HSET', KEYS[2], BYTES, bytes)
 end
 redis.call('HSET', KEYS[2], LAST, id)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -110,7 +134,8 @@ return {id, 0}
 });
 
 /// KEYS: stream, meta, set. ARGV: closed TTL ms, wake channel. Returns 0 for
-/// a missing stream, 1 otherwise (closing twice changes nothing).
+/// a missing stream, 1 for a closed one (closing twice changes nothing), 2
+/// + the bytes of its events when this call closed it.
 static CLOSE: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
@@ -124,6 +149,7 @@ if closed == '0' then
   redis.call('PEXPIRE', KEYS[2], ARGV[1])
   extend(KEYS[3], ARGV[1])
   redis.call('PUBLISH', ARGV[2], 'closed')
+  return 2 + tonumber(redis.call('HGET', KEYS[2], BYTES) or '0')
 end
 return 1
 ",
@@ -232,6 +258,10 @@ pub struct RedisEventLog {
     max_events: u64,
     idle_ttl_ms: u64,
     closed_ttl_ms: u64,
+    /// Bytes of events kept per stream.
+    max_stream_bytes: u64,
+    /// The streams this node closed, their bytes and their sessions.
+    closed: Ledger<(SessionId, StreamId)>,
     /// Hands out wake-ups from the node's one pub/sub connection.
     pubsub: PubSub,
 }
@@ -284,7 +314,49 @@ impl RedisEventLog {
                 .min(i64::MAX.unsigned_abs()),
             idle_ttl_ms: retention.idle_stream_ttl_ms.max(1),
             closed_ttl_ms: retention.closed_stream_ttl_ms.max(1),
+            // Lua numbers are doubles: beyond 2^53 the bound is "none".
+            max_stream_bytes: retention.max_stream_bytes.min(1 << 53),
+            closed: Ledger::new(retention.closed_streams),
             pubsub,
+        }
+    }
+}
+
+impl RedisEventLog {
+    /// Accounts for a stream this node closed, and deletes the oldest
+    /// closed streams beyond the budget.
+    async fn closed_now(&self, session: &SessionId, stream: &StreamId, bytes: u64) {
+        let ttl = std::time::Duration::from_millis(self.closed_ttl_ms);
+        let dropped = self.closed.admit(
+            (session.clone(), stream.clone()),
+            session.as_str(),
+            bytes,
+            ttl,
+        );
+        let metrics = mcp_telemetry::metrics::metrics();
+        metrics
+            .retained_bytes
+            .with_label_values(&["closed_streams"])
+            .set(i64::try_from(self.closed.bytes()).unwrap_or(i64::MAX));
+        if dropped.is_empty() {
+            return;
+        }
+        metrics
+            .retention_evictions
+            .with_label_values(&["stream"])
+            .inc_by(dropped.len() as u64);
+        // Keys of different sessions sit in different slots of a Redis
+        // Cluster: one UNLINK per stream.
+        for (session, stream) in dropped {
+            let unlink = redis::cmd("UNLINK")
+                .arg(self.keys.stream(&session, &stream))
+                .arg(self.keys.meta(&session, &stream))
+                .clone();
+            if let Err(err) = self.redis.cmd("stream_evict", &unlink).await {
+                // Their TTL deletes them anyway.
+                tracing::warn!(error = %err, "Closed streams over the byte budget not deleted.");
+                return;
+            }
         }
     }
 }
@@ -346,7 +418,8 @@ impl EventLog for RedisEventLog {
                     .arg(&*data)
                     .arg(self.max_events)
                     .arg(self.idle_ttl_ms)
-                    .arg(self.keys.wake(session, stream)),
+                    .arg(self.keys.wake(session, stream))
+                    .arg(self.max_stream_bytes),
             )
             .await?;
         if reply == Value::Nil {
@@ -378,7 +451,15 @@ impl EventLog for RedisEventLog {
                     .arg(self.keys.wake(session, stream)),
             )
             .await?;
-        found(&reply)
+        let n = reply::int(&reply)?;
+        if n == 0 {
+            return Err(StoreError::StreamNotFound);
+        }
+        if n >= 2 {
+            let bytes = u64::try_from(n - 2).unwrap_or(0);
+            self.closed_now(session, stream, bytes).await;
+        }
+        Ok(())
     }
 
     async fn read(

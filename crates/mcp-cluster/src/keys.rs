@@ -102,12 +102,16 @@ pub const META_LAST: &str = "last";
 pub const META_REQUESTS: &str = "req";
 /// Meta hash field: the newest entry id dropped by retention.
 pub const META_TRIMMED: &str = "trimmed";
+/// Meta hash field: bytes of the events the stream holds.
+pub const META_BYTES: &str = "bytes";
 /// Task hash field: the status.
 pub const TASK_STATUS: &str = "status";
 /// Task hash field: the record (JSON).
 pub const TASK_RECORD: &str = "record";
 /// Task hash field: `1` once `tasks/cancel` was called, else `0`.
 pub const TASK_CANCEL: &str = "cancel";
+/// Field of a task hash: bytes of its answers (kept by `add_inputs`).
+pub const TASK_ANSWER_BYTES: &str = "abytes";
 
 /// Builds keys and channel names under one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]

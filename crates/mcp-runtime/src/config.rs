@@ -96,6 +96,15 @@ pub struct RuntimeConfig {
     /// Most tasks running on this node at once; more get HTTP 503.
     /// Default 1,000.
     pub max_running_tasks: usize,
+    /// Most bytes of a task's result (its JSON); a larger result ends the
+    /// task `failed` with an error saying so. Default 4 MiB.
+    pub max_task_result_bytes: u64,
+    /// Most bytes of one answer given by `tasks/update`; a larger one is
+    /// refused (-32602). Default 256 KiB.
+    pub max_task_answer_bytes: u64,
+    /// Most bytes of all the answers one task holds; an update that would
+    /// go beyond is refused whole (-32602). Default 1 MiB.
+    pub max_task_answers_bytes: u64,
     /// Quotas per client address and per principal. Not read from the
     /// runtime's section: a node sets it from its own `[quotas]` section.
     #[serde(skip)]
@@ -127,6 +136,9 @@ impl Default for RuntimeConfig {
             task_ttl_ms: 3_600_000,
             task_poll_interval_ms: 500,
             max_running_tasks: 1_000,
+            max_task_result_bytes: 4 << 20,
+            max_task_answer_bytes: 256 << 10,
+            max_task_answers_bytes: 1 << 20,
             quotas: QuotaConfig::default(),
         }
     }

@@ -584,6 +584,12 @@ impl Runtime {
                 output: Arc::clone(&output),
                 request_id: id.clone(),
                 principal: principal_key.clone().unwrap_or_default(),
+                client: principal_key.clone().unwrap_or_else(|| {
+                    inbound
+                        .client_ip
+                        .map(crate::quota::address_subject)
+                        .unwrap_or_default()
+                }),
                 job: job.clone(),
                 cancelled: Arc::clone(&client_gone),
             }))

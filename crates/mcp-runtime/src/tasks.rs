@@ -44,6 +44,23 @@ pub const MAX_INPUTS: usize = 64;
 /// Longest task id accepted from a client.
 pub const MAX_TASK_ID: usize = 128;
 
+/// The result, or, when its JSON is over `max` bytes, the error the task
+/// ends with instead: a finished task is kept for its TTL, so its size is
+/// bounded like everything else a client can make a node keep.
+fn within(result: Value, max: u64) -> Result<Value, ErrorObject> {
+    let bytes = serde_json::to_string(&result).map_or(0, |s| s.len() as u64);
+    if bytes <= max {
+        return Ok(result);
+    }
+    mcp_telemetry::metrics::metrics()
+        .retention_refusals
+        .with_label_values(&["task_result"])
+        .inc();
+    Err(ErrorObject::internal(format!(
+        "the task's result is {bytes} bytes; this server keeps at most {max} bytes of a task's result"
+    )))
+}
+
 /// Whether the request's client declared the tasks extension.
 pub fn declares_extension(caps: &ClientCapabilities) -> bool {
     caps.other
@@ -102,13 +119,13 @@ impl TaskRecord {
     }
 
     /// The task as clients see it (`tasks/get`): questions still open only
-    /// (answers given on any node count at once), no owner, lease or
-    /// principal.
-    fn detailed(&self, inputs: &[(String, String)]) -> Value {
+    /// (answers given on any node count at once: `answered`, their keys),
+    /// no owner, lease or principal.
+    fn detailed(&self, answered: &[String]) -> Value {
         let open: Map<String, Value> = self
             .input_requests
             .iter()
-            .filter(|(k, _)| !inputs.iter().any(|(key, _)| key == *k))
+            .filter(|(k, _)| !answered.iter().any(|key| key == *k))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let status = match self.status.as_str() {
@@ -224,14 +241,13 @@ impl TaskRun {
             pending.insert(key.clone(), json!({"method": method, "params": params}));
         }
         self.publish_questions().await;
+        // Only this question's answer is read, not every answer the task
+        // holds; a task that goes away trips `job` (`watch`).
         loop {
-            match store.get(&self.id).await {
-                Ok(Some(task)) => {
-                    let answer = task
-                        .inputs
-                        .iter()
-                        .find(|(k, _)| *k == key)
-                        .and_then(|(_, a)| serde_json::from_str::<Value>(a).ok())
+            match store.answer(&self.id, &key).await {
+                Ok(answer) => {
+                    let answer = answer
+                        .and_then(|a| serde_json::from_str::<Value>(&a).ok())
                         .filter(|a| crate::stateless::well_formed(method, a));
                     if let Some(answer) = answer {
                         if let Ok(mut pending) = self.pending.lock() {
@@ -241,7 +257,6 @@ impl TaskRun {
                         return Ok(answer);
                     }
                 }
-                Ok(None) => return Err(AskError::Unavailable),
                 Err(err) => {
                     tracing::debug!(task = %self.id, error = %err, "Task inputs not read; trying again.")
                 }
@@ -257,6 +272,8 @@ impl TaskRun {
     pub(crate) async fn finish(&self, outcome: Option<Result<Value, ErrorObject>>) {
         self.done.cancel();
         let cancelled = self.cancelled.load(Ordering::Acquire);
+        let max = self.runtime.config().max_task_result_bytes;
+        let outcome = outcome.map(|o| o.and_then(|result| within(result, max)));
         self.write(|r| {
             r.input_requests.clear();
             match outcome {
@@ -336,6 +353,9 @@ pub(crate) struct Eligible {
     pub(crate) output: Arc<RequestOutput>,
     pub(crate) request_id: RequestId,
     pub(crate) principal: String,
+    /// Whose byte budget the finished task counts against: the
+    /// principal's key, or the client's address without one.
+    pub(crate) client: String,
     pub(crate) job: CancellationToken,
     pub(crate) cancelled: Arc<AtomicBool>,
 }
@@ -369,7 +389,7 @@ impl Eligible {
             .runtime
             .store()
             .tasks
-            .create(&id, "working", &json, ttl)
+            .create(&id, &self.client, "working", &json, ttl)
             .await
         {
             Ok(true) => {}
@@ -443,19 +463,48 @@ impl Runtime {
                         "inputResponses must be an object of results by input key",
                     ));
                 };
+                let config = self.config();
                 let inputs: Vec<(String, String)> = responses
                     .iter()
                     .map(|(k, v)| (k.clone(), v.to_string()))
                     .collect();
-                if !record.terminal()
-                    && !store
-                        .add_inputs(id, &inputs, MAX_INPUTS)
-                        .await
-                        .map_err(unavailable)?
+                let refuse = |message: String| {
+                    mcp_telemetry::metrics::metrics()
+                        .retention_refusals
+                        .with_label_values(&["task_answer"])
+                        .inc();
+                    Err(ErrorObject::invalid_params(message))
+                };
+                if let Some((key, answer)) = inputs
+                    .iter()
+                    .find(|(_, a)| a.len() as u64 > config.max_task_answer_bytes)
                 {
-                    return Err(unknown_task(id));
+                    return refuse(format!(
+                        "the answer to input {:?} is {} bytes; this server accepts at most {} bytes per answer",
+                        key.chars().take(64).collect::<String>(),
+                        answer.len(),
+                        config.max_task_answer_bytes
+                    ));
                 }
-                Ok(ack)
+                if record.terminal() {
+                    return Ok(ack);
+                }
+                let limits = mcp_store::InputLimits {
+                    max_keys: MAX_INPUTS,
+                    max_bytes: config.max_task_answers_bytes,
+                };
+                match store
+                    .add_inputs(id, &inputs, limits)
+                    .await
+                    .map_err(unavailable)?
+                {
+                    mcp_store::AddedInputs::Added => Ok(ack),
+                    mcp_store::AddedInputs::Gone => Err(unknown_task(id)),
+                    mcp_store::AddedInputs::TooLarge => refuse(format!(
+                        "these answers would take the task's answers past {} bytes; nothing of them was kept",
+                        config.max_task_answers_bytes
+                    )),
+                }
             }
             mcp_protocol::methods::TASKS_CANCEL => {
                 if !record.terminal() && !store.cancel(id).await.map_err(unavailable)? {
@@ -485,7 +534,7 @@ impl Runtime {
                         return Box::pin(self.task_method(request, principal)).await;
                     }
                 }
-                Ok(record.detailed(&task.inputs))
+                Ok(record.detailed(&task.answered))
             }
         }
     }
@@ -543,11 +592,11 @@ mod tests {
             lease_until_ms: 0,
             principal: String::new(),
         };
-        let view = record.detailed(&[("a".into(), "{}".into())]);
+        let view = record.detailed(&["a".into()]);
         assert_eq!(view["status"], "input_required");
         assert!(view["inputRequests"].get("a").is_none());
         assert!(view["inputRequests"].get("b").is_some());
-        let view = record.detailed(&[("a".into(), "{}".into()), ("b".into(), "{}".into())]);
+        let view = record.detailed(&["a".into(), "b".into()]);
         assert_eq!(view["status"], "working");
         assert!(view.get("owner").is_none() && view.get("principal").is_none());
     }

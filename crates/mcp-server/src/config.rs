@@ -26,6 +26,22 @@ pub struct RetentionConfig {
     /// Most streams an embedded store holds; beyond it the oldest closed
     /// ones are dropped first. Default 100,000.
     pub max_streams: usize,
+    /// Most bytes of events kept per stream; beyond it the oldest events
+    /// are dropped (the newest is always kept). Default 16 MiB.
+    pub max_stream_bytes: u64,
+    /// Bytes of closed streams a node keeps (embedded) or keeps in Redis of
+    /// those it closed; beyond it the oldest closed streams are dropped
+    /// before their TTL. Default 64 MiB.
+    pub closed_stream_bytes: u64,
+    /// The same, per session. Default 16 MiB.
+    pub closed_stream_bytes_per_session: u64,
+    /// Bytes of finished tasks (records, results, answers) a node keeps
+    /// (embedded) or keeps in Redis of those it ended; beyond it the
+    /// oldest finished tasks are dropped before their TTL. Default 64 MiB.
+    pub finished_task_bytes: u64,
+    /// The same, per client (principal, or address without one). Default
+    /// 16 MiB.
+    pub finished_task_bytes_per_client: u64,
 }
 
 impl Default for RetentionConfig {
@@ -36,6 +52,11 @@ impl Default for RetentionConfig {
             closed_stream_ttl_secs: r.closed_stream_ttl.as_secs(),
             idle_stream_ttl_secs: r.idle_stream_ttl.as_secs(),
             max_streams: r.max_streams,
+            max_stream_bytes: r.max_stream_bytes,
+            closed_stream_bytes: r.closed_streams.per_node,
+            closed_stream_bytes_per_session: r.closed_streams.per_client,
+            finished_task_bytes: r.finished_tasks.per_node,
+            finished_task_bytes_per_client: r.finished_tasks.per_client,
         }
     }
 }
@@ -48,6 +69,15 @@ impl RetentionConfig {
             closed_stream_ttl: std::time::Duration::from_secs(self.closed_stream_ttl_secs),
             idle_stream_ttl: std::time::Duration::from_secs(self.idle_stream_ttl_secs),
             max_streams: self.max_streams,
+            max_stream_bytes: self.max_stream_bytes,
+            closed_streams: mcp_store::ByteBudget {
+                per_node: self.closed_stream_bytes,
+                per_client: self.closed_stream_bytes_per_session,
+            },
+            finished_tasks: mcp_store::ByteBudget {
+                per_node: self.finished_task_bytes,
+                per_client: self.finished_task_bytes_per_client,
+            },
         }
     }
 }

@@ -7,6 +7,7 @@
 //! same [`suite`].
 //!
 //! # Layout
+//! - [`budget`]: [`ByteBudget`] and the [`Ledger`] that holds kept data to it.
 //! - [`ids`]: [`SessionId`], [`StreamId`], [`Position`], [`EventId`].
 //! - [`event_log`]: the [`EventLog`] port, [`ReadBatch`], [`Wakeup`].
 //! - [`session_store`]: the [`SessionStore`] port and [`SessionRecord`].
@@ -17,6 +18,7 @@
 //! - [`memory`]: in-memory implementations with bounded retention.
 //! - [`suite`]: one behavioural test suite every implementation must pass.
 
+pub mod budget;
 pub mod bus;
 pub mod error;
 pub mod event_log;
@@ -31,6 +33,7 @@ pub mod task_store;
 
 use std::sync::Arc;
 
+pub use budget::{ByteBudget, Ledger};
 pub use bus::{ControlBus, ControlMessage};
 pub use error::StoreError;
 pub use event_log::{EventLog, ReadBatch, StoredEvent, Wakeup};
@@ -41,7 +44,7 @@ pub use nodes::{NodeRegistry, OpenStream};
 pub use principal::Principal;
 pub use quota::{QuotaKey, QuotaStore, Rate, Verdict};
 pub use session_store::{ENDED_MEMORY, RawJson, SessionRecord, SessionStore, Subscribed};
-pub use task_store::{StoredTask, TaskStore};
+pub use task_store::{AddedInputs, InputLimits, StoredTask, TaskStore};
 
 /// The storage a node runs on, shared by every node of a cluster.
 #[derive(Debug, Clone)]
@@ -73,7 +76,7 @@ impl Store {
             bus: Arc::new(memory::MemoryBus::new()),
             nodes: Arc::new(memory::MemoryNodes::default()),
             quotas: Arc::new(memory::MemoryQuotas::new()),
-            tasks: Arc::new(memory::MemoryTasks::new()),
+            tasks: Arc::new(memory::MemoryTasks::new(retention.finished_tasks)),
             shared: false,
         }
     }

@@ -18,6 +18,7 @@ use mcp_protocol::RequestId;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::budget::{ByteBudget, Ledger};
 use crate::{
     ControlBus, ControlMessage, EventId, EventLog, NodeId, NodeRegistry, OpenStream, Position,
     ReadBatch, SessionId, SessionRecord, SessionStore, StoreError, StoredEvent, StreamId,
@@ -55,7 +56,34 @@ pub struct Retention {
     /// dropped early (their clients can no longer resume them). Bounds memory
     /// under sustained SSE load. Default 100,000.
     pub max_streams: usize,
+    /// Most bytes of events kept per stream; beyond it the oldest events
+    /// are dropped as by `max_events_per_stream` (the newest is always
+    /// kept). Default 16 MiB.
+    pub max_stream_bytes: u64,
+    /// Bytes of closed streams kept: per node, and per session (a session
+    /// is one client's). Beyond either the oldest closed streams (of the
+    /// session first) are dropped before their TTL. Default 64 MiB per
+    /// node, 16 MiB per session.
+    pub closed_streams: ByteBudget,
+    /// Bytes of finished tasks (records, results and answers) kept: per
+    /// node, and per client (principal, or address without one). Beyond
+    /// either the oldest finished tasks (of the client first) are dropped
+    /// before their TTL. Default 64 MiB per node, 16 MiB per client.
+    pub finished_tasks: ByteBudget,
 }
+
+/// Default of [`Retention::max_stream_bytes`].
+pub const MAX_STREAM_BYTES: u64 = 16 << 20;
+/// Default of [`Retention::closed_streams`].
+pub const CLOSED_STREAMS: ByteBudget = ByteBudget {
+    per_node: 64 << 20,
+    per_client: 16 << 20,
+};
+/// Default of [`Retention::finished_tasks`].
+pub const FINISHED_TASKS: ByteBudget = ByteBudget {
+    per_node: 64 << 20,
+    per_client: 16 << 20,
+};
 
 impl Default for Retention {
     fn default() -> Self {
@@ -64,6 +92,9 @@ impl Default for Retention {
             closed_stream_ttl: Duration::from_secs(300),
             idle_stream_ttl: Duration::from_secs(3600),
             max_streams: 100_000,
+            max_stream_bytes: MAX_STREAM_BYTES,
+            closed_streams: CLOSED_STREAMS,
+            finished_tasks: FINISHED_TASKS,
         }
     }
 }
@@ -75,6 +106,8 @@ struct StreamLog {
     /// The requests answered on the stream (none for a standalone stream).
     requests: Box<[RequestId]>,
     events: VecDeque<StoredEvent>,
+    /// Bytes of `events`' data.
+    bytes: u64,
     /// Position of the newest event dropped by retention (`START` if none).
     trimmed_through: Position,
     /// Position of the newest event appended.
@@ -102,6 +135,8 @@ pub struct MemoryEventLog {
     streams: DashMap<StreamId, Arc<Mutex<StreamLog>>>,
     by_session: DashMap<SessionId, Vec<StreamId>>,
     retention: Retention,
+    /// Closed streams and their bytes, against `retention.closed_streams`.
+    closed: Ledger<StreamId>,
     last_sweep: Mutex<Instant>,
 }
 
@@ -112,6 +147,7 @@ impl MemoryEventLog {
             streams: DashMap::new(),
             by_session: DashMap::new(),
             retention,
+            closed: Ledger::new(retention.closed_streams),
             last_sweep: Mutex::new(Instant::now()),
         }
     }
@@ -119,6 +155,20 @@ impl MemoryEventLog {
     /// Number of streams held (for tests and metrics).
     pub fn stream_count(&self) -> usize {
         self.streams.len()
+    }
+
+    /// Bytes of events held in closed streams (for tests and metrics).
+    pub fn closed_bytes(&self) -> u64 {
+        self.closed.bytes()
+    }
+
+    /// Drops one stream (retention, budget or its session's end).
+    fn drop_stream(&self, stream: &StreamId, session: &SessionId) {
+        self.streams.remove(stream);
+        self.closed.forget(stream);
+        if let Some(mut ids) = self.by_session.get_mut(session) {
+            ids.retain(|s| s != stream);
+        }
     }
 
     fn stream(
@@ -183,10 +233,7 @@ impl MemoryEventLog {
             );
         }
         for (stream, session) in expired {
-            self.streams.remove(&stream);
-            if let Some(mut ids) = self.by_session.get_mut(&session) {
-                ids.retain(|s| *s != stream);
-            }
+            self.drop_stream(&stream, &session);
         }
         self.by_session.retain(|_, ids| !ids.is_empty());
     }
@@ -217,6 +264,7 @@ impl EventLog for MemoryEventLog {
             session: session.clone(),
             requests: requests.into(),
             events: VecDeque::new(),
+            bytes: 0,
             trimmed_through: Position::START,
             last: Position::START,
             closed: false,
@@ -254,10 +302,14 @@ impl EventLog for MemoryEventLog {
         }
         let position = log.last.next(now_ms());
         log.last = position;
+        log.bytes += data.len() as u64;
         log.events.push_back(StoredEvent { position, data });
-        if log.events.len() > self.retention.max_events_per_stream
+        while (log.events.len() > self.retention.max_events_per_stream
+            || log.bytes > self.retention.max_stream_bytes)
+            && log.events.len() > 1
             && let Some(dropped) = log.events.pop_front()
         {
+            log.bytes -= dropped.data.len() as u64;
             log.trimmed_through = dropped.position;
             mcp_telemetry::metrics::metrics().event_trims.inc();
         }
@@ -271,12 +323,41 @@ impl EventLog for MemoryEventLog {
 
     async fn close_stream(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError> {
         let log = self.stream(session, stream)?;
-        let mut log = lock(&log);
-        if !log.closed {
+        let bytes = {
+            let mut log = lock(&log);
+            if log.closed {
+                return Ok(());
+            }
             log.closed = true;
             log.touched = Instant::now();
             log.wake_readers();
+            log.bytes
+        };
+        let dropped = self.closed.admit(
+            stream.clone(),
+            session.as_str(),
+            bytes,
+            self.retention.closed_stream_ttl,
+        );
+        let metrics = mcp_telemetry::metrics::metrics();
+        for old in &dropped {
+            // Its session is the one named in its log.
+            let owner = self
+                .streams
+                .get(old)
+                .map(|l| lock(l.value()).session.clone());
+            if let Some(owner) = owner {
+                self.drop_stream(old, &owner);
+            }
+            metrics
+                .retention_evictions
+                .with_label_values(&["stream"])
+                .inc();
         }
+        metrics
+            .retained_bytes
+            .with_label_values(&["closed_streams"])
+            .set(i64::try_from(self.closed.bytes()).unwrap_or(i64::MAX));
         Ok(())
     }
 
@@ -341,6 +422,7 @@ impl EventLog for MemoryEventLog {
             for id in ids {
                 // Dropping the log drops its watch sender: readers see the end.
                 self.streams.remove(&id);
+                self.closed.forget(&id);
             }
         }
         Ok(())

@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::task_store::TERMINAL;
+use crate::task_store::{AddedInputs, InputLimits, TERMINAL};
 use crate::{
     ControlMessage, NodeId, OpenStream, Position, QuotaKey, Rate, RawJson, SessionId,
-    SessionRecord, Store, StoreError, StoredTask, StreamId, Verdict,
+    SessionRecord, Store, StoreError, StreamId, Verdict,
 };
 
 const TTL: Duration = Duration::from_secs(60);
@@ -66,6 +66,7 @@ pub async fn run_all(store: &Store) {
     unknown_tasks_are_none_and_refuse_writes(store).await;
     task_puts_change_status_and_record_until_terminal(store).await;
     task_inputs_replace_by_key_and_hold_at_most_max(store).await;
+    task_inputs_are_refused_whole_past_their_bytes(store).await;
     task_cancel_sets_the_flag(store).await;
     tasks_expire_with_their_ttl(store).await;
     task_ids_with_braces_and_colons_stay_apart(store).await;
@@ -808,16 +809,43 @@ fn answers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A task as the suite compares it: with its answers, read one by one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Held {
+    status: String,
+    record: String,
+    inputs: Vec<(String, String)>,
+    cancelled: bool,
+}
+
 /// The task, its answers sorted by key (their order is the store's).
-async fn task(store: &Store, id: &str) -> Option<StoredTask> {
-    let mut task = store.tasks.get(id).await.unwrap()?;
-    task.inputs.sort();
-    Some(task)
+async fn task(store: &Store, id: &str) -> Option<Held> {
+    let task = store.tasks.get(id).await.unwrap()?;
+    let mut inputs = Vec::new();
+    for key in task.answered {
+        let answer = store.tasks.answer(id, &key).await.unwrap();
+        inputs.push((key, answer.expect("an answered key has its answer")));
+    }
+    inputs.sort();
+    Some(Held {
+        status: task.status,
+        record: task.record,
+        inputs,
+        cancelled: task.cancelled,
+    })
+}
+
+/// Input limits of `max` keys and no byte bound.
+fn limits(max: usize) -> InputLimits {
+    InputLimits {
+        max_keys: max,
+        max_bytes: u64::MAX,
+    }
 }
 
 /// A task as just created: no answers, not cancelled.
-fn fresh(status: &str, record: &str) -> StoredTask {
-    StoredTask {
+fn fresh(status: &str, record: &str) -> Held {
+    Held {
         status: status.to_owned(),
         record: record.to_owned(),
         inputs: Vec::new(),
@@ -833,7 +861,7 @@ pub async fn tasks_are_created_once_and_read_back(store: &Store) {
     assert!(
         store
             .tasks
-            .create(&id, "working", record, TTL)
+            .create(&id, "client", "working", record, TTL)
             .await
             .unwrap()
     );
@@ -841,7 +869,7 @@ pub async fn tasks_are_created_once_and_read_back(store: &Store) {
     assert!(
         !store
             .tasks
-            .create(&id, "input_required", "{}", TTL)
+            .create(&id, "client", "input_required", "{}", TTL)
             .await
             .unwrap(),
         "a task is created once"
@@ -859,12 +887,13 @@ pub async fn unknown_tasks_are_none_and_refuse_writes(store: &Store) {
     let id = task_id("unknown");
     assert_eq!(store.tasks.get(&id).await.unwrap(), None);
     assert!(!store.tasks.put(&id, "working", "{}", TTL).await.unwrap());
-    assert!(
-        !store
+    assert_eq!(
+        store
             .tasks
-            .add_inputs(&id, &answers(&[("q", "1")]), 10)
+            .add_inputs(&id, &answers(&[("q", "1")]), limits(10))
             .await
-            .unwrap()
+            .unwrap(),
+        AddedInputs::Gone
     );
     assert!(!store.tasks.cancel(&id).await.unwrap());
     assert_eq!(
@@ -880,13 +909,20 @@ pub async fn unknown_tasks_are_none_and_refuse_writes(store: &Store) {
 pub async fn task_puts_change_status_and_record_until_terminal(store: &Store) {
     for terminal in TERMINAL {
         let id = task_id("put");
-        assert!(store.tasks.create(&id, "working", "{}", TTL).await.unwrap());
         assert!(
             store
                 .tasks
-                .add_inputs(&id, &answers(&[("q", "\"yes\"")]), 10)
+                .create(&id, "client", "working", "{}", TTL)
                 .await
                 .unwrap()
+        );
+        assert!(
+            store
+                .tasks
+                .add_inputs(&id, &answers(&[("q", "\"yes\"")]), limits(10))
+                .await
+                .unwrap()
+                == AddedInputs::Added
         );
         assert!(
             store
@@ -897,7 +933,7 @@ pub async fn task_puts_change_status_and_record_until_terminal(store: &Store) {
         );
         assert_eq!(
             task(store, &id).await,
-            Some(StoredTask {
+            Some(Held {
                 status: "input_required".into(),
                 record: r#"{"n":2}"#.into(),
                 inputs: answers(&[("q", "\"yes\"")]),
@@ -936,13 +972,20 @@ pub async fn task_inputs_replace_by_key_and_hold_at_most_max(store: &Store) {
     assert!(
         store
             .tasks
-            .create(&id, "input_required", "{}", TTL)
+            .create(&id, "client", "input_required", "{}", TTL)
             .await
             .unwrap()
     );
     let add = |inputs: Vec<(String, String)>| {
         let id = id.clone();
-        async move { store.tasks.add_inputs(&id, &inputs, 3).await.unwrap() }
+        async move {
+            store
+                .tasks
+                .add_inputs(&id, &inputs, limits(3))
+                .await
+                .unwrap()
+                == AddedInputs::Added
+        }
     };
     assert!(add(answers(&[("a", "1"), ("b", "2")])).await);
     assert!(add(answers(&[("a", "10"), ("c", "3"), ("d", "4"), ("e", "5")])).await);
@@ -961,9 +1004,10 @@ pub async fn task_inputs_replace_by_key_and_hold_at_most_max(store: &Store) {
     assert!(
         store
             .tasks
-            .add_inputs(&id, &answers(&[("f", "6")]), 0)
+            .add_inputs(&id, &answers(&[("f", "6")]), limits(0))
             .await
             .unwrap()
+            == AddedInputs::Added
     );
     let held = task(store, &id).await.unwrap();
     assert_eq!(held.inputs.len(), 3, "{:?}", held.inputs);
@@ -974,15 +1018,61 @@ pub async fn task_inputs_replace_by_key_and_hold_at_most_max(store: &Store) {
     );
 }
 
+/// An update that would take a task's answers past `max_bytes` is
+/// refused whole: nothing of it is held; replacing an answer by a smaller
+/// one makes room.
+pub async fn task_inputs_are_refused_whole_past_their_bytes(store: &Store) {
+    let id = task_id("input-bytes");
+    assert!(
+        store
+            .tasks
+            .create(&id, "client", "input_required", "{}", TTL)
+            .await
+            .unwrap()
+    );
+    let limits = InputLimits {
+        max_keys: 10,
+        max_bytes: 10,
+    };
+    let add = |inputs: Vec<(String, String)>| {
+        let id = id.clone();
+        async move { store.tasks.add_inputs(&id, &inputs, limits).await.unwrap() }
+    };
+    assert_eq!(add(answers(&[("a", "123456")])).await, AddedInputs::Added);
+    assert_eq!(
+        add(answers(&[("b", "1"), ("c", "12345")])).await,
+        AddedInputs::TooLarge
+    );
+    assert_eq!(
+        task(store, &id).await.unwrap().inputs,
+        answers(&[("a", "123456")]),
+        "nothing of a refused update is held"
+    );
+    assert_eq!(
+        add(answers(&[("a", "1"), ("c", "12345")])).await,
+        AddedInputs::Added
+    );
+    assert_eq!(
+        task(store, &id).await.unwrap().inputs,
+        answers(&[("a", "1"), ("c", "12345")])
+    );
+}
+
 /// `cancel` sets the flag, keeps the rest, and works on any live task,
 /// ended ones included.
 pub async fn task_cancel_sets_the_flag(store: &Store) {
     let id = task_id("cancel");
-    assert!(store.tasks.create(&id, "working", "{}", TTL).await.unwrap());
+    assert!(
+        store
+            .tasks
+            .create(&id, "client", "working", "{}", TTL)
+            .await
+            .unwrap()
+    );
     assert!(store.tasks.cancel(&id).await.unwrap());
     assert_eq!(
         task(store, &id).await,
-        Some(StoredTask {
+        Some(Held {
             cancelled: true,
             ..fresh("working", "{}")
         })
@@ -998,7 +1088,7 @@ pub async fn task_cancel_sets_the_flag(store: &Store) {
     );
     assert_eq!(
         task(store, &id).await,
-        Some(StoredTask {
+        Some(Held {
             cancelled: true,
             ..fresh("cancelled", r#"{"why":"asked"}"#)
         }),
@@ -1008,7 +1098,7 @@ pub async fn task_cancel_sets_the_flag(store: &Store) {
     assert!(
         store
             .tasks
-            .create(&done, "completed", "{}", TTL)
+            .create(&done, "client", "completed", "{}", TTL)
             .await
             .unwrap()
     );
@@ -1024,13 +1114,20 @@ pub async fn tasks_expire_with_their_ttl(store: &Store) {
     let short = task_id("expire");
     let renewed = task_id("renew");
     for id in [&short, &renewed] {
-        assert!(store.tasks.create(id, "working", "{}", ttl).await.unwrap());
         assert!(
             store
                 .tasks
-                .add_inputs(id, &answers(&[("q", "1")]), 10)
+                .create(id, "client", "working", "{}", ttl)
                 .await
                 .unwrap()
+        );
+        assert!(
+            store
+                .tasks
+                .add_inputs(id, &answers(&[("q", "1")]), limits(10))
+                .await
+                .unwrap()
+                == AddedInputs::Added
         );
     }
     assert!(store.tasks.cancel(&short).await.unwrap());
@@ -1051,12 +1148,13 @@ pub async fn tasks_expire_with_their_ttl(store: &Store) {
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(store.tasks.get(&short).await.unwrap(), None, "expired");
     assert!(!store.tasks.put(&short, "working", "{}", ttl).await.unwrap());
-    assert!(
-        !store
+    assert_eq!(
+        store
             .tasks
-            .add_inputs(&short, &answers(&[("q", "2")]), 10)
+            .add_inputs(&short, &answers(&[("q", "2")]), limits(10))
             .await
-            .unwrap()
+            .unwrap(),
+        AddedInputs::Gone
     );
     assert!(!store.tasks.cancel(&short).await.unwrap());
     assert_eq!(
@@ -1067,7 +1165,7 @@ pub async fn tasks_expire_with_their_ttl(store: &Store) {
     assert!(
         store
             .tasks
-            .create(&short, "working", "{}", TTL)
+            .create(&short, "client", "working", "{}", TTL)
             .await
             .unwrap()
     );
@@ -1102,7 +1200,7 @@ pub async fn task_ids_with_braces_and_colons_stay_apart(store: &Store) {
         assert!(
             store
                 .tasks
-                .create(id, "working", &i.to_string(), TTL)
+                .create(id, "client", "working", &i.to_string(), TTL)
                 .await
                 .unwrap(),
             "{id}"
@@ -1111,9 +1209,10 @@ pub async fn task_ids_with_braces_and_colons_stay_apart(store: &Store) {
         assert!(
             store
                 .tasks
-                .add_inputs(id, &[(id.clone(), answer)], 10)
+                .add_inputs(id, &[(id.clone(), answer)], limits(10))
                 .await
-                .unwrap(),
+                .unwrap()
+                == AddedInputs::Added,
             "{id}"
         );
     }
@@ -1121,7 +1220,7 @@ pub async fn task_ids_with_braces_and_colons_stay_apart(store: &Store) {
     for (i, id) in ids.iter().enumerate() {
         assert_eq!(
             task(store, id).await,
-            Some(StoredTask {
+            Some(Held {
                 status: "working".into(),
                 record: i.to_string(),
                 inputs: vec![(id.clone(), i.to_string())],

@@ -26,38 +26,71 @@ use crate::StoreError;
 /// Statuses after which a task never changes.
 pub const TERMINAL: [&str; 3] = ["completed", "failed", "cancelled"];
 
-/// What the store holds of a task.
+/// What the store holds of a task, without its answers' contents (read
+/// one with [`TaskStore::answer`]): polling a task costs its record, not
+/// every answer given to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredTask {
     /// The status, as last written.
     pub status: String,
     /// The record (JSON), as last written.
     pub record: String,
-    /// Answers added by `tasks/update`: input key, answer (JSON).
-    pub inputs: Vec<(String, String)>,
+    /// Input keys answered by `tasks/update`.
+    pub answered: Vec<String>,
     /// `tasks/cancel` was called.
     pub cancelled: bool,
+}
+
+/// Bounds of the answers a task holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputLimits {
+    /// Most input keys; extra new keys are dropped.
+    pub max_keys: usize,
+    /// Most bytes of answers in all; an update that would go beyond is
+    /// refused whole.
+    pub max_bytes: u64,
+}
+
+/// What [`TaskStore::add_inputs`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddedInputs {
+    /// The answers are held.
+    Added,
+    /// The task is gone; nothing written.
+    Gone,
+    /// The task's answers would exceed [`InputLimits::max_bytes`]; nothing
+    /// written.
+    TooLarge,
 }
 
 /// Tasks, shared by the cluster.
 #[async_trait]
 pub trait TaskStore: Send + Sync + Debug + 'static {
-    /// Creates task `id` with its first status and record; `false` when a
-    /// task of that id exists already.
+    /// Creates task `id` for `client` (whose share of the finished-task
+    /// byte budget it counts against: a principal's key, or an address)
+    /// with its first status and record; `false` when a task of that id
+    /// exists already.
     async fn create(
         &self,
         id: &str,
+        client: &str,
         status: &str,
         record: &str,
         ttl: Duration,
     ) -> Result<bool, StoreError>;
 
-    /// The task, or `None` when there is none (never created, or expired).
+    /// The task, or `None` when there is none (never created, expired, or
+    /// dropped to hold the finished-task byte budget).
     async fn get(&self, id: &str) -> Result<Option<StoredTask>, StoreError>;
+
+    /// The answer (JSON) given for input `key`, if any (and `None` when
+    /// the task is gone).
+    async fn answer(&self, id: &str, key: &str) -> Result<Option<String>, StoreError>;
 
     /// Replaces status and record and renews the TTL; `false` (and nothing
     /// written) when the task is gone or already terminal
-    /// ([`TERMINAL`]).
+    /// ([`TERMINAL`]). A terminal write makes the task count against the
+    /// finished-task byte budget, which may drop older finished tasks.
     async fn put(
         &self,
         id: &str,
@@ -66,15 +99,14 @@ pub trait TaskStore: Send + Sync + Debug + 'static {
         ttl: Duration,
     ) -> Result<bool, StoreError>;
 
-    /// Adds answers (key, JSON), replacing those of the same key, at most
-    /// `max` keys held in all (extra new keys are dropped); `false` when
-    /// the task is gone.
+    /// Adds answers (key, JSON), replacing those of the same key, within
+    /// `limits`.
     async fn add_inputs(
         &self,
         id: &str,
         inputs: &[(String, String)],
-        max: usize,
-    ) -> Result<bool, StoreError>;
+        limits: InputLimits,
+    ) -> Result<AddedInputs, StoreError>;
 
     /// Sets the cancel flag; `false` when the task is gone.
     async fn cancel(&self, id: &str) -> Result<bool, StoreError>;

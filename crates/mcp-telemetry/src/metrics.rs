@@ -108,6 +108,16 @@ pub struct Metrics {
     pub events_replayed: IntCounter,
     /// `mcp_event_log_trims_total`: appends that dropped old events.
     pub event_trims: IntCounter,
+    /// `mcp_retained_bytes` by kind (`closed_streams`, `finished_tasks`):
+    /// bytes this node keeps (embedded) or wrote to Redis and answers for,
+    /// against its byte budgets.
+    pub retained_bytes: IntGaugeVec,
+    /// `mcp_retention_evictions_total` by kind (`stream`, `task`): kept
+    /// items dropped before their TTL to hold a byte budget.
+    pub retention_evictions: IntCounterVec,
+    /// `mcp_retention_refusals_total` by kind (`task_answer`,
+    /// `task_result`): data refused, or replaced by an error, for its size.
+    pub retention_refusals: IntCounterVec,
     /// `mcp_redis_command_duration_seconds` by operation.
     pub redis_duration: HistogramVec,
     /// `mcp_redis_errors_total` by operation and kind.
@@ -313,6 +323,21 @@ impl Metrics {
                 "mcp_event_log_trims_total",
                 "Appends by this node that dropped a stream's oldest events (retention).",
             ),
+            retained_bytes: gauges(
+                "mcp_retained_bytes",
+                "Bytes kept for clients after they are done (closed_streams, finished_tasks), held by this node or written by it to Redis, against the byte budgets.",
+                &["kind"],
+            ),
+            retention_evictions: counters(
+                "mcp_retention_evictions_total",
+                "Kept items (stream, task) dropped before their TTL to hold a byte budget.",
+                &["kind"],
+            ),
+            retention_refusals: counters(
+                "mcp_retention_refusals_total",
+                "Client data refused, or a task result replaced by an error, for its size (task_answer, task_result).",
+                &["kind"],
+            ),
             redis_duration: histogram(
                 "mcp_redis_command_duration_seconds",
                 "Successful Redis round trips by operation (failures are in mcp_redis_errors_total).",
@@ -432,6 +457,9 @@ impl Metrics {
             Box::new(self.event_appends.clone()),
             Box::new(self.events_replayed.clone()),
             Box::new(self.event_trims.clone()),
+            Box::new(self.retained_bytes.clone()),
+            Box::new(self.retention_evictions.clone()),
+            Box::new(self.retention_refusals.clone()),
             Box::new(self.redis_duration.clone()),
             Box::new(self.redis_errors.clone()),
             Box::new(self.redis_reconnects.clone()),
@@ -490,6 +518,11 @@ impl Metrics {
                 vec.with_label_values(&[value]);
             }
         };
+        for kind in ["closed_streams", "finished_tasks"] {
+            self.retained_bytes.with_label_values(&[kind]).set(0);
+        }
+        zero(&self.retention_evictions, &["stream", "task"]);
+        zero(&self.retention_refusals, &["task_answer", "task_result"]);
         zero(
             &self.sse_resumptions,
             &["ok", "other_node", "gap", "unknown", "failed"],
