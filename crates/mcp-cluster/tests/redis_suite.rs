@@ -18,6 +18,18 @@ async fn redis_store_passes_the_port_suite() {
 }
 
 #[tokio::test]
+async fn redis_store_holds_its_byte_budgets() {
+    let server = RedisServer::start();
+    let store = connect(&RedisConfig {
+        retention: suite::byte_budget_retention().into(),
+        ..server.config()
+    })
+    .await
+    .unwrap();
+    suite::byte_budgets_hold(&store).await;
+}
+
+#[tokio::test]
 async fn streams_keep_at_most_the_configured_events_and_report_gaps() {
     let server = RedisServer::start();
     let store = connect(&RedisConfig {

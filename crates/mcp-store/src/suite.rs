@@ -72,6 +72,114 @@ pub async fn run_all(store: &Store) {
     task_ids_with_braces_and_colons_stay_apart(store).await;
 }
 
+/// The retention [`byte_budgets_hold`] needs of the store it runs on: a
+/// stream keeps 10 bytes of events; closed streams and finished tasks 30
+/// bytes per node and 20 per client.
+pub fn byte_budget_retention() -> crate::memory::Retention {
+    let budget = crate::ByteBudget {
+        per_node: 30,
+        per_client: 20,
+    };
+    crate::memory::Retention {
+        max_stream_bytes: 10,
+        closed_streams: budget,
+        finished_tasks: budget,
+        ..crate::memory::Retention::default()
+    }
+}
+
+/// On a store made with [`byte_budget_retention`]: a stream drops its
+/// oldest events past its bytes (keeping the newest, however large);
+/// closed streams and finished tasks go oldest first, the client's own
+/// first past its share, then anyone's past the node's budget; open
+/// streams and running tasks are never dropped.
+pub async fn byte_budgets_hold(store: &Store) {
+    let log = &store.events;
+    let (a, b) = (SessionId::random(), SessionId::random());
+    let stream = log.create_stream(&a, &[]).await.unwrap();
+    for _ in 0..3 {
+        log.append(&a, &stream, Arc::from("aaaa")).await.unwrap();
+    }
+    assert_eq!(
+        log.read(&a, &stream, Position::START, 10)
+            .await
+            .unwrap_err(),
+        StoreError::Trimmed,
+        "12 bytes of events: the oldest went"
+    );
+    let oldest = log.oldest(&a, &stream).await.unwrap();
+    let kept = log.read(&a, &stream, oldest, 10).await.unwrap().events;
+    assert_eq!(kept.len(), 2, "8 bytes kept");
+    log.append(&a, &stream, Arc::from("a".repeat(15)))
+        .await
+        .unwrap();
+    let oldest = log.oldest(&a, &stream).await.unwrap();
+    let kept = log.read(&a, &stream, oldest, 10).await.unwrap().events;
+    assert_eq!(kept.len(), 1, "an event over the bytes is kept alone");
+    log.delete_session(&a).await.unwrap();
+
+    // Closed streams of 8 bytes each.
+    let closed = |session: SessionId| async move {
+        let stream = log.create_stream(&session, &[]).await.unwrap();
+        log.append(&session, &stream, Arc::from("12345678"))
+            .await
+            .unwrap();
+        log.close_stream(&session, &stream).await.unwrap();
+        stream
+    };
+    let held = |session: &SessionId, stream: &StreamId| {
+        let (session, stream) = (session.clone(), stream.clone());
+        async move { log.tail(&session, &stream).await.is_ok() }
+    };
+    let open = log.create_stream(&a, &[]).await.unwrap();
+    let a1 = closed(a.clone()).await;
+    let a2 = closed(a.clone()).await;
+    let a3 = closed(a.clone()).await;
+    assert!(!held(&a, &a1).await, "a over its 20 bytes: its oldest went");
+    assert!(held(&a, &a2).await && held(&a, &a3).await);
+    let b1 = closed(b.clone()).await;
+    assert!(held(&a, &a2).await, "24 bytes: within the node's 30");
+    let b2 = closed(b.clone()).await;
+    assert!(!held(&a, &a2).await, "32 bytes: the oldest of anyone went");
+    assert!(held(&a, &a3).await && held(&b, &b1).await && held(&b, &b2).await);
+    assert!(held(&a, &open).await, "an open stream is never dropped");
+    log.delete_session(&a).await.unwrap();
+    log.delete_session(&b).await.unwrap();
+
+    // Finished tasks of 8 bytes each.
+    let tasks = &store.tasks;
+    let finished = |client: &'static str| async move {
+        let id = task_id("budget");
+        assert!(
+            tasks
+                .create(&id, client, "working", "{}", TTL)
+                .await
+                .unwrap()
+        );
+        assert!(tasks.put(&id, "completed", "12345678", TTL).await.unwrap());
+        id
+    };
+    let there = |id: String| async move { tasks.get(&id).await.unwrap().is_some() };
+    let running = task_id("budget-running");
+    assert!(
+        tasks
+            .create(&running, "a", "working", "{}", TTL)
+            .await
+            .unwrap()
+    );
+    let t1 = finished("a").await;
+    let t2 = finished("a").await;
+    let t3 = finished("a").await;
+    assert!(!there(t1).await, "a over its 20 bytes: its oldest went");
+    assert!(there(t2.clone()).await && there(t3.clone()).await);
+    let t4 = finished("b").await;
+    assert!(there(t2.clone()).await, "24 bytes: within the node's 30");
+    let t5 = finished("b").await;
+    assert!(!there(t2).await, "32 bytes: the oldest of anyone went");
+    assert!(there(t3).await && there(t4).await && there(t5).await);
+    assert!(there(running).await, "a running task is never dropped");
+}
+
 /// Appends come back in order, each once.
 pub async fn appended_events_read_back_in_order_once(store: &Store) {
     let s = SessionId::random();

@@ -13,6 +13,11 @@ async fn memory_store_passes_the_port_suite() {
 }
 
 #[tokio::test]
+async fn memory_store_holds_its_byte_budgets() {
+    suite::byte_budgets_hold(&Store::memory(suite::byte_budget_retention())).await;
+}
+
+#[tokio::test]
 async fn streams_keep_at_most_the_configured_events_and_report_gaps() {
     let log = MemoryEventLog::new(Retention {
         max_events_per_stream: 3,
