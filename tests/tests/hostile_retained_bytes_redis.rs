@@ -4,15 +4,54 @@
 //! closed streams of 300 responses of 2 MiB stayed 300 s, 600 MB). And
 //! when Redis is full (`maxmemory` reached, `noeviction`), a request that
 //! must write is refused with a clear error, Redis evicts nothing (no
-//! session is lost), and the node serves again once Redis has room.
+//! session is lost), and the node serves again once Redis has room. Large
+//! task results stay within the finished-task budget, large task answers
+//! are refused, and a task waiting for an answer does not make Redis send
+//! every answer it holds at each poll (before: 16 answers of 3.5 MB, 67 MB
+//! per `tasks/get`).
 
 mod hostile_support;
+mod stateless_support;
 
 use futures_util::StreamExt;
 use hostile_support::{MIB, node};
 use mcp_client::{Client, Reply};
 use mcp_testkit::{RedisServer, within};
 use serde_json::{Value, json};
+use stateless_support as sl;
+
+/// One flood at a time: each measures its own Redis.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn task_caps() -> Value {
+    json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
+}
+
+/// `tasks/get` until `done` holds (20 s at most); the last view.
+async fn poll(url: &str, task: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let body = sl::request(2, "tasks/get", json!({"taskId": task}), task_caps());
+        let view = sl::call(url, &body, &[]).await.response;
+        if done(&view["result"]) || tokio::time::Instant::now() > deadline {
+            return view;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A Redis with `noeviction` and a node on it.
+fn redis_and_node(args: &[&str]) -> (RedisServer, mcp_testkit::NodeProcess) {
+    let redis = RedisServer::start().unwrap();
+    redis
+        .command(&["CONFIG", "SET", "maxmemory-policy", "noeviction"])
+        .unwrap();
+    let redis_url = redis.url();
+    let mut all = vec!["--redis-url", redis_url.as_str()];
+    all.extend_from_slice(args);
+    let node = node(&all);
+    (redis, node)
+}
 
 /// Redis may grow by the node's closed-stream budget (64 MiB) and the
 /// streams still open, plus its own overhead.
@@ -54,12 +93,8 @@ async fn session(url: &str) -> Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_sse_responses_stay_within_the_budget_and_a_full_redis_refuses_cleanly() {
-    let redis = RedisServer::start().unwrap();
-    redis
-        .command(&["CONFIG", "SET", "maxmemory-policy", "noeviction"])
-        .unwrap();
-    let redis_url = redis.url();
-    let node = node(&["--redis-url", &redis_url, "--response-mode", "sse"]);
+    let _serial = SERIAL.lock().await;
+    let (redis, node) = redis_and_node(&["--response-mode", "sse"]);
     let url = node.url().to_owned();
     let keeper = session(&url).await;
     assert!(echo(&keeper, "before").await.is_ok());
@@ -126,5 +161,146 @@ async fn large_sse_responses_stay_within_the_budget_and_a_full_redis_refuses_cle
     assert_eq!(
         again["result"]["content"][0]["text"], "Echo: after",
         "{again}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_task_results_stay_within_the_budget() {
+    let _serial = SERIAL.lock().await;
+    let (redis, node) = redis_and_node(&[]);
+    let url = node.url().to_owned();
+    let before = info_field(&redis, "memory", "used_memory");
+
+    let label = "x".repeat(2 * 1024 * 1024);
+    let tasks = futures_util::stream::iter(0..300u64)
+        .map(|i| {
+            let (url, label) = (url.clone(), label.clone());
+            async move {
+                let body = sl::tool_call(
+                    i,
+                    "slow_compute",
+                    json!({"seconds": 0, "label": label}),
+                    json!({}),
+                    task_caps(),
+                );
+                sl::call(&url, &body, &[]).await.response["result"]["taskId"]
+                    .as_str()
+                    .map(str::to_owned)
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await;
+    let last = tasks.iter().flatten().last().unwrap().clone();
+    assert_eq!(tasks.iter().flatten().count(), 300, "every call is a task");
+    let view = poll(&url, &last, |r| r["status"] == "completed").await;
+    assert_eq!(view["result"]["status"], "completed", "{view}");
+
+    let after = info_field(&redis, "memory", "used_memory");
+    eprintln!(
+        "300 task results of 2 MiB: Redis used_memory {} MiB -> {} MiB",
+        before / MIB,
+        after / MIB
+    );
+    assert!(
+        after < before + REDIS_BUDGET,
+        "Redis grew from {} MiB to {} MiB",
+        before / MIB,
+        after / MIB
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_answers_are_bounded_and_a_waiting_task_reads_only_its_own() {
+    let _serial = SERIAL.lock().await;
+    let (redis, node) = redis_and_node(&[]);
+    let url = node.url().to_owned();
+    let before = info_field(&redis, "memory", "used_memory");
+
+    let created = sl::call(
+        &url,
+        &sl::tool_call(
+            1,
+            "confirm_delete",
+            json!({"filename": "a.txt"}),
+            json!({}),
+            task_caps(),
+        ),
+        &[],
+    )
+    .await
+    .response;
+    let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+    poll(&url, &task, |r| r["status"] == "input_required").await;
+
+    // Large answers under new keys: refused, each.
+    let big = json!({"action": "accept", "content": {"note": "z".repeat(3_500_000)}});
+    for i in 0..16 {
+        let body = sl::request(
+            10 + i,
+            "tasks/update",
+            json!({"taskId": task, "inputResponses": {format!("big{i}"): big}}),
+            task_caps(),
+        );
+        let answer = sl::call(&url, &body, &[]).await.response;
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    }
+    // Answers within the caps, 800 KB in all, that the task does not wait for.
+    let fair = json!({"action": "accept", "content": {"note": "w".repeat(200_000)}});
+    for i in 0..4 {
+        let body = sl::request(
+            40 + i,
+            "tasks/update",
+            json!({"taskId": task, "inputResponses": {format!("extra{i}"): fair}}),
+            task_caps(),
+        );
+        let answer = sl::call(&url, &body, &[]).await.response;
+        assert_eq!(
+            answer["result"],
+            json!({"resultType": "complete"}),
+            "{answer}"
+        );
+    }
+    let held = info_field(&redis, "memory", "used_memory");
+    eprintln!(
+        "16 answers of 3.5 MB and 4 of 200 KB: Redis used_memory {} MiB -> {} MiB",
+        before / MIB,
+        held / MIB
+    );
+    assert!(held < before + 8 * MIB, "Redis grew to {} MiB", held / MIB);
+
+    // The waiting task polls for its answer every 200 ms: 5 s of that
+    // (and 10 tasks/get) must not move the 800 KB each time.
+    let sent = info_field(&redis, "stats", "total_net_output_bytes");
+    for i in 0..10 {
+        let body = sl::request(60 + i, "tasks/get", json!({"taskId": task}), task_caps());
+        let view = sl::call(&url, &body, &[]).await.response;
+        assert_eq!(view["result"]["status"], "input_required", "{view}");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let moved = info_field(&redis, "stats", "total_net_output_bytes") - sent;
+    eprintln!(
+        "Redis sent {} KiB in 5 s of waiting and polling",
+        moved / 1024
+    );
+    assert!(
+        moved < 4 * MIB,
+        "Redis sent {} KiB: every answer re-read",
+        moved / 1024
+    );
+
+    // The task still takes its real answer and finishes.
+    let body = sl::request(
+        90,
+        "tasks/update",
+        json!({"taskId": task, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}}),
+        task_caps(),
+    );
+    let ack = sl::call(&url, &body, &[]).await.response;
+    assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
+    let done = poll(&url, &task, |r| r["status"] == "completed").await;
+    assert_eq!(
+        done["result"]["result"]["content"][0]["text"], "Deleted a.txt.",
+        "{done}"
     );
 }
