@@ -507,6 +507,25 @@ impl NodeConfig {
                 "retention.max_events_per_stream and retention.max_streams must be positive",
             );
         }
+        let t = &self.retention;
+        if [
+            t.max_stream_bytes,
+            t.closed_stream_bytes,
+            t.closed_stream_bytes_per_session,
+            t.finished_task_bytes,
+            t.finished_task_bytes_per_client,
+            r.max_task_result_bytes,
+            r.max_task_answer_bytes,
+            r.max_task_answers_bytes,
+        ]
+        .contains(&0)
+        {
+            return bad(
+                "retention.max_stream_bytes, closed_stream_bytes, closed_stream_bytes_per_session, \
+                 finished_task_bytes, finished_task_bytes_per_client and runtime.max_task_result_bytes, \
+                 max_task_answer_bytes, max_task_answers_bytes must be positive",
+            );
+        }
         if let Some(redis) = &self.redis {
             redis
                 .validate()

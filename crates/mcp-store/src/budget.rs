@@ -124,23 +124,16 @@ impl<K: Hash + Eq + Clone> Ledger<K> {
 
         let mut dropped = Vec::new();
         // The client's own oldest, down to its share.
-        loop {
-            let Some(account) = books.clients.get(&client) else {
+        while let Some(account) = books.clients.get(&client)
+            && account.bytes > self.budget.per_client
+            && let Some((&oldest, ())) = account.order.first_key_value()
+            && oldest != seq
+        {
+            let Some(k) = books.order.get(&oldest).cloned() else {
                 break;
             };
-            if account.bytes <= self.budget.per_client {
-                break;
-            }
-            let Some((&oldest, ())) = account.order.first_key_value() else {
-                break;
-            };
-            if oldest == seq {
-                break;
-            }
-            if let Some(k) = books.order.get(&oldest).cloned() {
-                books.remove(&k);
-                dropped.push(k);
-            }
+            books.remove(&k);
+            dropped.push(k);
         }
         // Then anyone's oldest, down to the node's budget.
         while books.total > self.budget.per_node {
