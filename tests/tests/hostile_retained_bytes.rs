@@ -30,6 +30,28 @@ fn task_caps() -> Value {
     json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
 }
 
+/// The node's base URL (for `/metrics`).
+fn base(url: &str) -> String {
+    url.trim_end_matches("/mcp").to_owned()
+}
+
+/// The node says what it keeps of `kind` and that it dropped some.
+async fn assert_budget_metrics(url: &str, kind: &str, evicted: &str) {
+    let held = sl::metric(
+        &base(url),
+        &format!("mcp_retained_bytes{{kind=\"{kind}\"}}"),
+    )
+    .await;
+    let dropped = sl::metric(
+        &base(url),
+        &format!("mcp_retention_evictions_total{{kind=\"{evicted}\"}}"),
+    )
+    .await;
+    eprintln!("{kind}: {held} bytes held, {dropped} {evicted}s dropped");
+    assert!(held > 0.0 && held <= 64.0 * 1024.0 * 1024.0, "{held}");
+    assert!(dropped > 0.0, "the flood made the node drop old {evicted}s");
+}
+
 fn assert_within_budget(what: &str, before: u64, after: u64) {
     eprintln!("{what}: RSS {} MiB -> {} MiB", before / MIB, after / MIB);
     assert!(
@@ -119,6 +141,7 @@ async fn large_task_results_are_held_within_the_byte_budget() {
     assert!(view.get("result").is_some() || view.get("error").is_some());
 
     assert_within_budget("300 task results of 2 MiB", before, node.rss_bytes());
+    assert_budget_metrics(&url, "finished_tasks", "task").await;
     assert_tasks_work(&url).await;
 }
 
@@ -163,6 +186,7 @@ async fn large_sse_responses_are_held_within_the_byte_budget() {
     );
 
     assert_within_budget("300 SSE responses of 2 MiB", before, node.rss_bytes());
+    assert_budget_metrics(&url, "closed_streams", "stream").await;
     // Another client's session still works, its answer on a stream.
     let mut client = Client::new(&url, hostile_support::VERSION);
     within("initialize", client.initialize(json!({})))
@@ -242,6 +266,12 @@ async fn large_task_answers_are_refused_past_their_caps() {
     assert!(message.contains("bytes"), "a clear refusal: {message}");
 
     assert_within_budget("128 task answers of 3.5 MB", before, node.rss_bytes());
+    let refusals = sl::metric(
+        &base(&url),
+        "mcp_retention_refusals_total{kind=\"task_answer\"}",
+    )
+    .await;
+    assert!(refusals >= 120.0, "refusals counted: {refusals}");
     // The tasks still take their real answer and finish.
     for (i, task) in waiting.iter().enumerate() {
         let body = sl::request(
