@@ -316,7 +316,7 @@ impl RedisEventLog {
             closed_ttl_ms: retention.closed_stream_ttl_ms.max(1),
             // Lua numbers are doubles: beyond 2^53 the bound is "none".
             max_stream_bytes: retention.max_stream_bytes.min(1 << 53),
-            closed: Ledger::new(retention.closed_streams),
+            closed: Ledger::new(retention.closed_streams).reporting("closed_streams", "stream"),
             pubsub,
         }
     }
@@ -333,18 +333,9 @@ impl RedisEventLog {
             bytes,
             ttl,
         );
-        let metrics = mcp_telemetry::metrics::metrics();
-        metrics
-            .retained_bytes
-            .with_label_values(&["closed_streams"])
-            .set(i64::try_from(self.closed.bytes()).unwrap_or(i64::MAX));
         if dropped.is_empty() {
             return;
         }
-        metrics
-            .retention_evictions
-            .with_label_values(&["stream"])
-            .inc_by(dropped.len() as u64);
         // Keys of different sessions sit in different slots of a Redis
         // Cluster: one UNLINK per stream.
         for (session, stream) in dropped {
@@ -557,6 +548,7 @@ impl EventLog for RedisEventLog {
                     .arg(self.keys.wake_prefix(session)),
             )
             .await?;
+        self.closed.forget_client(session.as_str());
         Ok(())
     }
 }

@@ -193,7 +193,7 @@ impl RedisTasks {
         Self {
             redis,
             keys,
-            finished: Ledger::new(budget),
+            finished: Ledger::new(budget).reporting("finished_tasks", "task"),
             clients: std::sync::Mutex::default(),
         }
     }
@@ -209,18 +209,9 @@ impl RedisTasks {
             .unwrap_or_default();
         let bytes = record.len() as u64 + answers;
         let dropped = self.finished.admit(id.to_owned(), &client, bytes, ttl);
-        let metrics = mcp_telemetry::metrics::metrics();
-        metrics
-            .retained_bytes
-            .with_label_values(&["finished_tasks"])
-            .set(i64::try_from(self.finished.bytes()).unwrap_or(i64::MAX));
         if dropped.is_empty() {
             return;
         }
-        metrics
-            .retention_evictions
-            .with_label_values(&["task"])
-            .inc_by(dropped.len() as u64);
         // Tasks sit in different slots of a Redis Cluster: one UNLINK each.
         for old in &dropped {
             let unlink = redis::cmd("UNLINK")
@@ -377,6 +368,13 @@ impl TaskStore for RedisTasks {
         let reply = self.redis.script("task_put", &invocation).await?;
         let n = reply::int(&reply)?;
         if n < 1 {
+            if TERMINAL.contains(&status) {
+                // Ended elsewhere, or gone: this node will not end it.
+                self.clients
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .remove(id);
+            }
             return Ok(false);
         }
         if TERMINAL.contains(&status) {

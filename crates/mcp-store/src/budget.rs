@@ -67,6 +67,9 @@ struct Books<K> {
 pub struct Ledger<K> {
     budget: ByteBudget,
     books: Mutex<Books<K>>,
+    /// The `kind` labels of `mcp_retained_bytes` and
+    /// `mcp_retention_evictions_total` it reports under, if any.
+    metrics: Option<(&'static str, &'static str)>,
 }
 
 impl<K: Hash + Eq + Clone> Ledger<K> {
@@ -81,6 +84,33 @@ impl<K: Hash + Eq + Clone> Ledger<K> {
                 total: 0,
                 next: 0,
             }),
+            metrics: None,
+        }
+    }
+
+    /// Reports its bytes as `mcp_retained_bytes{kind=held}` and its drops
+    /// as `mcp_retention_evictions_total{kind=dropped}`, as they change.
+    #[must_use]
+    pub fn reporting(mut self, held: &'static str, dropped: &'static str) -> Self {
+        self.metrics = Some((held, dropped));
+        self
+    }
+
+    /// Publishes the bytes held (and `dropped` more drops).
+    fn report(&self, total: u64, dropped: usize) {
+        let Some((held, evicted)) = self.metrics else {
+            return;
+        };
+        let metrics = mcp_telemetry::metrics::metrics();
+        metrics
+            .retained_bytes
+            .with_label_values(&[held])
+            .set(i64::try_from(total).unwrap_or(i64::MAX));
+        if dropped > 0 {
+            metrics
+                .retention_evictions
+                .with_label_values(&[evicted])
+                .inc_by(dropped as u64);
         }
     }
 
@@ -147,6 +177,9 @@ impl<K: Hash + Eq + Clone> Ledger<K> {
             books.remove(&k);
             dropped.push(k);
         }
+        let total = books.total;
+        drop(books);
+        self.report(total, dropped.len());
         dropped
     }
 
@@ -156,7 +189,30 @@ impl<K: Hash + Eq + Clone> Ledger<K> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        lock(&self.books).remove(key);
+        let mut books = lock(&self.books);
+        books.remove(key);
+        let total = books.total;
+        drop(books);
+        self.report(total, 0);
+    }
+
+    /// Forgets every item of `client` (its session ended, say).
+    pub fn forget_client(&self, client: &str) {
+        let mut books = lock(&self.books);
+        let Some(account) = books.clients.get(client) else {
+            return;
+        };
+        let keys: Vec<K> = account
+            .order
+            .keys()
+            .filter_map(|seq| books.order.get(seq).cloned())
+            .collect();
+        for k in keys {
+            books.remove(&k);
+        }
+        let total = books.total;
+        drop(books);
+        self.report(total, 0);
     }
 
     /// Bytes recorded in all.
@@ -249,6 +305,10 @@ mod tests {
         ledger.admit("c1", "c", 10, TTL);
         assert_eq!(ledger.admit("d1", "d", 15, TTL), vec!["a1", "b1"]);
         ledger.forget("c1");
+        assert_eq!(ledger.bytes(), 15);
+        ledger.admit("e1", "e", 5, TTL);
+        ledger.admit("e2", "e", 5, TTL);
+        ledger.forget_client("e");
         assert_eq!(ledger.bytes(), 15);
         // Replacing an item counts its new size only.
         assert!(ledger.admit("d1", "d", 20, TTL).is_empty());

@@ -147,7 +147,7 @@ impl MemoryEventLog {
             streams: DashMap::new(),
             by_session: DashMap::new(),
             retention,
-            closed: Ledger::new(retention.closed_streams),
+            closed: Ledger::new(retention.closed_streams).reporting("closed_streams", "stream"),
             last_sweep: Mutex::new(Instant::now()),
         }
     }
@@ -339,7 +339,6 @@ impl EventLog for MemoryEventLog {
             bytes,
             self.retention.closed_stream_ttl,
         );
-        let metrics = mcp_telemetry::metrics::metrics();
         for old in &dropped {
             // Its session is the one named in its log.
             let owner = self
@@ -349,15 +348,7 @@ impl EventLog for MemoryEventLog {
             if let Some(owner) = owner {
                 self.drop_stream(old, &owner);
             }
-            metrics
-                .retention_evictions
-                .with_label_values(&["stream"])
-                .inc();
         }
-        metrics
-            .retained_bytes
-            .with_label_values(&["closed_streams"])
-            .set(i64::try_from(self.closed.bytes()).unwrap_or(i64::MAX));
         Ok(())
     }
 
@@ -422,8 +413,8 @@ impl EventLog for MemoryEventLog {
             for id in ids {
                 // Dropping the log drops its watch sender: readers see the end.
                 self.streams.remove(&id);
-                self.closed.forget(&id);
             }
+            self.closed.forget_client(session.as_str());
         }
         Ok(())
     }

@@ -57,7 +57,7 @@ impl MemoryTasks {
     pub fn new(budget: ByteBudget) -> Self {
         Self {
             tasks: DashMap::new(),
-            finished: Ledger::new(budget),
+            finished: Ledger::new(budget).reporting("finished_tasks", "task"),
         }
     }
 
@@ -175,18 +175,9 @@ impl TaskStore for MemoryTasks {
             (entry.client.clone(), entry.bytes())
         };
         let dropped = self.finished.admit(id.to_owned(), &client, bytes, ttl);
-        let metrics = mcp_telemetry::metrics::metrics();
         for old in dropped {
             self.tasks.remove(&old);
-            metrics
-                .retention_evictions
-                .with_label_values(&["task"])
-                .inc();
         }
-        metrics
-            .retained_bytes
-            .with_label_values(&["finished_tasks"])
-            .set(i64::try_from(self.finished.bytes()).unwrap_or(i64::MAX));
         Ok(true)
     }
 
