@@ -284,8 +284,8 @@ fn read_password(path: &Path) -> Result<String, ClusterError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisRetention {
-    /// Most events kept per stream. Trimming is exact (`XTRIM MAXLEN`, not
-    /// `~`), because a read must tell a gap from a clean resume at the
+    /// Most events kept per stream. Trimming is exact (`XDEL` of each
+    /// oldest entry, never an approximate `~` trim), because a read must tell a gap from a clean resume at the
     /// newest dropped entry, as the in-memory log does. Default 10,000:
     /// enough to resume a long tool call's full progress history.
     pub max_events_per_stream: usize,
