@@ -156,6 +156,42 @@ async fn large_sse_responses_stay_within_the_budget_and_a_full_redis_refuses_cle
         "noeviction: nothing evicted"
     );
     redis.command(&["CONFIG", "SET", "maxmemory", "0"]).unwrap();
+
+    // Redis fills up while a call runs: its stream exists, its response
+    // cannot be written. The client gets an error on the stream, at once,
+    // rather than waiting for a response that will never come.
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "long_running_operation",
+        "arguments": {"duration_ms": 3000, "steps": 3},
+        "_meta": {"progressToken": "p"}}});
+    let Reply::Sse(mut stream) = within("POST", keeper.post(&body)).await.unwrap() else {
+        panic!("an SSE answer");
+    };
+    let first = within("first progress", stream.next_message())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first["method"], "notifications/progress", "{first}");
+    let full = info_field(&redis, "memory", "used_memory") - MIB;
+    redis
+        .command(&["CONFIG", "SET", "maxmemory", &full.to_string()])
+        .unwrap();
+    let answer = loop {
+        let message = within("the end of the stream", stream.next_message())
+            .await
+            .unwrap()
+            .expect("an answer before the stream ends");
+        if message.get("id") == Some(&json!(8)) {
+            break message;
+        }
+    };
+    eprintln!("a response Redis refused: {answer}");
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("could not be kept"), "{message}");
+    assert_eq!(info_field(&redis, "stats", "evicted_keys"), 0);
+    redis.command(&["CONFIG", "SET", "maxmemory", "0"]).unwrap();
+
     // The session lived through it, and the node serves again.
     let again = echo(&keeper, "after").await.unwrap();
     assert_eq!(

@@ -235,13 +235,16 @@ impl Exchange {
                     Some(r) => self.append(&stream, &Message::Response(r.clone())).await,
                     None => Ok(()),
                 };
+                if written.is_err() {
+                    // The reader here would wait for it for ever.
+                    self.node.attachments.fail(&stream);
+                }
                 if let (true, Some(session)) = (last, &self.session) {
                     self.node.attachments.forget(&stream);
-                    self.node
-                        .store
-                        .events
-                        .close_stream(session, &stream)
-                        .await?;
+                    if let Err(err) = self.node.store.events.close_stream(session, &stream).await {
+                        self.node.attachments.fail(&stream);
+                        return Err(err);
+                    }
                     if let Err(err) = self
                         .node
                         .store

@@ -72,8 +72,15 @@ enum Slot {
     Reader {
         generation: u64,
         kick: CancellationToken,
+        /// Cancelled when the stream's writer on this node could not write
+        /// its response or close it ([`Attachments::fail`]).
+        failed: CancellationToken,
     },
     KickPending,
+    /// The writer failed before a reader attached. Taken by the next reader
+    /// (the POST's own connection attaches right after the stream is made);
+    /// at most one per stream whose write failed.
+    FailPending,
 }
 
 /// Which reader follows which stream on this node.
@@ -88,11 +95,13 @@ impl Attachments {
     pub fn attach(self: &Arc<Self>, stream: &StreamId) -> Attachment {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
         let kick = CancellationToken::new();
+        let failed = CancellationToken::new();
         let previous = self.slots.insert(
             stream.clone(),
             Slot::Reader {
                 generation,
                 kick: kick.clone(),
+                failed: failed.clone(),
             },
         );
         match previous {
@@ -102,6 +111,7 @@ impl Attachments {
             }
             // The server asked to disconnect before this reader arrived.
             Some(Slot::KickPending) => kick.cancel(),
+            Some(Slot::FailPending) => failed.cancel(),
             None => {}
         }
         Attachment {
@@ -109,7 +119,25 @@ impl Attachments {
             stream: stream.clone(),
             generation,
             kick,
+            failed,
         }
+    }
+
+    /// Tells the reader of `stream` on this node, if any, that the stream's
+    /// response could not be written or the stream not closed (the store
+    /// refused the write, e.g. Redis out of memory): the reader sends what
+    /// the log holds, then an error for each request still unanswered, and
+    /// ends, instead of waiting for a response that will never come.
+    pub fn fail(&self, stream: &StreamId) {
+        match self.slots.get(stream).as_deref() {
+            Some(Slot::Reader { failed, .. }) => {
+                failed.cancel();
+                return;
+            }
+            Some(Slot::FailPending) => return,
+            Some(Slot::KickPending) | None => {}
+        }
+        self.slots.insert(stream.clone(), Slot::FailPending);
     }
 
     /// Ends the current reader of `stream` (or the next one, right after it
@@ -117,7 +145,7 @@ impl Attachments {
     pub fn kick(&self, stream: &StreamId) {
         match self.slots.get(stream).as_deref() {
             Some(Slot::Reader { kick, .. }) => kick.cancel(),
-            Some(Slot::KickPending) => {}
+            Some(Slot::KickPending | Slot::FailPending) => {}
             None => {
                 self.slots.insert(stream.clone(), Slot::KickPending);
             }
@@ -153,6 +181,8 @@ pub struct Attachment {
     generation: u64,
     /// Cancelled when another reader takes over or the server kicks.
     kick: CancellationToken,
+    /// Cancelled when the stream's writer could not finish it.
+    failed: CancellationToken,
 }
 
 impl Drop for Attachment {
@@ -204,6 +234,11 @@ pub struct Follow {
 /// deleted, expired, or the store lost it, e.g. Redis restarted empty).
 const LOST: &str = "stream lost: the session's data is no longer in the store \
      (the session ended or expired, or the store lost it); start a new session";
+
+/// What a client reads when the node could not keep a request's response
+/// (the store refused the write, e.g. Redis out of memory).
+const NOT_KEPT: &str = "the response could not be kept: the server's store \
+     refused the write (it may be full); retry the request later";
 
 impl Follow {
     /// Starts following `stream` after `after`.
@@ -333,12 +368,17 @@ impl Follow {
             if self.shutdown.is_cancelled() {
                 return Some(self.end(FollowEnd::ShuttingDown));
             }
+            if self.attachment.failed.is_cancelled() {
+                return Some(self.unanswered(NOT_KEPT, FollowEnd::Failed));
+            }
             tokio::select! {
                 alive = self.wake.changed() => {
                     if !alive {
                         return self.lost().await;
                     }
                 }
+                // Read once more (whatever was written goes out), then end.
+                () = self.attachment.failed.cancelled() => {}
                 () = self.attachment.kick.cancelled() => return Some(self.end(FollowEnd::Kicked)),
                 // Read once more before ending: events appended just before
                 // the drain (a response, say) go out on this connection.
@@ -379,7 +419,14 @@ impl Follow {
             return Some(self.end(FollowEnd::Gone));
         }
         tracing::debug!(stream = %self.stream, "Followed stream lost.");
-        let error = ErrorObject::internal(LOST);
+        Some(self.unanswered(LOST, FollowEnd::Gone))
+    }
+
+    /// An error saying `why` for each request the stream answers that got
+    /// no response here (one without id on a stream that answers none),
+    /// then the end.
+    fn unanswered(&mut self, why: &str, ending: FollowEnd) -> FollowItem {
+        let error = ErrorObject::internal(why);
         let unanswered: Vec<Option<RequestId>> = if self.requests.is_empty() {
             vec![None]
         } else {
@@ -394,12 +441,12 @@ impl Follow {
             .into_iter()
             .map(|id| Arc::from(Message::Response(Response::error(id, error.clone())).to_json()))
             .collect();
-        self.ending = Some(FollowEnd::Gone);
+        self.ending = Some(ending);
         match self.notices.pop_front() {
-            Some(notice) => Some(FollowItem::Notice(notice)),
+            Some(notice) => FollowItem::Notice(notice),
             None => {
                 self.ending = None;
-                Some(self.end(FollowEnd::Gone))
+                self.end(ending)
             }
         }
     }
