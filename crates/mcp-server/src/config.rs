@@ -27,7 +27,7 @@ pub struct RetentionConfig {
     /// ones are dropped first. Default 100,000.
     pub max_streams: usize,
     /// Most bytes of events kept per stream; beyond it the oldest events
-    /// are dropped (the newest is always kept). Default 16 MiB.
+    /// are dropped (the newest is always kept). Default 32 MiB.
     pub max_stream_bytes: u64,
     /// Bytes of closed streams a node keeps (embedded) or keeps in Redis of
     /// those it closed; beyond it the oldest closed streams are dropped

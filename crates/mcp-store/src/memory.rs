@@ -58,7 +58,7 @@ pub struct Retention {
     pub max_streams: usize,
     /// Most bytes of events kept per stream; beyond it the oldest events
     /// are dropped as by `max_events_per_stream` (the newest is always
-    /// kept). Default 16 MiB.
+    /// kept). Default 32 MiB.
     pub max_stream_bytes: u64,
     /// Bytes of closed streams kept: per node, and per session (a session
     /// is one client's). Beyond either the oldest closed streams (of the
@@ -73,7 +73,7 @@ pub struct Retention {
 }
 
 /// Default of [`Retention::max_stream_bytes`].
-pub const MAX_STREAM_BYTES: u64 = 16 << 20;
+pub const MAX_STREAM_BYTES: u64 = 32 << 20;
 /// Default of [`Retention::closed_streams`].
 pub const CLOSED_STREAMS: ByteBudget = ByteBudget {
     per_node: 64 << 20,
