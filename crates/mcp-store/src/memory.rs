@@ -1,5 +1,6 @@
 //! Embedded in-memory store: the same ports as Redis, for a node running
-//! alone. Retention is bounded per stream by count and by time, and sessions
+//! alone. Retention is bounded per stream by count, bytes and time, closed
+//! streams and finished tasks by byte budgets ([`crate::Ledger`]), and sessions
 //! expire after their idle TTL; expired entries are swept lazily by the calls
 //! that create new ones, so no background task is needed.
 //!
