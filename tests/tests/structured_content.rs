@@ -279,7 +279,6 @@ fn stdio_answers_carry_structured_content_only_for_structured_tools() {
         );
         assert_structured(&what, &add, &schema);
 
-        drop(exchange);
         drop(stdin);
         let mut exited = false;
         for _ in 0..(GUARD.as_millis() / 20) {
