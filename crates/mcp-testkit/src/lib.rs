@@ -244,7 +244,17 @@ impl NodeProcess {
         args: &[impl AsRef<std::ffi::OsStr>],
         bind: &str,
     ) -> anyhow::Result<Self> {
-        Self::spawn_command(binary, Command::new(binary), args, bind, false)
+        Self::spawn_command(binary, Command::new(binary), args, Some(bind), false)
+    }
+
+    /// Spawns any program that serves MCP (an example of the workspace,
+    /// say) with exactly `args`, and waits for the line
+    /// `<name> listening on <url>` on its stdout.
+    ///
+    /// # Errors
+    /// The binary is missing, exits, or does not report its address.
+    pub fn spawn_program(binary: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        Self::spawn_command(binary, Command::new(binary), args, None, false)
     }
 
     /// As [`Self::spawn`], with `env` added to the node's environment, and
@@ -260,7 +270,7 @@ impl NodeProcess {
     ) -> anyhow::Result<Self> {
         let mut command = Command::new(binary);
         command.envs(env.iter().copied());
-        Self::spawn_command(binary, command, args, "127.0.0.1:0", true)
+        Self::spawn_command(binary, command, args, Some("127.0.0.1:0"), true)
     }
 
     /// As [`Self::spawn`], with the open-file limit (soft and hard) set to
@@ -278,14 +288,14 @@ impl NodeProcess {
             .arg("-c")
             .arg(format!("ulimit -n {open_files} && exec \"$0\" \"$@\""))
             .arg(binary);
-        Self::spawn_command(binary, command, args, "127.0.0.1:0", false)
+        Self::spawn_command(binary, command, args, Some("127.0.0.1:0"), false)
     }
 
     fn spawn_command(
         binary: &Path,
         mut command: Command,
         args: &[impl AsRef<std::ffi::OsStr>],
-        bind: &str,
+        bind: Option<&str>,
         keep_log: bool,
     ) -> anyhow::Result<Self> {
         if !binary.exists() {
@@ -294,9 +304,11 @@ impl NodeProcess {
                 binary.display()
             );
         }
+        command.args(args);
+        if let Some(bind) = bind {
+            command.args(["--bind", bind]);
+        }
         let mut child = command
-            .args(args)
-            .args(["--bind", bind])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(if keep_log {
@@ -326,7 +338,8 @@ impl NodeProcess {
         // Reads stdout to its end, so the node never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("mcp-node listening on ") {
+                // `mcp-node listening on <url>`, or another program's name.
+                if let Some((_, url)) = line.split_once(" listening on ") {
                     let _ = tx.send(url.to_owned());
                 }
             }
@@ -475,7 +488,7 @@ mod pki;
 mod prometheus;
 mod redis;
 
-pub use cluster::{Cluster, NODE_BIN_ENV, loadtest_binary, node_binary};
+pub use cluster::{Cluster, NODE_BIN_ENV, example_binary, loadtest_binary, node_binary};
 pub use issuer::{Discovery, IssuerOptions, KeyAlg, PublicKeyForm, TestIssuer, TokenBuilder};
 pub use nginx::Nginx;
 pub use otlp::{OtlpReceiver, ReceivedLink, ReceivedSpan};
