@@ -603,6 +603,70 @@ mod tests {
         NodeConfig::load(None, vars(pairs), FLAG_VARS)
     }
 
+    /// A setting whose name says it holds a secret is a `Secret`, so that
+    /// it prints and serializes as `"<redacted>"`: adding `api_token:
+    /// String` fails here, before the value can reach a log.
+    #[test]
+    fn every_setting_named_like_a_secret_is_redacted() {
+        let mut every = NodeConfig {
+            auth: Some(AuthConfig {
+                introspection: Some(mcp_auth::IntrospectionConfig {
+                    client_secret: Some("s3cr3t".into()),
+                    ..mcp_auth::IntrospectionConfig::default()
+                }),
+                ..AuthConfig::default()
+            }),
+            ..NodeConfig::default()
+        };
+        every.runtime.request_state_keys = vec!["k1:c2VjcmV0".into()];
+        let tree = toml::Value::try_from(&every).unwrap();
+        let secret_name = |key: &str| {
+            !key.ends_with("_file")
+                && [
+                    "secret",
+                    "password",
+                    "token",
+                    "_keys",
+                    "api_key",
+                    "credential",
+                ]
+                .iter()
+                .any(|word| key.contains(word))
+        };
+        fn walk(value: &toml::Value, path: &str, found: &mut Vec<(String, toml::Value)>) {
+            if let toml::Value::Table(table) = value {
+                for (key, inner) in table {
+                    walk(inner, &format!("{path}.{key}"), found);
+                }
+            } else {
+                found.push((path.to_owned(), value.clone()));
+            }
+        }
+        let mut leaves = Vec::new();
+        walk(&tree, "", &mut leaves);
+        let secrets: Vec<&(String, toml::Value)> = leaves
+            .iter()
+            // Text only: `token_cache_entries` is a number.
+            .filter(|(_, value)| value.is_str() || value.is_array())
+            .filter(|(path, _)| secret_name(path.rsplit('.').next().unwrap_or("")))
+            .collect();
+        assert!(secrets.len() >= 2, "{secrets:?}");
+        for (path, value) in secrets {
+            let shown = value.to_string();
+            assert!(
+                shown.contains("<redacted>")
+                    && !shown.contains("s3cr3t")
+                    && !shown.contains("c2Vj"),
+                "{path} = {shown}: make it a mcp_telemetry::Secret"
+            );
+        }
+        let printed = format!("{every:?}");
+        assert!(
+            !printed.contains("s3cr3t") && !printed.contains("c2Vj"),
+            "{printed}"
+        );
+    }
+
     #[test]
     fn variables_apply_over_the_file_and_keep_its_secrets() {
         let key = "k1:c3RhdGUta2V5LW9uZS1vZi0zMi1ieXRlcy1sb25nISE=";
