@@ -491,6 +491,13 @@ fn readme_curl_session() {
     assert_group("README.md", "curl-session");
 }
 
+/// README, "Protocol versions": the 2026-07-28 exchange, an
+/// input-required round and its retry.
+#[test]
+fn readme_stateless_round_trip() {
+    assert_group("README.md", "stateless");
+}
+
 #[test]
 fn the_matcher_learns_ids_and_refuses_other_text() {
     let mut ids = Ids::default();
