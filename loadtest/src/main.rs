@@ -253,7 +253,19 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Bad arguments exit 64 (EX_USAGE) as the other bad-argument errors
+    // below do, not clap's 2; --help and --version exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return if err.use_stderr() {
+                ExitCode::from(64)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     raise_fd_limit();
     let outcome = match cli.command {
         Command::Run(args) => run(args),

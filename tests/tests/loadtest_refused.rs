@@ -1,7 +1,8 @@
 //! A load test whose requests the server refuses does not pass: against a
 //! node with a tiny quota (most `initialize` answers are 429), `mcp-loadtest
 //! run` exits 1 and says on stderr how many errors of which kind, unless
-//! `--max-errors` allows that many.
+//! `--max-errors` allows that many. Bad arguments exit 64, as the loadtest
+//! README says.
 
 use std::process::{Command, Output};
 
@@ -48,4 +49,26 @@ fn a_run_whose_requests_are_refused_exits_1_saying_why() {
     let stdout = String::from_utf8_lossy(&allowed.stdout);
     assert!(allowed.status.success(), "{stdout}");
     assert!(stdout.contains("429"), "{stdout}");
+}
+
+#[test]
+fn bad_arguments_exit_64_and_help_0() {
+    let output = Command::new(loadtest_binary())
+        .args([
+            "run",
+            "--url",
+            "http://127.0.0.1:1/mcp",
+            "--sessions",
+            "many",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--sessions"));
+    let help = Command::new(loadtest_binary())
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--max-errors"));
 }
