@@ -11,7 +11,8 @@
 //!   reads in an earlier block of its page (or they are the environment's);
 //! - the blocks of one `doc-run` group run in order in one `bash` (shell
 //!   variables carry over from block to block, stderr joins stdout),
-//!   with `target/debug` first on `PATH` (`mcp-node`, `mcp-loadtest`) and
+//!   with the node under test and `target/debug` first on `PATH`
+//!   (`mcp-node`, `mcp-loadtest`), and
 //!   a fresh node standing in for `127.0.0.1:8080`, and what each prints
 //!   must match its output block.
 //!
@@ -239,10 +240,16 @@ const END: &str = "@@doc-block-end@@";
 
 impl Shell {
     fn start() -> Self {
-        let bin = root().join("target/debug");
+        // The node under test first (`MCP_NODE_BIN` may name a release
+        // build), then the workspace's debug builds.
+        let node_dir = node_binary()
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         let path = format!(
-            "{}:{}",
-            bin.display(),
+            "{}:{}:{}",
+            node_dir.display(),
+            root().join("target/debug").display(),
             std::env::var("PATH").unwrap_or_default()
         );
         let dir = std::env::temp_dir().join(format!("mcp-docs-{}", std::process::id()));
