@@ -525,7 +525,6 @@ impl Metrics {
         );
         zero(&self.redis_reconnects, &["commands", "pubsub"]);
         zero(&self.quota_rejections, QUOTAS);
-        zero(&self.heartbeats, &["ok", "failed"]);
         zero(&self.bus_published, BUS_MESSAGE_TYPES);
         zero(&self.bus_received, BUS_MESSAGE_TYPES);
         zero(
