@@ -335,7 +335,7 @@ fn parse_cli(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Cli, 
         err.kind(),
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
     ) {
-        // unwrap-free: printing help can only fail on a closed stdout.
+        // Printing fails only on a closed stdout: nothing to say then.
         let _ = err.print();
         return Err(ExitCode::SUCCESS);
     }
