@@ -17,11 +17,11 @@
 //!   must match its output block.
 //!
 //! Matching, line by line: `[..]` or `…` matches any text in a line, a line
-//! `...` any lines; HTTP header blocks compare in any order; HTTP dates and
-//! the time part of event ids match any such value; a UUID or 32-hex id in
-//! the page stands for the real one it meets first, the same every time
-//! after, and is replaced by it in the group's later commands (so `SID=<the
-//! id shown above>` runs as written).
+//! `...` any lines; HTTP header blocks compare in any order; HTTP dates, log
+//! timestamps and the time part of event ids match any such value; a UUID
+//! or 32-hex id in the page stands for the real one it meets first, the
+//! same every time after, and is replaced by it in the group's later
+//! commands (so `SID=<the id shown above>` runs as written).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -309,6 +309,7 @@ static TOKEN: LazyLock<Regex> = LazyLock::new(|| {
         r"|(?P<uuid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})",
         r"|(?P<hex>[0-9a-f]{32})(?P<event>\.[0-9]+-[0-9]+)?",
         r"|(?P<date>[A-Z][a-z]{2}, [0-9]{2} [A-Z][a-z]{2} [0-9]{4} [0-9:]{8} GMT)",
+        r"|(?P<stamp>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}\.[0-9]+Z)",
     ))
     .unwrap()
 });
@@ -329,6 +330,8 @@ impl Ids {
             last = whole.end();
             if captures.name("any").is_some() {
                 pattern.push_str(".*?");
+            } else if captures.name("stamp").is_some() {
+                pattern.push_str(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}\.[0-9]+Z");
             } else if captures.name("date").is_some() {
                 pattern.push_str("[A-Z][a-z]{2}, [0-9]{2} [A-Z][a-z]{2} [0-9]{4} [0-9:]{8} GMT");
             } else {
