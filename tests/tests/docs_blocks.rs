@@ -3,7 +3,8 @@
 //!
 //! In `README.md`, `loadtest/README.md` and `proto-docs/*.md`:
 //! - a command block (fenced `sh`, `bash`, `shell` or `console`) directly
-//!   followed by an output block (a fence without a language) must carry,
+//!   followed by an output block (a fence without a language), or showing
+//!   its output in comments (`# HTTP/1.1 …`, `# {"…`), must carry,
 //!   on the line before it, either `<!-- doc-run: GROUP -->` (run and
 //!   compared) or `<!-- doc-skip: REASON -->` (not runnable here, and why);
 //!   a pair with neither fails [`every_output_block_is_run_or_marked`];
@@ -149,12 +150,28 @@ fn pairs(blocks: &[Block]) -> Vec<(Block, Block)> {
         .collect()
 }
 
+/// A command block that shows its output in comments (`# HTTP/1.1 401 …`,
+/// `# {"jsonrpc": …}`).
+fn shows_output_in_comments(block: &Block) -> bool {
+    block.is_command()
+        && block.body.lines().any(|l| {
+            let l = l.trim_start();
+            l.starts_with("# HTTP/") || l.starts_with("# {\"")
+        })
+}
+
 #[test]
 fn every_output_block_is_run_or_marked() {
     let mut unmarked = Vec::new();
     let mut runs = 0;
     for page in pages() {
-        for (command, _) in pairs(&blocks(&page)) {
+        let blocks = blocks(&page);
+        let commented = blocks.iter().filter(|b| shows_output_in_comments(b));
+        for command in pairs(&blocks)
+            .into_iter()
+            .map(|(command, _)| command)
+            .chain(commented.cloned())
+        {
             match &command.marker {
                 Some(Marker::Run(group)) if !group.is_empty() => runs += 1,
                 Some(Marker::Skip(reason)) if reason.len() >= 10 => {}
