@@ -396,7 +396,7 @@ impl Authenticator {
         };
         let sent = http
             .post(&endpoint)
-            .basic_auth(&config.client_id, Some(&config.client_secret))
+            .basic_auth(&config.client_id, Some(config.client_secret.expose()))
             .form(&[("token", token), ("token_type_hint", "access_token")])
             .send()
             .await;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use jsonwebtoken::Algorithm;
+use mcp_telemetry::Secret;
 use reqwest::Url;
 use serde::{Deserialize, Serialize};
 
@@ -105,7 +106,7 @@ impl Default for AuthConfig {
 
 /// RFC 7662 token introspection: opaque (non-JWT) tokens are sent to the
 /// authorization server, which says whether they are active.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct IntrospectionConfig {
     /// The introspection endpoint. Default: the first issuer's
@@ -114,8 +115,9 @@ pub struct IntrospectionConfig {
     /// This resource server's client id at the authorization server (HTTP
     /// Basic authentication of the introspection call).
     pub client_id: String,
-    /// Its client secret. Prefer `client_secret_file`.
-    pub client_secret: Option<String>,
+    /// Its client secret (printed and serialized as `"<redacted>"`).
+    /// Prefer `client_secret_file`.
+    pub client_secret: Option<Secret>,
     /// A file holding the client secret (a mounted Secret).
     pub client_secret_file: Option<PathBuf>,
     /// Longest time an active answer is reused, in seconds (never past the
@@ -124,23 +126,6 @@ pub struct IntrospectionConfig {
     /// Seconds an inactive answer is reused, so that a flood of made-up
     /// tokens does not become a flood of introspection calls. Default 10.
     pub negative_cache_secs: u64,
-}
-
-impl std::fmt::Debug for IntrospectionConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The effective configuration is logged: never the secret.
-        f.debug_struct("IntrospectionConfig")
-            .field("endpoint", &self.endpoint)
-            .field("client_id", &self.client_id)
-            .field(
-                "client_secret",
-                &self.client_secret.as_ref().map(|_| "<redacted>"),
-            )
-            .field("client_secret_file", &self.client_secret_file)
-            .field("cache_secs", &self.cache_secs)
-            .field("negative_cache_secs", &self.negative_cache_secs)
-            .finish()
-    }
 }
 
 impl Default for IntrospectionConfig {
@@ -191,7 +176,7 @@ pub(crate) struct Checked {
 pub(crate) struct CheckedIntrospection {
     pub(crate) endpoint: Option<Url>,
     pub(crate) client_id: String,
-    pub(crate) client_secret: String,
+    pub(crate) client_secret: Secret,
     pub(crate) cache: Duration,
     pub(crate) negative_cache: Duration,
 }
@@ -314,7 +299,7 @@ impl IntrospectionConfig {
         let client_secret = match (&self.client_secret, &self.client_secret_file) {
             (Some(secret), None) => secret.clone(),
             (None, Some(path)) => std::fs::read_to_string(path)
-                .map(|s| s.trim_end().to_owned())
+                .map(|s| Secret::new(s.trim_end()))
                 .map_err(|err| {
                     invalid(
                         "introspection.client_secret_file",

@@ -58,6 +58,16 @@ pub const AUTH_FAILURE_REASONS: &[&str] = &[
     "unavailable",
 ];
 
+/// Every `type` of `mcp_bus_messages_published_total` and
+/// `mcp_bus_messages_received_total` (mcp-store's `BusMessage::kind`).
+pub const BUS_MESSAGE_TYPES: &[&str] = &[
+    "deliver",
+    "session_ended",
+    "session_changed",
+    "server_event",
+    "kick",
+];
+
 /// The label value of a method, tool or prompt outside the known set.
 pub const OTHER: &str = "_OTHER";
 
@@ -515,6 +525,8 @@ impl Metrics {
         );
         zero(&self.redis_reconnects, &["commands", "pubsub"]);
         zero(&self.quota_rejections, QUOTAS);
+        zero(&self.bus_published, BUS_MESSAGE_TYPES);
+        zero(&self.bus_received, BUS_MESSAGE_TYPES);
         zero(
             &self.bus_dropped,
             &["publish_failed", "malformed", "lagged"],
