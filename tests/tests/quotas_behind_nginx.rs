@@ -47,6 +47,9 @@ fn initialize(nginx: SocketAddr, client: IpAddr, forwarded: &[Vec<u8>]) -> u16 {
     status
 }
 
+/// The `X-Forwarded-For` lines a client sends with its `n`th request.
+type Forwarded = Box<dyn Fn(usize) -> Vec<Vec<u8>>>;
+
 /// Sends [`SENT`] `initialize` from `client`, the `n`th with the header
 /// lines `forwarded(n)`; returns how many were answered 200 and 429.
 fn flood(
@@ -71,7 +74,7 @@ fn what_a_client_puts_in_x_forwarded_for_never_turns_its_quota_off() {
     let nginx = Nginx::start_forwarding_for(&[node.addr()]).unwrap_or_else(|err| panic!("{err:#}"));
     let lines = |list: &[&[u8]]| list.iter().map(|l| l.to_vec()).collect::<Vec<_>>();
     // One client address per case: each has its own quota.
-    let cases: Vec<(&str, Box<dyn Fn(usize) -> Vec<Vec<u8>>>)> = vec![
+    let cases: Vec<(&str, Forwarded)> = vec![
         ("no header", Box::new(move |_| Vec::new())),
         ("a byte 0x80", Box::new(move |_| lines(&[b"\x80"]))),
         (

@@ -102,8 +102,9 @@ struct Cli {
     /// failing) before its listener refuses new connections [default: 5].
     #[arg(long, env = "MCP_DRAIN_DELAY_SECS")]
     drain_delay_secs: Option<u64>,
-    /// Listener for /healthz and /readyz only, outside the connection
-    /// limits of the main one [default: none].
+    /// Listener for /healthz, /readyz and /metrics only, outside the
+    /// connection limits of the main one; /metrics is then served there
+    /// only [default: none].
     #[arg(long, env = "MCP_ADMIN_BIND")]
     admin_bind: Option<SocketAddr>,
     /// Seconds an idle keep-alive connection stays open [default: 5].

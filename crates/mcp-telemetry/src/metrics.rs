@@ -56,6 +56,7 @@ pub const AUTH_FAILURE_REASONS: &[&str] = &[
     "inactive",
     "insufficient_scope",
     "unavailable",
+    "throttled",
 ];
 
 /// The label value of a method, tool or prompt outside the known set.
@@ -546,6 +547,7 @@ impl Metrics {
                 "unauthorized",
                 "insufficient_scope",
                 "auth_unavailable",
+                "auth_throttled",
                 "quota_exceeded",
                 "method_not_found",
                 "missing_capability",
