@@ -158,6 +158,9 @@ pub const QUOTAS: &[&str] = &[
     "requests_per_principal",
     "sessions_per_principal",
     "streams_per_principal",
+    "listen_streams_per_address",
+    "tasks_per_principal",
+    "tasks_per_address",
 ];
 
 /// The node's phases: the drain's, in order, then `starting` (waiting for
