@@ -592,7 +592,7 @@ mod tests {
             .config(env(&[
                 ("MCP_QUOTA_INITIALIZE_PER_ADDRESS", "8"),
                 ("MCP_QUOTAS__REQUESTS_PER_PRINCIPAL", "100"),
-                ("MCP_QUOTA_TASKS_PER_ADDRESS", "12"),
+                ("MCP_QUOTAS__TASKS_PER_ADDRESS", "12"),
             ]))
             .unwrap();
         assert_eq!(unknown, []);
