@@ -16,7 +16,7 @@
 //! should have written one: that proxy did not (it passes the client's
 //! header on, or it is itself the client), so the nearest trusted hop (the
 //! entry right of it, or the TCP peer) is the client and is counted. The
-//! same holds past [`MAX_HOPS`] trusted entries in a row. Only when every
+//! same holds past sixteen trusted entries in a row. Only when every
 //! hop is a readable trusted address (a proxy's own request, or a client
 //! on a trusted address without the header) does the request have no
 //! address of its own: a proxy carries many clients, so per-address quotas
