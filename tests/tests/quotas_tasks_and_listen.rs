@@ -4,7 +4,8 @@
 //! `tasks_per_*` or `listen_streams_per_address` share gets 429 with
 //! -32029 naming the quota, while another principal or address still
 //! starts tasks and opens listen streams; a slot freed by a cancelled task
-//! is taken again.
+//! is taken again. With two nodes on a real Redis the share is the
+//! cluster's, and the node running a task keeps renewing its slot.
 
 mod auth_support;
 mod stateless_support;
@@ -12,7 +13,7 @@ mod stateless_support;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use mcp_testkit::{NodeProcess, TestIssuer, node_binary, within};
+use mcp_testkit::{Cluster, NodeProcess, TestIssuer, node_binary, within};
 use serde_json::{Value, json};
 use stateless_support::{Messages, headers, request, tool_call};
 
@@ -231,4 +232,36 @@ async fn one_principal_at_its_share_leaves_tasks_to_the_others() {
     let (status, response) = greedy.call(url, &cancel).await;
     assert_eq!(status, 200, "{response}");
     start_again(&greedy, url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_share_holds_across_nodes_while_the_tasks_run() {
+    // Slots lapse 3 s after their node's last renewal (every second).
+    let config = std::env::temp_dir().join(format!("task-share-{}.toml", std::process::id()));
+    std::fs::write(
+        &config,
+        "[quotas]\ntasks_per_address = 2\nstream_lease_secs = 3\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let cluster = tokio::task::block_in_place(|| {
+        Cluster::start(2, &["--config", &config]).unwrap_or_else(|err| panic!("{err:#}"))
+    });
+    let nodes = [cluster.node_url(0), cluster.node_url(1)];
+    let flooder = Caller::from("127.0.0.4", None);
+    // One task on each node: neither node alone is at 2, the cluster is.
+    flooder.start_task(&nodes[0], 1).await;
+    flooder.start_task(&nodes[1], 2).await;
+    for (n, url) in nodes.iter().enumerate() {
+        let id = 10 + n as u64;
+        let (status, response) = flooder.call(url, &slow(id)).await;
+        assert_refused(status, &response, id, "tasks_per_address");
+    }
+    // Past the lease, the running tasks' nodes have renewed their slots.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (status, response) = flooder.call(&nodes[0], &slow(20)).await;
+    assert_refused(status, &response, 20, "tasks_per_address");
+    Caller::from("127.0.0.5", None)
+        .start_task(&nodes[1], 21)
+        .await;
 }
