@@ -586,7 +586,9 @@ def expect_auth_introspection(docs):
         "MCP_AUTH__RESOURCE_NAME": "Example tools",
         "MCP_AUTH__INTROSPECTION__ENDPOINT": "https://idp.example.org/oauth2/introspect",
         "MCP_AUTH__INTROSPECTION__CLIENT_ID": "mcp-resource-server",
-        "MCP_AUTH__INTROSPECTION__CLIENT_SECRET": None}, auth_values(docs)
+        "MCP_AUTH__INTROSPECTION__CLIENT_SECRET": None,
+        "MCP_AUTH__INTROSPECTION__CALLS_PER_ADDRESS": "20",
+        "MCP_AUTH__INTROSPECTION__CALLS_PER_SECOND": "0"}, auth_values(docs)
     ref = env_list(container)["MCP_AUTH__INTROSPECTION__CLIENT_SECRET"]["valueFrom"]
     assert ref == {"secretKeyRef": {"name": "idp-introspection", "key": "secret"}}, ref
     # The chart renders no Secret for it: it only names one.

@@ -236,6 +236,12 @@ no variable can carry: see mcp-node.configToml.
 {{- end }}
 {{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__CLIENT_ID" "value" $i.clientId) }}
 {{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__CLIENT_SECRET" "valueFrom" (dict "secretKeyRef" (dict "name" $i.existingSecret "key" $i.existingSecretKey))) }}
+{{- if not (kindIs "invalid" $i.callsPerAddress) }}
+{{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__CALLS_PER_ADDRESS" "value" (toString (int64 $i.callsPerAddress))) }}
+{{- end }}
+{{- if not (kindIs "invalid" $i.callsPerSecond) }}
+{{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__CALLS_PER_SECOND" "value" (toString (int64 $i.callsPerSecond))) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- toYaml $env }}
