@@ -123,9 +123,28 @@ pub struct IntrospectionConfig {
     /// Longest time an active answer is reused, in seconds (never past the
     /// token's `exp`). Default 300.
     pub cache_secs: u64,
-    /// Seconds an inactive answer is reused, so that a flood of made-up
-    /// tokens does not become a flood of introspection calls. Default 10.
+    /// Seconds an inactive answer is reused, so that the same made-up
+    /// token sent again does not become another introspection call.
+    /// Default 10.
     pub negative_cache_secs: u64,
+    /// Introspection calls one client address (IPv6: its /64) may cause
+    /// per `calls_per_address_window_secs`: tokens answered from the cache
+    /// cost nothing, each token the node has to ask about costs one. Past
+    /// it the request gets 503 with `Retry-After`, never an accepted
+    /// token; other addresses are not affected. 0: no bound per address.
+    /// Default 60 (a burst of 60, then one a second): many people behind
+    /// one NAT, each with a new token now and then, while made-up tokens
+    /// from one address reach the authorization server at one a second,
+    /// not at the client's rate.
+    pub calls_per_address: u32,
+    /// The window of `calls_per_address`, in seconds. Default 60.
+    pub calls_per_address_window_secs: u64,
+    /// Introspection calls the node makes per second in all, whatever the
+    /// addresses (a burst of this many, then as many a second). Past it
+    /// the request gets 503 with `Retry-After`. 0: no bound. Default 50:
+    /// ten thousand users whose tokens are cached for `cache_secs` (300)
+    /// need about 33 a second.
+    pub calls_per_second: u32,
 }
 
 impl Default for IntrospectionConfig {
@@ -137,6 +156,9 @@ impl Default for IntrospectionConfig {
             client_secret_file: None,
             cache_secs: 300,
             negative_cache_secs: 10,
+            calls_per_address: 60,
+            calls_per_address_window_secs: 60,
+            calls_per_second: 50,
         }
     }
 }
@@ -179,6 +201,10 @@ pub(crate) struct CheckedIntrospection {
     pub(crate) client_secret: Secret,
     pub(crate) cache: Duration,
     pub(crate) negative_cache: Duration,
+    /// Calls per client address, `None` when unbounded.
+    pub(crate) per_address: Option<mcp_store::Rate>,
+    /// Calls in all, `None` when unbounded.
+    pub(crate) in_all: Option<mcp_store::Rate>,
 }
 
 impl AuthConfig {
@@ -296,6 +322,12 @@ impl IntrospectionConfig {
         if self.client_id.is_empty() {
             return Err(invalid("introspection.client_id", "required"));
         }
+        if self.calls_per_address_window_secs == 0 {
+            return Err(invalid(
+                "introspection.calls_per_address_window_secs",
+                "must be positive",
+            ));
+        }
         let client_secret = match (&self.client_secret, &self.client_secret_file) {
             (Some(secret), None) => secret.clone(),
             (None, Some(path)) => std::fs::read_to_string(path)
@@ -325,6 +357,14 @@ impl IntrospectionConfig {
             client_secret,
             cache: Duration::from_secs(self.cache_secs),
             negative_cache: Duration::from_secs(self.negative_cache_secs),
+            per_address: (self.calls_per_address > 0).then(|| mcp_store::Rate {
+                limit: self.calls_per_address,
+                window: Duration::from_secs(self.calls_per_address_window_secs),
+            }),
+            in_all: (self.calls_per_second > 0).then(|| mcp_store::Rate {
+                limit: self.calls_per_second,
+                window: Duration::from_secs(1),
+            }),
         })
     }
 }

@@ -104,7 +104,8 @@ struct Cli {
     #[arg(long, env = "MCP_DRAIN_DELAY_SECS")]
     drain_delay_secs: Option<u64>,
     /// Listener for /healthz, /readyz and /metrics only, outside the
-    /// connection limits of the main one [default: none].
+    /// connection limits of the main one; /metrics is then served there
+    /// only [default: none].
     #[arg(long, env = "MCP_ADMIN_BIND")]
     admin_bind: Option<SocketAddr>,
     /// Seconds an idle keep-alive connection stays open [default: 5].
@@ -146,6 +147,18 @@ struct Cli {
     /// cluster-wide, 0 for no limit [default: 100].
     #[arg(long, env = "MCP_QUOTA_STREAMS_PER_PRINCIPAL")]
     quota_streams_per_principal: Option<u32>,
+    /// Open subscriptions/listen streams per client address, for requests
+    /// without a principal, cluster-wide, 0 for no limit [default: 100].
+    #[arg(long, env = "MCP_QUOTA_LISTEN_STREAMS_PER_ADDRESS")]
+    quota_listen_streams_per_address: Option<u32>,
+    /// Running tasks per principal, cluster-wide, 0 for no limit
+    /// [default: 100].
+    #[arg(long, env = "MCP_QUOTA_TASKS_PER_PRINCIPAL")]
+    quota_tasks_per_principal: Option<u32>,
+    /// Running tasks per client address, for requests without a
+    /// principal, cluster-wide, 0 for no limit [default: 100].
+    #[arg(long, env = "MCP_QUOTA_TASKS_PER_ADDRESS")]
+    quota_tasks_per_address: Option<u32>,
     /// Items per page of tools/list, resources/list, resources/templates/list
     /// and prompts/list [default: 100].
     #[arg(long, env = "MCP_PAGE_SIZE")]
@@ -295,6 +308,15 @@ impl Cli {
         }
         if let Some(v) = self.quota_streams_per_principal {
             c.quotas.streams_per_principal = v;
+        }
+        if let Some(v) = self.quota_listen_streams_per_address {
+            c.quotas.listen_streams_per_address = v;
+        }
+        if let Some(v) = self.quota_tasks_per_principal {
+            c.quotas.tasks_per_principal = v;
+        }
+        if let Some(v) = self.quota_tasks_per_address {
+            c.quotas.tasks_per_address = v;
         }
         c.validate()?;
         Ok((c, unknown))
@@ -663,12 +685,17 @@ mod tests {
             "0",
             "--quota-initialize-per-address",
             "7",
+            "--quota-tasks-per-principal",
+            "9",
+            "--quota-listen-streams-per-address",
+            "11",
         ]);
         // A flag's own variable is the flag's (clap reads it), not unknown.
         let (config, unknown) = cli
             .config(env(&[
                 ("MCP_QUOTA_INITIALIZE_PER_ADDRESS", "8"),
                 ("MCP_QUOTAS__REQUESTS_PER_PRINCIPAL", "100"),
+                ("MCP_QUOTAS__TASKS_PER_ADDRESS", "12"),
             ]))
             .unwrap();
         assert_eq!(unknown, []);
@@ -682,6 +709,14 @@ mod tests {
                 q.streams_per_principal
             ),
             (7, 100, 5, 0)
+        );
+        assert_eq!(
+            (
+                q.tasks_per_principal,
+                q.tasks_per_address,
+                q.listen_streams_per_address
+            ),
+            (9, 12, 11)
         );
         let bad = Cli::parse_from(["mcp-node", "--trusted-proxies", "proxy.example"]);
         assert!(bad.config(env(&[])).is_err(), "a host name is no address");

@@ -101,8 +101,11 @@ pub struct NodeConfig {
     /// (a lone node). Default 5: a few readiness probes.
     pub drain_delay_secs: u64,
     /// A second listener for `/healthz`, `/readyz` and `/metrics` only,
-    /// not subject to the connection limits of the main one. Default none: the
-    /// probes are served on the main listener too, always.
+    /// not subject to the connection limits of the main one. The probes
+    /// are served on the main listener too, always; `/metrics` is then
+    /// served here only (the main listener answers it 404), so that the
+    /// public port does not show the node's internals. Default none:
+    /// everything on the main listener.
     pub admin_bind: Option<SocketAddr>,
     /// Items per page of every list method (`tools/list`, `resources/list`,
     /// `resources/templates/list`, `prompts/list`). Default 100: one page

@@ -56,6 +56,7 @@ pub const AUTH_FAILURE_REASONS: &[&str] = &[
     "inactive",
     "insufficient_scope",
     "unavailable",
+    "throttled",
 ];
 
 /// Every `type` of `mcp_bus_messages_published_total` and
@@ -167,6 +168,9 @@ pub const QUOTAS: &[&str] = &[
     "requests_per_principal",
     "sessions_per_principal",
     "streams_per_principal",
+    "listen_streams_per_address",
+    "tasks_per_principal",
+    "tasks_per_address",
 ];
 
 /// The node's phases: the drain's, in order, then `starting` (waiting for
@@ -558,6 +562,7 @@ impl Metrics {
                 "unauthorized",
                 "insufficient_scope",
                 "auth_unavailable",
+                "auth_throttled",
                 "quota_exceeded",
                 "method_not_found",
                 "missing_capability",

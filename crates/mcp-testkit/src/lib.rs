@@ -102,6 +102,47 @@ pub fn raw_http(addr: SocketAddr, head: &str, body: &str) -> anyhow::Result<(u16
     Ok((status, body.to_owned()))
 }
 
+/// As [`raw_http`], from a socket bound to `local` (any 127.0.0.0/8
+/// address stands for another client), with a head of raw bytes: header
+/// values may hold what no HTTP client library sends (obs-text, bytes
+/// 0x80 to 0xFF).
+///
+/// # Errors
+/// As [`raw_http`].
+pub fn raw_http_from(
+    local: std::net::IpAddr,
+    addr: SocketAddr,
+    head: &[u8],
+    body: &str,
+) -> anyhow::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.bind(&SocketAddr::new(local, 0).into())?;
+    socket.connect_timeout(&addr.into(), GUARD)?;
+    let mut socket: std::net::TcpStream = socket.into();
+    socket.set_read_timeout(Some(GUARD))?;
+    let mut request = head.to_vec();
+    request.extend_from_slice(b"\r\n\r\n");
+    request.extend_from_slice(body.as_bytes());
+    socket.write_all(&request)?;
+    let mut response = Vec::new();
+    socket.read_to_end(&mut response)?;
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .context("no end of headers")?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("no status")?;
+    Ok((status, body.to_owned()))
+}
+
 /// A node running on its own actix system in a thread of this process.
 /// Dropping it stops the system.
 #[derive(Debug)]
