@@ -19,7 +19,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use mcp_client::{Client, Reply, SseStream};
-use mcp_testkit::{NodeProcess, OtlpReceiver, ReceivedSpan, RedisServer, node_binary, within};
+use mcp_testkit::{
+    NODE_BIN_ENV, NodeProcess, OtlpReceiver, ReceivedSpan, RedisServer, node_binary, within,
+};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
@@ -401,6 +403,7 @@ async fn stdio_answers_are_exported_while_the_node_runs() {
     let mut child: Child = Command::new(node_binary())
         .args(["--stdio", "--otlp-endpoint", &receiver.endpoint()])
         .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+        .env_remove(NODE_BIN_ENV)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

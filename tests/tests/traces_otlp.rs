@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use mcp_client::Client;
-use mcp_testkit::{NodeProcess, OtlpReceiver, ReceivedSpan, RedisServer, node_binary, within};
+use mcp_testkit::{
+    NODE_BIN_ENV, NodeProcess, OtlpReceiver, ReceivedSpan, RedisServer, node_binary, within,
+};
 use serde_json::json;
 
 /// The caller's context, chosen by the test.
@@ -157,7 +159,9 @@ fn refused_start(env: &[(&str, &str)]) -> (Option<i32>, String) {
     use std::process::{Command, Stdio};
 
     let mut command = Command::new(node_binary());
-    command.args(["--bind", "127.0.0.1:0"]);
+    command
+        .env_remove(NODE_BIN_ENV)
+        .args(["--bind", "127.0.0.1:0"]);
     if !env.iter().any(|(k, _)| k.contains("ENDPOINT")) {
         command.args(["--otlp-endpoint", "http://127.0.0.1:4318"]);
     }

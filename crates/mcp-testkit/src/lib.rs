@@ -295,6 +295,9 @@ impl NodeProcess {
             );
         }
         let mut child = command
+            // The tests' choice of binary is not the node's setting (it
+            // would warn about an unknown MCP_ variable).
+            .env_remove(crate::NODE_BIN_ENV)
             .args(args)
             .args(["--bind", bind])
             .stdin(Stdio::null())
