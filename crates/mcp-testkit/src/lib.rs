@@ -350,6 +350,9 @@ impl NodeProcess {
             command.args(["--bind", bind]);
         }
         let mut child = command
+            // The tests' choice of binary is not the node's setting (it
+            // would warn about an unknown MCP_ variable).
+            .env_remove(crate::NODE_BIN_ENV)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(if keep_log {
