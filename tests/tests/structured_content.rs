@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use mcp_client::{Client, Reply, SseStream};
-use mcp_testkit::{GUARD, NodeProcess, node_binary, within};
+use mcp_testkit::{GUARD, NodeProcess, node_binary, open_legacy_sse, within};
 use serde_json::{Value, json};
 
 /// The session-era revisions.
@@ -165,22 +165,7 @@ async fn legacy_http_sse_answers_carry_structured_content_only_for_structured_to
     let base = node.url().trim_end_matches("/mcp").to_owned();
     let http = reqwest::Client::new();
     for version in SESSION_VERSIONS {
-        let response = within(
-            "GET /sse",
-            http.get(format!("{base}/sse"))
-                .header("accept", "text/event-stream")
-                .send(),
-        )
-        .await
-        .unwrap();
-        assert_eq!(response.status(), 200);
-        let mut stream = SseStream::new(response);
-        let endpoint = within("endpoint", stream.next_event())
-            .await
-            .unwrap()
-            .expect("an endpoint event");
-        assert_eq!(endpoint.event.as_deref(), Some("endpoint"));
-        let url = format!("{base}{}", endpoint.data);
+        let (mut stream, url) = open_legacy_sse(&http, &base).await;
         let mut exchange = async |body: Value| {
             let status = within(
                 "POST",

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use mcp_client::{Client, Reply, SseStream};
 use mcp_testkit::{
-    NODE_BIN_ENV, NodeProcess, OtlpReceiver, ReceivedSpan, RedisServer, node_binary, within,
+    NODE_BIN_ENV, NodeProcess, OtlpReceiver, ReceivedSpan, RedisServer, node_binary,
+    open_legacy_sse, within,
 };
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
@@ -320,27 +321,12 @@ async fn legacy_sse_answers_are_exported_in_the_callers_trace() {
     let node = node(&receiver, Endpoint::Env, &[], ALWAYS_ON_FAST);
     let base = format!("http://{}", node.addr());
     let http = reqwest::Client::new();
-    let response = within(
-        "GET /sse",
-        http.get(format!("{base}/sse"))
-            .header("accept", "text/event-stream")
-            .send(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(response.status(), 200);
-    let mut stream = SseStream::new(response);
-    let endpoint = within("endpoint event", stream.next_event())
-        .await
-        .unwrap()
-        .expect("an endpoint event");
-    assert_eq!(endpoint.event.as_deref(), Some("endpoint"));
-    let session = endpoint
-        .data
-        .strip_prefix("/messages?sessionId=")
-        .unwrap_or_else(|| panic!("endpoint {:?}", endpoint.data))
+    let (mut stream, url) = open_legacy_sse(&http, &base).await;
+    let session = url
+        .split_once("/messages?sessionId=")
+        .unwrap_or_else(|| panic!("endpoint {url:?}"))
+        .1
         .to_owned();
-    let url = format!("{base}{}", endpoint.data);
     let post = |body: Value, span_id: &'static str| {
         let http = http.clone();
         let url = url.clone();

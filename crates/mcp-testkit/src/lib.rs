@@ -51,6 +51,35 @@ pub async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T
     }
 }
 
+/// Opens a legacy HTTP+SSE session (2024-11-05): `GET {base}/sse`, 200,
+/// then its `endpoint` event. Returns the stream and the URL to POST its
+/// messages to (`{base}/messages?sessionId=…`).
+///
+/// # Panics
+/// When the node does not answer 200 with an `endpoint` event within
+/// [`GUARD`].
+pub async fn open_legacy_sse(
+    http: &reqwest::Client,
+    base: &str,
+) -> (mcp_client::SseStream, String) {
+    let response = within(
+        "GET /sse",
+        http.get(format!("{base}/sse"))
+            .header("accept", "text/event-stream")
+            .send(),
+    )
+    .await
+    .expect("GET /sse");
+    assert_eq!(response.status(), 200, "GET /sse");
+    let mut stream = mcp_client::SseStream::new(response);
+    let endpoint = within("the endpoint event", stream.next_event())
+        .await
+        .expect("the endpoint event")
+        .expect("an endpoint event");
+    assert_eq!(endpoint.event.as_deref(), Some("endpoint"));
+    (stream, format!("{base}{}", endpoint.data))
+}
+
 /// A loopback port that was free a moment ago (bound to port 0, then
 /// released), for servers that must be told their port.
 ///
@@ -89,8 +118,14 @@ pub fn raw_http(addr: SocketAddr, head: &str, body: &str) -> anyhow::Result<(u16
     let mut socket = std::net::TcpStream::connect(addr)?;
     socket.set_read_timeout(Some(GUARD))?;
     socket.write_all(format!("{head}\r\n\r\n{body}").as_bytes())?;
-    let mut response = String::new();
-    socket.read_to_string(&mut response)?;
+    let mut response = Vec::new();
+    socket.read_to_end(&mut response)?;
+    status_and_body(&response)
+}
+
+/// The status and body of a raw HTTP/1.1 response read to its end.
+fn status_and_body(response: &[u8]) -> anyhow::Result<(u16, String)> {
+    let response = String::from_utf8_lossy(response);
     let (head, body) = response
         .split_once("\r\n\r\n")
         .context("no end of headers")?;
@@ -131,16 +166,7 @@ pub fn raw_http_from(
     socket.write_all(&request)?;
     let mut response = Vec::new();
     socket.read_to_end(&mut response)?;
-    let response = String::from_utf8_lossy(&response);
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .context("no end of headers")?;
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .context("no status")?;
-    Ok((status, body.to_owned()))
+    status_and_body(&response)
 }
 
 /// A node running on its own actix system in a thread of this process.
