@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of the project:
 #   1. the Rust workspace tests (unit, port suite, end-to-end over real sockets), then the
-#      fuzz targets (tests/fuzz/run.sh: cargo-fuzz on stable, each target for a bounded
-#      time from its seed corpus; installs the pinned cargo-fuzz if missing);
+#      traces tests again against the release build of mcp-node (MCP_NODE_BIN), the binary
+#      an operator runs, then the fuzz targets (tests/fuzz/run.sh: cargo-fuzz on stable,
+#      each target for a bounded time from its seed corpus; installs the pinned cargo-fuzz
+#      if missing);
 #   2. the official MCP conformance suite, both requirement sets (2025-11-25, the session
 #      era; 2026-07-28, the stateless era with the tasks extension and the pending
 #      scenarios) against a started node, then through nginx in front of a 3-node cluster
@@ -130,6 +132,21 @@ if [ "$cargo_status" != 0 ]; then
   echo "rust: $rust_passed passed, $rust_failed failed"
   exit 1
 fi
+
+# The traces tests once more, against the release binary that operators run, started
+# as they start it (the tests launch MCP_NODE_BIN).
+TRACES_TESTS=(traces_otlp traces_completed_requests traces_cross_node_cancel)
+echo "== traces tests against the release build (${TRACES_TESTS[*]})"
+traces_args=()
+for t in "${TRACES_TESTS[@]}"; do traces_args+=(--test "$t"); done
+set +e
+{
+  cargo build --release -p mcp-node --quiet &&
+    MCP_NODE_BIN="$ROOT/target/release/mcp-node" cargo test -p mcp-e2e "${traces_args[@]}"
+} 2>&1 | tee "$LOG_DIR/traces-release.log"
+release_traces_status=${PIPESTATUS[0]}
+set -e
+read -r release_passed release_failed < <(awk '/^test result:/ {p += $4; f += $6} END {print p+0, f+0}' "$LOG_DIR/traces-release.log")
 
 echo "== fuzz targets (tests/fuzz/run.sh)"
 set +e
@@ -399,8 +416,9 @@ helm_status=${PIPESTATUS[0]}
 set -e
 read -r helm_passed helm_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/helm.log")
 
-failed=$((rust_failed + fuzz_failed + compose_failed + rules_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed + helm_failed))
-passed=$((rust_passed + fuzz_passed + compose_passed + rules_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed + helm_passed))
+failed=$((rust_failed + release_failed + fuzz_failed + compose_failed + rules_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed + helm_failed))
+passed=$((rust_passed + release_passed + fuzz_passed + compose_passed + rules_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed + helm_passed))
+[ "$release_traces_status" = 0 ] || { echo "traces tests against the release build failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$fuzz_status" = 0 ] || { echo "fuzz targets failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$compose_status" = 0 ] || { echo "deployment file checks failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$rules_status" = 0 ] || { echo "alerting rule checks failed" >&2; failed=$((failed > 0 ? failed : 1)); }
@@ -412,6 +430,6 @@ passed=$((rust_passed + fuzz_passed + compose_passed + rules_passed + conf_passe
 [ "$helm_status" = 0 ] || { echo "Helm chart tests failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 echo "client matrix:"
 grep -h '^matrix .* x .*: ' "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" | sed 's/^/  /'
-echo "rust: $rust_passed passed, $rust_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; alerting rule checks: $rules_passed passed, $rules_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed; helm chart checks: $helm_passed passed, $helm_failed failed"
+echo "rust: $rust_passed passed, $rust_failed failed; traces tests on the release build: $release_passed passed, $release_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; alerting rule checks: $rules_passed passed, $rules_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed; helm chart checks: $helm_passed passed, $helm_failed failed"
 echo "total: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -32,7 +32,8 @@
 #                the standard headers (tools/call only: the era has no
 #                initialize, and its memory per session is none)
 #   ours-traced  mcp-node exporting a span per request (sampler always_on) over
-#                OTLP/HTTP to a sink this script starts (it answers 200, keeps nothing)
+#                OTLP/HTTP to a sink this script starts (it answers 200 and counts
+#                the spans it got; the report gives the count, and none is a failure)
 #   ours-base    mcp-node built from BASE_REV in a git worktree (target/peers/base):
 #                the same node without what came after, side by side
 #   ours-auth    mcp-node with authorization on: every request carries a JWT
@@ -241,17 +242,64 @@ fi
 # ---- servers
 if has ours-traced; then
   # An OTLP/HTTP sink: answers every export with 200 and an empty body (an
-  # empty ExportTraceServiceResponse), keeping nothing.
+  # empty ExportTraceServiceResponse), keeping nothing but counts: GET
+  # answers "<export requests> <spans>", the spans counted by walking the
+  # protobuf (ExportTraceServiceRequest.resource_spans(1) -> ResourceSpans.
+  # scope_spans(2) -> ScopeSpans.spans(2)), so that the traced target's
+  # figure is known to be one of spans that left the node.
   (exec taskset -c $LOAD_CORE python3 -c '
-import http.server, sys
+import http.server, sys, threading
+def varint(b, i):
+    n = shift = 0
+    while True:
+        c = b[i]; i += 1
+        n |= (c & 0x7f) << shift
+        if c < 0x80:
+            return n, i
+        shift += 7
+def fields(b):
+    i = 0
+    while i < len(b):
+        key, i = varint(b, i)
+        kind = key & 7
+        if kind == 0:
+            _, i = varint(b, i)
+        elif kind == 1:
+            i += 8
+        elif kind == 5:
+            i += 4
+        elif kind == 2:
+            n, i = varint(b, i)
+            yield key >> 3, b[i:i + n]
+            i += n
+        else:
+            raise ValueError("wire type %d" % kind)
+def spans(body):
+    return sum(1 for f, rs in fields(body) if f == 1
+                 for g, ss in fields(rs) if g == 2
+                 for h, _ in fields(ss) if h == 2)
+lock = threading.Lock()
+count = [0, 0]
 class Sink(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = memoryview(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        n = spans(body)
+        with lock:
+            count[0] += 1
+            count[1] += n
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", "0")
         self.end_headers()
+    def do_GET(self):
+        with lock:
+            text = "%d %d\n" % (count[0], count[1])
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        self.wfile.write(text.encode())
     def log_message(self, *args):
         pass
 http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_forever()
@@ -425,6 +473,8 @@ sum() { awk -v a="$1" -v b="$2" 'BEGIN { print a + b }'; }
 
 # ---- the three steps; a cell never measured stays "-"
 declare -A SESSIONS_OF RPS P50 P99 ERRS GEN_CPU INIT INIT_ERRS MEM
+# ours-traced: checked answers (rate x duration, summed) and what the sink got.
+TRACED_ANSWERS=0 OTLP_EXPORTS=- OTLP_SPANS=-
 for target in $TARGETS; do
   for conns in $CONNS_LIST; do
     RPS[$target,$conns]=- P50[$target,$conns]=- P99[$target,$conns]=- ERRS[$target,$conns]=0
@@ -462,9 +512,19 @@ step_calls() {
         P99[$target,$conns]=$(sum "${P99[$target,$conns]}" "$p99")
         ERRS[$target,$conns]=$(sum "${ERRS[$target,$conns]}" "$errs")
         GEN_CPU[$target,$conns]=$(awk -v a="${GEN_CPU[$target,$conns]:-0}" -v b="$cpu" 'BEGIN { print (b > a) ? b : a }')
+        if [[ $target == ours-traced ]]; then
+          TRACED_ANSWERS=$(awk -v a="$TRACED_ANSWERS" -v r="$rate" -v d="$DURATION_SECS" 'BEGIN { printf "%.0f", a + r * d }')
+        fi
       done
     done
   done
+  if has ours-traced; then
+    # One batch delay (5 s) for the last spans, before the node stops.
+    sleep 6
+    read -r OTLP_EXPORTS OTLP_SPANS < <(curl -sf "http://127.0.0.1:$OTLP_PORT/" || echo "0 0")
+    echo "ours-traced: the OTLP sink received $OTLP_SPANS spans in $OTLP_EXPORTS export requests; about $TRACED_ANSWERS checked tools/call answers"
+    [[ $OTLP_SPANS -gt 0 ]] || echo "ours-traced: no span reached the OTLP sink" >>"$FAILURES"
+  fi
   for target in $TARGETS; do stop_server "$target"; done
 }
 
@@ -584,6 +644,10 @@ top=${conns_list[-1]}
     echo "$row $(mean2 "${P50[$target,$top]}") | $(mean2 "${P99[$target,$top]}") | $(marked "$(mean "${INIT[$target]}")" "${INIT_ERRS[$target]}") | $errs | ${GEN_CPU[$target,$top]:--}% |"
   done
   echo
+  if has ours-traced && step calls; then
+    echo "ours-traced: the OTLP sink received $OTLP_SPANS spans in $OTLP_EXPORTS export requests during the tools/call runs (counted in each request's protobuf, up to 6 s after the last run), for about $TRACED_ANSWERS checked tools/call answers (rate × duration, summed over the runs) plus the sessions' opening requests."
+    echo
+  fi
   if step memory; then
     echo "## Memory per idle session"
     echo

@@ -66,7 +66,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Runs a load test and prints a summary; exits 1 if any protocol rule was broken.
+    /// Runs a load test and prints a summary; exits 1, saying why on stderr, if any
+    /// protocol rule was broken or more requests failed than --max-errors allows.
     Run(RunArgs),
     /// Opens idle sessions (optionally each with its standalone GET stream), prints the
     /// server's extra resident memory per session, holds them, then DELETEs them.
@@ -236,6 +237,14 @@ struct RunArgs {
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     interval_ms: u64,
 
+    /// Errors the run may have and still pass: failed operations and other failed
+    /// requests (refusals such as 401 or 429, other 4xx and 5xx answers, JSON-RPC
+    /// errors, failed checks, transport errors). With more, the run exits 1 and says
+    /// how many of each kind. Default 0: a run whose requests are refused is no
+    /// measurement of the server.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_errors: u64,
+
     /// PID of the server process: its resident memory (VmRSS from /proc, Linux) is
     /// sampled every interval. If the process goes away, sampling stops and one
     /// `server_rss_lost` error is counted.
@@ -244,7 +253,19 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Bad arguments exit 64 (EX_USAGE) as the other bad-argument errors
+    // below do, not clap's 2; --help and --version exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return if err.use_stderr() {
+                ExitCode::from(64)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     raise_fd_limit();
     let outcome = match cli.command {
         Command::Run(args) => run(args),
@@ -321,7 +342,8 @@ fn http_client(args: &HttpArgs) -> anyhow::Result<reqwest::Client> {
         .context("building the HTTP client")
 }
 
-/// Runs the test; returns the number of protocol violations.
+/// Runs the test; returns 1 when it failed (a protocol violation, or more
+/// errors than `--max-errors`), said on stderr, else 0.
 fn run(args: RunArgs) -> anyhow::Result<u64> {
     target::check(&args.url, &args.allow_target)?;
     ensure!(args.sessions >= 1, "--sessions must be at least 1");
@@ -393,7 +415,11 @@ async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
         html::write(&report, path)?;
         println!("HTML report written to {}", path.display());
     }
-    Ok(report.protocol_violations)
+    let failures = report.failures(args.max_errors);
+    for failure in &failures {
+        eprintln!("mcp-loadtest: run failed: {failure}");
+    }
+    Ok(u64::from(!failures.is_empty()))
 }
 
 /// The command line, for the report, without secrets.

@@ -118,6 +118,32 @@ impl Report {
         }
     }
 
+    /// Why the run failed, one line each: protocol violations, or more
+    /// errors than `max_errors` (with the most frequent kinds). Empty: it
+    /// passed.
+    pub(crate) fn failures(&self, max_errors: u64) -> Vec<String> {
+        let mut failures = Vec::new();
+        if self.protocol_violations > 0 {
+            failures.push(format!("{} protocol violations", self.protocol_violations));
+        }
+        let errors: u64 = self.errors.values().sum();
+        if errors > max_errors {
+            let mut kinds: Vec<(&String, &u64)> = self.errors.iter().collect();
+            kinds.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+            let top: Vec<String> = kinds
+                .iter()
+                .take(5)
+                .map(|(kind, n)| format!("{kind} {n}"))
+                .collect();
+            let more = if kinds.len() > 5 { ", ..." } else { "" };
+            failures.push(format!(
+                "{errors} errors, more than --max-errors {max_errors} allows ({}{more})",
+                top.join(", ")
+            ));
+        }
+        failures
+    }
+
     /// The report with the sampler's time series (and server RSS).
     pub(crate) fn with_series(mut self, series: Series) -> Self {
         self.series = series;

@@ -446,10 +446,13 @@ def expect_full(docs):
     assert {k: values.get(k) for k in (
         "MCP_TRUSTED_PROXIES", "MCP_QUOTA_INITIALIZE_PER_ADDRESS",
         "MCP_QUOTA_REQUESTS_PER_PRINCIPAL", "MCP_QUOTA_SESSIONS_PER_PRINCIPAL",
-        "MCP_QUOTA_STREAMS_PER_PRINCIPAL")} == {
+        "MCP_QUOTA_STREAMS_PER_PRINCIPAL", "MCP_QUOTA_LISTEN_STREAMS_PER_ADDRESS",
+        "MCP_QUOTA_TASKS_PER_PRINCIPAL", "MCP_QUOTA_TASKS_PER_ADDRESS")} == {
         "MCP_TRUSTED_PROXIES": "10.244.0.0/16,127.0.0.1,::1",
         "MCP_QUOTA_INITIALIZE_PER_ADDRESS": "120", "MCP_QUOTA_REQUESTS_PER_PRINCIPAL": "3000",
-        "MCP_QUOTA_SESSIONS_PER_PRINCIPAL": "50", "MCP_QUOTA_STREAMS_PER_PRINCIPAL": "0"}, values
+        "MCP_QUOTA_SESSIONS_PER_PRINCIPAL": "50", "MCP_QUOTA_STREAMS_PER_PRINCIPAL": "0",
+        "MCP_QUOTA_LISTEN_STREAMS_PER_ADDRESS": "40", "MCP_QUOTA_TASKS_PER_PRINCIPAL": "30",
+        "MCP_QUOTA_TASKS_PER_ADDRESS": "0"}, values
     spec = deployment["spec"]["template"]["spec"]
     assert spec["terminationGracePeriodSeconds"] == 2 + 10 + 60 + 10
     assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 2
@@ -583,7 +586,9 @@ def expect_auth_introspection(docs):
         "MCP_AUTH__RESOURCE_NAME": "Example tools",
         "MCP_AUTH__INTROSPECTION__ENDPOINT": "https://idp.example.org/oauth2/introspect",
         "MCP_AUTH__INTROSPECTION__CLIENT_ID": "mcp-resource-server",
-        "MCP_AUTH__INTROSPECTION__CLIENT_SECRET": None}, auth_values(docs)
+        "MCP_AUTH__INTROSPECTION__CLIENT_SECRET": None,
+        "MCP_AUTH__INTROSPECTION__CALLS_PER_ADDRESS": "20",
+        "MCP_AUTH__INTROSPECTION__CALLS_PER_SECOND": "0"}, auth_values(docs)
     ref = env_list(container)["MCP_AUTH__INTROSPECTION__CLIENT_SECRET"]["valueFrom"]
     assert ref == {"secretKeyRef": {"name": "idp-introspection", "key": "secret"}}, ref
     # The chart renders no Secret for it: it only names one.

@@ -404,7 +404,16 @@ export async function runMatrix({ url, label, adapter, wire }) {
     const text = textOf(result);
     assert(text === `Echo: ${message}`, `text ${fmt(text)}, expected ${fmt(`Echo: ${message}`)}`);
     assert(!result.isError, 'isError is true');
+    // A text-only tool: no structuredContent, which clients would prefer to the text.
+    assert(!('structuredContent' in result), `structuredContent ${fmt(result.structuredContent)} on a text-only tool`);
     return fmt(text);
+  });
+
+  await check('tools/call add {a:2, b:3}: structuredContent {sum:5}, as its outputSchema says', async () => {
+    const result = await adapter.callTool('add', { a: 2, b: 3 });
+    assert(!result.isError, `isError is true: ${fmt(result)}`);
+    assert(fmt(result.structuredContent) === fmt({ sum: 5 }), `structuredContent ${fmt(result.structuredContent)}`);
+    return fmt(result.structuredContent);
   });
 
   await check('prompts/get test_simple_prompt', async () => {

@@ -379,6 +379,9 @@ class Matrix:
             'tools/list with a foreign cursor ("" and "not-a-cursor"): -32602', lambda: self.foreign_cursor(client)
         )
         await self.check("tools/call echo", lambda: self.echo(client))
+        await self.check(
+            "tools/call add {a:2, b:3}: structuredContent {sum:5}, as its outputSchema says", lambda: self.add(client)
+        )
         await self.check("prompts/get test_simple_prompt", lambda: self.prompt(client))
         await self.check("resources/read test://static-text", lambda: self.read(client))
         on_stream = ", on the call's own response stream" if self.modern else ""
@@ -442,7 +445,15 @@ class Matrix:
         text = text_of(result)
         require(text == f"Echo: {message}", f"text {text!r}, expected {'Echo: ' + message!r}")
         require(not result.is_error, "isError is true")
+        # A text-only tool: no structuredContent, which clients would prefer to the text.
+        require(result.structured_content is None, f"structuredContent {result.structured_content!r} on a text-only tool")
         return repr(text)
+
+    async def add(self, client: Client) -> str:
+        result = await client.call_tool("add", {"a": 2, "b": 3})
+        require(not result.is_error, f"isError is true: {result!r}")
+        require(result.structured_content == {"sum": 5}, f"structuredContent {result.structured_content!r}")
+        return repr(result.structured_content)
 
     async def prompt(self, client: Client) -> str:
         result = await client.get_prompt("test_simple_prompt", {})

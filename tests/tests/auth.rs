@@ -328,17 +328,30 @@ async fn an_unreachable_issuer_means_503_never_an_accepted_token() {
         if forged == token {
             assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{answer:?}");
             assert!(answer.headers.get("retry-after").is_some());
+            // The client is told the server is unavailable, not which
+            // server nor how it failed: that is for the log.
             let message = answer.body["error"]["message"].as_str().unwrap_or("");
-            assert!(
-                message.contains("authorization server unavailable"),
-                "{message}"
-            );
+            assert_eq!(message, "authorization server unavailable", "{answer:?}");
+            let text = answer.body.to_string();
+            for detail in [
+                issuer.base_url().as_str(),
+                "127.0.0.1",
+                "HTTP 503",
+                "connection",
+            ] {
+                assert!(!text.contains(detail), "{detail} in {text}");
+            }
         } else {
             // Refused on its own merits, issuer or not.
             assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{answer:?}");
         }
         assert!(answer.headers.get("mcp-session-id").is_none());
     }
+    // The operator reads which server failed and how.
+    let line = node
+        .wait_for_log("Fetching the issuer's keys failed")
+        .unwrap();
+    assert!(line.contains(&issuer.base_url()), "{line}");
     issuer.set_down(false);
     // Fetched again once `jwks_refresh_min_secs` has passed.
     within("issuer back", async {

@@ -106,6 +106,26 @@ async fn output_breaking_the_output_schema_is_an_internal_error() {
 }
 
 #[tokio::test]
+async fn a_tool_with_an_output_schema_that_returns_no_structured_content_is_an_internal_error() {
+    let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
+    for version in ["2024-11-05", "2025-06-18", "2025-11-25"] {
+        let client = session_with(&node, version).await;
+
+        let response = call(&client, "unstructured_output", json!({})).await;
+
+        // Never a text-only answer the client could not check against the
+        // schema it was given: the provider's bug shows as -32603.
+        assert_eq!(error_code(&response), -32603, "{version}: {response}");
+        let message = response["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("no structuredContent") && message.contains("outputSchema"),
+            "{version}: {message}"
+        );
+        assert_echo_works(&client).await;
+    }
+}
+
+#[tokio::test]
 async fn invalid_arguments_are_a_tool_error_from_2025_11_25() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
     let client = session_with(&node, "2025-11-25").await;
@@ -116,7 +136,7 @@ async fn invalid_arguments_are_a_tool_error_from_2025_11_25() {
     assert_eq!(result["isError"], true, "{response}");
     let text = result["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("invalid arguments"), "{text}");
-    assert_eq!(result["structuredContent"], json!({}));
+    assert!(result.get("structuredContent").is_none(), "{response}");
 }
 
 #[tokio::test]
@@ -210,6 +230,7 @@ async fn tools_list_pages_visit_every_tool_exactly_once() {
         "mirrored",
         "typed_add",
         "bad_output",
+        "unstructured_output",
     ]
     .into();
 
@@ -236,7 +257,7 @@ async fn tools_list_pages_visit_every_tool_exactly_once() {
         cursor = Some(next.to_owned());
     }
 
-    assert_eq!(pages, vec![5, 5, 2]);
+    assert_eq!(pages, vec![5, 5, 3]);
     let unique: HashSet<&str> = names.iter().map(String::as_str).collect();
     assert_eq!(
         unique.len(),
@@ -259,7 +280,7 @@ async fn tools_list_pages_visit_every_tool_exactly_once() {
 }
 
 #[tokio::test]
-async fn call_results_always_carry_structured_content_and_content() {
+async fn call_results_carry_content_and_structured_content_only_when_structured() {
     let node = InProcessNode::start_default(fixtures::test_server()).unwrap();
     let client = session_with(&node, "2025-11-25").await;
 
@@ -273,16 +294,18 @@ async fn call_results_always_carry_structured_content_and_content() {
     ] {
         let response = call(&client, name, args.clone()).await;
         let result = &response["result"];
-        assert!(
-            result["structuredContent"].is_object(),
+        // Only the tool with an output schema returns structured data.
+        assert_eq!(
+            result.get("structuredContent").is_some(),
+            name == "typed_add",
             "{name} {args}: {response}"
         );
         let content = result["content"].as_array().expect("content");
         assert!(!content.is_empty(), "{name} {args}: {response}");
         assert!(result["isError"].is_boolean(), "{name} {args}: {response}");
     }
-    let echo = call(&client, "echo", json!({"message": "x"})).await;
-    assert_eq!(echo["result"]["structuredContent"], json!({}));
+    let typed = call(&client, "typed_add", json!({"a": 2, "b": 3})).await;
+    assert_eq!(typed["result"]["structuredContent"], json!({"sum": 5.0}));
 }
 
 #[tokio::test]

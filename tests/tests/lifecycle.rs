@@ -6,7 +6,7 @@
 use mcp_client::{Client, Reply, SseStream};
 use mcp_server::protocol::types::CallToolResult;
 use mcp_server::{McpServer, ToolDef};
-use mcp_testkit::{InProcessNode, fixtures, within};
+use mcp_testkit::{InProcessNode, fixtures, open_legacy_sse, within};
 use serde_json::{Value, json};
 
 async fn request(client: &Client, method: &str, params: Value) -> (Value, Vec<Value>) {
@@ -46,24 +46,10 @@ struct Legacy {
 impl Legacy {
     async fn open(node: &InProcessNode) -> Self {
         let http = reqwest::Client::new();
-        let response = within(
-            "GET /sse",
-            http.get(format!("{}/sse", node.base_url()))
-                .header("accept", "text/event-stream")
-                .send(),
-        )
-        .await
-        .unwrap();
-        assert_eq!(response.status(), 200);
-        let mut stream = SseStream::new(response);
-        let endpoint = within("endpoint", stream.next_event())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(endpoint.event.as_deref(), Some("endpoint"));
+        let (stream, messages) = open_legacy_sse(&http, &node.base_url()).await;
         Self {
             http,
-            messages: format!("{}{}", node.base_url(), endpoint.data),
+            messages,
             stream,
         }
     }

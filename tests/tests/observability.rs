@@ -1,6 +1,7 @@
 //! What an operator sees of a node, read as a scraper and a log shipper
-//! read it: `/metrics` on the main and the admin listener (outside the
-//! Host check of `/mcp`, accepted by `promtool check metrics`), counters
+//! read it: `/metrics` on the admin listener only when there is one (the
+//! main listener answers 404), else on the main one (outside the Host
+//! check of `/mcp`, accepted by `promtool check metrics`), counters
 //! that follow what clients did, and one access-log line per HTTP request
 //! carrying the client's `X-Request-Id`.
 
@@ -92,6 +93,7 @@ async fn metrics_follow_what_clients_did_and_pass_promtool() {
     let node =
         NodeProcess::spawn(&node_binary(), &["--log", "warn", "--admin-bind", &admin]).unwrap();
     let base = node.url().trim_end_matches("/mcp").to_owned();
+    let admin_base = format!("http://{admin}");
 
     let mut client = Client::new(node.url(), VERSION);
     within("initialize", client.initialize(json!({})))
@@ -121,9 +123,18 @@ async fn metrics_follow_what_clients_did_and_pass_promtool() {
     let stream = within("GET", client.get(None)).await.unwrap();
     assert!(matches!(stream, Reply::Sse(_)), "{stream:?}");
 
-    // The main listener serves /metrics whatever the Host (a scraper
-    // addresses the pod), while /mcp refuses that Host.
-    let text = scrape(&base, Some("metrics.example")).await;
+    // The admin listener serves /metrics whatever the Host (a scraper
+    // addresses the pod), while /mcp refuses that Host; the public port
+    // does not serve it at all.
+    let text = scrape(&admin_base, Some("metrics.example")).await;
+    let public = within(
+        "GET /metrics on the main listener",
+        reqwest::get(format!("{base}/metrics")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(public.status(), 404);
+    assert!(!public.text().await.unwrap().contains("mcp_"));
     let refused = reqwest::Client::new()
         .post(node.url())
         .header("Host", "metrics.example")
@@ -198,9 +209,8 @@ async fn metrics_follow_what_clients_did_and_pass_promtool() {
         "a session id became a label"
     );
 
-    // The refusal above is counted by reason; the admin listener serves the
-    // same registry.
-    let admin_text = scrape(&format!("http://{admin}"), None).await;
+    // The refusal above is counted by reason.
+    let admin_text = scrape(&admin_base, None).await;
     assert_eq!(
         value(
             &admin_text,
@@ -219,7 +229,7 @@ async fn metrics_follow_what_clients_did_and_pass_promtool() {
         within("DELETE", client.delete()).await.unwrap(),
         reqwest::StatusCode::OK
     );
-    let after = scrape(&base, None).await;
+    let after = scrape(&admin_base, None).await;
     assert_eq!(
         value(&after, "mcp_sessions_ended_total", &[("reason", "deleted")]),
         1.0
@@ -248,6 +258,14 @@ async fn metrics_follow_what_clients_did_and_pass_promtool() {
         String::from_utf8_lossy(&check.stdout),
         String::from_utf8_lossy(&check.stderr)
     );
+}
+
+#[tokio::test]
+async fn without_an_admin_listener_metrics_are_on_the_main_one() {
+    let node = NodeProcess::spawn(&node_binary(), &["--log", "warn"]).unwrap();
+    let base = node.url().trim_end_matches("/mcp").to_owned();
+    let text = scrape(&base, Some("metrics.example")).await;
+    assert_eq!(value(&text, "mcp_build_info", &[]), 1.0);
 }
 
 #[tokio::test]

@@ -65,14 +65,15 @@ async fn a_node_started_before_redis_waits_not_ready_then_serves() {
         let (status, body) = get(addr, "/readyz").await;
         assert_eq!(status, 503, "/readyz on {addr}: {body}");
         assert!(body.contains("not connected"), "/readyz on {addr}: {body}");
-        // Scrapable while starting, and saying so.
-        let (status, metrics) = get(addr, "/metrics").await;
-        assert_eq!(status, 200, "/metrics on {addr}");
-        assert!(
-            metrics.contains("mcp_node_drain_phase{phase=\"starting\"} 1"),
-            "{metrics}"
-        );
     }
+    // Scrapable while starting, and saying so, on the admin listener only.
+    let (status, metrics) = get(admin, "/metrics").await;
+    assert_eq!(status, 200, "/metrics on {admin}");
+    assert!(
+        metrics.contains("mcp_node_drain_phase{phase=\"starting\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(get(node.addr(), "/metrics").await.0, 404);
 
     // MCP requests: 503, Retry-After, a JSON-RPC error saying why.
     let response = within(

@@ -1,13 +1,15 @@
 //! Traces leave a real `mcp-node` over OTLP/HTTP to a real receiver: a
 //! control-bus message carrying a `traceparent` is handled in that trace,
 //! with the node's resource attributes; spans still buffered are exported
-//! when the node stops; an unsupported OTLP protocol stops the node at
-//! startup.
+//! when the node stops; every `OTEL_*` value the README says is refused
+//! stops the node at startup with code 64 and one line naming it.
 
 use std::time::Duration;
 
 use mcp_client::Client;
-use mcp_testkit::{NodeProcess, OtlpReceiver, ReceivedSpan, RedisServer, node_binary, within};
+use mcp_testkit::{
+    NODE_BIN_ENV, NodeProcess, OtlpReceiver, ReceivedSpan, RedisServer, node_binary, within,
+};
 use serde_json::json;
 
 /// The caller's context, chosen by the test.
@@ -146,4 +148,166 @@ fn an_unsupported_otlp_protocol_stops_the_node_at_startup() {
         stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL=grpc") && stderr.contains("http/protobuf"),
         "{stderr}"
     );
+}
+
+/// Runs the node with traces on (`--otlp-endpoint`, or the variable when
+/// `env` names an endpoint) and `env`, expecting it to refuse to start;
+/// returns its exit code and stderr. A node that starts anyway is killed
+/// after a while and reported.
+fn refused_start(env: &[(&str, &str)]) -> (Option<i32>, String) {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+
+    let mut command = Command::new(node_binary());
+    command
+        .env_remove(NODE_BIN_ENV)
+        .args(["--bind", "127.0.0.1:0"]);
+    if !env.iter().any(|(k, _)| k.contains("ENDPOINT")) {
+        command.args(["--otlp-endpoint", "http://127.0.0.1:4318"]);
+    }
+    let mut child = command
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    // A hang guard of 30 s: a refused start takes milliseconds.
+    let poll = Duration::from_millis(20);
+    for _ in 0..1500 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status.code(), reader.join().unwrap());
+        }
+        std::thread::sleep(poll);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!(
+        "{env:?}: the node started instead of refusing: {}",
+        reader.join().unwrap()
+    );
+}
+
+/// A refused environment, the `VAR=value` its stderr line names, and what
+/// else that line must say.
+type Refusal = (
+    &'static [(&'static str, &'static str)],
+    &'static str,
+    &'static str,
+);
+
+#[test]
+fn every_documented_otel_refusal_stops_the_node_at_startup() {
+    let cases: &[Refusal] = &[
+        (
+            &[("OTEL_EXPORTER_OTLP_COMPRESSION", "bogus")],
+            "OTEL_EXPORTER_OTLP_COMPRESSION=bogus",
+            "unknown compression",
+        ),
+        (
+            &[("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")],
+            "OTEL_EXPORTER_OTLP_COMPRESSION=gzip",
+            "not built in",
+        ),
+        (
+            &[("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "zstd")],
+            "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION=zstd",
+            "not built in",
+        ),
+        (
+            &[("OTEL_BSP_SCHEDULE_DELAY", "soon")],
+            "OTEL_BSP_SCHEDULE_DELAY=soon",
+            "milliseconds",
+        ),
+        (
+            &[("OTEL_BSP_EXPORT_TIMEOUT", "-5")],
+            "OTEL_BSP_EXPORT_TIMEOUT=-5",
+            "milliseconds",
+        ),
+        (
+            &[("OTEL_BSP_MAX_QUEUE_SIZE", "lots")],
+            "OTEL_BSP_MAX_QUEUE_SIZE=lots",
+            "whole number",
+        ),
+        (
+            &[("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "5000")],
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE=5000",
+            "OTEL_BSP_MAX_QUEUE_SIZE",
+        ),
+        (
+            &[("OTEL_EXPORTER_OTLP_HEADERS", "garbage")],
+            "OTEL_EXPORTER_OTLP_HEADERS=",
+            "key=value",
+        ),
+        (
+            &[("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "api-key=s3cret,x")],
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS=",
+            "key=value",
+        ),
+        (
+            &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")],
+            "OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
+            "http/protobuf",
+        ),
+        (
+            &[("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")],
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/json",
+            "http/protobuf",
+        ),
+        (
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318")],
+            "OTEL_EXPORTER_OTLP_ENDPOINT=https://collector:4318",
+            "https is not built in",
+        ),
+        (
+            &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318")],
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=collector:4318",
+            "http:// URL",
+        ),
+        (
+            &[("OTEL_TRACES_EXPORTER", "zipkin")],
+            "OTEL_TRACES_EXPORTER=zipkin",
+            "only otlp and none",
+        ),
+        (
+            &[("OTEL_TRACES_SAMPLER", "sometimes")],
+            "OTEL_TRACES_SAMPLER=sometimes",
+            "always_on",
+        ),
+        (
+            &[
+                ("OTEL_TRACES_SAMPLER", "traceidratio"),
+                ("OTEL_TRACES_SAMPLER_ARG", "2"),
+            ],
+            "OTEL_TRACES_SAMPLER_ARG=2",
+            "between 0 and 1",
+        ),
+        (
+            &[("OTEL_EXPORTER_OTLP_TIMEOUT", "soon")],
+            "OTEL_EXPORTER_OTLP_TIMEOUT=soon",
+            "milliseconds",
+        ),
+        (
+            &[("OTEL_RESOURCE_ATTRIBUTES", "novalue")],
+            "OTEL_RESOURCE_ATTRIBUTES=novalue",
+            "key=value",
+        ),
+    ];
+    for (env, named, reason) in cases {
+        let (code, stderr) = refused_start(env);
+        assert_eq!(code, Some(64), "{env:?}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(named)).collect();
+        let [line] = lines.as_slice() else {
+            panic!("{env:?}: one line naming {named}: {stderr}")
+        };
+        assert!(line.contains(reason), "{env:?}: {line}");
+    }
+    // Header values may be credentials: never echoed.
+    let (_, stderr) = refused_start(&[("OTEL_EXPORTER_OTLP_HEADERS", "api-key=s3cret,x")]);
+    assert!(!stderr.contains("s3cret"), "{stderr}");
 }

@@ -1,13 +1,15 @@
 //! [`Authenticator`]: turns an `Authorization` header into a [`Principal`],
 //! or says why not.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use dashmap::DashMap;
 use jsonwebtoken::{Algorithm, Validation};
-use mcp_store::Principal;
+use mcp_store::memory::MemoryQuotas;
+use mcp_store::{Principal, QuotaKey, QuotaStore as _, Rate, Verdict};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -15,6 +17,11 @@ use crate::config::{AuthConfig, Checked, CheckedIntrospection, ConfigError};
 use crate::error::{AuthError, Rejection};
 use crate::issuer::{Issuer, read_json};
 use crate::metadata::ResourceMetadata;
+
+/// The names under which introspection calls are counted (per client
+/// address, and in all).
+const INTROSPECTION_PER_ADDRESS: &str = "introspection_per_address";
+const INTROSPECTION_IN_ALL: &str = "introspection_in_all";
 
 /// Longest token accepted, in bytes. Real access tokens are a few
 /// kilobytes at most; a longer header is refused before any work.
@@ -45,6 +52,10 @@ pub struct Authenticator {
     /// the token introspected) once, not per request. At most
     /// `token_cache_entries` entries.
     known: DashMap<[u8; 32], Known>,
+    /// Introspection calls counted per client address and in all, on this
+    /// node (a bounded in-memory rate store): a made-up token costs its
+    /// sender, not the authorization server.
+    introspection_calls: MemoryQuotas,
     metadata: ResourceMetadata,
 }
 
@@ -164,6 +175,7 @@ impl Authenticator {
             issuers,
             introspection,
             known: DashMap::new(),
+            introspection_calls: MemoryQuotas::new(),
             metadata,
         })
     }
@@ -185,18 +197,24 @@ impl Authenticator {
             if let Err(err) = issuer.keys_for(Some(""), Algorithm::RS256).await
                 && !matches!(err, AuthError::Invalid(_))
             {
-                tracing::warn!(issuer = %issuer.id, error = %err, "The issuer's keys are not available yet.");
+                tracing::warn!(issuer = %issuer.id, error = err.for_log(), "The issuer's keys are not available yet.");
             }
         }
     }
 
     /// Validates the `Authorization` header of a request (its value, `None`
-    /// when absent) and checks the scopes every request needs.
+    /// when absent) from `client` (the client's address, when known: the
+    /// introspection calls its tokens cause are counted against it) and
+    /// checks the scopes every request needs.
     ///
     /// # Errors
     /// Why the request is not authorized.
-    pub async fn authenticate(&self, header: Option<&[u8]>) -> Result<Arc<Principal>, AuthError> {
-        let outcome = self.principal(header).await.and_then(|principal| {
+    pub async fn authenticate(
+        &self,
+        header: Option<&[u8]>,
+        client: Option<IpAddr>,
+    ) -> Result<Arc<Principal>, AuthError> {
+        let outcome = self.principal(header, client).await.and_then(|principal| {
             self.check_scopes(&principal, &self.config.required_scopes)?;
             Ok(principal)
         });
@@ -243,7 +261,11 @@ impl Authenticator {
             .inc();
     }
 
-    async fn principal(&self, header: Option<&[u8]>) -> Result<Arc<Principal>, AuthError> {
+    async fn principal(
+        &self,
+        header: Option<&[u8]>,
+        client: Option<IpAddr>,
+    ) -> Result<Arc<Principal>, AuthError> {
         let token = bearer(header)?;
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let now = now();
@@ -262,6 +284,7 @@ impl Authenticator {
             let (principal, exp) = self.verify_jwt(token).await?;
             (Ok(principal), exp + self.checked.leeway, Some(exp))
         } else if let Some((introspection, http)) = &self.introspection {
+            self.admit_introspection(introspection, client).await?;
             self.introspect(token, introspection, http, now).await?
         } else {
             return Err(AuthError::Invalid(Rejection::Malformed));
@@ -276,6 +299,47 @@ impl Authenticator {
             now,
         );
         outcome.map_err(AuthError::Invalid)
+    }
+
+    /// Counts one introspection call against `client`'s address, then
+    /// against the node's calls in all: the address first, so that one
+    /// address past its bound never uses up what the others may call.
+    ///
+    /// # Errors
+    /// [`AuthError::Throttled`] when either bound is reached.
+    async fn admit_introspection(
+        &self,
+        config: &CheckedIntrospection,
+        client: Option<IpAddr>,
+    ) -> Result<(), AuthError> {
+        let per_address = client.zip(config.per_address).map(|(ip, rate)| {
+            let subject = mcp_store::quota::address_subject(ip);
+            (QuotaKey::new(INTROSPECTION_PER_ADDRESS, subject), rate)
+        });
+        let in_all = config
+            .in_all
+            .map(|rate| (QuotaKey::new(INTROSPECTION_IN_ALL, ""), rate));
+        for (key, rate) in per_address.into_iter().chain(in_all) {
+            self.count_call(&key, rate).await?;
+        }
+        Ok(())
+    }
+
+    async fn count_call(&self, key: &QuotaKey, rate: Rate) -> Result<(), AuthError> {
+        // The in-memory store never fails; were it to, the call is refused
+        // rather than made unbounded.
+        match self.introspection_calls.hit(key, 1, rate).await {
+            Ok(Verdict::Admitted) => Ok(()),
+            Ok(Verdict::Limited { retry_after }) => {
+                tracing::debug!(
+                    ?key,
+                    ?retry_after,
+                    "Introspection call refused: bound reached."
+                );
+                Err(AuthError::Throttled { retry_after })
+            }
+            Err(err) => Err(AuthError::Unavailable(err.to_string())),
+        }
     }
 
     /// Remembers an answer, within the bound: when full, answers past their
@@ -384,7 +448,13 @@ impl Authenticator {
                     .ok_or_else(|| AuthError::Unavailable("no introspection endpoint".into()))?;
                 issuer
                     .metadata()
-                    .await?
+                    .await
+                    .inspect_err(|err| {
+                        tracing::warn!(
+                            error = err.for_log(),
+                            "The issuer's metadata could not be fetched for introspection."
+                        );
+                    })?
                     .introspection_endpoint
                     .ok_or_else(|| {
                         AuthError::Unavailable(format!(
@@ -396,7 +466,7 @@ impl Authenticator {
         };
         let sent = http
             .post(&endpoint)
-            .basic_auth(&config.client_id, Some(&config.client_secret))
+            .basic_auth(&config.client_id, Some(config.client_secret.expose()))
             .form(&[("token", token), ("token_type_hint", "access_token")])
             .send()
             .await;
@@ -404,6 +474,10 @@ impl Authenticator {
             Ok(response) => read_json::<Claims>(response, &endpoint).await,
             Err(err) => Err(AuthError::Unavailable(format!("{endpoint}: {err}"))),
         };
+        if let Err(err) = &outcome {
+            // At most as often as the bounds on introspection calls allow.
+            tracing::warn!(error = err.for_log(), "Introspection failed.");
+        }
         mcp_telemetry::metrics::metrics()
             .auth_introspections
             .with_label_values(&[if outcome.is_ok() { "ok" } else { "failed" }])

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use jsonwebtoken::Algorithm;
+use mcp_telemetry::Secret;
 use reqwest::Url;
 use serde::{Deserialize, Serialize};
 
@@ -105,7 +106,7 @@ impl Default for AuthConfig {
 
 /// RFC 7662 token introspection: opaque (non-JWT) tokens are sent to the
 /// authorization server, which says whether they are active.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct IntrospectionConfig {
     /// The introspection endpoint. Default: the first issuer's
@@ -114,33 +115,36 @@ pub struct IntrospectionConfig {
     /// This resource server's client id at the authorization server (HTTP
     /// Basic authentication of the introspection call).
     pub client_id: String,
-    /// Its client secret. Prefer `client_secret_file`.
-    pub client_secret: Option<String>,
+    /// Its client secret (printed and serialized as `"<redacted>"`).
+    /// Prefer `client_secret_file`.
+    pub client_secret: Option<Secret>,
     /// A file holding the client secret (a mounted Secret).
     pub client_secret_file: Option<PathBuf>,
     /// Longest time an active answer is reused, in seconds (never past the
     /// token's `exp`). Default 300.
     pub cache_secs: u64,
-    /// Seconds an inactive answer is reused, so that a flood of made-up
-    /// tokens does not become a flood of introspection calls. Default 10.
+    /// Seconds an inactive answer is reused, so that the same made-up
+    /// token sent again does not become another introspection call.
+    /// Default 10.
     pub negative_cache_secs: u64,
-}
-
-impl std::fmt::Debug for IntrospectionConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The effective configuration is logged: never the secret.
-        f.debug_struct("IntrospectionConfig")
-            .field("endpoint", &self.endpoint)
-            .field("client_id", &self.client_id)
-            .field(
-                "client_secret",
-                &self.client_secret.as_ref().map(|_| "<redacted>"),
-            )
-            .field("client_secret_file", &self.client_secret_file)
-            .field("cache_secs", &self.cache_secs)
-            .field("negative_cache_secs", &self.negative_cache_secs)
-            .finish()
-    }
+    /// Introspection calls one client address (IPv6: its /64) may cause
+    /// per `calls_per_address_window_secs`: tokens answered from the cache
+    /// cost nothing, each token the node has to ask about costs one. Past
+    /// it the request gets 503 with `Retry-After`, never an accepted
+    /// token; other addresses are not affected. 0: no bound per address.
+    /// Default 60 (a burst of 60, then one a second): many people behind
+    /// one NAT, each with a new token now and then, while made-up tokens
+    /// from one address reach the authorization server at one a second,
+    /// not at the client's rate.
+    pub calls_per_address: u32,
+    /// The window of `calls_per_address`, in seconds. Default 60.
+    pub calls_per_address_window_secs: u64,
+    /// Introspection calls the node makes per second in all, whatever the
+    /// addresses (a burst of this many, then as many a second). Past it
+    /// the request gets 503 with `Retry-After`. 0: no bound. Default 50:
+    /// ten thousand users whose tokens are cached for `cache_secs` (300)
+    /// need about 33 a second.
+    pub calls_per_second: u32,
 }
 
 impl Default for IntrospectionConfig {
@@ -152,6 +156,9 @@ impl Default for IntrospectionConfig {
             client_secret_file: None,
             cache_secs: 300,
             negative_cache_secs: 10,
+            calls_per_address: 60,
+            calls_per_address_window_secs: 60,
+            calls_per_second: 50,
         }
     }
 }
@@ -191,9 +198,13 @@ pub(crate) struct Checked {
 pub(crate) struct CheckedIntrospection {
     pub(crate) endpoint: Option<Url>,
     pub(crate) client_id: String,
-    pub(crate) client_secret: String,
+    pub(crate) client_secret: Secret,
     pub(crate) cache: Duration,
     pub(crate) negative_cache: Duration,
+    /// Calls per client address, `None` when unbounded.
+    pub(crate) per_address: Option<mcp_store::Rate>,
+    /// Calls in all, `None` when unbounded.
+    pub(crate) in_all: Option<mcp_store::Rate>,
 }
 
 impl AuthConfig {
@@ -311,10 +322,16 @@ impl IntrospectionConfig {
         if self.client_id.is_empty() {
             return Err(invalid("introspection.client_id", "required"));
         }
+        if self.calls_per_address_window_secs == 0 {
+            return Err(invalid(
+                "introspection.calls_per_address_window_secs",
+                "must be positive",
+            ));
+        }
         let client_secret = match (&self.client_secret, &self.client_secret_file) {
             (Some(secret), None) => secret.clone(),
             (None, Some(path)) => std::fs::read_to_string(path)
-                .map(|s| s.trim_end().to_owned())
+                .map(|s| Secret::new(s.trim_end()))
                 .map_err(|err| {
                     invalid(
                         "introspection.client_secret_file",
@@ -340,6 +357,14 @@ impl IntrospectionConfig {
             client_secret,
             cache: Duration::from_secs(self.cache_secs),
             negative_cache: Duration::from_secs(self.negative_cache_secs),
+            per_address: (self.calls_per_address > 0).then(|| mcp_store::Rate {
+                limit: self.calls_per_address,
+                window: Duration::from_secs(self.calls_per_address_window_secs),
+            }),
+            in_all: (self.calls_per_second > 0).then(|| mcp_store::Rate {
+                limit: self.calls_per_second,
+                window: Duration::from_secs(1),
+            }),
         })
     }
 }

@@ -84,9 +84,20 @@ pub enum AuthError {
     InsufficientScope(Vec<String>),
     /// The authorization server (its metadata, keys or introspection) could
     /// not be reached, so the token could not be checked (HTTP 503). Never
-    /// an accepted token.
-    #[error("authorization server unavailable: {0}")]
+    /// an accepted token. The text says why, for the log: the client is
+    /// told only that the server is unavailable (it needs neither the
+    /// identity provider's URLs nor its connection errors).
+    #[error("authorization server unavailable")]
     Unavailable(String),
+    /// The token would have to be introspected, and this client address,
+    /// or the node in all, already made the configured number of
+    /// introspection calls (HTTP 503 with `Retry-After`). Never an accepted
+    /// token.
+    #[error("too many access tokens to check with the authorization server; retry later")]
+    Throttled {
+        /// How long until a call fits again.
+        retry_after: std::time::Duration,
+    },
 }
 
 impl AuthError {
@@ -98,6 +109,38 @@ impl AuthError {
             Self::Invalid(r) => r.label(),
             Self::InsufficientScope(_) => "insufficient_scope",
             Self::Unavailable(_) => "unavailable",
+            Self::Throttled { .. } => "throttled",
+        }
+    }
+
+    /// What the log is told beside the client's message: why the
+    /// authorization server is unavailable.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            Self::Unavailable(detail) => Some(detail),
+            _ => None,
+        }
+    }
+
+    /// The error as the log tells it: the client's message, or for an
+    /// unavailable server what failed (URL and cause).
+    pub fn for_log(&self) -> String {
+        match self.detail() {
+            Some(detail) => format!("{self}: {detail}"),
+            None => self.to_string(),
+        }
+    }
+
+    /// Whole seconds a client should wait before trying again (at least
+    /// 1), for the answers that say so: the authorization server
+    /// unavailable or throttled.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Self::Unavailable(_) => Some(1),
+            Self::Throttled { retry_after } => {
+                Some(retry_after.as_secs_f64().ceil().max(1.0) as u64)
+            }
+            _ => None,
         }
     }
 }
@@ -113,6 +156,9 @@ mod tests {
             AuthError::MalformedHeader,
             AuthError::InsufficientScope(vec![]),
             AuthError::Unavailable(String::new()),
+            AuthError::Throttled {
+                retry_after: std::time::Duration::ZERO,
+            },
             AuthError::Invalid(Rejection::Malformed),
             AuthError::Invalid(Rejection::Algorithm),
             AuthError::Invalid(Rejection::Expired),
@@ -129,5 +175,19 @@ mod tests {
             assert!(reasons.contains(&e.label()), "{}", e.label());
         }
         assert_eq!(all.len(), reasons.len());
+    }
+
+    #[test]
+    fn the_client_never_reads_why_the_authorization_server_is_unavailable() {
+        let err = AuthError::Unavailable(
+            "http://10.1.2.3:8080/introspect: connection failed: refused".into(),
+        );
+        assert_eq!(err.to_string(), "authorization server unavailable");
+        assert!(err.detail().unwrap().contains("10.1.2.3"));
+        let throttled = AuthError::Throttled {
+            retry_after: std::time::Duration::from_millis(1200),
+        };
+        assert_eq!(throttled.retry_after_secs(), Some(2));
+        assert_eq!(err.retry_after_secs(), Some(1));
     }
 }

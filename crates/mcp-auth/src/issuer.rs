@@ -181,7 +181,7 @@ impl Issuer {
             .with_label_values(&[outcome])
             .inc();
         let set = fetched.inspect_err(|err| {
-            tracing::warn!(issuer = %self.id, error = %err, "Fetching the issuer's keys failed.");
+            tracing::warn!(issuer = %self.id, error = err.for_log(), "Fetching the issuer's keys failed.");
         })?;
         let set = Arc::new(set);
         if let Ok(mut keys) = self.keys.write() {

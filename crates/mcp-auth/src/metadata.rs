@@ -103,7 +103,7 @@ impl ResourceMetadata {
                 param("scope", &scopes.join(" "));
                 param("error_description", &err.to_string());
             }
-            AuthError::Unavailable(_) => {}
+            AuthError::Unavailable(_) | AuthError::Throttled { .. } => {}
         }
         value
     }

@@ -124,7 +124,7 @@ impl HttpError {
             Self::Unavailable(_) => ErrorCode::INTERNAL_ERROR,
             Self::QuotaExceeded { .. } => ErrorCode::QUOTA_EXCEEDED,
             Self::Auth {
-                error: mcp_auth::AuthError::Unavailable(_),
+                error: mcp_auth::AuthError::Unavailable(_) | mcp_auth::AuthError::Throttled { .. },
                 ..
             } => ErrorCode::INTERNAL_ERROR,
             Self::ForRequest { error, .. } => error.code(),
@@ -197,6 +197,7 @@ impl HttpError {
             Self::Auth { error, .. } => match error {
                 mcp_auth::AuthError::InsufficientScope(_) => "insufficient_scope",
                 mcp_auth::AuthError::Unavailable(_) => "auth_unavailable",
+                mcp_auth::AuthError::Throttled { .. } => "auth_throttled",
                 _ => "unauthorized",
             },
             Self::ForRequest { error, .. } => error.reason(),
@@ -267,7 +268,9 @@ impl ResponseError for HttpError {
             Self::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Auth { error, .. } => match error {
                 mcp_auth::AuthError::InsufficientScope(_) => StatusCode::FORBIDDEN,
-                mcp_auth::AuthError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                mcp_auth::AuthError::Unavailable(_) | mcp_auth::AuthError::Throttled { .. } => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
                 _ => StatusCode::UNAUTHORIZED,
             },
             Self::UnsupportedVersion(_)
@@ -300,12 +303,12 @@ impl ResponseError for HttpError {
             builder.force_close();
         }
         match self.inner() {
-            Self::Unavailable(_)
-            | Self::Auth {
-                error: mcp_auth::AuthError::Unavailable(_),
-                ..
-            } => {
+            Self::Unavailable(_) => {
                 builder.insert_header(("Retry-After", "1"));
+            }
+            Self::Auth { error, .. } if error.retry_after_secs().is_some() => {
+                let secs = error.retry_after_secs().unwrap_or(1);
+                builder.insert_header((RETRY_AFTER, secs.to_string()));
             }
             Self::Auth { challenge, .. } => {
                 builder.insert_header((

@@ -168,17 +168,22 @@ pub(crate) fn inbound(
     transport: Transport,
     principal: Option<std::sync::Arc<mcp_store::Principal>>,
 ) -> Inbound {
-    let peer = req.peer_addr();
-    let proxies = req.app_data::<web::Data<crate::forwarded::TrustedProxies>>();
     Inbound {
         transport,
         trace: mcp_telemetry::parent_from_headers(|name| {
             req.headers().get(name).and_then(|v| v.to_str().ok())
         }),
-        client: peer,
-        client_ip: proxies.and_then(|p| p.client_ip(peer.map(|a| a.ip()), req.headers())),
+        client: req.peer_addr(),
+        client_ip: client_ip(req),
         principal,
     }
+}
+
+/// The client's address as quotas count it: the peer, or behind trusted
+/// proxies the address they forwarded for ([`crate::forwarded`]).
+pub(crate) fn client_ip(req: &HttpRequest) -> Option<std::net::IpAddr> {
+    let proxies = req.app_data::<web::Data<crate::forwarded::TrustedProxies>>()?;
+    proxies.client_ip(req.peer_addr().map(|a| a.ip()), req.headers())
 }
 
 /// How a POST was answered, for `mcp_http_answers_total`.

@@ -12,7 +12,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser};
+use anyhow::Context as _;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use mcp_server::NodeConfig;
 use mcp_server::config::UnknownVar;
 use mcp_telemetry::{LogFormat, OtelConfig};
@@ -102,8 +103,9 @@ struct Cli {
     /// failing) before its listener refuses new connections [default: 5].
     #[arg(long, env = "MCP_DRAIN_DELAY_SECS")]
     drain_delay_secs: Option<u64>,
-    /// Listener for /healthz and /readyz only, outside the connection
-    /// limits of the main one [default: none].
+    /// Listener for /healthz, /readyz and /metrics only, outside the
+    /// connection limits of the main one; /metrics is then served there
+    /// only [default: none].
     #[arg(long, env = "MCP_ADMIN_BIND")]
     admin_bind: Option<SocketAddr>,
     /// Seconds an idle keep-alive connection stays open [default: 5].
@@ -145,6 +147,18 @@ struct Cli {
     /// cluster-wide, 0 for no limit [default: 100].
     #[arg(long, env = "MCP_QUOTA_STREAMS_PER_PRINCIPAL")]
     quota_streams_per_principal: Option<u32>,
+    /// Open subscriptions/listen streams per client address, for requests
+    /// without a principal, cluster-wide, 0 for no limit [default: 100].
+    #[arg(long, env = "MCP_QUOTA_LISTEN_STREAMS_PER_ADDRESS")]
+    quota_listen_streams_per_address: Option<u32>,
+    /// Running tasks per principal, cluster-wide, 0 for no limit
+    /// [default: 100].
+    #[arg(long, env = "MCP_QUOTA_TASKS_PER_PRINCIPAL")]
+    quota_tasks_per_principal: Option<u32>,
+    /// Running tasks per client address, for requests without a
+    /// principal, cluster-wide, 0 for no limit [default: 100].
+    #[arg(long, env = "MCP_QUOTA_TASKS_PER_ADDRESS")]
+    quota_tasks_per_address: Option<u32>,
     /// Items per page of tools/list, resources/list, resources/templates/list
     /// and prompts/list [default: 100].
     #[arg(long, env = "MCP_PAGE_SIZE")]
@@ -153,8 +167,9 @@ struct Cli {
     /// `mcp_access`); without it, `RUST_LOG` [default: info].
     #[arg(long, env = "MCP_LOG")]
     log: Option<String>,
-    /// Log as JSON lines.
-    #[arg(long, env = "MCP_LOG_JSON")]
+    /// Log as JSON lines (the variable takes true/false, 1/0, yes/no,
+    /// on/off).
+    #[arg(long, env = "MCP_LOG_JSON", value_parser = clap::builder::BoolishValueParser::new())]
     log_json: bool,
     /// Export traces over OTLP/HTTP to this collector (base URL, `/v1/traces`
     /// is appended); overrides `OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT`.
@@ -172,13 +187,25 @@ impl Cli {
         &self,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> anyhow::Result<(NodeConfig, Vec<UnknownVar>)> {
-        let c = match &self.config {
-            Some(path) => NodeConfig::from_toml(&std::fs::read_to_string(path)?)?,
-            None => NodeConfig::default(),
+        let file = match &self.config {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("--config {}", path.display()))?,
+            ),
+            None => None,
         };
         let flag_vars = flag_vars();
         let flag_vars: Vec<&str> = flag_vars.iter().map(String::as_str).collect();
-        let (mut c, unknown) = c.with_env_overrides(env, &flag_vars)?;
+        let (mut c, unknown) =
+            NodeConfig::load(file.as_deref(), env, &flag_vars).map_err(|err| {
+                match &self.config {
+                    // A variable's error names the variable; the file's, the file.
+                    Some(path) if !err.0.starts_with("MCP_") && !err.0.starts_with("the MCP_") => {
+                        anyhow::anyhow!("--config {}: {}", path.display(), err.0)
+                    }
+                    _ => anyhow::anyhow!("{}", err.0),
+                }
+            })?;
         if let Some(v) = self.bind {
             c.bind = v;
         }
@@ -282,6 +309,15 @@ impl Cli {
         if let Some(v) = self.quota_streams_per_principal {
             c.quotas.streams_per_principal = v;
         }
+        if let Some(v) = self.quota_listen_streams_per_address {
+            c.quotas.listen_streams_per_address = v;
+        }
+        if let Some(v) = self.quota_tasks_per_principal {
+            c.quotas.tasks_per_principal = v;
+        }
+        if let Some(v) = self.quota_tasks_per_address {
+            c.quotas.tasks_per_address = v;
+        }
         c.validate()?;
         Ok((c, unknown))
     }
@@ -305,8 +341,97 @@ fn log_filter(flag: Option<&str>, rust_log: Option<String>) -> String {
         .unwrap_or_else(|| "info".to_owned())
 }
 
+/// The command line and the flags' variables, parsed; `Err` is the exit
+/// code to return at once: 0 after `--help` or `--version` (printed), 64
+/// after any other error, said on one line naming the flag or variable.
+fn parse_cli(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Cli, ExitCode> {
+    let err = match Cli::command().try_get_matches_from(args) {
+        Ok(matches) => match Cli::from_arg_matches(&matches) {
+            Ok(cli) => return Ok(cli),
+            Err(err) => err,
+        },
+        Err(err) => err,
+    };
+    use clap::error::ErrorKind;
+    if matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    ) {
+        // Printing fails only on a closed stdout: nothing to say then.
+        let _ = err.print();
+        return Err(ExitCode::SUCCESS);
+    }
+    eprintln!("mcp-node: {}", clap_error_line(&err));
+    Err(ExitCode::from(EXIT_CONFIG))
+}
+
+/// clap's error on one line: its first paragraph without `error: `, its
+/// tip, and the variable the bad value came from when it came from one
+/// (clap names only the flag).
+fn clap_error_line(err: &clap::Error) -> String {
+    let rendered = err.render().to_string();
+    let mut paragraphs = rendered.split("\n\n");
+    let first = paragraphs.next().unwrap_or_default();
+    let mut line = first
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    if let Some(rest) = line.strip_prefix("error: ") {
+        line = rest.to_owned();
+    }
+    for tip in paragraphs
+        .flat_map(str::lines)
+        .map(str::trim)
+        .filter(|l| l.starts_with("tip:"))
+    {
+        line = format!("{line} ({tip})");
+    }
+    if let Some(var) = variable_of(err) {
+        line = format!("{var}: {line}");
+    }
+    line
+}
+
+/// The variable a bad value came from: the flag clap names has a variable
+/// that is set, and the flag is not on the command line.
+fn variable_of(err: &clap::Error) -> Option<String> {
+    let clap::error::ContextValue::String(arg) = err.get(clap::error::ContextKind::InvalidArg)?
+    else {
+        return None;
+    };
+    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
+    let command = Cli::command();
+    let var = command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long))?
+        .get_env()?
+        .to_string_lossy()
+        .into_owned();
+    let on_command_line = std::env::args().any(|a| {
+        a.strip_prefix("--")
+            .is_some_and(|a| a == long || a.starts_with(&format!("{long}=")))
+    });
+    (!on_command_line && std::env::var_os(&var).is_some()).then_some(var)
+}
+
+/// An error on one line (a cause chain or a library's message may span
+/// several): exit 64's "one clear line".
+fn one_line(err: &impl std::fmt::Display) -> String {
+    format!("{err:#}")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse_cli(std::env::args_os()) {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     let format = if cli.log_json {
         LogFormat::Json
     } else {
@@ -331,7 +456,7 @@ fn main() -> ExitCode {
     let (config, unknown) = match cli.config(std::env::vars()) {
         Ok(c) => c,
         Err(err) => {
-            eprintln!("mcp-node: {err}");
+            eprintln!("mcp-node: {}", one_line(&err));
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -353,7 +478,7 @@ fn main() -> ExitCode {
     }
     tracing::info!(config = ?config, "Effective configuration.");
     if let Err(err) = check_files(&config, cli.stdio) {
-        eprintln!("mcp-node: {err}");
+        eprintln!("mcp-node: {}", one_line(&err));
         return ExitCode::from(EXIT_CONFIG);
     }
     raise_fd_limit(config.runtime.max_sessions);
@@ -560,12 +685,17 @@ mod tests {
             "0",
             "--quota-initialize-per-address",
             "7",
+            "--quota-tasks-per-principal",
+            "9",
+            "--quota-listen-streams-per-address",
+            "11",
         ]);
         // A flag's own variable is the flag's (clap reads it), not unknown.
         let (config, unknown) = cli
             .config(env(&[
                 ("MCP_QUOTA_INITIALIZE_PER_ADDRESS", "8"),
                 ("MCP_QUOTAS__REQUESTS_PER_PRINCIPAL", "100"),
+                ("MCP_QUOTAS__TASKS_PER_ADDRESS", "12"),
             ]))
             .unwrap();
         assert_eq!(unknown, []);
@@ -579,6 +709,14 @@ mod tests {
                 q.streams_per_principal
             ),
             (7, 100, 5, 0)
+        );
+        assert_eq!(
+            (
+                q.tasks_per_principal,
+                q.tasks_per_address,
+                q.listen_streams_per_address
+            ),
+            (9, 12, 11)
         );
         let bad = Cli::parse_from(["mcp-node", "--trusted-proxies", "proxy.example"]);
         assert!(bad.config(env(&[])).is_err(), "a host name is no address");

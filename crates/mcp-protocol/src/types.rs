@@ -2,9 +2,10 @@
 //!
 //! Fields added by later revisions are optional, so one type serves every
 //! revision; unknown fields from clients are ignored. Result shapes follow the
-//! project's rules: `structuredContent` is always present on tool results,
-//! tool `content` is never empty, and `nextCursor` is present only when more
-//! results exist (pagination: clients follow any cursor that is present).
+//! specification's optional fields: `structuredContent` is present only on
+//! tool results that carry structured data, tool `content` is never empty,
+//! and `nextCursor` is present only when more results exist (pagination:
+//! clients follow any cursor that is present).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -355,10 +356,12 @@ impl Content {
 pub struct CallToolResult {
     /// Unstructured content; never empty.
     pub content: Vec<Content>,
-    /// Structured content; `{}` when the tool has none (absent before
-    /// 2025-06-18 and optional after: reads as `{}`).
-    #[serde(default)]
-    pub structured_content: JsonObject,
+    /// Structured content, only when the tool returns structured data (a
+    /// tool with an output schema always does). Absent otherwise, in every
+    /// revision: clients that prefer `structuredContent` when present would
+    /// otherwise read an empty object instead of `content`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_content: Option<JsonObject>,
     /// The tool ran and failed; absent reads as `false`.
     #[serde(default)]
     pub is_error: bool,
@@ -369,7 +372,7 @@ impl CallToolResult {
     pub fn success(content: Vec<Content>) -> Self {
         Self {
             content,
-            structured_content: JsonObject::new(),
+            structured_content: None,
             is_error: false,
         }
     }
@@ -383,7 +386,7 @@ impl CallToolResult {
     pub fn error(text: impl Into<String>) -> Self {
         Self {
             content: vec![Content::text(text)],
-            structured_content: JsonObject::new(),
+            structured_content: None,
             is_error: true,
         }
     }
@@ -394,19 +397,20 @@ impl CallToolResult {
         let text = Value::Object(value.clone()).to_string();
         Self {
             content: vec![Content::text(text)],
-            structured_content: value,
+            structured_content: Some(value),
             is_error: false,
         }
     }
 
-    /// Applies the result-shape rules: `content` is never empty.
+    /// Applies the result-shape rules: `content` is never empty (the
+    /// structured content as text when there is some, else one empty text
+    /// item).
     #[must_use]
     pub fn normalized(mut self) -> Self {
         if self.content.is_empty() {
-            let text = if self.structured_content.is_empty() {
-                String::new()
-            } else {
-                Value::Object(self.structured_content.clone()).to_string()
+            let text = match &self.structured_content {
+                Some(structured) => Value::Object(structured.clone()).to_string(),
+                None => String::new(),
             };
             self.content.push(Content::text(text));
         }
@@ -830,12 +834,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tool_results_always_carry_structured_content_and_content() {
+    fn tool_results_carry_content_and_structured_content_only_when_structured() {
         let r = CallToolResult::success(vec![]).normalized();
         let v = serde_json::to_value(&r).unwrap();
-        assert_eq!(v["structuredContent"], serde_json::json!({}));
+        assert!(v.get("structuredContent").is_none(), "{v}");
         assert_eq!(v["content"].as_array().unwrap().len(), 1);
         assert_eq!(v["isError"], false);
+
+        let error = serde_json::to_value(CallToolResult::error("failed")).unwrap();
+        assert!(error.get("structuredContent").is_none(), "{error}");
+
+        let mut sum = JsonObject::new();
+        sum.insert("sum".into(), serde_json::json!(3.0));
+        let structured = CallToolResult {
+            content: Vec::new(),
+            ..CallToolResult::structured(sum)
+        }
+        .normalized();
+        let v = serde_json::to_value(&structured).unwrap();
+        assert_eq!(v["structuredContent"], serde_json::json!({"sum": 3.0}));
+        assert_eq!(v["content"][0]["text"], r#"{"sum":3.0}"#);
+
+        // An empty object is structured data too: a tool that returns it
+        // (an output schema with no required property) sends it.
+        let empty = serde_json::to_value(CallToolResult::structured(JsonObject::new())).unwrap();
+        assert_eq!(empty["structuredContent"], serde_json::json!({}));
     }
 
     #[test]

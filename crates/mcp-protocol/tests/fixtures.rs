@@ -11,8 +11,8 @@
 //! Fixtures with typed params or results are also read into the types of
 //! `mcp_protocol::types` and written back; what the types emit is kept in
 //! `tests/fixtures/<version>/golden/<slug>.<kind>.json`. It may differ from
-//! the fixture (`structuredContent` is always present, an empty `nextCursor` is dropped,
-//! fields the types do not model are dropped); a change to it fails the test
+//! the fixture (an empty `nextCursor` is dropped, fields the types do not model are
+//! dropped; `structuredContent` stays exactly as present or absent); a change to it fails the test
 //! until the goldens are rewritten with `UPDATE_GOLDENS=1 cargo test -p
 //! mcp-protocol --test fixtures`.
 
@@ -621,5 +621,28 @@ fn error_fixtures_carry_the_codes_the_crate_names() {
             };
             assert_eq!(error.code, code, "{}", fixture.name());
         }
+    }
+}
+
+#[test]
+fn typed_tool_results_carry_structured_content_only_when_the_fixture_does() {
+    for version in ProtocolVersion::ALL {
+        let fixtures = load(version);
+        let Some(i) = find(&fixtures, "tools-call.result") else {
+            continue;
+        };
+        let sent = &fixtures[i].json["result"];
+        let typed = retype::<CallToolResult>(sent.clone()).unwrap();
+        // Text-only results stay text-only: no `{}` appears for clients
+        // that prefer `structuredContent` when present.
+        assert_eq!(
+            typed.get("structuredContent"),
+            sent.get("structuredContent"),
+            "{version}: {typed}"
+        );
+        assert!(
+            !typed["content"].as_array().unwrap().is_empty(),
+            "{version}"
+        );
     }
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use mcp_telemetry::Secret;
 use serde::{Deserialize, Serialize};
 
 use crate::QuotaConfig;
@@ -19,7 +20,11 @@ pub enum ResponseMode {
 }
 
 /// Settings of the actor runtime. Every field has a safe default.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// `Debug` prints every field but `quotas`, which a node fills from its own
+/// `[quotas]` section and prints there: the node's effective-configuration
+/// line shows each quota once, with the value applied.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RuntimeConfig {
     /// Seconds a session may stay idle (no request, no open stream) before
@@ -80,9 +85,8 @@ pub struct RuntimeConfig {
     /// the old one after `request_state_ttl_secs`). Empty: the cluster
     /// shares a ring the store keeps and rotates
     /// (`request_state_rotate_secs`); a single node with the embedded store
-    /// makes its own.
-    #[serde(skip_serializing)]
-    pub request_state_keys: Vec<String>,
+    /// makes its own. Secrets: printed and serialized as `"<redacted>"`.
+    pub request_state_keys: Vec<Secret>,
     /// Seconds between rotations of the store-kept key ring. Default 86,400.
     pub request_state_rotate_secs: u64,
     /// Most `subscriptions/listen` streams this node holds; more get
@@ -109,6 +113,74 @@ pub struct RuntimeConfig {
     /// runtime's section: a node sets it from its own `[quotas]` section.
     #[serde(skip)]
     pub quotas: QuotaConfig,
+}
+
+impl std::fmt::Debug for RuntimeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured without `..`: a new field does not compile until it
+        // is printed here (or left out on purpose, as `quotas`).
+        let Self {
+            session_idle_ttl_secs,
+            max_sessions,
+            max_in_flight_per_session,
+            request_timeout_secs,
+            ask_timeout_secs,
+            response_mode,
+            sse_retry_ms,
+            sse_keep_alive_secs,
+            session_mailbox,
+            max_batch_items,
+            max_client_info_bytes,
+            max_client_capabilities_bytes,
+            max_subscriptions_per_session,
+            max_uri_bytes,
+            cache_ttl_ms,
+            request_state_ttl_secs,
+            request_state_keys,
+            request_state_rotate_secs,
+            max_listen_streams,
+            task_ttl_ms,
+            task_poll_interval_ms,
+            max_running_tasks,
+            max_task_result_bytes,
+            max_task_answer_bytes,
+            max_task_answers_bytes,
+            quotas: _,
+        } = self;
+        f.debug_struct("RuntimeConfig")
+            .field("session_idle_ttl_secs", session_idle_ttl_secs)
+            .field("max_sessions", max_sessions)
+            .field("max_in_flight_per_session", max_in_flight_per_session)
+            .field("request_timeout_secs", request_timeout_secs)
+            .field("ask_timeout_secs", ask_timeout_secs)
+            .field("response_mode", response_mode)
+            .field("sse_retry_ms", sse_retry_ms)
+            .field("sse_keep_alive_secs", sse_keep_alive_secs)
+            .field("session_mailbox", session_mailbox)
+            .field("max_batch_items", max_batch_items)
+            .field("max_client_info_bytes", max_client_info_bytes)
+            .field(
+                "max_client_capabilities_bytes",
+                max_client_capabilities_bytes,
+            )
+            .field(
+                "max_subscriptions_per_session",
+                max_subscriptions_per_session,
+            )
+            .field("max_uri_bytes", max_uri_bytes)
+            .field("cache_ttl_ms", cache_ttl_ms)
+            .field("request_state_ttl_secs", request_state_ttl_secs)
+            .field("request_state_keys", request_state_keys)
+            .field("request_state_rotate_secs", request_state_rotate_secs)
+            .field("max_listen_streams", max_listen_streams)
+            .field("task_ttl_ms", task_ttl_ms)
+            .field("task_poll_interval_ms", task_poll_interval_ms)
+            .field("max_running_tasks", max_running_tasks)
+            .field("max_task_result_bytes", max_task_result_bytes)
+            .field("max_task_answer_bytes", max_task_answer_bytes)
+            .field("max_task_answers_bytes", max_task_answers_bytes)
+            .finish()
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -187,7 +259,7 @@ impl RuntimeConfig {
     pub fn state_keys(&self) -> Result<Vec<crate::mrtr::StateKey>, String> {
         self.request_state_keys
             .iter()
-            .map(|k| crate::mrtr::StateKey::parse(k))
+            .map(|k| crate::mrtr::StateKey::parse(k.expose()))
             .collect()
     }
 

@@ -20,7 +20,7 @@ use mcp_store::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::quota::StreamLease;
+use crate::quota::SlotLease;
 
 /// Events read from the log per round trip; also the most a slow reader
 /// holds in memory.
@@ -227,7 +227,7 @@ pub struct Follow {
     /// The principal's stream slot this follow holds, if counted: given
     /// back when the follow is dropped (its connection ended), kept for
     /// the reader that took the stream over.
-    lease: Option<StreamLease>,
+    lease: Option<SlotLease>,
 }
 
 /// What a client reads when a stream's data is gone (the session was
@@ -287,7 +287,7 @@ impl Follow {
 
     /// Holds `lease` (a stream slot) for as long as this follow lives; a
     /// reader that takes the stream over takes the slot with it.
-    pub(crate) fn hold(&mut self, mut lease: Option<StreamLease>) {
+    pub(crate) fn hold(&mut self, mut lease: Option<SlotLease>) {
         if let Some(lease) = &mut lease {
             lease.yield_to_takeover(self.attachment.kick.clone());
         }

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::exchange::ExchangeReply;
 use crate::pipeline::Inbound;
+use crate::quota::{Quota, address_subject};
 use crate::stateless::StatelessReply;
 use crate::{Runtime, RuntimeError, ServerEvent};
 
@@ -218,20 +219,26 @@ impl Runtime {
         if listeners.len() >= self.config().max_listen_streams {
             return StatelessReply::Refused(RuntimeError::Overloaded, id);
         }
-        let lease = match inbound.principal.as_deref() {
-            Some(principal) => {
-                let stream = StreamId::random();
-                match self
-                    .node()
-                    .quotas
-                    .acquire_stream(&principal.key(), &stream)
+        // A slot of the principal's streams, or without one of its
+        // address's listen streams: the client's share of the node bound.
+        let stream = StreamId::random();
+        let quotas = &self.node().quotas;
+        let slot = match (inbound.principal.as_deref(), inbound.client_ip) {
+            (Some(principal), _) => quotas.acquire_stream(&principal.key(), &stream).await,
+            (None, Some(ip)) => {
+                quotas
+                    .acquire_slot(
+                        Quota::ListenStreamsPerAddress,
+                        &address_subject(ip),
+                        stream.as_str(),
+                    )
                     .await
-                {
-                    Ok(lease) => lease,
-                    Err(err) => return StatelessReply::Refused(err, id),
-                }
             }
-            None => None,
+            (None, None) => Ok(None),
+        };
+        let lease = match slot {
+            Ok(lease) => lease,
+            Err(err) => return StatelessReply::Refused(err, id),
         };
         let subscription = serde_json::to_value(&id).unwrap_or(Value::Null);
         let (tx, rx) = mpsc::channel(LISTEN_BUFFER);

@@ -7,7 +7,14 @@
 //! | `initialize_per_address` | the client address of a request without a principal | new sessions (`initialize`, legacy `GET /sse`), a rate | 60 per 60 s |
 //! | `requests_per_principal` | a principal | JSON-RPC requests and notifications (cancellations excepted), a rate | 1200 per 60 s |
 //! | `sessions_per_principal` | a principal | open sessions, leases renewed with the session's idle TTL | 100 |
-//! | `streams_per_principal` | a principal (the session's owner) | open GET streams, resumptions, legacy `/sse` streams, leases renewed by the node that serves them | 100 |
+//! | `streams_per_principal` | a principal (the session's owner) | open GET streams, resumptions, legacy `/sse` streams, `subscriptions/listen` streams, leases renewed by the node that serves them | 100 |
+//! | `listen_streams_per_address` | the client address of a request without a principal | open `subscriptions/listen` streams, leases as above | 100 |
+//! | `tasks_per_principal` | a principal | running tasks (task-eligible `tools/call`s while their handler runs), leases renewed by the node that runs them | 100 |
+//! | `tasks_per_address` | the client address of a request without a principal | running tasks, as above | 100 |
+//!
+//! The last three are each principal's (or address's) share of the node
+//! bounds `runtime.max_listen_streams` and `runtime.max_running_tasks`:
+//! one client cannot fill them and leave every other one a 503.
 //!
 //! A refusal is [`RuntimeError::QuotaExceeded`] (HTTP 429 with
 //! `Retry-After`), counted in `mcp_quota_rejections_total{quota}`, and
@@ -15,10 +22,11 @@
 //! address nor principal: nothing is counted there.
 //!
 //! Owner: the runtime's `NodeContext` holds the node's `Quotas`; the
-//! cluster task renews the stream leases this node holds every third of
-//! `stream_lease_secs`; each `StreamLease` (held by the follow of one SSE
-//! connection) gives its slot back when dropped. A node that dies renews
-//! nothing more: its stream slots lapse within `stream_lease_secs`.
+//! cluster task renews the slot leases this node holds (streams, tasks)
+//! every third of `stream_lease_secs`; each `SlotLease` (held by the follow
+//! of one SSE connection, by a listen stream, or by a running task) gives
+//! its slot back when dropped. A node that dies renews nothing more: its
+//! slots lapse within `stream_lease_secs`.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -68,9 +76,25 @@ pub struct QuotaConfig {
     /// that stream's slot over. Default 100: one GET stream for each of
     /// `sessions_per_principal` sessions.
     pub streams_per_principal: u32,
-    /// Seconds a stream's slot outlives the last renewal by the node that
-    /// serves it (renewed every third of it): how long the slots of a node
-    /// that died stay taken. Default 30. At least 3.
+    /// `subscriptions/listen` streams one client address holds open at
+    /// once, cluster-wide, for requests without a principal (a
+    /// principal's count in `streams_per_principal`). IPv6 addresses count
+    /// per /64. Default 100: a share of `runtime.max_listen_streams`
+    /// (10,000), so that one address cannot take them all.
+    pub listen_streams_per_address: u32,
+    /// Tasks a principal runs at once, cluster-wide: a task-eligible
+    /// `tools/call` (the client declared the tasks extension) holds a slot
+    /// while its handler runs. Default 100: a share of
+    /// `runtime.max_running_tasks` (1,000 per node), so that one principal
+    /// cannot take every slot of a node.
+    pub tasks_per_principal: u32,
+    /// Tasks one client address runs at once, cluster-wide, for requests
+    /// without a principal. IPv6 addresses count per /64. Default 100.
+    pub tasks_per_address: u32,
+    /// Seconds a slot held by a node (a stream it serves, a task it runs)
+    /// outlives the node's last renewal (renewed every third of it): how
+    /// long the slots of a node that died stay taken. Default 30. At
+    /// least 3.
     pub stream_lease_secs: u64,
 }
 
@@ -83,6 +107,9 @@ impl Default for QuotaConfig {
             requests_window_secs: 60,
             sessions_per_principal: 100,
             streams_per_principal: 100,
+            listen_streams_per_address: 100,
+            tasks_per_principal: 100,
+            tasks_per_address: 100,
             stream_lease_secs: 30,
         }
     }
@@ -96,6 +123,9 @@ impl QuotaConfig {
             requests_per_principal: 0,
             sessions_per_principal: 0,
             streams_per_principal: 0,
+            listen_streams_per_address: 0,
+            tasks_per_principal: 0,
+            tasks_per_address: 0,
             ..Self::default()
         }
     }
@@ -142,15 +172,25 @@ pub enum Quota {
     SessionsPerPrincipal,
     /// Open SSE streams per principal.
     StreamsPerPrincipal,
+    /// Open `subscriptions/listen` streams per client address without a
+    /// principal.
+    ListenStreamsPerAddress,
+    /// Running tasks per principal.
+    TasksPerPrincipal,
+    /// Running tasks per client address without a principal.
+    TasksPerAddress,
 }
 
 impl Quota {
     /// Every quota, in the order of [`mcp_telemetry::metrics::QUOTAS`].
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 7] = [
         Self::InitializePerAddress,
         Self::RequestsPerPrincipal,
         Self::SessionsPerPrincipal,
         Self::StreamsPerPrincipal,
+        Self::ListenStreamsPerAddress,
+        Self::TasksPerPrincipal,
+        Self::TasksPerAddress,
     ];
 
     /// Its name: the setting, the label of `mcp_quota_rejections_total`,
@@ -162,6 +202,9 @@ impl Quota {
             Self::RequestsPerPrincipal => "requests_per_principal",
             Self::SessionsPerPrincipal => "sessions_per_principal",
             Self::StreamsPerPrincipal => "streams_per_principal",
+            Self::ListenStreamsPerAddress => "listen_streams_per_address",
+            Self::TasksPerPrincipal => "tasks_per_principal",
+            Self::TasksPerAddress => "tasks_per_address",
         }
     }
 
@@ -178,27 +221,41 @@ impl Quota {
             Self::StreamsPerPrincipal => {
                 "too many open SSE streams: close one first (quota streams_per_principal)"
             }
+            Self::ListenStreamsPerAddress => {
+                "too many open listen streams from this address: close one first \
+                 (quota listen_streams_per_address)"
+            }
+            Self::TasksPerPrincipal => {
+                "too many running tasks: wait for one to end or cancel one (quota tasks_per_principal)"
+            }
+            Self::TasksPerAddress => {
+                "too many running tasks from this address: wait for one to end or cancel one \
+                 (quota tasks_per_address)"
+            }
+        }
+    }
+
+    /// The most slots of this quota a subject holds, for the quotas that
+    /// are lease sets (0: off); `None` for the rates.
+    fn slots(self, config: &QuotaConfig) -> Option<u32> {
+        match self {
+            Self::InitializePerAddress | Self::RequestsPerPrincipal => None,
+            Self::SessionsPerPrincipal => Some(config.sessions_per_principal),
+            Self::StreamsPerPrincipal => Some(config.streams_per_principal),
+            Self::ListenStreamsPerAddress => Some(config.listen_streams_per_address),
+            Self::TasksPerPrincipal => Some(config.tasks_per_principal),
+            Self::TasksPerAddress => Some(config.tasks_per_address),
         }
     }
 }
 
-/// The subject an address is counted as: itself (IPv4, or an IPv4 address
-/// mapped into IPv6), or its /64 network (IPv6: one host commonly holds a
-/// whole /64, so counting single addresses would count nothing).
-pub fn address_subject(ip: IpAddr) -> String {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
-        }
-    }
-}
+pub use mcp_store::quota::address_subject;
 
 /// Renewals of stream slots in flight at once (one per principal).
 const RENEW_CONCURRENCY: usize = 32;
 
-/// A stream slot held by this node, renewed by [`Quotas::renew_streams`].
+/// A slot held by this node (a stream, a task), renewed by
+/// [`Quotas::renew_streams`].
 #[derive(Debug)]
 struct Held {
     key: QuotaKey,
@@ -210,9 +267,10 @@ struct Held {
 pub(crate) struct Quotas {
     config: QuotaConfig,
     store: Arc<dyn QuotaStore>,
-    /// Stream slots held by this node's connections, by ticket: inserted by
-    /// [`Quotas::acquire_stream`], removed by the [`StreamLease`]'s drop,
-    /// read by the renewal. Bounded by the SSE connections the node holds.
+    /// Slots held by this node's connections and tasks, by ticket:
+    /// inserted by [`Quotas::acquire_slot`], removed by the [`SlotLease`]'s
+    /// drop, read by the renewal. Bounded by the SSE connections and the
+    /// tasks the node holds.
     held: DashMap<u64, Held>,
     next_ticket: AtomicU64,
 }
@@ -338,18 +396,31 @@ impl Quotas {
         self: &Arc<Self>,
         owner: &str,
         stream: &StreamId,
-    ) -> Result<Option<StreamLease>, RuntimeError> {
-        let max = self.config.streams_per_principal;
+    ) -> Result<Option<SlotLease>, RuntimeError> {
+        self.acquire_slot(Quota::StreamsPerPrincipal, owner, stream.as_str())
+            .await
+    }
+
+    /// Takes a slot of `quota` (a lease set) for `subject`, held by
+    /// `member`, while the returned lease lives: renewed with the node's
+    /// other slots, given back when dropped. `None` when the quota is off.
+    pub(crate) async fn acquire_slot(
+        self: &Arc<Self>,
+        quota: Quota,
+        subject: &str,
+        member: &str,
+    ) -> Result<Option<SlotLease>, RuntimeError> {
+        let max = quota.slots(&self.config).unwrap_or(0);
         if max == 0 {
             return Ok(None);
         }
-        let key = QuotaKey::new(Quota::StreamsPerPrincipal.name(), owner);
-        let member: Arc<str> = stream.as_str().into();
+        let key = QuotaKey::new(quota.name(), subject);
+        let member: Arc<str> = member.into();
         let verdict = self
             .store
             .acquire(&key, &member, max, self.config.stream_lease())
             .await;
-        refused(Quota::StreamsPerPrincipal, verdict)?;
+        refused(quota, verdict)?;
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         self.held.insert(
             ticket,
@@ -358,15 +429,37 @@ impl Quotas {
                 member: Arc::clone(&member),
             },
         );
-        Ok(Some(StreamLease {
+        Ok(Some(SlotLease {
             quotas: Arc::clone(self),
             ticket,
             takeover: None,
         }))
     }
 
-    /// Renews every stream slot this node holds, one store call per
-    /// principal, [`RENEW_CONCURRENCY`] at a time. A failure is logged: the
+    /// Takes a running-task slot of the request's client: its principal
+    /// (`tasks_per_principal`), else its address (`tasks_per_address`);
+    /// `None` when neither is known or the quota is off.
+    pub(crate) async fn acquire_task(
+        self: &Arc<Self>,
+        principal: Option<&Principal>,
+        client: Option<IpAddr>,
+    ) -> Result<Option<SlotLease>, RuntimeError> {
+        let member = uuid::Uuid::new_v4().to_string();
+        match (principal, client) {
+            (Some(principal), _) => {
+                self.acquire_slot(Quota::TasksPerPrincipal, &principal.key(), &member)
+                    .await
+            }
+            (None, Some(ip)) => {
+                self.acquire_slot(Quota::TasksPerAddress, &address_subject(ip), &member)
+                    .await
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Renews every slot this node holds (streams, tasks), one store call
+    /// per quota and subject, [`RENEW_CONCURRENCY`] at a time. A failure is logged: the
     /// slots lapse if it lasts longer than the lease, and come back with
     /// the next renewal that succeeds.
     pub(crate) async fn renew_streams(&self) {
@@ -404,11 +497,12 @@ fn refused(quota: Quota, verdict: Result<Verdict, StoreError>) -> Result<(), Run
     }
 }
 
-/// A stream slot held by one SSE connection of this node: renewed with the
-/// node's others while it lives, given back when dropped, unless another
-/// reader took the stream over (the slot, same stream, is then theirs).
+/// A slot held by this node for one SSE connection or one running task:
+/// renewed with the node's others while it lives, given back when
+/// dropped, unless another reader took the stream over (the slot, same
+/// stream, is then theirs).
 #[derive(Debug)]
-pub(crate) struct StreamLease {
+pub(crate) struct SlotLease {
     quotas: Arc<Quotas>,
     ticket: u64,
     /// The reader's takeover token (its `Attachment`'s): cancelled when
@@ -416,14 +510,14 @@ pub(crate) struct StreamLease {
     takeover: Option<CancellationToken>,
 }
 
-impl StreamLease {
+impl SlotLease {
     /// Keeps the slot when dropped after `takeover` was cancelled.
     pub(crate) fn yield_to_takeover(&mut self, takeover: CancellationToken) {
         self.takeover = Some(takeover);
     }
 }
 
-impl Drop for StreamLease {
+impl Drop for SlotLease {
     fn drop(&mut self) {
         let Some((_, held)) = self.quotas.held.remove(&self.ticket) else {
             return;
@@ -457,18 +551,6 @@ mod tests {
     fn quota_names_are_the_metric_labels() {
         let names: Vec<&str> = Quota::ALL.iter().map(|q| q.name()).collect();
         assert_eq!(names, mcp_telemetry::metrics::QUOTAS);
-    }
-
-    #[test]
-    fn ipv6_addresses_count_per_64() {
-        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
-        let b: IpAddr = "2001:db8:1:2:bbbb::2".parse().unwrap();
-        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
-        assert_eq!(address_subject(a), "2001:db8:1:2::/64");
-        assert_eq!(address_subject(a), address_subject(b));
-        assert_ne!(address_subject(a), address_subject(c));
-        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
-        assert_eq!(address_subject(mapped), "192.0.2.7");
     }
 
     #[test]

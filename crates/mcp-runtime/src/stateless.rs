@@ -554,6 +554,21 @@ impl Runtime {
         {
             return StatelessReply::Refused(RuntimeError::Overloaded, id);
         }
+        // The client's share of the running tasks, held while the handler
+        // runs (a task's whole life).
+        let task_slot = if task_eligible {
+            match self
+                .node()
+                .quotas
+                .acquire_task(inbound.principal.as_deref(), inbound.client_ip)
+                .await
+            {
+                Ok(slot) => slot,
+                Err(err) => return StatelessReply::Refused(err, id),
+            }
+        } else {
+            None
+        };
         // The round so far: the state's answers, then the retry's.
         let answers = match self.round_answers(&request, principal_key.as_deref()).await {
             Ok(found) => found,
@@ -628,6 +643,7 @@ impl Runtime {
         let ticket = InFlightTicket::issue(self.node());
         actix::spawn(async move {
             let _ticket = ticket;
+            let _task_slot = task_slot;
             let outcome = run_job(handler, timeout, &job, &client_gone, &id).await;
             if let Some(run) = scope.running_task().await {
                 run.finish(outcome).await;

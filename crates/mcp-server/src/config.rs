@@ -130,9 +130,12 @@ pub struct NodeConfig {
     /// another node) and every answer closes its connection. 0: at once
     /// (a lone node). Default 5: a few readiness probes.
     pub drain_delay_secs: u64,
-    /// A second listener for `/healthz` and `/readyz` only (probes), not
-    /// subject to the connection limits of the main one. Default none: the
-    /// probes are served on the main listener too, always.
+    /// A second listener for `/healthz`, `/readyz` and `/metrics` only,
+    /// not subject to the connection limits of the main one. The probes
+    /// are served on the main listener too, always; `/metrics` is then
+    /// served here only (the main listener answers it 404), so that the
+    /// public port does not show the node's internals. Default none:
+    /// everything on the main listener.
     pub admin_bind: Option<SocketAddr>,
     /// Items per page of every list method (`tools/list`, `resources/list`,
     /// `resources/templates/list`, `prompts/list`). Default 100: one page
@@ -225,7 +228,7 @@ fn skeleton() -> Result<toml::Value, ConfigError> {
             resource_documentation: Some(String::new()),
             introspection: Some(mcp_auth::IntrospectionConfig {
                 endpoint: Some(String::new()),
-                client_secret: Some(String::new()),
+                client_secret: Some(Default::default()),
                 client_secret_file: Some(Default::default()),
                 ..mcp_auth::IntrospectionConfig::default()
             }),
@@ -309,6 +312,35 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// A TOML error on one line, with the line and column it points at
+/// (toml's own rendering spans several lines, with a snippet of the file).
+fn toml_error(text: &str, err: &toml::de::Error) -> String {
+    let message = err
+        .message()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    match err.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
+    }
+}
+
+/// Whether `raw` spells a boolean, generously: `true`/`false`, `1`/`0`,
+/// `yes`/`no`, `on`/`off` (any case), as the flags' variables accept.
+fn parse_bool(raw: &str) -> Option<bool> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "y" | "on" | "t" => Some(true),
+        "false" | "0" | "no" | "n" | "off" | "f" => Some(false),
+        _ => None,
+    }
+}
+
 /// A setting that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid configuration: {0}")]
@@ -320,10 +352,11 @@ impl NodeConfig {
     /// # Errors
     /// The file cannot be read or does not parse.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|err| ConfigError(err.to_string()))
+        toml::from_str(text).map_err(|err| ConfigError(toml_error(text, &err)))
     }
 
-    /// Applies `MCP_<SECTION>__<KEY>` variables over this configuration,
+    /// Reads the optional TOML file over the defaults, then applies
+    /// `MCP_<SECTION>__<KEY>` variables over it,
     /// e.g. `MCP_HTTP__MAX_BODY_BYTES=1048576` or
     /// `MCP_RUNTIME__RESPONSE_MODE=sse`; a top-level key has no section
     /// (`MCP__DRAIN_GRACE_SECS`). Values are TOML scalars, or text;
@@ -337,13 +370,30 @@ impl NodeConfig {
     /// stop a node (see the README, "Flags and environment variables").
     /// Variables without the `MCP_` prefix are not looked at.
     ///
+    /// The file and the variables are merged as TOML trees and turned into
+    /// a configuration once: a configuration is never serialized back
+    /// (its secrets serialize as `"<redacted>"`).
+    ///
     /// # Errors
-    /// A variable names a setting but holds a value of the wrong type.
-    pub fn with_env_overrides(
-        self,
+    /// The file does not parse, or a variable names a setting but holds a
+    /// value of the wrong type.
+    pub fn load(
+        file: Option<&str>,
         vars: impl IntoIterator<Item = (String, String)>,
         flag_vars: &[&str],
     ) -> Result<(Self, Vec<UnknownVar>), ConfigError> {
+        let mut tree = match file {
+            Some(text) => {
+                // Parsed as a configuration first, for errors that name the
+                // line and the setting.
+                Self::from_toml(text)?;
+                toml::Value::Table(
+                    toml::from_str::<toml::Table>(text)
+                        .map_err(|err| ConfigError(toml_error(text, &err)))?,
+                )
+            }
+            None => toml::Value::Table(toml::Table::new()),
+        };
         let skeleton = skeleton()?;
         let mut settings = Vec::new();
         let mut unknown = Vec::new();
@@ -368,23 +418,10 @@ impl NodeConfig {
                 })
                 .collect()
         };
-        if settings.is_empty() {
-            return Ok((self, unknown));
-        }
-        let mut this = self;
-        // `[redis]` is optional; naming one of its keys turns it on.
-        if this.redis.is_none() && settings.iter().any(|(_, path, _)| path[0] == "redis") {
-            this.redis = Some(RedisConfig::default());
-        }
-        // So is `[auth]`.
-        if this.auth.is_none() && settings.iter().any(|(_, path, _)| path[0] == "auth") {
-            this.auth = Some(AuthConfig::default());
-        }
-        // And `[tls]`.
-        if this.tls.is_none() && settings.iter().any(|(_, path, _)| path[0] == "tls") {
-            this.tls = Some(TlsConfig::default());
-        }
-        let mut tree = toml::Value::try_from(&this).map_err(|err| ConfigError(err.to_string()))?;
+        // An optional section (`[redis]`, `[auth]`, `[tls]`) that one of
+        // its keys names is created below, so that key turns it on, with
+        // defaults for the rest.
+        let mut applied = Vec::new();
         for (name, path, raw) in settings {
             let Some((leaf, sections)) = path.split_last() else {
                 continue;
@@ -400,6 +437,13 @@ impl NodeConfig {
                         .collect(),
                 ),
                 Some(toml::Value::String(_)) => toml::Value::String(raw),
+                Some(toml::Value::Boolean(_)) => {
+                    toml::Value::Boolean(parse_bool(&raw).ok_or_else(|| {
+                        ConfigError(format!(
+                            "{name}: {raw:?} is not a boolean (true, false, 1, 0, yes, no, on, off)"
+                        ))
+                    })?)
+                }
                 _ => toml::from_str::<toml::Table>(&format!("v = {raw}"))
                     .ok()
                     .and_then(|mut t| t.remove("v"))
@@ -418,11 +462,36 @@ impl NodeConfig {
             table
                 .as_table_mut()
                 .ok_or_else(|| ConfigError(format!("{name}: not a section")))?
-                .insert(leaf.clone(), value);
+                .insert(leaf.clone(), value.clone());
+            applied.push((name, path, value));
         }
-        let this = tree
-            .try_into()
-            .map_err(|err: toml::de::Error| ConfigError(err.to_string()))?;
+        // Only a variable can be wrong here (the file parsed above): name
+        // the first one that is wrong on its own.
+        let this = tree.try_into().map_err(|err: toml::de::Error| {
+            let culprit = applied
+                .iter()
+                .find(|(_, path, value)| {
+                    let mut alone = toml::Table::new();
+                    let mut table = &mut alone;
+                    let Some((leaf, sections)) = path.split_last() else {
+                        return false;
+                    };
+                    for section in sections {
+                        let entry = table
+                            .entry(section.as_str())
+                            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                        let Some(inner) = entry.as_table_mut() else {
+                            return false;
+                        };
+                        table = inner;
+                    }
+                    table.insert(leaf.clone(), value.clone());
+                    toml::Value::Table(alone).try_into::<Self>().is_err()
+                })
+                .map_or("the MCP_ variables", |(name, _, _)| name.as_str());
+            let message = err.message().split_whitespace().collect::<Vec<_>>();
+            ConfigError(format!("{culprit}: {}", message.join(" ")))
+        })?;
         Ok((this, unknown))
     }
 
@@ -583,7 +652,100 @@ mod tests {
     const FLAG_VARS: &[&str] = &["MCP_BIND", "MCP_REDIS_URL", "MCP_MAX_BODY_BYTES", "MCP_LOG"];
 
     fn overridden(pairs: &[(&str, &str)]) -> Result<(NodeConfig, Vec<UnknownVar>), ConfigError> {
-        NodeConfig::default().with_env_overrides(vars(pairs), FLAG_VARS)
+        NodeConfig::load(None, vars(pairs), FLAG_VARS)
+    }
+
+    /// A setting whose name says it holds a secret is a `Secret`, so that
+    /// it prints and serializes as `"<redacted>"`: adding `api_token:
+    /// String` fails here, before the value can reach a log.
+    #[test]
+    fn every_setting_named_like_a_secret_is_redacted() {
+        let mut every = NodeConfig {
+            auth: Some(AuthConfig {
+                introspection: Some(mcp_auth::IntrospectionConfig {
+                    client_secret: Some("s3cr3t".into()),
+                    ..mcp_auth::IntrospectionConfig::default()
+                }),
+                ..AuthConfig::default()
+            }),
+            ..NodeConfig::default()
+        };
+        every.runtime.request_state_keys = vec!["k1:c2VjcmV0".into()];
+        let tree = toml::Value::try_from(&every).unwrap();
+        let secret_name = |key: &str| {
+            !key.ends_with("_file")
+                && [
+                    "secret",
+                    "password",
+                    "token",
+                    "_keys",
+                    "api_key",
+                    "credential",
+                ]
+                .iter()
+                .any(|word| key.contains(word))
+        };
+        fn walk(value: &toml::Value, path: &str, found: &mut Vec<(String, toml::Value)>) {
+            if let toml::Value::Table(table) = value {
+                for (key, inner) in table {
+                    walk(inner, &format!("{path}.{key}"), found);
+                }
+            } else {
+                found.push((path.to_owned(), value.clone()));
+            }
+        }
+        let mut leaves = Vec::new();
+        walk(&tree, "", &mut leaves);
+        let secrets: Vec<&(String, toml::Value)> = leaves
+            .iter()
+            // Text only: `token_cache_entries` is a number.
+            .filter(|(_, value)| value.is_str() || value.is_array())
+            .filter(|(path, _)| secret_name(path.rsplit('.').next().unwrap_or("")))
+            .collect();
+        assert!(secrets.len() >= 2, "{secrets:?}");
+        for (path, value) in secrets {
+            let shown = value.to_string();
+            assert!(
+                shown.contains("<redacted>")
+                    && !shown.contains("s3cr3t")
+                    && !shown.contains("c2Vj"),
+                "{path} = {shown}: make it a mcp_telemetry::Secret"
+            );
+        }
+        let printed = format!("{every:?}");
+        assert!(
+            !printed.contains("s3cr3t") && !printed.contains("c2Vj"),
+            "{printed}"
+        );
+    }
+
+    #[test]
+    fn variables_apply_over_the_file_and_keep_its_secrets() {
+        let key = "k1:c3RhdGUta2V5LW9uZS1vZi0zMi1ieXRlcy1sb25nISE=";
+        let file = format!("[runtime]\nrequest_state_keys = [\"{key}\"]\nmax_sessions = 5\n");
+        let (c, _) = NodeConfig::load(
+            Some(&file),
+            vars(&[
+                ("MCP_HTTP__MAX_BODY_BYTES", "2048"),
+                ("MCP_HTTP__LEGACY_SSE", "0"),
+            ]),
+            FLAG_VARS,
+        )
+        .unwrap();
+        assert_eq!(c.runtime.request_state_keys, [key.into()]);
+        assert_eq!(c.runtime.max_sessions, 5);
+        assert_eq!(c.http.max_body_bytes, 2048);
+        assert!(!c.http.legacy_sse);
+        assert!(!format!("{c:?}").contains("c3Rh"));
+        let err = NodeConfig::load(
+            Some("[runtime]\nmax_sessions = \"x\"\n"),
+            vars(&[]),
+            FLAG_VARS,
+        )
+        .unwrap_err();
+        assert!(err.0.starts_with("line 2, column 16: "), "{err}");
+        let err = overridden(&[("MCP_HTTP__LEGACY_SSE", "maybe")]).unwrap_err();
+        assert!(err.0.starts_with("MCP_HTTP__LEGACY_SSE: "), "{err}");
     }
 
     #[test]

@@ -444,6 +444,10 @@ fn serve_on(
     let closed = Arc::new(AtomicBool::new(false));
     let closing = Arc::clone(&closed);
     let app_state = state.clone();
+    // With an admin listener, `/metrics` is served there only: the public
+    // port does not hand the node's internals to whoever reaches it (a
+    // DNS-rebinding page included).
+    let metrics_on_main = admin_socket.is_none();
     let mut main = HttpServer::new(move || {
         let state = app_state.clone();
         let closing = Arc::clone(&closing);
@@ -465,7 +469,7 @@ fn serve_on(
                 }
             })
             .configure(|cfg| mcp_http::configure(cfg, state.clone()))
-            .configure(probes)
+            .configure(|cfg| probes(cfg, metrics_on_main))
             // Outermost: sees every request, and the final status.
             .wrap(actix_web::middleware::from_fn(
                 mcp_http::observe::access_log,
@@ -502,7 +506,7 @@ fn serve_on(
             let admin = HttpServer::new(move || {
                 App::new()
                     .app_data(web::Data::new(state.clone()))
-                    .configure(probes)
+                    .configure(|cfg| probes(cfg, true))
             })
             .disable_signals()
             .workers(1)
@@ -528,15 +532,17 @@ fn serve_on(
     })
 }
 
-/// `/healthz` (alive), `/readyz` (not draining, store reachable) and
-/// `/metrics` (Prometheus).
-fn probes(cfg: &mut web::ServiceConfig) {
+/// `/healthz` (alive), `/readyz` (not draining, store reachable) and,
+/// with `metrics`, `/metrics` (Prometheus).
+fn probes(cfg: &mut web::ServiceConfig, metrics: bool) {
     cfg.route(
         "/healthz",
         web::get().to(|| async { HttpResponse::Ok().body("ok") }),
     )
-    .route("/readyz", web::get().to(readyz))
-    .route("/metrics", web::get().to(mcp_http::observe::metrics));
+    .route("/readyz", web::get().to(readyz));
+    if metrics {
+        cfg.route("/metrics", web::get().to(mcp_http::observe::metrics));
+    }
 }
 
 /// A listening socket as actix would make it, of which the drain keeps a

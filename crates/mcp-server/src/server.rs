@@ -273,8 +273,19 @@ impl McpServer {
             unreachable!("constructed as an object above")
         };
         let result = (tool.handler)(args, ctx).await?.normalized();
+        // 2025-06-18 tools: a tool with an output schema MUST return
+        // structured results that conform to it. A result without any is
+        // the provider's bug, reported as such (-32603 and an error log
+        // naming the tool), never sent as text-only or as an empty object.
+        // A tool execution error (`isError`) needs no structured content.
         if tool.output.is_some() && !result.is_error {
-            let errors = tool.output_errors(&Value::Object(result.structured_content.clone()));
+            let Some(structured) = &result.structured_content else {
+                tracing::error!(tool = %params.name, "Tool declares an outputSchema but returned no structuredContent.");
+                return Err(ErrorObject::internal(
+                    "tool output has no structuredContent although the tool declares an outputSchema",
+                ));
+            };
+            let errors = tool.output_errors(&Value::Object(structured.clone()));
             if !errors.is_empty() {
                 tracing::error!(tool = %params.name, errors = ?errors, "Tool output does not match its outputSchema.");
                 return Err(ErrorObject::internal(

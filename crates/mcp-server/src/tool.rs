@@ -131,8 +131,13 @@ impl ToolDef {
         Self::new(name, description, schema, wrapped).expect("derived schemas are valid")
     }
 
-    /// Declares the output schema, derived from `O`; `structuredContent` is
-    /// checked against it.
+    /// Declares the output schema, derived from `O`. The handler must then
+    /// return structured content ([`CallToolResult::structured`]) that
+    /// conforms to it: a successful result without `structuredContent`, or
+    /// with one that does not match, is answered -32603 and logged as an
+    /// error naming the tool. Tools without an output schema may return
+    /// structured content or not; results without it carry no
+    /// `structuredContent` field.
     #[must_use]
     pub fn output<O: JsonSchema>(self) -> Self {
         // expect: a schema derived by schemars always compiles.
@@ -141,7 +146,8 @@ impl ToolDef {
             .expect("derived schemas are valid")
     }
 
-    /// Declares a hand-written output schema.
+    /// Declares a hand-written output schema (same rules as
+    /// [`Self::output`]).
     ///
     /// # Errors
     /// [`DefinitionError::Schema`] when it does not compile.

@@ -90,7 +90,9 @@ impl ControlMessage {
         }
     }
 
-    /// The message type, as on the wire (`deliver`, `kick`…).
+    /// The message type, as on the wire (`deliver`, `kick`…); each is in
+    /// `mcp_telemetry::metrics::BUS_MESSAGE_TYPES`, the label values that
+    /// exist at 0 from the start.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Deliver { .. } => "deliver",

@@ -19,6 +19,7 @@
 //! clock for the Redis store), so nodes with skewed clocks agree.
 
 use std::fmt::{self, Debug};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,6 +93,19 @@ impl Verdict {
     }
 }
 
+/// The subject an address is counted as: itself (IPv4, or an IPv4 address
+/// mapped into IPv6), or its /64 network (IPv6: one host commonly holds a
+/// whole /64, so counting single addresses would count nothing).
+pub fn address_subject(ip: IpAddr) -> String {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+    }
+}
+
 /// Rate counters and lease sets, shared by the nodes of a cluster.
 #[async_trait]
 pub trait QuotaStore: Send + Sync + Debug + 'static {
@@ -147,6 +161,18 @@ pub trait QuotaStore: Send + Sync + Debug + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipv6_addresses_count_per_64() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::2".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(address_subject(a), "2001:db8:1:2::/64");
+        assert_eq!(address_subject(a), address_subject(b));
+        assert_ne!(address_subject(a), address_subject(c));
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        assert_eq!(address_subject(mapped), "192.0.2.7");
+    }
 
     #[test]
     fn the_interval_spreads_the_window_over_the_limit() {

@@ -12,9 +12,12 @@ use std::time::Duration;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::level_filters::LevelFilter;
+use tracing::subscriber::Interest;
+use tracing::{Event, Metadata, Subscriber, span};
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::layer::{Context, Filter};
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 use crate::otel::{self, OtelConfig};
@@ -116,8 +119,8 @@ pub fn init(
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
     let logs = match format {
-        LogFormat::Text => logs.with_filter(filter).boxed(),
-        LogFormat::Json => logs.json().with_filter(filter).boxed(),
+        LogFormat::Text => logs.with_filter(AskedPerCall(filter)).boxed(),
+        LogFormat::Json => logs.json().with_filter(AskedPerCall(filter)).boxed(),
     };
     let provider = otel::provider(otel).map_err(InitError::Exporter)?;
     let traces = provider.as_ref().map(otel_layer);
@@ -158,11 +161,72 @@ where
         .with_context_activation(false)
         // Not the access log (its lines belong to no span): with it on,
         // every request would format a log line that is thrown away.
-        .with_filter(
+        .with_filter(AskedPerCall(
             Targets::new()
                 .with_target("mcp", LevelFilter::INFO)
                 .with_target("mcp_access", LevelFilter::OFF),
-        )
+        ))
+}
+
+/// A per-layer filter that decides on every span and event, never once
+/// for all at a callsite.
+///
+/// tracing-subscriber hands a per-layer filter's decision from `enabled` to
+/// the span or event that follows through a thread-local. A callsite whose
+/// interest is `always` skips `enabled`, and its span then takes whatever
+/// the thread's last `enabled` call left there. After a
+/// `tracing::enabled!` check of a target that one layer filters out (the
+/// access log's, which traces leave out), that layer's bit stays cleared,
+/// and the next span created on that thread is not that layer's: every
+/// HTTP request span was made right after the access log's check, so none
+/// was ever exported (tokio-rs/tracing#2519). With the interest capped at
+/// `sometimes`, every span and event asks every layer's filter first, which
+/// writes every bit afresh. The cost is one filter lookup per span and
+/// event.
+#[derive(Debug)]
+struct AskedPerCall<F>(F);
+
+impl<S: Subscriber, F: Filter<S>> Filter<S> for AskedPerCall<F> {
+    fn enabled(&self, meta: &Metadata<'_>, cx: &Context<'_, S>) -> bool {
+        self.0.enabled(meta, cx)
+    }
+
+    fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
+        let interest = self.0.callsite_enabled(meta);
+        if interest.is_always() {
+            Interest::sometimes()
+        } else {
+            interest
+        }
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, cx: &Context<'_, S>) -> bool {
+        self.0.event_enabled(event, cx)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        self.0.max_level_hint()
+    }
+
+    fn on_new_span(&self, attrs: &span::Attributes<'_>, id: &span::Id, cx: Context<'_, S>) {
+        self.0.on_new_span(attrs, id, cx);
+    }
+
+    fn on_record(&self, id: &span::Id, values: &span::Record<'_>, cx: Context<'_, S>) {
+        self.0.on_record(id, values, cx);
+    }
+
+    fn on_enter(&self, id: &span::Id, cx: Context<'_, S>) {
+        self.0.on_enter(id, cx);
+    }
+
+    fn on_exit(&self, id: &span::Id, cx: Context<'_, S>) {
+        self.0.on_exit(id, cx);
+    }
+
+    fn on_close(&self, id: span::Id, cx: Context<'_, S>) {
+        self.0.on_close(id, cx);
+    }
 }
 
 /// Installs the global `tracing` subscriber without traces: [`init`] with

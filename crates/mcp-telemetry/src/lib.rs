@@ -17,6 +17,8 @@
 //!   per the OpenTelemetry MCP conventions; [`record_error`].
 //! - [`control_span()`] (`control_span`): handling a control-bus message
 //!   in the publisher's trace.
+//! - [`Secret`] (`secret`): a setting that prints and serializes as
+//!   `"<redacted>"`.
 
 pub mod metrics;
 
@@ -41,6 +43,7 @@ mod control_span;
 mod init;
 mod otel;
 mod request_span;
+mod secret;
 mod trace_context;
 
 pub use control_span::{ControlKind, control_span};
@@ -52,6 +55,7 @@ pub use request_span::{
     JsonRpcId, RequestFailure, RequestSpanAttrs, Target, Transport, User, record_error,
     request_span,
 };
+pub use secret::{REDACTED, Secret};
 pub use trace_context::{
     RequestParent, TRACEPARENT, TRACESTATE, current_traceparent, link_from, parent_from_headers,
     parent_from_meta, traceparent_of, traceparent_of_context,

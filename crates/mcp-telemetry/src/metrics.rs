@@ -56,6 +56,17 @@ pub const AUTH_FAILURE_REASONS: &[&str] = &[
     "inactive",
     "insufficient_scope",
     "unavailable",
+    "throttled",
+];
+
+/// Every `type` of `mcp_bus_messages_published_total` and
+/// `mcp_bus_messages_received_total` (mcp-store's `BusMessage::kind`).
+pub const BUS_MESSAGE_TYPES: &[&str] = &[
+    "deliver",
+    "session_ended",
+    "session_changed",
+    "server_event",
+    "kick",
 ];
 
 /// The label value of a method, tool or prompt outside the known set.
@@ -167,6 +178,9 @@ pub const QUOTAS: &[&str] = &[
     "requests_per_principal",
     "sessions_per_principal",
     "streams_per_principal",
+    "listen_streams_per_address",
+    "tasks_per_principal",
+    "tasks_per_address",
 ];
 
 /// The node's phases: the drain's, in order, then `starting` (waiting for
@@ -548,6 +562,8 @@ impl Metrics {
         );
         zero(&self.redis_reconnects, &["commands", "pubsub"]);
         zero(&self.quota_rejections, QUOTAS);
+        zero(&self.bus_published, BUS_MESSAGE_TYPES);
+        zero(&self.bus_received, BUS_MESSAGE_TYPES);
         zero(
             &self.bus_dropped,
             &["publish_failed", "malformed", "lagged"],
@@ -579,6 +595,7 @@ impl Metrics {
                 "unauthorized",
                 "insufficient_scope",
                 "auth_unavailable",
+                "auth_throttled",
                 "quota_exceeded",
                 "method_not_found",
                 "missing_capability",

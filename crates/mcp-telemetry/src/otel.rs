@@ -11,15 +11,23 @@
 //! `OTEL_TRACES_SAMPLER_ARG`, and `HOSTNAME` for `service.instance.id`.
 //!
 //! Read by the OpenTelemetry SDK itself from the process environment, as the
-//! specification describes them: `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`,
-//! `OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION` (none only: gzip and zstd are
-//! not built in, and asking for them fails at startup), `OTEL_BSP_*` (batch
-//! size, queue size, schedule delay, export timeout).
+//! specification describes them, and checked here first so that a value
+//! the SDK would skip without a word stops startup instead:
+//! `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS` (`key=value` pairs, comma-separated,
+//! values percent-encoded; never echoed, as they may hold credentials),
+//! `OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION` (`none` only: gzip and zstd are
+//! not built in). The batch processor's `OTEL_BSP_SCHEDULE_DELAY`,
+//! `OTEL_BSP_MAX_QUEUE_SIZE` and `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` are read
+//! here and applied; `OTEL_BSP_EXPORT_TIMEOUT` is checked, but the batch
+//! processor's thread does not apply it: one export request is bounded by
+//! `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT`.
 //!
 //! Not supported, refused at startup with a reason: the `grpc` and
 //! `http/json` protocols, `https` endpoints (the workspace's HTTP client is
 //! built without TLS: send to a collector on the node's network, which
-//! forwards over TLS), exporters other than `otlp`.
+//! forwards over TLS), exporters other than `otlp`, compression.
+//!
+//! Nothing but the endpoint's variables is checked while traces are off.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -30,7 +38,9 @@ use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::resource::TelemetryResourceDetector;
-use opentelemetry_sdk::trace::{BatchSpanProcessor, Sampler, SdkTracerProvider};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
+};
 
 /// `service.name` when neither `OTEL_SERVICE_NAME` nor
 /// `OTEL_RESOURCE_ATTRIBUTES` names the service.
@@ -72,7 +82,27 @@ pub struct OtelConfig {
     /// Longest wait for one export request; the specification's 10 s by
     /// default.
     pub timeout: Duration,
+    /// The batch span processor's settings (`OTEL_BSP_*`).
+    pub batch: BatchSettings,
 }
+
+/// The batch span processor's settings; `None` keeps the specification's
+/// default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct BatchSettings {
+    /// `OTEL_BSP_SCHEDULE_DELAY`: time between two exports (5 s).
+    pub schedule_delay: Option<Duration>,
+    /// `OTEL_BSP_MAX_QUEUE_SIZE`: spans held waiting for export (2048);
+    /// more are dropped.
+    pub max_queue_size: Option<usize>,
+    /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`: spans per export request (512).
+    pub max_export_batch_size: Option<usize>,
+}
+
+/// The specification's `OTEL_BSP_MAX_QUEUE_SIZE` default, which a batch
+/// size must not exceed.
+const DEFAULT_MAX_QUEUE_SIZE: usize = 2048;
 
 impl Default for OtelConfig {
     fn default() -> Self {
@@ -84,6 +114,7 @@ impl Default for OtelConfig {
             resource_attributes: Vec::new(),
             sampler: SamplerConfig::default(),
             timeout: DEFAULT_TIMEOUT,
+            batch: BatchSettings::default(),
         }
     }
 }
@@ -222,6 +253,9 @@ impl OtelConfig {
             }
         }
         config.sampler = parse_sampler(get("OTEL_TRACES_SAMPLER"), get("OTEL_TRACES_SAMPLER_ARG"))?;
+        check_compression(&get)?;
+        check_headers(&get)?;
+        config.batch = parse_batch(&get)?;
         Ok(config)
     }
 
@@ -304,6 +338,116 @@ fn parse_sampler(name: Option<&str>, arg: Option<&str>) -> Result<SamplerConfig,
     })
 }
 
+/// The first of `vars` (a signal's own variable, then the general one)
+/// that is set, with its value.
+fn first<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+    vars: [&'static str; 2],
+) -> Option<(&'static str, &'a str)> {
+    vars.into_iter().find_map(|var| get(var).map(|v| (var, v)))
+}
+
+/// `OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION`: only `none` is built in.
+fn check_compression<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<(), OtelConfigError> {
+    let Some((var, value)) = first(
+        get,
+        [
+            "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+            "OTEL_EXPORTER_OTLP_COMPRESSION",
+        ],
+    ) else {
+        return Ok(());
+    };
+    let reason = match value {
+        "none" => return Ok(()),
+        "gzip" | "zstd" => "compression is not built in: leave it unset or none",
+        _ => "unknown compression: expected none (gzip and zstd are not built in)",
+    };
+    Err(OtelConfigError {
+        var,
+        value: value.to_owned(),
+        reason,
+    })
+}
+
+/// `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`: `key=value` pairs, comma-separated,
+/// values percent-encoded, each a valid HTTP header. The value is not
+/// repeated in the error: it may hold an API key.
+fn check_headers<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<(), OtelConfigError> {
+    let Some((var, raw)) = first(
+        get,
+        [
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            "OTEL_EXPORTER_OTLP_HEADERS",
+        ],
+    ) else {
+        return Ok(());
+    };
+    let invalid = |reason| OtelConfigError {
+        var,
+        value: "(not shown)".to_owned(),
+        reason,
+    };
+    for pair in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| invalid("expected key=value pairs, comma-separated"))?;
+        reqwest::header::HeaderName::from_bytes(key.trim().as_bytes())
+            .map_err(|_| invalid("a key is not an HTTP header name"))?;
+        let value = percent_decode(value.trim())
+            .ok_or_else(|| invalid("a value has bad percent-encoding"))?;
+        if value.is_empty() {
+            return Err(invalid("a header has an empty value"));
+        }
+        reqwest::header::HeaderValue::from_str(&value)
+            .map_err(|_| invalid("a value is not a valid HTTP header value"))?;
+    }
+    Ok(())
+}
+
+/// The `OTEL_BSP_*` variables: whole positive numbers (milliseconds for
+/// the delay and the timeout), the batch no larger than the queue.
+fn parse_batch<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<BatchSettings, OtelConfigError> {
+    let positive =
+        |var: &'static str, reason: &'static str| -> Result<Option<u64>, OtelConfigError> {
+            get(var)
+                .map(|raw| {
+                    raw.parse::<u64>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| OtelConfigError {
+                            var,
+                            value: raw.to_owned(),
+                            reason,
+                        })
+                })
+                .transpose()
+        };
+    const MS: &str = "expected a positive number of milliseconds";
+    const COUNT: &str = "expected a positive whole number";
+    let schedule_delay = positive("OTEL_BSP_SCHEDULE_DELAY", MS)?.map(Duration::from_millis);
+    positive("OTEL_BSP_EXPORT_TIMEOUT", MS)?;
+    let to_count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    let max_queue_size = positive("OTEL_BSP_MAX_QUEUE_SIZE", COUNT)?.map(to_count);
+    let max_export_batch_size = positive("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", COUNT)?.map(to_count);
+    if let Some(batch) = max_export_batch_size
+        && batch > max_queue_size.unwrap_or(DEFAULT_MAX_QUEUE_SIZE)
+    {
+        return Err(OtelConfigError {
+            var: "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+            value: batch.to_string(),
+            reason: "larger than OTEL_BSP_MAX_QUEUE_SIZE (2048 unless set)",
+        });
+    }
+    Ok(BatchSettings {
+        schedule_delay,
+        max_queue_size,
+        max_export_batch_size,
+    })
+}
+
 /// `key1=value1,key2=value2`, values percent-encoded (W3C Baggage octets).
 fn parse_resource_attributes(raw: &str) -> Result<Vec<(String, String)>, OtelConfigError> {
     let invalid = |reason| OtelConfigError {
@@ -376,8 +520,7 @@ impl SamplerConfig {
 /// traces are off.
 ///
 /// # Errors
-/// The exporter could not be built (e.g. an unsupported
-/// `OTEL_EXPORTER_OTLP_COMPRESSION`).
+/// The exporter could not be built.
 pub(crate) fn provider(config: &OtelConfig) -> Result<Option<SdkTracerProvider>, String> {
     let Some(endpoint) = &config.traces_endpoint else {
         return Ok(None);
@@ -409,11 +552,32 @@ pub(crate) fn provider(config: &OtelConfig) -> Result<Option<SdkTracerProvider>,
         .build();
     Ok(Some(
         SdkTracerProvider::builder()
-            .with_span_processor(BatchSpanProcessor::builder(exporter).build())
+            .with_span_processor(
+                BatchSpanProcessor::builder(exporter)
+                    .with_batch_config(batch_config(config.batch))
+                    .build(),
+            )
             .with_sampler(config.sampler.sampler())
             .with_resource(resource)
             .build(),
     ))
+}
+
+/// The batch processor's configuration: the SDK's (which reads the same
+/// variables, skipping values it cannot parse), with every value checked
+/// here set over it.
+fn batch_config(settings: BatchSettings) -> opentelemetry_sdk::trace::BatchConfig {
+    let mut builder = BatchConfigBuilder::default();
+    if let Some(delay) = settings.schedule_delay {
+        builder = builder.with_scheduled_delay(delay);
+    }
+    if let Some(size) = settings.max_queue_size {
+        builder = builder.with_max_queue_size(size);
+    }
+    if let Some(size) = settings.max_export_batch_size {
+        builder = builder.with_max_export_batch_size(size);
+    }
+    builder.build()
 }
 
 /// The OTLP exporter's HTTP client: the workspace's reqwest, blocking. The
@@ -609,6 +773,74 @@ mod tests {
             ("OTEL_RESOURCE_ATTRIBUTES", "novalue"),
         ]);
         assert_eq!(off, OtelConfig::default());
+    }
+
+    #[test]
+    fn compression_headers_and_batch_values_are_checked() {
+        let on = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318");
+        let refused =
+            |pair: (&str, &str)| OtelConfig::from_env(vars(&[on, pair]), None).unwrap_err();
+        for (var, value) in [
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "bogus"),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            ("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "zstd"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "soon"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "0"),
+            ("OTEL_BSP_EXPORT_TIMEOUT", "-1"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "many"),
+            ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4096"),
+        ] {
+            let err = refused((var, value));
+            assert_eq!((err.var, err.value.as_str()), (var, value));
+        }
+        for headers in [
+            "garbage",
+            "api-key=secret,garbage",
+            "bad key=v",
+            "k=%zz",
+            "k=",
+            "k=line%0Abreak",
+        ] {
+            let err = refused(("OTEL_EXPORTER_OTLP_HEADERS", headers));
+            assert_eq!(err.var, "OTEL_EXPORTER_OTLP_HEADERS", "{headers}");
+            assert!(!err.to_string().contains("secret"), "{err}");
+        }
+        assert_eq!(
+            refused(("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x")).var,
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+        );
+
+        let c = config(&[
+            on,
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "none"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=a%3Db, x-tenant=7"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_BSP_EXPORT_TIMEOUT", "3000"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "8192"),
+            ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4096"),
+        ]);
+        assert_eq!(
+            c.batch,
+            BatchSettings {
+                schedule_delay: Some(Duration::from_millis(100)),
+                max_queue_size: Some(8192),
+                max_export_batch_size: Some(4096),
+            }
+        );
+        // The signal's own variable is the one checked.
+        assert!(
+            config(&[
+                on,
+                ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+                ("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "none"),
+            ])
+            .is_enabled()
+        );
+        // Off: not checked.
+        assert_eq!(
+            config(&[("OTEL_BSP_SCHEDULE_DELAY", "soon")]),
+            OtelConfig::default()
+        );
     }
 
     #[test]

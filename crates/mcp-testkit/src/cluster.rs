@@ -23,6 +23,24 @@ pub fn node_binary() -> PathBuf {
     }
 }
 
+/// The example program `name` of a workspace crate,
+/// `target/debug/examples/<name>` (the test command builds every example
+/// first: `cargo build --workspace --all-targets`).
+///
+/// # Panics
+/// When it has not been built.
+pub fn example_binary(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/debug/examples")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} not found: build it first (cargo build --workspace --examples)",
+        path.display()
+    );
+    path
+}
+
 /// The `mcp-loadtest` binary: `target/debug/mcp-loadtest` in this
 /// workspace.
 ///

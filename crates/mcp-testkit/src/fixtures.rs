@@ -34,7 +34,8 @@ fn arg_u64(args: &serde_json::Map<String, Value>, key: &str, default: u64) -> u6
 /// - `drop_stream {after_ms}`: closes its SSE stream (polling), answers
 ///   `after_ms` later.
 /// - `typed_add {a, b}` with an output schema; `bad_output` declares one
-///   and breaks it.
+///   and breaks it; `unstructured_output` declares one and returns text
+///   only.
 /// - `mirrored {region, query}`: `region` is mirrored to `Mcp-Param-Region`.
 /// - resource `test://r` (text), prompt `greet {name}`.
 pub fn test_server() -> McpServer {
@@ -229,6 +230,17 @@ pub fn test_server() -> McpServer {
                     out.insert("sum".into(), json!("not a number"));
                     Ok(CallToolResult::structured(out))
                 },
+            )
+            .and_then(|t| t.output_schema(schema(json!({"sum": {"type": "number"}}), &["sum"])))
+            .map_err(|e| ErrorObject::internal(e.to_string()))
+            .unwrap_or_else(|e| unreachable_tool(&e)),
+        )
+        .tool(
+            ToolDef::new(
+                "unstructured_output",
+                "Declares an output schema, returns text only.",
+                schema(json!({}), &[]),
+                |_, _| async move { Ok(CallToolResult::text("{\"sum\": 3}")) },
             )
             .and_then(|t| t.output_schema(schema(json!({"sum": {"type": "number"}}), &["sum"])))
             .map_err(|e| ErrorObject::internal(e.to_string()))

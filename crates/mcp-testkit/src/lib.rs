@@ -51,6 +51,35 @@ pub async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T
     }
 }
 
+/// Opens a legacy HTTP+SSE session (2024-11-05): `GET {base}/sse`, 200,
+/// then its `endpoint` event. Returns the stream and the URL to POST its
+/// messages to (`{base}/messages?sessionId=…`).
+///
+/// # Panics
+/// When the node does not answer 200 with an `endpoint` event within
+/// [`GUARD`].
+pub async fn open_legacy_sse(
+    http: &reqwest::Client,
+    base: &str,
+) -> (mcp_client::SseStream, String) {
+    let response = within(
+        "GET /sse",
+        http.get(format!("{base}/sse"))
+            .header("accept", "text/event-stream")
+            .send(),
+    )
+    .await
+    .expect("GET /sse");
+    assert_eq!(response.status(), 200, "GET /sse");
+    let mut stream = mcp_client::SseStream::new(response);
+    let endpoint = within("the endpoint event", stream.next_event())
+        .await
+        .expect("the endpoint event")
+        .expect("an endpoint event");
+    assert_eq!(endpoint.event.as_deref(), Some("endpoint"));
+    (stream, format!("{base}{}", endpoint.data))
+}
+
 /// A loopback port that was free a moment ago (bound to port 0, then
 /// released), for servers that must be told their port.
 ///
@@ -89,8 +118,14 @@ pub fn raw_http(addr: SocketAddr, head: &str, body: &str) -> anyhow::Result<(u16
     let mut socket = std::net::TcpStream::connect(addr)?;
     socket.set_read_timeout(Some(GUARD))?;
     socket.write_all(format!("{head}\r\n\r\n{body}").as_bytes())?;
-    let mut response = String::new();
-    socket.read_to_string(&mut response)?;
+    let mut response = Vec::new();
+    socket.read_to_end(&mut response)?;
+    status_and_body(&response)
+}
+
+/// The status and body of a raw HTTP/1.1 response read to its end.
+fn status_and_body(response: &[u8]) -> anyhow::Result<(u16, String)> {
+    let response = String::from_utf8_lossy(response);
     let (head, body) = response
         .split_once("\r\n\r\n")
         .context("no end of headers")?;
@@ -100,6 +135,38 @@ pub fn raw_http(addr: SocketAddr, head: &str, body: &str) -> anyhow::Result<(u16
         .and_then(|s| s.parse().ok())
         .context("no status")?;
     Ok((status, body.to_owned()))
+}
+
+/// As [`raw_http`], from a socket bound to `local` (any 127.0.0.0/8
+/// address stands for another client), with a head of raw bytes: header
+/// values may hold what no HTTP client library sends (obs-text, bytes
+/// 0x80 to 0xFF).
+///
+/// # Errors
+/// As [`raw_http`].
+pub fn raw_http_from(
+    local: std::net::IpAddr,
+    addr: SocketAddr,
+    head: &[u8],
+    body: &str,
+) -> anyhow::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.bind(&SocketAddr::new(local, 0).into())?;
+    socket.connect_timeout(&addr.into(), GUARD)?;
+    let mut socket: std::net::TcpStream = socket.into();
+    socket.set_read_timeout(Some(GUARD))?;
+    let mut request = head.to_vec();
+    request.extend_from_slice(b"\r\n\r\n");
+    request.extend_from_slice(body.as_bytes());
+    socket.write_all(&request)?;
+    let mut response = Vec::new();
+    socket.read_to_end(&mut response)?;
+    status_and_body(&response)
 }
 
 /// A node running on its own actix system in a thread of this process.
@@ -244,7 +311,17 @@ impl NodeProcess {
         args: &[impl AsRef<std::ffi::OsStr>],
         bind: &str,
     ) -> anyhow::Result<Self> {
-        Self::spawn_command(binary, Command::new(binary), args, bind, false)
+        Self::spawn_command(binary, Command::new(binary), args, Some(bind), false)
+    }
+
+    /// Spawns any program that serves MCP (an example of the workspace,
+    /// say) with exactly `args`, and waits for the line
+    /// `<name> listening on <url>` on its stdout.
+    ///
+    /// # Errors
+    /// The binary is missing, exits, or does not report its address.
+    pub fn spawn_program(binary: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        Self::spawn_command(binary, Command::new(binary), args, None, false)
     }
 
     /// As [`Self::spawn`], with `env` added to the node's environment, and
@@ -260,7 +337,7 @@ impl NodeProcess {
     ) -> anyhow::Result<Self> {
         let mut command = Command::new(binary);
         command.envs(env.iter().copied());
-        Self::spawn_command(binary, command, args, "127.0.0.1:0", true)
+        Self::spawn_command(binary, command, args, Some("127.0.0.1:0"), true)
     }
 
     /// As [`Self::spawn`], with the open-file limit (soft and hard) set to
@@ -278,14 +355,14 @@ impl NodeProcess {
             .arg("-c")
             .arg(format!("ulimit -n {open_files} && exec \"$0\" \"$@\""))
             .arg(binary);
-        Self::spawn_command(binary, command, args, "127.0.0.1:0", false)
+        Self::spawn_command(binary, command, args, Some("127.0.0.1:0"), false)
     }
 
     fn spawn_command(
         binary: &Path,
         mut command: Command,
         args: &[impl AsRef<std::ffi::OsStr>],
-        bind: &str,
+        bind: Option<&str>,
         keep_log: bool,
     ) -> anyhow::Result<Self> {
         if !binary.exists() {
@@ -294,9 +371,14 @@ impl NodeProcess {
                 binary.display()
             );
         }
+        command.args(args);
+        if let Some(bind) = bind {
+            command.args(["--bind", bind]);
+        }
         let mut child = command
-            .args(args)
-            .args(["--bind", bind])
+            // The tests' choice of binary is not the node's setting (it
+            // would warn about an unknown MCP_ variable).
+            .env_remove(crate::NODE_BIN_ENV)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(if keep_log {
@@ -326,7 +408,8 @@ impl NodeProcess {
         // Reads stdout to its end, so the node never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("mcp-node listening on ") {
+                // `mcp-node listening on <url>`, or another program's name.
+                if let Some((_, url)) = line.split_once(" listening on ") {
                     let _ = tx.send(url.to_owned());
                 }
             }
@@ -475,7 +558,7 @@ mod pki;
 mod prometheus;
 mod redis;
 
-pub use cluster::{Cluster, NODE_BIN_ENV, loadtest_binary, node_binary};
+pub use cluster::{Cluster, NODE_BIN_ENV, example_binary, loadtest_binary, node_binary};
 pub use issuer::{Discovery, IssuerOptions, KeyAlg, PublicKeyForm, TestIssuer, TokenBuilder};
 pub use nginx::Nginx;
 pub use otlp::{OtlpReceiver, ReceivedLink, ReceivedSpan};

@@ -47,6 +47,24 @@ impl Nginx {
     /// `nginx` is not installed, rejects the config, exits, or does not
     /// accept within [`GUARD`].
     pub fn start(upstreams: &[SocketAddr]) -> anyhow::Result<Self> {
+        Self::start_with(upstreams, "")
+    }
+
+    /// As [`Self::start`], with nginx appending each client's address to
+    /// its `X-Forwarded-For` (`proxy_set_header X-Forwarded-For
+    /// $proxy_add_x_forwarded_for`), as a proxy in front of nodes that
+    /// trust it must.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_forwarding_for(upstreams: &[SocketAddr]) -> anyhow::Result<Self> {
+        Self::start_with(
+            upstreams,
+            "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
+        )
+    }
+
+    fn start_with(upstreams: &[SocketAddr], directives: &str) -> anyhow::Result<Self> {
         if upstreams.is_empty() {
             bail!("nginx needs at least one upstream");
         }
@@ -54,7 +72,7 @@ impl Nginx {
         let mut last_err = None;
         for _ in 0..START_ATTEMPTS {
             let addr = SocketAddr::from(([127, 0, 0, 1], crate::free_port()?));
-            match Self::spawn(&binary, addr, upstreams) {
+            match Self::spawn(&binary, addr, upstreams, directives) {
                 Ok(nginx) => return Ok(nginx),
                 Err(err) => last_err = Some(err),
             }
@@ -89,7 +107,12 @@ impl Nginx {
         std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
     }
 
-    fn spawn(binary: &Path, addr: SocketAddr, upstreams: &[SocketAddr]) -> anyhow::Result<Self> {
+    fn spawn(
+        binary: &Path,
+        addr: SocketAddr,
+        upstreams: &[SocketAddr],
+        directives: &str,
+    ) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!(
             "mcp-testkit-nginx-{}-{}",
             std::process::id(),
@@ -98,7 +121,7 @@ impl Nginx {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let conf = dir.join("nginx.conf");
-        std::fs::write(&conf, config(&dir, addr, upstreams))
+        std::fs::write(&conf, config(&dir, addr, upstreams, directives))
             .with_context(|| format!("writing {}", conf.display()))?;
         let output = std::fs::File::create(dir.join("output.log"))?;
         let spawned = Command::new(binary)
@@ -174,8 +197,8 @@ fn nginx_binary() -> anyhow::Result<PathBuf> {
 
 /// The whole nginx.conf: one process, every path inside `dir`, one
 /// round-robin upstream without stickiness; the proxy settings are the
-/// README's.
-fn config(dir: &Path, listen: SocketAddr, upstreams: &[SocketAddr]) -> String {
+/// README's, then `directives` (more of the `location`'s).
+fn config(dir: &Path, listen: SocketAddr, upstreams: &[SocketAddr], directives: &str) -> String {
     let dir = dir.display();
     let mut servers = String::new();
     for upstream in upstreams {
@@ -228,6 +251,7 @@ http {{
             proxy_send_timeout 3600s;
             proxy_connect_timeout 5s;
             proxy_next_upstream error timeout;
+            {directives}
         }}
     }}
 }}
@@ -247,6 +271,7 @@ mod tests {
             Path::new("/tmp/x"),
             SocketAddr::from(([127, 0, 0, 1], 9)),
             &[a, b],
+            "",
         );
         assert!(conf.contains("server 127.0.0.1:1001 max_fails=0;"));
         assert!(conf.contains("server 127.0.0.1:1002 max_fails=0;"));

@@ -199,6 +199,9 @@ quotaInitializePerAddress: MCP_QUOTA_INITIALIZE_PER_ADDRESS
 quotaRequestsPerPrincipal: MCP_QUOTA_REQUESTS_PER_PRINCIPAL
 quotaSessionsPerPrincipal: MCP_QUOTA_SESSIONS_PER_PRINCIPAL
 quotaStreamsPerPrincipal: MCP_QUOTA_STREAMS_PER_PRINCIPAL
+quotaListenStreamsPerAddress: MCP_QUOTA_LISTEN_STREAMS_PER_ADDRESS
+quotaTasksPerPrincipal: MCP_QUOTA_TASKS_PER_PRINCIPAL
+quotaTasksPerAddress: MCP_QUOTA_TASKS_PER_ADDRESS
 pageSize: MCP_PAGE_SIZE
 log: MCP_LOG
 logJson: MCP_LOG_JSON
@@ -233,6 +236,12 @@ no variable can carry: see mcp-node.configToml.
 {{- end }}
 {{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__CLIENT_ID" "value" $i.clientId) }}
 {{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__CLIENT_SECRET" "valueFrom" (dict "secretKeyRef" (dict "name" $i.existingSecret "key" $i.existingSecretKey))) }}
+{{- if not (kindIs "invalid" $i.callsPerAddress) }}
+{{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__CALLS_PER_ADDRESS" "value" (toString (int64 $i.callsPerAddress))) }}
+{{- end }}
+{{- if not (kindIs "invalid" $i.callsPerSecond) }}
+{{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__CALLS_PER_SECOND" "value" (toString (int64 $i.callsPerSecond))) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- toYaml $env }}

@@ -145,7 +145,12 @@ pub async fn start(server: McpServer, config: NodeConfig) -> std::io::Result<Sta
         Some(admin) => vec![admin.local_addr()?],
         None => Vec::new(),
     };
-    let mut placeholders = vec![placeholder(socket.try_clone()?, Role::Main, tls.clone())?];
+    let main = if admin_socket.is_some() {
+        Role::MainBesideAdmin
+    } else {
+        Role::Main
+    };
+    let mut placeholders = vec![placeholder(socket.try_clone()?, main, tls.clone())?];
     if let Some(admin) = &admin_socket {
         placeholders.push(placeholder(admin.try_clone()?, Role::Admin, None)?);
     }
@@ -363,6 +368,9 @@ impl FailureLog {
 enum Role {
     /// The main listener: probes, and 503 for everything else.
     Main,
+    /// The main listener of a node with an admin listener: `/healthz` and
+    /// `/readyz` (`/metrics` is the admin listener's), 503 for the rest.
+    MainBesideAdmin,
     /// The admin listener: probes only.
     Admin,
 }
@@ -377,7 +385,7 @@ fn placeholder(
     tls: Option<rustls::ServerConfig>,
 ) -> std::io::Result<ServerHandle> {
     let server = HttpServer::new(move || {
-        let app = App::new()
+        let mut app = App::new()
             .route(
                 "/healthz",
                 web::get().to(|| async { HttpResponse::Ok().body("ok") }),
@@ -389,10 +397,17 @@ fn placeholder(
                         .insert_header((CONTENT_TYPE, "text/plain; charset=utf-8"))
                         .body(NOT_CONNECTED)
                 }),
-            )
+            );
+        if role == Role::MainBesideAdmin {
+            // As once the node runs: the admin listener's, not here.
+            app = app.route(
+                "/metrics",
+                web::get().to(|| async { HttpResponse::NotFound().finish() }),
+            );
+        } else {
             // Scraped while starting too: the node is up, in phase
             // `starting` (a scraper sees why it is not ready).
-            .route(
+            app = app.route(
                 "/metrics",
                 web::get().to(|| async {
                     let metrics = mcp_telemetry::metrics::metrics();
@@ -405,8 +420,9 @@ fn placeholder(
                         .body(body)
                 }),
             );
+        }
         match role {
-            Role::Main => app.default_service(web::to(|| async {
+            Role::Main | Role::MainBesideAdmin => app.default_service(web::to(|| async {
                 HttpError::Unavailable(NOT_CONNECTED).error_response()
             })),
             Role::Admin => {

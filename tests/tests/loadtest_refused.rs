@@ -1,0 +1,74 @@
+//! A load test whose requests the server refuses does not pass: against a
+//! node with a tiny quota (most `initialize` answers are 429), `mcp-loadtest
+//! run` exits 1 and says on stderr how many errors of which kind, unless
+//! `--max-errors` allows that many. Bad arguments exit 64, as the loadtest
+//! README says.
+
+use std::process::{Command, Output};
+
+use mcp_testkit::{NodeProcess, loadtest_binary, node_binary};
+
+fn loadtest(url: &str, extra: &[&str]) -> Output {
+    let output = Command::new(loadtest_binary())
+        .args(["run", "--url", url, "--sessions", "10", "--duration", "2"])
+        .args(extra)
+        .output()
+        .expect("running mcp-loadtest");
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    output
+}
+
+#[test]
+fn a_run_whose_requests_are_refused_exits_1_saying_why() {
+    let node = NodeProcess::spawn(
+        &node_binary(),
+        &[
+            "--log",
+            "error",
+            "--quota-initialize-per-address",
+            "3",
+            // Not loopback: the load generator on 127.0.0.1 is the client
+            // the quota counts.
+            "--trusted-proxies",
+            "192.0.2.1",
+        ],
+    )
+    .unwrap();
+    let output = loadtest(node.url(), &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("mcp-loadtest: run failed: "))
+        .unwrap_or_else(|| panic!("no reason given: {stderr}"));
+    assert!(line.contains("more than --max-errors 0 allows"), "{line}");
+    assert!(line.contains("429"), "{line}");
+
+    // Allowed: the same refusals pass (the summary still shows them).
+    let allowed = loadtest(node.url(), &["--max-errors", "1000000000"]);
+    let stdout = String::from_utf8_lossy(&allowed.stdout);
+    assert!(allowed.status.success(), "{stdout}");
+    assert!(stdout.contains("429"), "{stdout}");
+}
+
+#[test]
+fn bad_arguments_exit_64_and_help_0() {
+    let output = Command::new(loadtest_binary())
+        .args([
+            "run",
+            "--url",
+            "http://127.0.0.1:1/mcp",
+            "--sessions",
+            "many",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--sessions"));
+    let help = Command::new(loadtest_binary())
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--max-errors"));
+}
