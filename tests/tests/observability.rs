@@ -261,8 +261,40 @@ async fn metrics_follow_what_clients_did_and_pass_promtool() {
 }
 
 #[tokio::test]
-async fn without_an_admin_listener_metrics_are_on_the_main_one() {
+async fn without_an_admin_listener_metrics_are_on_the_main_one_for_allowed_hosts() {
     let node = NodeProcess::spawn(&node_binary(), &["--log", "warn"]).unwrap();
+    let base = node.url().trim_end_matches("/mcp").to_owned();
+    let text = scrape(&base, None).await;
+    assert_eq!(value(&text, "mcp_build_info", &[]), 1.0);
+    // A page that rebinds its own name to the node's address sends that
+    // name as Host (and its Origin): refused, as on the MCP endpoint.
+    let http = reqwest::Client::new();
+    let rebound = within(
+        "scrape as another host",
+        http.get(format!("{base}/metrics"))
+            .header("Host", "rebound.example:80")
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rebound.status(), 403);
+    let body = rebound.text().await.unwrap();
+    assert!(!body.contains("mcp_build_info"), "{body}");
+    let foreign_origin = within(
+        "scrape from a foreign origin",
+        http.get(format!("{base}/metrics"))
+            .header("Origin", "http://rebound.example")
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(foreign_origin.status(), 403);
+    // A host the operator allowed is served.
+    let node = NodeProcess::spawn(
+        &node_binary(),
+        &["--log", "warn", "--allowed-hosts", "metrics.example"],
+    )
+    .unwrap();
     let base = node.url().trim_end_matches("/mcp").to_owned();
     let text = scrape(&base, Some("metrics.example")).await;
     assert_eq!(value(&text, "mcp_build_info", &[]), 1.0);

@@ -145,6 +145,35 @@ async fn a_node_started_before_redis_waits_not_ready_then_serves() {
 }
 
 #[tokio::test]
+async fn without_an_admin_listener_a_waiting_node_shows_metrics_to_allowed_hosts_only() {
+    let redis_port = free_port().unwrap();
+    let url = format!("redis://127.0.0.1:{redis_port}/");
+    let node = NodeProcess::spawn_logged(
+        &node_binary(),
+        &["--redis-url", url.as_str(), "--log", "info"],
+        &[],
+    )
+    .unwrap_or_else(|err| panic!("node did not start: {err:#}"));
+    let (status, metrics) = get(node.addr(), "/metrics").await;
+    assert_eq!(status, 200, "{metrics}");
+    assert!(
+        metrics.contains("mcp_node_drain_phase{phase=\"starting\"} 1"),
+        "{metrics}"
+    );
+    // A page that rebinds its name to the node's address: refused.
+    let rebound = within(
+        "scrape as another host",
+        reqwest::Client::new()
+            .get(format!("http://{}/metrics", node.addr()))
+            .header("Host", "rebound.example")
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rebound.status(), 403);
+}
+
+#[tokio::test]
 async fn sigterm_while_waiting_for_redis_ends_the_node_cleanly() {
     let redis_port = free_port().unwrap();
     let admin = loopback(free_port().unwrap());

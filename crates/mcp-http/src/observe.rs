@@ -51,9 +51,9 @@ pub(crate) fn note_method(req: &HttpRequest, method: &str) {
     }
 }
 
-/// GET `/metrics`: the Prometheus text exposition format. Served on the
-/// main listener and the admin one, outside the Host and Origin checks of
-/// the MCP endpoint (a scraper addresses the pod, not the service name).
+/// GET `/metrics` on the admin listener: the Prometheus text exposition
+/// format, outside the Host and Origin checks of the MCP endpoint (a
+/// scraper addresses the pod, not the service name).
 pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
     let runtime = &state.runtime;
     let body = metrics::metrics().render(NodeGauges {
@@ -66,6 +66,23 @@ pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
     HttpResponse::Ok()
         .insert_header((CONTENT_TYPE, metrics::CONTENT_TYPE))
         .body(body)
+}
+
+/// GET `/metrics` on the main listener of a node without an admin
+/// listener: as [`metrics`], behind the Host and Origin checks of the MCP
+/// endpoint, so that a page that rebinds its name to a node on the
+/// visitor's machine cannot read it (403). A scraper that addresses the
+/// node by another name needs it in the Host allow-list, or the admin
+/// listener.
+///
+/// # Errors
+/// [`HttpError::ForbiddenHost`], [`HttpError::ForbiddenOrigin`].
+pub async fn metrics_on_main(
+    req: HttpRequest,
+    state: web::Data<HttpState>,
+) -> Result<HttpResponse, crate::HttpError> {
+    crate::headers::check_host_and_origin(&req, &state.config)?;
+    Ok(metrics(state).await)
 }
 
 fn request_id(req: &ServiceRequest) -> HeaderValue {

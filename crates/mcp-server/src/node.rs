@@ -445,9 +445,14 @@ fn serve_on(
     let closing = Arc::clone(&closed);
     let app_state = state.clone();
     // With an admin listener, `/metrics` is served there only: the public
-    // port does not hand the node's internals to whoever reaches it (a
-    // DNS-rebinding page included).
-    let metrics_on_main = admin_socket.is_none();
+    // port does not hand the node's internals to whoever reaches it.
+    // Without one, only to the hosts the MCP endpoint accepts (not to a
+    // DNS-rebinding page).
+    let metrics_on_main = if admin_socket.is_none() {
+        Metrics::HereForAllowedHosts
+    } else {
+        Metrics::Elsewhere
+    };
     let mut main = HttpServer::new(move || {
         let state = app_state.clone();
         let closing = Arc::clone(&closing);
@@ -506,7 +511,7 @@ fn serve_on(
             let admin = HttpServer::new(move || {
                 App::new()
                     .app_data(web::Data::new(state.clone()))
-                    .configure(|cfg| probes(cfg, true))
+                    .configure(|cfg| probes(cfg, Metrics::Here))
             })
             .disable_signals()
             .workers(1)
@@ -532,17 +537,34 @@ fn serve_on(
     })
 }
 
-/// `/healthz` (alive), `/readyz` (not draining, store reachable) and,
-/// with `metrics`, `/metrics` (Prometheus).
-fn probes(cfg: &mut web::ServiceConfig, metrics: bool) {
+/// `/healthz` (alive), `/readyz` (not draining, store reachable) and
+/// `/metrics` (Prometheus) as `metrics` says.
+fn probes(cfg: &mut web::ServiceConfig, metrics: Metrics) {
     cfg.route(
         "/healthz",
         web::get().to(|| async { HttpResponse::Ok().body("ok") }),
     )
     .route("/readyz", web::get().to(readyz));
-    if metrics {
-        cfg.route("/metrics", web::get().to(mcp_http::observe::metrics));
-    }
+    match metrics {
+        Metrics::Here => cfg.route("/metrics", web::get().to(mcp_http::observe::metrics)),
+        Metrics::HereForAllowedHosts => cfg.route(
+            "/metrics",
+            web::get().to(mcp_http::observe::metrics_on_main),
+        ),
+        Metrics::Elsewhere => cfg,
+    };
+}
+
+/// Where a listener stands for `/metrics`.
+#[derive(Debug, Clone, Copy)]
+enum Metrics {
+    /// Served to whoever asks (the admin listener).
+    Here,
+    /// Served to requests whose Host and Origin the MCP endpoint would
+    /// accept (the main listener of a node without an admin one).
+    HereForAllowedHosts,
+    /// Not served (the main listener beside an admin one: 404).
+    Elsewhere,
 }
 
 /// A listening socket as actix would make it, of which the drain keeps a

@@ -31,13 +31,15 @@
 //! Stdio mode does not wait: see [`super::open_store`].
 
 use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::ServerHandle;
 use actix_web::http::header::CONTENT_TYPE;
-use actix_web::{App, HttpResponse, HttpServer, ResponseError, web};
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, ResponseError, web};
 use mcp_cluster::{ClusterError, RedisConfig};
-use mcp_http::HttpError;
+use mcp_http::headers::check_host_and_origin;
+use mcp_http::{HttpConfig, HttpError};
 use mcp_store::Store;
 use tokio::time::Instant;
 
@@ -150,9 +152,15 @@ pub async fn start(server: McpServer, config: NodeConfig) -> std::io::Result<Sta
     } else {
         Role::Main
     };
-    let mut placeholders = vec![placeholder(socket.try_clone()?, main, tls.clone())?];
+    let http = Arc::new(config.http.clone());
+    let mut placeholders = vec![placeholder(
+        socket.try_clone()?,
+        main,
+        tls.clone(),
+        Arc::clone(&http),
+    )?];
     if let Some(admin) = &admin_socket {
-        placeholders.push(placeholder(admin.try_clone()?, Role::Admin, None)?);
+        placeholders.push(placeholder(admin.try_clone()?, Role::Admin, None, http)?);
     }
     Ok(StartingNode {
         addrs,
@@ -383,8 +391,10 @@ fn placeholder(
     socket: TcpListener,
     role: Role,
     tls: Option<rustls::ServerConfig>,
+    http: Arc<HttpConfig>,
 ) -> std::io::Result<ServerHandle> {
     let server = HttpServer::new(move || {
+        let http = Arc::clone(&http);
         let mut app = App::new()
             .route(
                 "/healthz",
@@ -406,18 +416,28 @@ fn placeholder(
             );
         } else {
             // Scraped while starting too: the node is up, in phase
-            // `starting` (a scraper sees why it is not ready).
+            // `starting` (a scraper sees why it is not ready). On the main
+            // listener, as once the node runs: only for the hosts the MCP
+            // endpoint accepts.
             app = app.route(
                 "/metrics",
-                web::get().to(|| async {
-                    let metrics = mcp_telemetry::metrics::metrics();
-                    let body = metrics.render(mcp_telemetry::metrics::NodeGauges {
-                        drain_phase: mcp_telemetry::metrics::STARTING,
-                        ..Default::default()
-                    });
-                    HttpResponse::Ok()
-                        .insert_header((CONTENT_TYPE, mcp_telemetry::metrics::CONTENT_TYPE))
-                        .body(body)
+                web::get().to(move |req: HttpRequest| {
+                    let http = Arc::clone(&http);
+                    async move {
+                        if role == Role::Main {
+                            check_host_and_origin(&req, &http)?;
+                        }
+                        let metrics = mcp_telemetry::metrics::metrics();
+                        let body = metrics.render(mcp_telemetry::metrics::NodeGauges {
+                            drain_phase: mcp_telemetry::metrics::STARTING,
+                            ..Default::default()
+                        });
+                        Ok::<_, HttpError>(
+                            HttpResponse::Ok()
+                                .insert_header((CONTENT_TYPE, mcp_telemetry::metrics::CONTENT_TYPE))
+                                .body(body),
+                        )
+                    }
                 }),
             );
         }
