@@ -59,7 +59,8 @@ fn calm_scenario(dir: &Path) -> String {
 }
 
 /// A two-second `run` of 4 sessions against `url` with `extra` arguments;
-/// its JSON report and stdout.
+/// its JSON report and stdout. Checks that the run exits 0 exactly when
+/// its report counts no error and no protocol violation, and 1 otherwise.
 fn run(url: &str, name: &str, extra: &[&str], env: &[(&str, &str)]) -> (Value, String) {
     let dir = temp_dir(name);
     let json = dir.join("report.json");
@@ -77,9 +78,23 @@ fn run(url: &str, name: &str, extra: &[&str], env: &[(&str, &str)]) -> (Value, S
     args.extend_from_slice(extra);
     let output = loadtest(&args, env);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "{stdout}");
-    let report = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     std::fs::remove_dir_all(dir).unwrap();
+    // A run passes only when nothing failed (--max-errors is 0 by default):
+    // its exit status says what its report counts.
+    let errors: u64 = report["errors"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    let clean = errors == 0 && report["protocol_violations"] == 0;
+    assert_eq!(output.status.success(), clean, "{stdout}");
+    if !clean {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("mcp-loadtest: run failed"), "{stderr}");
+    }
     (report, stdout)
 }
 
