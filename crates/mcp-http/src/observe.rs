@@ -69,7 +69,7 @@ pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
 }
 
 /// GET `/metrics` on the main listener of a node without an admin
-/// listener: as [`metrics`], behind the Host and Origin checks of the MCP
+/// listener: as [`metrics()`], behind the Host and Origin checks of the MCP
 /// endpoint, so that a page that rebinds its name to a node on the
 /// visitor's machine cannot read it (403). A scraper that addresses the
 /// node by another name needs it in the Host allow-list, or the admin
