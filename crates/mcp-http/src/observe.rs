@@ -76,7 +76,7 @@ pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
 /// listener.
 ///
 /// # Errors
-/// [`HttpError::ForbiddenHost`], [`HttpError::ForbiddenOrigin`].
+/// [`crate::HttpError::ForbiddenHost`], [`crate::HttpError::ForbiddenOrigin`].
 pub async fn metrics_on_main(
     req: HttpRequest,
     state: web::Data<HttpState>,
