@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use hostile_support::{MIB, node};
 use mcp_client::Client;
 use mcp_testkit::within;
-use serde_json::{Value, json};
+use serde_json::json;
 use stateless_support as sl;
 
 /// How far above its starting point a flood may leave the node.
@@ -25,10 +25,6 @@ const CONCURRENCY: usize = 8;
 /// One flood at a time: each measures its own node, and three at once on
 /// a small machine only measure the machine.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn task_caps() -> Value {
-    json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
-}
 
 /// The node's base URL (for `/metrics`).
 fn base(url: &str) -> String {
@@ -72,7 +68,7 @@ async fn assert_tasks_work(url: &str) {
             "slow_compute",
             json!({"seconds": 0, "label": "small"}),
             json!({}),
-            task_caps(),
+            sl::task_caps(),
         ),
         &[],
     )
@@ -82,24 +78,11 @@ async fn assert_tasks_work(url: &str) {
         .as_str()
         .unwrap_or_else(|| panic!("no task: {created}"))
         .to_owned();
-    let view = poll(url, &task, |r| r["status"] == "completed").await;
+    let view = sl::poll_task(url, &task, |r| r["status"] == "completed").await;
     assert_eq!(
         view["result"]["result"]["content"][0]["text"], "Computed small in 0 s.",
         "{view}"
     );
-}
-
-/// `tasks/get` until `done` holds (20 s at most); the last view.
-async fn poll(url: &str, task: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let body = sl::request(2, "tasks/get", json!({"taskId": task}), task_caps());
-        let view = sl::call(url, &body, &[]).await.response;
-        if done(&view["result"]) || tokio::time::Instant::now() > deadline {
-            return view;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,7 +103,7 @@ async fn large_task_results_are_held_within_the_byte_budget() {
                     "slow_compute",
                     json!({"seconds": 0, "label": label}),
                     json!({}),
-                    task_caps(),
+                    sl::task_caps(),
                 );
                 sl::call(&url, &body, &[]).await
             }
@@ -137,7 +120,7 @@ async fn large_task_results_are_held_within_the_byte_budget() {
     }
     // Let the last ones finish and be written.
     let last = last.unwrap();
-    let view = poll(&url, &last, |r| r["status"] != "working").await;
+    let view = sl::poll_task(&url, &last, |r| r["status"] != "working").await;
     assert!(view.get("result").is_some() || view.get("error").is_some());
 
     assert_within_budget("300 task results of 2 MiB", before, node.rss_bytes());
@@ -222,14 +205,14 @@ async fn large_task_answers_are_refused_past_their_caps() {
                 "confirm_delete",
                 json!({"filename": format!("{i}.txt")}),
                 json!({}),
-                task_caps(),
+                sl::task_caps(),
             ),
             &[],
         )
         .await
         .response;
         let task = created["result"]["taskId"].as_str().unwrap().to_owned();
-        poll(&url, &task, |r| r["status"] == "input_required").await;
+        sl::poll_task(&url, &task, |r| r["status"] == "input_required").await;
         waiting.push(task);
     }
 
@@ -245,7 +228,7 @@ async fn large_task_answers_are_refused_past_their_caps() {
                     100 + i,
                     "tasks/update",
                     json!({"taskId": task, "inputResponses": {format!("extra{i}"): answer}}),
-                    task_caps(),
+                    sl::task_caps(),
                 );
                 sl::call(&url, &body, &[]).await
             }
@@ -278,11 +261,11 @@ async fn large_task_answers_are_refused_past_their_caps() {
             200,
             "tasks/update",
             json!({"taskId": task, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}}),
-            task_caps(),
+            sl::task_caps(),
         );
         let ack = sl::call(&url, &body, &[]).await.response;
         assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
-        let done = poll(&url, task, |r| r["status"] == "completed").await;
+        let done = sl::poll_task(&url, task, |r| r["status"] == "completed").await;
         assert_eq!(
             done["result"]["result"]["content"][0]["text"],
             format!("Deleted {i}.txt."),

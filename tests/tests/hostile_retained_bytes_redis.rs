@@ -23,23 +23,6 @@ use stateless_support as sl;
 /// One flood at a time: each measures its own Redis.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn task_caps() -> Value {
-    json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
-}
-
-/// `tasks/get` until `done` holds (20 s at most); the last view.
-async fn poll(url: &str, task: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let body = sl::request(2, "tasks/get", json!({"taskId": task}), task_caps());
-        let view = sl::call(url, &body, &[]).await.response;
-        if done(&view["result"]) || tokio::time::Instant::now() > deadline {
-            return view;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-}
-
 /// A Redis with `noeviction` and a node on it.
 fn redis_and_node(args: &[&str]) -> (RedisServer, mcp_testkit::NodeProcess) {
     let redis = RedisServer::start().unwrap();
@@ -217,7 +200,7 @@ async fn large_task_results_stay_within_the_budget() {
                     "slow_compute",
                     json!({"seconds": 0, "label": label}),
                     json!({}),
-                    task_caps(),
+                    sl::task_caps(),
                 );
                 sl::call(&url, &body, &[]).await.response["result"]["taskId"]
                     .as_str()
@@ -229,7 +212,7 @@ async fn large_task_results_stay_within_the_budget() {
         .await;
     let last = tasks.iter().flatten().last().unwrap().clone();
     assert_eq!(tasks.iter().flatten().count(), 300, "every call is a task");
-    let view = poll(&url, &last, |r| r["status"] == "completed").await;
+    let view = sl::poll_task(&url, &last, |r| r["status"] == "completed").await;
     assert_eq!(view["result"]["status"], "completed", "{view}");
 
     let after = info_field(&redis, "memory", "used_memory");
@@ -260,14 +243,14 @@ async fn task_answers_are_bounded_and_a_waiting_task_reads_only_its_own() {
             "confirm_delete",
             json!({"filename": "a.txt"}),
             json!({}),
-            task_caps(),
+            sl::task_caps(),
         ),
         &[],
     )
     .await
     .response;
     let task = created["result"]["taskId"].as_str().unwrap().to_owned();
-    poll(&url, &task, |r| r["status"] == "input_required").await;
+    sl::poll_task(&url, &task, |r| r["status"] == "input_required").await;
 
     // Large answers under new keys: refused, each.
     let big = json!({"action": "accept", "content": {"note": "z".repeat(3_500_000)}});
@@ -276,7 +259,7 @@ async fn task_answers_are_bounded_and_a_waiting_task_reads_only_its_own() {
             10 + i,
             "tasks/update",
             json!({"taskId": task, "inputResponses": {format!("big{i}"): big}}),
-            task_caps(),
+            sl::task_caps(),
         );
         let answer = sl::call(&url, &body, &[]).await.response;
         assert_eq!(answer["error"]["code"], -32602, "{answer}");
@@ -288,7 +271,7 @@ async fn task_answers_are_bounded_and_a_waiting_task_reads_only_its_own() {
             40 + i,
             "tasks/update",
             json!({"taskId": task, "inputResponses": {format!("extra{i}"): fair}}),
-            task_caps(),
+            sl::task_caps(),
         );
         let answer = sl::call(&url, &body, &[]).await.response;
         assert_eq!(
@@ -309,7 +292,12 @@ async fn task_answers_are_bounded_and_a_waiting_task_reads_only_its_own() {
     // (and 10 tasks/get) must not move the 800 KB each time.
     let sent = info_field(&redis, "stats", "total_net_output_bytes");
     for i in 0..10 {
-        let body = sl::request(60 + i, "tasks/get", json!({"taskId": task}), task_caps());
+        let body = sl::request(
+            60 + i,
+            "tasks/get",
+            json!({"taskId": task}),
+            sl::task_caps(),
+        );
         let view = sl::call(&url, &body, &[]).await.response;
         assert_eq!(view["result"]["status"], "input_required", "{view}");
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
@@ -330,11 +318,11 @@ async fn task_answers_are_bounded_and_a_waiting_task_reads_only_its_own() {
         90,
         "tasks/update",
         json!({"taskId": task, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}}),
-        task_caps(),
+        sl::task_caps(),
     );
     let ack = sl::call(&url, &body, &[]).await.response;
     assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
-    let done = poll(&url, &task, |r| r["status"] == "completed").await;
+    let done = sl::poll_task(&url, &task, |r| r["status"] == "completed").await;
     assert_eq!(
         done["result"]["result"]["content"][0]["text"], "Deleted a.txt.",
         "{done}"

@@ -13,29 +13,10 @@ use tokio::time::Instant;
 use serde_json::{Value, json};
 use stateless_support::*;
 
-fn task_caps() -> Value {
-    json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
-}
-
 async fn task_request(url: &str, id: u64, method: &str, params: Value) -> Value {
     call(url, &request(id, method, params, task_caps()), &[])
         .await
         .response
-}
-
-/// `tasks/get` on `url` until `done` holds (20 s at most); the last view.
-async fn poll(url: &str, task: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut id = 1000;
-    loop {
-        id += 1;
-        let body = request(id, "tasks/get", json!({"taskId": task}), task_caps());
-        let view = call(url, &body, &[]).await.response;
-        if done(&view["result"]) || Instant::now() > deadline {
-            return view;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test]
@@ -60,7 +41,7 @@ async fn a_task_created_on_one_node_is_answered_cancelled_and_fetched_on_others(
     assert_eq!(result["status"], "working");
     let task = result["taskId"].as_str().unwrap().to_owned();
 
-    let waiting = poll(&node(1), &task, |r| r["status"] == "input_required").await;
+    let waiting = poll_task(&node(1), &task, |r| r["status"] == "input_required").await;
     let questions = waiting["result"]["inputRequests"].as_object().unwrap();
     assert_eq!(
         questions["confirm"]["method"], "elicitation/create",
@@ -78,7 +59,7 @@ async fn a_task_created_on_one_node_is_answered_cancelled_and_fetched_on_others(
     )
     .await;
     assert_eq!(ack.response["result"], json!({"resultType": "complete"}));
-    let done = poll(&node(1), &task, |r| r["status"] == "completed").await;
+    let done = poll_task(&node(1), &task, |r| r["status"] == "completed").await;
     assert_eq!(
         done["result"]["result"]["content"][0]["text"], "Deleted a.txt.",
         "{done}"
@@ -108,7 +89,7 @@ async fn a_task_created_on_one_node_is_answered_cancelled_and_fetched_on_others(
     )
     .await;
     assert_eq!(ack.response["result"]["resultType"], "complete");
-    let ended = poll(&node(1), &slow, |r| r["status"] != "working").await;
+    let ended = poll_task(&node(1), &slow, |r| r["status"] != "working").await;
     assert_eq!(ended["result"]["status"], "cancelled", "{ended}");
 
     // Unknown tasks, and clients without the extension.
@@ -146,11 +127,11 @@ async fn a_task_whose_node_dies_ends_failed_within_the_lease() {
         .unwrap_or_else(|| panic!("{created:?}"))
         .to_owned();
     let survivor = cluster.node_url(1);
-    let working = poll(&survivor, &task, |r| r["status"].is_string()).await;
+    let working = poll_task(&survivor, &task, |r| r["status"].is_string()).await;
     assert_eq!(working["result"]["status"], "working");
     cluster.kill_node(0);
     let killed = Instant::now();
-    let ended = poll(&survivor, &task, |r| r["status"] != "working").await;
+    let ended = poll_task(&survivor, &task, |r| r["status"] != "working").await;
     assert_eq!(ended["result"]["status"], "failed", "{ended}");
     assert!(
         ended["result"]["error"]["message"]

@@ -213,3 +213,24 @@ pub async fn metric(base: &str, sample: &str) -> f64 {
         })
         .unwrap_or(0.0)
 }
+
+/// Client capabilities with the tasks extension (and elicitation).
+pub fn task_caps() -> Value {
+    json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
+}
+
+/// `tasks/get` on `url` until `done` holds for its result (20 s at most);
+/// the last answer.
+pub async fn poll_task(url: &str, task: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut id = 1000;
+    loop {
+        id += 1;
+        let body = request(id, "tasks/get", json!({"taskId": task}), task_caps());
+        let view = call(url, &body, &[]).await.response;
+        if done(&view["result"]) || tokio::time::Instant::now() > deadline {
+            return view;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
