@@ -6,7 +6,14 @@ RUN cargo build --release --locked -p mcp-node \
     && cp target/release/mcp-node /mcp-node
 
 FROM debian:bookworm-slim
-RUN useradd --system --uid 10001 --no-create-home mcp
+# The public roots (Debian's ca-certificates): the slim base has none, and
+# the node trusts only the system's, so without them every https issuer
+# (Keycloak, Auth0, Entra ID) and every rediss:// server with a public CA
+# fails with UnknownIssuer.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --no-create-home mcp
 COPY --from=build /mcp-node /usr/local/bin/mcp-node
 USER 10001
 # Inside a container the node listens on every interface; the published port
