@@ -9,7 +9,7 @@
 //! shared counter on the request path).
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -48,7 +48,7 @@ struct Item {
 struct Client {
     bytes: u64,
     /// The client's items by age.
-    order: BTreeMap<u64, ()>,
+    order: BTreeSet<u64>,
 }
 
 #[derive(Debug)]
@@ -140,7 +140,7 @@ impl<K: Hash + Eq + Clone> Ledger<K> {
         books.order.insert(seq, key.clone());
         let account = books.clients.entry(Arc::clone(&client)).or_default();
         account.bytes += bytes;
-        account.order.insert(seq, ());
+        account.order.insert(seq);
         books.total += bytes;
         books.items.insert(
             key,
@@ -156,7 +156,7 @@ impl<K: Hash + Eq + Clone> Ledger<K> {
         // The client's own oldest, down to its share.
         while let Some(account) = books.clients.get(&client)
             && account.bytes > self.budget.per_client
-            && let Some((&oldest, ())) = account.order.first_key_value()
+            && let Some(&oldest) = account.order.first()
             && oldest != seq
         {
             let Some(k) = books.order.get(&oldest).cloned() else {
@@ -204,7 +204,7 @@ impl<K: Hash + Eq + Clone> Ledger<K> {
         };
         let keys: Vec<K> = account
             .order
-            .keys()
+            .iter()
             .filter_map(|seq| books.order.get(seq).cloned())
             .collect();
         for k in keys {
