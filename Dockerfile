@@ -1,23 +1,40 @@
-# The mcp-node image: a static-enough release build on Debian slim, non-root.
+# The mcp-node image: a release build on Debian slim, run as a non-root user.
+#
+#   docker build -t mcp-node .                       # builds the binary in the image
+#   docker build --target prebuilt -t mcp-node DIR   # DIR holds an mcp-node built elsewhere
+#
+# The second form takes a binary built for Debian bookworm (glibc 2.36 or
+# older) on another machine or in CI: `cargo build --release -p mcp-node`,
+# then copy target/release/mcp-node alone into an empty DIR (the repository's
+# .dockerignore leaves target/ out of the context) and pass this file with
+# `-f Dockerfile`. Both forms give the same runtime stage.
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p mcp-node \
     && cp target/release/mcp-node /mcp-node
 
-FROM debian:bookworm-slim
+FROM debian:bookworm-slim AS runtime
 # The public roots (Debian's ca-certificates): the slim base has none, and
 # the node trusts only the system's, so without them every https issuer
 # (Keycloak, Auth0, Entra ID) and every rediss:// server with a public CA
-# fails with UnknownIssuer.
+# fails with UnknownIssuer. A private CA: README, "Containers".
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --no-create-home mcp
-COPY --from=build /mcp-node /usr/local/bin/mcp-node
-USER 10001
+    && groupadd --system --gid 10001 mcp \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home mcp
+USER 10001:10001
 # Inside a container the node listens on every interface; the published port
 # and MCP_ALLOWED_HOSTS decide who may reach it.
 ENV MCP_BIND=0.0.0.0:8080
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/mcp-node"]
+
+# A binary built elsewhere, from a context holding only it.
+FROM runtime AS prebuilt
+COPY mcp-node /usr/local/bin/mcp-node
+
+# The default target: the binary built above.
+FROM runtime
+COPY --from=build /mcp-node /usr/local/bin/mcp-node
