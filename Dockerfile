@@ -29,6 +29,15 @@ USER 10001:10001
 # and MCP_ALLOWED_HOSTS decide who may reach it.
 ENV MCP_BIND=0.0.0.0:8080
 EXPOSE 8080
+# Alive: /healthz answers 200 on the admin listener (MCP_ADMIN_BIND), else on
+# the main one; it never depends on Redis, so an orchestrator that replaces
+# unhealthy containers never does so because Redis is away. bash's /dev/tcp:
+# the image carries no HTTP client. It reaches 127.0.0.1 at the port of that
+# address: keep the listener on 0.0.0.0, [::] or 127.0.0.1, and with HTTPS on
+# the main listener give the node an admin listener. Kept in Docker-format
+# images (`podman build --format docker`); OCI images drop it.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+    CMD ["bash", "-c", "a=${MCP_ADMIN_BIND:-$MCP_BIND}; exec 3<>/dev/tcp/127.0.0.1/${a##*:} && printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' >&3 && grep -q '^HTTP/1.[01] 200' <&3"]
 ENTRYPOINT ["/usr/local/bin/mcp-node"]
 
 # A binary built elsewhere, from a context holding only it.

