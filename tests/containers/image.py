@@ -14,8 +14,8 @@ Checks, in order (the first failure stops the rest):
   so the check below proves the CA is what makes it work); with the CA
   mounted and named by MCP_AUTH__CA_FILE, 401 without a token and a session
   with one; with the CA added to the image's system roots the documented
-  way (an image FROM mcp-node, update-ca-certificates), a session with no
-  CA setting at all;
+  way (deploy/private-ca/Dockerfile: an image FROM mcp-node,
+  update-ca-certificates), a session with no CA setting at all;
 - SIGTERM (`podman stop`) drains: /readyz turns 503 while the node keeps
   serving, a request in flight gets its answer, and the node exits with 0.
 """
@@ -26,6 +26,7 @@ import time
 
 from common import (
     IMAGE_UID,
+    ROOT,
     Failed,
     Issuer,
     Pki,
@@ -197,15 +198,11 @@ def run(checks):
         context = work / "ca-image"
         context.mkdir()
         (context / "test-ca.crt").write_bytes(pki.ca_cert.read_bytes())
-        # The README's recipe ("Containers", a private CA for everything).
-        (context / "Containerfile").write_text(
-            f"FROM {IMAGE}\n"
-            "USER root\n"
-            "COPY test-ca.crt /usr/local/share/ca-certificates/test-ca.crt\n"
-            "RUN update-ca-certificates\n"
-            f"USER {IMAGE_UID}:{IMAGE_UID}\n"
-        )
-        podman("build", "--quiet", "--pull=never", "--format", "docker", "-t", CA_IMAGE, str(context))
+        # Not a certificate: only *.crt files are added.
+        (context / "README").write_text("the test CA\n")
+        # The README's recipe for a private CA trusted by everything.
+        podman("build", "--quiet", "--pull=never", "--format", "docker", "-t", CA_IMAGE,
+               "-f", str(ROOT / "deploy" / "private-ca" / "Dockerfile"), "--build-arg", f"IMAGE={IMAGE}", str(context))
         url, name = authorized_node("auth-system-ca", image=CA_IMAGE)
         session = Session(url, token=token_for(url))
         if session.echo("trusted") != "Echo: trusted":
