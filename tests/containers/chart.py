@@ -12,8 +12,11 @@ certificate from common.Pki's private CA):
   pod at, and the private CA given as the chart says users give it:
   auth.caCertificates naming a ConfigMap (played beside the release, as a
   user would `kubectl create configmap` it);
-- mcpt-chart-tls: the default values with tls.enabled, the certificate from
-  a kubernetes.io/tls Secret, tls.reloadIntervalSecs 1.
+- mcpt-chart-tls: TLS everywhere: tls.enabled, the certificate from a
+  kubernetes.io/tls Secret, tls.reloadIntervalSecs 1; and redis.url
+  rediss://redis-tls:6380/, a second Redis serving TLS only with a
+  certificate of the test CA, which redis.caCertificates gives the node
+  from a ConfigMap.
 
 What the test changes in the rendered manifests, only where kube play
 needs it (everything else is played as rendered: the image, args and
@@ -52,7 +55,7 @@ are preStop hooks run, and `podman kube down` kills the pods (SIGKILL, exit
 137) rather than stopping them: the test stops the pods with `podman pod
 stop` (SIGTERM) first and checks that each node drains and exits 0.
 
-Steps: render; network, Redis, issuer, secrets, kube play; the pods run as
+Steps: render; network, both Redis, issuer, secrets, kube play; the pods run as
 rendered; each probe answers as defined (readiness 200 once Redis answers);
 a session through each (auth: 401 without a token, then a token from the
 test issuer, whose https metadata and keys the node fetched trusting the
@@ -85,6 +88,8 @@ from common import (IMAGE_UID, ROOT, Failed, Issuer, Pki, Session, free_port, po
 PREFIX = "mcpt-chart"
 NETWORK = f"{PREFIX}-net"
 REDIS = f"{PREFIX}-redis"
+# Redis over TLS only, its certificate from the test CA: the tls release's.
+REDIS_TLS = f"{PREFIX}-redis-tls"
 ISSUER = f"{PREFIX}-issuer"
 CHART = ROOT / "helm" / "mcp-node"
 KEYCLOAK = CHART / "examples" / "keycloak.yaml"
@@ -252,9 +257,11 @@ class ChartTest:
         self.auth = Release(f"{PREFIX}-auth", [KEYCLOAK])
         self.tls = Release(f"{PREFIX}-tls", sets=[
             "tls.enabled=true", f"tls.secretName={PREFIX}-tls-cert", "tls.reloadIntervalSecs=1",
-            "redis.keyPrefix=mcpt-chart-tls"])
+            "redis.url=rediss://redis-tls:6380/", f"redis.caCertificates.configMap={PREFIX}-redis-ca",
+            "redis.caCertificates.key=ca.crt"])
         self.releases = (self.plain, self.auth, self.tls)
         self.auth_ca_map = f"{PREFIX}-auth-ca"
+        self.redis_ca_map = f"{PREFIX}-redis-ca"
         self.resource = f"http://127.0.0.1:{self.auth.ports['http']}/mcp"
         self.auth.sets += [
             f"auth.issuers[0]={self.issuer_url}", f"auth.resource={self.resource}",
@@ -280,6 +287,7 @@ class ChartTest:
         assert self.auth.env_value("MCP_AUTH__CA_FILE") == "/etc/mcp/auth-ca/ca.crt"
         assert self.tls.env_value("MCP_TLS__CERT_FILE") == "/etc/mcp/tls/tls.crt"
         assert self.plain.env_value("MCP_TLS__CERT_FILE") is None
+        assert self.tls.env_value("MCP_REDIS_CA_FILE") == "/etc/mcp/redis-ca/ca.crt"
 
     def start(self):
         """The network, Redis (alias redis), the issuer (alias issuer), the
@@ -291,6 +299,17 @@ class ChartTest:
         podman("run", "-d", "--name", REDIS, "--network", NETWORK, "--network-alias", "redis",
                "redis:7-alpine")
         self.issuer.start(NETWORK, ISSUER)
+        redis_dir = self.dir / "redis-tls"
+        redis_dir.mkdir()
+        redis_dir.chmod(0o755)
+        cert, key = self.pki.issue("redis-tls", ["redis-tls"])
+        shutil.copy(cert, redis_dir / "redis.crt")
+        shutil.copy(key, redis_dir / "redis.key")
+        podman("run", "-d", "--name", REDIS_TLS, "--network", NETWORK, "--network-alias", "redis-tls",
+               "-v", f"{redis_dir}:/tls:ro", "redis:7-alpine", "redis-server", "--bind", "0.0.0.0",
+               "--protected-mode", "no", "--port", "0", "--tls-port", "6380",
+               "--tls-cert-file", "/tls/redis.crt", "--tls-key-file", "/tls/redis.key",
+               "--tls-auth-clients", "no")
         for release in self.releases:
             name, data = release.redis_secret()
             podman("secret", "create", name, "-", input=data)
@@ -302,9 +321,9 @@ class ChartTest:
         self.tls_volume.write({"tls.crt": cert.read_bytes(), "tls.key": key.read_bytes()})
         self.first_cert = cert
         # The private CA, as a user would `kubectl create configmap` it.
-        ca_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": self.auth_ca_map},
-                  "data": {"ca.crt": self.pki.ca_cert.read_text()}}
-        docs = [ca_map]
+        docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                 "data": {"ca.crt": self.pki.ca_cert.read_text()}}
+                for name in (self.auth_ca_map, self.redis_ca_map)]
         for release in self.releases:
             docs += release.played(self.tls_volume.path if release is self.tls else None)
         docs.sort(key=lambda d: d["kind"] != "ConfigMap")
@@ -429,14 +448,14 @@ class ChartTest:
         podman("kube", "down", self.play_file, timeout=120)
         after = leftovers()
         pods = [p for p in after.get("pods", [])]
-        containers = [c for c in after.get("containers", []) if c not in (REDIS, ISSUER)]
+        containers = [c for c in after.get("containers", []) if c not in (REDIS, REDIS_TLS, ISSUER)]
         assert not pods and not containers, f"kube down left {pods} {containers}"
         maps = {d["metadata"]["name"] for d in yaml.safe_load_all(self.play_file.read_text())
                 if d["kind"] == "ConfigMap"}
         for volume in after.get("volumes", []):
             assert volume in maps, f"kube down left volume {volume}, not a ConfigMap's"
             podman("volume", "rm", volume)
-        podman("rm", "-f", "-t", "0", REDIS, ISSUER)
+        podman("rm", "-f", "-t", "0", REDIS, REDIS_TLS, ISSUER)
         for release in self.releases:
             podman("secret", "rm", release.redis_secret()[0])
         podman("network", "rm", NETWORK)
@@ -467,13 +486,13 @@ def run(checks):
     try:
         checks.group([
             ("chart: helm template, default values, keycloak example with the test issuer and "
-             "its CA, and tls.enabled", test.render),
-            ("chart: podman kube play of the three releases with Redis and the https issuer",
-             test.start),
+             "its CA, and tls.enabled with rediss:// and its CA", test.render),
+            ("chart: podman kube play of the three releases with Redis, Redis over TLS and the "
+             "https issuer", test.start),
             ("chart: pods run as rendered (uid 10001, read-only root, no capabilities, "
              "read-only mounts)", test.as_rendered),
             ("chart: each probe's endpoint answers as the probe defines it (readiness once Redis "
-             "answers)", test.probes),
+             "answers; tls: over rediss:// trusting redis.caCertificates)", test.probes),
             ("chart: a session through the default release; auth: 401 without a token, a session "
              "with the test issuer's token (its CA from auth.caCertificates)", test.sessions),
             ("chart: the helm test pod's script passes against each played pod", test.helm_test_script),
