@@ -62,9 +62,9 @@ test issuer, whose https metadata and keys the node fetched trusting the
 private CA from the ConfigMap); the helm test pod's script against each;
 HTTPS verified with the test CA, then the certificate rotated in place and
 served to new connections without a restart; the pods stopped (SIGTERM,
-exit 0); `podman kube down`, then the
-network, Redis and issuer removed, and nothing of the test left (pods,
-containers, volumes, secrets, networks). Everything is removed in a finally
+exit 0); `podman kube down`, then the network, both Redis and the issuer
+removed, and nothing of the test left (pods, containers, volumes, secrets,
+networks). Everything is removed in a finally
 too.
 """
 
@@ -290,9 +290,10 @@ class ChartTest:
         assert self.tls.env_value("MCP_REDIS_CA_FILE") == "/etc/mcp/redis-ca/ca.crt"
 
     def start(self):
-        """The network, Redis (alias redis), the issuer (alias issuer), the
-        podman secrets for the Redis URL, the TLS Secret's volume, then
-        `podman kube play --network` of the three releases in one file."""
+        """The network, Redis (alias redis), Redis over TLS (alias
+        redis-tls), the issuer (alias issuer), the podman secrets for the
+        Redis URLs, the TLS Secret's volume, then `podman kube play
+        --network` of the three releases and the CA ConfigMaps in one file."""
         leftover = leftovers()
         assert not leftover, f"objects of an earlier run left: {leftover}"
         podman("network", "create", NETWORK)
@@ -441,8 +442,8 @@ class ChartTest:
             assert state == ["exited", "0"], f"{release.name}: {state}"
 
     def down(self):
-        """podman kube down, then Redis, the issuer, the podman secrets the
-        test made and the network: nothing of the test is left. kube down of
+        """podman kube down, then both Redis, the issuer, the podman secrets
+        the test made and the network: nothing of the test is left. kube down of
         podman 4.3 leaves the volumes it made for ConfigMaps (named after
         them): those are removed too, by name, and reported."""
         podman("kube", "down", self.play_file, timeout=120)
