@@ -14,12 +14,18 @@ For each value set (the chart's defaults and tests/helm/values-*.yaml):
   - what the chart promises, read from the manifests: probes on the admin
     listener, drain-aware grace period, security context, the Redis URL from
     a Secret, Host and Origin allow-lists covering the Service's names and the
-    Ingress hosts, selectors that match the pods, NOTES.txt;
+    Ingress hosts, selectors that match the pods, every file the node reads
+    (TLS certificate and key, CA certificates) projected by a read-only
+    mount without subPath, HTTPS in the Service and the test pod when the
+    node serves it, NOTES.txt;
   - the real mcp-node binary given the rendered environment (and the rendered
     ConfigMap as its --config file): it starts and reports no unknown MCP_
     variable (bind addresses moved to loopback; issuers and the
     introspection endpoint moved to a closed loopback port, so that nothing
-    leaves the machine). With authorization on, its protected resource
+    leaves the machine; the TLS certificate and key and the CA files it
+    names made where the pod mounts them, moved under a temporary
+    directory; with TLS on, its listener must speak HTTPS with that
+    certificate). With authorization on, its protected resource
     metadata must say what the values say, and the `helm test` pod's script
     must pass against it (401 without a token, the metadata through the
     Service's name).
@@ -39,6 +45,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -267,7 +274,8 @@ def check_common(vs, docs):
     # Redis URL from a Secret; a rendered Secret holds the key referenced.
     ref = env["MCP_REDIS_URL"]["valueFrom"]["secretKeyRef"]
     if (ref["name"], ref["key"]) not in vs.external_secrets:
-        assert chart.secret_value(docs, ref["name"], ref["key"]).startswith("redis://")
+        assert chart.secret_value(docs, ref["name"], ref["key"]).startswith(
+            ("redis://", "rediss://"))
 
     # Host and Origin: every name of the Service, every Ingress host.
     hosts = values["MCP_ALLOWED_HOSTS"].split(",")
@@ -323,7 +331,63 @@ def check_common(vs, docs):
     assert len(test_pods) == 1, "one helm test pod"
     test_env = env_list(test_pods[0]["spec"]["containers"][0])
     endpoint = values.get("MCP_HTTP__ENDPOINT", "/mcp")
-    assert test_env["MCP_URL"]["value"] == f"http://{fullname}:{svc_port}{endpoint}"
+    scheme = "https" if "MCP_TLS__CERT_FILE" in env else "http"
+    assert test_env["MCP_URL"]["value"] == f"{scheme}://{fullname}:{svc_port}{endpoint}"
+
+    # TLS and the files the node reads from mounted ConfigMaps and Secrets.
+    check_files(deployment, container, env, service, test_env)
+
+
+# The node's variables naming a file, and the volume type each may come from.
+FILE_VARIABLES = {
+    "MCP_TLS__CERT_FILE": ("secret",),
+    "MCP_TLS__KEY_FILE": ("secret",),
+    "MCP_AUTH__CA_FILE": ("configMap", "secret"),
+    "MCP_REDIS_CA_FILE": ("configMap", "secret"),
+}
+
+
+def mounted_file(deployment, container, path):
+    """The volume and key a file path of the container comes from: the
+    read-only mount holding it (no subPath, which the kubelet would never
+    update) and the volume's item projecting that file. (volume, key)."""
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"].get("volumes", [])}
+    for mount in container.get("volumeMounts", []):
+        prefix = mount["mountPath"].rstrip("/") + "/"
+        if path.startswith(prefix):
+            assert mount.get("readOnly") is True and "subPath" not in mount, mount
+            volume = volumes[mount["name"]]
+            source = volume.get("secret") or volume.get("configMap")
+            items = {i["path"]: i["key"] for i in source.get("items", [])}
+            name = path[len(prefix):]
+            assert name in items, f"{path}: {mount['name']} projects {sorted(items)}"
+            return volume, items[name]
+    raise AssertionError(f"{path} is on no volume mount")
+
+
+def check_files(deployment, container, env, service, test_env):
+    """Every file variable names a file projected by a read-only mount of a
+    ConfigMap or Secret. With MCP_TLS__* (tls.enabled): both files from one
+    Secret, a reload interval, the Service's appProtocol https and the test
+    pod on https; the probes stay plain HTTP (checked above). Without: no
+    MCP_TLS__ variable, appProtocol http."""
+    for name, kinds in FILE_VARIABLES.items():
+        if name in env:
+            volume, _ = mounted_file(deployment, container, env[name]["value"])
+            assert any(kind in volume for kind in kinds), (name, volume)
+    tls = [n for n in env if n.startswith("MCP_TLS__")]
+    if not tls:
+        assert service["spec"]["ports"][0]["appProtocol"] == "http", service
+        assert "CURL_TLS" not in test_env
+        return
+    assert sorted(tls) == ["MCP_TLS__CERT_FILE", "MCP_TLS__KEY_FILE",
+                           "MCP_TLS__RELOAD_INTERVAL_SECS"], tls
+    cert, _ = mounted_file(deployment, container, env["MCP_TLS__CERT_FILE"]["value"])
+    key, _ = mounted_file(deployment, container, env["MCP_TLS__KEY_FILE"]["value"])
+    assert cert is key and "secret" in cert, (cert, key)
+    assert int(env["MCP_TLS__RELOAD_INTERVAL_SECS"]["value"]) >= 1
+    assert service["spec"]["ports"][0]["appProtocol"] == "https", service
+    assert test_env["CURL_TLS"]["value"] == "--insecure", test_env
 
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
@@ -588,7 +652,12 @@ def expect_auth_introspection(docs):
         "MCP_AUTH__INTROSPECTION__CLIENT_ID": "mcp-resource-server",
         "MCP_AUTH__INTROSPECTION__CLIENT_SECRET": None,
         "MCP_AUTH__INTROSPECTION__CALLS_PER_ADDRESS": "20",
-        "MCP_AUTH__INTROSPECTION__CALLS_PER_SECOND": "0"}, auth_values(docs)
+        "MCP_AUTH__INTROSPECTION__CALLS_PER_SECOND": "0",
+        "MCP_AUTH__CA_FILE": "/etc/mcp/auth-ca/ca.crt"}, auth_values(docs)
+    # The private CA: that key alone of the Secret, read-only.
+    volume, key = mounted_file(*node_container(docs), "/etc/mcp/auth-ca/ca.crt")
+    assert volume["secret"] == {"secretName": "idp-ca",
+                                "items": [{"key": "ca.crt", "path": "ca.crt"}]}, volume
     ref = env_list(container)["MCP_AUTH__INTROSPECTION__CLIENT_SECRET"]["valueFrom"]
     assert ref == {"secretKeyRef": {"name": "idp-introspection", "key": "secret"}}, ref
     # The chart renders no Secret for it: it only names one.
@@ -599,6 +668,28 @@ def expect_auth_introspection(docs):
     paths = one(docs, "Ingress")["spec"]["rules"][0]["http"]["paths"]
     assert [(p["path"], p["pathType"]) for p in paths] == [
         ("/mcp", "Exact"), (METADATA_PATH, "Prefix")], paths
+
+
+def expect_tls(docs):
+    deployment, container = node_container(docs)
+    values = env_values(docs)
+    assert {k: v for k, v in values.items() if "TLS" in k or "CA_FILE" in k} == {
+        "MCP_TLS__CERT_FILE": "/etc/mcp/tls/tls.crt",
+        "MCP_TLS__KEY_FILE": "/etc/mcp/tls/tls.key",
+        "MCP_TLS__RELOAD_INTERVAL_SECS": "5",
+        "MCP_REDIS_CA_FILE": "/etc/mcp/redis-ca/ca-bundle.pem"}, values
+    assert chart.secret_value(docs, "mcp-node-redis", "redis-url") == \
+        "rediss://redis.data.svc:6380/"
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"] == {"secretName": "mcp-node-cert", "items": [
+        {"key": "fullchain.pem", "path": "tls.crt"},
+        {"key": "privkey.pem", "path": "tls.key"}]}, volumes
+    assert volumes["redis-ca"]["configMap"] == {"name": "redis-ca", "items": [
+        {"key": "ca-bundle.pem", "path": "ca-bundle.pem"}]}, volumes
+    assert sorted(volumes) == ["redis-ca", "tls"], sorted(volumes)
+    # Neither the certificate nor a CA changes the origins browsers use.
+    origins = values["MCP_ALLOWED_ORIGINS"].split(",")
+    assert "https://mcp.example.com:*" in origins and "http://mcp.example.com:*" not in origins
 
 
 EXAMPLES = CHART / "examples"
@@ -612,6 +703,7 @@ VALUE_SETS = [
     ValueSet("extra-hosts", ["values-extra-hosts.yaml"], release="edge", namespace="edge-ns",
              expect=expect_extra_hosts),
     ValueSet("e2e-values", ["values-e2e.yaml"], expect=expect_e2e),
+    ValueSet("tls", ["values-tls.yaml"], expect=expect_tls),
     ValueSet("keycloak", [EXAMPLES / "keycloak.yaml"], expect=expect_keycloak),
     ValueSet("auth0", [EXAMPLES / "auth0.yaml"], namespace="mcp", expect=expect_auth0),
     ValueSet("entra-id", [EXAMPLES / "entra-id.yaml"], release="tools",
@@ -664,12 +756,18 @@ def expect_notes(vs, text):
                      "touch_resource: mcp:write", "Bearer $TOKEN"],
         "auth0": ["with aud https://mcp.example.com/mcp.", "https://example-tenant.auth0.com/"],
         "entra-id": ["(or 11111111-1111-1111-1111-111111111111)"],
+        "tls": ["https://mcp-node.default.svc.cluster.local:8080/mcp",
+                "certificate and key of Secret mcp-node-cert\n(keys fullchain.pem, privkey.pem), read again every 5 s",
+                "The pods speak HTTPS only", "curl -si https://localhost:8080/mcp",
+                "--cacert ca.crt"],
         "auth-introspection": ["the introspection endpoint's server",
                                "https://tools.example.org/.well-known/oauth-protected-resource/mcp",
                                "test_simple_text: mcp:admin mcp:read"],
     }[vs.name]
     if "Authorization is on" in text:
         assert "AUTHORIZATION IS OFF" not in text, text
+    if vs.name != "tls":
+        assert "serve HTTPS" not in text and "--cacert" not in text, text
     for warning in warnings:
         assert warning in text, f"NOTES.txt lacks {warning!r}:\n{text}"
 
@@ -701,7 +799,9 @@ def check_binary_accepts(vs, docs):
            "labels": deployment["spec"]["template"]["metadata"]["labels"],
            "serviceAccountName": deployment["spec"]["template"]["spec"]["serviceAccountName"]}
     env = chart.resolve_env(docs, container, pod, secrets)
-    env["MCP_REDIS_URL"] = closed
+    # rediss:// stays rediss:// (MCP_REDIS_CA_FILE needs it).
+    scheme = env["MCP_REDIS_URL"].split("://", 1)[0]
+    env["MCP_REDIS_URL"] = f"{scheme}://127.0.0.1:{closed_port}/"
     env["MCP_BIND"] = "127.0.0.1:0"
     env["MCP_ADMIN_BIND"] = "127.0.0.1:0"
     rendered = dict(env)
@@ -726,6 +826,7 @@ def check_binary_accepts(vs, docs):
                  "--save", "", "--appendonly", "no"],
                 stdout=redis_log, stderr=subprocess.STDOUT)
     with tempfile.TemporaryDirectory() as tmp:
+        tls_cert = mount_files(deployment, container, env, Path(tmp))
         if "--config" in args:
             # The ConfigMap's file, where the pod would have it mounted.
             at = args.index("--config") + 1
@@ -744,6 +845,8 @@ def check_binary_accepts(vs, docs):
             listening = re.search(r"mcp-node listening on (?:\w+://)?127\.0\.0\.1:(\d+)",
                                   out.read_text())
             assert listening, out.read_text()
+            if tls_cert:
+                check_https(int(listening.group(1)), tls_cert)
             if authorization:
                 probes = re.search(r"mcp-node probes on http://127\.0\.0\.1:(\d+)",
                                    out.read_text())
@@ -764,6 +867,42 @@ def check_binary_accepts(vs, docs):
     text = log.read_text()
     assert "Unknown MCP_ environment variable" not in text, \
         [l for l in text.splitlines() if "Unknown MCP_" in l]
+
+
+def mount_files(deployment, container, env, tmp):
+    """The files the rendered variables name (FILE_VARIABLES), made where the
+    pod would have them mounted, moved under tmp: a self-signed certificate
+    for 127.0.0.1 and its key for MCP_TLS__*, that certificate as the CA
+    file of MCP_AUTH__CA_FILE and MCP_REDIS_CA_FILE. env is changed to name
+    them; returns the certificate's path (None without one)."""
+    named = [n for n in FILE_VARIABLES if n in env]
+    if not named:
+        return None
+    cert, key = tmp / "self-signed.crt", tmp / "self-signed.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
+                    "-out", str(cert)], check=True, capture_output=True)
+    for name in named:
+        path = env[name]
+        mounted_file(deployment, container, path)
+        moved = tmp / "mounts" / path.lstrip("/")
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(key if name == "MCP_TLS__KEY_FILE" else cert, moved)
+        env[name] = str(moved)
+    return cert if "MCP_TLS__CERT_FILE" in named else None
+
+
+def check_https(port, ca_file):
+    """The main listener speaks HTTPS with the mounted certificate."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
+    try:
+        conn.request("GET", "/healthz", headers={"Host": "localhost"})
+        status = conn.getresponse().status
+    finally:
+        conn.close()
+    assert 200 <= status < 500, status
 
 
 def ready(admin_port):

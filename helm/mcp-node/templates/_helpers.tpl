@@ -229,6 +229,9 @@ no variable can carry: see mcp-node.configToml.
 {{- with $auth.resourceName }}
 {{- $env = append $env (dict "name" "MCP_AUTH__RESOURCE_NAME" "value" .) }}
 {{- end }}
+{{- if or $auth.caCertificates.configMap $auth.caCertificates.secret }}
+{{- $env = append $env (dict "name" "MCP_AUTH__CA_FILE" "value" (printf "/etc/mcp/auth-ca/%s" $auth.caCertificates.key)) }}
+{{- end }}
 {{- $i := $auth.introspection }}
 {{- if $i.enabled }}
 {{- with $i.endpoint }}
@@ -294,12 +297,75 @@ flag would override) would hide the chart's file: refused.
 {{- concat $args .Values.extraArgs | toYaml }}
 {{- end }}
 
+{{/*
+Files from objects the user manages, each mounted read-only in a directory
+of its own under /etc/mcp (never with subPath: the kubelet updates a mounted
+ConfigMap or Secret in place, but not a subPath): the TLS certificate and
+key (tls.*), the CA certificates of the authorization servers
+(auth.caCertificates, when auth.enabled) and of Redis
+(redis.caCertificates). A YAML list of {name, mountPath, source}, source
+being a Volume's configMap or secret; items project the named keys alone.
+*/}}
+{{- define "mcp-node.fileMounts" -}}
+{{- $mounts := list }}
+{{- $t := .Values.tls }}
+{{- if $t.enabled }}
+{{- if eq $t.certKey $t.keyKey }}
+{{- fail "tls.certKey and tls.keyKey name the same key: the certificate chain and the private key are two keys of the Secret" }}
+{{- end }}
+{{- $items := list (dict "key" $t.certKey "path" "tls.crt") (dict "key" $t.keyKey "path" "tls.key") }}
+{{- $mounts = append $mounts (dict "name" "tls" "mountPath" (include "mcp-node.tlsDir" .) "source" (dict "secret" (dict "secretName" $t.secretName "items" $items))) }}
+{{- end }}
+{{- if .Values.auth.enabled }}
+{{- with (include "mcp-node.caSource" (dict "ca" .Values.auth.caCertificates "value" "auth.caCertificates") | fromYaml) }}
+{{- $mounts = append $mounts (dict "name" "auth-ca" "mountPath" "/etc/mcp/auth-ca" "source" .) }}
+{{- end }}
+{{- end }}
+{{- with (include "mcp-node.caSource" (dict "ca" .Values.redis.caCertificates "value" "redis.caCertificates") | fromYaml) }}
+{{- if and (not $.Values.redis.existingSecret) (not (hasPrefix "rediss://" $.Values.redis.url)) }}
+{{- fail "redis.caCertificates: the node trusts them for a rediss:// (TLS) redis.url only" }}
+{{- end }}
+{{- $mounts = append $mounts (dict "name" "redis-ca" "mountPath" "/etc/mcp/redis-ca" "source" .) }}
+{{- end }}
+{{- toYaml $mounts }}
+{{- end }}
+
+{{/* Where tls.secretName is mounted (tls.crt and tls.key). */}}
+{{- define "mcp-node.tlsDir" -}}
+/etc/mcp/tls
+{{- end }}
+
+{{/*
+A caCertificates value ({configMap, secret, key}) as a Volume source
+projecting that key alone, or nothing when neither is set.
+*/}}
+{{- define "mcp-node.caSource" -}}
+{{- $ca := .ca }}
+{{- if and $ca.configMap $ca.secret }}
+{{- fail (printf "%s: set configMap or secret, not both" .value) }}
+{{- end }}
+{{- $items := list (dict "key" $ca.key "path" $ca.key) }}
+{{- if $ca.configMap }}
+{{- toYaml (dict "configMap" (dict "name" $ca.configMap "items" $items)) }}
+{{- else if $ca.secret }}
+{{- toYaml (dict "secret" (dict "secretName" $ca.secret "items" $items)) }}
+{{- end }}
+{{- end }}
+
 {{/* The container's environment, as a YAML list of EnvVar objects. */}}
 {{- define "mcp-node.env" -}}
 {{- $env := list }}
 {{- $env = append $env (dict "name" "MCP_BIND" "value" (printf "%s:%d" .Values.listenAddress (int .Values.containerPorts.http))) }}
 {{- $env = append $env (dict "name" "MCP_ADMIN_BIND" "value" (printf "%s:%d" .Values.listenAddress (int .Values.containerPorts.admin))) }}
+{{- if .Values.tls.enabled }}
+{{- $env = append $env (dict "name" "MCP_TLS__CERT_FILE" "value" (printf "%s/tls.crt" (include "mcp-node.tlsDir" .))) }}
+{{- $env = append $env (dict "name" "MCP_TLS__KEY_FILE" "value" (printf "%s/tls.key" (include "mcp-node.tlsDir" .))) }}
+{{- $env = append $env (dict "name" "MCP_TLS__RELOAD_INTERVAL_SECS" "value" (toString (int64 .Values.tls.reloadIntervalSecs))) }}
+{{- end }}
 {{- $env = append $env (dict "name" "MCP_REDIS_URL" "valueFrom" (dict "secretKeyRef" (dict "name" (include "mcp-node.redisSecretName" .) "key" (include "mcp-node.redisSecretKey" .)))) }}
+{{- if or .Values.redis.caCertificates.configMap .Values.redis.caCertificates.secret }}
+{{- $env = append $env (dict "name" "MCP_REDIS_CA_FILE" "value" (printf "/etc/mcp/redis-ca/%s" .Values.redis.caCertificates.key)) }}
+{{- end }}
 {{- with .Values.redis.keyPrefix }}
 {{- $env = append $env (dict "name" "MCP_REDIS__KEY_PREFIX" "value" (toString .)) }}
 {{- end }}
