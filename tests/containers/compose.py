@@ -126,9 +126,10 @@ class Project:
             ("network", ["network", "ls", "--format", "{{.Name}}"]),
             ("volume", ["volume", "ls", "--format", "{{.Name}}"]),
         ):
-            names = set()
-            for filter in (label, name):
-                names.update(podman(*command, "--filter", filter).stdout.split())
+            names = set(podman(*command, "--filter", label).stdout.split())
+            # By name: this project's, not one whose name starts the same.
+            names.update(n for n in podman(*command, "--filter", name).stdout.split()
+                         if re.match(rf"{re.escape(self.name)}([_-]|$)", n))
             if names:
                 found[kind] = sorted(names)
         return found
