@@ -74,6 +74,9 @@ class Project:
         self.env = dict(os.environ)
         self.env.update({var: str(self.ports[key]) for key, var in PORT_VARIABLES.items()})
         self.env.update(extra_env or {})
+        # `podman logs -f` of every service, into LOG_DIR: kept after
+        # `down` removed the containers, drain lines included.
+        self.log_followers = []
 
     def compose(self, *args, timeout=300, check=True):
         command = [COMPOSE, "-p", self.name]
@@ -94,6 +97,12 @@ class Project:
             if state != "running":
                 raise Failed(f"{service} is {state} after up (see {log_path('commands.log')}):"
                              f" {proc.stdout[-400:]}")
+        for service in SERVICES:
+            out = open(log_path(f"{self.name}-{service}.log"), "w")
+            self.log_followers.append(subprocess.Popen(
+                ["podman", "logs", "-f", "-t", self.container(service)],
+                stdout=out, stderr=subprocess.STDOUT))
+            out.close()
 
     def container(self, service):
         """The container of service, found by the labels compose puts on it
@@ -142,9 +151,8 @@ class Project:
     def clean(self):
         """After a failure too: `down -v`, then removes by name what is left
         of this project (only its own objects)."""
-        if not self.leftovers():
-            return
-        self.compose("down", "-v", check=False)
+        if self.leftovers():
+            self.compose("down", "-v", check=False)
         left = self.leftovers()
         for container in left.get("container", []):
             podman("rm", "-f", "-t", "0", container, check=False)
@@ -154,6 +162,13 @@ class Project:
             podman("network", "rm", "-f", network, check=False)
         for volume in left.get("volume", []):
             podman("volume", "rm", "-f", volume, check=False)
+        # Each follower ends with its container; one that does not is ended.
+        for follower in self.log_followers:
+            try:
+                follower.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                follower.kill()
+                follower.wait()
 
 
 def conformance(url, requirements, log_name):
