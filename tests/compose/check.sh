@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Validates the deployment files, each check on a line of its own, then
 # `N passed, M failed`:
-#   - docker-compose.yml against the Compose Specification's JSON schema
-#     (check-jsonschema --builtin-schema vendor.compose-spec);
+#   - docker-compose.yml, its override docker-compose.tls.yml and the
+#     container test's override tests/containers/compose.test.yml against
+#     the Compose Specification's JSON schema (check-jsonschema
+#     --builtin-schema vendor.compose-spec);
+#   - that deploy/nginx/nginx-tls.conf is deploy/nginx/nginx.conf but for
+#     its lines marked (TLS), its proxy_ssl_* lines and https://;
 #   - deploy/prometheus/prometheus.yml with `promtool check config`;
 #   - that each validator does refuse a broken copy of its file, so that a
 #     pass means the file was checked.
@@ -70,6 +74,16 @@ check "docker-compose.yml follows the Compose Specification" pass \
   "$VENV/bin/check-jsonschema" --builtin-schema vendor.compose-spec docker-compose.yml
 check "a compose file with an unknown key is refused" fail \
   "$VENV/bin/check-jsonschema" --builtin-schema vendor.compose-spec "$BROKEN/docker-compose.yml"
+for file in docker-compose.tls.yml tests/containers/compose.test.yml; do
+  check "$file follows the Compose Specification" pass \
+    "$VENV/bin/check-jsonschema" --builtin-schema vendor.compose-spec "$file"
+done
+# Each file without its header comment (up to the first empty line).
+sed '1,/^$/d' deploy/nginx/nginx.conf >"$BROKEN/nginx.conf"
+sed -e '1,/^$/d' -e '/proxy_ssl_\|(TLS)/d' -e 's#proxy_pass https://#proxy_pass http://#' \
+  deploy/nginx/nginx-tls.conf >"$BROKEN/nginx-tls-as-plain.conf"
+check "deploy/nginx/nginx-tls.conf is nginx.conf with https to the nodes" pass \
+  diff -u "$BROKEN/nginx.conf" "$BROKEN/nginx-tls-as-plain.conf"
 if [ -z "$PROMTOOL" ]; then
   echo "FAIL promtool not found: install it (apt-get install prometheus)"
   failed=$((failed + 2))

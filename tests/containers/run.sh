@@ -6,7 +6,8 @@
 #   bash tests/containers/run.sh [image] [compose] [chart]   # default: all
 #
 # Needs podman, runc, mmdebstrap, openssl, python3 (tests/run-all.sh installs
-# them), podman-compose for the compose part, and helm with PyYAML
+# them), podman-compose and the conformance suite (npm ci --prefix tests/js)
+# for the compose part, and helm with PyYAML
 # (tests/helm/install.sh) for the chart part. MCP_NODE names the release
 # binary the image gets (default: target/release/mcp-node, built when
 # missing). A missing tool is a failure, never a skip.
