@@ -1,10 +1,12 @@
 //! The session registry: the node's sessions, found without a mailbox hop.
 //!
 //! Lookups go to a concurrent map (sharded, so they scale with worker
-//! threads). The `SessionRegistry` actor supervises what the map holds: it
-//! sweeps handles whose actor stopped or panicked (the next request
-//! rehydrates them from the store) and fans server events out to every
-//! session.
+//! threads). A session takes itself out of the map when its actor stops
+//! (`Session::stopped`), so a stopped session never counts against
+//! `max_sessions`. The `SessionRegistry` actor fans server events out to
+//! every session, and its sweep is only the backstop for a handle whose
+//! actor went without running `stopped` (its arbiter died): the next
+//! request rehydrates such a session from the store.
 //!
 //! Owner: the [`crate::Runtime`] starts the actor once and keeps its address.
 //! Stop path: the actix system stops it at node shutdown.
@@ -18,7 +20,8 @@ use mcp_store::SessionId;
 
 use crate::{ServerEvent, SessionHandle};
 
-/// How often dead session actors are swept from the map.
+/// How often the map is swept for handles whose actor went without taking
+/// itself out.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 /// The node's live sessions.

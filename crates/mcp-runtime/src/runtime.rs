@@ -168,6 +168,7 @@ impl Runtime {
             service,
             node,
             config: Arc::new(config),
+            sessions: Arc::clone(&sessions),
         };
         let runtime = Self {
             inner: Arc::new(Inner {

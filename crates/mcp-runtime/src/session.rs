@@ -32,6 +32,7 @@ use crate::context::{
     AskError, AskOutcome, RequestContext, RequestOutput, SaveGuard, SessionShared,
 };
 use crate::exchange::Exchange;
+use crate::registry::SessionMap;
 use crate::request::{Cancel, InFlightRequest};
 use crate::runtime::{InFlightTicket, NodeContext};
 use crate::{McpService, RuntimeConfig, RuntimeError, ServerEvent};
@@ -146,6 +147,9 @@ pub(crate) struct SessionDeps {
     pub(crate) service: Arc<dyn McpService>,
     pub(crate) node: Arc<NodeContext>,
     pub(crate) config: Arc<RuntimeConfig>,
+    /// The node's sessions: a stopping session takes itself out, so that
+    /// it never counts against `max_sessions` once stopped.
+    pub(crate) sessions: SessionMap,
 }
 
 /// One MCP session on this node.
@@ -242,7 +246,7 @@ impl Actor for Session {
         ctx.run_interval(IDLE_CHECK_INTERVAL, |act, ctx| act.check_idle(ctx));
     }
 
-    fn stopped(&mut self, _ctx: &mut Self::Context) {
+    fn stopped(&mut self, ctx: &mut Self::Context) {
         // Cancel first, then trip the token: a request told by `Cancel`
         // sends no response, one that only sees its token (node shutdown)
         // answers with an error.
@@ -250,6 +254,13 @@ impl Actor for Session {
             addr.do_send(Cancel);
         }
         self.cancel.cancel();
+        // Out of the registry at once, whatever stopped it (idle, evicted,
+        // terminated, a panic in a handler of its own): only this actor's
+        // entry, not one a rehydration already put in its place.
+        let me = ctx.address();
+        self.deps
+            .sessions
+            .remove_if(&self.record.id, |_, handle| handle.addr == me);
         tracing::debug!(session_id = %self.record.id, terminated = self.terminated, "Session stopped.");
     }
 }
