@@ -29,6 +29,7 @@
 //! - [`node`], [`stdio`]: running a server.
 //! - [`tls`]: the node's HTTPS certificate, reloaded when its files change.
 
+pub mod cli;
 pub mod config;
 pub mod cursor;
 pub mod node;
