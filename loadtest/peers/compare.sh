@@ -13,6 +13,8 @@
 #                 the -2026 pair)
 #   BASE_REV      git revision ours-base is built from (default: d1af96f, the last
 #                 build before metrics and traces)
+#   BASE_BIN      an mcp-node release binary to run as ours-base instead of
+#                 building BASE_REV (a build kept from before a change)
 #   ROUNDS        repetitions of every load step (default 3)
 #   DURATION      wrk duration per tools/call run, in seconds with an `s` (default 10s)
 #   CONNS_LIST    concurrent connections for tools/call (default "1 16 64")
@@ -212,7 +214,10 @@ cargo build --release --quiet -j "$JOBS" -p mcp-server --example json_echo
 if has ours-auth || has ours-auth-nocache; then
   cargo build --release --quiet -j "$JOBS" -p mcp-testkit --example test_issuer
 fi
-if has ours-base; then
+if has ours-base && [[ -n ${BASE_BIN:-} ]]; then
+  [[ -x $BASE_BIN ]] || die "BASE_BIN=$BASE_BIN is not an executable"
+  echo "== ours-base is $BASE_BIN (built elsewhere)"
+elif has ours-base; then
   echo "== building ours-base from $BASE_REV (git worktree $OUT/base)"
   rm -rf "$OUT/base"
   git worktree prune
@@ -224,6 +229,7 @@ fi
 # Peers are standalone cargo projects (own [workspace]), built against the
 # registry's newest matching versions into target/peers/cargo.
 for peer in rmcp-echo hyper-floor; do
+  has "${peer%-echo}" || continue
   cargo build --release --quiet -j "$JOBS" --manifest-path "$PEERS/$peer/Cargo.toml" --target-dir "$OUT/cargo"
 done
 if has ts; then
@@ -349,7 +355,7 @@ start_server() {
       cmd=(./target/release/mcp-node "${current[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
     ours-traced) cmd=(env OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$OTLP_PORT" OTEL_TRACES_SAMPLER=always_on
       ./target/release/mcp-node "${current[@]}") ;;
-    ours-base) cmd=("$OUT/base-target/release/mcp-node" "${node_flags[@]}") ;;
+    ours-base) cmd=("${BASE_BIN:-$OUT/base-target/release/mcp-node}" "${node_flags[@]}") ;;
     ours-auth | ours-auth-nocache)
       cmd=(env MCP_AUTH__RESOURCE="http://$addr/mcp" MCP_AUTH__ISSUERS="${ISSUER_OF[$target]}")
       [[ $target == ours-auth-nocache ]] && cmd+=(MCP_AUTH__TOKEN_CACHE_ENTRIES=0)

@@ -5,7 +5,9 @@
 //! meanwhile.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use mcp_client::{Client, ClientError};
 use mcp_testkit::{NodeProcess, node_binary, within};

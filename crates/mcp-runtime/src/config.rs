@@ -109,6 +109,15 @@ pub struct RuntimeConfig {
     /// Most bytes of all the answers one task holds; an update that would
     /// go beyond is refused whole (-32602). Default 1 MiB.
     pub max_task_answers_bytes: u64,
+    /// Threads of the request executor, the runtime every handler runs on
+    /// (both eras), apart from the HTTP workers so that no handler delays
+    /// connections, streams or `initialize`. 0: one per CPU the process
+    /// may use. Default 0.
+    pub executor_threads: usize,
+    /// Most threads of the executor's blocking pool, where tools declared
+    /// blocking run (`ToolDef::blocking`); calls beyond wait for a thread.
+    /// Default 64.
+    pub blocking_threads: usize,
     /// Quotas per client address and per principal. Not read from the
     /// runtime's section: a node sets it from its own `[quotas]` section.
     #[serde(skip)]
@@ -145,6 +154,8 @@ impl std::fmt::Debug for RuntimeConfig {
             max_task_result_bytes,
             max_task_answer_bytes,
             max_task_answers_bytes,
+            executor_threads,
+            blocking_threads,
             quotas: _,
         } = self;
         f.debug_struct("RuntimeConfig")
@@ -179,6 +190,8 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("max_task_result_bytes", max_task_result_bytes)
             .field("max_task_answer_bytes", max_task_answer_bytes)
             .field("max_task_answers_bytes", max_task_answers_bytes)
+            .field("executor_threads", executor_threads)
+            .field("blocking_threads", blocking_threads)
             .finish()
     }
 }
@@ -211,6 +224,8 @@ impl Default for RuntimeConfig {
             max_task_result_bytes: 4 << 20,
             max_task_answer_bytes: 256 << 10,
             max_task_answers_bytes: 1 << 20,
+            executor_threads: 0,
+            blocking_threads: 64,
             quotas: QuotaConfig::default(),
         }
     }

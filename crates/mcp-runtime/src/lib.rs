@@ -31,6 +31,7 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod exchange;
+pub(crate) mod executor;
 pub mod follow;
 pub mod listen;
 pub mod mrtr;

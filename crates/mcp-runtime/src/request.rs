@@ -7,19 +7,18 @@
 //! [`Cancel`] (no response), or the session stops (token tripped).
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
-use futures_util::FutureExt;
 use mcp_protocol::{ErrorObject, RequestId, Response};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::RequestOutput;
+use crate::executor::Executor;
 use crate::runtime::InFlightTicket;
 use crate::session::{RequestFinished, Session};
 
@@ -44,6 +43,8 @@ pub(crate) struct InFlightRequest {
     /// Taken in `started`.
     job: Option<Job>,
     timeout: Duration,
+    /// Where the handler runs.
+    executor: Arc<Executor>,
     task: Option<SpawnHandle>,
     /// Set by [`Cancel`] before the token trips: the client cancelled, so
     /// no response is sent. A token tripped without it (node shutdown)
@@ -74,6 +75,7 @@ impl InFlightRequest {
         session: Addr<Session>,
         job: Job,
         timeout: Duration,
+        executor: Arc<Executor>,
         ticket: InFlightTicket,
     ) -> Self {
         Self {
@@ -84,6 +86,7 @@ impl InFlightRequest {
             session,
             job: Some(job),
             timeout,
+            executor,
             task: None,
             client_cancelled: Arc::new(AtomicBool::new(false)),
             _ticket: ticket,
@@ -91,17 +94,23 @@ impl InFlightRequest {
     }
 }
 
-/// Runs a handler's future under the request timeout, turning a panic or a
-/// timeout into -32603 for this request only. `None`: the client cancelled
-/// it (`client_cancelled` set before `cancel` tripped), and no response is
-/// due; a token tripped without it (node shutdown) answers with an error.
+/// Runs a handler's future on the executor and waits for it here, under the
+/// request timeout, turning a panic or a timeout into -32603 for this
+/// request only. `None`: the client cancelled it (`client_cancelled` set
+/// before `cancel` tripped), and no response is due; a token tripped
+/// without it (node shutdown) answers with an error. The timeout and the
+/// cancellation act from here, so they hold even for a handler that blocks
+/// its executor thread: its answer goes out on time, and the handler is
+/// stopped at its next await.
 pub(crate) async fn run_job(
+    executor: &Executor,
     job: Job,
     timeout: Duration,
     cancel: &CancellationToken,
     client_cancelled: &AtomicBool,
     id: &RequestId,
 ) -> Option<Result<Value, ErrorObject>> {
+    let running = executor.spawn(job);
     Some(tokio::select! {
         // A stopped request answers as stopped even if its handler,
         // seeing the same token, returned at the same moment.
@@ -113,11 +122,15 @@ pub(crate) async fn run_job(
             tracing::info!(jsonrpc_id = %id, "Request stopped by the server.");
             Err(ErrorObject::internal("request stopped: the server is shutting down"))
         }
-        finished = tokio::time::timeout(timeout, AssertUnwindSafe(job).catch_unwind()) => match finished {
+        finished = tokio::time::timeout(timeout, running) => match finished {
             Ok(Ok(outcome)) => outcome,
-            Ok(Err(_)) => {
+            Ok(Err(err)) if err.is_panic() => {
                 tracing::error!(jsonrpc_id = %id, "Handler panicked.");
                 Err(ErrorObject::internal("internal error: the handler failed"))
+            }
+            Ok(Err(_)) => {
+                tracing::info!(jsonrpc_id = %id, "Handler stopped with the executor.");
+                Err(ErrorObject::internal("request stopped: the server is shutting down"))
             }
             Err(_) => {
                 tracing::warn!(jsonrpc_id = %id, "Handler timed out.");
@@ -140,8 +153,11 @@ impl Actor for InFlightRequest {
         let timeout = self.timeout;
         let cancel = self.cancel.clone();
         let client_cancelled = Arc::clone(&self.client_cancelled);
+        let executor = Arc::clone(&self.executor);
         let run = async move {
-            let Some(outcome) = run_job(job, timeout, &cancel, &client_cancelled, &id).await else {
+            let Some(outcome) =
+                run_job(&executor, job, timeout, &cancel, &client_cancelled, &id).await
+            else {
                 return;
             };
             // Detached, so that a cancellation arriving now cannot cut the

@@ -52,6 +52,8 @@ pub(crate) struct NodeContext {
     pub(crate) running_tasks: std::sync::atomic::AtomicUsize,
     /// When the key ring was last read from the store (`None`: not yet).
     pub(crate) ring_read: tokio::sync::Mutex<Option<tokio::time::Instant>>,
+    /// Where every handler runs, apart from the HTTP workers.
+    pub(crate) executor: Arc<crate::executor::Executor>,
 }
 
 /// Counts one open exchange on its node while it lives.
@@ -151,7 +153,14 @@ impl Runtime {
             tracing::error!(error = %err, "Request-state keys ignored; this node makes its own.");
             Vec::new()
         });
+        // expect: only when the process cannot start threads at all, at
+        // startup, before anything is served.
+        #[allow(clippy::expect_used)]
+        let executor =
+            crate::executor::Executor::new(config.executor_threads, config.blocking_threads)
+                .expect("the request executor's threads could not be started");
         let node = Arc::new(NodeContext {
+            executor: Arc::new(executor),
             id: NodeId::random(),
             quotas,
             listeners: Arc::default(),

@@ -943,6 +943,7 @@ impl Session {
             ctx.address(),
             job,
             self.deps.config.request_timeout(),
+            Arc::clone(&self.deps.node.executor),
             InFlightTicket::issue(&self.deps.node),
         );
         self.in_flight.insert(id, (serial, actor.start()));

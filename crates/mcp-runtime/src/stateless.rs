@@ -641,10 +641,11 @@ impl Runtime {
         let runtime = self.clone();
         let timeout = self.config().request_timeout();
         let ticket = InFlightTicket::issue(self.node());
+        let executor = Arc::clone(&self.node().executor);
         actix::spawn(async move {
             let _ticket = ticket;
             let _task_slot = task_slot;
-            let outcome = run_job(handler, timeout, &job, &client_gone, &id).await;
+            let outcome = run_job(&executor, handler, timeout, &job, &client_gone, &id).await;
             if let Some(run) = scope.running_task().await {
                 run.finish(outcome).await;
                 return;

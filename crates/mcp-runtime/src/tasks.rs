@@ -413,7 +413,9 @@ impl Eligible {
             cancelled: Arc::clone(&self.cancelled),
             done: CancellationToken::new(),
         });
-        actix::spawn(Arc::clone(&run).watch());
+        // tokio's spawn, not actix's: a handler starts its task from the
+        // request executor, where there is no actix arbiter.
+        tokio::spawn(Arc::clone(&run).watch());
         Some((run, created))
     }
 

@@ -571,6 +571,9 @@ impl NodeConfig {
                 "runtime.session_idle_ttl_secs and runtime.request_timeout_secs must be positive",
             );
         }
+        if r.blocking_threads == 0 {
+            return bad("runtime.blocking_threads must be positive");
+        }
         if self.retention.max_events_per_stream == 0 || self.retention.max_streams == 0 {
             return bad(
                 "retention.max_events_per_stream and retention.max_streams must be positive",

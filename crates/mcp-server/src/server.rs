@@ -272,7 +272,7 @@ impl McpServer {
         let Value::Object(args) = args_value else {
             unreachable!("constructed as an object above")
         };
-        let result = (tool.handler)(args, ctx).await?.normalized();
+        let result = tool.call(args, ctx).await?.normalized();
         // 2025-06-18 tools: a tool with an output schema MUST return
         // structured results that conform to it. A result without any is
         // the provider's bug, reported as such (-32603 and an error log

@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use mcp_protocol::ErrorObject;
@@ -59,6 +60,18 @@ pub struct ToolDef {
     pub(crate) task: TaskSupport,
     /// Its handler starts the task ([`RequestContext::become_task`]).
     pub(crate) task_in_handler: bool,
+    /// Where it runs and how much of it at once, for how long.
+    pub(crate) limits: Limits,
+}
+
+/// A tool's execution settings ([`ToolDef::blocking`],
+/// [`ToolDef::max_concurrent`], [`ToolDef::time_limit`]).
+#[derive(Clone, Default)]
+pub(crate) struct Limits {
+    blocking: bool,
+    /// Calls running on this node, with the most allowed.
+    concurrent: Option<(Arc<tokio::sync::Semaphore>, usize)>,
+    time_limit: Option<Duration>,
 }
 
 impl std::fmt::Debug for ToolDef {
@@ -104,6 +117,7 @@ impl ToolDef {
             scopes: Vec::new(),
             task: TaskSupport::Forbidden,
             task_in_handler: false,
+            limits: Limits::default(),
         })
     }
 
@@ -196,6 +210,98 @@ impl ToolDef {
     pub fn task_starts_in_handler(mut self) -> Self {
         self.task_in_handler = true;
         self
+    }
+
+    /// The handler blocks its thread (file or database calls without
+    /// `async`, a CPU-heavy computation, a blocking client library): it
+    /// runs on the node's blocking pool (`[runtime] blocking_threads`
+    /// threads at most; calls beyond wait for one) instead of the
+    /// executor's threads, which the other handlers share. The handler
+    /// keeps its async signature and its context (progress, log, asking
+    /// the client); its blocking calls are simply allowed.
+    ///
+    /// An undeclared handler that blocks still delays no connection,
+    /// stream or `initialize` (handlers never run on the HTTP workers),
+    /// but it holds one executor thread (`executor_threads`) while it
+    /// blocks.
+    #[must_use]
+    pub fn blocking(mut self) -> Self {
+        self.limits.blocking = true;
+        self
+    }
+
+    /// At most `calls` calls of this tool run at once on a node; one more
+    /// is refused at once with -32603 `tool <name> is busy: <calls> calls
+    /// already running` (the client may retry). A blocking call stopped by
+    /// its time limit keeps its place until its thread is done.
+    ///
+    /// # Panics
+    /// `calls` is 0 (a tool nobody can call is a definition error).
+    #[must_use]
+    pub fn max_concurrent(mut self, calls: usize) -> Self {
+        assert!(
+            calls > 0,
+            "tool {}: max_concurrent must be positive",
+            self.tool.name
+        );
+        self.limits.concurrent = Some((Arc::new(tokio::sync::Semaphore::new(calls)), calls));
+        self
+    }
+
+    /// A call running longer than `limit` is stopped and answered -32603
+    /// `tool <name> stopped: it ran longer than its time limit of <limit>`
+    /// (below the node's `request_timeout_secs`, which applies to every
+    /// request). An async handler is dropped at its next await; a blocking
+    /// one cannot be interrupted: its answer goes out on time and its
+    /// thread finishes on its own.
+    #[must_use]
+    pub fn time_limit(mut self, limit: Duration) -> Self {
+        self.limits.time_limit = Some(limit);
+        self
+    }
+
+    /// Runs the handler under the tool's limits.
+    pub(crate) async fn call(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext,
+    ) -> Result<CallToolResult, ErrorObject> {
+        let name = &self.tool.name;
+        let permit = match &self.limits.concurrent {
+            Some((calls, most)) => Some(Arc::clone(calls).try_acquire_owned().map_err(|_| {
+                ErrorObject::internal(format!("tool {name} is busy: {most} calls already running"))
+            })?),
+            None => None,
+        };
+        let handler = (self.handler)(args, ctx);
+        let run = async move {
+            if !self.limits.blocking {
+                let _permit = permit;
+                return handler.await;
+            }
+            let runtime = tokio::runtime::Handle::current();
+            let blocking = tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                runtime.block_on(handler)
+            });
+            match blocking.await {
+                Ok(outcome) => outcome,
+                // The request's own panic handling answers it.
+                Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+                Err(_) => Err(ErrorObject::internal(format!(
+                    "tool {name} stopped: the server is shutting down"
+                ))),
+            }
+        };
+        match self.limits.time_limit {
+            None => run.await,
+            Some(limit) => tokio::time::timeout(limit, run).await.unwrap_or_else(|_| {
+                tracing::warn!(tool = %name, limit_ms = limit.as_millis() as u64, "Tool call stopped by its time limit.");
+                Err(ErrorObject::internal(format!(
+                    "tool {name} stopped: it ran longer than its time limit of {limit:?}"
+                )))
+            }),
+        }
     }
 
     /// The tool's name.

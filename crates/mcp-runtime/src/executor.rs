@@ -1,0 +1,136 @@
+//! The request executor: the one place every handler runs, in both eras.
+//!
+//! The HTTP workers are actix arbiters, one thread each: every connection,
+//! stream, keep-alive, session actor and request actor of a worker lives on
+//! its thread. A handler run there (a provider's tool that blocks its
+//! thread or computes for seconds) would hold all of them. So handlers run
+//! on a multi-thread tokio runtime of their own, owned by the node and
+//! sized by `executor_threads`; the request actor (session era) and the
+//! stateless request task (2026-07-28) stay where they are, own the
+//! request's cancellation, timeout and answer, and only await the
+//! handler's outcome. Tools declared blocking run on this runtime's
+//! blocking pool (`blocking_threads`), never on its worker threads.
+//!
+//! Owner: [`crate::Runtime`], one per node. Stop path: dropped with the
+//! runtime; handlers still running are abandoned (their requests were
+//! answered or cancelled by then).
+
+use std::future::Future;
+use std::num::NonZeroUsize;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::task::{JoinError, JoinHandle};
+
+/// The runtime handlers run on.
+pub(crate) struct Executor {
+    /// `None` only while dropping.
+    runtime: Option<tokio::runtime::Runtime>,
+    threads: usize,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("threads", &self.threads)
+            .finish()
+    }
+}
+
+impl Executor {
+    /// `threads` worker threads (0: one per CPU the process may use) and a
+    /// blocking pool of at most `blocking_threads`.
+    ///
+    /// # Errors
+    /// The threads could not be started.
+    pub(crate) fn new(threads: usize, blocking_threads: usize) -> std::io::Result<Self> {
+        let threads = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
+        } else {
+            threads
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .max_blocking_threads(blocking_threads.max(1))
+            .thread_name("mcp-handler")
+            .enable_all()
+            .build()?;
+        Ok(Self {
+            runtime: Some(runtime),
+            threads,
+        })
+    }
+
+    /// Runs `job` on the executor. Dropping the returned [`Running`] stops
+    /// it (its future is dropped at its next await).
+    pub(crate) fn spawn<F>(&self, job: F) -> Running<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match &self.runtime {
+            Some(runtime) => Running(runtime.spawn(job)),
+            // Only while dropping, when nothing spawns any more.
+            None => Running(tokio::spawn(job)),
+        }
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        // Not a blocking shutdown: the node drops its runtime on an actix
+        // thread, where blocking is not allowed, and a handler that blocks
+        // its thread must not hold the process up.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// A handler running on the executor: its outcome, or how it ended
+/// otherwise (a panic). Stops the handler when dropped.
+#[derive(Debug)]
+pub(crate) struct Running<T>(JoinHandle<T>);
+
+impl<T> Future for Running<T> {
+    type Output = Result<T, JoinError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for Running<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[actix_rt::test]
+    async fn a_job_runs_off_the_calling_thread_and_a_dropped_one_stops() {
+        let executor = Executor::new(2, 2).unwrap();
+        let caller = std::thread::current().id();
+        let ran_on = executor
+            .spawn(async { std::thread::current().id() })
+            .await
+            .unwrap();
+        assert_ne!(ran_on, caller);
+
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let running = executor.spawn(async move {
+            // Holds the sender until dropped.
+            let _tx = tx;
+            std::future::pending::<()>().await;
+        });
+        drop(running);
+        // The sender goes with the aborted job.
+        assert!(rx.await.is_err());
+
+        let panicked = executor.spawn(async { panic!("boom") }).await;
+        assert!(panicked.unwrap_err().is_panic());
+    }
+}
