@@ -2,6 +2,8 @@
 #
 #   docker build -t mcp-node .                       # builds the binary in the image
 #   docker build --target prebuilt -t mcp-node DIR   # DIR holds an mcp-node built elsewhere
+#   docker build --target prebuilt --build-arg BINARY=my-tools -t my-tools DIR
+#                                                    # a provider's binary (mcp_server::cli)
 #
 # The second form takes a binary built for Debian bookworm (glibc 2.36 or
 # older) on another machine or in CI: `cargo build --release -p mcp-node`,
@@ -40,9 +42,13 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
     CMD ["bash", "-c", "a=${MCP_ADMIN_BIND:-$MCP_BIND}; exec 3<>/dev/tcp/127.0.0.1/${a##*:} && printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' >&3 && grep -q '^HTTP/1.[01] 200' <&3"]
 ENTRYPOINT ["/usr/local/bin/mcp-node"]
 
-# A binary built elsewhere, from a context holding only it.
+# A binary built elsewhere, from a context holding only it: mcp-node, or a
+# provider's own program built on mcp_server::cli (--build-arg
+# BINARY=my-tools), which takes the same flags and variables and so runs
+# under the same entrypoint, compose file and chart.
 FROM runtime AS prebuilt
-COPY mcp-node /usr/local/bin/mcp-node
+ARG BINARY=mcp-node
+COPY ${BINARY} /usr/local/bin/mcp-node
 
 # The default target: the binary built above.
 FROM runtime

@@ -426,14 +426,14 @@ read -r matrix_passed matrix_failed < <(cat "$LOG_DIR/matrix-single-node.log" "$
 
 echo "== Helm chart (tests/helm/run.sh)"
 set +e
-LOG_DIR="$LOG_DIR" MCP_NODE="$ROOT/target/debug/mcp-node" bash tests/helm/run.sh 2>&1 | tee "$LOG_DIR/helm.log"
+LOG_DIR="$LOG_DIR" MCP_NODE="$ROOT/target/debug/mcp-node" MCP_PROVIDER="$ROOT/target/debug/examples/slow_tools" bash tests/helm/run.sh 2>&1 | tee "$LOG_DIR/helm.log"
 helm_status=${PIPESTATUS[0]}
 set -e
 read -r helm_passed helm_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/helm.log")
 
 echo "== image, compose and chart in containers (tests/containers/run.sh)"
 set +e
-LOG_DIR="$LOG_DIR" MCP_NODE="$ROOT/target/release/mcp-node" bash tests/containers/run.sh 2>&1 | tee "$LOG_DIR/containers.log"
+LOG_DIR="$LOG_DIR" MCP_NODE="$ROOT/target/release/mcp-node" MCP_PROVIDER="$ROOT/target/debug/examples/slow_tools" bash tests/containers/run.sh 2>&1 | tee "$LOG_DIR/containers.log"
 containers_status=${PIPESTATUS[0]}
 set -e
 read -r containers_passed containers_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/containers.log")

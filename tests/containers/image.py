@@ -17,12 +17,19 @@ Checks, in order (the first failure stops the rest):
   way (deploy/private-ca/Dockerfile: an image FROM mcp-node,
   update-ca-certificates), a session with no CA setting at all;
 - SIGTERM (`podman stop`) drains: /readyz turns 503 while the node keeps
-  serving, a request in flight gets its answer, and the node exits with 0.
+  serving, a request in flight gets its answer, and the node exits with 0;
+- a provider's own binary (crates/mcp-server/examples/slow_tools.rs, built
+  on mcp_server::cli; MCP_PROVIDER) in the same image pattern (the
+  prebuilt target, --build-arg BINARY): its tools are served, the image's
+  healthcheck passes.
 """
 
 import json
+import os
+import shutil
 import threading
 import time
+from pathlib import Path
 
 from common import (
     IMAGE_UID,
@@ -43,6 +50,8 @@ PREFIX = "mcpt-image"
 NETWORK = f"{PREFIX}-net"
 # The image with the test CA among its system roots.
 CA_IMAGE = "localhost/mcpt-image-with-ca:latest"
+# A provider's binary in the same image pattern.
+PROVIDER_IMAGE = "localhost/mcpt-image-provider:latest"
 # As the chart's securityContext runs the container, the user being the
 # image's own (USER).
 HARDENED = [
@@ -114,7 +123,7 @@ def run(checks):
         if names:
             podman("rm", "-f", "-t", "0", *names, check=False)
         podman("network", "rm", "-f", NETWORK, check=False)
-        podman("rmi", "-f", CA_IMAGE, check=False)
+        podman("rmi", "-f", CA_IMAGE, PROVIDER_IMAGE, check=False)
 
     def network():
         cleanup()
@@ -244,6 +253,28 @@ def run(checks):
         if state_line != "0 exited":
             raise Failed(f"after SIGTERM: {state_line!r}, not '0 exited'; log tail: {node.logs()[-600:]}")
 
+    def provider_image():
+        # A provider's own binary (mcp_server::cli) in the same image
+        # pattern: the prebuilt target with BINARY naming it.
+        binary = Path(os.environ.get("MCP_PROVIDER", ROOT / "target" / "debug" / "examples" / "slow_tools"))
+        context = work / "provider-image"
+        context.mkdir()
+        shutil.copy(binary, context / "slow_tools")
+        podman("build", "--quiet", "--pull=never", "--format", "docker", "--target", "prebuilt",
+               "--build-arg", "BINARY=slow_tools", "-t", PROVIDER_IMAGE,
+               "-f", str(ROOT / "Dockerfile"), str(context))
+        node = Node("provider", image=PROVIDER_IMAGE)
+        session = Session(node.url)
+        tools = {t["name"] for t in session.call("tools/list")["tools"]}
+        if not {"echo", "sleep_blocking", "limited"} <= tools:
+            raise Failed(f"the provider's tools are not served: {sorted(tools)}")
+        if session.echo("from the provider") != "from the provider":
+            raise Failed("the provider's echo answered otherwise")
+        if session.initialized["serverInfo"]["name"] != "slow-tools":
+            raise Failed(f"serverInfo: {session.initialized['serverInfo']}")
+        node.healthy()
+        node.remove()
+
     try:
         checks.group([
             ("image: user 10001, entrypoint, healthcheck, Debian's public roots", inspect_image),
@@ -255,6 +286,7 @@ def run(checks):
             ("image: private CA as MCP_AUTH__CA_FILE: 401 without a token, a session with one", ca_file_mounted),
             ("image: private CA in the system roots (update-ca-certificates): a session", ca_in_system_roots),
             ("image: SIGTERM drains: /readyz 503, the call in flight answered, exit 0", sigterm_drains),
+            ("image: a provider's binary (slow_tools) in the same image: its tools, healthcheck", provider_image),
         ])
     finally:
         cleanup()

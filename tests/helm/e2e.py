@@ -193,9 +193,10 @@ def binary(name):
 class Test:
     """The processes of the test and the steps over them."""
 
-    def __init__(self, node, log_dir):
+    def __init__(self, node, log_dir, echo_prefix, subdir):
         self.node = node
-        self.log_dir = log_dir / "helm-e2e"
+        self.echo_prefix = echo_prefix
+        self.log_dir = log_dir / subdir
         shutil.rmtree(self.log_dir, ignore_errors=True)
         self.log_dir.mkdir(parents=True)
         self.pods = []
@@ -309,7 +310,7 @@ class Test:
                                 "params": {"name": "echo", "arguments": {"message": text}}})
         assert status == 200, f"tools/call echo: {status} {body!r}"
         result = answer(h, body, 3)["result"]
-        assert result["content"][0]["text"] == f"Echo: {text}", result
+        assert result["content"][0]["text"] == f"{self.echo_prefix}{text}", result
         del headers["Content-Type"]
         status, _, body = http_request("127.0.0.1", self.lb_port, "DELETE", endpoint, headers)
         assert status == 200, f"DELETE: {status} {body!r}"
@@ -462,8 +463,11 @@ def connectable(port):
         return False
 
 
-def run(results, node, log_dir):
-    test = Test(node, log_dir)
+def run(results, node, log_dir, label="e2e", echo_prefix="Echo: ", subdir="helm-e2e"):
+    """The steps with `node` as the image's entrypoint: mcp-node, or a
+    provider's own binary built on mcp_server::cli (its `echo` answering
+    `echo_prefix` and the message). Each check is named `label: step`."""
+    test = Test(node, log_dir, echo_prefix, subdir)
     steps = [
         ("render with values-e2e.yaml and the test's Redis URL; pod addresses free",
          test.render),
@@ -491,10 +495,10 @@ def run(results, node, log_dir):
     ]
     try:
         for i, (name, step) in enumerate(steps):
-            if results.check(f"e2e: {name}", lambda: step() or True) is None:
+            if results.check(f"{label}: {name}", lambda: step() or True) is None:
                 for skipped, _ in steps[i + 1:]:
                     results.failed += 1
-                    print(f"FAIL e2e: {skipped}: not run, an earlier step failed", flush=True)
+                    print(f"FAIL {label}: {skipped}: not run, an earlier step failed", flush=True)
                 print(f"     logs: {test.log_dir}", flush=True)
                 break
     finally:

@@ -73,6 +73,10 @@ DEFAULT_DRAIN_DELAY_SECS = 5
 DEFAULT_DRAIN_GRACE_SECS = 30
 LOG_DIR = Path(os.environ.get("LOG_DIR", ROOT / "target" / "test-logs"))
 NODE = Path(os.environ.get("MCP_NODE", ROOT / "target" / "debug" / "mcp-node"))
+# A provider's program built on mcp_server::cli: the chart must serve it as
+# it serves mcp-node (crates/mcp-server/examples/slow_tools.rs).
+PROVIDER = Path(os.environ.get("MCP_PROVIDER",
+                               ROOT / "target" / "debug" / "examples" / "slow_tools"))
 
 
 class ValueSet:
@@ -1032,6 +1036,10 @@ def main():
     results.check("the chart ships deploy/'s alert rules and dashboard unchanged",
                   check_shipped_copies)
     e2e.run(results, NODE, LOG_DIR)
+    # A provider's own binary (mcp_server::cli::run around its tools) in the
+    # same pods, with only the image changed.
+    e2e.run(results, PROVIDER, LOG_DIR, label="e2e, a provider's binary (slow_tools)",
+            echo_prefix="", subdir="helm-e2e-provider")
     print(f"{results.passed} passed, {results.failed} failed", flush=True)
     return 0 if results.failed == 0 else 1
 

@@ -33,5 +33,15 @@ if [ -z "${MCP_NODE:-}" ]; then
   fi
   MCP_NODE=$PWD/target/debug/mcp-node
 fi
-HELM=$PWD/tests/helm/.bin/helm MCP_NODE=$MCP_NODE \
+# The provider's binary the end-to-end test also runs in the pods.
+if [ -z "${MCP_PROVIDER:-}" ]; then
+  if ! cargo build -p mcp-server --example slow_tools --quiet 2>"$LOG_DIR/helm-cargo-build.log"; then
+    cat "$LOG_DIR/helm-cargo-build.log" >&2
+    echo "FAIL cargo build -p mcp-server --example slow_tools"
+    echo "0 passed, 1 failed"
+    exit 1
+  fi
+  MCP_PROVIDER=$PWD/target/debug/examples/slow_tools
+fi
+HELM=$PWD/tests/helm/.bin/helm MCP_NODE=$MCP_NODE MCP_PROVIDER=$MCP_PROVIDER \
   exec tests/helm/.venv/bin/python tests/helm/run.py
