@@ -575,9 +575,20 @@ impl Runtime {
                 let method = notification_label(&n.method);
                 let span = inbound.span(method, None, Some(session), None, n.params.as_ref());
                 let trace = mcp_telemetry::traceparent_of(&span);
-                session
-                    .notify(n, trace)
-                    .map_err(|err| Refusal::runtime(err, None))?;
+                if n.method == methods::NOTIFICATION_INITIALIZED {
+                    // The 202 goes out once `initialized` is stored: the
+                    // client's next request may reach another node, which
+                    // must not find the session uninitialized (it would
+                    // refuse to ask the client anything).
+                    let stored = session
+                        .notify_stored(n, trace)
+                        .map_err(|err| Refusal::runtime(err, None))?;
+                    let _ = stored.await;
+                } else {
+                    session
+                        .notify(n, trace)
+                        .map_err(|err| Refusal::runtime(err, None))?;
+                }
                 Ok(Submitted::Accepted)
             }
             Body::Single(Message::Response(r)) => {

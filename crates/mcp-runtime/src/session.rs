@@ -73,6 +73,9 @@ pub(crate) struct Notify {
     /// The W3C `traceparent` of the span that received it, carried to the
     /// node that acts on it.
     pub(crate) trace: Option<String>,
+    /// Told once what the notification changed is stored and announced
+    /// (`notifications/initialized`); dropped at once for the others.
+    pub(crate) done: Option<oneshot::Sender<()>>,
 }
 
 /// Route the client's answer to a server request (`remote` as for
@@ -310,7 +313,7 @@ impl Handler<DispatchBatch> for Session {
         for message in messages {
             match message {
                 Message::Request(r) => self.dispatch(r, Arc::clone(&exchange), ctx),
-                Message::Notification(n) => self.notify(n, false, None),
+                Message::Notification(n) => self.notify(n, false, None, None),
                 Message::Response(r) => self.client_answer(r, false, None),
             }
         }
@@ -326,11 +329,12 @@ impl Handler<Notify> for Session {
             notification,
             remote,
             trace,
+            done,
         }: Notify,
         ctx: &mut Self::Context,
     ) {
         self.active(ctx);
-        self.notify(notification, remote, trace);
+        self.notify(notification, remote, trace, done);
     }
 }
 
@@ -561,18 +565,17 @@ impl Session {
         self.record = record;
     }
 
-    /// Saves the record, then tells the other nodes holding this session to
-    /// reload it.
-    fn persist(&self) {
-        self.persist_then(None);
-    }
-
     /// Saves the record and tells the other nodes holding this session to
     /// reload it, then answers the request that changed it: a client that
     /// has the answer sends its next request (perhaps to another node) only
     /// after the change is stored and announced. When the store fails the
-    /// request gets -32603 instead.
-    fn persist_then(&self, answer: Option<(Arc<Exchange>, Response)>) {
+    /// request gets -32603 instead. `done` is told at the same moment (the
+    /// 202 of `notifications/initialized` waits for it).
+    fn persist_then(
+        &self,
+        answer: Option<(Arc<Exchange>, Response)>,
+        done: Option<oneshot::Sender<()>>,
+    ) {
         let node = Arc::clone(&self.deps.node);
         let record = self.record.clone();
         let ttl = self.deps.config.session_idle_ttl();
@@ -591,6 +594,9 @@ impl Session {
                 Err(err) => {
                     tracing::warn!(session_id = %record.id, error = %err, "Session state could not be saved.")
                 }
+            }
+            if let Some(done) = done {
+                let _ = done.send(());
             }
             if let Some((exchange, response)) = answer {
                 let response = match saved {
@@ -644,13 +650,22 @@ impl Session {
         }
     }
 
-    fn notify(&mut self, n: Notification, remote: bool, trace: Option<String>) {
+    fn notify(
+        &mut self,
+        n: Notification,
+        remote: bool,
+        trace: Option<String>,
+        done: Option<oneshot::Sender<()>>,
+    ) {
         match n.method.as_str() {
             methods::NOTIFICATION_INITIALIZED => {
                 if self.record.protocol_version.is_some() && !self.record.initialized {
                     self.record.initialized = true;
                     self.shared.initialized.store(true, Ordering::Release);
-                    self.persist();
+                    // The client's 202 waits for this save: its next request
+                    // may go to another node, which must find the session
+                    // initialized (and may then ask the client).
+                    self.persist_then(None, done);
                 }
             }
             methods::NOTIFICATION_CANCELLED | methods::CANCEL_REQUEST_ALIAS => {
@@ -778,7 +793,7 @@ impl Session {
                 self.record.log_level = Some(p.level.as_str().to_owned());
                 self.shared.set_log_level(Some(p.level));
                 let response = Response::result(request.id, empty_result());
-                return self.persist_then(Some((exchange, response)));
+                return self.persist_then(Some((exchange, response)), None);
             }
             Err(_) => Response::error(
                 Some(request.id),
@@ -1058,8 +1073,33 @@ impl SessionHandle {
                 notification,
                 remote: false,
                 trace,
+                done: None,
             })
             .map_err(mailbox_error)
+    }
+
+    /// As [`Self::notify`]; the receiver completes once what the
+    /// notification changed is stored and announced to the other nodes (at
+    /// once when it changed nothing), so that the client's next request,
+    /// wherever it goes, sees it.
+    ///
+    /// # Errors
+    /// As [`Self::dispatch`].
+    pub(crate) fn notify_stored(
+        &self,
+        notification: Notification,
+        trace: Option<String>,
+    ) -> Result<oneshot::Receiver<()>, RuntimeError> {
+        let (done, stored) = oneshot::channel();
+        self.addr
+            .try_send(Notify {
+                notification,
+                remote: false,
+                trace,
+                done: Some(done),
+            })
+            .map_err(mailbox_error)?;
+        Ok(stored)
     }
 
     /// Hands the client's answer to a server request to the session.
@@ -1083,6 +1123,7 @@ impl SessionHandle {
                 notification,
                 remote: true,
                 trace: None,
+                done: None,
             }),
             Message::Response(response) => self.addr.do_send(ClientAnswer {
                 response,
