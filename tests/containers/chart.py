@@ -381,8 +381,7 @@ class ChartTest:
                 "clientInfo": {"name": "container-tests", "version": "1"}}})
         assert status == 401 and "resource_metadata" in headers.get("www-authenticate", ""), \
             (status, headers, body[:200])
-        token = self.issuer.token(self.resource, scope="mcp:tools")
-        session = Session(self.auth.url, token=token)
+        session = self.issuer.session(self.auth.url, self.resource, scope="mcp:tools")
         echoes(session, "auth")
         who = json.loads(session.call("tools/call", {"name": "whoami", "arguments": {}})
                          ["content"][0]["text"])

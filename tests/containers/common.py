@@ -268,17 +268,33 @@ class Issuer:
         }))
         (self.dir / "server.py").write_text(ISSUER_SERVER)
         cert, key = pki.issue(name, [name])
+        self.ca_file = pki.ca_cert
         self.cert, self.cert_key = self.dir / "tls.crt", self.dir / "tls.key"
         shutil.copy(cert, self.cert)
         shutil.copy(key, self.cert_key)
         self.container = None
 
     def start(self, network, container):
-        """Runs the issuer on network as container, reachable as self.name."""
+        """Runs the issuer on network as container, reachable as self.name,
+        and waits until it serves its metadata (through a port published on
+        127.0.0.1 for this check), so that a node started next finds it."""
         self.container = container
+        port = free_port()
         podman("run", "-d", "--name", container, "--network", network, "--network-alias", self.name,
+               "-p", f"127.0.0.1:{port}:8443",
                "-v", f"{self.dir}:/issuer:ro", "mcp-test-services",
                "python3", "/issuer/server.py", "/issuer/www", "/issuer/" + self.cert.name, "/issuer/" + self.cert_key.name)
+        metadata = f"https://127.0.0.1:{port}/.well-known/oauth-authorization-server"
+        wait_until("the test issuer serves its metadata",
+                   lambda: request(metadata, ca_file=self.ca_file)[0] == 200, 30)
+
+    def session(self, url, audience=None, scope="", timeout=30):
+        """A session on url with a token of this issuer, retried while the
+        node answers 503 (it has not fetched the issuer's keys yet: its first
+        try may have come before the issuer's name resolved)."""
+        token = self.token(audience or url, scope=scope)
+        return wait_until(f"a session on {url} with the issuer's token",
+                          lambda: Session(url, token=token), timeout, 1)
 
     def token(self, audience, subject="alice", scope="", lifetime=600):
         now = int(time.time())

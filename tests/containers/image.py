@@ -196,7 +196,7 @@ def run(checks):
         status, headers, _ = request(url, "POST", {"Content-Type": "application/json"}, {})
         if status != 401 or "resource_metadata" not in headers.get("www-authenticate", ""):
             raise Failed(f"without a token: HTTP {status} {headers.get('www-authenticate')}")
-        session = Session(url, token=token_for(url))
+        session = state["issuer"].session(url)
         who = session.call("tools/call", {"name": "whoami", "arguments": {}})["content"][0]["text"]
         if "alice" not in who:
             raise Failed(f"whoami: {who}")
@@ -213,7 +213,7 @@ def run(checks):
         podman("build", "--quiet", "--pull=never", "--format", "docker", "-t", CA_IMAGE,
                "-f", str(ROOT / "deploy" / "private-ca" / "Dockerfile"), "--build-arg", f"IMAGE={IMAGE}", str(context))
         url, name = authorized_node("auth-system-ca", image=CA_IMAGE)
-        session = Session(url, token=token_for(url))
+        session = state["issuer"].session(url)
         if session.echo("trusted") != "Echo: trusted":
             raise Failed("echo answered otherwise")
         podman("rm", "-f", "-t", "0", name, check=False)
