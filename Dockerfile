@@ -3,7 +3,7 @@
 #   docker build -t mcp-node .                       # builds the binary in the image
 #   docker build --target prebuilt -t mcp-node DIR   # DIR holds an mcp-node built elsewhere
 #   docker build --target prebuilt --build-arg BINARY=my-tools -t my-tools DIR
-#                                                    # a provider's binary (mcp_server::cli)
+#                                                    # a provider's binary (mcp_cluster::cli)
 #
 # The second form takes a binary built for Debian bookworm (glibc 2.36 or
 # older) on another machine or in CI: `cargo build --release -p mcp-node`,
@@ -43,7 +43,7 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
 ENTRYPOINT ["/usr/local/bin/mcp-node"]
 
 # A binary built elsewhere, from a context holding only it: mcp-node, or a
-# provider's own program built on mcp_server::cli (--build-arg
+# provider's own program built on mcp_cluster::cli (--build-arg
 # BINARY=my-tools), which takes the same flags and variables and so runs
 # under the same entrypoint, compose file and chart.
 FROM runtime AS prebuilt

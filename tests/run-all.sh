@@ -52,7 +52,7 @@ need_apt() {
 command -v npm >/dev/null 2>&1 || need_apt nodejs npm
 command -v curl >/dev/null 2>&1 || need_apt curl
 
-# The cluster tests start their own redis-server and nginx (mcp-testkit) on free
+# The cluster tests start their own redis-server and nginx (mcp-cluster-testkit) on free
 # loopback ports. Debian 12 still has nginx-light (a metapackage over nginx); newer
 # releases only have nginx.
 has_cmd() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
@@ -66,9 +66,9 @@ if ! has_cmd nginx; then
 fi
 # promtool checks deploy/prometheus/prometheus.yml and the alerting rules
 # (tests/compose/check.sh, tests/prometheus/check.sh); the end-to-end tests
-# prometheus_scrape and grafana_dashboard start a real prometheus (mcp-testkit).
+# prometheus_scrape and grafana_dashboard start a real prometheus (mcp-cluster-testkit).
 { has_cmd promtool && has_cmd prometheus; } || need_apt prometheus
-# The TLS tests make their CA and certificates with openssl (mcp-testkit's
+# The TLS tests make their CA and certificates with openssl (mcp-cluster-testkit's
 # TestPki), and so does the test authorization server its signing keys.
 has_cmd openssl || need_apt openssl
 # The container tests (tests/containers/run.sh): podman with runc and netavark
@@ -226,7 +226,7 @@ await_port() {
   return 1
 }
 
-# nginx.conf of a plain round-robin load balancer, as crates/mcp-testkit/src/nginx.rs
+# nginx.conf of a plain round-robin load balancer, as crates/mcp-cluster-testkit/src/nginx.rs
 # writes it: one process, every path inside $1, listening on $2, over the nodes
 # $3... (host:port), no stickiness, nothing buffered (SSE passes through).
 nginx_config() {

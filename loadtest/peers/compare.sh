@@ -41,7 +41,7 @@
 #   ours-auth    mcp-node with authorization on: every request carries a JWT
 #                (RS256, one principal per session) that the node validates
 #                against the JWKS of a test issuer this script starts
-#                (mcp-testkit's example test_issuer); a checked token is
+#                (mcp-cluster-testkit's example test_issuer); a checked token is
 #                remembered until it expires (the default)
 #   ours-auth-nocache  the same with auth.token_cache_entries = 0: the
 #                signature is verified on every request
@@ -210,9 +210,9 @@ forget_pid() {
 # ---- build and install: our binaries, then the peers from the registries
 echo "== building (cargo -j $JOBS)"
 cargo build --release --quiet -j "$JOBS" -p mcp-node -p mcp-loadtest
-cargo build --release --quiet -j "$JOBS" -p mcp-server --example json_echo
+cargo build --release --quiet -j "$JOBS" -p mcp-cluster --example json_echo
 if has ours-auth || has ours-auth-nocache; then
-  cargo build --release --quiet -j "$JOBS" -p mcp-testkit --example test_issuer
+  cargo build --release --quiet -j "$JOBS" -p mcp-cluster-testkit --example test_issuer
 fi
 if has ours-base && [[ -n ${BASE_BIN:-} ]]; then
   [[ -x $BASE_BIN ]] || die "BASE_BIN=$BASE_BIN is not an executable"

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use futures_util::{StreamExt, stream};
-use mcp_client::{Client, Reply, SseStream};
+use mcp_cluster_client::{Client, Reply, SseStream};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout};
 

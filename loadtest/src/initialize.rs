@@ -2,14 +2,14 @@
 //! checked like every other request: the answer must be one response with
 //! the request's id, a result and not an error, and the result must be an
 //! initialize result (`protocolVersion`, `capabilities`, `serverInfo`).
-//! `mcp_client::Client::initialize` takes a JSON answer without looking at
+//! `mcp_cluster_client::Client::initialize` takes a JSON answer without looking at
 //! its id, so a wrong answer would have counted as an open session.
 //!
 //! Owner and stop path: [`open`] owns its request and answer; it ends when
 //! the answer and the `initialized` notification are through, or at its
 //! first failure. Callers bound it with their own timeouts.
 
-use mcp_client::{Client, Reply, SseStream};
+use mcp_cluster_client::{Client, Reply, SseStream};
 use reqwest::StatusCode;
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{Value, json};
@@ -121,11 +121,13 @@ fn transport(err: reqwest::Error) -> ErrorKind {
     }
 }
 
-fn client_error(err: mcp_client::ClientError) -> ErrorKind {
+fn client_error(err: mcp_cluster_client::ClientError) -> ErrorKind {
     match err {
-        mcp_client::ClientError::Http(err) => transport(err),
-        mcp_client::ClientError::Json(_) => violation(Violation::Malformed),
-        mcp_client::ClientError::Status { status, .. } => ErrorKind::status(status.as_u16()),
+        mcp_cluster_client::ClientError::Http(err) => transport(err),
+        mcp_cluster_client::ClientError::Json(_) => violation(Violation::Malformed),
+        mcp_cluster_client::ClientError::Status { status, .. } => {
+            ErrorKind::status(status.as_u16())
+        }
         _ => ErrorKind::Transport,
     }
 }

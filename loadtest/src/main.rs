@@ -114,7 +114,7 @@ impl HttpArgs {
     /// # Errors
     /// Both a token and a token file, an unreadable or empty token file, or
     /// a header that is not `Name: value`.
-    fn options(&self) -> anyhow::Result<mcp_client::HttpOptions> {
+    fn options(&self) -> anyhow::Result<mcp_cluster_client::HttpOptions> {
         let bearer_token = match (&self.bearer_token, &self.bearer_token_file) {
             (Some(_), Some(_)) => anyhow::bail!(
                 "give one of --bearer-token (or MCP_LOADTEST_BEARER_TOKEN) and --bearer-token-file"
@@ -136,9 +136,9 @@ impl HttpArgs {
         let headers = self
             .headers
             .iter()
-            .map(|line| mcp_client::http::parse_header(line))
+            .map(|line| mcp_cluster_client::http::parse_header(line))
             .collect::<Result<_, _>>()?;
-        Ok(mcp_client::HttpOptions {
+        Ok(mcp_cluster_client::HttpOptions {
             ca_file: self.ca_file.clone(),
             bearer_token,
             headers,
@@ -443,14 +443,14 @@ fn redacted(args: impl IntoIterator<Item = String>) -> Vec<String> {
             "--header" => {
                 out.push(arg);
                 if let Some(header) = args.next() {
-                    out.push(mcp_client::http::redact_header(&header));
+                    out.push(mcp_cluster_client::http::redact_header(&header));
                 }
             }
             _ if arg.starts_with("--bearer-token=") => out.push("--bearer-token=***".to_owned()),
             _ => match arg.strip_prefix("--header=") {
                 Some(header) => out.push(format!(
                     "--header={}",
-                    mcp_client::http::redact_header(header)
+                    mcp_cluster_client::http::redact_header(header)
                 )),
                 None => out.push(arg),
             },

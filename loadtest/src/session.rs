@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use mcp_client::{Client, ClientError, Reply, SseStream};
+use mcp_cluster_client::{Client, ClientError, Reply, SseStream};
 use serde_json::{Value, json};
 use tokio::sync::RwLock;
 use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};

@@ -25,7 +25,7 @@ REDIS_NODE_ADDR=127.0.0.1:18183
 REDIS_PORT=18184
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 1; }
 cargo build --release --quiet -p mcp-node
-cargo build --release --quiet -p mcp-server --example json_echo
+cargo build --release --quiet -p mcp-cluster --example json_echo
 
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null' EXIT

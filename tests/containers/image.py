@@ -18,8 +18,8 @@ Checks, in order (the first failure stops the rest):
   update-ca-certificates), a session with no CA setting at all;
 - SIGTERM (`podman stop`) drains: /readyz turns 503 while the node keeps
   serving, a request in flight gets its answer, and the node exits with 0;
-- a provider's own binary (crates/mcp-server/examples/slow_tools.rs, built
-  on mcp_server::cli; MCP_PROVIDER) in the same image pattern (the
+- a provider's own binary (crates/mcp-cluster/examples/slow_tools.rs, built
+  on mcp_cluster::cli; MCP_PROVIDER) in the same image pattern (the
   prebuilt target, --build-arg BINARY): its tools are served, the image's
   healthcheck passes.
 """
@@ -254,7 +254,7 @@ def run(checks):
             raise Failed(f"after SIGTERM: {state_line!r}, not '0 exited'; log tail: {node.logs()[-600:]}")
 
     def provider_image():
-        # A provider's own binary (mcp_server::cli) in the same image
+        # A provider's own binary (mcp_cluster::cli) in the same image
         # pattern: the prebuilt target with BINARY naming it.
         binary = Path(os.environ.get("MCP_PROVIDER", ROOT / "target" / "debug" / "examples" / "slow_tools"))
         context = work / "provider-image"

@@ -30,10 +30,10 @@ if [ -z "${MCP_NODE:-}" ]; then
     || fail "cargo build --release -p mcp-node (see $LOG_DIR/containers/cargo-build.log)"
   MCP_NODE=$PWD/target/release/mcp-node
 fi
-# A provider's binary for the image part (crates/mcp-server/examples/slow_tools.rs).
+# A provider's binary for the image part (crates/mcp-cluster/examples/slow_tools.rs).
 if [ -z "${MCP_PROVIDER:-}" ]; then
-  cargo build -p mcp-server --example slow_tools --quiet 2>"$LOG_DIR/containers/cargo-build.log" \
-    || fail "cargo build -p mcp-server --example slow_tools (see $LOG_DIR/containers/cargo-build.log)"
+  cargo build -p mcp-cluster --example slow_tools --quiet 2>"$LOG_DIR/containers/cargo-build.log" \
+    || fail "cargo build -p mcp-cluster --example slow_tools (see $LOG_DIR/containers/cargo-build.log)"
   export MCP_PROVIDER=$PWD/target/debug/examples/slow_tools
 fi
 WORK=$LOG_DIR/containers/images bash tests/containers/images.sh "$MCP_NODE" \

@@ -17,7 +17,7 @@ The probes are then called as the kubelet calls them: HTTP GET on the
 probe's port (resolved by name from the container's ports) and path, with
 the pod address in Host, success being a status from 200 to 399. nginx in
 front of the three (round robin, as tests/run-all.sh's nginx_config and
-mcp-testkit's Nginx) stands in for the Service and the Ingress: the MCP
+mcp-cluster-testkit's Nginx) stands in for the Service and the Ingress: the MCP
 sessions through it carry the Service's cluster DNS name, or the Ingress
 host, in Host. Prometheus is played by a GET of the ServiceMonitor's port
 and path on each pod. Steps run in order and the first failure stops the
@@ -465,7 +465,7 @@ def connectable(port):
 
 def run(results, node, log_dir, label="e2e", echo_prefix="Echo: ", subdir="helm-e2e"):
     """The steps with `node` as the image's entrypoint: mcp-node, or a
-    provider's own binary built on mcp_server::cli (its `echo` answering
+    provider's own binary built on mcp_cluster::cli (its `echo` answering
     `echo_prefix` and the message). Each check is named `label: step`."""
     test = Test(node, log_dir, echo_prefix, subdir)
     steps = [

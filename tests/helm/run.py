@@ -73,8 +73,8 @@ DEFAULT_DRAIN_DELAY_SECS = 5
 DEFAULT_DRAIN_GRACE_SECS = 30
 LOG_DIR = Path(os.environ.get("LOG_DIR", ROOT / "target" / "test-logs"))
 NODE = Path(os.environ.get("MCP_NODE", ROOT / "target" / "debug" / "mcp-node"))
-# A provider's program built on mcp_server::cli: the chart must serve it as
-# it serves mcp-node (crates/mcp-server/examples/slow_tools.rs).
+# A provider's program built on mcp_cluster::cli: the chart must serve it as
+# it serves mcp-node (crates/mcp-cluster/examples/slow_tools.rs).
 PROVIDER = Path(os.environ.get("MCP_PROVIDER",
                                ROOT / "target" / "debug" / "examples" / "slow_tools"))
 
@@ -190,7 +190,7 @@ def check_valid(docs):
 # What every value set must give -----------------------------------------------
 
 def allowed(patterns, value):
-    """The node's Host/Origin match (crates/mcp-http/src/config.rs): equal
+    """The node's Host/Origin match (crates/mcp-cluster-http/src/config.rs): equal
     ignoring case, `*`, or `host:*` for the host with any port or none."""
     for p in patterns:
         if p == "*" or p.lower() == value.lower():
@@ -507,7 +507,7 @@ def expect_full(docs):
         "MCP_KEEP_ALIVE_SECS": "5", "MCP_REQUEST_BODY_TIMEOUT_SECS": "20",
         "MCP_MAX_CONNECTIONS": "50000", "MCP_MAX_CONNECTIONS_PER_PEER": "1000",
         "MCP_CONNECTION_LIMIT_EXEMPT": "10.244.0.0/16,127.0.0.1,::1", "MCP_PAGE_SIZE": "50",
-        "MCP_LOG": "info,mcp_runtime=debug", "MCP_LOG_JSON": "true",
+        "MCP_LOG": "info,mcp_cluster_runtime=debug", "MCP_LOG_JSON": "true",
         "MCP_RUNTIME__SSE_KEEP_ALIVE_SECS": "10"}, values
     # The quotas and who the client is behind the ingress; 0 (off) reaches
     # the node too.
@@ -1036,7 +1036,7 @@ def main():
     results.check("the chart ships deploy/'s alert rules and dashboard unchanged",
                   check_shipped_copies)
     e2e.run(results, NODE, LOG_DIR)
-    # A provider's own binary (mcp_server::cli::run around its tools) in the
+    # A provider's own binary (mcp_cluster::cli::run around its tools) in the
     # same pods, with only the image changed.
     e2e.run(results, PROVIDER, LOG_DIR, label="e2e, a provider's binary (slow_tools)",
             echo_prefix="", subdir="helm-e2e-provider")

@@ -35,9 +35,9 @@ if [ -z "${MCP_NODE:-}" ]; then
 fi
 # The provider's binary the end-to-end test also runs in the pods.
 if [ -z "${MCP_PROVIDER:-}" ]; then
-  if ! cargo build -p mcp-server --example slow_tools --quiet 2>"$LOG_DIR/helm-cargo-build.log"; then
+  if ! cargo build -p mcp-cluster --example slow_tools --quiet 2>"$LOG_DIR/helm-cargo-build.log"; then
     cat "$LOG_DIR/helm-cargo-build.log" >&2
-    echo "FAIL cargo build -p mcp-server --example slow_tools"
+    echo "FAIL cargo build -p mcp-cluster --example slow_tools"
     echo "0 passed, 1 failed"
     exit 1
   fi

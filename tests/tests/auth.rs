@@ -11,7 +11,7 @@ mod stateless_support;
 use std::time::Duration;
 
 use auth_support::*;
-use mcp_testkit::{IssuerOptions, KeyAlg, PublicKeyForm, TestIssuer, within};
+use mcp_cluster_testkit::{IssuerOptions, KeyAlg, PublicKeyForm, TestIssuer, within};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
@@ -615,7 +615,7 @@ async fn sessions_answer_only_their_principal_on_both_transports() {
 #[test]
 fn a_node_beyond_loopback_without_authorization_says_so() {
     use std::io::{BufRead, BufReader};
-    let mut child = std::process::Command::new(mcp_testkit::node_binary())
+    let mut child = std::process::Command::new(mcp_cluster_testkit::node_binary())
         .args(["--bind", "0.0.0.0:0", "--log", "warn"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use auth_support::*;
-use mcp_testkit::{Cluster, TestIssuer, within};
+use mcp_cluster_testkit::{Cluster, TestIssuer, within};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use auth_support::*;
 use futures_util::StreamExt;
-use mcp_testkit::{NodeProcess, TestIssuer, within};
+use mcp_cluster_testkit::{NodeProcess, TestIssuer, within};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::time::Instant;

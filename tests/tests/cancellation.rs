@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use mcp_client::{Client, Reply, SseStream};
-use mcp_testkit::{InProcessNode, fixtures, within};
+use mcp_cluster_client::{Client, Reply, SseStream};
+use mcp_cluster_testkit::{InProcessNode, fixtures, within};
 use serde_json::{Value, json};
 
 /// Steps of `slow` far apart, so that nothing is due while a cancel travels.

@@ -9,8 +9,8 @@ mod cluster_support;
 use std::time::Duration;
 
 use cluster_support::*;
-use mcp_client::Reply;
-use mcp_testkit::within;
+use mcp_cluster_client::Reply;
+use mcp_cluster_testkit::within;
 use reqwest::StatusCode;
 use serde_json::json;
 

@@ -6,7 +6,7 @@
 mod cluster_support;
 
 use cluster_support::*;
-use mcp_client::Client;
+use mcp_cluster_client::Client;
 use serde_json::{Value, json};
 
 #[tokio::test]

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cluster_support::*;
-use mcp_client::{Client, Reply, SseStream};
-use mcp_testkit::{Cluster, GUARD, within};
+use mcp_cluster_client::{Client, Reply, SseStream};
+use mcp_cluster_testkit::{Cluster, GUARD, within};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

@@ -8,7 +8,7 @@ mod cluster_support;
 use std::time::Duration;
 
 use cluster_support::*;
-use mcp_testkit::within;
+use mcp_cluster_testkit::within;
 use serde_json::json;
 
 /// The documented bound for finalizing a dead node's requests

@@ -8,8 +8,8 @@ mod cluster_support;
 use std::time::Duration;
 
 use cluster_support::*;
-use mcp_client::{Client, Reply};
-use mcp_testkit::{Cluster, within};
+use mcp_cluster_client::{Client, Reply};
+use mcp_cluster_testkit::{Cluster, within};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

@@ -8,8 +8,8 @@
 mod cluster_support;
 
 use cluster_support::*;
-use mcp_client::{Reply, SseEvent, SseStream};
-use mcp_testkit::within;
+use mcp_cluster_client::{Reply, SseEvent, SseStream};
+use mcp_cluster_testkit::within;
 use serde_json::{Value, json};
 
 /// Reads to the end; returns the events after the last one with an id.

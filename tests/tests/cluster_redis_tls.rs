@@ -10,8 +10,8 @@ mod tls_support;
 
 use std::path::Path;
 
-use mcp_client::Client;
-use mcp_testkit::{NodeProcess, RedisServer, TestPki, node_binary, within};
+use mcp_cluster_client::Client;
+use mcp_cluster_testkit::{NodeProcess, RedisServer, TestPki, node_binary, within};
 use serde_json::json;
 use tls_support::*;
 

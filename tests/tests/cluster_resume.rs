@@ -7,7 +7,7 @@
 mod cluster_support;
 
 use cluster_support::*;
-use mcp_testkit::within;
+use mcp_cluster_testkit::within;
 use serde_json::json;
 
 const STEPS: u64 = 30;
@@ -100,7 +100,7 @@ async fn open_streams_hold_no_redis_connection_each() {
     let http = reqwest::Client::new();
     let mut sessions = Vec::with_capacity(STREAMS);
     for _ in 0..STREAMS {
-        let mut client = mcp_client::Client::with_http(http.clone(), &url, VERSION);
+        let mut client = mcp_cluster_client::Client::with_http(http.clone(), &url, VERSION);
         within("initialize", client.initialize(json!({})))
             .await
             .unwrap();

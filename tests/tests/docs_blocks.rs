@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::LazyLock;
 
-use mcp_testkit::{NodeProcess, node_binary};
+use mcp_cluster_testkit::{NodeProcess, node_binary};
 use regex::Regex;
 
 /// The pages whose blocks are checked.

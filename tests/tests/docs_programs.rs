@@ -6,7 +6,7 @@
 //! an example of a workspace crate:
 //!
 //! ```text
-//! <!-- example: crates/mcp-server/examples/greeter.rs -->
+//! <!-- example: crates/mcp-cluster/examples/greeter.rs -->
 //! ```
 //!
 //! and be byte for byte that file. Cargo builds every `examples/*.rs` of a
@@ -19,8 +19,8 @@
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
 
-use mcp_client::Client;
-use mcp_testkit::{GUARD, NodeProcess, example_binary, within};
+use mcp_cluster_client::Client;
+use mcp_cluster_testkit::{GUARD, NodeProcess, example_binary, within};
 use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
 use serde_json::json;
 
@@ -192,10 +192,8 @@ fn every_rust_block_in_the_docs_is_a_compiled_example_verbatim() {
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
     // The README's provider program at least: an empty walk proves nothing.
     assert!(
-        checked
-            .iter()
-            .any(|c| c.starts_with("README.md:")
-                && c.ends_with("crates/mcp-server/examples/greeter.rs")),
+        checked.iter().any(|c| c.starts_with("README.md:")
+            && c.ends_with("crates/mcp-cluster/examples/greeter.rs")),
         "the README's provider program was not found: {checked:?}"
     );
 }
@@ -221,8 +219,8 @@ fn a_block_without_marker_or_with_other_text_is_found() {
     let root = repository_root();
     let members = workspace_members(&root);
     for bad in [
-        "crates/mcp-server/src/lib.rs",
-        "../crates/mcp-server/examples/greeter.rs",
+        "crates/mcp-cluster/src/lib.rs",
+        "../crates/mcp-cluster/examples/greeter.rs",
         "crates/nowhere/examples/greeter.rs",
     ] {
         assert!(
@@ -234,7 +232,7 @@ fn a_block_without_marker_or_with_other_text_is_found() {
         not_an_example(
             &root,
             &members,
-            Path::new("crates/mcp-server/examples/greeter.rs")
+            Path::new("crates/mcp-cluster/examples/greeter.rs")
         ),
         None
     );

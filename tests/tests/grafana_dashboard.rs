@@ -28,8 +28,8 @@ use cluster_support::{
     call, call_with_progress, client, expect_sse, long_running, message, next_event, notification,
     post_accepted, priming, read_to_end, readyz, resume, session,
 };
-use mcp_client::Reply;
-use mcp_testkit::{
+use mcp_cluster_client::Reply;
+use mcp_cluster_testkit::{
     Cluster, NodeProcess, PROMETHEUS_JOB, Prometheus, free_port, node_binary, within,
 };
 use serde_json::{Value, json};
@@ -803,7 +803,7 @@ async fn redis_outage(cluster: &Cluster) {
         matches!(&reply, Ok(Reply::Status(status, _)) if status.as_u16() == 503),
         "{reply:?}"
     );
-    let mut fresh = mcp_client::Client::new(&cluster.node_url(1), cluster_support::VERSION);
+    let mut fresh = mcp_cluster_client::Client::new(&cluster.node_url(1), cluster_support::VERSION);
     assert!(
         within("initialize during the outage", fresh.initialize(json!({})))
             .await
@@ -836,7 +836,7 @@ async fn redis_outage(cluster: &Cluster) {
 /// and the extra connections are refused.
 async fn drive_limits(node: &NodeProcess, admin: SocketAddr) {
     let first = session(node.url(), json!({})).await;
-    let mut second = mcp_client::Client::new(node.url(), cluster_support::VERSION);
+    let mut second = mcp_cluster_client::Client::new(node.url(), cluster_support::VERSION);
     assert!(
         within(
             "initialize beyond --max-sessions",

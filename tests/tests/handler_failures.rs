@@ -4,9 +4,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use mcp_client::{Client, Reply};
-use mcp_server::NodeConfig;
-use mcp_testkit::{InProcessNode, fixtures, within};
+use mcp_cluster::NodeConfig;
+use mcp_cluster_client::{Client, Reply};
+use mcp_cluster_testkit::{InProcessNode, fixtures, within};
 use serde_json::{Value, json};
 
 async fn session_with(node: &InProcessNode, version: &str) -> Client {

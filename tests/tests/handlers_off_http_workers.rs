@@ -1,7 +1,7 @@
 //! A provider's handler cannot stall anyone else: handlers run on the
 //! node's request executor, never on the HTTP workers, in both eras.
 //!
-//! The provider program is `crates/mcp-server/examples/slow_tools.rs`,
+//! The provider program is `crates/mcp-cluster/examples/slow_tools.rs`,
 //! started with one HTTP worker (the smallest setting) and the executor's
 //! default size. Before the executor, every handler ran on the HTTP worker
 //! that accepted its request: one tool blocking its thread for 2 s held
@@ -26,8 +26,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use futures_util::StreamExt;
-use mcp_client::Client;
-use mcp_testkit::{NodeProcess, example_binary, within};
+use mcp_cluster_client::Client;
+use mcp_cluster_testkit::{NodeProcess, example_binary, within};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use hostile_support::*;
-use mcp_client::Client;
-use mcp_testkit::{Cluster, within};
+use mcp_cluster_client::Client;
+use mcp_cluster_testkit::{Cluster, within};
 use serde_json::json;
 
 /// Idle TTL of the test nodes' sessions.
@@ -52,7 +52,7 @@ async fn abandoned_sessions_give_their_memory_back() {
     // RSS is a coarse reading (the allocator keeps and returns memory on
     // its own schedule): this guards against memory that grows with every
     // round. That no stream is left behind is counted exactly, on the same
-    // store, in crates/mcp-runtime/tests/stream_loss.rs.
+    // store, in crates/mcp-cluster-runtime/tests/stream_loss.rs.
     assert!(
         rss[3] < rss[1] + 16 * MIB,
         "memory grows with abandoned sessions: {rss:?}"

@@ -9,8 +9,8 @@ mod hostile_support;
 use std::time::Duration;
 
 use hostile_support::*;
-use mcp_client::{Client, Reply};
-use mcp_testkit::within;
+use mcp_cluster_client::{Client, Reply};
+use mcp_cluster_testkit::within;
 use serde_json::{Value, json};
 
 /// The notification a subscriber gets when the watched resource changes.
@@ -26,7 +26,7 @@ fn touch(id: i64) -> Value {
 
 /// A second session, subscribed to the watched resource, with its GET
 /// stream open: it sees every touch that runs.
-async fn watcher(url: &str) -> mcp_client::SseStream {
+async fn watcher(url: &str) -> mcp_cluster_client::SseStream {
     let client = session(url, VERSION).await;
     let answer = call(
         &client,
@@ -43,7 +43,7 @@ async fn watcher(url: &str) -> mcp_client::SseStream {
 }
 
 /// Whether `stream` brings a resource update within a second.
-async fn touched(stream: &mut mcp_client::SseStream) -> bool {
+async fn touched(stream: &mut mcp_cluster_client::SseStream) -> bool {
     let wait = async {
         loop {
             match stream.next_message().await {

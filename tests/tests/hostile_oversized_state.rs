@@ -7,8 +7,8 @@ mod hostile_support;
 
 use futures_util::StreamExt;
 use hostile_support::*;
-use mcp_client::{Client, Reply};
-use mcp_testkit::within;
+use mcp_cluster_client::{Client, Reply};
+use mcp_cluster_testkit::within;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,8 +11,8 @@ mod stateless_support;
 
 use futures_util::StreamExt;
 use hostile_support::{MIB, node};
-use mcp_client::Client;
-use mcp_testkit::within;
+use mcp_cluster_client::Client;
+use mcp_cluster_testkit::within;
 use serde_json::json;
 use stateless_support as sl;
 

@@ -15,8 +15,8 @@ mod stateless_support;
 
 use futures_util::StreamExt;
 use hostile_support::{MIB, node};
-use mcp_client::{Client, Reply};
-use mcp_testkit::{RedisServer, within};
+use mcp_cluster_client::{Client, Reply};
+use mcp_cluster_testkit::{RedisServer, within};
 use serde_json::{Value, json};
 use stateless_support as sl;
 
@@ -24,7 +24,7 @@ use stateless_support as sl;
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A Redis with `noeviction` and a node on it.
-fn redis_and_node(args: &[&str]) -> (RedisServer, mcp_testkit::NodeProcess) {
+fn redis_and_node(args: &[&str]) -> (RedisServer, mcp_cluster_testkit::NodeProcess) {
     let redis = RedisServer::start().unwrap();
     redis
         .command(&["CONFIG", "SET", "maxmemory-policy", "noeviction"])

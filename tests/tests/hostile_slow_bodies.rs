@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpStream};
 use std::time::Duration;
 
 use hostile_support::*;
-use mcp_testkit::{NodeProcess, free_port, node_binary};
+use mcp_cluster_testkit::{NodeProcess, free_port, node_binary};
 use socket2::{Domain, Socket, Type};
 
 const PER_PEER: usize = 32;

@@ -7,8 +7,8 @@
 mod hostile_support;
 
 use hostile_support::*;
-use mcp_client::Client;
-use mcp_testkit::Cluster;
+use mcp_cluster_client::Client;
+use mcp_cluster_testkit::Cluster;
 use serde_json::json;
 
 async fn subscribe(client: &Client, id: i64, uri: &str) -> serde_json::Value {

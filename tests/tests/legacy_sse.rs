@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use mcp_client::{SseEvent, SseStream};
-use mcp_testkit::{InProcessNode, fixtures, within};
+use mcp_cluster_client::{SseEvent, SseStream};
+use mcp_cluster_testkit::{InProcessNode, fixtures, within};
 use serde_json::{Value, json};
 
 /// GET /sse; returns the stream and the endpoint it announced.

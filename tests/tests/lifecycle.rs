@@ -3,10 +3,10 @@
 //! ping, `logging/setLevel`, resource subscriptions and list changes on the
 //! standalone GET stream.
 
-use mcp_client::{Client, Reply, SseStream};
-use mcp_server::protocol::types::CallToolResult;
-use mcp_server::{McpServer, ToolDef};
-use mcp_testkit::{InProcessNode, fixtures, open_legacy_sse, within};
+use mcp_cluster::protocol::types::CallToolResult;
+use mcp_cluster::{McpServer, ToolDef};
+use mcp_cluster_client::{Client, Reply, SseStream};
+use mcp_cluster_testkit::{InProcessNode, fixtures, open_legacy_sse, within};
 use serde_json::{Value, json};
 
 async fn request(client: &Client, method: &str, params: Value) -> (Value, Vec<Value>) {

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use mcp_testkit::{Cluster, NodeProcess, loadtest_binary, node_binary};
+use mcp_cluster_testkit::{Cluster, NodeProcess, loadtest_binary, node_binary};
 use serde_json::Value;
 
 fn scenario(name: &str) -> String {

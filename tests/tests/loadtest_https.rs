@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use auth_support::{RESOURCE, config_file, node};
-use mcp_testkit::{TestIssuer, TestPki, loadtest_binary};
+use mcp_cluster_testkit::{TestIssuer, TestPki, loadtest_binary};
 use serde_json::Value;
 
 fn scenario(name: &str) -> String {

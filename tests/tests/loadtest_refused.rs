@@ -6,7 +6,7 @@
 
 use std::process::{Command, Output};
 
-use mcp_testkit::{NodeProcess, loadtest_binary, node_binary};
+use mcp_cluster_testkit::{NodeProcess, loadtest_binary, node_binary};
 
 fn loadtest(url: &str, extra: &[&str]) -> Output {
     let output = Command::new(loadtest_binary())

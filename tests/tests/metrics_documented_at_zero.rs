@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use mcp_testkit::{NodeProcess, node_binary, within};
+use mcp_cluster_testkit::{NodeProcess, node_binary, within};
 
 /// (metric, label, values) of each documented counter row with one label
 /// whose values are listed: `| \`name\` | counter | \`label\` (\`a\`, \`b\`) | …`.

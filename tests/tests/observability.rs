@@ -7,8 +7,8 @@
 
 use std::process::Command;
 
-use mcp_client::{Client, Reply};
-use mcp_testkit::{NodeProcess, free_port, node_binary, within};
+use mcp_cluster_client::{Client, Reply};
+use mcp_cluster_testkit::{NodeProcess, free_port, node_binary, within};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
@@ -399,7 +399,7 @@ async fn retention_is_counted_on_the_embedded_store() {
 
 #[tokio::test]
 async fn retention_is_counted_on_redis() {
-    let redis = mcp_testkit::RedisServer::start().unwrap();
+    let redis = mcp_cluster_testkit::RedisServer::start().unwrap();
     let node = NodeProcess::spawn_logged(
         &node_binary(),
         &["--log", "warn", "--redis-url", &redis.url()],

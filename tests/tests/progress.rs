@@ -1,8 +1,8 @@
 //! Progress: notifications only when the client sent a `progressToken`, with
 //! strictly increasing values, all before the response and none after it.
 
-use mcp_client::{Reply, SseStream};
-use mcp_testkit::{InProcessNode, fixtures, within};
+use mcp_cluster_client::{Reply, SseStream};
+use mcp_cluster_testkit::{InProcessNode, fixtures, within};
 use serde_json::{Value, json};
 
 fn slow_call(id: i64, steps: u64, meta: Option<Value>) -> Value {

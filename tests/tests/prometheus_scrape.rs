@@ -20,7 +20,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mcp_testkit::{Cluster, PROMETHEUS_JOB, Prometheus, loadtest_binary};
+use mcp_cluster_testkit::{Cluster, PROMETHEUS_JOB, Prometheus, loadtest_binary};
 use serde_json::Value;
 
 /// Bound on every wait for Prometheus: many scrape intervals (1 s), for a

@@ -11,7 +11,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use mcp_testkit::{Nginx, NodeProcess, node_binary, raw_http_from};
+use mcp_cluster_testkit::{Nginx, NodeProcess, node_binary, raw_http_from};
 
 /// The default `initialize_per_address`.
 const LIMIT: usize = 60;

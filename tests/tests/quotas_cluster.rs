@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use auth_support::{RESOURCE, config_file, initialize, post, session};
-use mcp_testkit::{Cluster, GUARD, TestIssuer, within};
+use mcp_cluster_testkit::{Cluster, GUARD, TestIssuer, within};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

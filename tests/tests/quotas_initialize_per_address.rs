@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use mcp_testkit::{NodeProcess, node_binary, within};
+use mcp_cluster_testkit::{NodeProcess, node_binary, within};
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};

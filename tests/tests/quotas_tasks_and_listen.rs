@@ -13,7 +13,7 @@ mod stateless_support;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use mcp_testkit::{Cluster, NodeProcess, TestIssuer, node_binary, within};
+use mcp_cluster_testkit::{Cluster, NodeProcess, TestIssuer, node_binary, within};
 use serde_json::{Value, json};
 use stateless_support::{Messages, headers, request, tool_call};
 

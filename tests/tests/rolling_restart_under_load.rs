@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use mcp_testkit::{Cluster, loadtest_binary};
+use mcp_cluster_testkit::{Cluster, loadtest_binary};
 use serde_json::Value;
 
 #[test]

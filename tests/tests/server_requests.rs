@@ -2,8 +2,8 @@
 //! calling request's SSE stream, answered by the client's POST (202), and the
 //! answer (or the client's error, or a missing capability) reaches the tool.
 
-use mcp_client::{Client, Reply, SseStream};
-use mcp_testkit::{InProcessNode, fixtures, within};
+use mcp_cluster_client::{Client, Reply, SseStream};
+use mcp_cluster_testkit::{InProcessNode, fixtures, within};
 use serde_json::{Value, json};
 
 async fn next_message(stream: &mut SseStream) -> Value {

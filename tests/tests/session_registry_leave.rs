@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use mcp_client::{Client, ClientError};
-use mcp_testkit::{NodeProcess, node_binary, within};
+use mcp_cluster_client::{Client, ClientError};
+use mcp_cluster_testkit::{NodeProcess, node_binary, within};
 use serde_json::json;
 
 const VERSION: &str = "2025-11-25";
@@ -35,7 +35,7 @@ async fn an_idle_session_frees_its_place_as_it_stops() {
             "--session-ttl-secs",
             "1",
             "--log",
-            "warn,mcp_runtime::session=debug",
+            "warn,mcp_cluster_runtime::session=debug",
         ],
         &[],
     )

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use mcp_testkit::{GUARD, InProcessNode, fixtures, within};
+use mcp_cluster_testkit::{GUARD, InProcessNode, fixtures, within};
 use serde_json::json;
 use socket2::{Domain, Socket, Type};
 

@@ -5,7 +5,7 @@
 
 use std::process::{Command, Output, Stdio};
 
-use mcp_testkit::{NodeProcess, node_binary};
+use mcp_cluster_testkit::{NodeProcess, node_binary};
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(node_binary());

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use mcp_testkit::{IssuerOptions, NodeProcess, TestIssuer, node_binary};
+use mcp_cluster_testkit::{IssuerOptions, NodeProcess, TestIssuer, node_binary};
 
 const STATE_KEY_FILE: &str = "c3RhdGUta2V5LW9uZS1vZi0zMi1ieXRlcy1sb25nISE=";
 const STATE_KEY_ENV: &str = "ZW52LXN0YXRlLWtleS10d28tMzItYnl0ZXMtbG9uZyE=";
@@ -16,8 +16,8 @@ const URL_PASSWORD: &str = "url-pa55word-77c1";
 const FILE_PASSWORD: &str = "file-pa55word-91d2";
 
 /// Debug for the workspace's own targets, the access log on.
-const LOG: &str = "info,mcp_node=debug,mcp_server=debug,mcp_auth=debug,mcp_cluster=debug,\
-                   mcp_runtime=debug,mcp_access=info";
+const LOG: &str = "info,mcp_node=debug,mcp_cluster=debug,mcp_cluster_auth=debug,mcp_cluster_redis=debug,\
+                   mcp_cluster_runtime=debug,mcp_access=info";
 
 fn dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("mcp-secrets-e2e-{}", std::process::id()));

@@ -5,7 +5,7 @@
 
 mod tls_support;
 
-use mcp_testkit::TestPki;
+use mcp_cluster_testkit::TestPki;
 use tls_support::*;
 
 /// The one line a node started with `args` printed before exiting with 64.

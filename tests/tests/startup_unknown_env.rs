@@ -5,8 +5,8 @@
 
 use std::process::{Command, Stdio};
 
-use mcp_client::Client;
-use mcp_testkit::{NodeProcess, node_binary, within};
+use mcp_cluster_client::Client;
+use mcp_cluster_testkit::{NodeProcess, node_binary, within};
 use serde_json::json;
 
 #[tokio::test]

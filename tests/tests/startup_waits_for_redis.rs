@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use mcp_client::Client;
-use mcp_testkit::{GUARD, NodeProcess, RedisServer, free_port, node_binary, within};
+use mcp_cluster_client::Client;
+use mcp_cluster_testkit::{GUARD, NodeProcess, RedisServer, free_port, node_binary, within};
 use serde_json::{Value, json};
 
 const VERSION: &str = "2025-11-25";

@@ -9,7 +9,7 @@ mod stateless_support;
 
 use std::time::Duration;
 
-use mcp_testkit::{NodeProcess, node_binary, within};
+use mcp_cluster_testkit::{NodeProcess, node_binary, within};
 use serde_json::{Value, json};
 use stateless_support::*;
 
@@ -88,7 +88,7 @@ async fn discovery_and_calls_need_no_session_and_initialize_still_opens_one() {
     assert_eq!(read.response["result"]["cacheScope"], "private", "{read:?}");
 
     // The session era on the same endpoint: initialize opens a session.
-    let mut client = mcp_client::Client::new(url, "2025-11-25");
+    let mut client = mcp_cluster_client::Client::new(url, "2025-11-25");
     within("initialize", client.initialize(json!({})))
         .await
         .expect("initialize");

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use futures_util::stream;
-use mcp_client::{Client, Reply};
-use mcp_server::NodeConfig;
-use mcp_testkit::{InProcessNode, fixtures, raw_http};
+use mcp_cluster::NodeConfig;
+use mcp_cluster_client::{Client, Reply};
+use mcp_cluster_testkit::{InProcessNode, fixtures, raw_http};
 use reqwest::header::{ACCEPT, ALLOW, CONTENT_TYPE, HOST, HeaderMap, HeaderValue, ORIGIN};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};

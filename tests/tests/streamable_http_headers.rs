@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use mcp_client::sse::SseStream;
-use mcp_client::{Client, Reply};
-use mcp_testkit::{InProcessNode, fixtures, raw_http};
+use mcp_cluster_client::sse::SseStream;
+use mcp_cluster_client::{Client, Reply};
+use mcp_cluster_testkit::{InProcessNode, fixtures, raw_http};
 use reqwest::StatusCode;
 use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
@@ -412,7 +412,7 @@ async fn sse_responses_carry_the_streaming_headers() {
 }
 
 /// Reads a whole SSE answer; returns its blocks.
-async fn read_all(mut stream: SseStream) -> Vec<mcp_client::sse::SseEvent> {
+async fn read_all(mut stream: SseStream) -> Vec<mcp_cluster_client::sse::SseEvent> {
     let mut events = Vec::new();
     let read = async {
         while let Some(event) = stream.next_event().await.unwrap() {

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use mcp_client::{Client, Reply, SseEvent, SseStream};
-use mcp_server::{McpServer, NodeConfig};
-use mcp_testkit::{InProcessNode, fixtures, within};
+use mcp_cluster::{McpServer, NodeConfig};
+use mcp_cluster_client::{Client, Reply, SseEvent, SseStream};
+use mcp_cluster_testkit::{InProcessNode, fixtures, within};
 use serde_json::{Value, json};
 
 fn slow_call(id: i64, steps: u64, step_ms: u64) -> Value {
@@ -200,8 +200,8 @@ async fn standalone(client: &Client) -> SseStream {
 
 async fn tools_list_changed(server: &McpServer, stream: &mut SseStream, tool: &str) {
     server.add_tool(
-        mcp_server::ToolDef::new(tool, "Added.", json!({"type": "object"}), |_, _| async {
-            Ok(mcp_server::protocol::types::CallToolResult::text("added"))
+        mcp_cluster::ToolDef::new(tool, "Added.", json!({"type": "object"}), |_, _| async {
+            Ok(mcp_cluster::protocol::types::CallToolResult::text("added"))
         })
         .unwrap(),
     );
@@ -241,8 +241,8 @@ async fn the_standalone_stream_resumes_from_its_last_event_id() {
     drop(get);
     // Sent while no one listens.
     server.add_tool(
-        mcp_server::ToolDef::new("two", "Added.", json!({"type": "object"}), |_, _| async {
-            Ok(mcp_server::protocol::types::CallToolResult::text("added"))
+        mcp_cluster::ToolDef::new("two", "Added.", json!({"type": "object"}), |_, _| async {
+            Ok(mcp_cluster::protocol::types::CallToolResult::text("added"))
         })
         .unwrap(),
     );

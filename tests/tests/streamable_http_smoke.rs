@@ -1,7 +1,7 @@
 //! A session from initialize to DELETE over a real socket.
 
-use mcp_client::Reply;
-use mcp_testkit::{InProcessNode, fixtures};
+use mcp_cluster_client::Reply;
+use mcp_cluster_testkit::{InProcessNode, fixtures};
 use serde_json::json;
 
 #[tokio::test]

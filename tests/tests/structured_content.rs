@@ -14,8 +14,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use mcp_client::{Client, Reply, SseStream};
-use mcp_testkit::{GUARD, NodeProcess, node_binary, open_legacy_sse, within};
+use mcp_cluster_client::{Client, Reply, SseStream};
+use mcp_cluster_testkit::{GUARD, NodeProcess, node_binary, open_legacy_sse, within};
 use serde_json::{Value, json};
 
 /// The session-era revisions.

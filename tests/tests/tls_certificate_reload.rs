@@ -9,7 +9,7 @@ mod tls_support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use mcp_testkit::{GUARD, TestPki, free_port};
+use mcp_cluster_testkit::{GUARD, TestPki, free_port};
 use tls_support::*;
 
 /// Waits (at most [`GUARD`]) until `addr` presents `expected`. Blocking.

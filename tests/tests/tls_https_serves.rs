@@ -8,8 +8,8 @@ mod tls_support;
 
 use std::time::Duration;
 
-use mcp_client::Client;
-use mcp_testkit::{GUARD, TestPki, free_port, within};
+use mcp_cluster_client::Client;
+use mcp_cluster_testkit::{GUARD, TestPki, free_port, within};
 use serde_json::json;
 use tls_support::*;
 

@@ -18,8 +18,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use mcp_client::{Client, Reply, SseStream};
-use mcp_testkit::{
+use mcp_cluster_client::{Client, Reply, SseStream};
+use mcp_cluster_testkit::{
     NODE_BIN_ENV, NodeProcess, OtlpReceiver, ReceivedSpan, RedisServer, node_binary,
     open_legacy_sse, within,
 };

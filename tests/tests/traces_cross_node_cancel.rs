@@ -10,7 +10,7 @@ mod cluster_support;
 use std::time::Duration;
 
 use cluster_support::*;
-use mcp_testkit::{Cluster, OtlpReceiver, ReceivedSpan};
+use mcp_cluster_testkit::{Cluster, OtlpReceiver, ReceivedSpan};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::json;
 
@@ -57,7 +57,10 @@ async fn a_cancel_posted_to_another_node_stays_in_the_calls_trace() {
         json!({"requestId": 11, "reason": "test"}),
     );
     let reply = b.post_with(&cancel, headers).await.unwrap();
-    assert!(matches!(reply, mcp_client::Reply::Accepted), "{reply:?}");
+    assert!(
+        matches!(reply, mcp_cluster_client::Reply::Accepted),
+        "{reply:?}"
+    );
     while next_event(&mut stream).await.is_some() {}
 
     let spans = receiver

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use mcp_client::Client;
-use mcp_testkit::{
+use mcp_cluster_client::Client;
+use mcp_cluster_testkit::{
     NODE_BIN_ENV, NodeProcess, OtlpReceiver, ReceivedSpan, RedisServer, node_binary, within,
 };
 use serde_json::json;

@@ -1,52 +1,50 @@
-//! Redis implementations of the `mcp-store` ports, so the nodes of a cluster
-//! share sessions, event logs, a control bus, a node registry, quotas and
-//! tasks.
+//! Build MCP servers in Rust and run them as cluster nodes.
 //!
-//! [`connect`] builds a node's [`mcp_store::Store`] on two Redis connections,
-//! whatever the load: one multiplexed command connection (a
-//! `ConnectionManager`, shared by every request and task) and one pub/sub
-//! connection owned by a task (every stream wake-up and the control bus).
-//! Neither grows with the number of sessions, streams or SSE readers. Both
-//! reconnect by themselves; while Redis is away every call fails within the
-//! command timeout with [`mcp_store::StoreError::Unavailable`].
+//! A provider describes tools, resources, prompts and completions with
+//! [`ServerBuilder`]; the resulting [`McpServer`] is the
+//! [`mcp_cluster_runtime::McpService`] the runtime calls. [`node`] runs it over
+//! Streamable HTTP (plus the legacy HTTP+SSE transport) on the embedded
+//! store; [`stdio`] runs the same server over standard input and output.
 //!
-//! Key layout and retention are documented in [`keys`] and [`event_log`].
-//! The runtime, HTTP and orphan finalization live elsewhere (`mcp-runtime`,
-//! `mcp-http`); this crate only stores.
+//! ```no_run
+//! use mcp_cluster::{ServerBuilder, ToolDef};
+//! use mcp_cluster_protocol::types::CallToolResult;
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Echo { message: String }
+//!
+//! let server = ServerBuilder::new("example", "1.0.0")
+//!     .tool(ToolDef::typed("echo", "Echoes its input", |args: Echo, _ctx| async move {
+//!         Ok(CallToolResult::text(args.message))
+//!     }))
+//!     .build();
+//! ```
 //!
 //! # Layout
-//! - [`connect`] (in `connection`): the connections and the store bundle.
-//! - [`config`]: the [`RedisConfig`] and [`RedisRetention`].
-//! - [`keys`]: every key and channel name.
-//! - [`event_log`]: the [`RedisEventLog`], Redis Streams driven by Lua scripts.
-//! - [`session_store`]: the [`RedisSessionStore`].
-//! - [`bus`]: the [`RedisBus`], one control channel.
-//! - [`nodes`]: the [`RedisNodes`] registry: heartbeats, orphan claims.
-//! - [`quota`]: the [`RedisQuotas`]: rate counters and lease sets.
-//! - [`tasks`]: the [`RedisTasks`]: task records, answers, cancel flags.
-//! - `pubsub`: the node's one pub/sub connection and its task.
-//! - [`error`]: [`ClusterError`] and the mapping onto `StoreError`.
+//! - [`server`]: [`McpServer`], [`ServerBuilder`], request dispatch.
+//! - [`tool`], [`resource`], [`prompt`]: definitions and their handlers.
+//! - [`cursor`]: stateless pagination cursors.
+//! - [`uri_template`]: matching resource template URIs.
+//! - [`config`]: the node's composed configuration.
+//! - [`node`], [`stdio`]: running a server.
+//! - [`tls`]: the node's HTTPS certificate, reloaded when its files change.
 
-pub mod bus;
+pub mod cli;
 pub mod config;
-mod connection;
-pub mod error;
-pub mod event_log;
-pub mod keys;
-pub mod nodes;
-mod pubsub;
-pub mod quota;
-mod reply;
-pub mod session_store;
-pub mod tasks;
+pub mod cursor;
+pub mod node;
+pub mod prompt;
+pub mod resource;
+pub mod server;
+pub mod stdio;
+pub mod tls;
+pub mod tool;
+pub mod uri_template;
 
-pub use bus::RedisBus;
-pub use config::{RedisConfig, RedisRetention};
-pub use connection::connect;
-pub use error::ClusterError;
-pub use event_log::RedisEventLog;
-pub use keys::Keys;
-pub use nodes::RedisNodes;
-pub use quota::RedisQuotas;
-pub use session_store::RedisSessionStore;
-pub use tasks::RedisTasks;
+pub use config::NodeConfig;
+pub use mcp_cluster_protocol as protocol;
+pub use mcp_cluster_runtime::{AskError, RequestContext, ServerEvent, TaskSupport};
+pub use prompt::PromptDef;
+pub use resource::{ResourceDef, TemplateDef};
+pub use server::{McpServer, ServerBuilder};
+pub use tool::ToolDef;

@@ -5,14 +5,14 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use mcp_protocol::ErrorObject;
-use mcp_protocol::types::{
+use mcp_cluster::tool::schema_of;
+use mcp_cluster::{
+    McpServer, PromptDef, RequestContext, ResourceDef, ServerBuilder, TemplateDef, ToolDef,
+};
+use mcp_cluster_protocol::ErrorObject;
+use mcp_cluster_protocol::types::{
     CallToolResult, Content, CreateMessageParams, ElicitParams, GetPromptResult, LoggingLevel,
     PromptMessage, ResourceContents, SamplingMessage, ToolAnnotations,
-};
-use mcp_server::tool::schema_of;
-use mcp_server::{
-    McpServer, PromptDef, RequestContext, ResourceDef, ServerBuilder, TemplateDef, ToolDef,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -6,12 +6,12 @@
 
 use std::sync::{Arc, OnceLock};
 
-use mcp_protocol::ErrorObject;
-use mcp_protocol::types::{
+use mcp_cluster::{AskError, McpServer, PromptDef, RequestContext, ServerEvent, ToolDef};
+use mcp_cluster_protocol::ErrorObject;
+use mcp_cluster_protocol::types::{
     CallToolResult, Content, CreateMessageParams, ElicitParams, ElicitResult, GetPromptResult,
     LoggingLevel, PromptMessage, SamplingMessage,
 };
-use mcp_server::{AskError, McpServer, PromptDef, RequestContext, ServerEvent, ToolDef};
 use serde_json::{Value, json};
 
 use crate::builtins::no_args;

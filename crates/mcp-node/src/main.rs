@@ -1,7 +1,7 @@
 //! `mcp-node`: one node of an MCP server cluster, serving the built-in
 //! tools, resources and prompts. Everything else (flags, variables, the
 //! configuration file, logs, traces, serving and draining) is
-//! [`mcp_server::cli::run`], which a provider's own binary calls the same
+//! [`mcp_cluster::cli::run`], which a provider's own binary calls the same
 //! way around its own server.
 //!
 //! Exit codes: 0 after a clean drain, 64 for bad configuration, 1 when
@@ -13,7 +13,7 @@ mod task_fixtures;
 
 use std::process::ExitCode;
 
-use mcp_server::cli::{self, Program};
+use mcp_cluster::cli::{self, Program};
 
 /// mimalloc: the request path allocates many small short-lived objects
 /// (JSON values, futures, actor contexts); measured faster than glibc malloc

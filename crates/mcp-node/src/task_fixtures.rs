@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use mcp_protocol::ErrorObject;
-use mcp_protocol::types::{CallToolResult, ElicitParams, ElicitResult};
-use mcp_server::{RequestContext, TaskSupport, ToolDef};
+use mcp_cluster::{RequestContext, TaskSupport, ToolDef};
+use mcp_cluster_protocol::ErrorObject;
+use mcp_cluster_protocol::types::{CallToolResult, ElicitParams, ElicitResult};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};

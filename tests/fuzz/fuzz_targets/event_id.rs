@@ -1,4 +1,4 @@
-//! Fuzz target: the identifier parsers of `mcp-store` (`Last-Event-ID`'s
+//! Fuzz target: the identifier parsers of `mcp-cluster-store` (`Last-Event-ID`'s
 //! `EventId`, `Position`, `StreamId`, `SessionId`, `NodeId`).
 //!
 //! Invariants: no panic; whatever parses displays as exactly the text it was
@@ -12,8 +12,8 @@ use std::str::FromStr;
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use mcp_store::ids::MAX_EVENT_ID_BYTES;
-use mcp_store::{EventId, NodeId, Position, SessionId, StreamId};
+use mcp_cluster_store::ids::MAX_EVENT_ID_BYTES;
+use mcp_cluster_store::{EventId, NodeId, Position, SessionId, StreamId};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

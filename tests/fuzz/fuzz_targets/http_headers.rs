@@ -1,4 +1,4 @@
-//! Fuzz target: the header checks of `mcp-http` (`headers.rs`) and the
+//! Fuzz target: the header checks of `mcp-cluster-http` (`headers.rs`) and the
 //! Host / Origin allow-lists (`config.rs`'s `allowed`, reached through
 //! `check_host_and_origin` on an `actix_web::test::TestRequest`).
 //!
@@ -38,14 +38,14 @@ use async_trait::async_trait;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use libfuzzer_sys::fuzz_target;
-use mcp_http::headers::{
+use mcp_cluster_http::headers::{
     self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, PROTOCOL_VERSION, SESSION_ID,
 };
-use mcp_http::{HttpConfig, HttpError};
-use mcp_protocol::jsonrpc::decode_message;
-use mcp_protocol::types::{Implementation, ServerCapabilities};
-use mcp_protocol::{ErrorObject, Message, Request, RequestId, methods};
-use mcp_runtime::{McpService, MirroredParam, RequestContext};
+use mcp_cluster_http::{HttpConfig, HttpError};
+use mcp_cluster_protocol::jsonrpc::decode_message;
+use mcp_cluster_protocol::types::{Implementation, ServerCapabilities};
+use mcp_cluster_protocol::{ErrorObject, Message, Request, RequestId, methods};
+use mcp_cluster_runtime::{McpService, MirroredParam, RequestContext};
 use serde_json::{Map, Value};
 
 /// A request as the input describes it.

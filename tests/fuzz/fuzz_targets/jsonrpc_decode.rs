@@ -14,8 +14,8 @@
 use std::fmt;
 
 use libfuzzer_sys::fuzz_target;
-use mcp_protocol::jsonrpc::{Body, Message, RequestId, decode_body, decode_message};
-use mcp_protocol::{DecodeError, ErrorCode};
+use mcp_cluster_protocol::jsonrpc::{Body, Message, RequestId, decode_body, decode_message};
+use mcp_cluster_protocol::{DecodeError, ErrorCode};
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;

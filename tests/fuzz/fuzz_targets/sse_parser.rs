@@ -1,4 +1,4 @@
-//! Fuzz target: the SSE client parser (`mcp_client::SseParser`).
+//! Fuzz target: the SSE client parser (`mcp_cluster_client::SseParser`).
 //!
 //! The input is an event stream. Invariants:
 //! - no panic;
@@ -14,7 +14,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libfuzzer_sys::fuzz_target;
-use mcp_client::{SseEvent, SseParser};
+use mcp_cluster_client::{SseEvent, SseParser};
 
 /// Counts the bytes the Rust code holds, so the target can see what the
 /// parser buffers.

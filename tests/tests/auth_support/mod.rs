@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use mcp_testkit::{NodeProcess, TestIssuer, node_binary, within};
+use mcp_cluster_testkit::{NodeProcess, TestIssuer, node_binary, within};
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use mcp_client::{Client, Reply, SseEvent, SseStream};
-use mcp_testkit::{Cluster, within};
+use mcp_cluster_client::{Client, Reply, SseEvent, SseStream};
+use mcp_cluster_testkit::{Cluster, within};
 use serde_json::{Value, json};
 
 /// The revision every test session negotiates.

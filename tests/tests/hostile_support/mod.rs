@@ -4,8 +4,8 @@
 //! Each test binary uses a different subset, hence `dead_code`.
 #![allow(dead_code)]
 
-use mcp_client::{Client, Reply};
-use mcp_testkit::{NodeProcess, node_binary, within};
+use mcp_cluster_client::{Client, Reply};
+use mcp_cluster_testkit::{NodeProcess, node_binary, within};
 use serde_json::{Value, json};
 
 /// The revision test sessions negotiate (batches need 2025-03-26).

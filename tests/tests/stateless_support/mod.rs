@@ -75,7 +75,7 @@ pub async fn send(
             builder = builder.header(*name, *value);
         }
     }
-    mcp_testkit::within("POST", builder.body(body.to_string()).send())
+    mcp_cluster_testkit::within("POST", builder.body(body.to_string()).send())
         .await
         .expect("POST")
 }
@@ -102,7 +102,9 @@ pub async fn call(url: &str, body: &Value, overrides: &[(&str, Option<&str>)]) -
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     if !sse {
-        let text = mcp_testkit::within("body", res.text()).await.expect("body");
+        let text = mcp_cluster_testkit::within("body", res.text())
+            .await
+            .expect("body");
         let response = serde_json::from_str(&text).unwrap_or_else(|_| json!({"raw": text}));
         return Answer {
             status,

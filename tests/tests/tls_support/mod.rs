@@ -13,7 +13,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_testkit::{GUARD, NodeProcess, TestPki, node_binary};
+use mcp_cluster_testkit::{GUARD, NodeProcess, TestPki, node_binary};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 

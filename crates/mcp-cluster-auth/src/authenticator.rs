@@ -1,0 +1,633 @@
+//! [`Authenticator`]: turns an `Authorization` header into a [`Principal`],
+//! or says why not.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use dashmap::DashMap;
+use jsonwebtoken::{Algorithm, Validation};
+use mcp_cluster_store::memory::MemoryQuotas;
+use mcp_cluster_store::{Principal, QuotaKey, QuotaStore as _, Rate, Verdict};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::config::{AuthConfig, Checked, CheckedIntrospection, ConfigError};
+use crate::error::{AuthError, Rejection};
+use crate::issuer::{Issuer, read_json};
+use crate::metadata::ResourceMetadata;
+
+/// The names under which introspection calls are counted (per client
+/// address, and in all).
+const INTROSPECTION_PER_ADDRESS: &str = "introspection_per_address";
+const INTROSPECTION_IN_ALL: &str = "introspection_in_all";
+
+/// Longest token accepted, in bytes. Real access tokens are a few
+/// kilobytes at most; a longer header is refused before any work.
+const MAX_TOKEN: usize = 16 * 1024;
+
+/// A remembered answer about one token.
+#[derive(Debug, Clone)]
+struct Known {
+    /// The principal, or why the token is refused (introspection's
+    /// inactive answers are remembered too).
+    outcome: Result<Arc<Principal>, Rejection>,
+    /// Unix seconds after which the answer is not used.
+    until: u64,
+    /// The token's `exp` (Unix seconds), when it has one.
+    expires: Option<u64>,
+}
+
+/// The resource server: validates bearer tokens against the configured
+/// issuers (JWT signatures with their published keys) or an RFC 7662
+/// introspection endpoint, and checks scopes. One per node, shared by every
+/// worker; cheap to share behind an `Arc`.
+pub struct Authenticator {
+    config: AuthConfig,
+    checked: Checked,
+    issuers: Vec<Issuer>,
+    introspection: Option<(CheckedIntrospection, reqwest::Client)>,
+    /// Answers by SHA-256 of the token: a token's signature is checked (or
+    /// the token introspected) once, not per request. At most
+    /// `token_cache_entries` entries.
+    known: DashMap<[u8; 32], Known>,
+    /// Introspection calls counted per client address and in all, on this
+    /// node (a bounded in-memory rate store): a made-up token costs its
+    /// sender, not the authorization server.
+    introspection_calls: MemoryQuotas,
+    metadata: ResourceMetadata,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("resource", &self.config.resource)
+            .field("issuers", &self.issuers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The claims read from a JWT access token (RFC 9068) or an introspection
+/// answer (RFC 7662).
+#[derive(Debug, Deserialize)]
+struct Claims {
+    #[serde(default)]
+    active: Option<bool>,
+    #[serde(default)]
+    iss: Option<String>,
+    #[serde(default)]
+    sub: Option<String>,
+    #[serde(default)]
+    aud: Option<OneOrMany>,
+    #[serde(default)]
+    exp: Option<u64>,
+    #[serde(default)]
+    nbf: Option<u64>,
+    #[serde(default)]
+    client_id: Option<String>,
+    #[serde(default)]
+    azp: Option<String>,
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    scp: Option<OneOrMany>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn contains_any(&self, wanted: &[String]) -> bool {
+        match self {
+            Self::One(s) => wanted.contains(s),
+            Self::Many(v) => v.iter().any(|s| wanted.contains(s)),
+        }
+    }
+
+    fn into_scopes(self) -> Vec<String> {
+        match self {
+            Self::One(s) => s.split_whitespace().map(str::to_owned).collect(),
+            Self::Many(v) => v,
+        }
+    }
+}
+
+/// Unix time in seconds.
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Authenticator {
+    /// An authenticator for `config`.
+    ///
+    /// # Errors
+    /// The settings cannot work (see [`AuthConfig::validate`]), or the CA
+    /// file is not PEM.
+    pub fn new(config: AuthConfig) -> Result<Self, ConfigError> {
+        crate::verify::install();
+        let checked = config.check()?;
+        let mut builder = reqwest::Client::builder()
+            .timeout(checked.http_timeout)
+            .connect_timeout(checked.http_timeout)
+            // Metadata and keys come from the configured URLs only.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("mcp-node/", env!("CARGO_PKG_VERSION")));
+        if let Some(path) = &config.ca_file {
+            let pem = std::fs::read(path).map_err(|err| ConfigError {
+                setting: "ca_file",
+                problem: format!("{}: {err}", path.display()),
+            })?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem).map_err(|err| ConfigError {
+                setting: "ca_file",
+                problem: format!("{}: {err}", path.display()),
+            })? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder.build().map_err(|err| ConfigError {
+            setting: "ca_file",
+            problem: err.to_string(),
+        })?;
+        let issuers = checked
+            .issuers
+            .iter()
+            .map(|id| {
+                Issuer::new(
+                    id.clone(),
+                    http.clone(),
+                    checked.jwks_cache,
+                    checked.jwks_refresh_min,
+                )
+            })
+            .collect();
+        let introspection = checked.introspection.clone().map(|i| (i, http.clone()));
+        let metadata = ResourceMetadata::new(&config, &checked.resource);
+        Ok(Self {
+            config,
+            checked,
+            issuers,
+            introspection,
+            known: DashMap::new(),
+            introspection_calls: MemoryQuotas::new(),
+            metadata,
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &AuthConfig {
+        &self.config
+    }
+
+    /// The protected resource metadata (RFC 9728) and where it is served.
+    pub fn metadata(&self) -> &ResourceMetadata {
+        &self.metadata
+    }
+
+    /// Fetches every issuer's keys ahead of the first request; failures
+    /// are logged (requests then try again).
+    pub async fn prefetch(&self) {
+        for issuer in &self.issuers {
+            if let Err(err) = issuer.keys_for(Some(""), Algorithm::RS256).await
+                && !matches!(err, AuthError::Invalid(_))
+            {
+                tracing::warn!(issuer = %issuer.id, error = err.for_log(), "The issuer's keys are not available yet.");
+            }
+        }
+    }
+
+    /// Validates the `Authorization` header of a request (its value, `None`
+    /// when absent) from `client` (the client's address, when known: the
+    /// introspection calls its tokens cause are counted against it) and
+    /// checks the scopes every request needs.
+    ///
+    /// # Errors
+    /// Why the request is not authorized.
+    pub async fn authenticate(
+        &self,
+        header: Option<&[u8]>,
+        client: Option<IpAddr>,
+    ) -> Result<Arc<Principal>, AuthError> {
+        let outcome = self.principal(header, client).await.and_then(|principal| {
+            self.check_scopes(&principal, &self.config.required_scopes)?;
+            Ok(principal)
+        });
+        if let Err(err) = &outcome {
+            mcp_cluster_telemetry::metrics::metrics()
+                .auth_failures
+                .with_label_values(&[err.label()])
+                .inc();
+        }
+        outcome
+    }
+
+    /// Checks that `principal` holds every scope in `needed`.
+    ///
+    /// # Errors
+    /// [`AuthError::InsufficientScope`] naming every scope needed (the
+    /// client asks for all of them when it steps up).
+    pub fn check_scopes(&self, principal: &Principal, needed: &[String]) -> Result<(), AuthError> {
+        if needed.iter().all(|s| principal.has_scope(s)) {
+            Ok(())
+        } else {
+            Err(AuthError::InsufficientScope(needed.to_vec()))
+        }
+    }
+
+    /// The scopes a call of `tool` needs: the required scopes, the tool's
+    /// own (`declared`) and the configured ones.
+    pub fn tool_scopes(&self, tool: &str, declared: &[String]) -> Vec<String> {
+        let mut scopes = self.config.required_scopes.clone();
+        let configured = self.config.tool_scopes.get(tool).into_iter().flatten();
+        for s in declared.iter().chain(configured) {
+            if !scopes.contains(s) {
+                scopes.push(s.clone());
+            }
+        }
+        scopes
+    }
+
+    /// Counts a refused tool call (the pipeline checks tool scopes).
+    pub fn count_refusal(err: &AuthError) {
+        mcp_cluster_telemetry::metrics::metrics()
+            .auth_failures
+            .with_label_values(&[err.label()])
+            .inc();
+    }
+
+    async fn principal(
+        &self,
+        header: Option<&[u8]>,
+        client: Option<IpAddr>,
+    ) -> Result<Arc<Principal>, AuthError> {
+        let token = bearer(header)?;
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let now = now();
+        if let Some(known) = self.known.get(&digest).map(|k| k.clone()) {
+            if now <= known.until {
+                if let Some(exp) = known.expires
+                    && now > exp + self.checked.leeway
+                {
+                    return Err(AuthError::Invalid(Rejection::Expired));
+                }
+                return known.outcome.map_err(AuthError::Invalid);
+            }
+            self.known.remove(&digest);
+        }
+        let (outcome, until, expires) = if token.split('.').count() == 3 {
+            let (principal, exp) = self.verify_jwt(token).await?;
+            (Ok(principal), exp + self.checked.leeway, Some(exp))
+        } else if let Some((introspection, http)) = &self.introspection {
+            self.admit_introspection(introspection, client).await?;
+            self.introspect(token, introspection, http, now).await?
+        } else {
+            return Err(AuthError::Invalid(Rejection::Malformed));
+        };
+        self.remember(
+            digest,
+            Known {
+                outcome: outcome.clone(),
+                until,
+                expires,
+            },
+            now,
+        );
+        outcome.map_err(AuthError::Invalid)
+    }
+
+    /// Counts one introspection call against `client`'s address, then
+    /// against the node's calls in all: the address first, so that one
+    /// address past its bound never uses up what the others may call.
+    ///
+    /// # Errors
+    /// [`AuthError::Throttled`] when either bound is reached.
+    async fn admit_introspection(
+        &self,
+        config: &CheckedIntrospection,
+        client: Option<IpAddr>,
+    ) -> Result<(), AuthError> {
+        let per_address = client.zip(config.per_address).map(|(ip, rate)| {
+            let subject = mcp_cluster_store::quota::address_subject(ip);
+            (QuotaKey::new(INTROSPECTION_PER_ADDRESS, subject), rate)
+        });
+        let in_all = config
+            .in_all
+            .map(|rate| (QuotaKey::new(INTROSPECTION_IN_ALL, ""), rate));
+        for (key, rate) in per_address.into_iter().chain(in_all) {
+            self.count_call(&key, rate).await?;
+        }
+        Ok(())
+    }
+
+    async fn count_call(&self, key: &QuotaKey, rate: Rate) -> Result<(), AuthError> {
+        // The in-memory store never fails; were it to, the call is refused
+        // rather than made unbounded.
+        match self.introspection_calls.hit(key, 1, rate).await {
+            Ok(Verdict::Admitted) => Ok(()),
+            Ok(Verdict::Limited { retry_after }) => {
+                tracing::debug!(
+                    ?key,
+                    ?retry_after,
+                    "Introspection call refused: bound reached."
+                );
+                Err(AuthError::Throttled { retry_after })
+            }
+            Err(err) => Err(AuthError::Unavailable(err.to_string())),
+        }
+    }
+
+    /// Remembers an answer, within the bound: when full, answers past their
+    /// time go first; if none has, this one is not remembered.
+    fn remember(&self, digest: [u8; 32], known: Known, now: u64) {
+        let max = self.config.token_cache_entries;
+        if max == 0 {
+            return;
+        }
+        if self.known.len() >= max {
+            self.known.retain(|_, k| k.until >= now);
+            if self.known.len() >= max {
+                return;
+            }
+        }
+        self.known.insert(digest, known);
+    }
+
+    /// Verifies a JWT access token; returns its principal and `exp`.
+    async fn verify_jwt(&self, token: &str) -> Result<(Arc<Principal>, u64), AuthError> {
+        let invalid = AuthError::Invalid;
+        if segment_json(token, 0).is_none() {
+            return Err(invalid(Rejection::Malformed));
+        }
+        // The header names the algorithm; `none`, symmetric and unknown
+        // algorithms do not parse into an accepted one.
+        let header =
+            jsonwebtoken::decode_header(token).map_err(|_| invalid(Rejection::Algorithm))?;
+        if !self.checked.algorithms.contains(&header.alg) {
+            return Err(invalid(Rejection::Algorithm));
+        }
+        // The issuer picks the keys; it is checked again, signed, below.
+        let unverified = unverified_claims(token).ok_or(invalid(Rejection::Malformed))?;
+        let iss = unverified.iss.ok_or(invalid(Rejection::Claims))?;
+        let issuer = self
+            .issuers
+            .iter()
+            .find(|i| i.id == iss)
+            .ok_or(invalid(Rejection::Issuer))?;
+        let keys = issuer.keys_for(header.kid.as_deref(), header.alg).await?;
+        let mut validation = Validation::new(header.alg);
+        validation.leeway = self.checked.leeway;
+        validation.validate_nbf = true;
+        validation.set_issuer(&[&issuer.id]);
+        validation.set_audience(&self.checked.audiences);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        let mut last = invalid(Rejection::Signature);
+        for key in &keys {
+            match jsonwebtoken::decode::<Claims>(token, key, &validation) {
+                Ok(data) => return self.principal_of(data.claims, &issuer.id),
+                Err(err) => {
+                    last = invalid(rejection_of(err.kind()));
+                    if !matches!(
+                        err.kind(),
+                        jsonwebtoken::errors::ErrorKind::InvalidSignature
+                    ) {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(last)
+    }
+
+    fn principal_of(
+        &self,
+        claims: Claims,
+        issuer: &str,
+    ) -> Result<(Arc<Principal>, u64), AuthError> {
+        let invalid = AuthError::Invalid;
+        let subject = claims.sub.ok_or(invalid(Rejection::Claims))?;
+        let exp = claims.exp.ok_or(invalid(Rejection::Claims))?;
+        let mut scopes: Vec<String> = claims
+            .scope
+            .map(|s| s.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default();
+        if let Some(scp) = claims.scp {
+            scopes.extend(scp.into_scopes());
+        }
+        Ok((
+            Arc::new(Principal {
+                issuer: issuer.to_owned(),
+                subject,
+                client_id: claims.client_id.or(claims.azp),
+                scopes,
+            }),
+            exp,
+        ))
+    }
+
+    /// Asks the introspection endpoint about an opaque token. Returns the
+    /// outcome, until when it may be reused, and the token's `exp`.
+    async fn introspect(
+        &self,
+        token: &str,
+        config: &CheckedIntrospection,
+        http: &reqwest::Client,
+        now: u64,
+    ) -> Result<(Result<Arc<Principal>, Rejection>, u64, Option<u64>), AuthError> {
+        let endpoint = match &config.endpoint {
+            Some(url) => url.to_string(),
+            None => {
+                let issuer = self
+                    .issuers
+                    .first()
+                    .ok_or_else(|| AuthError::Unavailable("no introspection endpoint".into()))?;
+                issuer
+                    .metadata()
+                    .await
+                    .inspect_err(|err| {
+                        tracing::warn!(
+                            error = err.for_log(),
+                            "The issuer's metadata could not be fetched for introspection."
+                        );
+                    })?
+                    .introspection_endpoint
+                    .ok_or_else(|| {
+                        AuthError::Unavailable(format!(
+                            "the metadata of {} has no introspection_endpoint",
+                            issuer.id
+                        ))
+                    })?
+            }
+        };
+        let sent = http
+            .post(&endpoint)
+            .basic_auth(&config.client_id, Some(config.client_secret.expose()))
+            .form(&[("token", token), ("token_type_hint", "access_token")])
+            .send()
+            .await;
+        let outcome = match sent {
+            Ok(response) => read_json::<Claims>(response, &endpoint).await,
+            Err(err) => Err(AuthError::Unavailable(format!("{endpoint}: {err}"))),
+        };
+        if let Err(err) = &outcome {
+            // At most as often as the bounds on introspection calls allow.
+            tracing::warn!(error = err.for_log(), "Introspection failed.");
+        }
+        mcp_cluster_telemetry::metrics::metrics()
+            .auth_introspections
+            .with_label_values(&[if outcome.is_ok() { "ok" } else { "failed" }])
+            .inc();
+        let claims = outcome?;
+        let negative = now + config.negative_cache.as_secs();
+        if claims.active != Some(true) {
+            return Ok((Err(Rejection::Inactive), negative, None));
+        }
+        let refused = |r| Ok((Err(r), negative, None));
+        if let Some(exp) = claims.exp
+            && now > exp + self.checked.leeway
+        {
+            return refused(Rejection::Expired);
+        }
+        if let Some(nbf) = claims.nbf
+            && nbf > now + self.checked.leeway
+        {
+            return refused(Rejection::NotYetValid);
+        }
+        if let Some(aud) = &claims.aud
+            && !aud.contains_any(&self.checked.audiences)
+        {
+            return refused(Rejection::Audience);
+        }
+        // The issuer, when named, must be trusted; an answer without one
+        // speaks for the introspection endpoint's own server.
+        let issuer = match (&claims.iss, self.issuers.first()) {
+            (Some(iss), _) if self.issuers.iter().any(|i| i.id == *iss) => iss.clone(),
+            (Some(_), _) => return refused(Rejection::Issuer),
+            (None, Some(first)) => first.id.clone(),
+            (None, None) => endpoint.clone(),
+        };
+        let exp = claims.exp;
+        let until = exp.map_or(now + config.cache.as_secs(), |e| {
+            e.min(now + config.cache.as_secs())
+        });
+        match self.principal_of(
+            Claims {
+                exp: Some(exp.unwrap_or(until)),
+                ..claims
+            },
+            &issuer,
+        ) {
+            Ok((principal, _)) => Ok((Ok(principal), until, exp)),
+            Err(AuthError::Invalid(r)) => refused(r),
+            Err(other) => Err(other),
+        }
+    }
+}
+
+/// The token of a `Bearer` credential (RFC 6750 section 2.1: the scheme is
+/// case-insensitive, the token is `b64token`).
+fn bearer(header: Option<&[u8]>) -> Result<&str, AuthError> {
+    let header = header.ok_or(AuthError::Missing)?;
+    let header = std::str::from_utf8(header).map_err(|_| AuthError::MalformedHeader)?;
+    let (scheme, token) = header.split_once(' ').ok_or(AuthError::MalformedHeader)?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(AuthError::MalformedHeader);
+    }
+    let token = token.trim_matches(' ');
+    let b64token = |c: char| c.is_ascii_alphanumeric() || "-._~+/=".contains(c);
+    if token.is_empty() || token.len() > MAX_TOKEN || !token.chars().all(b64token) {
+        return Err(AuthError::MalformedHeader);
+    }
+    Ok(token)
+}
+
+/// The claims of a JWT before its signature is checked: only to pick the
+/// issuer whose keys check it.
+fn unverified_claims(token: &str) -> Option<Claims> {
+    serde_json::from_value(segment_json(token, 1)?).ok()
+}
+
+/// Segment `n` of a JWT (0: header, 1: payload) as a JSON object.
+fn segment_json(token: &str, n: usize) -> Option<serde_json::Value> {
+    let segment = token.split('.').nth(n)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(segment.trim_end_matches('='))
+        .ok()?;
+    serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .filter(serde_json::Value::is_object)
+}
+
+fn rejection_of(kind: &jsonwebtoken::errors::ErrorKind) -> Rejection {
+    use jsonwebtoken::errors::ErrorKind as K;
+    match kind {
+        K::ExpiredSignature => Rejection::Expired,
+        K::ImmatureSignature => Rejection::NotYetValid,
+        K::InvalidIssuer => Rejection::Issuer,
+        K::InvalidAudience => Rejection::Audience,
+        K::InvalidSignature => Rejection::Signature,
+        K::InvalidAlgorithm | K::InvalidAlgorithmName | K::MissingAlgorithm => Rejection::Algorithm,
+        K::MissingRequiredClaim(_) | K::InvalidClaimFormat(_) | K::InvalidSubject => {
+            Rejection::Claims
+        }
+        _ => Rejection::Malformed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_credentials_are_parsed_strictly() {
+        assert_eq!(
+            bearer(Some(b"Bearer abc.def-_~+/=")).unwrap(),
+            "abc.def-_~+/="
+        );
+        assert_eq!(bearer(Some(b"bearer abc")).unwrap(), "abc");
+        assert_eq!(bearer(None).unwrap_err(), AuthError::Missing);
+        for bad in [
+            &b"Basic dXNlcjpwYXNz"[..],
+            b"Bearer",
+            b"Bearer ",
+            b"Bearer a b",
+            b"Bearer a\"b",
+            b"Bearer \xff",
+            b"abc",
+        ] {
+            assert_eq!(
+                bearer(Some(bad)).unwrap_err(),
+                AuthError::MalformedHeader,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let long = format!("Bearer {}", "a".repeat(MAX_TOKEN + 1));
+        assert_eq!(
+            bearer(Some(long.as_bytes())).unwrap_err(),
+            AuthError::MalformedHeader
+        );
+    }
+
+    #[test]
+    fn scopes_come_from_scope_or_scp() {
+        let c: Claims = serde_json::from_str(r#"{"scp": ["a", "b"]}"#).unwrap();
+        assert_eq!(c.scp.unwrap().into_scopes(), ["a", "b"]);
+        let c: Claims = serde_json::from_str(r#"{"scp": "a b"}"#).unwrap();
+        assert_eq!(c.scp.unwrap().into_scopes(), ["a", "b"]);
+    }
+
+    #[test]
+    fn unverified_claims_read_the_payload() {
+        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(br#"{"iss":"https://idp.example","sub":"a"}"#);
+        let claims = unverified_claims(&format!("x.{payload}.y")).unwrap();
+        assert_eq!(claims.iss.as_deref(), Some("https://idp.example"));
+        assert!(unverified_claims("x.%%%.y").is_none());
+    }
+}

@@ -1,0 +1,31 @@
+//! The OAuth 2.1 resource server of an MCP node (MCP authorization,
+//! 2025-06-18 and 2025-11-25): bearer access tokens validated on every
+//! HTTP request, as JWTs signed by a configured issuer's published keys or
+//! through RFC 7662 introspection, and the protected resource metadata
+//! (RFC 9728) that tells clients where to get them.
+//!
+//! This crate knows no HTTP server: the transports hand it the
+//! `Authorization` header and turn its answers into 401, 403 and 503. It
+//! never forwards a token anywhere: tokens go to no one but the issuer's
+//! introspection endpoint, and handlers see only the [`Principal`].
+//!
+//! # Layout
+//! - [`config`]: [`AuthConfig`], validated once.
+//! - [`authenticator`]: [`Authenticator`], header to principal.
+//! - `issuer`: discovery and key caching per authorization server.
+//! - [`metadata`]: [`ResourceMetadata`] and `WWW-Authenticate` challenges.
+//! - [`error`]: [`AuthError`], [`Rejection`].
+//! - `verify`: signatures checked with ring.
+
+pub mod authenticator;
+pub mod config;
+pub mod error;
+mod issuer;
+pub mod metadata;
+mod verify;
+
+pub use authenticator::Authenticator;
+pub use config::{AuthConfig, ConfigError, IntrospectionConfig};
+pub use error::{AuthError, Rejection};
+pub use mcp_cluster_store::Principal;
+pub use metadata::{ResourceMetadata, WELL_KNOWN};

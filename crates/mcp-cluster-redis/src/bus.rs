@@ -1,0 +1,60 @@
+//! [`RedisBus`]: the control bus as one Redis pub/sub channel (`mcp:ctl`).
+//!
+//! Publishing is one `PUBLISH` of the JSON message on the command
+//! connection; receiving shares the node's one pub/sub connection
+//! (`pubsub`). Delivery is Redis pub/sub's: every node connected at
+//! that moment, nothing kept for a node that is away or reconnecting.
+
+use async_trait::async_trait;
+use mcp_cluster_store::{ControlBus, ControlMessage, StoreError};
+use tokio::sync::broadcast;
+
+use crate::connection::Redis;
+use crate::error::corrupt;
+use crate::keys::Keys;
+use crate::pubsub::PubSub;
+
+/// The Redis [`ControlBus`].
+#[derive(Debug)]
+pub struct RedisBus {
+    redis: Redis,
+    /// The control channel name.
+    channel: String,
+    /// Decoded messages come from here.
+    pubsub: PubSub,
+}
+
+impl RedisBus {
+    pub(crate) fn new(redis: Redis, keys: Keys, pubsub: PubSub) -> Self {
+        Self {
+            redis,
+            channel: keys.ctl(),
+            pubsub,
+        }
+    }
+}
+
+#[async_trait]
+impl ControlBus for RedisBus {
+    async fn publish(&self, message: &ControlMessage) -> Result<(), StoreError> {
+        let json = serde_json::to_string(message).map_err(corrupt)?;
+        let published = self
+            .redis
+            .cmd(
+                "bus_publish",
+                redis::cmd("PUBLISH").arg(&self.channel).arg(json),
+            )
+            .await
+            .map(drop);
+        let m = mcp_cluster_telemetry::metrics::metrics();
+        match &published {
+            Ok(()) => m.bus_published.with_label_values(&[message.kind()]).inc(),
+            Err(_) => m.bus_dropped.with_label_values(&["publish_failed"]).inc(),
+        }
+        published
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<ControlMessage> {
+        self.pubsub.control()
+    }
+}

@@ -1,0 +1,514 @@
+//! Configuration of the Redis store, and the Redis client it makes
+//! (credentials and TLS files read each time a store connects).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mcp_cluster_store::ByteBudget;
+use mcp_cluster_store::memory::Retention;
+use redis::{ConnectionAddr, IntoConnectionInfo};
+use serde::{Deserialize, Serialize};
+
+use crate::ClusterError;
+use crate::keys::DEFAULT_PREFIX;
+
+/// How a node reaches Redis and what it keeps there. `Debug` redacts the
+/// URL's password.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisConfig {
+    /// Redis URL, `redis://[[user]:password@]host[:port][/db]`, or
+    /// `rediss://…` for TLS (the server's certificate is verified against
+    /// `ca_file`, else the system's roots, and must name `host`). Default
+    /// `redis://127.0.0.1:6379`: a local Redis, nothing leaves the host
+    /// unless configured to. May hold a user (an ACL user) and a password:
+    /// redact it when logging.
+    pub url: String,
+    /// A file holding the password (the ACL user's, or `requirepass`'s),
+    /// one trailing newline ignored; read by every [`crate::connect`] (a
+    /// starting node calls it until Redis accepts it, so a corrected secret
+    /// is picked up), while the connections of a connected store reconnect
+    /// with what they were opened with. Instead of a password in `url`: the
+    /// URL can then sit in plain configuration and the password in a
+    /// secret. Default none.
+    pub password_file: Option<PathBuf>,
+    /// PEM file of the CA certificates that sign Redis's certificate,
+    /// trusted instead of the system's roots (`rediss://` only). Default
+    /// none: the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// PEM certificate chain the node presents to Redis (`tls-auth-clients
+    /// yes`), with `client_key_file` (`rediss://` only). Default none.
+    pub client_cert_file: Option<PathBuf>,
+    /// PEM private key of `client_cert_file`. Default none.
+    pub client_key_file: Option<PathBuf>,
+    /// First part of every key and channel, so several clusters can share one
+    /// Redis. Default `mcp`. Must be non-empty, without braces (they would
+    /// change the hash tags) or whitespace.
+    pub key_prefix: String,
+    /// Milliseconds a command (or a connection attempt) may take before it
+    /// fails with `StoreError::Unavailable`. Default 1000: a request fails
+    /// fast with a clear error while Redis is away instead of hanging.
+    pub command_timeout_ms: u64,
+    /// Event log retention. Not read from configuration files: a node sets
+    /// it from its `[retention]` section, which governs both stores.
+    #[serde(skip)]
+    pub retention: RedisRetention,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379".to_owned(),
+            password_file: None,
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
+            key_prefix: DEFAULT_PREFIX.to_owned(),
+            command_timeout_ms: 1000,
+            retention: RedisRetention::default(),
+        }
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &self.redacted_url())
+            .field("password_file", &self.password_file)
+            .field("ca_file", &self.ca_file)
+            .field("client_cert_file", &self.client_cert_file)
+            .field("client_key_file", &self.client_key_file)
+            .field("key_prefix", &self.key_prefix)
+            .field("command_timeout_ms", &self.command_timeout_ms)
+            .field("retention", &self.retention)
+            .finish()
+    }
+}
+
+impl RedisConfig {
+    /// The URL with any password replaced by `***`, for logs.
+    pub fn redacted_url(&self) -> String {
+        let url = &self.url;
+        let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+            return url.clone();
+        };
+        let authority_end = url[scheme_end..]
+            .find('/')
+            .map_or(url.len(), |i| scheme_end + i);
+        let Some(at) = url[scheme_end..authority_end]
+            .rfind('@')
+            .map(|i| scheme_end + i)
+        else {
+            return url.clone();
+        };
+        let password_start = url[scheme_end..at]
+            .find(':')
+            .map_or(scheme_end, |i| scheme_end + i + 1);
+        format!("{}***{}", &url[..password_start], &url[at..])
+    }
+
+    /// [`RedisConfig::command_timeout_ms`] as a duration.
+    pub fn command_timeout(&self) -> Duration {
+        Duration::from_millis(self.command_timeout_ms)
+    }
+
+    /// Checks the values that cannot work.
+    ///
+    /// # Errors
+    /// [`ClusterError::Config`] naming the first bad field.
+    pub fn validate(&self) -> Result<(), ClusterError> {
+        let bad = |what: &str| Err(ClusterError::Config(what.to_owned()));
+        // Parsing only, no connection: a URL that does not parse is a
+        // configuration error at startup, not a reason to retry. The
+        // client's message never quotes the URL (it may hold a password).
+        let info = match self.url.as_str().into_connection_info() {
+            Ok(info) => info,
+            Err(err) => {
+                return Err(ClusterError::Config(format!(
+                    "url {}: {err}",
+                    self.redacted_url()
+                )));
+            }
+        };
+        let tls_files = [&self.ca_file, &self.client_cert_file, &self.client_key_file];
+        if tls_files.iter().any(|file| file.is_some()) && !is_tls(info.addr()) {
+            return bad("ca_file, client_cert_file and client_key_file need a rediss:// url");
+        }
+        if self.client_cert_file.is_some() != self.client_key_file.is_some() {
+            return bad("client_cert_file and client_key_file go together");
+        }
+        let files = [
+            ("password_file", &self.password_file),
+            ("ca_file", &self.ca_file),
+            ("client_cert_file", &self.client_cert_file),
+            ("client_key_file", &self.client_key_file),
+        ];
+        if let Some((name, _)) = files
+            .iter()
+            .find(|(_, file)| file.as_ref().is_some_and(|f| f.as_os_str().is_empty()))
+        {
+            return Err(ClusterError::Config(format!("{name} is empty")));
+        }
+        if self.password_file.is_some() && info.redis_settings().password().is_some() {
+            return bad("the url holds a password and password_file is set: give one of them");
+        }
+        if self.key_prefix.is_empty()
+            || !self
+                .key_prefix
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'{' && b != b'}')
+        {
+            return bad("key_prefix must be non-empty visible ASCII without braces");
+        }
+        if self.command_timeout_ms == 0 {
+            return bad("command_timeout_ms must be positive");
+        }
+        if self.retention.closed_stream_ttl_ms == 0 || self.retention.idle_stream_ttl_ms == 0 {
+            return bad("retention TTLs must be positive");
+        }
+        Ok(())
+    }
+}
+
+impl RedisConfig {
+    /// Whether the URL is `rediss://` (TLS).
+    pub fn is_tls(&self) -> bool {
+        self.url
+            .as_str()
+            .into_connection_info()
+            .is_ok_and(|info| is_tls(info.addr()))
+    }
+
+    /// The Redis client of this configuration: the URL, the password of
+    /// `password_file`, and for `rediss://` the CA and client certificate
+    /// files. Reads the files now (the caller builds a client per connection
+    /// attempt, so rotated files are picked up); connects to nothing.
+    ///
+    /// # Errors
+    /// [`ClusterError::Config`] when the configuration is invalid or a file
+    /// cannot be read or parsed, naming the file (never the password).
+    pub fn client(&self) -> Result<redis::Client, ClusterError> {
+        self.validate()?;
+        let mut info = self
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(ClusterError::Url)?;
+        if let Some(path) = &self.password_file {
+            let password = read_password(path)?;
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
+        if !is_tls(info.addr()) {
+            return redis::Client::open(info).map_err(ClusterError::Url);
+        }
+        let root_cert = self
+            .ca_file
+            .as_deref()
+            .map(|path| read_pem(path, "ca_file", PemKind::Certificates))
+            .transpose()?;
+        let client_tls = match (&self.client_cert_file, &self.client_key_file) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read_pem(cert, "client_cert_file", PemKind::Certificates)?,
+                client_key: read_pem(key, "client_key_file", PemKind::PrivateKey)?,
+            }),
+            _ => None,
+        };
+        redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls,
+                root_cert,
+            },
+        )
+        .map_err(|err| ClusterError::Config(format!("tls files: {err}")))
+    }
+}
+
+/// Whether `addr` is a TLS address (`rediss://`).
+fn is_tls(addr: &ConnectionAddr) -> bool {
+    matches!(addr, ConnectionAddr::TcpTls { .. })
+}
+
+/// What a PEM file must hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PemKind {
+    /// At least one certificate.
+    Certificates,
+    /// A private key.
+    PrivateKey,
+}
+
+/// Reads a PEM file and checks that it holds what `kind` says (the Redis
+/// client's own parse errors do not name the file).
+fn read_pem(path: &Path, name: &str, kind: PemKind) -> Result<Vec<u8>, ClusterError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |what: String| ClusterError::Config(format!("{name} {}: {what}", path.display()));
+    let pem = std::fs::read(path).map_err(|err| bad(err.to_string()))?;
+    match kind {
+        PemKind::Certificates => {
+            let certs = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|err| bad(format!("not PEM certificates ({err})")))?;
+            if certs.is_empty() {
+                return Err(bad("no PEM certificate in it".to_owned()));
+            }
+        }
+        PemKind::PrivateKey => {
+            PrivateKeyDer::from_pem_slice(&pem)
+                .map_err(|err| bad(format!("no PEM private key in it ({err})")))?;
+        }
+    }
+    Ok(pem)
+}
+
+/// The password in `path`, without one trailing newline.
+fn read_password(path: &Path) -> Result<String, ClusterError> {
+    let bad =
+        |what: &str| ClusterError::Config(format!("password_file {}: {what}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|err| bad(&err.to_string()))?;
+    let password = text
+        .strip_suffix('\n')
+        .map_or(text.as_str(), |t| t.strip_suffix('\r').unwrap_or(t));
+    if password.is_empty() {
+        return Err(bad("empty"));
+    }
+    Ok(password.to_owned())
+}
+
+/// Event log retention in Redis: the same knobs as the in-memory
+/// [`Retention`] except the stream cap (Redis bounds memory by TTL and its
+/// own `maxmemory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisRetention {
+    /// Most events kept per stream. Trimming is exact (`XDEL` of each
+    /// oldest entry, never an approximate `~` trim), because a read must tell a gap from a clean resume at the
+    /// newest dropped entry, as the in-memory log does. Default 10,000:
+    /// enough to resume a long tool call's full progress history.
+    pub max_events_per_stream: usize,
+    /// Milliseconds a closed stream stays readable, for clients that resume
+    /// after the response was written. Default 300,000 (5 minutes).
+    pub closed_stream_ttl_ms: u64,
+    /// Milliseconds an open stream with no append or touch is kept, as a
+    /// bound on streams a vanished writer left behind. Default 3,600,000
+    /// (1 hour).
+    pub idle_stream_ttl_ms: u64,
+    /// Bytes of events kept per stream, as in the in-memory log. Set from
+    /// the node's `[retention]`.
+    #[serde(skip)]
+    pub max_stream_bytes: u64,
+    /// Bytes of closed streams this node wrote that it keeps in Redis
+    /// (per node, per session). Set from the node's `[retention]`.
+    #[serde(skip)]
+    pub closed_streams: ByteBudget,
+    /// Bytes of finished tasks this node ended that it keeps in Redis (per
+    /// node, per client). Set from the node's `[retention]`.
+    #[serde(skip)]
+    pub finished_tasks: ByteBudget,
+}
+
+impl Default for RedisRetention {
+    fn default() -> Self {
+        Self::from(Retention::default())
+    }
+}
+
+impl From<Retention> for RedisRetention {
+    fn from(r: Retention) -> Self {
+        Self {
+            max_events_per_stream: r.max_events_per_stream,
+            closed_stream_ttl_ms: millis(r.closed_stream_ttl),
+            idle_stream_ttl_ms: millis(r.idle_stream_ttl),
+            max_stream_bytes: r.max_stream_bytes,
+            closed_streams: r.closed_streams,
+            finished_tasks: r.finished_tasks,
+        }
+    }
+}
+
+/// A duration in whole milliseconds, at least 1 (Redis refuses `PX 0`).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_loopback_and_match_the_memory_retention() {
+        let c = RedisConfig::default();
+        assert!(c.url.starts_with("redis://127.0.0.1"));
+        assert_eq!(c.retention.max_events_per_stream, 10_000);
+        assert_eq!(c.retention.closed_stream_ttl_ms, 300_000);
+        assert_eq!(c.retention.idle_stream_ttl_ms, 3_600_000);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn partial_config_fills_defaults_and_bad_values_are_refused() {
+        let c: RedisConfig = serde_json::from_str(r#"{"key_prefix": "blue"}"#).unwrap();
+        assert_eq!(c.key_prefix, "blue");
+        assert_eq!(c.command_timeout_ms, 1000);
+        assert!(serde_json::from_str::<RedisConfig>(r#"{"nope": 1}"#).is_err());
+        // Retention is the node's `[retention]`, never read from here.
+        let with_retention = r#"{"retention": {"max_events_per_stream": 5}}"#;
+        assert!(serde_json::from_str::<RedisConfig>(with_retention).is_err());
+        for url in [
+            "",
+            "redis//127.0.0.1",
+            "http://127.0.0.1",
+            "redis://127.0.0.1:port",
+        ] {
+            let c = RedisConfig {
+                url: url.into(),
+                ..RedisConfig::default()
+            };
+            assert!(
+                matches!(c.validate(), Err(ClusterError::Config(_))),
+                "{url:?}"
+            );
+        }
+        for prefix in ["", "a{b", "a b"] {
+            let c = RedisConfig {
+                key_prefix: prefix.into(),
+                ..RedisConfig::default()
+            };
+            assert!(c.validate().is_err(), "{prefix:?}");
+        }
+    }
+
+    #[test]
+    fn debug_output_redacts_the_password() {
+        for (url, shown) in [
+            (
+                "redis://:s3cret@127.0.0.1:6379/0",
+                "redis://:***@127.0.0.1:6379/0",
+            ),
+            ("redis://me:s3cret@127.0.0.1", "redis://me:***@127.0.0.1"),
+            ("redis://s3cret@127.0.0.1", "redis://***@127.0.0.1"),
+            ("redis://127.0.0.1:6379", "redis://127.0.0.1:6379"),
+        ] {
+            let c = RedisConfig {
+                url: url.into(),
+                ..RedisConfig::default()
+            };
+            assert_eq!(c.redacted_url(), shown);
+            let debug = format!("{c:?}");
+            assert!(
+                !debug.contains("s3cret") && debug.contains(shown),
+                "{debug}"
+            );
+        }
+    }
+
+    fn temp_file(name: &str, content: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("mcp-cluster-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+
+    #[test]
+    fn tls_files_need_rediss_and_go_in_pairs() {
+        let tls = |url: &str, ca: bool, cert: bool, key: bool| RedisConfig {
+            url: url.into(),
+            ca_file: ca.then(|| "ca.pem".into()),
+            client_cert_file: cert.then(|| "client.pem".into()),
+            client_key_file: key.then(|| "client.key".into()),
+            ..RedisConfig::default()
+        };
+        tls("rediss://127.0.0.1:6380", true, true, true)
+            .validate()
+            .unwrap();
+        tls("rediss://127.0.0.1:6380", false, false, false)
+            .validate()
+            .unwrap();
+        for (config, says) in [
+            (
+                tls("redis://127.0.0.1", true, false, false),
+                "need a rediss://",
+            ),
+            (tls("rediss://127.0.0.1", false, true, false), "go together"),
+            (tls("rediss://127.0.0.1", false, false, true), "go together"),
+        ] {
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
+        assert!(tls("rediss://h:1", false, false, false).is_tls());
+        assert!(!RedisConfig::default().is_tls());
+        let empty = RedisConfig {
+            ca_file: Some(PathBuf::new()),
+            ..tls("rediss://127.0.0.1", false, false, false)
+        };
+        assert!(
+            empty
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("ca_file is empty")
+        );
+    }
+
+    #[test]
+    fn the_password_comes_from_the_url_or_the_file_never_both() {
+        let file = temp_file("password", "s3cret\n");
+        let c = RedisConfig {
+            url: "rediss://mcp@127.0.0.1:6380".into(),
+            password_file: Some(file),
+            ..RedisConfig::default()
+        };
+        let client = c.client().unwrap();
+        let settings = client.get_connection_info().redis_settings();
+        assert_eq!(settings.password(), Some("s3cret"));
+        assert_eq!(settings.username(), Some("mcp"));
+        assert!(!format!("{c:?}").contains("s3cret"));
+        let both = RedisConfig {
+            url: "redis://mcp:other@127.0.0.1".into(),
+            ..c.clone()
+        };
+        assert!(
+            both.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("give one")
+        );
+        let crlf = temp_file("crlf", "s3cret\r\n");
+        assert_eq!(read_password(&crlf).unwrap(), "s3cret");
+        let empty = temp_file("empty", "\n");
+        assert!(read_password(&empty).is_err());
+        let missing = RedisConfig {
+            password_file: Some("/nonexistent/password".into()),
+            ..c
+        };
+        let err = missing.client().unwrap_err().to_string();
+        assert!(err.contains("password_file /nonexistent/password"), "{err}");
+    }
+
+    #[test]
+    fn unreadable_or_wrong_tls_files_are_named() {
+        let not_pem = temp_file("not.pem", "hello\n");
+        let c = RedisConfig {
+            url: "rediss://127.0.0.1:6380".into(),
+            ca_file: Some(not_pem.clone()),
+            ..RedisConfig::default()
+        };
+        let err = c.client().unwrap_err().to_string();
+        assert!(err.contains("ca_file") && err.contains("not.pem"), "{err}");
+        let c = RedisConfig {
+            ca_file: None,
+            client_cert_file: Some("/nonexistent/client.pem".into()),
+            client_key_file: Some(not_pem),
+            ..c
+        };
+        let err = c.client().unwrap_err().to_string();
+        assert!(
+            err.contains("client_cert_file /nonexistent/client.pem"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,52 @@
+//! Redis implementations of the `mcp-cluster-store` ports, so the nodes of a cluster
+//! share sessions, event logs, a control bus, a node registry, quotas and
+//! tasks.
+//!
+//! [`connect`] builds a node's [`mcp_cluster_store::Store`] on two Redis connections,
+//! whatever the load: one multiplexed command connection (a
+//! `ConnectionManager`, shared by every request and task) and one pub/sub
+//! connection owned by a task (every stream wake-up and the control bus).
+//! Neither grows with the number of sessions, streams or SSE readers. Both
+//! reconnect by themselves; while Redis is away every call fails within the
+//! command timeout with [`mcp_cluster_store::StoreError::Unavailable`].
+//!
+//! Key layout and retention are documented in [`keys`] and [`event_log`].
+//! The runtime, HTTP and orphan finalization live elsewhere (`mcp-cluster-runtime`,
+//! `mcp-cluster-http`); this crate only stores.
+//!
+//! # Layout
+//! - [`connect`] (in `connection`): the connections and the store bundle.
+//! - [`config`]: the [`RedisConfig`] and [`RedisRetention`].
+//! - [`keys`]: every key and channel name.
+//! - [`event_log`]: the [`RedisEventLog`], Redis Streams driven by Lua scripts.
+//! - [`session_store`]: the [`RedisSessionStore`].
+//! - [`bus`]: the [`RedisBus`], one control channel.
+//! - [`nodes`]: the [`RedisNodes`] registry: heartbeats, orphan claims.
+//! - [`quota`]: the [`RedisQuotas`]: rate counters and lease sets.
+//! - [`tasks`]: the [`RedisTasks`]: task records, answers, cancel flags.
+//! - `pubsub`: the node's one pub/sub connection and its task.
+//! - [`error`]: [`ClusterError`] and the mapping onto `StoreError`.
+
+pub mod bus;
+pub mod config;
+mod connection;
+pub mod error;
+pub mod event_log;
+pub mod keys;
+pub mod nodes;
+mod pubsub;
+pub mod quota;
+mod reply;
+pub mod session_store;
+pub mod tasks;
+
+pub use bus::RedisBus;
+pub use config::{RedisConfig, RedisRetention};
+pub use connection::connect;
+pub use error::ClusterError;
+pub use event_log::RedisEventLog;
+pub use keys::Keys;
+pub use nodes::RedisNodes;
+pub use quota::RedisQuotas;
+pub use session_store::RedisSessionStore;
+pub use tasks::RedisTasks;

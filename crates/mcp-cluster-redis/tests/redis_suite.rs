@@ -1,0 +1,226 @@
+//! The port suite against a real Redis, plus Redis retention: exact length
+//! trimming and TTL expiry.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_cluster_redis::{RedisConfig, RedisRetention, connect};
+use mcp_cluster_store::{Position, SessionId, StoreError, suite};
+use support::RedisServer;
+
+#[tokio::test]
+async fn redis_store_passes_the_port_suite() {
+    let server = RedisServer::start();
+    let store = connect(&server.config()).await.unwrap();
+    suite::run_all(&store).await;
+}
+
+#[tokio::test]
+async fn redis_store_holds_its_byte_budgets() {
+    let server = RedisServer::start();
+    let store = connect(&RedisConfig {
+        retention: suite::byte_budget_retention().into(),
+        ..server.config()
+    })
+    .await
+    .unwrap();
+    suite::byte_budgets_hold(&store).await;
+}
+
+#[tokio::test]
+async fn streams_keep_at_most_the_configured_events_and_report_gaps() {
+    let server = RedisServer::start();
+    let store = connect(&RedisConfig {
+        retention: RedisRetention {
+            max_events_per_stream: 3,
+            ..RedisRetention::default()
+        },
+        ..server.config()
+    })
+    .await
+    .unwrap();
+    let log = &store.events;
+    let s = SessionId::random();
+    let stream = log.create_stream(&s, &[]).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(
+            log.append(&s, &stream, Arc::from(i.to_string()))
+                .await
+                .unwrap(),
+        );
+    }
+    for gone in [Position::START, ids[0].position] {
+        assert_eq!(
+            log.read(&s, &stream, gone, 100).await.unwrap_err(),
+            StoreError::Trimmed,
+            "events 0 and 1 are gone"
+        );
+    }
+    let batch = log.read(&s, &stream, ids[1].position, 100).await.unwrap();
+    let got: Vec<_> = batch.events.iter().map(|e| e.data.to_string()).collect();
+    assert_eq!(
+        got,
+        ["2", "3", "4"],
+        "resuming right after the trimmed part has no gap"
+    );
+    let batch = log.read(&s, &stream, ids[3].position, 100).await.unwrap();
+    assert_eq!(batch.events.len(), 1);
+    let between = Position {
+        seq: ids[4].position.seq + 1,
+        ..ids[4].position
+    };
+    assert_eq!(
+        log.read(&s, &stream, between, 100).await.unwrap_err(),
+        StoreError::EventNotFound
+    );
+    assert_eq!(log.tail(&s, &stream).await.unwrap(), ids[4].position);
+}
+
+#[tokio::test]
+async fn closed_and_idle_streams_and_idle_sessions_expire() {
+    let server = RedisServer::start();
+    let store = connect(&RedisConfig {
+        retention: RedisRetention {
+            closed_stream_ttl_ms: 300,
+            idle_stream_ttl_ms: 700,
+            ..RedisRetention::default()
+        },
+        ..server.config()
+    })
+    .await
+    .unwrap();
+    let log = &store.events;
+    let s = SessionId::random();
+    let closed = log.create_stream(&s, &[]).await.unwrap();
+    log.append(&s, &closed, Arc::from("x")).await.unwrap();
+    log.close_stream(&s, &closed).await.unwrap();
+    let kept = log.create_stream(&s, &[]).await.unwrap();
+    let idle = log.create_stream(&s, &[]).await.unwrap();
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        log.touch(&s, &kept).await.unwrap();
+    }
+    assert_eq!(
+        log.read(&s, &closed, Position::START, 1).await.unwrap_err(),
+        StoreError::StreamNotFound,
+        "closed stream expired"
+    );
+    assert_eq!(
+        log.tail(&s, &idle).await.unwrap_err(),
+        StoreError::StreamNotFound,
+        "idle stream expired"
+    );
+    assert!(log.tail(&s, &kept).await.is_ok(), "touched stream kept");
+
+    let r = suite::record();
+    let ttl = Duration::from_millis(600);
+    store.sessions.create(&r, ttl).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(store.sessions.touch(&r.id, ttl).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        store.sessions.load(&r.id).await.unwrap().is_some(),
+        "touch renewed the TTL"
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        store.sessions.load(&r.id).await.unwrap().is_none(),
+        "idle session expired"
+    );
+}
+
+#[tokio::test]
+async fn clusters_with_different_prefixes_share_one_redis_apart() {
+    let server = RedisServer::start();
+    let blue = connect(&RedisConfig {
+        key_prefix: "blue".into(),
+        ..server.config()
+    })
+    .await
+    .unwrap();
+    let green = connect(&RedisConfig {
+        key_prefix: "green".into(),
+        ..server.config()
+    })
+    .await
+    .unwrap();
+    let r = suite::record();
+    blue.sessions
+        .create(&r, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(green.sessions.load(&r.id).await.unwrap().is_none());
+    let stream = blue.events.create_stream(&r.id, &[]).await.unwrap();
+    assert_eq!(
+        green.events.tail(&r.id, &stream).await.unwrap_err(),
+        StoreError::StreamNotFound
+    );
+    let mut con = support::raw(&server).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(!keys.is_empty());
+    assert!(keys.iter().all(|k| k.starts_with("blue:")), "{keys:?}");
+}
+
+#[tokio::test]
+async fn quota_keys_always_carry_a_ttl_and_go_when_they_hold_nothing() {
+    use mcp_cluster_store::{QuotaKey, Rate};
+    let server = RedisServer::start();
+    let store = connect(&server.config()).await.unwrap();
+    let rate = Rate {
+        limit: 2,
+        window: Duration::from_millis(400),
+    };
+    let lease = Duration::from_millis(400);
+    let address = QuotaKey::new("initialize_per_address", "127.0.0.2");
+    let principal = QuotaKey::new("sessions_per_principal", "https://idp/{x}#alice");
+    assert!(
+        store
+            .quotas
+            .hit(&address, 1, rate)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    assert!(
+        store
+            .quotas
+            .acquire(&principal, "s1", 3, lease)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    store
+        .quotas
+        .renew(&principal, &["s2".into()], lease)
+        .await
+        .unwrap();
+    let mut con = support::raw(&server).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("mcp:quota:*")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 2, "one key per subject and quota: {keys:?}");
+    for key in &keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert!(ttl > 0 && ttl <= 400, "{key}: PTTL {ttl}");
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("mcp:quota:*")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+}

@@ -1,0 +1,645 @@
+//! What a handler gets: cancellation, progress, logging to the client and
+//! asking the client, all scoped to one in-flight request.
+
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use mcp_cluster_protocol::types::{
+    ClientCapabilities, CreateMessageParams, CreateMessageResult, ElicitParams, ElicitResult,
+    ListRootsResult, LoggingLevel, LoggingMessageParams, ProgressParams,
+};
+use mcp_cluster_protocol::{
+    ErrorObject, Message, Notification, ProtocolVersion, Request, RequestId, Response, methods,
+};
+use mcp_cluster_store::{Principal, SessionId, StoreError};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::exchange::Exchange;
+use crate::session::SessionHandle;
+use crate::stateless::StatelessScope;
+
+/// Session state that handlers read without a mailbox round trip. Written by
+/// the session actor only.
+#[derive(Debug, Default)]
+pub(crate) struct SessionShared {
+    /// The negotiated revision, set once by `initialize`.
+    pub(crate) version: OnceLock<ProtocolVersion>,
+    /// Client capabilities, set once by `initialize`.
+    pub(crate) client_capabilities: OnceLock<ClientCapabilities>,
+    /// `notifications/initialized` has arrived.
+    pub(crate) initialized: AtomicBool,
+    /// Minimum level of `notifications/message`; [`LEVEL_UNSET`] until
+    /// `logging/setLevel` (then everything is sent).
+    pub(crate) log_level: AtomicU8,
+    /// Bumped when a save of the session record starts and again when it
+    /// ends: a record loaded while this stayed put (and no save was
+    /// pending) is not older than the actor's own state.
+    pub(crate) save_events: AtomicU64,
+    /// Saves of the session record in progress.
+    pub(crate) saves_pending: AtomicUsize,
+    /// The key of the principal that created the session
+    /// ([`mcp_cluster_store::Principal::key`]); unset when it was created without
+    /// authorization. Set once, when the actor starts.
+    pub(crate) owner: OnceLock<Box<str>>,
+}
+
+/// One save of the session record in progress; counted in
+/// [`SessionShared`] from creation to drop.
+#[derive(Debug)]
+pub(crate) struct SaveGuard(Arc<SessionShared>);
+
+impl SaveGuard {
+    pub(crate) fn begin(shared: &Arc<SessionShared>) -> Self {
+        shared.saves_pending.fetch_add(1, Ordering::AcqRel);
+        shared.save_events.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(shared))
+    }
+}
+
+impl Drop for SaveGuard {
+    fn drop(&mut self) {
+        self.0.save_events.fetch_add(1, Ordering::AcqRel);
+        self.0.saves_pending.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// `log_level` before the client sets one.
+pub(crate) const LEVEL_UNSET: u8 = u8::MAX;
+
+impl SessionShared {
+    pub(crate) fn set_log_level(&self, level: Option<LoggingLevel>) {
+        let raw = level.map_or(LEVEL_UNSET, |l| l as u8);
+        self.log_level.store(raw, Ordering::Relaxed);
+    }
+
+    fn sends(&self, level: LoggingLevel) -> bool {
+        let min = self.log_level.load(Ordering::Relaxed);
+        min == LEVEL_UNSET || level as u8 >= min
+    }
+}
+
+/// The output side of one request: ordered emits, then exactly one final
+/// response (or none, when cancelled); nothing after it.
+#[derive(Debug)]
+pub(crate) struct RequestOutput {
+    pub(crate) exchange: Arc<Exchange>,
+    /// Held across the append, so emits and the response keep their order.
+    state: tokio::sync::Mutex<OutputState>,
+}
+
+#[derive(Debug, Default)]
+struct OutputState {
+    finished: bool,
+    last_progress: Option<f64>,
+}
+
+impl RequestOutput {
+    pub(crate) fn new(exchange: Arc<Exchange>) -> Self {
+        Self {
+            exchange,
+            state: tokio::sync::Mutex::new(OutputState::default()),
+        }
+    }
+
+    async fn emit(&self, message: &Message, progress: Option<f64>) -> Result<(), EmitError> {
+        let mut state = self.state.lock().await;
+        if state.finished {
+            return Err(EmitError::Finished);
+        }
+        if let Some(p) = progress {
+            // 2025-03-26 utilities/progress: the value MUST increase with
+            // each notification.
+            if state.last_progress.is_some_and(|last| p <= last) {
+                return Err(EmitError::ProgressNotIncreasing);
+            }
+            state.last_progress = Some(p);
+        }
+        self.exchange.emit(message).await.map_err(EmitError::Store)
+    }
+
+    /// Writes the final response (`None` when cancelled). Idempotent: only
+    /// the first call writes.
+    pub(crate) async fn finish(&self, response: Option<Response>) {
+        let mut state = self.state.lock().await;
+        if state.finished {
+            return;
+        }
+        state.finished = true;
+        if let Err(err) = self.exchange.finish(response).await {
+            tracing::warn!(error = %err, "Response could not be written to the event log.");
+        }
+    }
+}
+
+/// Why a notification from a handler was not sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmitError {
+    /// The request already has its response; nothing may follow it.
+    #[error("the request has already completed")]
+    Finished,
+    /// Progress must increase with every notification.
+    #[error("progress must increase")]
+    ProgressNotIncreasing,
+    /// The event log failed.
+    #[error("event log unavailable")]
+    Store(#[source] StoreError),
+}
+
+/// Why asking the client failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AskError {
+    /// The client did not declare the capability this request needs.
+    #[error("the client does not support {0}")]
+    NotSupported(&'static str),
+    /// The session is not initialized yet (the server must not send
+    /// requests before `notifications/initialized`).
+    #[error("the session is not initialized")]
+    NotInitialized,
+    /// The request was cancelled while waiting.
+    #[error("cancelled")]
+    Cancelled,
+    /// The client did not answer in time.
+    #[error("the client did not answer in time")]
+    Timeout,
+    /// The client answered with an error.
+    #[error("the client answered with an error: {0}")]
+    Rejected(ErrorObject),
+    /// The answer does not have the expected shape.
+    #[error("invalid answer from the client: {0}")]
+    InvalidAnswer(String),
+    /// The request could not be sent (session gone, log failed).
+    #[error("the request could not be sent")]
+    Unavailable,
+    /// Stateless (2026-07-28): the question goes to the client in this
+    /// request's `input_required` result, and the client's retry brings the
+    /// answer. The handler's own result is discarded; it runs again on the
+    /// retry and gets the answer there.
+    #[error("input required from the client")]
+    InputRequired,
+}
+
+/// The client's answer to a server request.
+pub(crate) type AskOutcome = Result<Value, ErrorObject>;
+
+/// Everything a handler may do besides computing its result. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RequestContext {
+    inner: Arc<ContextInner>,
+}
+
+#[derive(Debug)]
+struct ContextInner {
+    request_id: RequestId,
+    progress_token: Option<Value>,
+    /// Tripped by `notifications/cancelled`, DELETE or shutdown (and, for
+    /// a stateless request, by its client closing the response stream).
+    cancel: CancellationToken,
+    output: Arc<RequestOutput>,
+    scope: Scope,
+    ask_timeout: Duration,
+    principal: Option<Arc<Principal>>,
+}
+
+/// What a request belongs to.
+#[derive(Debug)]
+enum Scope {
+    /// A session (2024-11-05 … 2025-11-25).
+    Session {
+        id: SessionId,
+        session: SessionHandle,
+        shared: Arc<SessionShared>,
+    },
+    /// Nothing but itself (2026-07-28): what a session would hold comes with
+    /// the request.
+    Stateless(Arc<StatelessScope>),
+}
+
+impl RequestContext {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        request: &Request,
+        session_id: SessionId,
+        cancel: CancellationToken,
+        output: Arc<RequestOutput>,
+        session: SessionHandle,
+        shared: Arc<SessionShared>,
+        ask_timeout: Duration,
+        principal: Option<Arc<Principal>>,
+    ) -> Self {
+        let scope = Scope::Session {
+            id: session_id,
+            session,
+            shared,
+        };
+        Self::with_scope(request, cancel, output, scope, ask_timeout, principal)
+    }
+
+    /// The context of a stateless (2026-07-28) request.
+    pub(crate) fn stateless(
+        request: &Request,
+        cancel: CancellationToken,
+        output: Arc<RequestOutput>,
+        scope: Arc<StatelessScope>,
+        principal: Option<Arc<Principal>>,
+    ) -> Self {
+        // No wait for answers: a question becomes an input round.
+        let scope = Scope::Stateless(scope);
+        Self::with_scope(request, cancel, output, scope, Duration::ZERO, principal)
+    }
+
+    fn with_scope(
+        request: &Request,
+        cancel: CancellationToken,
+        output: Arc<RequestOutput>,
+        scope: Scope,
+        ask_timeout: Duration,
+        principal: Option<Arc<Principal>>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(ContextInner {
+                request_id: request.id.clone(),
+                progress_token: request.progress_token().cloned(),
+                cancel,
+                output,
+                scope,
+                ask_timeout,
+                principal,
+            }),
+        }
+    }
+
+    /// The id of the request being handled.
+    pub fn request_id(&self) -> &RequestId {
+        &self.inner.request_id
+    }
+
+    /// The session; `None` for a stateless (2026-07-28) request.
+    pub fn session_id(&self) -> Option<&SessionId> {
+        match &self.inner.scope {
+            Scope::Session { id, .. } => Some(id),
+            Scope::Stateless(_) => None,
+        }
+    }
+
+    /// Who the request acts for: the principal of its validated access
+    /// token, with the scopes that token grants. `None` when authorization
+    /// is off (and on stdio). The token itself is never handed to
+    /// handlers: a server must not pass it on (no token passthrough).
+    pub fn principal(&self) -> Option<&Principal> {
+        self.inner.principal.as_deref()
+    }
+
+    /// The negotiated protocol revision.
+    pub fn protocol_version(&self) -> ProtocolVersion {
+        match &self.inner.scope {
+            Scope::Session { shared, .. } => shared
+                .version
+                .get()
+                .copied()
+                .unwrap_or(ProtocolVersion::LATEST),
+            Scope::Stateless(_) => ProtocolVersion::STATELESS,
+        }
+    }
+
+    /// What the client declared: in `initialize` (session era) or in this
+    /// request's `_meta` (2026-07-28).
+    pub fn client_capabilities(&self) -> Option<&ClientCapabilities> {
+        match &self.inner.scope {
+            Scope::Session { shared, .. } => shared.client_capabilities.get(),
+            Scope::Stateless(scope) => Some(&scope.capabilities),
+        }
+    }
+
+    /// Turns this request into a task (the 2026-07-28 tasks extension) from
+    /// here on: the client gets the task's handle now, and the rest of the
+    /// handler runs as the task, its questions waiting for `tasks/update`.
+    /// Only for tools that start their task in the handler
+    /// ([`crate::McpService::task_starts_in_handler`]) and clients that
+    /// declared the extension; `false` otherwise (the request goes on as
+    /// it was, which every other era does too).
+    pub async fn become_task(&self) -> bool {
+        match &self.inner.scope {
+            Scope::Stateless(scope) => scope.start_task().await,
+            Scope::Session { .. } => false,
+        }
+    }
+
+    /// The cancellation token of this request. Handlers that spawn work tie
+    /// it to this token.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.inner.cancel
+    }
+
+    /// Whether the request was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancel.is_cancelled()
+    }
+
+    /// Resolves when the request is cancelled. Cancel safe.
+    pub async fn cancelled(&self) {
+        self.inner.cancel.cancelled().await;
+    }
+
+    /// Whether the client asked for progress (`_meta.progressToken`).
+    pub fn wants_progress(&self) -> bool {
+        self.inner.progress_token.is_some()
+    }
+
+    /// Sends `notifications/progress` when the client asked for it; a no-op
+    /// otherwise. Progress must increase with every call.
+    ///
+    /// # Errors
+    /// [`EmitError`] when the value does not increase, the request already
+    /// completed, or the log failed.
+    pub async fn progress(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    ) -> Result<(), EmitError> {
+        let Some(token) = &self.inner.progress_token else {
+            return Ok(());
+        };
+        let params = ProgressParams {
+            progress_token: token.clone(),
+            progress,
+            total,
+            message,
+        };
+        let n = Notification::new(methods::NOTIFICATION_PROGRESS, params);
+        self.inner
+            .output
+            .emit(&Message::Notification(n), Some(progress))
+            .await
+    }
+
+    /// Sends `notifications/message` on this request's stream when `level`
+    /// passes the session's `logging/setLevel` (2026-07-28: the request's
+    /// `_meta` log level; none set, nothing is sent).
+    ///
+    /// # Errors
+    /// [`EmitError`] when the request already completed or the log failed.
+    pub async fn log(
+        &self,
+        level: LoggingLevel,
+        logger: Option<&str>,
+        data: Value,
+    ) -> Result<(), EmitError> {
+        let sends = match &self.inner.scope {
+            Scope::Session { shared, .. } => shared.sends(level),
+            Scope::Stateless(scope) => scope.log_level.is_some_and(|min| level >= min),
+        };
+        if !sends {
+            return Ok(());
+        }
+        let params = LoggingMessageParams {
+            level,
+            logger: logger.map(str::to_owned),
+            data,
+        };
+        let n = Notification::new(methods::NOTIFICATION_MESSAGE, params);
+        self.inner
+            .output
+            .emit(&Message::Notification(n), None)
+            .await
+    }
+
+    /// Sends any notification related to this request.
+    ///
+    /// # Errors
+    /// [`EmitError`] when the request already completed or the log failed.
+    pub async fn notify(&self, notification: Notification) -> Result<(), EmitError> {
+        self.inner
+            .output
+            .emit(&Message::Notification(notification), None)
+            .await
+    }
+
+    /// Closes the client's connection to this request's SSE stream without
+    /// ending the stream (SEP-1699 polling); the client reconnects with
+    /// `Last-Event-ID` after `retry` and receives the rest. A no-op before
+    /// 2025-11-25: those streams have no priming event, so a client might
+    /// hold no event ID to resume from, and those revisions say the server
+    /// should not close a stream before its response.
+    ///
+    /// # Errors
+    /// The event log failed.
+    pub async fn close_sse_stream(&self) -> Result<(), EmitError> {
+        if !self.protocol_version().primes_sse() {
+            return Ok(());
+        }
+        self.inner
+            .output
+            .exchange
+            .disconnect_client()
+            .await
+            .map_err(EmitError::Store)
+    }
+
+    /// Sends a request to the client on this request's stream and waits for
+    /// the answer the client POSTs back.
+    ///
+    /// # Errors
+    /// [`AskError`]: not initialized, cancelled, timed out, rejected.
+    pub async fn ask(&self, method: &str, params: impl Serialize) -> Result<Value, AskError> {
+        self.ask_keyed(None, method, params).await
+    }
+
+    /// Names the next question this handler asks. In the stateless era
+    /// (2026-07-28) the question travels in an `input_required` result under
+    /// this key, and the client answers under it; without a name the n-th
+    /// question of a kind is `<kind>-<n>` (`elicitation-1`, `sampling-2`).
+    /// The session era ignores the name.
+    pub fn input<'a>(&'a self, key: &'a str) -> NamedInput<'a> {
+        NamedInput { ctx: self, key }
+    }
+
+    async fn ask_keyed(
+        &self,
+        key: Option<&str>,
+        method: &str,
+        params: impl Serialize,
+    ) -> Result<Value, AskError> {
+        let outcome = match &self.inner.scope {
+            Scope::Session { shared, .. } if !shared.initialized.load(Ordering::Acquire) => {
+                return Err(AskError::NotInitialized);
+            }
+            Scope::Session { session, .. } => self.ask_sent(session, method, params).await,
+            Scope::Stateless(scope) => {
+                let params = serde_json::to_value(params)
+                    .map_err(|err| AskError::InvalidAnswer(err.to_string()))?;
+                scope.ask(key, method, params).await
+            }
+        };
+        let label = match &outcome {
+            Ok(_) => "answered",
+            Err(AskError::Rejected(_)) => "rejected",
+            Err(AskError::Cancelled) => "cancelled",
+            Err(AskError::Timeout) => "timeout",
+            Err(AskError::InputRequired) => "input_required",
+            Err(_) => "unavailable",
+        };
+        let method = match method {
+            methods::SAMPLING_CREATE_MESSAGE
+            | methods::ROOTS_LIST
+            | methods::ELICITATION_CREATE => method,
+            _ => mcp_cluster_telemetry::metrics::OTHER,
+        };
+        mcp_cluster_telemetry::metrics::metrics()
+            .client_requests
+            .with_label_values(&[method, label])
+            .inc();
+        outcome
+    }
+
+    async fn ask_sent(
+        &self,
+        session: &SessionHandle,
+        method: &str,
+        params: impl Serialize,
+    ) -> Result<Value, AskError> {
+        let (id, answer) = session.register_ask(self.inner.request_id.clone()).await?;
+        let request = Request::new(id, method, params);
+        self.inner
+            .output
+            .emit(&Message::Request(request), None)
+            .await
+            .map_err(|_| AskError::Unavailable)?;
+        tokio::select! {
+            answer = answer => match answer {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(error)) => Err(AskError::Rejected(error)),
+                Err(_) => Err(AskError::Unavailable),
+            },
+            () = self.inner.cancel.cancelled() => Err(AskError::Cancelled),
+            () = tokio::time::sleep(self.inner.ask_timeout) => Err(AskError::Timeout),
+        }
+    }
+
+    /// `sampling/createMessage`: asks the client's LLM.
+    ///
+    /// # Errors
+    /// [`AskError::NotSupported`] without the client's `sampling` capability,
+    /// and the errors of [`Self::ask`].
+    pub async fn create_message(
+        &self,
+        params: CreateMessageParams,
+    ) -> Result<CreateMessageResult, AskError> {
+        self.create_message_keyed(None, params).await
+    }
+
+    async fn create_message_keyed(
+        &self,
+        key: Option<&str>,
+        params: CreateMessageParams,
+    ) -> Result<CreateMessageResult, AskError> {
+        self.require(|c| c.sampling.is_some(), "sampling")?;
+        typed(
+            self.ask_keyed(key, methods::SAMPLING_CREATE_MESSAGE, params)
+                .await?,
+        )
+    }
+
+    /// `roots/list`: the client's roots.
+    ///
+    /// # Errors
+    /// [`AskError::NotSupported`] without the client's `roots` capability,
+    /// and the errors of [`Self::ask`].
+    pub async fn list_roots(&self) -> Result<ListRootsResult, AskError> {
+        self.list_roots_keyed(None).await
+    }
+
+    async fn list_roots_keyed(&self, key: Option<&str>) -> Result<ListRootsResult, AskError> {
+        self.require(|c| c.roots.is_some(), "roots")?;
+        typed(
+            self.ask_keyed(key, methods::ROOTS_LIST, serde_json::json!({}))
+                .await?,
+        )
+    }
+
+    /// `elicitation/create`: asks the user for input (2025-06-18 and later).
+    ///
+    /// # Errors
+    /// [`AskError::NotSupported`] without the client's `elicitation`
+    /// capability or before 2025-06-18, and the errors of [`Self::ask`].
+    pub async fn elicit(&self, params: ElicitParams) -> Result<ElicitResult, AskError> {
+        self.elicit_keyed(None, params).await
+    }
+
+    async fn elicit_keyed(
+        &self,
+        key: Option<&str>,
+        params: ElicitParams,
+    ) -> Result<ElicitResult, AskError> {
+        if !self.protocol_version().has_elicitation() {
+            return Err(AskError::NotSupported("elicitation"));
+        }
+        self.require(|c| c.elicitation.is_some(), "elicitation")?;
+        typed(
+            self.ask_keyed(key, methods::ELICITATION_CREATE, params)
+                .await?,
+        )
+    }
+
+    fn require(
+        &self,
+        has: impl Fn(&ClientCapabilities) -> bool,
+        what: &'static str,
+    ) -> Result<(), AskError> {
+        match (self.client_capabilities(), &self.inner.scope) {
+            (Some(caps), _) if has(caps) => Ok(()),
+            (_, Scope::Stateless(scope)) => {
+                scope.inputs.missing_capability(what);
+                Err(AskError::NotSupported(what))
+            }
+            _ => Err(AskError::NotSupported(what)),
+        }
+    }
+}
+
+/// A question with a name ([`RequestContext::input`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NamedInput<'a> {
+    ctx: &'a RequestContext,
+    key: &'a str,
+}
+
+impl NamedInput<'_> {
+    /// [`RequestContext::elicit`] under this name.
+    ///
+    /// # Errors
+    /// As [`RequestContext::elicit`].
+    pub async fn elicit(self, params: ElicitParams) -> Result<ElicitResult, AskError> {
+        self.ctx.elicit_keyed(Some(self.key), params).await
+    }
+
+    /// [`RequestContext::create_message`] under this name.
+    ///
+    /// # Errors
+    /// As [`RequestContext::create_message`].
+    pub async fn create_message(
+        self,
+        params: CreateMessageParams,
+    ) -> Result<CreateMessageResult, AskError> {
+        self.ctx.create_message_keyed(Some(self.key), params).await
+    }
+
+    /// [`RequestContext::list_roots`] under this name.
+    ///
+    /// # Errors
+    /// As [`RequestContext::list_roots`].
+    pub async fn list_roots(self) -> Result<ListRootsResult, AskError> {
+        self.ctx.list_roots_keyed(Some(self.key)).await
+    }
+}
+
+fn typed<T: DeserializeOwned>(value: Value) -> Result<T, AskError> {
+    serde_json::from_value(value).map_err(|err| AskError::InvalidAnswer(err.to_string()))
+}

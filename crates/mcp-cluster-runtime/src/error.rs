@@ -1,0 +1,96 @@
+//! Errors the runtime reports to transports.
+
+use std::time::Duration;
+
+use mcp_cluster_store::StoreError;
+
+use crate::Quota;
+
+/// Why the runtime could not take a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// The session never existed, ended or expired (HTTP 404).
+    #[error("session not found")]
+    SessionNotFound,
+    /// The node holds its maximum of sessions (HTTP 503).
+    #[error("too many sessions")]
+    TooManySessions,
+    /// A session's mailbox is full (HTTP 503).
+    #[error("session overloaded")]
+    Overloaded,
+    /// The node is draining and takes no new sessions (HTTP 503).
+    #[error("node is shutting down")]
+    ShuttingDown,
+    /// The `Last-Event-ID` names no stream or event of this session (HTTP 400).
+    #[error("unknown Last-Event-ID")]
+    UnknownEvent,
+    /// The events after the `Last-Event-ID` are no longer retained (HTTP 400).
+    #[error("events after Last-Event-ID are no longer retained")]
+    EventsExpired,
+    /// The store failed (HTTP 503).
+    #[error("store unavailable")]
+    Store(#[source] StoreError),
+    /// A quota refused (HTTP 429 with `Retry-After`).
+    #[error("quota {} exceeded", .quota.name())]
+    QuotaExceeded {
+        /// Which.
+        quota: Quota,
+        /// When trying again may succeed at the soonest.
+        retry_after: Duration,
+    },
+}
+
+impl RuntimeError {
+    /// What a client is told, on every transport.
+    pub fn client_message(&self) -> &'static str {
+        match self {
+            Self::SessionNotFound => "session not found",
+            Self::TooManySessions => "too many sessions",
+            Self::Overloaded => "session overloaded, retry later",
+            Self::ShuttingDown => "node is shutting down",
+            Self::UnknownEvent => "unknown Last-Event-ID",
+            Self::EventsExpired => "events after Last-Event-ID are no longer retained",
+            Self::Store(_) => "session store unavailable",
+            Self::QuotaExceeded { quota, .. } => quota.client_message(),
+        }
+    }
+
+    /// Whole seconds a refused client should wait (`Retry-After`), at least
+    /// 1; `None` when waiting is not the remedy.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Self::QuotaExceeded { retry_after, .. } => {
+                let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+                Some(secs.max(1))
+            }
+            _ => None,
+        }
+    }
+
+    /// The JSON-RPC error a client gets, on every transport.
+    pub fn to_error_object(&self) -> mcp_cluster_protocol::ErrorObject {
+        use mcp_cluster_protocol::{ErrorCode, ErrorObject};
+        match self {
+            Self::QuotaExceeded { quota, .. } => {
+                ErrorObject::new(ErrorCode::QUOTA_EXCEEDED, quota.client_message()).with_data(
+                    serde_json::json!({
+                        "quota": quota.name(),
+                        "retryAfterSeconds": self.retry_after_secs(),
+                    }),
+                )
+            }
+            other => ErrorObject::internal(other.client_message()),
+        }
+    }
+}
+
+impl From<StoreError> for RuntimeError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::StreamNotFound | StoreError::EventNotFound => Self::UnknownEvent,
+            StoreError::Trimmed => Self::EventsExpired,
+            other => Self::Store(other),
+        }
+    }
+}

@@ -1,0 +1,458 @@
+//! The output of one POST: the responses to its requests and everything
+//! related that the handlers emit (progress, log messages, server requests).
+//!
+//! An exchange starts *pending*: if every response is ready before any other
+//! message, the POST is answered as JSON. The first notification or server
+//! request (or [`ResponseMode::Sse`]) turns it into a stream in the event
+//! log; the transport follows that stream as SSE, and a client that drops it
+//! can resume from any event. The stream closes after the last response.
+//! Legacy HTTP+SSE and stdio exchanges are *attached* to the session's
+//! standalone stream from the start and never close it. Stateless
+//! (2026-07-28) exchanges are *direct*: their stream is not resumable, so it
+//! goes straight to the transport through a bounded channel, never through
+//! the event log.
+
+use std::sync::Arc;
+
+use mcp_cluster_protocol::{Message, RequestId, Response};
+use mcp_cluster_store::{OpenStream, SessionId, StoreError, StreamId};
+use tokio::sync::{Mutex, oneshot};
+
+use crate::ResponseMode;
+use crate::pipeline::Call;
+use crate::runtime::{ExchangeTicket, NodeContext};
+
+/// How the transport answers the POST.
+#[derive(Debug)]
+pub enum ExchangeReply {
+    /// All responses, ready before anything else was emitted (one per
+    /// request, in completion order).
+    Json(Vec<Response>),
+    /// Follow this stream of the event log from its start; it answers
+    /// these requests.
+    Stream(StreamId, Vec<RequestId>),
+    /// Every request was cancelled before emitting anything: no response
+    /// will come (an empty SSE stream closes the POST).
+    Empty,
+    /// The event log failed while switching to SSE.
+    Failed(StoreError),
+    /// A direct exchange's stream: each message as JSON, in order; the
+    /// channel closes after the last response. Bounded: a client that
+    /// does not read holds up its handlers, not the node's memory.
+    Live(tokio::sync::mpsc::Receiver<Arc<str>>),
+}
+
+/// Messages a direct exchange's channel holds before a slow client holds up
+/// its handlers.
+const LIVE_BUFFER: usize = 64;
+
+#[derive(Debug)]
+enum State {
+    Pending {
+        remaining: usize,
+        responses: Vec<Response>,
+        reply: Option<oneshot::Sender<ExchangeReply>>,
+        /// Counts the exchange as open on the node until it is done.
+        open: Option<ExchangeTicket>,
+    },
+    Streaming {
+        stream: StreamId,
+        remaining: usize,
+        /// Dropped with the state when the exchange is done.
+        _open: Option<ExchangeTicket>,
+    },
+    Attached {
+        stream: StreamId,
+    },
+    Live {
+        tx: tokio::sync::mpsc::Sender<Arc<str>>,
+        remaining: usize,
+        /// Dropped with the state when the exchange is done.
+        _open: Option<ExchangeTicket>,
+    },
+    Done,
+}
+
+/// The output of one POST (or the attached output of a legacy / stdio
+/// session). Shared by the session actor and the request actors of the POST;
+/// the transport holds the reply receiver.
+#[derive(Debug)]
+pub struct Exchange {
+    /// The session whose event log holds the stream; `None` for a direct
+    /// exchange.
+    session: Option<SessionId>,
+    node: Arc<NodeContext>,
+    /// The requests answered here, registered with the node registry while
+    /// the stream is open so that a survivor can answer them if this node
+    /// dies.
+    requests: Vec<RequestId>,
+    mode: ResponseMode,
+    /// A tokio mutex: appends to the log happen under it so that messages
+    /// keep the order in which they were emitted.
+    state: Mutex<State>,
+    /// The requests answered here, measured until their response is
+    /// written; those left when the exchange goes end unanswered.
+    calls: std::sync::Mutex<Vec<Call>>,
+}
+
+impl Exchange {
+    /// A pending exchange expecting the responses of `requests`, with
+    /// `answered` already known (errors for the invalid members of a batch).
+    pub(crate) fn pending(
+        session: SessionId,
+        node: Arc<NodeContext>,
+        mode: ResponseMode,
+        requests: Vec<RequestId>,
+        answered: Vec<Response>,
+    ) -> (Arc<Self>, oneshot::Receiver<ExchangeReply>) {
+        let (tx, rx) = oneshot::channel();
+        let state = if requests.is_empty() {
+            let _ = tx.send(ExchangeReply::Json(answered));
+            State::Done
+        } else {
+            State::Pending {
+                remaining: requests.len(),
+                responses: answered,
+                reply: Some(tx),
+                open: Some(ExchangeTicket::issue(&node)),
+            }
+        };
+        let exchange = Self {
+            session: Some(session),
+            node,
+            requests,
+            mode,
+            state: Mutex::new(state),
+            calls: std::sync::Mutex::default(),
+        };
+        (Arc::new(exchange), rx)
+    }
+
+    /// An exchange writing into an existing stream that it never closes.
+    pub(crate) fn attached(
+        session: SessionId,
+        node: Arc<NodeContext>,
+        stream: StreamId,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            session: Some(session),
+            node,
+            requests: Vec::new(),
+            mode: ResponseMode::Sse,
+            state: Mutex::new(State::Attached { stream }),
+            calls: std::sync::Mutex::default(),
+        })
+    }
+
+    /// A direct exchange answering one stateless request: JSON when the
+    /// response is ready before anything else, otherwise a live stream.
+    pub(crate) fn direct(
+        node: Arc<NodeContext>,
+        mode: ResponseMode,
+        request: RequestId,
+    ) -> (Arc<Self>, oneshot::Receiver<ExchangeReply>) {
+        let (tx, rx) = oneshot::channel();
+        let exchange = Self {
+            session: None,
+            state: Mutex::new(State::Pending {
+                remaining: 1,
+                responses: Vec::new(),
+                reply: Some(tx),
+                open: Some(ExchangeTicket::issue(&node)),
+            }),
+            node,
+            requests: vec![request],
+            mode,
+            calls: std::sync::Mutex::default(),
+        };
+        (Arc::new(exchange), rx)
+    }
+
+    /// Emits a message related to a request that is not its response.
+    ///
+    /// # Errors
+    /// The event log failed; the message is lost and the caller is told.
+    pub async fn emit(&self, message: &Message) -> Result<(), StoreError> {
+        let mut state = self.state.lock().await;
+        if self.session.is_none() {
+            let tx = self.ensure_live(&mut state)?;
+            return send_live(&tx, message).await;
+        }
+        let stream = self.ensure_stream(&mut state).await?;
+        self.append(&stream, message).await
+    }
+
+    /// Writes one request's response (`None`: the request was cancelled and
+    /// gets none). The last one closes the SSE stream.
+    ///
+    /// # Errors
+    /// The event log failed while writing it.
+    pub async fn finish(&self, response: Option<Response>) -> Result<(), StoreError> {
+        if let Some(r) = &response {
+            self.complete_call(r);
+        }
+        let mut state = self.state.lock().await;
+        if self.mode == ResponseMode::Sse && response.is_some() {
+            if self.session.is_some() {
+                self.ensure_stream(&mut state).await?;
+            } else {
+                self.ensure_live(&mut state)?;
+            }
+        }
+        match &mut *state {
+            State::Pending {
+                remaining,
+                responses,
+                reply,
+                ..
+            } => {
+                *remaining = remaining.saturating_sub(1);
+                responses.extend(response);
+                if *remaining == 0 {
+                    let out = if responses.is_empty() {
+                        ExchangeReply::Empty
+                    } else {
+                        ExchangeReply::Json(std::mem::take(responses))
+                    };
+                    if let Some(tx) = reply.take() {
+                        // The transport may have gone (client disconnected).
+                        let _ = tx.send(out);
+                    }
+                    *state = State::Done;
+                }
+                Ok(())
+            }
+            State::Streaming {
+                stream, remaining, ..
+            } => {
+                let stream = stream.clone();
+                *remaining = remaining.saturating_sub(1);
+                let last = *remaining == 0;
+                // Held (with its open-exchange ticket) until the response is
+                // written and the stream closed.
+                let _finished = last.then(|| std::mem::replace(&mut *state, State::Done));
+                let written = match &response {
+                    Some(r) => self.append(&stream, &Message::Response(r.clone())).await,
+                    None => Ok(()),
+                };
+                if written.is_err() {
+                    // The reader here would wait for it for ever.
+                    self.node.attachments.fail(&stream);
+                }
+                if let (true, Some(session)) = (last, &self.session) {
+                    self.node.attachments.forget(&stream);
+                    if let Err(err) = self.node.store.events.close_stream(session, &stream).await {
+                        self.node.attachments.fail(&stream);
+                        return Err(err);
+                    }
+                    if let Err(err) = self
+                        .node
+                        .store
+                        .nodes
+                        .close_stream(&self.node.id, &stream)
+                        .await
+                    {
+                        tracing::warn!(%stream, error = %err, "Open stream could not be unregistered.");
+                    }
+                }
+                written
+            }
+            State::Attached { stream } => {
+                let stream = stream.clone();
+                match response {
+                    Some(r) => self.append(&stream, &Message::Response(r)).await,
+                    None => Ok(()),
+                }
+            }
+            State::Live { tx, remaining, .. } => {
+                let tx = tx.clone();
+                *remaining = remaining.saturating_sub(1);
+                if *remaining == 0 {
+                    // The state's sender goes now; the channel closes once
+                    // this last message is in.
+                    *state = State::Done;
+                }
+                drop(state);
+                match response {
+                    Some(r) => send_live(&tx, &Message::Response(r)).await,
+                    None => Ok(()),
+                }
+            }
+            State::Done => Ok(()),
+        }
+    }
+
+    /// Measures a request answered here.
+    pub(crate) fn track(&self, call: Call) {
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.push(call);
+        }
+    }
+
+    /// The span of request `id` answered here (a disabled span if none).
+    pub(crate) fn span_of(&self, id: &RequestId) -> tracing::Span {
+        self.calls
+            .lock()
+            .ok()
+            .and_then(|calls| calls.iter().find(|c| c.id == *id).map(|c| c.span.clone()))
+            .unwrap_or_else(tracing::Span::none)
+    }
+
+    /// Who request `id` answered here acts for.
+    pub(crate) fn principal_of(&self, id: &RequestId) -> Option<Arc<mcp_cluster_store::Principal>> {
+        self.calls.lock().ok().and_then(|calls| {
+            calls
+                .iter()
+                .find(|c| c.id == *id)
+                .and_then(|c| c.principal.clone())
+        })
+    }
+
+    fn complete_call(&self, response: &Response) {
+        let Some(id) = &response.id else { return };
+        let call = self.calls.lock().ok().and_then(|mut calls| {
+            let at = calls.iter().position(|c| c.id == *id)?;
+            Some(calls.swap_remove(at))
+        });
+        if let Some(call) = call {
+            call.complete(response);
+        }
+    }
+
+    /// Ends the client's current connection to this exchange's stream
+    /// without ending the stream (SEP-1699 polling): the client reconnects
+    /// with `Last-Event-ID` and goes on. Switches a pending exchange to SSE
+    /// first, so the client has an event id to resume from. A no-op for
+    /// attached exchanges: their stream is the session's only channel
+    /// (legacy SSE, stdio), and closing it would end the legacy session or
+    /// silence stdout for good.
+    ///
+    /// # Errors
+    /// The event log failed while switching to SSE.
+    pub async fn disconnect_client(&self) -> Result<(), StoreError> {
+        let mut state = self.state.lock().await;
+        // A direct exchange's stream cannot be resumed (2026-07-28): closing
+        // it would cancel the request.
+        if matches!(*state, State::Attached { .. }) || self.session.is_none() {
+            return Ok(());
+        }
+        let stream = self.ensure_stream(&mut state).await?;
+        self.node.attachments.kick(&stream);
+        Ok(())
+    }
+
+    /// Switches a pending direct exchange to its live channel.
+    fn ensure_live(
+        &self,
+        state: &mut State,
+    ) -> Result<tokio::sync::mpsc::Sender<Arc<str>>, StoreError> {
+        match state {
+            State::Live { tx, .. } => Ok(tx.clone()),
+            State::Pending {
+                remaining,
+                responses,
+                reply,
+                open,
+            } => {
+                let (tx, rx) = tokio::sync::mpsc::channel(LIVE_BUFFER);
+                for r in std::mem::take(responses) {
+                    let _ = tx.try_send(Arc::from(Message::Response(r).to_json()));
+                }
+                if let Some(reply) = reply.take() {
+                    let _ = reply.send(ExchangeReply::Live(rx));
+                }
+                *state = State::Live {
+                    tx: tx.clone(),
+                    remaining: *remaining,
+                    _open: open.take(),
+                };
+                Ok(tx)
+            }
+            _ => Err(StoreError::StreamNotFound),
+        }
+    }
+
+    async fn ensure_stream(&self, state: &mut State) -> Result<StreamId, StoreError> {
+        let Some(session) = &self.session else {
+            return Err(StoreError::StreamNotFound);
+        };
+        match state {
+            State::Streaming { stream, .. } | State::Attached { stream } => Ok(stream.clone()),
+            State::Done | State::Live { .. } => Err(StoreError::StreamNotFound),
+            State::Pending {
+                remaining,
+                responses,
+                reply,
+                open: ticket,
+            } => {
+                let stream = match self
+                    .node
+                    .store
+                    .events
+                    .create_stream(session, &self.requests)
+                    .await
+                {
+                    Ok(stream) => stream,
+                    Err(err) => {
+                        if let Some(tx) = reply.take() {
+                            let _ = tx.send(ExchangeReply::Failed(err.clone()));
+                        }
+                        *state = State::Done;
+                        return Err(err);
+                    }
+                };
+                // Registered before anything is written, so that a survivor
+                // knows which requests to answer should this node die.
+                let open = OpenStream {
+                    session: session.clone(),
+                    stream: stream.clone(),
+                    requests: self.requests.clone(),
+                };
+                self.node
+                    .store
+                    .nodes
+                    .open_stream(&self.node.id, &open)
+                    .await?;
+                for r in std::mem::take(responses) {
+                    self.append(&stream, &Message::Response(r)).await?;
+                }
+                if let Some(tx) = reply.take() {
+                    let _ = tx.send(ExchangeReply::Stream(stream.clone(), self.requests.clone()));
+                }
+                *state = State::Streaming {
+                    stream: stream.clone(),
+                    remaining: *remaining,
+                    _open: ticket.take(),
+                };
+                Ok(stream)
+            }
+        }
+    }
+
+    async fn append(&self, stream: &StreamId, message: &Message) -> Result<(), StoreError> {
+        let Some(session) = &self.session else {
+            return Err(StoreError::StreamNotFound);
+        };
+        mcp_cluster_telemetry::metrics::metrics()
+            .event_appends
+            .inc();
+        let data: Arc<str> = Arc::from(message.to_json());
+        self.node
+            .store
+            .events
+            .append(session, stream, data)
+            .await
+            .map(|_| ())
+    }
+}
+
+/// Sends one message on a direct exchange's channel, waiting while it is
+/// full; a client that went away ends the wait.
+async fn send_live(
+    tx: &tokio::sync::mpsc::Sender<Arc<str>>,
+    message: &Message,
+) -> Result<(), StoreError> {
+    tx.send(Arc::from(message.to_json()))
+        .await
+        .map_err(|_| StoreError::StreamNotFound)
+}

@@ -1,0 +1,293 @@
+//! `subscriptions/listen` (2026-07-28): long-lived streams of the change
+//! notifications a client opted in to.
+//!
+//! Each node keeps the listen streams its clients opened (`Listeners`). A
+//! server event raised on any node reaches every node through the control
+//! bus (as it reaches the session-era sessions), and each node hands it to
+//! its own streams whose filter wants it, tagged with the stream's
+//! subscription id. A stream whose client does not keep up (its buffer of
+//! [`LISTEN_BUFFER`] messages full) is closed rather than allowed to grow:
+//! the client listens again and re-reads what it caches.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dashmap::DashMap;
+use mcp_cluster_protocol::methods::meta;
+use mcp_cluster_protocol::{ErrorObject, Message, Notification, Request, Response, methods};
+use mcp_cluster_store::StreamId;
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::exchange::ExchangeReply;
+use crate::pipeline::Inbound;
+use crate::quota::{Quota, address_subject};
+use crate::stateless::StatelessReply;
+use crate::{Runtime, RuntimeError, ServerEvent};
+
+/// Messages a listen stream holds for a slow client before it is closed.
+pub const LISTEN_BUFFER: usize = 64;
+
+/// What a listen stream asked for (and the server agreed to).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListenFilter {
+    /// `notifications/tools/list_changed`.
+    pub tools: bool,
+    /// `notifications/prompts/list_changed`.
+    pub prompts: bool,
+    /// `notifications/resources/list_changed`.
+    pub resources: bool,
+    /// `notifications/resources/updated` for these URIs.
+    pub uris: BTreeSet<String>,
+}
+
+impl ListenFilter {
+    fn wants(&self, event: &ServerEvent) -> bool {
+        match event {
+            ServerEvent::ToolsListChanged => self.tools,
+            ServerEvent::PromptsListChanged => self.prompts,
+            ServerEvent::ResourcesListChanged => self.resources,
+            ServerEvent::ResourceUpdated { uri } => self.uris.contains(uri),
+        }
+    }
+
+    /// The filter as the acknowledgement states it.
+    fn to_json(&self) -> Value {
+        let mut out = Map::new();
+        for (on, name) in [
+            (self.tools, "toolsListChanged"),
+            (self.prompts, "promptsListChanged"),
+            (self.resources, "resourcesListChanged"),
+        ] {
+            if on {
+                out.insert(name.into(), json!(true));
+            }
+        }
+        if !self.uris.is_empty() {
+            out.insert("resourceSubscriptions".into(), json!(self.uris));
+        }
+        Value::Object(out)
+    }
+}
+
+#[derive(Debug)]
+struct Listener {
+    filter: ListenFilter,
+    /// The `subscriptions/listen` request id, as JSON.
+    subscription: Value,
+    tx: mpsc::Sender<Arc<str>>,
+}
+
+/// The listen streams open on this node.
+#[derive(Debug, Default)]
+pub(crate) struct Listeners {
+    next: AtomicU64,
+    open: DashMap<u64, Listener>,
+}
+
+impl Listeners {
+    pub(crate) fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    fn insert(&self, listener: Listener) -> u64 {
+        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        self.open.insert(key, listener);
+        key
+    }
+
+    fn remove(&self, key: u64) {
+        self.open.remove(&key);
+    }
+
+    /// Hands a server event to every stream that wants it; closes those
+    /// that cannot take it.
+    pub(crate) fn fan_out(&self, event: &ServerEvent) {
+        let mut full = Vec::new();
+        for entry in &self.open {
+            let listener = entry.value();
+            if !listener.filter.wants(event) {
+                continue;
+            }
+            let message = notification(event, &listener.subscription);
+            if listener.tx.try_send(message).is_err() {
+                full.push(*entry.key());
+            }
+        }
+        for key in full {
+            tracing::debug!("A listen stream that did not keep up was closed.");
+            self.open.remove(&key);
+        }
+    }
+}
+
+fn with_subscription(params: &mut Map<String, Value>, subscription: &Value) {
+    let mut m = Map::new();
+    m.insert(meta::SUBSCRIPTION_ID.into(), subscription.clone());
+    params.insert("_meta".into(), Value::Object(m));
+}
+
+fn notification(event: &ServerEvent, subscription: &Value) -> Arc<str> {
+    let (method, uri) = match event {
+        ServerEvent::ToolsListChanged => (methods::NOTIFICATION_TOOLS_LIST_CHANGED, None),
+        ServerEvent::PromptsListChanged => (methods::NOTIFICATION_PROMPTS_LIST_CHANGED, None),
+        ServerEvent::ResourcesListChanged => (methods::NOTIFICATION_RESOURCES_LIST_CHANGED, None),
+        ServerEvent::ResourceUpdated { uri } => {
+            (methods::NOTIFICATION_RESOURCES_UPDATED, Some(uri))
+        }
+    };
+    let mut params = Map::new();
+    with_subscription(&mut params, subscription);
+    if let Some(uri) = uri {
+        params.insert("uri".into(), json!(uri));
+    }
+    Arc::from(Message::Notification(Notification::new(method, Value::Object(params))).to_json())
+}
+
+impl Runtime {
+    /// Reads the filter of a `subscriptions/listen` request and keeps what
+    /// this server can honour.
+    fn listen_filter(&self, request: &Request) -> Result<ListenFilter, ErrorObject> {
+        let params = request.params.as_ref();
+        let wanted = match params.and_then(|p| p.get("notifications")) {
+            None => &Value::Object(Map::new()),
+            Some(v @ Value::Object(_)) => v,
+            Some(_) => {
+                return Err(ErrorObject::invalid_params(
+                    "notifications must be an object",
+                ));
+            }
+        };
+        let flag = |name: &str| wanted.get(name).and_then(Value::as_bool) == Some(true);
+        let caps = self.service().capabilities();
+        let list_changed = |c: Option<&mcp_cluster_protocol::types::ListChanged>| {
+            c.and_then(|c| c.list_changed) == Some(true)
+        };
+        let resources_list = caps.resources.as_ref().and_then(|r| r.list_changed) == Some(true);
+        let subscribable = caps.resources.as_ref().and_then(|r| r.subscribe) == Some(true);
+        let mut filter = ListenFilter {
+            tools: flag("toolsListChanged") && list_changed(caps.tools.as_ref()),
+            prompts: flag("promptsListChanged") && list_changed(caps.prompts.as_ref()),
+            resources: flag("resourcesListChanged") && resources_list,
+            uris: BTreeSet::new(),
+        };
+        match wanted.get("resourceSubscriptions") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(uris)) => {
+                let config = self.config();
+                if uris.len() > config.max_subscriptions_per_session {
+                    return Err(ErrorObject::invalid_params(format!(
+                        "resourceSubscriptions lists {} URIs; this server accepts at most {}",
+                        uris.len(),
+                        config.max_subscriptions_per_session
+                    )));
+                }
+                for uri in uris {
+                    let Some(uri) = uri.as_str() else {
+                        return Err(ErrorObject::invalid_params(
+                            "resourceSubscriptions must be strings",
+                        ));
+                    };
+                    config.check_uri_len(uri)?;
+                    // Honoured only for resources the server can read.
+                    if subscribable && self.service().has_resource(uri) {
+                        filter.uris.insert(uri.to_owned());
+                    }
+                }
+            }
+            Some(_) => {
+                return Err(ErrorObject::invalid_params(
+                    "resourceSubscriptions must be an array of URIs",
+                ));
+            }
+        }
+        Ok(filter)
+    }
+
+    /// `subscriptions/listen`: acknowledges, then streams the notifications
+    /// the filter wants until the client closes the stream or the node
+    /// drains (then it answers the request, a graceful end).
+    pub(crate) async fn listen(&self, request: Request, inbound: &Inbound) -> StatelessReply {
+        let id = request.id.clone();
+        let filter = match self.listen_filter(&request) {
+            Ok(filter) => filter,
+            Err(err) => return StatelessReply::Now(Response::error(Some(id), err)),
+        };
+        let listeners = Arc::clone(&self.node().listeners);
+        if listeners.len() >= self.config().max_listen_streams {
+            return StatelessReply::Refused(RuntimeError::Overloaded, id);
+        }
+        // A slot of the principal's streams, or without one of its
+        // address's listen streams: the client's share of the node bound.
+        let stream = StreamId::random();
+        let quotas = &self.node().quotas;
+        let slot = match (inbound.principal.as_deref(), inbound.client_ip) {
+            (Some(principal), _) => quotas.acquire_stream(&principal.key(), &stream).await,
+            (None, Some(ip)) => {
+                quotas
+                    .acquire_slot(
+                        Quota::ListenStreamsPerAddress,
+                        &address_subject(ip),
+                        stream.as_str(),
+                    )
+                    .await
+            }
+            (None, None) => Ok(None),
+        };
+        let lease = match slot {
+            Ok(lease) => lease,
+            Err(err) => return StatelessReply::Refused(err, id),
+        };
+        let subscription = serde_json::to_value(&id).unwrap_or(Value::Null);
+        let (tx, rx) = mpsc::channel(LISTEN_BUFFER);
+        let mut ack = Map::new();
+        with_subscription(&mut ack, &subscription);
+        ack.insert("notifications".into(), filter.to_json());
+        let ack = Notification::new(
+            methods::NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED,
+            Value::Object(ack),
+        );
+        // The acknowledgement is the first message: in the channel before
+        // the stream can receive any event.
+        let _ = tx.try_send(Arc::from(Message::Notification(ack).to_json()));
+        // The listener holds the only sender: when it goes (closed for not
+        // keeping up, or after the graceful end) the stream ends.
+        let weak = tx.downgrade();
+        let key = listeners.insert(Listener {
+            filter,
+            subscription: subscription.clone(),
+            tx,
+        });
+        let gauge = mcp_cluster_telemetry::metrics::metrics()
+            .sse_streams_open
+            .with_label_values(&["listen"]);
+        gauge.inc();
+        let cancel = CancellationToken::new();
+        let closed = cancel.clone();
+        let drain = self.drain_token();
+        actix::spawn(async move {
+            let _lease = lease;
+            let graceful = tokio::select! {
+                () = closed.cancelled() => false,
+                () = drain.cancelled() => true,
+            };
+            if let (true, Some(tx)) = (graceful, weak.upgrade()) {
+                let mut result = Map::new();
+                result.insert("resultType".into(), json!("complete"));
+                with_subscription(&mut result, &subscription);
+                let end = Response::result(id, Value::Object(result));
+                let _ = tx.try_send(Arc::from(Message::Response(end).to_json()));
+            }
+            listeners.remove(key);
+            gauge.dec();
+        });
+        let (reply_tx, reply) = oneshot::channel();
+        let _ = reply_tx.send(ExchangeReply::Live(rx));
+        StatelessReply::Running {
+            reply,
+            guard: crate::stateless::RequestGuard::token(cancel),
+        }
+    }
+}

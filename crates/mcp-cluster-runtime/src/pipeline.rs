@@ -1,0 +1,823 @@
+//! The one inbound pipeline: every transport (Streamable HTTP, legacy
+//! HTTP+SSE, stdio) decodes its framing and hands each body here.
+//!
+//! The pipeline owns what is the same on every transport: opening sessions
+//! (and counting them), the era rules for batches, splitting a batch into
+//! what runs and what is answered with an error, handing messages to the
+//! session actor (admission: whole or nothing), the wording of every
+//! refusal, and the measuring of every request
+//! (`mcp_server_operation_duration_seconds`). A transport keeps only what is
+//! its own: framing, HTTP status codes, SSE streams, and where answers go
+//! ([`Answers`]).
+
+use std::sync::Arc;
+use tokio::time::Instant;
+
+use mcp_cluster_protocol::jsonrpc::Body;
+use mcp_cluster_protocol::{
+    DecodeError, ErrorCode, ErrorObject, Message, ProtocolVersion, Request, RequestId, Response,
+    methods,
+};
+use mcp_cluster_telemetry::metrics::{self, OTHER, OperationLabels};
+use tokio::sync::oneshot;
+
+use crate::exchange::{Exchange, ExchangeReply};
+use crate::{ResponseMode, Runtime, RuntimeError, SessionHandle};
+
+/// The transport a message arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Streamable HTTP (`/mcp`).
+    StreamableHttp,
+    /// The 2024-11-05 HTTP+SSE transport (`/sse`, `/messages`).
+    LegacySse,
+    /// Newline-delimited JSON-RPC on stdin/stdout.
+    Stdio,
+}
+
+impl Transport {
+    /// Label of `mcp_sessions_created_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::StreamableHttp => "streamable_http",
+            Self::LegacySse => "legacy_sse",
+            Self::Stdio => "stdio",
+        }
+    }
+
+    /// OpenTelemetry `network.transport`.
+    pub fn network(self) -> &'static str {
+        match self {
+            Self::StreamableHttp | Self::LegacySse => "tcp",
+            Self::Stdio => "pipe",
+        }
+    }
+}
+
+/// What the transport knows of a body beside its messages.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    /// The transport it arrived on.
+    pub transport: Transport,
+    /// The caller's trace context from the transport (W3C `traceparent`
+    /// HTTP headers; empty when traces are off or none was sent).
+    pub trace: mcp_cluster_telemetry::TraceContext,
+    /// The peer of the connection.
+    pub client: Option<std::net::SocketAddr>,
+    /// The client's address as quotas count it: the peer, or behind
+    /// trusted proxies the address they forwarded for (`mcp-cluster-http`
+    /// decides); `None` on stdio, and when the client cannot be told from
+    /// a proxy that carries many clients.
+    pub client_ip: Option<std::net::IpAddr>,
+    /// Who the body acts for: the principal of its validated access token
+    /// (`None` when authorization is off, and on stdio).
+    pub principal: Option<Arc<mcp_cluster_store::Principal>>,
+}
+
+impl Inbound {
+    /// A body with no trace context and no peer (stdio).
+    pub fn new(transport: Transport) -> Self {
+        Self {
+            transport,
+            trace: mcp_cluster_telemetry::TraceContext::new(),
+            client: None,
+            client_ip: None,
+            principal: None,
+        }
+    }
+
+    fn span_transport(&self) -> mcp_cluster_telemetry::Transport<'static> {
+        match self.transport {
+            Transport::Stdio => mcp_cluster_telemetry::Transport::Stdio,
+            Transport::StreamableHttp | Transport::LegacySse => {
+                mcp_cluster_telemetry::Transport::Http { version: None }
+            }
+        }
+    }
+
+    /// The span of one message received: child of its `_meta` trace
+    /// context when it has one, else of the transport's.
+    fn span(
+        &self,
+        method: &str,
+        target: Option<mcp_cluster_telemetry::Target<'_>>,
+        session: Option<&SessionHandle>,
+        id: Option<&RequestId>,
+        params: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> tracing::Span {
+        let request_id = id.map(|id| match id {
+            RequestId::Number(n) => mcp_cluster_telemetry::JsonRpcId::Number(*n),
+            RequestId::String(s) => mcp_cluster_telemetry::JsonRpcId::Str(s),
+        });
+        let meta = params.and_then(|p| p.get("_meta"));
+        let version = match session {
+            Some(session) => session.protocol_version().map(ProtocolVersion::as_str),
+            None => Some(ProtocolVersion::STATELESS.as_str()),
+        };
+        mcp_cluster_telemetry::request_span(
+            &mcp_cluster_telemetry::RequestSpanAttrs {
+                method,
+                target,
+                session_id: session.map(|s| s.id().as_str()),
+                request_id,
+                protocol_version: version,
+                transport: self.span_transport(),
+                client: self.client,
+                user: self
+                    .principal
+                    .as_deref()
+                    .map(|p| mcp_cluster_telemetry::User {
+                        issuer: &p.issuer,
+                        subject: &p.subject,
+                        client_id: p.client_id.as_deref(),
+                    }),
+            },
+            mcp_cluster_telemetry::RequestParent::new(
+                self.trace.clone(),
+                mcp_cluster_telemetry::parent_from_meta(meta),
+            ),
+        )
+    }
+}
+
+/// Where the answers to a body go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answers {
+    /// On the transport's reply to this body (a Streamable HTTP POST: JSON,
+    /// or an SSE stream of its own).
+    Reply,
+    /// On the session's one stream (legacy HTTP+SSE, stdio).
+    SessionStream,
+}
+
+/// What the transport does next.
+#[derive(Debug)]
+pub enum Submitted {
+    /// Nothing will be answered (notifications and responses only).
+    Accepted,
+    /// The answers arrive on this reply ([`Answers::Reply`]); `batch`: the
+    /// body was a batch, answered as an array.
+    Reply {
+        /// Resolves once the answers are ready or turned into a stream.
+        reply: oneshot::Receiver<ExchangeReply>,
+        /// Answer with an array.
+        batch: bool,
+    },
+    /// The answers go to the session's stream through this exchange
+    /// ([`Answers::SessionStream`]); it is dropped once they are written.
+    Stream(Arc<Exchange>),
+}
+
+/// Why the pipeline refused a body before anything in it ran.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Not valid here (HTTP 400, JSON-RPC -32600).
+    #[error("{message}")]
+    Invalid {
+        /// What is wrong.
+        message: String,
+        /// The request refused, when the body was one request.
+        id: Option<RequestId>,
+    },
+    /// The runtime could not take it (overloaded, session gone…).
+    #[error("{error}")]
+    Runtime {
+        /// Why.
+        error: RuntimeError,
+        /// The request refused, when the body was one request.
+        id: Option<RequestId>,
+        /// The requests of a refused batch (none of them ran).
+        batch: Vec<RequestId>,
+    },
+}
+
+impl Refusal {
+    /// The request refused, when known.
+    pub fn id(&self) -> Option<&RequestId> {
+        match self {
+            Self::Invalid { id, .. } | Self::Runtime { id, .. } => id.as_ref(),
+        }
+    }
+
+    /// The JSON-RPC error of the refusal.
+    pub fn to_error_object(&self) -> ErrorObject {
+        match self {
+            Self::Invalid { message, .. } => ErrorObject::new(ErrorCode::INVALID_REQUEST, message),
+            Self::Runtime { error, batch, .. } if !batch.is_empty() => {
+                let mut object = error.to_error_object();
+                object.message.push_str("; nothing in the batch was run");
+                object
+            }
+            Self::Runtime { error, .. } => error.to_error_object(),
+        }
+    }
+
+    /// The answers of the refusal, for transports that answer on a stream:
+    /// one per request of a refused batch, else one.
+    pub fn responses(&self) -> Vec<Response> {
+        let error = self.to_error_object();
+        match self {
+            Self::Runtime { batch, .. } if !batch.is_empty() => batch
+                .iter()
+                .map(|id| Response::error(Some(id.clone()), error.clone()))
+                .collect(),
+            _ => vec![Response::error(self.id().cloned(), error)],
+        }
+    }
+
+    fn runtime(error: RuntimeError, id: Option<RequestId>) -> Self {
+        Self::Runtime {
+            error,
+            id,
+            batch: Vec::new(),
+        }
+    }
+}
+
+/// A request being measured: recorded in
+/// `mcp_server_operation_duration_seconds` when its response is written
+/// ([`Call::complete`]) or, without one (cancelled, or its session
+/// stopped), when its exchange lets it go.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) id: RequestId,
+    method: &'static str,
+    tool: Option<String>,
+    prompt: Option<String>,
+    version: &'static str,
+    transport: Transport,
+    started: Instant,
+    recorded: bool,
+    /// The request's span: the handler runs in it.
+    pub(crate) span: tracing::Span,
+    /// Who the request acts for (its handler's context tells).
+    pub(crate) principal: Option<Arc<mcp_cluster_store::Principal>>,
+}
+
+impl Call {
+    pub(crate) fn new(
+        runtime: &Runtime,
+        request: &Request,
+        session: Option<&SessionHandle>,
+        version: &'static str,
+        inbound: &Inbound,
+    ) -> Self {
+        let method = method_label(&request.method);
+        let name = || {
+            request
+                .params
+                .as_ref()
+                .and_then(|p| p.get("name"))
+                .and_then(serde_json::Value::as_str)
+        };
+        let service = runtime.service();
+        let tool = (method == methods::TOOLS_CALL).then(|| {
+            name()
+                .filter(|n| service.has_tool(n))
+                .unwrap_or(OTHER)
+                .to_owned()
+        });
+        let prompt = (method == methods::PROMPTS_GET).then(|| {
+            name()
+                .filter(|n| service.has_prompt(n))
+                .unwrap_or(OTHER)
+                .to_owned()
+        });
+        let target = match (&tool, &prompt) {
+            (Some(tool), _) if tool != OTHER => Some(mcp_cluster_telemetry::Target::Tool(tool)),
+            (_, Some(prompt)) if prompt != OTHER => {
+                Some(mcp_cluster_telemetry::Target::Prompt(prompt))
+            }
+            _ if method == methods::RESOURCES_READ
+                || method == methods::RESOURCES_SUBSCRIBE
+                || method == methods::RESOURCES_UNSUBSCRIBE =>
+            {
+                request
+                    .params
+                    .as_ref()
+                    .and_then(|p| p.get("uri"))
+                    .and_then(serde_json::Value::as_str)
+                    .map(mcp_cluster_telemetry::Target::Resource)
+            }
+            _ => None,
+        };
+        let span = inbound.span(
+            method,
+            target,
+            session,
+            Some(&request.id),
+            request.params.as_ref(),
+        );
+        Self {
+            id: request.id.clone(),
+            method,
+            tool,
+            prompt,
+            version,
+            transport: inbound.transport,
+            started: Instant::now(),
+            recorded: false,
+            span,
+            principal: inbound.principal.clone(),
+        }
+    }
+
+    /// Records the call with the outcome of `response`.
+    pub(crate) fn complete(mut self, response: &Response) {
+        if self.method == methods::INITIALIZE
+            && let Ok(result) = &response.outcome
+        {
+            // The version the session now speaks.
+            self.version = result
+                .get("protocolVersion")
+                .and_then(serde_json::Value::as_str)
+                .and_then(|v| v.parse::<ProtocolVersion>().ok())
+                .map_or("", ProtocolVersion::as_str);
+        }
+        let error_type = match &response.outcome {
+            Err(err) => {
+                mcp_cluster_telemetry::record_error(
+                    &self.span,
+                    mcp_cluster_telemetry::RequestFailure::JsonRpc {
+                        code: i64::from(err.code.0),
+                        message: &err.message,
+                    },
+                );
+                err.code.0.to_string()
+            }
+            Ok(value)
+                if self.method == methods::TOOLS_CALL
+                    && value.get("isError").and_then(serde_json::Value::as_bool) == Some(true) =>
+            {
+                mcp_cluster_telemetry::record_error(
+                    &self.span,
+                    mcp_cluster_telemetry::RequestFailure::ToolError,
+                );
+                "tool_error".to_owned()
+            }
+            Ok(_) => String::new(),
+        };
+        self.record(&error_type);
+    }
+
+    fn record(&mut self, error_type: &str) {
+        self.recorded = true;
+        metrics::metrics()
+            .operation(&OperationLabels {
+                method: self.method,
+                tool: self.tool.as_deref().unwrap_or(""),
+                prompt: self.prompt.as_deref().unwrap_or(""),
+                error_type,
+                protocol_version: self.version,
+                transport: self.transport.network(),
+            })
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if !self.recorded {
+            mcp_cluster_telemetry::record_error(
+                &self.span,
+                mcp_cluster_telemetry::RequestFailure::Other("cancelled"),
+            );
+            self.record("cancelled");
+        }
+    }
+}
+
+/// Client-to-server request methods this server knows (others are
+/// measured as [`OTHER`]).
+const KNOWN_METHODS: &[&str] = &[
+    methods::INITIALIZE,
+    methods::PING,
+    methods::TOOLS_LIST,
+    methods::TOOLS_CALL,
+    methods::RESOURCES_LIST,
+    methods::RESOURCES_TEMPLATES_LIST,
+    methods::RESOURCES_READ,
+    methods::RESOURCES_SUBSCRIBE,
+    methods::RESOURCES_UNSUBSCRIBE,
+    methods::PROMPTS_LIST,
+    methods::PROMPTS_GET,
+    methods::COMPLETION_COMPLETE,
+    methods::LOGGING_SET_LEVEL,
+    methods::SERVER_DISCOVER,
+    methods::SUBSCRIPTIONS_LISTEN,
+    methods::TASKS_GET,
+    methods::TASKS_UPDATE,
+    methods::TASKS_CANCEL,
+];
+
+/// Client notifications this server knows (others are named [`OTHER`] in
+/// spans: a span name must not take any value a client sends).
+const KNOWN_NOTIFICATIONS: &[&str] = &[
+    methods::NOTIFICATION_INITIALIZED,
+    methods::NOTIFICATION_CANCELLED,
+    methods::CANCEL_REQUEST_ALIAS,
+    methods::NOTIFICATION_PROGRESS,
+    methods::NOTIFICATION_ROOTS_LIST_CHANGED,
+];
+
+fn notification_label(method: &str) -> &'static str {
+    known(KNOWN_NOTIFICATIONS, method)
+}
+
+/// The label of a method: itself when known, else [`OTHER`].
+fn method_label(method: &str) -> &'static str {
+    known(KNOWN_METHODS, method)
+}
+
+/// `name` as the entry of `list` it equals, else [`OTHER`].
+fn known(list: &[&'static str], name: &str) -> &'static str {
+    list.iter().find(|m| **m == name).copied().unwrap_or(OTHER)
+}
+
+fn version_label(session: &SessionHandle) -> &'static str {
+    session
+        .protocol_version()
+        .map_or("", ProtocolVersion::as_str)
+}
+
+fn rejection_reason(err: &RuntimeError) -> &'static str {
+    match err {
+        RuntimeError::TooManySessions => "too_many_sessions",
+        RuntimeError::ShuttingDown => "shutting_down",
+        RuntimeError::Store(_) => "store_unavailable",
+        RuntimeError::QuotaExceeded { .. } => "quota",
+        _ => "other",
+    }
+}
+
+impl Runtime {
+    /// Opens a session for a transport that opens one without `initialize`
+    /// (legacy HTTP+SSE, stdio): the client's `initialize` follows on it.
+    /// Counted against `initialize_per_address` (no principal) or
+    /// `sessions_per_principal`.
+    ///
+    /// # Errors
+    /// As [`Runtime::create_session`], and [`RuntimeError::QuotaExceeded`].
+    pub async fn open_session(&self, inbound: &Inbound) -> Result<SessionHandle, RuntimeError> {
+        let transport = inbound.transport;
+        let m = metrics::metrics();
+        let owner = inbound
+            .principal
+            .as_deref()
+            .map(mcp_cluster_store::Principal::key);
+        let admitted = self
+            .node()
+            .quotas
+            .admit_new_session(inbound.client_ip, inbound.principal.as_deref())
+            .await;
+        let created = match admitted {
+            Ok(()) => self.create_session(owner).await,
+            Err(err) => Err(err),
+        };
+        match created {
+            Ok(session) => {
+                m.sessions_created
+                    .with_label_values(&[transport.label()])
+                    .inc();
+                Ok(session)
+            }
+            Err(err) => {
+                m.sessions_rejected
+                    .with_label_values(&[rejection_reason(&err)])
+                    .inc();
+                Err(err)
+            }
+        }
+    }
+
+    /// Streamable HTTP `initialize`: creates the session, runs the request
+    /// and waits for its answer (always JSON: the session id travels in the
+    /// HTTP headers). A failed `initialize` leaves no session.
+    ///
+    /// Returns the session, the reply, and whether it succeeded.
+    ///
+    /// # Errors
+    /// The session could not be created or the request not dispatched.
+    pub async fn initialize(
+        &self,
+        request: Request,
+        inbound: &Inbound,
+    ) -> Result<
+        (
+            SessionHandle,
+            Result<ExchangeReply, oneshot::error::RecvError>,
+            bool,
+        ),
+        Refusal,
+    > {
+        let id = request.id.clone();
+        // The principal's request quota first: a refused `initialize`
+        // opens nothing.
+        if let Err(err) = self
+            .node()
+            .quotas
+            .admit_requests(inbound.principal.as_deref(), 1)
+            .await
+        {
+            metrics::metrics()
+                .sessions_rejected
+                .with_label_values(&[rejection_reason(&err)])
+                .inc();
+            return Err(Refusal::runtime(err, Some(id)));
+        }
+        let session = self
+            .open_session(inbound)
+            .await
+            .map_err(|err| Refusal::runtime(err, Some(id.clone())))?;
+        let (exchange, reply) =
+            self.exchange_with_mode(&session, vec![request.id.clone()], ResponseMode::Auto);
+        exchange.track(Call::new(self, &request, Some(&session), "", inbound));
+        session
+            .dispatch(request, exchange)
+            .map_err(|err| Refusal::runtime(err, Some(id)))?;
+        let reply = reply.await;
+        let succeeded = matches!(&reply, Ok(ExchangeReply::Json(responses))
+            if responses.iter().all(|r| r.outcome.is_ok()));
+        if !succeeded {
+            let _ = self.end_session(session.id(), None).await;
+            metrics::metrics()
+                .sessions_rejected
+                .with_label_values(&["initialize_failed"])
+                .inc();
+        }
+        Ok((session, reply, succeeded))
+    }
+
+    /// Hands a decoded body to `session`: one message, or a batch (2025-03-26
+    /// sessions only) admitted whole or refused whole. Its requests and
+    /// notifications (but cancellations) count against the principal's
+    /// `requests_per_principal` first (a batch all or nothing).
+    ///
+    /// Cancel safety: cancelled before it returns, nothing of the body ran
+    /// (its quota units may have been counted).
+    ///
+    /// # Errors
+    /// A [`Refusal`]: nothing in the body ran.
+    pub async fn submit(
+        &self,
+        session: &SessionHandle,
+        body: Body,
+        answers: Answers,
+        inbound: &Inbound,
+    ) -> Result<Submitted, Refusal> {
+        self.admit_body(&body, inbound).await?;
+        match body {
+            Body::Single(Message::Request(request)) => {
+                let exchange = match answers {
+                    Answers::Reply => {
+                        let (exchange, reply) = self.exchange(session, vec![request.id.clone()]);
+                        self.dispatch_one(session, request, &exchange, inbound)?;
+                        return Ok(Submitted::Reply {
+                            reply,
+                            batch: false,
+                        });
+                    }
+                    Answers::SessionStream => self.attached_exchange(session),
+                };
+                self.dispatch_one(session, request, &exchange, inbound)?;
+                Ok(Submitted::Stream(exchange))
+            }
+            Body::Single(Message::Notification(n)) => {
+                let method = notification_label(&n.method);
+                let span = inbound.span(method, None, Some(session), None, n.params.as_ref());
+                let trace = mcp_cluster_telemetry::traceparent_of(&span);
+                if n.method == methods::NOTIFICATION_INITIALIZED {
+                    // The 202 goes out once `initialized` is stored: the
+                    // client's next request may reach another node, which
+                    // must not find the session uninitialized (it would
+                    // refuse to ask the client anything).
+                    let stored = session
+                        .notify_stored(n, trace)
+                        .map_err(|err| Refusal::runtime(err, None))?;
+                    let _ = stored.await;
+                } else {
+                    session
+                        .notify(n, trace)
+                        .map_err(|err| Refusal::runtime(err, None))?;
+                }
+                Ok(Submitted::Accepted)
+            }
+            Body::Single(Message::Response(r)) => {
+                // The node whose request asked links the client's trace.
+                let trace = mcp_cluster_telemetry::traceparent_of_context(&inbound.trace);
+                session
+                    .answer(r, trace)
+                    .map_err(|err| Refusal::runtime(err, None))?;
+                Ok(Submitted::Accepted)
+            }
+            Body::Batch(items) => self.submit_batch(session, items, answers, inbound),
+        }
+    }
+
+    /// Counts the body's requests and notifications against the principal's
+    /// request quota; a refusal names the request of a single-request body,
+    /// or every request of a batch (none of them runs).
+    async fn admit_body(&self, body: &Body, inbound: &Inbound) -> Result<(), Refusal> {
+        let Some(principal) = inbound.principal.as_deref() else {
+            return Ok(());
+        };
+        // A cancellation is never counted: it frees what the client holds,
+        // and a client over its quota must still be able to stop its work.
+        let initiated = |m: &Message| match m {
+            Message::Request(_) => true,
+            Message::Notification(n) => {
+                n.method != methods::NOTIFICATION_CANCELLED
+                    && n.method != methods::CANCEL_REQUEST_ALIAS
+            }
+            Message::Response(_) => false,
+        };
+        let count = match body {
+            Body::Single(message) => usize::from(initiated(message)),
+            Body::Batch(items) => items
+                .iter()
+                .filter(|item| item.as_ref().is_ok_and(initiated))
+                .count(),
+        };
+        let Err(error) = self
+            .node()
+            .quotas
+            .admit_requests(Some(principal), count)
+            .await
+        else {
+            return Ok(());
+        };
+        Err(match body {
+            Body::Single(Message::Request(r)) => Refusal::runtime(error, Some(r.id.clone())),
+            Body::Batch(items) => Refusal::Runtime {
+                error,
+                id: None,
+                batch: items
+                    .iter()
+                    .filter_map(|item| match item {
+                        Ok(Message::Request(r)) => Some(r.id.clone()),
+                        _ => None,
+                    })
+                    .collect(),
+            },
+            Body::Single(_) => Refusal::runtime(error, None),
+        })
+    }
+
+    fn dispatch_one(
+        &self,
+        session: &SessionHandle,
+        request: Request,
+        exchange: &Arc<Exchange>,
+        inbound: &Inbound,
+    ) -> Result<(), Refusal> {
+        let id = request.id.clone();
+        exchange.track(Call::new(
+            self,
+            &request,
+            Some(session),
+            version_label(session),
+            inbound,
+        ));
+        session
+            .dispatch(request, Arc::clone(exchange))
+            .map_err(|err| Refusal::runtime(err, Some(id)))
+    }
+
+    fn submit_batch(
+        &self,
+        session: &SessionHandle,
+        items: Vec<Result<Message, DecodeError>>,
+        answers: Answers,
+        inbound: &Inbound,
+    ) -> Result<Submitted, Refusal> {
+        let version = session
+            .protocol_version()
+            .unwrap_or(ProtocolVersion::HTTP_DEFAULT);
+        if !version.allows_batches() {
+            return Err(Refusal::Invalid {
+                message: format!(
+                    "JSON-RPC batches are not supported in protocol version {version}"
+                ),
+                id: None,
+            });
+        }
+        let mut messages = Vec::new();
+        let mut ids = Vec::new();
+        let mut errors = Vec::new();
+        let mut calls = Vec::new();
+        for item in items {
+            match item {
+                // 2025-03-26, lifecycle: initialize is never part of a batch.
+                Ok(Message::Request(r)) if r.method == methods::INITIALIZE => {
+                    errors.push(Response::error(
+                        Some(r.id),
+                        ErrorObject::new(
+                            ErrorCode::INVALID_REQUEST,
+                            "initialize must not be part of a batch",
+                        ),
+                    ));
+                }
+                Ok(Message::Request(r)) => {
+                    ids.push(r.id.clone());
+                    calls.push(Call::new(
+                        self,
+                        &r,
+                        Some(session),
+                        version.as_str(),
+                        inbound,
+                    ));
+                    messages.push(Message::Request(r));
+                }
+                Ok(message) => messages.push(message),
+                Err(err) => errors.push(Response::error(err.id.clone(), err.to_error_object())),
+            }
+        }
+        let answered = !ids.is_empty() || !errors.is_empty();
+        let (exchange, reply, late_errors) = match answers {
+            Answers::Reply => {
+                let (exchange, reply) = self.batch_exchange(session, ids.clone(), errors);
+                (exchange, Some(reply), Vec::new())
+            }
+            Answers::SessionStream => (self.attached_exchange(session), None, errors),
+        };
+        for call in calls {
+            exchange.track(call);
+        }
+        // One mailbox message: the batch runs whole or not at all.
+        if let Err(error) = session.dispatch_batch(messages, Arc::clone(&exchange)) {
+            return Err(Refusal::Runtime {
+                error,
+                id: None,
+                batch: ids,
+            });
+        }
+        // On a session's stream, the errors for the invalid members follow
+        // only when the batch ran.
+        write_later(&exchange, late_errors);
+        Ok(match reply {
+            Some(reply) if answered => Submitted::Reply { reply, batch: true },
+            Some(_) => Submitted::Accepted,
+            None => Submitted::Stream(exchange),
+        })
+    }
+
+    /// Writes answers the pipeline or the transport computed on the
+    /// session's stream (transports that answer on it: legacy HTTP+SSE,
+    /// stdio). The exchange is dropped once they are written.
+    pub fn reply_on_stream(
+        &self,
+        session: &SessionHandle,
+        responses: Vec<Response>,
+    ) -> Arc<Exchange> {
+        let exchange = self.attached_exchange(session);
+        write_later(&exchange, responses);
+        exchange
+    }
+}
+
+/// Writes `responses` to `exchange` in order, in the background.
+fn write_later(exchange: &Arc<Exchange>, responses: Vec<Response>) {
+    if responses.is_empty() {
+        return;
+    }
+    let writing = Arc::clone(exchange);
+    actix::spawn(async move {
+        for response in responses {
+            let _ = writing.finish(Some(response)).await;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_methods_are_one_label() {
+        assert_eq!(method_label("tools/call"), "tools/call");
+        assert_eq!(method_label("tools/call2"), OTHER);
+        assert_eq!(method_label(""), OTHER);
+        assert_eq!(
+            notification_label("notifications/cancelled"),
+            "notifications/cancelled"
+        );
+        assert_eq!(notification_label("notifications/anything"), OTHER);
+    }
+
+    #[test]
+    fn refusals_word_the_same_on_every_transport() {
+        let r = Refusal::runtime(RuntimeError::Overloaded, Some(RequestId::Number(1)));
+        let e = r.to_error_object();
+        assert_eq!(e.code, ErrorCode::INTERNAL_ERROR);
+        assert_eq!(e.message, RuntimeError::Overloaded.client_message());
+        assert_eq!(r.id(), Some(&RequestId::Number(1)));
+        let batch = Refusal::Runtime {
+            error: RuntimeError::Overloaded,
+            id: None,
+            batch: vec![RequestId::Number(1), RequestId::Number(2)],
+        };
+        let answers = batch.responses();
+        assert_eq!(answers.len(), 2);
+        assert_eq!(answers[1].id, Some(RequestId::Number(2)));
+    }
+}

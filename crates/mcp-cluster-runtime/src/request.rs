@@ -1,0 +1,201 @@
+//! The in-flight request actor: runs one handler future under the request
+//! timeout, turns a panic or timeout into -32603 for this request only, and
+//! stops the handler on cancellation.
+//!
+//! Owner: the session actor that started it keeps its address in the
+//! in-flight table. Stop paths: the handler completes (response written),
+//! [`Cancel`] (no response), or the session stops (token tripped).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use actix::prelude::*;
+use mcp_cluster_protocol::{ErrorObject, RequestId, Response};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::RequestOutput;
+use crate::executor::Executor;
+use crate::runtime::InFlightTicket;
+use crate::session::{RequestFinished, Session};
+
+/// The handler's future.
+pub(crate) type Job = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>> + Send>>;
+
+/// Stop the handler: `notifications/cancelled` arrived.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Cancel;
+
+/// One in-flight request.
+pub(crate) struct InFlightRequest {
+    id: RequestId,
+    /// Distinguishes this request from a later one reusing its id.
+    serial: u64,
+    /// Tripped on cancel and on stop; the handler's context holds it.
+    cancel: CancellationToken,
+    output: Arc<RequestOutput>,
+    /// Told when this actor stops, to free the in-flight slot.
+    session: Addr<Session>,
+    /// Taken in `started`.
+    job: Option<Job>,
+    timeout: Duration,
+    /// Where the handler runs.
+    executor: Arc<Executor>,
+    task: Option<SpawnHandle>,
+    /// Set by [`Cancel`] before the token trips: the client cancelled, so
+    /// no response is sent. A token tripped without it (node shutdown)
+    /// answers with an error instead.
+    client_cancelled: Arc<AtomicBool>,
+    /// Counts this request on the node until the actor is dropped.
+    _ticket: InFlightTicket,
+}
+
+impl std::fmt::Debug for InFlightRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InFlightRequest")
+            .field("id", &self.id)
+            .field("serial", &self.serial)
+            .finish()
+    }
+}
+
+impl InFlightRequest {
+    // Each argument is a distinct part the actor owns; a builder would only
+    // move them around.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        id: RequestId,
+        serial: u64,
+        cancel: CancellationToken,
+        output: Arc<RequestOutput>,
+        session: Addr<Session>,
+        job: Job,
+        timeout: Duration,
+        executor: Arc<Executor>,
+        ticket: InFlightTicket,
+    ) -> Self {
+        Self {
+            id,
+            serial,
+            cancel,
+            output,
+            session,
+            job: Some(job),
+            timeout,
+            executor,
+            task: None,
+            client_cancelled: Arc::new(AtomicBool::new(false)),
+            _ticket: ticket,
+        }
+    }
+}
+
+/// Runs a handler's future on the executor and waits for it here, under the
+/// request timeout, turning a panic or a timeout into -32603 for this
+/// request only. `None`: the client cancelled it (`client_cancelled` set
+/// before `cancel` tripped), and no response is due; a token tripped
+/// without it (node shutdown) answers with an error. The timeout and the
+/// cancellation act from here, so they hold even for a handler that blocks
+/// its executor thread: its answer goes out on time, and the handler is
+/// stopped at its next await.
+pub(crate) async fn run_job(
+    executor: &Executor,
+    job: Job,
+    timeout: Duration,
+    cancel: &CancellationToken,
+    client_cancelled: &AtomicBool,
+    id: &RequestId,
+) -> Option<Result<Value, ErrorObject>> {
+    let running = executor.spawn(job);
+    Some(tokio::select! {
+        // A stopped request answers as stopped even if its handler,
+        // seeing the same token, returned at the same moment.
+        biased;
+        () = cancel.cancelled() => {
+            if client_cancelled.load(Ordering::Acquire) {
+                return None;
+            }
+            tracing::info!(jsonrpc_id = %id, "Request stopped by the server.");
+            Err(ErrorObject::internal("request stopped: the server is shutting down"))
+        }
+        finished = tokio::time::timeout(timeout, running) => match finished {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(err)) if err.is_panic() => {
+                tracing::error!(jsonrpc_id = %id, "Handler panicked.");
+                Err(ErrorObject::internal("internal error: the handler failed"))
+            }
+            Ok(Err(_)) => {
+                tracing::info!(jsonrpc_id = %id, "Handler stopped with the executor.");
+                Err(ErrorObject::internal("request stopped: the server is shutting down"))
+            }
+            Err(_) => {
+                tracing::warn!(jsonrpc_id = %id, "Handler timed out.");
+                Err(ErrorObject::internal("request timed out"))
+            }
+        },
+    })
+}
+
+impl Actor for InFlightRequest {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let Some(job) = self.job.take() else {
+            ctx.stop();
+            return;
+        };
+        let id = self.id.clone();
+        let output = Arc::clone(&self.output);
+        let timeout = self.timeout;
+        let cancel = self.cancel.clone();
+        let client_cancelled = Arc::clone(&self.client_cancelled);
+        let executor = Arc::clone(&self.executor);
+        let run = async move {
+            let Some(outcome) =
+                run_job(&executor, job, timeout, &cancel, &client_cancelled, &id).await
+            else {
+                return;
+            };
+            // Detached, so that a cancellation arriving now cannot cut the
+            // write short and leave the stream unclosed.
+            actix::spawn(async move {
+                output
+                    .finish(Some(Response {
+                        id: Some(id),
+                        outcome,
+                    }))
+                    .await
+            });
+        };
+        self.task = Some(ctx.spawn(run.into_actor(self).map(|(), _, ctx| ctx.stop())));
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.cancel.cancel();
+        self.session.do_send(RequestFinished {
+            id: self.id.clone(),
+            serial: self.serial,
+        });
+    }
+}
+
+impl Handler<Cancel> for InFlightRequest {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Cancel, ctx: &mut Self::Context) {
+        self.client_cancelled.store(true, Ordering::Release);
+        if let Some(task) = self.task.take() {
+            // Dropping the handler future frees what it held.
+            ctx.cancel_future(task);
+        }
+        self.cancel.cancel();
+        let output = Arc::clone(&self.output);
+        // No response for a cancelled request; the exchange may close.
+        actix::spawn(async move { output.finish(None).await });
+        ctx.stop();
+    }
+}

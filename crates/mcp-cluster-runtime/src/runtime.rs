@@ -1,0 +1,879 @@
+//! The facade transports call: create, find and end sessions, open
+//! exchanges, follow streams, broadcast server events, drain.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use actix::prelude::*;
+use dashmap::DashMap;
+use mcp_cluster_protocol::{RequestId, Response};
+use mcp_cluster_store::{
+    ControlMessage, NodeId, Position, Principal, SessionId, SessionRecord, Store, StoreError,
+    StreamId,
+};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::exchange::{Exchange, ExchangeReply};
+use crate::follow::{Attachments, Follow};
+use crate::quota::Quotas;
+use crate::registry::{FanOut, SessionMap, SessionRegistry};
+use crate::session::{Session, SessionDeps};
+use crate::{McpService, RuntimeConfig, RuntimeError, ServerEvent, SessionHandle};
+
+/// What every part of the runtime on this node shares: its identity in the
+/// cluster, the store, and which streams it is reading.
+#[derive(Debug)]
+pub(crate) struct NodeContext {
+    /// This node, as the node registry and the control bus know it.
+    pub(crate) id: NodeId,
+    /// The shared store.
+    pub(crate) store: Store,
+    /// The streams read on this node.
+    pub(crate) attachments: Arc<Attachments>,
+    /// Requests running on this node: incremented by a session when it
+    /// starts one, decremented when the request actor stops.
+    pub(crate) in_flight: std::sync::atomic::AtomicUsize,
+    /// Exchanges of POSTed requests not yet fully answered: counted from
+    /// the moment the transport opens one until its last response is
+    /// written (and its stream closed), or it is dropped unanswered.
+    pub(crate) open_exchanges: std::sync::atomic::AtomicUsize,
+    /// Set by `Runtime::leave`: no heartbeat after it. A tokio mutex: held
+    /// across the heartbeat and the leave, so neither overtakes the other.
+    pub(crate) membership: tokio::sync::Mutex<bool>,
+    /// Quota checks, and the stream slots this node's connections hold.
+    pub(crate) quotas: Arc<Quotas>,
+    /// The `subscriptions/listen` streams open on this node.
+    pub(crate) listeners: Arc<crate::listen::Listeners>,
+    /// The keys that seal input-required request states.
+    pub(crate) key_ring: Arc<crate::mrtr::KeyRing>,
+    /// Tasks running on this node.
+    pub(crate) running_tasks: std::sync::atomic::AtomicUsize,
+    /// When the key ring was last read from the store (`None`: not yet).
+    pub(crate) ring_read: tokio::sync::Mutex<Option<tokio::time::Instant>>,
+    /// Where every handler runs, apart from the HTTP workers.
+    pub(crate) executor: Arc<crate::executor::Executor>,
+}
+
+/// Counts one open exchange on its node while it lives.
+#[derive(Debug)]
+pub(crate) struct ExchangeTicket(Arc<NodeContext>);
+
+impl ExchangeTicket {
+    pub(crate) fn issue(node: &Arc<NodeContext>) -> Self {
+        node.open_exchanges.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(node))
+    }
+}
+
+impl Drop for ExchangeTicket {
+    fn drop(&mut self) {
+        self.0.open_exchanges.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Counts one running request on its node while it lives.
+#[derive(Debug)]
+pub(crate) struct InFlightTicket(Arc<NodeContext>);
+
+impl InFlightTicket {
+    pub(crate) fn issue(node: &Arc<NodeContext>) -> Self {
+        node.in_flight.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(node))
+    }
+}
+
+impl Drop for InFlightTicket {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl NodeContext {
+    /// Publishes on the control bus; a failure is logged, not returned: the
+    /// messages are best effort (a missed one is caught by TTL renewal or a
+    /// re-read).
+    pub(crate) async fn publish(&self, message: ControlMessage) {
+        if let Err(err) = self.store.bus.publish(&message).await {
+            tracing::warn!(error = %err, "Control message could not be published.");
+        }
+    }
+}
+
+/// One node's runtime. Cheap to clone; create it once, inside the actix
+/// system, outside the HTTP worker factory.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    sessions: SessionMap,
+    registry: Addr<SessionRegistry>,
+    deps: SessionDeps,
+    /// Parent of every session's token: tripped when in-flight requests must
+    /// stop (end of the drain grace period).
+    stop: CancellationToken,
+    /// Tripped when draining starts: every SSE follow ends with `retry`.
+    drain: CancellationToken,
+    draining: AtomicBool,
+    /// Set late in the drain: no new work is admitted, not even for
+    /// existing sessions (503, the client retries elsewhere).
+    closing: AtomicBool,
+    /// Sessions being created (between the limit check and the insertion
+    /// into the map): counted against `max_sessions`, so concurrent
+    /// `initialize`s cannot overshoot it.
+    creating: std::sync::atomic::AtomicUsize,
+    /// `serverInfo` as JSON, made on first use.
+    server_info: std::sync::OnceLock<serde_json::Value>,
+}
+
+/// One session creation in progress, counted in `Inner::creating` until
+/// dropped.
+struct Creating<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Runtime {
+    /// A runtime over a service and a store. Must run inside an actix system.
+    pub fn new(service: Arc<dyn McpService>, store: Store, config: RuntimeConfig) -> Self {
+        let sessions: SessionMap = Arc::new(DashMap::new());
+        let registry = SessionRegistry::new(Arc::clone(&sessions)).start();
+        let quotas = Arc::new(Quotas::new(
+            config.quotas.clone(),
+            Arc::clone(&store.quotas),
+        ));
+        let configured = config.state_keys().unwrap_or_else(|err| {
+            tracing::error!(error = %err, "Request-state keys ignored; this node makes its own.");
+            Vec::new()
+        });
+        // expect: only when the process cannot start threads at all, at
+        // startup, before anything is served.
+        #[allow(clippy::expect_used)]
+        let executor =
+            crate::executor::Executor::new(config.executor_threads, config.blocking_threads)
+                .expect("the request executor's threads could not be started");
+        let node = Arc::new(NodeContext {
+            executor: Arc::new(executor),
+            id: NodeId::random(),
+            quotas,
+            listeners: Arc::default(),
+            key_ring: Arc::new(crate::mrtr::KeyRing::new(&configured)),
+            ring_read: tokio::sync::Mutex::new(None),
+            running_tasks: std::sync::atomic::AtomicUsize::new(0),
+            store,
+            attachments: Arc::new(Attachments::default()),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            open_exchanges: std::sync::atomic::AtomicUsize::new(0),
+            membership: tokio::sync::Mutex::new(false),
+        });
+        let deps = SessionDeps {
+            service,
+            node,
+            config: Arc::new(config),
+            sessions: Arc::clone(&sessions),
+        };
+        let runtime = Self {
+            inner: Arc::new(Inner {
+                sessions,
+                registry,
+                deps,
+                stop: CancellationToken::new(),
+                drain: CancellationToken::new(),
+                draining: AtomicBool::new(false),
+                closing: AtomicBool::new(false),
+                creating: std::sync::atomic::AtomicUsize::new(0),
+                server_info: std::sync::OnceLock::new(),
+            }),
+        };
+        crate::cluster::start(&runtime);
+        runtime
+    }
+
+    /// This node's id in the cluster.
+    pub fn node_id(&self) -> &NodeId {
+        &self.inner.deps.node.id
+    }
+
+    pub(crate) fn node(&self) -> &Arc<NodeContext> {
+        &self.inner.deps.node
+    }
+
+    pub(crate) fn sessions(&self) -> &SessionMap {
+        &self.inner.sessions
+    }
+
+    pub(crate) fn registry(&self) -> &Addr<SessionRegistry> {
+        &self.inner.registry
+    }
+
+    /// Leaves the cluster after a clean stop: the node registry forgets
+    /// this node (its streams are closed by then), so no survivor finalizes
+    /// it. Heartbeats stop first (a later one would register the node
+    /// again, and survivors would claim it as dead once it exits).
+    pub async fn leave(&self) {
+        let mut left = self.node().membership.lock().await;
+        *left = true;
+        if let Err(err) = self.store().nodes.leave(self.node_id()).await {
+            tracing::warn!(error = %err, "Leaving the cluster failed; survivors will finalize this node.");
+        }
+    }
+
+    /// Renews this node's liveness, unless it left the cluster.
+    pub(crate) async fn heartbeat(&self) {
+        // Held across the heartbeat: `leave` waits for one in progress.
+        let left = self.node().membership.lock().await;
+        if *left {
+            return;
+        }
+        let outcome = match self
+            .store()
+            .nodes
+            .heartbeat(self.node_id(), crate::cluster::HEARTBEAT_TTL)
+            .await
+        {
+            Ok(()) => "ok",
+            Err(err) => {
+                tracing::warn!(error = %err, "Heartbeat failed.");
+                "failed"
+            }
+        };
+        mcp_cluster_telemetry::metrics::metrics()
+            .heartbeats
+            .with_label_values(&[outcome])
+            .inc();
+    }
+
+    /// The key ring sealing input-required request states.
+    pub fn key_ring(&self) -> &crate::mrtr::KeyRing {
+        &self.inner.deps.node.key_ring
+    }
+
+    /// The service's `serverInfo` as JSON, made once (every stateless
+    /// result carries it).
+    pub(crate) fn server_info_json(&self) -> &serde_json::Value {
+        self.inner.server_info.get_or_init(|| {
+            serde_json::to_value(self.service().server_info()).unwrap_or(serde_json::Value::Null)
+        })
+    }
+
+    /// Tripped when in-flight work must stop (end of the drain grace).
+    pub(crate) fn stop_token(&self) -> CancellationToken {
+        self.inner.stop.clone()
+    }
+
+    /// Tripped when the node starts draining.
+    pub(crate) fn drain_token(&self) -> CancellationToken {
+        self.inner.drain.clone()
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.inner.deps.config
+    }
+
+    /// The service.
+    pub fn service(&self) -> &Arc<dyn McpService> {
+        &self.inner.deps.service
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.inner.deps.node.store
+    }
+
+    /// Sessions held by this node.
+    pub fn session_count(&self) -> usize {
+        self.inner.sessions.len()
+    }
+
+    /// Whether the node is draining.
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.load(Ordering::Acquire)
+    }
+
+    /// Creates a new, not yet initialized session and starts its actor on
+    /// the current arbiter. A session of a principal (`principal`: its key)
+    /// takes one of its `sessions_per_principal` slots until it ends.
+    ///
+    /// # Errors
+    /// [`RuntimeError::TooManySessions`], [`RuntimeError::ShuttingDown`],
+    /// [`RuntimeError::QuotaExceeded`], or a store failure.
+    pub async fn create_session(
+        &self,
+        principal: Option<String>,
+    ) -> Result<SessionHandle, RuntimeError> {
+        // A draining node still serves new sessions until it closes: a load
+        // balancer that has not caught up yet sends them here, and the
+        // session lives on in the store (the client's next requests go
+        // anywhere).
+        if self.is_closing() {
+            return Err(RuntimeError::ShuttingDown);
+        }
+        let others = self.inner.creating.fetch_add(1, Ordering::AcqRel);
+        let _creating = Creating(&self.inner.creating);
+        if self.inner.sessions.len() + others >= self.config().max_sessions {
+            return Err(RuntimeError::TooManySessions);
+        }
+        let id = SessionId::random();
+        let idle_ttl = self.config().session_idle_ttl();
+        let quotas = &self.node().quotas;
+        if let Some(owner) = &principal {
+            quotas.acquire_session(owner, &id, idle_ttl).await?;
+        }
+        let stored = self.store_new_session(&id, principal.clone()).await;
+        let record = match stored {
+            Ok(record) => record,
+            Err(err) => {
+                if let Some(owner) = &principal {
+                    quotas.release_session(owner, &id).await;
+                }
+                return Err(err);
+            }
+        };
+        let handle = Session::start_with(record, self.inner.deps.clone(), &self.inner.stop);
+        self.inner.sessions.insert(id, handle.clone());
+        Ok(handle)
+    }
+
+    /// Writes a new session's standalone stream and record.
+    async fn store_new_session(
+        &self,
+        id: &SessionId,
+        principal: Option<String>,
+    ) -> Result<SessionRecord, RuntimeError> {
+        let store = &self.inner.deps.node.store;
+        let standalone = store.events.create_stream(id, &[]).await?;
+        let record = SessionRecord {
+            id: id.clone(),
+            protocol_version: None,
+            client_capabilities: mcp_cluster_store::RawJson::null(),
+            client_info: mcp_cluster_store::RawJson::null(),
+            initialized: false,
+            log_level: None,
+            subscriptions: Default::default(),
+            standalone_stream: standalone,
+            principal,
+            created_at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        };
+        store
+            .sessions
+            .create(&record, self.config().session_idle_ttl())
+            .await?;
+        Ok(record)
+    }
+
+    /// Finds a session: on this node, or rehydrated from the store.
+    ///
+    /// Either way the record is read from the store first: another node may
+    /// have changed or ended the session a moment ago, and its control
+    /// message may not have arrived here yet. A session held here gets the
+    /// record ahead of the caller's message, so a client that saw one node
+    /// answer a change (or a DELETE) never meets the old state on another.
+    ///
+    /// # Errors
+    /// [`RuntimeError::SessionNotFound`] when it never existed, ended or
+    /// expired; a store failure.
+    pub async fn session(&self, id: &SessionId) -> Result<SessionHandle, RuntimeError> {
+        self.session_as(id, None).await
+    }
+
+    /// As [`Self::session`], for `principal`: a session another principal
+    /// created is unknown to it ([`RuntimeError::SessionNotFound`], as if it
+    /// did not exist).
+    ///
+    /// # Errors
+    /// As [`Self::session`].
+    pub async fn session_as(
+        &self,
+        id: &SessionId,
+        principal: Option<&Principal>,
+    ) -> Result<SessionHandle, RuntimeError> {
+        self.locate_as(id, principal)
+            .await
+            .map(|(handle, _)| handle)
+    }
+
+    /// As [`Self::session`], and whether this node started serving the
+    /// session just now (rehydrated: created elsewhere, or evicted here).
+    ///
+    /// # Errors
+    /// As [`Self::session`].
+    pub async fn locate(&self, id: &SessionId) -> Result<(SessionHandle, bool), RuntimeError> {
+        self.locate_as(id, None).await
+    }
+
+    /// As [`Self::locate`], for `principal` (see [`Self::session_as`]). A
+    /// session of another principal is neither rehydrated nor refreshed.
+    ///
+    /// # Errors
+    /// As [`Self::session`].
+    pub async fn locate_as(
+        &self,
+        id: &SessionId,
+        principal: Option<&Principal>,
+    ) -> Result<(SessionHandle, bool), RuntimeError> {
+        let located = self.locate_any(id, principal).await?;
+        if located.0.belongs_to(principal) {
+            Ok(located)
+        } else {
+            Err(RuntimeError::SessionNotFound)
+        }
+    }
+
+    async fn locate_any(
+        &self,
+        id: &SessionId,
+        principal: Option<&Principal>,
+    ) -> Result<(SessionHandle, bool), RuntimeError> {
+        let local = self
+            .inner
+            .sessions
+            .get(id)
+            .map(|h| h.clone())
+            .filter(SessionHandle::is_alive);
+        // Alone on the embedded store, this node is the only writer: the
+        // local actor is the truth, no read needed.
+        if !self.store().shared
+            && let Some(handle) = &local
+        {
+            if self.is_closing() {
+                return Err(RuntimeError::ShuttingDown);
+            }
+            return Ok((handle.clone(), false));
+        }
+        let save_events = local.as_ref().map(SessionHandle::save_events);
+        let loaded = self.inner.deps.node.store.sessions.load(id).await?;
+        // Checked after the last await: a caller admitted here opens its
+        // exchange before the drain can look at the open exchanges again.
+        if self.is_closing() {
+            return Err(RuntimeError::ShuttingDown);
+        }
+        if let (Some(handle), Some(save_events)) = (local, save_events) {
+            let Some(record) = loaded else {
+                // Ended (or expired) elsewhere: end it here too.
+                self.inner
+                    .sessions
+                    .remove_if(id, |_, h| h.same_actor(&handle));
+                handle.terminate();
+                return Err(RuntimeError::SessionNotFound);
+            };
+            handle.refresh(record, save_events);
+            return Ok((handle, false));
+        }
+        let record = loaded
+            .filter(|r| crate::session::owned_by(r.principal.as_deref(), principal))
+            .ok_or(RuntimeError::SessionNotFound)?;
+        let entry = self.inner.sessions.entry(id.clone());
+        let (handle, started) = match entry {
+            dashmap::Entry::Occupied(e) if e.get().is_alive() => (e.get().clone(), false),
+            dashmap::Entry::Occupied(mut e) => {
+                let handle = Session::start_with(record, self.inner.deps.clone(), &self.inner.stop);
+                e.insert(handle.clone());
+                mcp_cluster_telemetry::metrics::metrics()
+                    .sessions_rehydrated
+                    .inc();
+                (handle, true)
+            }
+            dashmap::Entry::Vacant(e) => {
+                let handle = Session::start_with(record, self.inner.deps.clone(), &self.inner.stop);
+                e.insert(handle.clone());
+                mcp_cluster_telemetry::metrics::metrics()
+                    .sessions_rehydrated
+                    .inc();
+                (handle, true)
+            }
+        };
+        tracing::debug!(session_id = %id, "Session rehydrated.");
+        Ok((handle, started))
+    }
+
+    /// Evicts a session from this node only: its actor stops, its state
+    /// stays in the store, and the next request rehydrates it (here or on
+    /// another node). `false` when it was not held here.
+    pub fn evict(&self, id: &SessionId) -> bool {
+        match self.inner.sessions.remove(id) {
+            Some((_, handle)) => {
+                handle.evict();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends a session everywhere: deletes its state and streams, cancels its
+    /// requests, stops its actor.
+    ///
+    /// # Errors
+    /// [`RuntimeError::SessionNotFound`] when it was already gone; a store
+    /// failure.
+    pub async fn terminate(&self, id: &SessionId) -> Result<(), RuntimeError> {
+        self.terminate_as(id, None).await
+    }
+
+    /// As [`Self::terminate`], for `principal`: a session another principal
+    /// created is unknown to it and stays.
+    ///
+    /// # Errors
+    /// As [`Self::terminate`].
+    pub async fn terminate_as(
+        &self,
+        id: &SessionId,
+        principal: Option<&Principal>,
+    ) -> Result<(), RuntimeError> {
+        let local = self.inner.sessions.get(id).map(|h| h.clone());
+        let owned = match local {
+            Some(handle) => handle.belongs_to(principal),
+            // Not held here: the record says who owns it (none: already
+            // gone, which `end_session` reports).
+            None => match self.store().sessions.load(id).await? {
+                Some(record) => crate::session::owned_by(record.principal.as_deref(), principal),
+                None => true,
+            },
+        };
+        if !owned {
+            return Err(RuntimeError::SessionNotFound);
+        }
+        self.end_session(id, Some(("deleted", "tcp"))).await
+    }
+
+    /// Ends a session whose connection ended (legacy HTTP+SSE: the SSE
+    /// stream; stdio: stdin), as [`Self::terminate`].
+    ///
+    /// # Errors
+    /// As [`Self::terminate`].
+    pub async fn end_disconnected(
+        &self,
+        id: &SessionId,
+        transport: crate::Transport,
+    ) -> Result<(), RuntimeError> {
+        self.end_session(id, Some(("disconnected", transport.network())))
+            .await
+    }
+
+    /// Ends a session; `measured`: the reason and network transport it is
+    /// counted under (`None`: a session that never started, not counted).
+    pub(crate) async fn end_session(
+        &self,
+        id: &SessionId,
+        measured: Option<(&str, &str)>,
+    ) -> Result<(), RuntimeError> {
+        let store = &self.inner.deps.node.store;
+        let local = self.inner.sessions.get(id).map(|h| h.clone());
+        // The session's age is in its record; read it only when no actor
+        // here has it (DELETE is rare).
+        let record = match (&local, measured) {
+            (None, Some(_)) => store.sessions.load(id).await.ok().flatten(),
+            _ => None,
+        };
+        // Whose session slot it held: its actor knows, or its record.
+        let owner: Option<String> = local
+            .as_ref()
+            .and_then(|h| h.owner().map(str::to_owned))
+            .or_else(|| record.as_ref().and_then(|r| r.principal.clone()));
+        let existed = store.sessions.delete(id).await?;
+        store.events.delete_session(id).await?;
+        if let Some(owner) = owner {
+            self.node().quotas.release_session(&owner, id).await;
+        }
+        let local = self.inner.sessions.remove(id);
+        if let Some((_, handle)) = &local {
+            handle.terminate();
+        }
+        if let Some((reason, transport)) = measured {
+            match (&local, record) {
+                (Some((_, handle)), _) => handle.record_end(reason, transport),
+                (None, Some(record)) if existed => crate::session::record_end(
+                    reason,
+                    transport,
+                    record.protocol_version.as_deref().unwrap_or(""),
+                    record.created_at_ms,
+                ),
+                _ => {}
+            }
+        }
+        // Every other node stops its actor of this session.
+        self.node()
+            .publish(ControlMessage::SessionEnded {
+                session: id.clone(),
+                origin: self.node_id().clone(),
+            })
+            .await;
+        if existed || local.is_some() {
+            Ok(())
+        } else {
+            Err(RuntimeError::SessionNotFound)
+        }
+    }
+
+    /// Opens the exchange of a POST carrying `requests` (their ids).
+    pub fn exchange(
+        &self,
+        session: &SessionHandle,
+        requests: Vec<RequestId>,
+    ) -> (Arc<Exchange>, oneshot::Receiver<ExchangeReply>) {
+        self.exchange_with_mode(session, requests, self.config().response_mode)
+    }
+
+    /// Opens an exchange with a given answer mode (`initialize` is always
+    /// answered as JSON: its session id travels in the HTTP headers).
+    pub fn exchange_with_mode(
+        &self,
+        session: &SessionHandle,
+        requests: Vec<RequestId>,
+        mode: crate::ResponseMode,
+    ) -> (Arc<Exchange>, oneshot::Receiver<ExchangeReply>) {
+        Exchange::pending(
+            session.id().clone(),
+            Arc::clone(self.node()),
+            mode,
+            requests,
+            Vec::new(),
+        )
+    }
+
+    /// Opens the exchange of a JSON-RPC batch: the responses of `requests`
+    /// plus `answered`, the errors for its invalid members.
+    pub fn batch_exchange(
+        &self,
+        session: &SessionHandle,
+        requests: Vec<RequestId>,
+        answered: Vec<Response>,
+    ) -> (Arc<Exchange>, oneshot::Receiver<ExchangeReply>) {
+        let mode = self.config().response_mode;
+        Exchange::pending(
+            session.id().clone(),
+            Arc::clone(self.node()),
+            mode,
+            requests,
+            answered,
+        )
+    }
+
+    /// An exchange writing into the session's standalone stream (legacy
+    /// HTTP+SSE and stdio: every answer travels on one stream).
+    pub fn attached_exchange(&self, session: &SessionHandle) -> Arc<Exchange> {
+        Exchange::attached(
+            session.id().clone(),
+            Arc::clone(self.node()),
+            session.standalone_stream().clone(),
+        )
+    }
+
+    /// Follows a stream of the session after `after`, taking it over from
+    /// its reader anywhere in the cluster (resumption, standalone GET). A
+    /// principal's session counts it against `streams_per_principal` while
+    /// the follow lives.
+    ///
+    /// # Errors
+    /// [`RuntimeError::UnknownEvent`] when the stream or position is not in
+    /// this session; [`RuntimeError::EventsExpired`];
+    /// [`RuntimeError::QuotaExceeded`]; a store failure.
+    pub async fn follow(
+        &self,
+        session: &SessionHandle,
+        stream: &StreamId,
+        after: Position,
+    ) -> Result<Follow, RuntimeError> {
+        self.follow_traced(session, stream, after, None).await
+    }
+
+    /// As [`Self::follow`], for a request in the trace `trace` (the
+    /// caller's): the node whose reader it takes over links it.
+    ///
+    /// # Errors
+    /// As [`Self::follow`].
+    pub async fn follow_traced(
+        &self,
+        session: &SessionHandle,
+        stream: &StreamId,
+        after: Position,
+        trace: Option<&mcp_cluster_telemetry::TraceContext>,
+    ) -> Result<Follow, RuntimeError> {
+        // A request stream names the requests it answers, so that this
+        // follow can answer them should the stream's data be lost.
+        let requests = if stream == session.standalone_stream() {
+            Vec::new()
+        } else {
+            self.store()
+                .events
+                .stream_requests(session.id(), stream)
+                .await?
+        };
+        // A principal's stream holds one of its slots while it is read; a
+        // reconnection to the same stream takes that stream's slot over.
+        let lease = match session.owner() {
+            Some(owner) => self.node().quotas.acquire_stream(owner, stream).await?,
+            None => None,
+        };
+        let mut follow = self.follow_here(session, stream, after, requests).await?;
+        follow.hold(lease);
+        // One reader per stream in the whole cluster: readers elsewhere end.
+        let kick = ControlMessage::Kick {
+            session: session.id().clone(),
+            stream: stream.clone(),
+            origin: self.node_id().clone(),
+            // The reader's node links the trace of the request that took
+            // its stream over (the client's, from its HTTP headers).
+            trace: trace.and_then(mcp_cluster_telemetry::traceparent_of_context),
+        };
+        let node = Arc::clone(self.node());
+        actix::spawn(async move { node.publish(kick).await });
+        Ok(follow)
+    }
+
+    /// Follows a stream this node just created for its own connection (the
+    /// SSE answer of a POST, with the ids of the requests it answers; the
+    /// stdio output, with none): no reader can exist elsewhere yet, so no
+    /// takeover is announced to the cluster.
+    ///
+    /// # Errors
+    /// As [`Self::follow`].
+    pub async fn follow_new(
+        &self,
+        session: &SessionHandle,
+        stream: &StreamId,
+        requests: Vec<RequestId>,
+    ) -> Result<Follow, RuntimeError> {
+        self.follow_here(session, stream, Position::START, requests)
+            .await
+    }
+
+    async fn follow_here(
+        &self,
+        session: &SessionHandle,
+        stream: &StreamId,
+        after: Position,
+        requests: Vec<RequestId>,
+    ) -> Result<Follow, RuntimeError> {
+        Follow::start(
+            Arc::clone(&self.inner.deps.node.store.events),
+            Arc::clone(&self.inner.deps.node.store.sessions),
+            &self.inner.deps.node.attachments,
+            session.id().clone(),
+            stream.clone(),
+            after,
+            self.inner.drain.clone(),
+            self.config().sse_keep_alive(),
+            requests,
+        )
+        .await
+        .map_err(RuntimeError::from)
+    }
+
+    /// Follows the session's standalone stream from now on.
+    ///
+    /// # Errors
+    /// As [`Self::follow`].
+    pub async fn follow_standalone(
+        &self,
+        session: &SessionHandle,
+    ) -> Result<(Position, Follow), RuntimeError> {
+        let stream = session.standalone_stream();
+        let tail = self
+            .inner
+            .deps
+            .node
+            .store
+            .events
+            .tail(session.id(), stream)
+            .await
+            .map_err(|err| match err {
+                StoreError::StreamNotFound => RuntimeError::SessionNotFound,
+                other => RuntimeError::from(other),
+            })?;
+        Ok((tail, self.follow(session, stream, tail).await?))
+    }
+
+    /// Tells every session on this node about a server event.
+    pub fn broadcast(&self, event: ServerEvent) {
+        let (name, uri) = event.wire();
+        let message = ControlMessage::ServerEvent {
+            name: name.to_owned(),
+            uri,
+            origin: self.node_id().clone(),
+        };
+        let store = self.store().clone();
+        let registry = self.inner.registry.clone();
+        let listeners = Arc::clone(&self.node().listeners);
+        // Every node (this one included, through the bus) fans it out to its
+        // sessions; if the bus is down, at least this node's sessions hear.
+        actix::spawn(async move {
+            if let Err(err) = store.bus.publish(&message).await {
+                tracing::warn!(error = %err, "Server event not published; delivered on this node only.");
+                listeners.fan_out(&event);
+                registry.do_send(FanOut(event));
+            }
+        });
+    }
+
+    /// Starts draining: readiness fails; everything is still served.
+    pub fn start_drain(&self) {
+        self.inner.draining.store(true, Ordering::Release);
+    }
+
+    /// Stops admitting work for existing sessions too: every request,
+    /// notification or stream naming a session is refused with
+    /// [`RuntimeError::ShuttingDown`] (503; the client retries, elsewhere
+    /// behind a load balancer). Work admitted before goes on.
+    pub fn start_closing(&self) {
+        self.start_drain();
+        self.inner.closing.store(true, Ordering::Release);
+    }
+
+    /// Where the node is in its drain, as an index into
+    /// [`mcp_cluster_telemetry::metrics::DRAIN_PHASES`]: serving, draining
+    /// (readiness fails), closed (no new work), left (the cluster).
+    pub fn drain_phase(&self) -> usize {
+        let left = self
+            .node()
+            .membership
+            .try_lock()
+            .map(|left| *left)
+            .unwrap_or(false);
+        if left {
+            3
+        } else if self.is_closing() {
+            2
+        } else {
+            usize::from(self.is_draining())
+        }
+    }
+
+    /// Whether the node admits no more work ([`Self::start_closing`]).
+    pub fn is_closing(&self) -> bool {
+        self.inner.closing.load(Ordering::Acquire)
+    }
+
+    /// POSTs whose requests are not all answered yet: their exchanges are
+    /// open until the last response is in the log (or in the JSON answer).
+    pub fn open_exchanges(&self) -> usize {
+        self.node().open_exchanges.load(Ordering::Acquire)
+    }
+
+    /// Ends every SSE connection of this node with `retry`, so clients
+    /// reconnect (to another node) and resume from the log. Events already
+    /// in the log are sent first, so a stream whose response is written
+    /// ends complete.
+    pub fn close_streams(&self) {
+        self.inner.drain.cancel();
+    }
+
+    /// Requests running on this node.
+    pub fn in_flight(&self) -> usize {
+        self.node().in_flight.load(Ordering::Acquire)
+    }
+
+    /// Cancels every in-flight request (end of the drain grace period).
+    pub fn stop_requests(&self) {
+        self.inner.stop.cancel();
+    }
+}

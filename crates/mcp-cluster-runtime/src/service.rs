@@ -1,0 +1,144 @@
+//! What a provider implements: the MCP server logic behind the runtime.
+
+use async_trait::async_trait;
+use mcp_cluster_protocol::types::{Implementation, ServerCapabilities};
+use mcp_cluster_protocol::{ErrorObject, Notification, Request};
+use serde_json::Value;
+
+use crate::RequestContext;
+
+/// A tool argument mirrored into an `Mcp-Param-<header>` HTTP header
+/// (`x-mcp-header` in the tool's input schema).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirroredParam {
+    /// The header name part, e.g. `Region` for `Mcp-Param-Region`.
+    pub header: String,
+    /// The argument (property) name.
+    pub argument: String,
+}
+
+/// Whether a tool runs as a task (the 2026-07-28 tasks extension) when the
+/// request's client declares the extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskSupport {
+    /// Never: always answered synchronously.
+    #[default]
+    Forbidden,
+    /// As a task for clients that declare the extension, synchronously for
+    /// others.
+    Optional,
+    /// Only as a task: clients without the extension get -32021.
+    Required,
+}
+
+/// A server-side happening that clients may need to hear about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerEvent {
+    /// The tool list changed.
+    ToolsListChanged,
+    /// The prompt list changed.
+    PromptsListChanged,
+    /// The resource list changed.
+    ResourcesListChanged,
+    /// A resource changed; sent to sessions subscribed to it.
+    ResourceUpdated {
+        /// The resource URI.
+        uri: String,
+    },
+}
+
+impl ServerEvent {
+    /// The event as the control bus carries it: a name and, for resource
+    /// updates, the URI.
+    pub fn wire(&self) -> (&'static str, Option<String>) {
+        match self {
+            Self::ToolsListChanged => ("tools_list_changed", None),
+            Self::PromptsListChanged => ("prompts_list_changed", None),
+            Self::ResourcesListChanged => ("resources_list_changed", None),
+            Self::ResourceUpdated { uri } => ("resource_updated", Some(uri.clone())),
+        }
+    }
+
+    /// The event from its bus form; `None` for a name this node does not
+    /// know (a newer node in a rolling deploy).
+    pub fn from_wire(name: &str, uri: Option<String>) -> Option<Self> {
+        match (name, uri) {
+            ("tools_list_changed", _) => Some(Self::ToolsListChanged),
+            ("prompts_list_changed", _) => Some(Self::PromptsListChanged),
+            ("resources_list_changed", _) => Some(Self::ResourcesListChanged),
+            ("resource_updated", Some(uri)) => Some(Self::ResourceUpdated { uri }),
+            _ => None,
+        }
+    }
+}
+
+/// The MCP server logic: everything but lifecycle, ping, logging level and
+/// subscriptions, which the session handles itself.
+#[async_trait]
+pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
+    /// `serverInfo` for `initialize`.
+    fn server_info(&self) -> Implementation;
+
+    /// Capabilities for `initialize`.
+    fn capabilities(&self) -> ServerCapabilities;
+
+    /// `instructions` for `initialize`.
+    fn instructions(&self) -> Option<String> {
+        None
+    }
+
+    /// Handles one request. The future runs in an in-flight request actor:
+    /// it is dropped on cancellation and bounded by the request timeout.
+    ///
+    /// # Errors
+    /// A JSON-RPC error for the client.
+    async fn handle(&self, request: Request, ctx: RequestContext) -> Result<Value, ErrorObject>;
+
+    /// Handles a client notification the session does not consume
+    /// (e.g. `notifications/roots/list_changed`).
+    async fn notification(&self, _notification: Notification) {}
+
+    /// Whether `uri` names a resource this server can read (a listed
+    /// resource or one matching a template): `resources/subscribe` refuses
+    /// others with -32002, so a client cannot make a session hold
+    /// subscriptions to nothing. The default accepts every URI.
+    fn has_resource(&self, _uri: &str) -> bool {
+        true
+    }
+
+    /// Whether the server has a tool named `name` (metrics name only the
+    /// tools it has: a client cannot add label values). Default: none.
+    fn has_tool(&self, _name: &str) -> bool {
+        false
+    }
+
+    /// OAuth scopes a caller needs to call tool `name` (when authorization
+    /// is on). Default: none.
+    fn tool_scopes(&self, _name: &str) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Whether the server has a prompt named `name` (as [`Self::has_tool`]).
+    fn has_prompt(&self, _name: &str) -> bool {
+        false
+    }
+
+    /// Whether tool `name` runs as a task for clients of the tasks
+    /// extension. Default: never.
+    fn task_support(&self, _name: &str) -> TaskSupport {
+        TaskSupport::Forbidden
+    }
+
+    /// Whether tool `name` becomes a task only when its handler calls
+    /// [`RequestContext::become_task`] (after asking what it needs first,
+    /// as input-required rounds), rather than from its start. Default: no.
+    fn task_starts_in_handler(&self, _name: &str) -> bool {
+        false
+    }
+
+    /// Tool arguments mirrored into `Mcp-Param-*` headers, for header
+    /// validation at the transport.
+    fn mirrored_params(&self, _tool: &str) -> Vec<MirroredParam> {
+        Vec::new()
+    }
+}

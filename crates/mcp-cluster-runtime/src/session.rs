@@ -1,0 +1,1226 @@
+//! The session actor: lifecycle, the in-flight table, log level,
+//! subscriptions and pending server-to-client requests of one MCP session on
+//! this node.
+//!
+//! Owner: the runtime's session map holds its [`SessionHandle`]; the
+//! registry sweeps handles whose actor died. Stop paths: idle expiry (the
+//! record stays in the store, so the next request rehydrates it),
+//! `Terminate` (DELETE: the session ends everywhere), or node shutdown.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use actix::prelude::*;
+use mcp_cluster_protocol::types::{
+    CancelledParams, InitializeParams, InitializeResult, LoggingLevel, SetLevelParams, UriParams,
+    empty_result,
+};
+use mcp_cluster_protocol::{
+    ErrorCode, ErrorObject, Message, Notification, ProtocolVersion, Request, RequestId, Response,
+    methods,
+};
+use mcp_cluster_store::{ControlMessage, RawJson, SessionId, SessionRecord, StreamId, Subscribed};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::context::{
+    AskError, AskOutcome, RequestContext, RequestOutput, SaveGuard, SessionShared,
+};
+use crate::exchange::Exchange;
+use crate::registry::SessionMap;
+use crate::request::{Cancel, InFlightRequest};
+use crate::runtime::{InFlightTicket, NodeContext};
+use crate::{McpService, RuntimeConfig, RuntimeError, ServerEvent};
+
+/// How often a session checks whether it is idle.
+const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The store TTL is renewed at most every `TTL / TOUCH_FRACTION` while the
+/// session is active, so a session expires between 7/8 of its TTL and its
+/// TTL after its last activity.
+const TOUCH_FRACTION: u32 = 8;
+
+/// Handle one client request; every output goes to the exchange.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Dispatch {
+    pub(crate) request: Request,
+    pub(crate) exchange: Arc<Exchange>,
+}
+
+/// Handle the messages of one JSON-RPC batch together: admitted whole
+/// (every request starts) or refused whole (every request gets an error and
+/// nothing else in the batch is applied), so a batch is never half-run.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct DispatchBatch {
+    pub(crate) messages: Vec<Message>,
+    pub(crate) exchange: Arc<Exchange>,
+}
+
+/// Handle one client notification. `remote`: it came over the control bus
+/// from the node that received it, so it is not published again.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Notify {
+    pub(crate) notification: Notification,
+    pub(crate) remote: bool,
+    /// The W3C `traceparent` of the span that received it, carried to the
+    /// node that acts on it.
+    pub(crate) trace: Option<String>,
+    /// Told once what the notification changed is stored and announced
+    /// (`notifications/initialized`); dropped at once for the others.
+    pub(crate) done: Option<oneshot::Sender<()>>,
+}
+
+/// Route the client's answer to a server request (`remote` as for
+/// [`Notify`]).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct ClientAnswer {
+    pub(crate) response: Response,
+    pub(crate) remote: bool,
+    /// As for [`Notify`].
+    pub(crate) trace: Option<String>,
+}
+
+/// Reload the state from the store: another node changed it.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Reload;
+
+/// The record as the store held it when a request for this session arrived
+/// (sent just before the request, so the request sees it). Applied only if
+/// no save of this actor overlapped the load (`save_events` is the value of
+/// [`SessionShared::save_events`] before the load started).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Refresh {
+    pub(crate) record: SessionRecord,
+    pub(crate) save_events: u64,
+}
+
+/// Allocate an id for a server-to-client request and await its answer.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(RequestId, oneshot::Receiver<AskOutcome>), AskError>")]
+pub(crate) struct RegisterAsk {
+    from: RequestId,
+}
+
+/// An in-flight request actor stopped.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct RequestFinished {
+    pub(crate) id: RequestId,
+    pub(crate) serial: u64,
+}
+
+/// End the session everywhere (HTTP DELETE).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Terminate;
+
+/// Stop the actor on this node; the session lives on in the store.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Evict;
+
+/// A server-side happening to forward to the client if it concerns it.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub(crate) struct Broadcast(pub(crate) ServerEvent);
+
+/// A server request waiting for the client's answer.
+#[derive(Debug)]
+struct PendingAsk {
+    /// The client request whose handler asked.
+    from: RequestId,
+    /// Completes the handler's wait.
+    tx: oneshot::Sender<AskOutcome>,
+}
+
+/// What a session needs from the node.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionDeps {
+    pub(crate) service: Arc<dyn McpService>,
+    pub(crate) node: Arc<NodeContext>,
+    pub(crate) config: Arc<RuntimeConfig>,
+    /// The node's sessions: a stopping session takes itself out, so that
+    /// it never counts against `max_sessions` once stopped.
+    pub(crate) sessions: SessionMap,
+}
+
+/// One MCP session on this node.
+pub struct Session {
+    record: SessionRecord,
+    shared: Arc<SessionShared>,
+    deps: SessionDeps,
+    /// Child of the node's token; parent of every request's token. Tripped
+    /// on stop, which cancels every in-flight handler.
+    cancel: CancellationToken,
+    /// In-flight requests by client id, with a serial to tell reuses apart.
+    in_flight: HashMap<RequestId, (u64, Addr<InFlightRequest>)>,
+    next_serial: u64,
+    /// Server requests awaiting the client's answer, by their id.
+    pending_asks: HashMap<RequestId, PendingAsk>,
+    /// Last request, notification or open stream seen.
+    last_activity: Instant,
+    /// Last idle-TTL renewal in the store.
+    last_touch: Instant,
+    /// Set by `Terminate`: the store record is being deleted.
+    terminated: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.record.id)
+            .field("in_flight", &self.in_flight.len())
+            .finish()
+    }
+}
+
+impl Session {
+    /// Starts the actor on the current arbiter and returns its handle.
+    pub(crate) fn start_with(
+        record: SessionRecord,
+        deps: SessionDeps,
+        node: &CancellationToken,
+    ) -> SessionHandle {
+        let shared = Arc::new(SessionShared::default());
+        if let Some(v) = record
+            .protocol_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+        {
+            let _ = shared.version.set(v);
+        }
+        if let Ok(caps) = record.client_capabilities.parse() {
+            let _ = shared.client_capabilities.set(caps);
+        }
+        shared
+            .initialized
+            .store(record.initialized, Ordering::Release);
+        shared.set_log_level(record.log_level.as_deref().and_then(LoggingLevel::parse));
+        if let Some(owner) = record.principal.as_deref() {
+            let _ = shared.owner.set(owner.into());
+        }
+        let id = record.id.clone();
+        let standalone = record.standalone_stream.clone();
+        let created_at_ms = record.created_at_ms;
+        let mailbox = deps.config.session_mailbox;
+        let now = Instant::now();
+        let session = Self {
+            record,
+            shared: Arc::clone(&shared),
+            deps,
+            cancel: node.child_token(),
+            in_flight: HashMap::new(),
+            next_serial: 0,
+            pending_asks: HashMap::new(),
+            last_activity: now,
+            last_touch: now,
+            terminated: false,
+        };
+        let addr = Session::create(|ctx| {
+            ctx.set_mailbox_capacity(mailbox);
+            session
+        });
+        SessionHandle {
+            id,
+            addr,
+            shared,
+            standalone,
+            created_at_ms,
+        }
+    }
+}
+
+impl Actor for Session {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        tracing::debug!(session_id = %self.record.id, "Session started.");
+        ctx.run_interval(IDLE_CHECK_INTERVAL, |act, ctx| act.check_idle(ctx));
+    }
+
+    fn stopped(&mut self, ctx: &mut Self::Context) {
+        // Cancel first, then trip the token: a request told by `Cancel`
+        // sends no response, one that only sees its token (node shutdown)
+        // answers with an error.
+        for (_, addr) in self.in_flight.values() {
+            addr.do_send(Cancel);
+        }
+        self.cancel.cancel();
+        // Out of the registry at once, whatever stopped it (idle, evicted,
+        // terminated, a panic in a handler of its own): only this actor's
+        // entry, not one a rehydration already put in its place.
+        let me = ctx.address();
+        self.deps
+            .sessions
+            .remove_if(&self.record.id, |_, handle| handle.addr == me);
+        tracing::debug!(session_id = %self.record.id, terminated = self.terminated, "Session stopped.");
+    }
+}
+
+impl Handler<Dispatch> for Session {
+    type Result = ();
+
+    fn handle(&mut self, Dispatch { request, exchange }: Dispatch, ctx: &mut Self::Context) {
+        self.active(ctx);
+        self.dispatch(request, exchange, ctx);
+    }
+}
+
+impl Handler<DispatchBatch> for Session {
+    type Result = ();
+
+    fn handle(
+        &mut self,
+        DispatchBatch { messages, exchange }: DispatchBatch,
+        ctx: &mut Self::Context,
+    ) {
+        self.active(ctx);
+        let requests = messages
+            .iter()
+            .filter(|m| matches!(m, Message::Request(_)))
+            .count();
+        let free = self
+            .deps
+            .config
+            .max_in_flight_per_session
+            .saturating_sub(self.in_flight.len());
+        if requests > free {
+            let err = ErrorObject::internal(format!(
+                "too many in-flight requests in this session: the batch has {requests} \
+                 requests and {free} can start now; nothing in the batch was run"
+            ));
+            for message in messages {
+                if let Message::Request(r) = message {
+                    respond(
+                        Arc::clone(&exchange),
+                        Response::error(Some(r.id), err.clone()),
+                    );
+                }
+            }
+            return;
+        }
+        for message in messages {
+            match message {
+                Message::Request(r) => self.dispatch(r, Arc::clone(&exchange), ctx),
+                Message::Notification(n) => self.notify(n, false, None, None),
+                Message::Response(r) => self.client_answer(r, false, None),
+            }
+        }
+    }
+}
+
+impl Handler<Notify> for Session {
+    type Result = ();
+
+    fn handle(
+        &mut self,
+        Notify {
+            notification,
+            remote,
+            trace,
+            done,
+        }: Notify,
+        ctx: &mut Self::Context,
+    ) {
+        self.active(ctx);
+        self.notify(notification, remote, trace, done);
+    }
+}
+
+impl Handler<ClientAnswer> for Session {
+    type Result = ();
+
+    fn handle(
+        &mut self,
+        ClientAnswer {
+            response,
+            remote,
+            trace,
+        }: ClientAnswer,
+        ctx: &mut Self::Context,
+    ) {
+        self.active(ctx);
+        self.client_answer(response, remote, trace);
+    }
+}
+
+impl Handler<RegisterAsk> for Session {
+    type Result = Result<(RequestId, oneshot::Receiver<AskOutcome>), AskError>;
+
+    fn handle(&mut self, msg: RegisterAsk, _ctx: &mut Self::Context) -> Self::Result {
+        if !self.record.initialized {
+            return Err(AskError::NotInitialized);
+        }
+        let id = RequestId::String(format!("srv-{}", uuid::Uuid::new_v4().simple()));
+        let (tx, rx) = oneshot::channel();
+        self.pending_asks
+            .insert(id.clone(), PendingAsk { from: msg.from, tx });
+        Ok((id, rx))
+    }
+}
+
+impl Handler<RequestFinished> for Session {
+    type Result = ();
+
+    fn handle(&mut self, msg: RequestFinished, _ctx: &mut Self::Context) {
+        if self
+            .in_flight
+            .get(&msg.id)
+            .is_some_and(|(serial, _)| *serial == msg.serial)
+        {
+            self.in_flight.remove(&msg.id);
+            self.pending_asks.retain(|_, p| p.from != msg.id);
+        }
+    }
+}
+
+impl Handler<Terminate> for Session {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Terminate, ctx: &mut Self::Context) {
+        self.terminated = true;
+        ctx.stop();
+    }
+}
+
+impl Handler<Evict> for Session {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Evict, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
+impl Handler<Reload> for Session {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Reload, ctx: &mut Self::Context) {
+        let sessions = Arc::clone(&self.deps.node.store.sessions);
+        let id = self.record.id.clone();
+        let load = async move { sessions.load(&id).await };
+        // `wait`: the reload is applied before the next message is handled,
+        // so a request never sees a state older than the one announced.
+        ctx.wait(load.into_actor(self).map(|loaded, act, ctx| match loaded {
+            Ok(Some(record)) => act.apply(record),
+            Ok(None) => ctx.stop(),
+            Err(err) => {
+                tracing::warn!(session_id = %act.record.id, error = %err, "Session reload failed.")
+            }
+        }));
+    }
+}
+
+impl Handler<Refresh> for Session {
+    type Result = ();
+
+    fn handle(&mut self, msg: Refresh, _ctx: &mut Self::Context) {
+        let quiet = self.shared.saves_pending.load(Ordering::Acquire) == 0
+            && self.shared.save_events.load(Ordering::Acquire) == msg.save_events;
+        if quiet && !self.terminated {
+            self.apply(msg.record);
+        }
+    }
+}
+
+impl Handler<Broadcast> for Session {
+    type Result = ();
+
+    fn handle(&mut self, Broadcast(event): Broadcast, _ctx: &mut Self::Context) {
+        // Written by the one node whose reader follows the standalone stream
+        // (one reader per stream, cluster-wide), so it is written once; with
+        // no reader, no client is listening and a new GET starts at the tail.
+        let listening = self
+            .deps
+            .node
+            .attachments
+            .is_attached(&self.record.standalone_stream);
+        if !self.record.initialized || !listening {
+            return;
+        }
+        let notification = match event {
+            ServerEvent::ToolsListChanged => {
+                Notification::new(methods::NOTIFICATION_TOOLS_LIST_CHANGED, empty_result())
+            }
+            ServerEvent::PromptsListChanged => {
+                Notification::new(methods::NOTIFICATION_PROMPTS_LIST_CHANGED, empty_result())
+            }
+            ServerEvent::ResourcesListChanged => {
+                Notification::new(methods::NOTIFICATION_RESOURCES_LIST_CHANGED, empty_result())
+            }
+            ServerEvent::ResourceUpdated { uri } => {
+                if !self.record.subscriptions.contains(&uri) {
+                    return;
+                }
+                Notification::new(methods::NOTIFICATION_RESOURCES_UPDATED, UriParams { uri })
+            }
+        };
+        let events = Arc::clone(&self.deps.node.store.events);
+        let session = self.record.id.clone();
+        let stream = self.record.standalone_stream.clone();
+        let data: Arc<str> = Arc::from(Message::Notification(notification).to_json());
+        mcp_cluster_telemetry::metrics::metrics()
+            .event_appends
+            .inc();
+        actix::spawn(async move {
+            if let Err(err) = events.append(&session, &stream, data).await {
+                tracing::warn!(session_id = %session, error = %err, "Notification could not be written.");
+            }
+        });
+    }
+}
+
+impl Session {
+    fn active(&mut self, ctx: &mut Context<Self>) {
+        self.last_activity = Instant::now();
+        self.maybe_touch(ctx);
+    }
+
+    /// Renews the store TTL (and the standalone stream's retention) at most
+    /// every eighth of the TTL while active. A session the store no longer
+    /// has (ended elsewhere, or expired) stops here too.
+    fn maybe_touch(&mut self, ctx: &mut Context<Self>) {
+        let ttl = self.deps.config.session_idle_ttl();
+        if self.last_activity.duration_since(self.last_touch) < ttl / TOUCH_FRACTION {
+            return;
+        }
+        self.last_touch = self.last_activity;
+        let store = self.deps.node.store.clone();
+        let id = self.record.id.clone();
+        let standalone = self.record.standalone_stream.clone();
+        let addr = ctx.address();
+        // The session's quota slot lives exactly as long as its record.
+        let owner = self.shared.owner.get().cloned();
+        let quotas = Arc::clone(&self.deps.node.quotas);
+        actix::spawn(async move {
+            match store.sessions.touch(&id, ttl).await {
+                Ok(true) => {
+                    if let Err(err) = store.events.touch(&id, &standalone).await {
+                        tracing::warn!(session_id = %id, error = %err, "Stream retention renewal failed.");
+                    }
+                    if let Some(owner) = owner {
+                        quotas.renew_session(&owner, &id, ttl).await;
+                    }
+                }
+                Ok(false) => {
+                    tracing::debug!(session_id = %id, "Session no longer in the store; stopping.");
+                    addr.do_send(Evict);
+                }
+                Err(err) => {
+                    tracing::warn!(session_id = %id, error = %err, "Session TTL renewal failed.")
+                }
+            }
+        });
+    }
+
+    fn check_idle(&mut self, ctx: &mut Context<Self>) {
+        let busy = !self.in_flight.is_empty()
+            || self
+                .deps
+                .node
+                .attachments
+                .is_attached(&self.record.standalone_stream);
+        if busy {
+            self.active(ctx);
+            return;
+        }
+        // The store record expires a TTL after its last renewal; the actor
+        // goes with it, so the two never disagree about a live session.
+        if self.last_touch.elapsed() >= self.deps.config.session_idle_ttl() {
+            tracing::debug!(session_id = %self.record.id, "Session idle; evicted from this node.");
+            ctx.stop();
+        }
+    }
+
+    /// Saves the record (after a state change) in the background.
+    /// Takes the state another node saved.
+    fn apply(&mut self, record: SessionRecord) {
+        self.shared
+            .initialized
+            .store(record.initialized, Ordering::Release);
+        self.shared
+            .set_log_level(record.log_level.as_deref().and_then(LoggingLevel::parse));
+        // Set once by `initialize`; parsed only while still unset.
+        if self.shared.client_capabilities.get().is_none()
+            && let Ok(caps) = record.client_capabilities.parse()
+        {
+            let _ = self.shared.client_capabilities.set(caps);
+        }
+        if self.shared.version.get().is_none()
+            && let Some(v) = record
+                .protocol_version
+                .as_deref()
+                .and_then(|v| v.parse().ok())
+        {
+            let _ = self.shared.version.set(v);
+        }
+        self.record = record;
+    }
+
+    /// Saves the record and tells the other nodes holding this session to
+    /// reload it, then answers the request that changed it: a client that
+    /// has the answer sends its next request (perhaps to another node) only
+    /// after the change is stored and announced. When the store fails the
+    /// request gets -32603 instead. `done` is told at the same moment (the
+    /// 202 of `notifications/initialized` waits for it).
+    fn persist_then(
+        &self,
+        answer: Option<(Arc<Exchange>, Response)>,
+        done: Option<oneshot::Sender<()>>,
+    ) {
+        let node = Arc::clone(&self.deps.node);
+        let record = self.record.clone();
+        let ttl = self.deps.config.session_idle_ttl();
+        let guard = SaveGuard::begin(&self.shared);
+        actix::spawn(async move {
+            let saved = node.store.sessions.save(&record, ttl).await;
+            drop(guard);
+            match &saved {
+                Ok(_) => {
+                    let changed = ControlMessage::SessionChanged {
+                        session: record.id.clone(),
+                        origin: node.id.clone(),
+                    };
+                    node.publish(changed).await;
+                }
+                Err(err) => {
+                    tracing::warn!(session_id = %record.id, error = %err, "Session state could not be saved.")
+                }
+            }
+            if let Some(done) = done {
+                let _ = done.send(());
+            }
+            if let Some((exchange, response)) = answer {
+                let response = match saved {
+                    Ok(_) => response,
+                    Err(_) => Response::error(
+                        response.id,
+                        ErrorObject::internal("session store unavailable"),
+                    ),
+                };
+                if let Err(err) = exchange.finish(Some(response)).await {
+                    tracing::warn!(error = %err, "Response could not be written.");
+                }
+            }
+        });
+    }
+
+    /// Hands a client message this node cannot place to the other nodes.
+    /// `trace`: the span that received it, so that the node acting on it
+    /// stays in the caller's trace.
+    fn publish_deliver(&self, message: Message, trace: Option<String>) {
+        let node = Arc::clone(&self.deps.node);
+        let deliver = ControlMessage::Deliver {
+            session: self.record.id.clone(),
+            message: message.to_json(),
+            origin: node.id.clone(),
+            trace,
+        };
+        actix::spawn(async move { node.publish(deliver).await });
+    }
+
+    fn dispatch(&mut self, request: Request, exchange: Arc<Exchange>, ctx: &mut Context<Self>) {
+        let initialized = self.record.protocol_version.is_some();
+        match request.method.as_str() {
+            methods::INITIALIZE => self.initialize(request, exchange),
+            methods::PING => respond(exchange, Response::result(request.id, empty_result())),
+            _ if !initialized => respond(
+                exchange,
+                Response::error(
+                    Some(request.id),
+                    ErrorObject::new(
+                        ErrorCode::INVALID_REQUEST,
+                        "session not initialized: send initialize first",
+                    ),
+                ),
+            ),
+            methods::LOGGING_SET_LEVEL => self.set_level(request, exchange),
+            methods::RESOURCES_SUBSCRIBE | methods::RESOURCES_UNSUBSCRIBE => {
+                self.subscription(request, exchange, ctx)
+            }
+            _ => self.start_request(request, exchange, ctx),
+        }
+    }
+
+    fn notify(
+        &mut self,
+        n: Notification,
+        remote: bool,
+        trace: Option<String>,
+        done: Option<oneshot::Sender<()>>,
+    ) {
+        match n.method.as_str() {
+            methods::NOTIFICATION_INITIALIZED => {
+                if self.record.protocol_version.is_some() && !self.record.initialized {
+                    self.record.initialized = true;
+                    self.shared.initialized.store(true, Ordering::Release);
+                    // The client's 202 waits for this save: its next request
+                    // may go to another node, which must find the session
+                    // initialized (and may then ask the client).
+                    self.persist_then(None, done);
+                }
+            }
+            methods::NOTIFICATION_CANCELLED | methods::CANCEL_REQUEST_ALIAS => {
+                let target = mcp_cluster_protocol::jsonrpc::parse_params::<CancelledParams>(
+                    n.params.as_ref(),
+                )
+                .ok()
+                .and_then(|p| RequestId::from_value(&p.request_id));
+                match target
+                    .and_then(|id| self.in_flight.get(&id).map(|(_, addr)| (id, addr.clone())))
+                {
+                    Some((id, addr)) => {
+                        tracing::debug!(session_id = %self.record.id, jsonrpc_id = %id, "Request cancelled by the client.");
+                        addr.do_send(Cancel);
+                    }
+                    // Not running here: it may run on another node, which the
+                    // bus reaches; unknown everywhere, it is ignored (spec).
+                    None if !remote => {
+                        self.publish_deliver(Message::Notification(n.clone()), trace);
+                    }
+                    None => {
+                        tracing::debug!(session_id = %self.record.id, "Cancellation of an unknown request ignored.")
+                    }
+                }
+            }
+            // Progress for server requests: nothing waits on it.
+            methods::NOTIFICATION_PROGRESS => {}
+            _ => {
+                let service = Arc::clone(&self.deps.service);
+                actix::spawn(async move { service.notification(n).await });
+            }
+        }
+    }
+
+    fn client_answer(&mut self, response: Response, remote: bool, trace: Option<String>) {
+        let pending = response
+            .id
+            .as_ref()
+            .and_then(|id| self.pending_asks.remove(id));
+        match pending {
+            Some(p) => {
+                let _ = p.tx.send(response.outcome);
+            }
+            // Asked by a request running on another node.
+            None if !remote => self.publish_deliver(Message::Response(response), trace),
+            None => {
+                tracing::debug!(session_id = %self.record.id, "Answer to an unknown server request ignored.")
+            }
+        }
+    }
+
+    fn initialize(&mut self, request: Request, exchange: Arc<Exchange>) {
+        if self.record.protocol_version.is_some() {
+            let err = ErrorObject::new(ErrorCode::INVALID_REQUEST, "session already initialized");
+            return respond(exchange, Response::error(Some(request.id), err));
+        }
+        let params: InitializeParams = match request.parse_params() {
+            Ok(p) => p,
+            Err(err) => return respond(exchange, Response::error(Some(request.id), err)),
+        };
+        // What the session keeps for its whole life is bounded: a client
+        // cannot make a node hold megabytes per session.
+        let config = &self.deps.config;
+        let capabilities = RawJson::of(&params.capabilities).unwrap_or_else(|_| RawJson::null());
+        let client_info = RawJson::of(&params.client_info).unwrap_or_else(|_| RawJson::null());
+        for (what, json, limit) in [
+            (
+                "capabilities",
+                &capabilities,
+                config.max_client_capabilities_bytes,
+            ),
+            ("clientInfo", &client_info, config.max_client_info_bytes),
+        ] {
+            if json.get().len() > limit {
+                let err = ErrorObject::invalid_params(format!(
+                    "{what} is {} bytes of JSON; this server accepts at most {limit}",
+                    json.get().len()
+                ));
+                return respond(exchange, Response::error(Some(request.id), err));
+            }
+        }
+        let version = ProtocolVersion::negotiate(&params.protocol_version);
+        self.record.protocol_version = Some(version.as_str().to_owned());
+        self.record.client_capabilities = capabilities;
+        self.record.client_info = client_info;
+        let _ = self.shared.version.set(version);
+        let _ = self.shared.client_capabilities.set(params.capabilities);
+        let service = &self.deps.service;
+        let result = InitializeResult {
+            protocol_version: version.as_str().to_owned(),
+            capabilities: service.capabilities(),
+            server_info: service.server_info(),
+            instructions: service.instructions(),
+        };
+        let response = Response::result(
+            request.id,
+            serde_json::to_value(result).unwrap_or(Value::Null),
+        );
+        tracing::debug!(session_id = %self.record.id, protocol_version = %version, "Session initialized.");
+        // Saved before answering: the client's next request may reach
+        // another node, which must see the negotiated version.
+        let sessions = Arc::clone(&self.deps.node.store.sessions);
+        let record = self.record.clone();
+        let ttl = self.deps.config.session_idle_ttl();
+        let guard = SaveGuard::begin(&self.shared);
+        actix::spawn(async move {
+            let saved = sessions.save(&record, ttl).await;
+            drop(guard);
+            let response = match saved {
+                Ok(_) => response,
+                Err(err) => {
+                    tracing::warn!(session_id = %record.id, error = %err, "Session state could not be saved.");
+                    Response::error(
+                        response.id,
+                        ErrorObject::internal("session store unavailable"),
+                    )
+                }
+            };
+            let _ = exchange.finish(Some(response)).await;
+        });
+    }
+
+    fn set_level(&mut self, request: Request, exchange: Arc<Exchange>) {
+        let response = match request.parse_params::<SetLevelParams>() {
+            Ok(p) => {
+                self.record.log_level = Some(p.level.as_str().to_owned());
+                self.shared.set_log_level(Some(p.level));
+                let response = Response::result(request.id, empty_result());
+                return self.persist_then(Some((exchange, response)), None);
+            }
+            Err(_) => Response::error(
+                Some(request.id),
+                ErrorObject::invalid_params(
+                    "level must be one of debug, info, notice, warning, error, critical, alert, emergency",
+                ),
+            ),
+        };
+        respond(exchange, response);
+    }
+
+    fn subscription(&mut self, request: Request, exchange: Arc<Exchange>, ctx: &mut Context<Self>) {
+        let subscribable = self
+            .deps
+            .service
+            .capabilities()
+            .resources
+            .and_then(|r| r.subscribe)
+            .unwrap_or(false);
+        if !subscribable {
+            return respond(
+                exchange,
+                Response::error(
+                    Some(request.id.clone()),
+                    ErrorObject::method_not_found(&request.method),
+                ),
+            );
+        }
+        let uri = match request.parse_params::<UriParams>() {
+            Ok(UriParams { uri }) => uri,
+            Err(err) => return respond(exchange, Response::error(Some(request.id), err)),
+        };
+        let subscribe = request.method == methods::RESOURCES_SUBSCRIBE;
+        let config = &self.deps.config;
+        let refused = if let Err(err) = config.check_uri_len(&uri) {
+            Some(err)
+        } else if subscribe && !self.deps.service.has_resource(&uri) {
+            // 2025-11-25 resources, error handling: resource not found.
+            Some(
+                ErrorObject::new(ErrorCode::RESOURCE_NOT_FOUND, "resource not found")
+                    .with_data(serde_json::json!({ "uri": uri })),
+            )
+        } else {
+            None
+        };
+        if let Some(err) = refused {
+            return respond(exchange, Response::error(Some(request.id), err));
+        }
+        // The store holds the subscriptions apart from the record and
+        // enforces the limit atomically (two nodes of one session never
+        // exceed it); this actor mirrors what the store accepted.
+        let sessions = Arc::clone(&self.deps.node.store.sessions);
+        let id = self.record.id.clone();
+        let max = config.max_subscriptions_per_session;
+        let guard = SaveGuard::begin(&self.shared);
+        let stored_uri = uri.clone();
+        let change = async move {
+            if subscribe {
+                sessions.subscribe(&id, &stored_uri, max).await
+            } else {
+                sessions.unsubscribe(&id, &stored_uri).await.map(|live| {
+                    if live {
+                        Subscribed::Added
+                    } else {
+                        Subscribed::SessionGone
+                    }
+                })
+            }
+        };
+        ctx.spawn(change.into_actor(self).map(move |outcome, act, _ctx| {
+            drop(guard);
+            let result = match outcome {
+                Ok(Subscribed::Added | Subscribed::AlreadySubscribed) => {
+                    if subscribe {
+                        act.record.subscriptions.insert(uri);
+                    } else {
+                        act.record.subscriptions.remove(&uri);
+                    }
+                    act.announce_change();
+                    Ok(empty_result())
+                }
+                Ok(Subscribed::Full) => Err(ErrorObject::invalid_params(format!(
+                    "this session holds {max} resource subscriptions, the most this server \
+                     allows; unsubscribe from one first"
+                ))),
+                Ok(Subscribed::SessionGone) => Err(ErrorObject::new(
+                    ErrorCode::INVALID_REQUEST,
+                    "session not found",
+                )),
+                Err(err) => {
+                    tracing::warn!(session_id = %act.record.id, error = %err, "Subscription could not be saved.");
+                    Err(ErrorObject::internal("session store unavailable"))
+                }
+            };
+            let response = match result {
+                Ok(value) => Response::result(request.id, value),
+                Err(err) => Response::error(Some(request.id), err),
+            };
+            respond(exchange, response);
+        }));
+    }
+
+    /// Tells the other nodes holding this session to reload it.
+    fn announce_change(&self) {
+        let node = Arc::clone(&self.deps.node);
+        let changed = ControlMessage::SessionChanged {
+            session: self.record.id.clone(),
+            origin: node.id.clone(),
+        };
+        actix::spawn(async move { node.publish(changed).await });
+    }
+
+    fn start_request(
+        &mut self,
+        request: Request,
+        exchange: Arc<Exchange>,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.in_flight.contains_key(&request.id) {
+            let err = ErrorObject::new(
+                ErrorCode::INVALID_REQUEST,
+                format!("request id {} is already in flight", request.id),
+            );
+            return respond(exchange, Response::error(Some(request.id), err));
+        }
+        if self.in_flight.len() >= self.deps.config.max_in_flight_per_session {
+            let err = ErrorObject::internal("too many in-flight requests in this session");
+            return respond(exchange, Response::error(Some(request.id), err));
+        }
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let cancel = self.cancel.child_token();
+        let output = Arc::new(RequestOutput::new(exchange));
+        let handle = SessionHandle {
+            id: self.record.id.clone(),
+            addr: ctx.address(),
+            shared: Arc::clone(&self.shared),
+            standalone: self.record.standalone_stream.clone(),
+            created_at_ms: self.record.created_at_ms,
+        };
+        let principal = output.exchange.principal_of(&request.id);
+        let context = RequestContext::new(
+            &request,
+            self.record.id.clone(),
+            cancel.clone(),
+            Arc::clone(&output),
+            handle,
+            Arc::clone(&self.shared),
+            self.deps.config.ask_timeout(),
+            principal,
+        );
+        let id = request.id.clone();
+        let service = Arc::clone(&self.deps.service);
+        // The handler runs in the request's span (made by the pipeline).
+        let span = output.exchange.span_of(&id);
+        let job = Box::pin(async move { service.handle(request, context).await }.instrument(span));
+        let actor = InFlightRequest::new(
+            id.clone(),
+            serial,
+            cancel,
+            output,
+            ctx.address(),
+            job,
+            self.deps.config.request_timeout(),
+            Arc::clone(&self.deps.node.executor),
+            InFlightTicket::issue(&self.deps.node),
+        );
+        self.in_flight.insert(id, (serial, actor.start()));
+    }
+}
+
+/// Writes a response the session computed itself.
+fn respond(exchange: Arc<Exchange>, response: Response) {
+    actix::spawn(async move {
+        if let Err(err) = exchange.finish(Some(response)).await {
+            tracing::warn!(error = %err, "Response could not be written.");
+        }
+    });
+}
+
+/// A cheap, cloneable reference to a session actor.
+#[derive(Debug, Clone)]
+pub struct SessionHandle {
+    id: SessionId,
+    addr: Addr<Session>,
+    shared: Arc<SessionShared>,
+    standalone: StreamId,
+    /// When the session was created (ms since the epoch, any node's clock).
+    created_at_ms: u64,
+}
+
+impl SessionHandle {
+    /// The session id.
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    /// The negotiated revision; `None` before `initialize`.
+    pub fn protocol_version(&self) -> Option<ProtocolVersion> {
+        self.shared.version.get().copied()
+    }
+
+    /// The stream of messages unrelated to any request.
+    pub fn standalone_stream(&self) -> &StreamId {
+        &self.standalone
+    }
+
+    /// The key of the principal that created the session, if one did.
+    pub(crate) fn owner(&self) -> Option<&str> {
+        self.shared.owner.get().map(|o| &**o)
+    }
+
+    /// Whether `principal` may use this session: the one that created it
+    /// (both none when it was created without authorization).
+    pub fn belongs_to(&self, principal: Option<&mcp_cluster_store::Principal>) -> bool {
+        owned_by(self.shared.owner.get().map(|o| &**o), principal)
+    }
+
+    /// Records the end of this session in
+    /// `mcp_server_session_duration_seconds` and
+    /// `mcp_sessions_ended_total{reason}`.
+    pub(crate) fn record_end(&self, reason: &str, transport: &str) {
+        let version = self.protocol_version().map_or("", ProtocolVersion::as_str);
+        record_end(reason, transport, version, self.created_at_ms);
+    }
+
+    /// Whether the actor is running.
+    pub fn is_alive(&self) -> bool {
+        self.addr.connected()
+    }
+
+    /// Whether both handles name the same actor.
+    pub(crate) fn same_actor(&self, other: &Self) -> bool {
+        self.addr == other.addr
+    }
+
+    /// Hands a request to the session; its outputs go to `exchange`.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Overloaded`] when the mailbox is full,
+    /// [`RuntimeError::SessionNotFound`] when the actor stopped.
+    pub fn dispatch(&self, request: Request, exchange: Arc<Exchange>) -> Result<(), RuntimeError> {
+        self.addr
+            .try_send(Dispatch { request, exchange })
+            .map_err(mailbox_error)
+    }
+
+    /// Hands the messages of one JSON-RPC batch to the session as one
+    /// mailbox message: admitted whole or refused whole (see
+    /// [`RuntimeConfig::max_in_flight_per_session`]); request outputs go to
+    /// `exchange`. The transport decodes and answers invalid members itself
+    /// and bounds the batch length ([`RuntimeConfig::max_batch_items`]).
+    ///
+    /// # Errors
+    /// As [`Self::dispatch`]: nothing in the batch ran.
+    pub fn dispatch_batch(
+        &self,
+        messages: Vec<Message>,
+        exchange: Arc<Exchange>,
+    ) -> Result<(), RuntimeError> {
+        self.addr
+            .try_send(DispatchBatch { messages, exchange })
+            .map_err(mailbox_error)
+    }
+
+    /// Hands a notification to the session.
+    ///
+    /// # Errors
+    /// As [`Self::dispatch`].
+    pub fn notify(
+        &self,
+        notification: Notification,
+        trace: Option<String>,
+    ) -> Result<(), RuntimeError> {
+        self.addr
+            .try_send(Notify {
+                notification,
+                remote: false,
+                trace,
+                done: None,
+            })
+            .map_err(mailbox_error)
+    }
+
+    /// As [`Self::notify`]; the receiver completes once what the
+    /// notification changed is stored and announced to the other nodes (at
+    /// once when it changed nothing), so that the client's next request,
+    /// wherever it goes, sees it.
+    ///
+    /// # Errors
+    /// As [`Self::dispatch`].
+    pub(crate) fn notify_stored(
+        &self,
+        notification: Notification,
+        trace: Option<String>,
+    ) -> Result<oneshot::Receiver<()>, RuntimeError> {
+        let (done, stored) = oneshot::channel();
+        self.addr
+            .try_send(Notify {
+                notification,
+                remote: false,
+                trace,
+                done: Some(done),
+            })
+            .map_err(mailbox_error)?;
+        Ok(stored)
+    }
+
+    /// Hands the client's answer to a server request to the session.
+    ///
+    /// # Errors
+    /// As [`Self::dispatch`].
+    pub fn answer(&self, response: Response, trace: Option<String>) -> Result<(), RuntimeError> {
+        self.addr
+            .try_send(ClientAnswer {
+                response,
+                remote: false,
+                trace,
+            })
+            .map_err(mailbox_error)
+    }
+
+    /// Delivers a client message that another node received.
+    pub(crate) fn deliver_remote(&self, message: Message) {
+        match message {
+            Message::Notification(notification) => self.addr.do_send(Notify {
+                notification,
+                remote: true,
+                trace: None,
+                done: None,
+            }),
+            Message::Response(response) => self.addr.do_send(ClientAnswer {
+                response,
+                remote: true,
+                trace: None,
+            }),
+            Message::Request(_) => {}
+        }
+    }
+
+    /// How many saves of the record started or ended so far (read before
+    /// loading the record for [`Self::refresh`]).
+    pub(crate) fn save_events(&self) -> u64 {
+        self.shared.save_events.load(Ordering::Acquire)
+    }
+
+    /// Hands the actor the record just loaded from the store, ahead of the
+    /// request that follows.
+    pub(crate) fn refresh(&self, record: SessionRecord, save_events: u64) {
+        self.addr.do_send(Refresh {
+            record,
+            save_events,
+        });
+    }
+
+    /// Reloads the state another node changed.
+    pub(crate) fn reload(&self) {
+        self.addr.do_send(Reload);
+    }
+
+    /// Stops the actor as part of ending the session.
+    pub(crate) fn terminate(&self) {
+        self.addr.do_send(Terminate);
+    }
+
+    pub(crate) fn evict(&self) {
+        self.addr.do_send(Evict);
+    }
+
+    pub(crate) fn broadcast(&self, event: ServerEvent) {
+        // do_send: a broadcast to a busy session must not be lost to a full
+        // mailbox; broadcasts are rare and bounded by the registry's rate.
+        self.addr.do_send(Broadcast(event));
+    }
+
+    pub(crate) async fn register_ask(
+        &self,
+        from: RequestId,
+    ) -> Result<(RequestId, oneshot::Receiver<AskOutcome>), AskError> {
+        self.addr
+            .send(RegisterAsk { from })
+            .await
+            .map_err(|_| AskError::Unavailable)?
+    }
+}
+
+/// Whether a session created by `owner` (a principal's key) may be used by
+/// `principal`.
+pub(crate) fn owned_by(
+    owner: Option<&str>,
+    principal: Option<&mcp_cluster_store::Principal>,
+) -> bool {
+    match (owner, principal) {
+        (None, None) => true,
+        (Some(owner), Some(principal)) => {
+            // The key without allocating it: `<issuer>#<subject>`.
+            owner.len() == principal.issuer.len() + 1 + principal.subject.len()
+                && owner.starts_with(principal.issuer.as_str())
+                && owner[principal.issuer.len()..].starts_with('#')
+                && owner.ends_with(principal.subject.as_str())
+        }
+        _ => false,
+    }
+}
+
+/// Records the end of a session created at `created_at_ms` in
+/// `mcp_server_session_duration_seconds` and `mcp_sessions_ended_total`.
+pub(crate) fn record_end(reason: &str, transport: &str, version: &str, created_at_ms: u64) {
+    let m = mcp_cluster_telemetry::metrics::metrics();
+    m.sessions_ended.with_label_values(&[reason]).inc();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    // Milliseconds of a session's life fit an f64 exactly.
+    #[allow(clippy::cast_precision_loss)]
+    let seconds = now.saturating_sub(created_at_ms) as f64 / 1000.0;
+    m.session_duration
+        .with_label_values(&[version, transport])
+        .observe(seconds);
+}
+
+fn mailbox_error<M>(err: SendError<M>) -> RuntimeError {
+    match err {
+        SendError::Full(_) => RuntimeError::Overloaded,
+        SendError::Closed(_) => RuntimeError::SessionNotFound,
+    }
+}

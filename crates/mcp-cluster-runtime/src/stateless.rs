@@ -1,0 +1,815 @@
+//! Stateless requests (2026-07-28): no session, no `initialize`. Each
+//! request carries its protocol version, client capabilities, client info
+//! and log level in `params._meta`, runs on whichever node receives it, and
+//! answers on its own response (JSON, or a stream that is not resumable and
+//! whose closing cancels the request).
+//!
+//! What a session held comes with the request (`StatelessScope`); what a
+//! server-to-client request did becomes an input-required round trip
+//! ([`crate::mrtr`]): the handler's question goes back in the result, and
+//! the client's retry brings the answer to any node.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use mcp_cluster_protocol::types::{ClientCapabilities, LoggingLevel};
+use mcp_cluster_protocol::{ErrorCode, ErrorObject, ProtocolVersion, Request, Response, methods};
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tracing::Instrument;
+
+use crate::TaskSupport;
+use crate::context::{RequestContext, RequestOutput};
+use crate::exchange::{Exchange, ExchangeReply};
+use crate::mrtr::{RoundState, StateError};
+use crate::pipeline::{Call, Inbound};
+use crate::request::run_job;
+use crate::runtime::InFlightTicket;
+use crate::tasks::{Eligible, TaskRun, TaskSlot};
+use crate::{Runtime, RuntimeError};
+
+/// `_meta` keys of a stateless request.
+use mcp_cluster_protocol::methods::meta;
+
+/// The `_meta` of a stateless request, read and checked.
+#[derive(Debug, Clone)]
+pub struct RequestMeta {
+    /// `io.modelcontextprotocol/protocolVersion` as sent.
+    pub requested: String,
+    /// `io.modelcontextprotocol/clientCapabilities`.
+    pub capabilities: ClientCapabilities,
+    /// `io.modelcontextprotocol/logLevel`: the lowest level of
+    /// `notifications/message` the client wants; none, none are sent.
+    pub log_level: Option<LoggingLevel>,
+}
+
+impl RequestMeta {
+    /// Whether a request's params carry a stateless-era `_meta`.
+    pub fn present(params: Option<&Map<String, Value>>) -> bool {
+        params
+            .and_then(|p| p.get("_meta"))
+            .and_then(Value::as_object)
+            .is_some_and(|m| m.contains_key(meta::PROTOCOL_VERSION))
+    }
+
+    /// Reads the `_meta` of a request's params: the fields a stateless
+    /// request must carry, each of the right type. Whether the version is
+    /// served is [`Self::version`]'s question: a transport compares it with
+    /// its own header first.
+    ///
+    /// # Errors
+    /// -32602 naming a missing or malformed field.
+    pub fn read(params: Option<&Map<String, Value>>) -> Result<Self, ErrorObject> {
+        let empty = Map::new();
+        let m = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        let requested = match m.get(meta::PROTOCOL_VERSION) {
+            Some(Value::String(v)) => v.clone(),
+            Some(_) => return Err(invalid_meta(meta::PROTOCOL_VERSION, "must be a string")),
+            None => return Err(invalid_meta(meta::PROTOCOL_VERSION, "is required")),
+        };
+        let capabilities = match m.get(meta::CLIENT_CAPABILITIES) {
+            Some(caps @ Value::Object(_)) => serde_json::from_value(caps.clone())
+                .map_err(|_| invalid_meta(meta::CLIENT_CAPABILITIES, "is malformed"))?,
+            Some(_) => {
+                return Err(invalid_meta(meta::CLIENT_CAPABILITIES, "must be an object"));
+            }
+            None => return Err(invalid_meta(meta::CLIENT_CAPABILITIES, "is required")),
+        };
+        if let Some(info) = m.get(meta::CLIENT_INFO)
+            && !info.is_object()
+        {
+            return Err(invalid_meta(meta::CLIENT_INFO, "must be an object"));
+        }
+        let log_level = match m.get(meta::LOG_LEVEL) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(level)) => Some(LoggingLevel::parse(level).ok_or_else(|| {
+                invalid_meta(
+                    meta::LOG_LEVEL,
+                    "must be one of debug, info, notice, warning, error, critical, alert, emergency",
+                )
+            })?),
+            Some(_) => return Err(invalid_meta(meta::LOG_LEVEL, "must be a string")),
+        };
+        Ok(Self {
+            requested,
+            capabilities,
+            log_level,
+        })
+    }
+
+    /// The requested version, when this server serves it statelessly.
+    ///
+    /// # Errors
+    /// -32022 with the supported and the requested versions.
+    pub fn version(&self) -> Result<ProtocolVersion, ErrorObject> {
+        match self.requested.parse::<ProtocolVersion>() {
+            Ok(v) if v.is_stateless() => Ok(v),
+            _ => Err(unsupported_version(&self.requested)),
+        }
+    }
+}
+
+fn invalid_meta(field: &str, what: &str) -> ErrorObject {
+    ErrorObject::invalid_params(format!("params._meta[\"{field}\"] {what}"))
+        .with_data(json!({ "field": field }))
+}
+
+/// -32022 `UnsupportedProtocolVersionError`.
+pub fn unsupported_version(requested: &str) -> ErrorObject {
+    let requested: String = requested.chars().take(64).collect();
+    ErrorObject::new(
+        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+        format!("Unsupported protocol version: {requested}"),
+    )
+    .with_data(json!({
+        "supported": supported_versions(),
+        "requested": requested,
+    }))
+}
+
+/// Every version served, newest first.
+pub fn supported_versions() -> Vec<&'static str> {
+    ProtocolVersion::SUPPORTED
+        .iter()
+        .map(|v| v.as_str())
+        .collect()
+}
+
+/// What a stateless request's handler reads instead of a session.
+#[derive(Debug)]
+pub(crate) struct StatelessScope {
+    pub(crate) capabilities: ClientCapabilities,
+    pub(crate) log_level: Option<LoggingLevel>,
+    pub(crate) inputs: InputRound,
+    /// Whether (and as what) the request runs as a task.
+    pub(crate) task: tokio::sync::Mutex<TaskSlot>,
+    /// Set once it is a task: closing the response stream no longer
+    /// cancels it.
+    pub(crate) is_task: AtomicBool,
+}
+
+impl StatelessScope {
+    /// Turns an eligible request into a task; `true` when it is one.
+    pub(crate) async fn start_task(&self) -> bool {
+        let mut slot = self.task.lock().await;
+        match &*slot {
+            TaskSlot::Running(_) => true,
+            TaskSlot::None => false,
+            TaskSlot::Eligible(eligible) => match eligible.start().await {
+                Some((run, created)) => {
+                    // A task before the handle goes out: the client's
+                    // closing that response no longer cancels anything.
+                    self.is_task.store(true, Ordering::Release);
+                    let TaskSlot::Eligible(eligible) =
+                        std::mem::replace(&mut *slot, TaskSlot::Running(run))
+                    else {
+                        unreachable!("matched above")
+                    };
+                    // Durably created before the answer goes out.
+                    eligible.answer(created).await;
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    /// The task this request became, if it did.
+    pub(crate) async fn running_task(&self) -> Option<Arc<TaskRun>> {
+        match &*self.task.lock().await {
+            TaskSlot::Running(run) => Some(Arc::clone(run)),
+            _ => None,
+        }
+    }
+
+    /// A question from the handler: inside a task it waits for the
+    /// client's `tasks/update`; otherwise it becomes an input-required
+    /// round trip.
+    pub(crate) async fn ask(
+        &self,
+        key: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, crate::AskError> {
+        let key = self.inputs.key(key, method)?;
+        match self.running_task().await {
+            Some(run) => run.ask(key, method, params).await,
+            None => self.inputs.ask(key, method, params),
+        }
+    }
+}
+
+/// The questions and answers of one round of an input-required request.
+#[derive(Debug, Default)]
+pub(crate) struct InputRound {
+    /// Answers known (earlier rounds, and this retry's `inputResponses`).
+    answers: Map<String, Value>,
+    /// Unnamed asks made so far in this run: the n-th of a kind is keyed
+    /// `<kind>-<n>`, the same on every run of the same handler.
+    counts: Mutex<std::collections::HashMap<&'static str, usize>>,
+    /// Questions without an answer yet: key, `{method, params}`.
+    open: Mutex<Vec<(String, Value)>>,
+    /// A client capability the handler needed and the request lacked.
+    missing: Mutex<Option<&'static str>>,
+}
+
+/// Whether a client's answer has the shape of the result `method` asks
+/// for (an elicitation's `action`, a sampled message's `role` and
+/// `content`, the `roots` list).
+pub(crate) fn well_formed(method: &str, answer: &Value) -> bool {
+    match method {
+        methods::ELICITATION_CREATE => answer
+            .get("action")
+            .and_then(Value::as_str)
+            .is_some_and(|a| matches!(a, "accept" | "decline" | "cancel")),
+        methods::SAMPLING_CREATE_MESSAGE => {
+            answer.get("role").is_some() && answer.get("content").is_some()
+        }
+        methods::ROOTS_LIST => answer.get("roots").is_some_and(Value::is_array),
+        _ => false,
+    }
+}
+
+impl InputRound {
+    fn new(answers: Map<String, Value>) -> Self {
+        Self {
+            answers,
+            ..Self::default()
+        }
+    }
+
+    /// The key of a question: the handler's name for it, or the n-th of
+    /// its kind (`<kind>-<n>`, the same on every run of the handler).
+    pub(crate) fn key(&self, key: Option<&str>, method: &str) -> Result<String, crate::AskError> {
+        let kind = match method {
+            methods::ELICITATION_CREATE => "elicitation",
+            methods::SAMPLING_CREATE_MESSAGE => "sampling",
+            methods::ROOTS_LIST => "roots",
+            _ => return Err(crate::AskError::NotSupported("this request in 2026-07-28")),
+        };
+        if let Some(key) = key {
+            return Ok(key.to_owned());
+        }
+        let Ok(mut counts) = self.counts.lock() else {
+            return Err(crate::AskError::Unavailable);
+        };
+        let n = counts.entry(kind).or_default();
+        *n += 1;
+        Ok(format!("{kind}-{n}"))
+    }
+
+    /// The answer when the retry brought a well-formed one, else the
+    /// question is noted for the `input_required` result (a malformed
+    /// answer is asked again).
+    pub(crate) fn ask(
+        &self,
+        key: String,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, crate::AskError> {
+        if let Some(answer) = self.answers.get(&key).filter(|a| well_formed(method, a)) {
+            return Ok(answer.clone());
+        }
+        if let Ok(mut open) = self.open.lock() {
+            open.push((key, json!({ "method": method, "params": params })));
+        }
+        Err(crate::AskError::InputRequired)
+    }
+
+    pub(crate) fn missing_capability(&self, what: &'static str) {
+        if let Ok(mut missing) = self.missing.lock() {
+            missing.get_or_insert(what);
+        }
+    }
+
+    fn take_open(&self) -> Vec<(String, Value)> {
+        self.open
+            .lock()
+            .map(|mut open| std::mem::take(&mut *open))
+            .unwrap_or_default()
+    }
+
+    fn missing(&self) -> Option<&'static str> {
+        self.missing.lock().ok().and_then(|m| *m)
+    }
+}
+
+/// Methods whose results may be `input_required` (MRTR, supported
+/// requests).
+fn supports_input(method: &str) -> bool {
+    matches!(
+        method,
+        methods::TOOLS_CALL | methods::PROMPTS_GET | methods::RESOURCES_READ
+    )
+}
+
+/// Methods whose complete results carry caching hints.
+fn cacheable(method: &str) -> bool {
+    matches!(
+        method,
+        methods::SERVER_DISCOVER
+            | methods::TOOLS_LIST
+            | methods::PROMPTS_LIST
+            | methods::RESOURCES_LIST
+            | methods::RESOURCES_TEMPLATES_LIST
+            | methods::RESOURCES_READ
+    )
+}
+
+/// Methods a stateless request may call that run the service's handler.
+fn served(method: &str) -> bool {
+    matches!(
+        method,
+        methods::TOOLS_LIST
+            | methods::TOOLS_CALL
+            | methods::RESOURCES_LIST
+            | methods::RESOURCES_TEMPLATES_LIST
+            | methods::RESOURCES_READ
+            | methods::PROMPTS_LIST
+            | methods::PROMPTS_GET
+            | methods::COMPLETION_COMPLETE
+    )
+}
+
+/// How a stateless request is answered.
+#[derive(Debug)]
+pub enum StatelessReply {
+    /// At once (discovery, and errors of the request itself).
+    Now(Response),
+    /// Refused by the runtime (quota, overload, shutdown) before anything
+    /// ran: the transport answers with its status (429, 503) and this
+    /// request's id.
+    Refused(RuntimeError, mcp_cluster_protocol::RequestId),
+    /// By a running handler (or a listen stream): JSON or a live stream.
+    /// Dropping `guard` (the client went away) cancels the request.
+    Running {
+        /// Resolves with the JSON answer or the live stream.
+        reply: oneshot::Receiver<ExchangeReply>,
+        /// Cancels the request when dropped.
+        guard: RequestGuard,
+    },
+}
+
+/// Held by the transport while its client is there: dropping it (the
+/// client closed the response) cancels the request, unless it became a
+/// task (which outlives its response) or a listen stream's own token.
+#[derive(Debug)]
+pub struct RequestGuard(Guarded);
+
+#[derive(Debug)]
+enum Guarded {
+    /// A handler's run.
+    Run {
+        scope: Arc<StatelessScope>,
+        job: CancellationToken,
+        client_gone: Arc<AtomicBool>,
+    },
+    /// Anything cancelled by its token alone (held, tripped on drop).
+    Token { _held: DropGuard },
+}
+
+impl RequestGuard {
+    pub(crate) fn token(token: CancellationToken) -> Self {
+        Self(Guarded::Token {
+            _held: token.drop_guard(),
+        })
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        if let Guarded::Run {
+            scope,
+            job,
+            client_gone,
+        } = &self.0
+            && !scope.is_task.load(Ordering::Acquire)
+        {
+            client_gone.store(true, Ordering::Release);
+            job.cancel();
+        }
+    }
+}
+
+impl Runtime {
+    /// Serves one stateless (2026-07-28) request whose `_meta` the
+    /// transport read ([`RequestMeta::read`]) and whose headers it checked,
+    /// without any session.
+    pub async fn stateless(
+        &self,
+        request: Request,
+        meta: RequestMeta,
+        inbound: &Inbound,
+    ) -> StatelessReply {
+        // Measured here when answered at once; a handler's run measures
+        // itself until its response is written.
+        let long_lived = request.method == methods::SUBSCRIPTIONS_LISTEN;
+        let call = (!served(&request.method) && !long_lived).then(|| {
+            Call::new(
+                self,
+                &request,
+                None,
+                ProtocolVersion::STATELESS.as_str(),
+                inbound,
+            )
+        });
+        let reply = self.stateless_reply(request, meta, inbound).await;
+        match (call, &reply) {
+            (Some(call), StatelessReply::Now(response)) => call.complete(response),
+            (Some(call), StatelessReply::Refused(err, id)) => {
+                call.complete(&Response::error(Some(id.clone()), err.to_error_object()));
+            }
+            _ => {}
+        }
+        reply
+    }
+
+    async fn stateless_reply(
+        &self,
+        request: Request,
+        meta: RequestMeta,
+        inbound: &Inbound,
+    ) -> StatelessReply {
+        let id = request.id.clone();
+        let refuse =
+            |error: ErrorObject| StatelessReply::Now(Response::error(Some(id.clone()), error));
+        if self.is_closing() {
+            return StatelessReply::Refused(RuntimeError::ShuttingDown, id);
+        }
+        if let Err(err) = self
+            .node()
+            .quotas
+            .admit_requests(inbound.principal.as_deref(), 1)
+            .await
+        {
+            return StatelessReply::Refused(err, id);
+        }
+        match request.method.as_str() {
+            methods::SERVER_DISCOVER => {
+                let result = self.discover_result();
+                StatelessReply::Now(Response::result(id, result))
+            }
+            methods::SUBSCRIPTIONS_LISTEN => self.listen(request, inbound).await,
+            methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL => {
+                // The capability first: without it, no task is looked up.
+                if !crate::tasks::declares_extension(&meta.capabilities) {
+                    return refuse(crate::tasks::extension_required());
+                }
+                let principal = inbound
+                    .principal
+                    .as_deref()
+                    .map(mcp_cluster_store::Principal::key);
+                let outcome = self.task_method(&request, principal.as_deref()).await;
+                StatelessReply::Now(Response {
+                    id: Some(id),
+                    outcome,
+                })
+            }
+            method if served(method) => self.run_stateless(request, meta, inbound).await,
+            method => refuse(ErrorObject::method_not_found(method)),
+        }
+    }
+
+    /// The `server/discover` result.
+    pub fn discover_result(&self) -> Value {
+        let service = self.service();
+        let mut result = Map::new();
+        result.insert("resultType".into(), json!("complete"));
+        result.insert("supportedVersions".into(), json!(supported_versions()));
+        let mut capabilities =
+            serde_json::to_value(service.capabilities()).unwrap_or_else(|_| json!({}));
+        capabilities["extensions"] = json!({ crate::tasks::EXTENSION: {} });
+        result.insert("capabilities".into(), capabilities);
+        if let Some(text) = service.instructions() {
+            result.insert("instructions".into(), json!(text));
+        }
+        let mut value = Value::Object(result);
+        self.complete_result(methods::SERVER_DISCOVER, &mut value);
+        value
+    }
+
+    /// Adds what every complete stateless result carries: `resultType`,
+    /// the server's identity in `_meta`, and caching hints where the
+    /// method is cacheable (unless the handler set its own).
+    pub(crate) fn complete_result(&self, method: &str, result: &mut Value) {
+        let Value::Object(map) = result else { return };
+        map.insert("resultType".into(), json!("complete"));
+        let meta = map
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(meta) = meta {
+            meta.entry(meta::SERVER_INFO)
+                .or_insert_with(|| self.server_info_json().clone());
+        }
+        if cacheable(method) {
+            let config = self.config();
+            map.entry("ttlMs")
+                .or_insert_with(|| json!(config.cache_ttl_ms));
+            let scope = if method == methods::RESOURCES_READ {
+                "private"
+            } else {
+                "public"
+            };
+            map.entry("cacheScope").or_insert_with(|| json!(scope));
+        }
+    }
+
+    async fn run_stateless(
+        &self,
+        request: Request,
+        meta: RequestMeta,
+        inbound: &Inbound,
+    ) -> StatelessReply {
+        let id = request.id.clone();
+        let principal_key = inbound
+            .principal
+            .as_deref()
+            .map(mcp_cluster_store::Principal::key);
+        let method = request.method.clone();
+        // A tool that runs as a task for clients of the extension.
+        let (task_support, task_in_handler) = match (method.as_str(), request.params.as_ref()) {
+            (methods::TOOLS_CALL, Some(params)) => {
+                let tool = params
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let service = self.service();
+                (
+                    service.task_support(tool),
+                    service.task_starts_in_handler(tool),
+                )
+            }
+            _ => (TaskSupport::Forbidden, false),
+        };
+        let extension = crate::tasks::declares_extension(&meta.capabilities);
+        if task_support == TaskSupport::Required && !extension {
+            return StatelessReply::Now(Response::error(
+                Some(id),
+                crate::tasks::extension_required(),
+            ));
+        }
+        let task_eligible = task_support != TaskSupport::Forbidden && extension;
+        if task_eligible
+            && self.node().running_tasks.load(Ordering::Acquire) >= self.config().max_running_tasks
+        {
+            return StatelessReply::Refused(RuntimeError::Overloaded, id);
+        }
+        // The client's share of the running tasks, held while the handler
+        // runs (a task's whole life).
+        let task_slot = if task_eligible {
+            match self
+                .node()
+                .quotas
+                .acquire_task(inbound.principal.as_deref(), inbound.client_ip)
+                .await
+            {
+                Ok(slot) => slot,
+                Err(err) => return StatelessReply::Refused(err, id),
+            }
+        } else {
+            None
+        };
+        // The round so far: the state's answers, then the retry's.
+        let answers = match self.round_answers(&request, principal_key.as_deref()).await {
+            Ok(found) => found,
+            Err(err) => return StatelessReply::Now(Response::error(Some(id), err)),
+        };
+        // The handler's token: tripped when the node stops, when the client
+        // closes the response stream (unless the request became a task,
+        // which outlives it) and by `tasks/cancel`. `client_gone` says
+        // which: set, no answer is due.
+        let job = self.stop_token().child_token();
+        let client_gone = Arc::new(AtomicBool::new(false));
+        let (exchange, reply) = Exchange::direct(
+            Arc::clone(self.node()),
+            self.config().response_mode,
+            id.clone(),
+        );
+        exchange.track(Call::new(
+            self,
+            &request,
+            None,
+            ProtocolVersion::STATELESS.as_str(),
+            inbound,
+        ));
+        let output = Arc::new(RequestOutput::new(Arc::clone(&exchange)));
+        let task = if task_eligible {
+            TaskSlot::Eligible(Box::new(Eligible {
+                runtime: self.clone(),
+                output: Arc::clone(&output),
+                request_id: id.clone(),
+                principal: principal_key.clone().unwrap_or_default(),
+                client: principal_key.clone().unwrap_or_else(|| {
+                    inbound
+                        .client_ip
+                        .map(crate::quota::address_subject)
+                        .unwrap_or_default()
+                }),
+                job: job.clone(),
+                cancelled: Arc::clone(&client_gone),
+            }))
+        } else {
+            TaskSlot::None
+        };
+        let scope = Arc::new(StatelessScope {
+            capabilities: meta.capabilities,
+            log_level: meta.log_level,
+            inputs: InputRound::new(answers),
+            task: tokio::sync::Mutex::new(task),
+            is_task: AtomicBool::new(false),
+        });
+        if task_eligible && !task_in_handler {
+            scope.start_task().await;
+        }
+        let guard = RequestGuard(Guarded::Run {
+            scope: Arc::clone(&scope),
+            job: job.clone(),
+            client_gone: Arc::clone(&client_gone),
+        });
+        let context = RequestContext::stateless(
+            &request,
+            job.clone(),
+            Arc::clone(&output),
+            Arc::clone(&scope),
+            inbound.principal.clone(),
+        );
+        let params = request.params.clone();
+        let service = Arc::clone(self.service());
+        let span = exchange.span_of(&id);
+        let handler =
+            Box::pin(async move { service.handle(request, context).await }.instrument(span));
+        let runtime = self.clone();
+        let timeout = self.config().request_timeout();
+        let ticket = InFlightTicket::issue(self.node());
+        let executor = Arc::clone(&self.node().executor);
+        actix::spawn(async move {
+            let _ticket = ticket;
+            let _task_slot = task_slot;
+            let outcome = run_job(&executor, handler, timeout, &job, &client_gone, &id).await;
+            if let Some(run) = scope.running_task().await {
+                run.finish(outcome).await;
+                return;
+            }
+            // A client that closed its stream cancelled the request: no
+            // answer, nothing after.
+            let Some(outcome) = outcome else {
+                tracing::debug!(jsonrpc_id = %id, "Stateless request cancelled by its client.");
+                output.finish(None).await;
+                return;
+            };
+            let response = runtime
+                .finish_round(
+                    &method,
+                    params.as_ref(),
+                    &scope,
+                    principal_key.as_deref(),
+                    outcome,
+                )
+                .await;
+            output
+                .finish(Some(Response {
+                    id: Some(id),
+                    outcome: response,
+                }))
+                .await;
+        });
+        StatelessReply::Running { reply, guard }
+    }
+
+    /// The answers a retry brings: those its `requestState` sealed (the
+    /// state claimed, so the handler never runs twice on one state), then
+    /// its `inputResponses`.
+    async fn round_answers(
+        &self,
+        request: &Request,
+        principal: Option<&str>,
+    ) -> Result<Map<String, Value>, ErrorObject> {
+        let params = request.params.as_ref();
+        let mut answers = Map::new();
+        if let Some(state) = params.and_then(|p| p.get("requestState")) {
+            let text = state.as_str().ok_or(state_refused(StateError::Malformed))?;
+            let opened = self.open_state(text).await.map_err(state_refused)?;
+            opened
+                .check(&request.method, params, principal)
+                .map_err(state_refused)?;
+            if !self.claim_state(&opened.id).await {
+                return Err(state_refused(StateError::Replayed));
+            }
+            answers = opened.answers;
+        }
+        if let Some(responses) = params.and_then(|p| p.get("inputResponses")) {
+            let Value::Object(responses) = responses else {
+                return Err(ErrorObject::invalid_params(
+                    "inputResponses must be an object of results by input key",
+                ));
+            };
+            for (key, value) in responses {
+                answers.insert(key.clone(), value.clone());
+            }
+        }
+        Ok(answers)
+    }
+
+    /// The response of a finished run: `input_required` when the handler
+    /// asked what the client has not answered yet, -32021 when it needed a
+    /// capability the request did not declare, otherwise the handler's own
+    /// outcome completed for the stateless era.
+    async fn finish_round(
+        &self,
+        method: &str,
+        params: Option<&Map<String, Value>>,
+        scope: &StatelessScope,
+        principal: Option<&str>,
+        outcome: Result<Value, ErrorObject>,
+    ) -> Result<Value, ErrorObject> {
+        let open = scope.inputs.take_open();
+        if !open.is_empty() && supports_input(method) {
+            self.ensure_key_ring().await;
+            let state = RoundState::issue(
+                method,
+                params,
+                principal,
+                scope.inputs.answers.clone(),
+                self.config().request_state_ttl(),
+            );
+            let sealed = self
+                .key_ring()
+                .seal(&state)
+                .map_err(|_| ErrorObject::internal("request state could not be sealed"))?;
+            let requests: Map<String, Value> = open.into_iter().collect();
+            return Ok(json!({
+                "resultType": "input_required",
+                "inputRequests": requests,
+                "requestState": sealed,
+            }));
+        }
+        // A handler that needed a capability the request lacks and failed
+        // for it: the client learns which (one that fell back to something
+        // else keeps its result).
+        let failed = match &outcome {
+            Err(_) => true,
+            Ok(value) => value.get("isError").and_then(Value::as_bool) == Some(true),
+        };
+        if let (Some(what), true) = (scope.inputs.missing(), failed) {
+            return Err(ErrorObject::new(
+                ErrorCode::MISSING_CLIENT_CAPABILITY,
+                format!(
+                    "this request needs the client capability {what}, which the \
+                     request's _meta does not declare"
+                ),
+            )
+            .with_data(json!({ "requiredCapabilities": { what: {} } })));
+        }
+        match outcome {
+            Ok(mut value) => {
+                self.complete_result(method, &mut value);
+                Ok(value)
+            }
+            // 2026-07-28: resource not found is invalid params.
+            Err(mut err) if err.code == ErrorCode::RESOURCE_NOT_FOUND => {
+                err.code = ErrorCode::INVALID_PARAMS;
+                Err(err)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Marks a request state used; `false` when it already was (replay).
+    /// A store failure lets the retry through: refusing it would fail every
+    /// input-required request while the store is away.
+    async fn claim_state(&self, id: &str) -> bool {
+        let ttl = self.config().request_state_ttl() + Duration::from_secs(60);
+        let key = mcp_cluster_store::QuotaKey::new("request_state", id);
+        match self.store().quotas.claim_once(&key, ttl).await {
+            Ok(first) => first,
+            Err(err) => {
+                tracing::warn!(error = %err, "Request state could not be marked used; accepting it.");
+                true
+            }
+        }
+    }
+}
+
+/// The -32602 of a refused request state, its reason in `data`.
+fn state_refused(err: StateError) -> ErrorObject {
+    ErrorObject::invalid_params(err.to_string()).with_data(json!({ "reason": state_reason(err) }))
+}
+
+/// The `data.reason` of a refused request state.
+fn state_reason(err: StateError) -> &'static str {
+    match err {
+        StateError::Malformed => "malformed",
+        StateError::UnknownKey => "unknown_key",
+        StateError::Tampered => "tampered",
+        StateError::Expired => "expired",
+        StateError::Foreign => "foreign",
+        StateError::OtherRequest => "other_request",
+        StateError::Replayed => "replayed",
+    }
+}

@@ -1,0 +1,605 @@
+//! Tasks (the `io.modelcontextprotocol/tasks` extension of 2026-07-28):
+//! a `tools/call` answered with a task handle, run on, and polled,
+//! answered, cancelled and fetched from any node.
+//!
+//! A task's state lives in the store ([`mcp_cluster_store::TaskStore`]); the node
+//! that created it runs its handler (`TaskRun`) and alone writes its
+//! record. While it runs, that node renews the task's lease every
+//! [`RENEW`]; a task whose lease lapsed ([`LEASE`] without renewal: its
+//! node died) is ended as `failed` by whichever node next reads it, so no
+//! task stays `working` for ever. Answers (`tasks/update`) and cancellation
+//! (`tasks/cancel`) go to the store from any node; the running node picks
+//! them up within [`INPUT_POLL`] (answers) and [`RENEW`] (cancellation).
+//!
+//! A handler asks (elicitation, sampling, roots) as in any era: inside a
+//! task the question is published in the task (`input_required`) and the
+//! handler waits for the client's `tasks/update`.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use mcp_cluster_protocol::types::ClientCapabilities;
+use mcp_cluster_protocol::{ErrorCode, ErrorObject, Request, RequestId, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::context::RequestOutput;
+use crate::mrtr::{millis, now_ms};
+use crate::{AskError, Runtime, RuntimeError};
+
+/// The extension's identifier, in capabilities.
+pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// How long a task's lease lasts without renewal.
+pub const LEASE: Duration = Duration::from_secs(10);
+/// How often the running node renews the lease and looks for a cancel.
+pub const RENEW: Duration = Duration::from_secs(2);
+/// How often a task waiting for input looks for the client's answers.
+pub const INPUT_POLL: Duration = Duration::from_millis(200);
+/// Most answers a task holds.
+pub const MAX_INPUTS: usize = 64;
+/// Longest task id accepted from a client.
+pub const MAX_TASK_ID: usize = 128;
+
+/// The result, or, when its JSON is over `max` bytes, the error the task
+/// ends with instead: a finished task is kept for its TTL, so its size is
+/// bounded like everything else a client can make a node keep.
+fn within(result: Value, max: u64) -> Result<Value, ErrorObject> {
+    let bytes = serde_json::to_string(&result).map_or(0, |s| s.len() as u64);
+    if bytes <= max {
+        return Ok(result);
+    }
+    mcp_cluster_telemetry::metrics::metrics()
+        .retention_refusals
+        .with_label_values(&["task_result"])
+        .inc();
+    Err(ErrorObject::internal(format!(
+        "the task's result is {bytes} bytes; this server keeps at most {max} bytes of a task's result"
+    )))
+}
+
+/// Whether the request's client declared the tasks extension.
+pub fn declares_extension(caps: &ClientCapabilities) -> bool {
+    caps.other
+        .get("extensions")
+        .and_then(|e| e.get(EXTENSION))
+        .is_some_and(Value::is_object)
+}
+
+/// -32021 for a request that needs the extension.
+pub(crate) fn extension_required() -> ErrorObject {
+    ErrorObject::new(
+        ErrorCode::MISSING_CLIENT_CAPABILITY,
+        format!("this request needs the client to declare the {EXTENSION} extension"),
+    )
+    .with_data(json!({"requiredCapabilities": {"extensions": {EXTENSION: {}}}}))
+}
+
+fn unknown_task(id: &str) -> ErrorObject {
+    ErrorObject::invalid_params(format!(
+        "unknown task: {}",
+        id.chars().take(64).collect::<String>()
+    ))
+}
+
+/// What the store keeps of a task, as JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TaskRecord {
+    task_id: String,
+    status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status_message: Option<String>,
+    created_at: String,
+    last_updated_at: String,
+    ttl_ms: u64,
+    poll_interval_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorObject>,
+    /// Questions the task waits on, by input key: `{method, params}`.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    input_requests: Map<String, Value>,
+    /// The node running it.
+    owner: String,
+    /// Until when the owner vouches for it (ms since the epoch).
+    lease_until_ms: u64,
+    /// The principal's key it belongs to; empty without authorization.
+    #[serde(default)]
+    principal: String,
+}
+
+impl TaskRecord {
+    fn terminal(&self) -> bool {
+        mcp_cluster_store::task_store::TERMINAL.contains(&self.status.as_str())
+    }
+
+    /// The task as clients see it (`tasks/get`): questions still open only
+    /// (answers given on any node count at once: `answered`, their keys),
+    /// no owner, lease or principal.
+    fn detailed(&self, answered: &[String]) -> Value {
+        let open: Map<String, Value> = self
+            .input_requests
+            .iter()
+            .filter(|(k, _)| !answered.iter().any(|key| key == *k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let status = match self.status.as_str() {
+            // Every question answered: back at work.
+            "input_required" if open.is_empty() => "working",
+            other => other,
+        };
+        let mut out = json!({
+            "resultType": "complete",
+            "taskId": self.task_id,
+            "status": status,
+            "createdAt": self.created_at,
+            "lastUpdatedAt": self.last_updated_at,
+            "ttlMs": self.ttl_ms,
+            "pollIntervalMs": self.poll_interval_ms,
+        });
+        if let Some(message) = &self.status_message {
+            out["statusMessage"] = json!(message);
+        }
+        match status {
+            "completed" => out["result"] = self.result.clone().unwrap_or(Value::Null),
+            "failed" => out["error"] = json!(self.error),
+            "input_required" => out["inputRequests"] = Value::Object(open),
+            _ => {}
+        }
+        out
+    }
+
+    /// The `CreateTaskResult` answering the request.
+    fn created(&self) -> Value {
+        json!({
+            "resultType": "task",
+            "taskId": self.task_id,
+            "status": self.status,
+            "createdAt": self.created_at,
+            "lastUpdatedAt": self.last_updated_at,
+            "ttlMs": self.ttl_ms,
+            "pollIntervalMs": self.poll_interval_ms,
+        })
+    }
+}
+
+/// A task running on this node.
+#[derive(Debug)]
+pub(crate) struct TaskRun {
+    id: String,
+    runtime: Runtime,
+    record: tokio::sync::Mutex<TaskRecord>,
+    /// Questions waiting for answers: key, `{method, params}`.
+    pending: Mutex<Map<String, Value>>,
+    /// The handler's token.
+    job: CancellationToken,
+    /// Set before `job` trips for a `tasks/cancel`: the run ends
+    /// `cancelled`, not `failed`.
+    cancelled: Arc<AtomicBool>,
+    done: CancellationToken,
+}
+
+impl TaskRun {
+    fn ttl(&self) -> Duration {
+        Duration::from_millis(self.runtime.config().task_ttl_ms.max(1))
+    }
+
+    /// Changes the record and writes it; `false` when the store refused
+    /// (the task ended, or expired).
+    async fn write(&self, change: impl FnOnce(&mut TaskRecord)) -> bool {
+        let mut record = self.record.lock().await;
+        change(&mut record);
+        record.last_updated_at = rfc3339(now_ms());
+        record.lease_until_ms = now_ms() + millis(LEASE);
+        let json = serde_json::to_string(&*record).unwrap_or_default();
+        match self
+            .runtime
+            .store()
+            .tasks
+            .put(&self.id, &record.status, &json, self.ttl())
+            .await
+        {
+            Ok(written) => written,
+            Err(err) => {
+                tracing::warn!(task = %self.id, error = %err, "Task state not written.");
+                false
+            }
+        }
+    }
+
+    /// Publishes the open questions (`input_required`) or, with none left,
+    /// goes back to `working`.
+    async fn publish_questions(&self) {
+        let open = self.pending.lock().map(|p| p.clone()).unwrap_or_default();
+        self.write(|r| {
+            r.status = if open.is_empty() {
+                "working"
+            } else {
+                "input_required"
+            }
+            .into();
+            r.input_requests = open;
+        })
+        .await;
+    }
+
+    /// A question from the handler: answered by the client's `tasks/update`
+    /// (on any node), waited for.
+    pub(crate) async fn ask(
+        &self,
+        key: String,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, AskError> {
+        let store = &self.runtime.store().tasks;
+        if let Ok(mut pending) = self.pending.lock() {
+            pending.insert(key.clone(), json!({"method": method, "params": params}));
+        }
+        self.publish_questions().await;
+        // Only this question's answer is read, not every answer the task
+        // holds; a task that goes away trips `job` (`watch`).
+        loop {
+            match store.answer(&self.id, &key).await {
+                Ok(answer) => {
+                    let answer = answer
+                        .and_then(|a| serde_json::from_str::<Value>(&a).ok())
+                        .filter(|a| crate::stateless::well_formed(method, a));
+                    if let Some(answer) = answer {
+                        if let Ok(mut pending) = self.pending.lock() {
+                            pending.remove(&key);
+                        }
+                        self.publish_questions().await;
+                        return Ok(answer);
+                    }
+                }
+                Err(err) => {
+                    tracing::debug!(task = %self.id, error = %err, "Task inputs not read; trying again.")
+                }
+            }
+            tokio::select! {
+                () = self.job.cancelled() => return Err(AskError::Cancelled),
+                () = tokio::time::sleep(INPUT_POLL) => {}
+            }
+        }
+    }
+
+    /// Writes how the handler ended. `None`: cancelled.
+    pub(crate) async fn finish(&self, outcome: Option<Result<Value, ErrorObject>>) {
+        self.done.cancel();
+        let cancelled = self.cancelled.load(Ordering::Acquire);
+        let max = self.runtime.config().max_task_result_bytes;
+        let outcome = outcome.map(|o| o.and_then(|result| within(result, max)));
+        self.write(|r| {
+            r.input_requests.clear();
+            match outcome {
+                None => {
+                    r.status = "cancelled".into();
+                    r.status_message = Some("cancelled by the client".into());
+                }
+                Some(_) if cancelled => {
+                    r.status = "cancelled".into();
+                    r.status_message = Some("cancelled by the client".into());
+                }
+                Some(Ok(result)) => {
+                    r.status = "completed".into();
+                    r.result = Some(result);
+                }
+                Some(Err(error)) => {
+                    r.status = "failed".into();
+                    r.status_message = Some(error.message.clone());
+                    r.error = Some(error);
+                }
+            }
+        })
+        .await;
+        self.runtime
+            .node()
+            .running_tasks
+            .fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Renews the lease and watches for a cancel until the task ends.
+    async fn watch(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                () = self.done.cancelled() => return,
+                () = tokio::time::sleep(RENEW) => {}
+            }
+            match self.runtime.store().tasks.get(&self.id).await {
+                Ok(Some(task)) if task.cancelled => {
+                    self.cancelled.store(true, Ordering::Release);
+                    self.job.cancel();
+                    return;
+                }
+                Ok(Some(_)) => {
+                    if !self.write(|_| {}).await {
+                        return;
+                    }
+                }
+                Ok(None) => {
+                    // Expired or gone: nobody can read its end.
+                    self.cancelled.store(true, Ordering::Release);
+                    self.job.cancel();
+                    return;
+                }
+                Err(err) => {
+                    tracing::debug!(task = %self.id, error = %err, "Task lease not renewed; trying again.")
+                }
+            }
+        }
+    }
+}
+
+/// What a stateless `tools/call` may become.
+#[derive(Debug)]
+pub(crate) enum TaskSlot {
+    /// Never a task.
+    None,
+    /// May become one ([`crate::RequestContext::become_task`]).
+    Eligible(Box<Eligible>),
+    /// Is one.
+    Running(Arc<TaskRun>),
+}
+
+/// What starting a task needs.
+#[derive(Debug)]
+pub(crate) struct Eligible {
+    pub(crate) runtime: Runtime,
+    pub(crate) output: Arc<RequestOutput>,
+    pub(crate) request_id: RequestId,
+    pub(crate) principal: String,
+    /// Whose byte budget the finished task counts against: the
+    /// principal's key, or the client's address without one.
+    pub(crate) client: String,
+    pub(crate) job: CancellationToken,
+    pub(crate) cancelled: Arc<AtomicBool>,
+}
+
+impl Eligible {
+    /// Creates the task in the store; returns it with the
+    /// `CreateTaskResult` that answers the request. `None` when it could
+    /// not be stored (the request goes on synchronously).
+    pub(crate) async fn start(&self) -> Option<(Arc<TaskRun>, Value)> {
+        let config = self.runtime.config();
+        let now = rfc3339(now_ms());
+        let id = uuid::Uuid::new_v4().to_string();
+        let record = TaskRecord {
+            task_id: id.clone(),
+            status: "working".into(),
+            status_message: None,
+            created_at: now.clone(),
+            last_updated_at: now,
+            ttl_ms: config.task_ttl_ms,
+            poll_interval_ms: config.task_poll_interval_ms,
+            result: None,
+            error: None,
+            input_requests: Map::new(),
+            owner: self.runtime.node_id().to_string(),
+            lease_until_ms: now_ms() + millis(LEASE),
+            principal: self.principal.clone(),
+        };
+        let json = serde_json::to_string(&record).ok()?;
+        let ttl = Duration::from_millis(config.task_ttl_ms.max(1));
+        match self
+            .runtime
+            .store()
+            .tasks
+            .create(&id, &self.client, "working", &json, ttl)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(err) => {
+                tracing::warn!(error = %err, "Task not created; answering synchronously.");
+                return None;
+            }
+        }
+        self.runtime
+            .node()
+            .running_tasks
+            .fetch_add(1, Ordering::AcqRel);
+        let created = record.created();
+        let run = Arc::new(TaskRun {
+            id,
+            runtime: self.runtime.clone(),
+            record: tokio::sync::Mutex::new(record),
+            pending: Mutex::default(),
+            job: self.job.clone(),
+            cancelled: Arc::clone(&self.cancelled),
+            done: CancellationToken::new(),
+        });
+        // tokio's spawn, not actix's: a handler starts its task from the
+        // request executor, where there is no actix arbiter.
+        tokio::spawn(Arc::clone(&run).watch());
+        Some((run, created))
+    }
+
+    /// Answers the request with the task's handle.
+    pub(crate) async fn answer(&self, created: Value) {
+        self.output
+            .finish(Some(Response::result(self.request_id.clone(), created)))
+            .await;
+    }
+}
+
+impl Runtime {
+    /// `tasks/get`, `tasks/update`, `tasks/cancel` of a stateless request
+    /// whose client declared the extension (checked by the caller).
+    pub(crate) async fn task_method(
+        &self,
+        request: &Request,
+        principal: Option<&str>,
+    ) -> Result<Value, ErrorObject> {
+        let params = request.params.as_ref();
+        let id = params
+            .and_then(|p| p.get("taskId"))
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty() && id.len() <= MAX_TASK_ID)
+            .ok_or_else(|| ErrorObject::invalid_params("taskId must be a task id (1-128 bytes)"))?;
+        let store = &self.store().tasks;
+        let unavailable = |err: mcp_cluster_store::StoreError| {
+            tracing::warn!(error = %err, "Task store unavailable.");
+            RuntimeError::Store(err).to_error_object()
+        };
+        let task = store.get(id).await.map_err(unavailable)?;
+        let Some(task) = task else {
+            return Err(unknown_task(id));
+        };
+        let mut record: TaskRecord = serde_json::from_str(&task.record)
+            .map_err(|_| ErrorObject::internal("task record unreadable"))?;
+        // Another principal's task is as unknown as a task that never was.
+        if record.principal != principal.unwrap_or_default() {
+            return Err(unknown_task(id));
+        }
+        let ack = json!({"resultType": "complete"});
+        match request.method.as_str() {
+            mcp_cluster_protocol::methods::TASKS_UPDATE => {
+                let Some(Value::Object(responses)) = params.and_then(|p| p.get("inputResponses"))
+                else {
+                    return Err(ErrorObject::invalid_params(
+                        "inputResponses must be an object of results by input key",
+                    ));
+                };
+                let config = self.config();
+                let inputs: Vec<(String, String)> = responses
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_string()))
+                    .collect();
+                let refuse = |message: String| {
+                    mcp_cluster_telemetry::metrics::metrics()
+                        .retention_refusals
+                        .with_label_values(&["task_answer"])
+                        .inc();
+                    Err(ErrorObject::invalid_params(message))
+                };
+                if let Some((key, answer)) = inputs
+                    .iter()
+                    .find(|(_, a)| a.len() as u64 > config.max_task_answer_bytes)
+                {
+                    return refuse(format!(
+                        "the answer to input {:?} is {} bytes; this server accepts at most {} bytes per answer",
+                        key.chars().take(64).collect::<String>(),
+                        answer.len(),
+                        config.max_task_answer_bytes
+                    ));
+                }
+                if record.terminal() {
+                    return Ok(ack);
+                }
+                let limits = mcp_cluster_store::InputLimits {
+                    max_keys: MAX_INPUTS,
+                    max_bytes: config.max_task_answers_bytes,
+                };
+                match store
+                    .add_inputs(id, &inputs, limits)
+                    .await
+                    .map_err(unavailable)?
+                {
+                    mcp_cluster_store::AddedInputs::Added => Ok(ack),
+                    mcp_cluster_store::AddedInputs::Gone => Err(unknown_task(id)),
+                    mcp_cluster_store::AddedInputs::TooLarge => refuse(format!(
+                        "these answers would take the task's answers past {} bytes; nothing of them was kept",
+                        config.max_task_answers_bytes
+                    )),
+                }
+            }
+            mcp_cluster_protocol::methods::TASKS_CANCEL => {
+                if !record.terminal() && !store.cancel(id).await.map_err(unavailable)? {
+                    return Err(unknown_task(id));
+                }
+                Ok(ack)
+            }
+            _ => {
+                if !record.terminal() && record.lease_until_ms < now_ms() {
+                    // Its node stopped renewing: it will never finish.
+                    record.status = "failed".into();
+                    record.input_requests.clear();
+                    let error = ErrorObject::internal(
+                        "the node running this task stopped before it finished",
+                    );
+                    record.status_message = Some(error.message.clone());
+                    record.error = Some(error);
+                    record.last_updated_at = rfc3339(now_ms());
+                    let json = serde_json::to_string(&record).unwrap_or_default();
+                    let ttl = Duration::from_millis(self.config().task_ttl_ms.max(1));
+                    if !store
+                        .put(id, "failed", &json, ttl)
+                        .await
+                        .map_err(unavailable)?
+                    {
+                        // It ended meanwhile: read that end.
+                        return Box::pin(self.task_method(request, principal)).await;
+                    }
+                }
+                Ok(record.detailed(&task.answered))
+            }
+        }
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` of a Unix time in milliseconds.
+pub(crate) fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        assert_eq!(rfc3339(1_798_761_599_999), "2026-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn answered_questions_leave_the_detailed_view_at_once() {
+        let record = TaskRecord {
+            task_id: "t".into(),
+            status: "input_required".into(),
+            status_message: None,
+            created_at: rfc3339(0),
+            last_updated_at: rfc3339(0),
+            ttl_ms: 1,
+            poll_interval_ms: 1,
+            result: None,
+            error: None,
+            input_requests: serde_json::from_value(json!({"a": {"method": "elicitation/create"}, "b": {"method": "elicitation/create"}})).unwrap(),
+            owner: "n".into(),
+            lease_until_ms: 0,
+            principal: String::new(),
+        };
+        let view = record.detailed(&["a".into()]);
+        assert_eq!(view["status"], "input_required");
+        assert!(view["inputRequests"].get("a").is_none());
+        assert!(view["inputRequests"].get("b").is_some());
+        let view = record.detailed(&["a".into(), "b".into()]);
+        assert_eq!(view["status"], "working");
+        assert!(view.get("owner").is_none() && view.get("principal").is_none());
+    }
+}

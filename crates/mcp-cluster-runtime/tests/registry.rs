@@ -1,0 +1,226 @@
+//! The session registry and session actors, driven through the runtime's
+//! handles: creation cap, idle expiry (paused time), eviction and
+//! rehydration from the store, termination.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mcp_cluster_protocol::types::{Implementation, ServerCapabilities};
+use mcp_cluster_protocol::{ErrorObject, Notification, Request, RequestId};
+use mcp_cluster_runtime::{
+    ExchangeReply, McpService, RequestContext, Runtime, RuntimeConfig, RuntimeError, SessionHandle,
+};
+use mcp_cluster_store::Store;
+use mcp_cluster_store::memory::Retention;
+use serde_json::{Value, json};
+use support::call;
+
+#[derive(Debug)]
+struct Echo;
+
+#[async_trait]
+impl McpService for Echo {
+    fn server_info(&self) -> Implementation {
+        Implementation {
+            name: "echo".into(),
+            version: "0".into(),
+            title: None,
+        }
+    }
+
+    fn capabilities(&self) -> ServerCapabilities {
+        ServerCapabilities::default()
+    }
+
+    async fn handle(&self, request: Request, ctx: RequestContext) -> Result<Value, ErrorObject> {
+        Ok(json!({"method": request.method, "version": ctx.protocol_version().as_str()}))
+    }
+}
+
+/// A service whose requests never complete.
+#[derive(Debug)]
+struct Hang;
+
+#[async_trait]
+impl McpService for Hang {
+    fn server_info(&self) -> Implementation {
+        Implementation::default()
+    }
+
+    fn capabilities(&self) -> ServerCapabilities {
+        ServerCapabilities::default()
+    }
+
+    async fn handle(&self, _: Request, _: RequestContext) -> Result<Value, ErrorObject> {
+        std::future::pending().await
+    }
+}
+
+fn runtime(config: RuntimeConfig) -> Runtime {
+    Runtime::new(Arc::new(Echo), Store::memory(Retention::default()), config)
+}
+
+async fn initialized(runtime: &Runtime) -> SessionHandle {
+    let session = runtime.create_session(None).await.unwrap();
+    let params = json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}});
+    let r = call(runtime, &session, 0, "initialize", params).await;
+    assert!(r.outcome.is_ok(), "{r:?}");
+    session
+        .notify(
+            Notification {
+                method: "notifications/initialized".into(),
+                params: None,
+            },
+            None,
+        )
+        .unwrap();
+    session
+}
+
+#[actix_rt::test]
+async fn sessions_beyond_the_cap_are_refused() {
+    let runtime = runtime(RuntimeConfig {
+        max_sessions: 2,
+        ..RuntimeConfig::default()
+    });
+    runtime.create_session(None).await.unwrap();
+    runtime.create_session(None).await.unwrap();
+    assert_eq!(
+        runtime.create_session(None).await.unwrap_err(),
+        RuntimeError::TooManySessions
+    );
+}
+
+#[actix_rt::test]
+async fn requests_before_initialize_are_refused_but_ping_is_answered() {
+    let runtime = runtime(RuntimeConfig::default());
+    let session = runtime.create_session(None).await.unwrap();
+    let r = call(&runtime, &session, 1, "tools/list", json!({})).await;
+    assert_eq!(
+        r.outcome.unwrap_err().code,
+        mcp_cluster_protocol::ErrorCode::INVALID_REQUEST
+    );
+    let r = call(&runtime, &session, 2, "ping", json!({})).await;
+    assert_eq!(r.outcome.unwrap(), json!({}));
+}
+
+#[actix_rt::test]
+async fn evicted_sessions_are_rehydrated_from_the_store_with_their_state() {
+    let runtime = runtime(RuntimeConfig::default());
+    let session = initialized(&runtime).await;
+    let id = session.id().clone();
+    // The initialized notification is handled before the eviction (same mailbox).
+    assert!(runtime.evict(&id));
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while session.is_alive() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap();
+    let again = runtime.session(&id).await.unwrap();
+    assert!(again.is_alive());
+    assert_eq!(again.protocol_version().unwrap().as_str(), "2025-06-18");
+    let r = call(&runtime, &again, 3, "tools/list", json!({})).await;
+    assert_eq!(r.outcome.unwrap()["version"], "2025-06-18");
+}
+
+#[actix_rt::test]
+async fn idle_sessions_expire_and_then_are_not_found() {
+    tokio::time::pause();
+    let runtime = runtime(RuntimeConfig {
+        session_idle_ttl_secs: 60,
+        ..RuntimeConfig::default()
+    });
+    let session = initialized(&runtime).await;
+    let id = session.id().clone();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(session.is_alive(), "not idle long enough");
+    let r = call(&runtime, &session, 1, "tools/list", json!({})).await;
+    assert!(r.outcome.is_ok());
+    tokio::time::sleep(Duration::from_secs(61 + 15)).await;
+    assert!(!session.is_alive(), "idle actor stopped");
+    assert_eq!(
+        runtime.session(&id).await.unwrap_err(),
+        RuntimeError::SessionNotFound
+    );
+}
+
+#[actix_rt::test]
+async fn terminated_sessions_are_gone_and_their_streams_deleted() {
+    let runtime = runtime(RuntimeConfig::default());
+    let session = initialized(&runtime).await;
+    let id = session.id().clone();
+    let standalone = session.standalone_stream().clone();
+    runtime.terminate(&id).await.unwrap();
+    assert_eq!(
+        runtime.session(&id).await.unwrap_err(),
+        RuntimeError::SessionNotFound
+    );
+    assert_eq!(
+        runtime.terminate(&id).await.unwrap_err(),
+        RuntimeError::SessionNotFound
+    );
+    let err = runtime
+        .store()
+        .events
+        .tail(&id, &standalone)
+        .await
+        .unwrap_err();
+    assert_eq!(err, mcp_cluster_store::StoreError::StreamNotFound);
+}
+
+#[actix_rt::test]
+async fn a_request_id_in_flight_cannot_be_reused() {
+    let runtime = Runtime::new(
+        Arc::new(Hang),
+        Store::memory(Retention::default()),
+        RuntimeConfig::default(),
+    );
+    let session = initialized(&runtime).await;
+    let (first, first_reply) = runtime.exchange(&session, vec![RequestId::Number(7)]);
+    session
+        .dispatch(
+            Request::new(RequestId::Number(7), "tools/call", json!({})),
+            first,
+        )
+        .unwrap();
+    let r = call(&runtime, &session, 7, "tools/call", json!({})).await;
+    let err = r.outcome.unwrap_err();
+    assert!(err.message.contains("already in flight"), "{err:?}");
+    // Cancelling the first frees the id: its POST gets no response.
+    let cancel = Notification::new("notifications/cancelled", json!({"requestId": 7}));
+    session.notify(cancel, None).unwrap();
+    assert!(matches!(first_reply.await.unwrap(), ExchangeReply::Empty));
+}
+
+#[actix_rt::test]
+async fn requests_stopped_by_the_server_answer_with_an_error_not_silence() {
+    let runtime = Runtime::new(
+        Arc::new(Hang),
+        Store::memory(Retention::default()),
+        RuntimeConfig::default(),
+    );
+    let session = initialized(&runtime).await;
+    let (exchange, reply) = runtime.exchange(&session, vec![RequestId::Number(1)]);
+    session
+        .dispatch(
+            Request::new(RequestId::Number(1), "tools/call", json!({})),
+            exchange,
+        )
+        .unwrap();
+    // Let the request start before the node stops its requests.
+    tokio::task::yield_now().await;
+    runtime.stop_requests();
+    let ExchangeReply::Json(mut responses) = reply.await.unwrap() else {
+        panic!("expected a JSON answer")
+    };
+    let err = responses.pop().unwrap().outcome.unwrap_err();
+    assert_eq!(err.code, mcp_cluster_protocol::ErrorCode::INTERNAL_ERROR);
+    assert!(err.message.contains("shutting down"), "{err:?}");
+}

@@ -1,0 +1,161 @@
+//! The control bus port: cluster-wide messages between nodes.
+//!
+//! Routing by broadcast: what must reach the node running a request
+//! (`notifications/cancelled`, the client's answer to a server request) or
+//! every node (DELETE, a session's state change, server events, a stream's
+//! new reader) is published once and every node acts on what concerns its
+//! local actors. These messages are rare next to requests, so the hot path
+//! writes no directory entry; proto-docs/cluster.md explains the choice.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::{NodeId, SessionId, StoreError, StreamId};
+
+/// One cluster-wide message. `origin` is the publishing node, so a node can
+/// skip what it already did locally.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ControlMessage {
+    /// A client message for a session's actors: a notification
+    /// (`notifications/cancelled`) or a response to a server request,
+    /// JSON-encoded. The node whose actor knows the request acts on it.
+    Deliver {
+        /// The session.
+        session: SessionId,
+        /// The encoded JSON-RPC message.
+        message: String,
+        /// The publishing node.
+        origin: NodeId,
+        /// The W3C `traceparent` of the span in which the publishing node
+        /// received the client message, so that the node acting on it
+        /// continues the caller's trace. Absent when traces are off; a
+        /// node that predates the field ignores it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<String>,
+    },
+    /// The session ended (DELETE): every node stops its actor.
+    SessionEnded {
+        /// The session.
+        session: SessionId,
+        /// The publishing node.
+        origin: NodeId,
+    },
+    /// The session's stored state changed (initialized, log level,
+    /// subscriptions): nodes holding an actor reload it.
+    SessionChanged {
+        /// The session.
+        session: SessionId,
+        /// The publishing node.
+        origin: NodeId,
+    },
+    /// A server event (`tools_list_changed`, `prompts_list_changed`,
+    /// `resources_list_changed`, `resource_updated` with `uri`).
+    ServerEvent {
+        /// The event name.
+        name: String,
+        /// The resource URI, for `resource_updated`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uri: Option<String>,
+        /// The publishing node.
+        origin: NodeId,
+    },
+    /// A reader attached to `stream` on `origin`: readers of it elsewhere
+    /// end (one reader per stream, cluster-wide).
+    Kick {
+        /// The session.
+        session: SessionId,
+        /// The stream.
+        stream: StreamId,
+        /// The publishing node.
+        origin: NodeId,
+        /// The W3C `traceparent` of the span that attached the new reader
+        /// (a GET, a resumption), as for [`ControlMessage::Deliver`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<String>,
+    },
+}
+
+impl ControlMessage {
+    /// The W3C `traceparent` the message carries, if any.
+    pub fn trace(&self) -> Option<&str> {
+        match self {
+            Self::Deliver { trace, .. } | Self::Kick { trace, .. } => trace.as_deref(),
+            Self::SessionEnded { .. } | Self::SessionChanged { .. } | Self::ServerEvent { .. } => {
+                None
+            }
+        }
+    }
+
+    /// The message type, as on the wire (`deliver`, `kick`…); each is in
+    /// `mcp_cluster_telemetry::metrics::BUS_MESSAGE_TYPES`, the label values that
+    /// exist at 0 from the start.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Deliver { .. } => "deliver",
+            Self::SessionEnded { .. } => "session_ended",
+            Self::SessionChanged { .. } => "session_changed",
+            Self::ServerEvent { .. } => "server_event",
+            Self::Kick { .. } => "kick",
+        }
+    }
+
+    /// The publishing node.
+    pub fn origin(&self) -> &NodeId {
+        match self {
+            Self::Deliver { origin, .. }
+            | Self::SessionEnded { origin, .. }
+            | Self::SessionChanged { origin, .. }
+            | Self::ServerEvent { origin, .. }
+            | Self::Kick { origin, .. } => origin,
+        }
+    }
+}
+
+/// Cluster-wide publish/subscribe.
+#[async_trait]
+pub trait ControlBus: Send + Sync + Debug + 'static {
+    /// Publishes to every node (this one included).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the backend cannot be reached.
+    async fn publish(&self, message: &ControlMessage) -> Result<(), StoreError>;
+
+    /// Receives every message published from now on. A receiver that lags
+    /// loses the oldest messages (and is told so by the channel).
+    fn subscribe(&self) -> broadcast::Receiver<ControlMessage>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_is_optional_on_the_wire_both_ways() {
+        let session = SessionId::random();
+        let origin = NodeId::random();
+        // From a node that predates `trace`.
+        let old = format!(
+            r#"{{"type":"deliver","session":"{session}","message":"{{}}","origin":"{origin}"}}"#
+        );
+        let message: ControlMessage = serde_json::from_str(&old).unwrap();
+        assert_eq!(message.trace(), None);
+        // Without a trace, the JSON is what older nodes sent.
+        assert_eq!(serde_json::to_string(&message).unwrap(), old);
+
+        let traced = ControlMessage::Kick {
+            session,
+            stream: StreamId::random(),
+            origin,
+            trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        };
+        let json = serde_json::to_string(&traced).unwrap();
+        assert!(json.contains(r#""trace":"00-4bf9"#), "{json}");
+        let back: ControlMessage = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, traced);
+        assert_eq!(back.trace(), traced.trace());
+    }
+}

@@ -1,0 +1,151 @@
+//! The event log port: every message written to an SSE stream is appended
+//! here first, so a stream can be resumed from any event, on any node.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use mcp_cluster_protocol::RequestId;
+
+use crate::{EventId, Position, SessionId, StoreError, StreamId};
+
+/// One stored event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEvent {
+    /// Its position in the stream.
+    pub position: Position,
+    /// The encoded JSON-RPC message.
+    pub data: Arc<str>,
+}
+
+/// What a read returned.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReadBatch {
+    /// Events after the requested position, oldest first.
+    pub events: Vec<StoredEvent>,
+    /// The stream is closed and `events` reaches its end: nothing will follow.
+    pub closed: bool,
+}
+
+/// A wake-up subscription to a stream: [`Wakeup::changed`] resolves when
+/// something may have been appended (or the stream closed) since the
+/// subscription was taken or last woken. Wake-ups may be spurious; readers
+/// re-read. Subscribe *before* reading so that no append is missed.
+#[derive(Debug)]
+pub struct Wakeup(watch::Receiver<u64>);
+
+impl Wakeup {
+    /// Wraps a watch receiver; the sender side bumps the value on append.
+    pub fn new(rx: watch::Receiver<u64>) -> Self {
+        Self(rx)
+    }
+
+    /// Waits for the next change. Returns `false` when the stream's writer
+    /// side is gone (deleted): no further change will come.
+    ///
+    /// Cancel safety: safe to use in `select!`; a change that arrives while
+    /// the future is dropped is reported by the next call.
+    pub async fn changed(&mut self) -> bool {
+        self.0.changed().await.is_ok()
+    }
+}
+
+/// The SSE event log.
+///
+/// Streams belong to a session; every call names both, and a stream of
+/// another session is [`StoreError::StreamNotFound`]. Retention (length and
+/// time) is bounded by each implementation and documented in `proto-docs/`.
+#[async_trait]
+pub trait EventLog: Send + Sync + Debug + 'static {
+    /// Creates an empty open stream in the session. `requests`: the ids of
+    /// the requests whose responses the stream will carry (none for a
+    /// session's standalone stream), kept with the stream so that any node
+    /// following it can answer them should the stream's data be lost.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the backend cannot be reached.
+    async fn create_stream(
+        &self,
+        session: &SessionId,
+        requests: &[RequestId],
+    ) -> Result<StreamId, StoreError>;
+
+    /// The request ids given to [`Self::create_stream`].
+    ///
+    /// # Errors
+    /// [`StoreError::StreamNotFound`]; [`StoreError::Unavailable`].
+    async fn stream_requests(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+    ) -> Result<Vec<RequestId>, StoreError>;
+
+    /// Appends one encoded message; returns its event id.
+    ///
+    /// # Errors
+    /// [`StoreError::StreamNotFound`] for an unknown or closed stream.
+    async fn append(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        data: Arc<str>,
+    ) -> Result<EventId, StoreError>;
+
+    /// Closes the stream: readers end after its last event. Idempotent.
+    ///
+    /// # Errors
+    /// [`StoreError::StreamNotFound`] for an unknown stream.
+    async fn close_stream(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError>;
+
+    /// Reads up to `max` events after `after` (exclusive).
+    ///
+    /// # Errors
+    /// [`StoreError::StreamNotFound`] for an unknown stream;
+    /// [`StoreError::EventNotFound`] when `after` is neither
+    /// [`Position::START`] nor the position of an event of the stream;
+    /// [`StoreError::Trimmed`] when events after `after` were dropped by
+    /// retention, so the reader would see a gap.
+    async fn read(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        after: Position,
+        max: usize,
+    ) -> Result<ReadBatch, StoreError>;
+
+    /// The position of the newest event (or [`Position::START`]).
+    ///
+    /// # Errors
+    /// [`StoreError::StreamNotFound`] for an unknown stream.
+    async fn tail(&self, session: &SessionId, stream: &StreamId) -> Result<Position, StoreError>;
+
+    /// The position just before the oldest retained event: [`Position::START`]
+    /// unless retention trimmed the stream, then the newest trimmed
+    /// position. Reading after it never reports [`StoreError::Trimmed`].
+    ///
+    /// # Errors
+    /// [`StoreError::StreamNotFound`] for an unknown stream.
+    async fn oldest(&self, session: &SessionId, stream: &StreamId) -> Result<Position, StoreError>;
+
+    /// Subscribes to wake-ups for a stream.
+    ///
+    /// # Errors
+    /// [`StoreError::StreamNotFound`] for an unknown stream.
+    async fn subscribe(&self, session: &SessionId, stream: &StreamId)
+    -> Result<Wakeup, StoreError>;
+
+    /// Renews an open stream's idle retention (the session's standalone
+    /// stream lives as long as its session, appended to or not).
+    ///
+    /// # Errors
+    /// [`StoreError::StreamNotFound`] for an unknown stream.
+    async fn touch(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError>;
+
+    /// Deletes every stream of a session.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the backend cannot be reached.
+    async fn delete_session(&self, session: &SessionId) -> Result<(), StoreError>;
+}

@@ -1,0 +1,209 @@
+//! The port suite against the in-memory store, plus its time-based retention.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_cluster_store::memory::{MemoryEventLog, MemorySessionStore, Retention};
+use mcp_cluster_store::suite;
+use mcp_cluster_store::{EventLog, Position, SessionId, SessionStore, Store, StoreError};
+
+#[tokio::test]
+async fn memory_store_passes_the_port_suite() {
+    suite::run_all(&Store::memory(Retention::default())).await;
+}
+
+#[tokio::test]
+async fn memory_store_holds_its_byte_budgets() {
+    suite::byte_budgets_hold(&Store::memory(suite::byte_budget_retention())).await;
+}
+
+#[tokio::test]
+async fn streams_keep_at_most_the_configured_events_and_report_gaps() {
+    let log = MemoryEventLog::new(Retention {
+        max_events_per_stream: 3,
+        ..Retention::default()
+    });
+    let s = SessionId::random();
+    let stream = log.create_stream(&s, &[]).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(
+            log.append(&s, &stream, Arc::from(i.to_string()))
+                .await
+                .unwrap(),
+        );
+    }
+    let batch = log.read(&s, &stream, Position::START, 100).await;
+    assert_eq!(
+        batch.unwrap_err(),
+        StoreError::Trimmed,
+        "events 0 and 1 are gone"
+    );
+    let batch = log.read(&s, &stream, ids[1].position, 100).await.unwrap();
+    assert_eq!(
+        batch.events.len(),
+        3,
+        "resuming right after the trimmed part has no gap"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn closed_streams_and_idle_sessions_expire() {
+    let retention = Retention {
+        closed_stream_ttl: Duration::from_secs(10),
+        ..Retention::default()
+    };
+    let log = MemoryEventLog::new(retention);
+    let s = SessionId::random();
+    let stream = log.create_stream(&s, &[]).await.unwrap();
+    log.close_stream(&s, &stream).await.unwrap();
+    tokio::time::advance(Duration::from_secs(11)).await;
+    log.create_stream(&s, &[]).await.unwrap(); // sweeps
+    assert_eq!(
+        log.read(&s, &stream, Position::START, 1).await.unwrap_err(),
+        StoreError::StreamNotFound
+    );
+    assert_eq!(log.stream_count(), 1);
+
+    let sessions = MemorySessionStore::new();
+    let r = suite::record();
+    sessions.create(&r, Duration::from_secs(30)).await.unwrap();
+    tokio::time::advance(Duration::from_secs(20)).await;
+    assert!(
+        sessions
+            .touch(&r.id, Duration::from_secs(30))
+            .await
+            .unwrap()
+    );
+    tokio::time::advance(Duration::from_secs(20)).await;
+    assert!(
+        sessions.load(&r.id).await.unwrap().is_some(),
+        "touch renewed the TTL"
+    );
+    tokio::time::advance(Duration::from_secs(31)).await;
+    assert!(
+        sessions.load(&r.id).await.unwrap().is_none(),
+        "idle session expired"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_oldest_closed_streams_go_first_when_the_stream_cap_is_reached() {
+    let log = MemoryEventLog::new(Retention {
+        max_streams: 10,
+        ..Retention::default()
+    });
+    let s = SessionId::random();
+    let mut closed = Vec::new();
+    for _ in 0..5 {
+        let stream = log.create_stream(&s, &[]).await.unwrap();
+        log.close_stream(&s, &stream).await.unwrap();
+        closed.push(stream);
+    }
+    let mut open = Vec::new();
+    for _ in 0..20 {
+        // Sweeps forced by the cap are rate-limited.
+        tokio::time::advance(Duration::from_millis(300)).await;
+        open.push(log.create_stream(&s, &[]).await.unwrap());
+    }
+    for stream in &closed {
+        let err = log.read(&s, stream, Position::START, 1).await.unwrap_err();
+        assert_eq!(
+            err,
+            StoreError::StreamNotFound,
+            "closed streams were dropped first"
+        );
+    }
+    for stream in &open {
+        assert!(
+            log.read(&s, stream, Position::START, 1).await.is_ok(),
+            "open streams are kept"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn touched_open_streams_outlive_the_idle_ttl() {
+    let retention = Retention {
+        idle_stream_ttl: Duration::from_secs(10),
+        ..Retention::default()
+    };
+    let log = MemoryEventLog::new(retention);
+    let s = SessionId::random();
+    let kept = log.create_stream(&s, &[]).await.unwrap();
+    let idle = log.create_stream(&s, &[]).await.unwrap();
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_secs(6)).await;
+        log.touch(&s, &kept).await.unwrap();
+        log.create_stream(&s, &[]).await.unwrap(); // sweeps
+    }
+    assert!(log.tail(&s, &kept).await.is_ok(), "touched stream kept");
+    assert_eq!(
+        log.tail(&s, &idle).await.unwrap_err(),
+        StoreError::StreamNotFound
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn quota_entries_are_swept_once_they_hold_nothing_and_bounded_in_number() {
+    use mcp_cluster_store::memory::MemoryQuotas;
+    use mcp_cluster_store::{QuotaKey, QuotaStore, Rate};
+    let quotas = MemoryQuotas::with_max_keys(3);
+    let minute = Rate {
+        limit: 1,
+        window: Duration::from_secs(60),
+    };
+    let lease = Duration::from_secs(30);
+    for subject in ["a", "b", "c"] {
+        let key = QuotaKey::new("initialize", subject);
+        assert!(quotas.hit(&key, 1, minute).await.unwrap().admitted());
+        assert!(!quotas.hit(&key, 1, minute).await.unwrap().admitted());
+        let key = QuotaKey::new("sessions", subject);
+        assert!(
+            quotas
+                .acquire(&key, "s", 1, lease)
+                .await
+                .unwrap()
+                .admitted()
+        );
+    }
+    assert_eq!(quotas.len(), (3, 3));
+    // Full of live subjects: a new one is admitted, but not counted.
+    let newcomer = QuotaKey::new("initialize", "d");
+    for _ in 0..3 {
+        assert!(quotas.hit(&newcomer, 1, minute).await.unwrap().admitted());
+    }
+    assert!(
+        !quotas
+            .hit(&QuotaKey::new("initialize", "a"), 1, minute)
+            .await
+            .unwrap()
+            .admitted(),
+        "subjects already counted stay counted"
+    );
+    assert_eq!(quotas.len(), (3, 3));
+    // A lease renewed keeps its set; the others lapse, and every entry that
+    // holds nothing is swept by the next call that adds one.
+    for _ in 0..2 {
+        tokio::time::advance(Duration::from_secs(25)).await;
+        quotas
+            .renew(&QuotaKey::new("sessions", "a"), &["s".into()], lease)
+            .await
+            .unwrap();
+    }
+    tokio::time::advance(Duration::from_secs(11)).await;
+    assert!(quotas.hit(&newcomer, 1, minute).await.unwrap().admitted());
+    assert_eq!(quotas.len(), (1, 1));
+    assert!(
+        !quotas
+            .acquire(&QuotaKey::new("sessions", "a"), "t", 1, lease)
+            .await
+            .unwrap()
+            .admitted()
+    );
+    quotas
+        .release(&QuotaKey::new("sessions", "a"), "s")
+        .await
+        .unwrap();
+    assert_eq!(quotas.len(), (1, 0), "a released set goes at once");
+}

@@ -1,0 +1,316 @@
+//! The process's `tracing` subscriber: log lines on stderr (text or JSON,
+//! `EnvFilter` syntax), and, when [`OtelConfig`] enables it, an
+//! OpenTelemetry layer exporting spans over OTLP.
+//!
+//! Owner: the binary's `main` calls [`init`] once and keeps the
+//! [`TelemetryGuard`]. Stop path: [`TelemetryGuard::shutdown`] (or its drop)
+//! flushes the spans still buffered and stops the exporter's thread.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing::level_filters::LevelFilter;
+use tracing::subscriber::Interest;
+use tracing::{Event, Metadata, Subscriber, span};
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::layer::{Context, Filter};
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+use crate::otel::{self, OtelConfig};
+
+/// Longest wait at exit for buffered spans to reach the collector.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The instrumentation scope of every span this workspace emits.
+const TRACER_NAME: &str = "mcp-cluster-telemetry";
+
+/// Set once [`init`] installed an OpenTelemetry layer; read (relaxed, one
+/// load) by every tracing helper to skip all work when traces are off.
+static OTEL_ON: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans are exported (an OpenTelemetry layer is installed). Lets
+/// callers skip gathering span attributes when traces are off.
+pub fn otel_enabled() -> bool {
+    OTEL_ON.load(Ordering::Relaxed)
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Why the subscriber could not be installed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InitError {
+    /// The log filter does not parse.
+    #[error("invalid --log filter: {0}")]
+    Filter(#[from] tracing_subscriber::filter::ParseError),
+    /// A global subscriber is already installed.
+    #[error("a tracing subscriber is already installed")]
+    AlreadyInstalled(#[source] tracing_subscriber::util::TryInitError),
+    /// The OTLP exporter could not be built.
+    #[error("OTLP trace exporter: {0}")]
+    Exporter(String),
+}
+
+/// Keeps the trace exporter running; the binary holds it until exit.
+#[derive(Debug)]
+#[must_use = "dropping the guard stops the trace exporter"]
+pub struct TelemetryGuard {
+    /// The tracer provider, `None` when traces are off. Its batch span
+    /// processor owns a thread and a buffer of spans; shutting it down
+    /// exports the buffer.
+    provider: Option<SdkTracerProvider>,
+}
+
+impl TelemetryGuard {
+    /// Exports the spans still buffered (waiting up to 5 s for the
+    /// collector) and stops the exporter. Spans ended after this are lost.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if let Some(provider) = self.provider.take() {
+            OTEL_ON.store(false, Ordering::Relaxed);
+            if let Err(err) = provider.shutdown_with_timeout(SHUTDOWN_TIMEOUT) {
+                tracing::warn!(error = %err, "Trace exporter did not shut down cleanly; spans may be lost.");
+            }
+        }
+    }
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Installs the global `tracing` subscriber: log lines to stderr (stdout
+/// may carry the protocol, as in stdio mode) filtered by `filter`
+/// (`EnvFilter` syntax, e.g. `info,mcp_cluster_runtime=debug`), and, when `otel`
+/// enables traces, an OpenTelemetry layer. That layer has its own filter:
+/// spans and events of this workspace's crates (`mcp_*`) at INFO and above,
+/// whatever the log filter says, and nothing from libraries (the exporter's
+/// own HTTP client included).
+///
+/// # Errors
+/// The filter does not parse, a subscriber is already installed, or the
+/// exporter cannot be built.
+pub fn init(
+    format: LogFormat,
+    filter: &str,
+    otel: &OtelConfig,
+) -> Result<TelemetryGuard, InitError> {
+    let filter = tracing_subscriber::EnvFilter::try_new(quiet_client_errors(filter))?;
+    // Colours only for a terminal, never into log files or collectors.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
+    let logs = match format {
+        LogFormat::Text => logs.with_filter(AskedPerCall(filter)).boxed(),
+        LogFormat::Json => logs.json().with_filter(AskedPerCall(filter)).boxed(),
+    };
+    let provider = otel::provider(otel).map_err(InitError::Exporter)?;
+    let traces = provider.as_ref().map(otel_layer);
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(traces)
+        .try_init()
+        .map_err(InitError::AlreadyInstalled)?;
+    if let Some(endpoint) = &otel.traces_endpoint {
+        OTEL_ON.store(true, Ordering::Relaxed);
+        tracing::info!(
+            %endpoint,
+            service.name = %otel.service_name,
+            service.instance.id = %otel.service_instance_id,
+            sampler = ?otel.sampler,
+            "Exporting traces over OTLP/HTTP."
+        );
+    }
+    Ok(TelemetryGuard { provider })
+}
+
+/// The OpenTelemetry layer over `provider`, with its own filter: this
+/// workspace's spans and events (`mcp_*` targets) at INFO and above.
+fn otel_layer<S>(provider: &SdkTracerProvider) -> impl tracing_subscriber::Layer<S> + use<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer(TRACER_NAME))
+        // Attributes are the semantic conventions' only: no source
+        // location, thread, target or busy/idle timings.
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_tracked_inactivity(false)
+        // Nothing here reads `opentelemetry::Context::current()`;
+        // activating it on every enter would cost for nothing.
+        .with_context_activation(false)
+        // Not the access log (its lines belong to no span): with it on,
+        // every request would format a log line that is thrown away.
+        .with_filter(AskedPerCall(
+            Targets::new()
+                .with_target("mcp", LevelFilter::INFO)
+                .with_target("mcp_access", LevelFilter::OFF),
+        ))
+}
+
+/// A per-layer filter that decides on every span and event, never once
+/// for all at a callsite.
+///
+/// tracing-subscriber hands a per-layer filter's decision from `enabled` to
+/// the span or event that follows through a thread-local. A callsite whose
+/// interest is `always` skips `enabled`, and its span then takes whatever
+/// the thread's last `enabled` call left there. After a
+/// `tracing::enabled!` check of a target that one layer filters out (the
+/// access log's, which traces leave out), that layer's bit stays cleared,
+/// and the next span created on that thread is not that layer's: every
+/// HTTP request span was made right after the access log's check, so none
+/// was ever exported (tokio-rs/tracing#2519). With the interest capped at
+/// `sometimes`, every span and event asks every layer's filter first, which
+/// writes every bit afresh. The cost is one filter lookup per span and
+/// event.
+#[derive(Debug)]
+struct AskedPerCall<F>(F);
+
+impl<S: Subscriber, F: Filter<S>> Filter<S> for AskedPerCall<F> {
+    fn enabled(&self, meta: &Metadata<'_>, cx: &Context<'_, S>) -> bool {
+        self.0.enabled(meta, cx)
+    }
+
+    fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
+        let interest = self.0.callsite_enabled(meta);
+        if interest.is_always() {
+            Interest::sometimes()
+        } else {
+            interest
+        }
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, cx: &Context<'_, S>) -> bool {
+        self.0.event_enabled(event, cx)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        self.0.max_level_hint()
+    }
+
+    fn on_new_span(&self, attrs: &span::Attributes<'_>, id: &span::Id, cx: Context<'_, S>) {
+        self.0.on_new_span(attrs, id, cx);
+    }
+
+    fn on_record(&self, id: &span::Id, values: &span::Record<'_>, cx: Context<'_, S>) {
+        self.0.on_record(id, values, cx);
+    }
+
+    fn on_enter(&self, id: &span::Id, cx: Context<'_, S>) {
+        self.0.on_enter(id, cx);
+    }
+
+    fn on_exit(&self, id: &span::Id, cx: Context<'_, S>) {
+        self.0.on_exit(id, cx);
+    }
+
+    fn on_close(&self, id: span::Id, cx: Context<'_, S>) {
+        self.0.on_close(id, cx);
+    }
+}
+
+/// Installs the global `tracing` subscriber without traces: [`init`] with
+/// traces off.
+///
+/// # Errors
+/// A subscriber is already installed, or the filter does not parse.
+pub fn init_logging(
+    format: LogFormat,
+    filter: &str,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // Nothing to flush without traces: the guard holds no exporter.
+    drop(init(format, filter, &OtelConfig::default())?);
+    Ok(())
+}
+
+/// actix-http logs every malformed request it cannot parse at ERROR
+/// ("stream error: request parse error"): a client can flood the log, and
+/// an operator has nothing to act on. Those lines are off unless the filter
+/// names `actix_http` itself.
+fn quiet_client_errors(filter: &str) -> String {
+    if filter.contains("actix_http") {
+        filter.to_owned()
+    } else if filter.trim().is_empty() {
+        "actix_http::h1::dispatcher=off".to_owned()
+    } else {
+        format!("{filter},actix_http::h1::dispatcher=off")
+    }
+}
+
+/// Turns the tracing helpers on for a test, as [`init`] does when it
+/// installs the layer (the flag is process-wide; no test needs it off).
+#[cfg(test)]
+pub(crate) fn otel_on_for_tests() {
+    OTEL_ON.store(true, Ordering::Relaxed);
+}
+
+/// Runs `f` under a subscriber with the same OpenTelemetry layer as
+/// [`init`] (this thread only), and returns the spans it ended.
+#[cfg(test)]
+pub(crate) fn capture_spans(f: impl FnOnce()) -> Vec<opentelemetry_sdk::trace::SpanData> {
+    use std::sync::{Arc, Mutex};
+
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+
+    #[derive(Debug, Clone, Default)]
+    struct Memory(Arc<Mutex<Vec<SpanData>>>);
+
+    impl SpanExporter for Memory {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            self.0.lock().unwrap().extend(batch);
+            Ok(())
+        }
+    }
+
+    otel_on_for_tests();
+    let memory = Memory::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(memory.clone())
+        .build();
+    let subscriber = tracing_subscriber::registry().with(otel_layer(&provider));
+    tracing::subscriber::with_default(subscriber, f);
+    provider.force_flush().unwrap();
+    memory.0.lock().unwrap().clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_parse_errors_are_off_unless_asked_for() {
+        assert_eq!(
+            quiet_client_errors("info"),
+            "info,actix_http::h1::dispatcher=off"
+        );
+        assert_eq!(quiet_client_errors(""), "actix_http::h1::dispatcher=off");
+        assert_eq!(
+            quiet_client_errors("info,actix_http=debug"),
+            "info,actix_http=debug"
+        );
+        for filter in ["info", "", "warn,mcp_cluster_runtime=debug"] {
+            tracing_subscriber::EnvFilter::try_new(quiet_client_errors(filter)).unwrap();
+        }
+    }
+}

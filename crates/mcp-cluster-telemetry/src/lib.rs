@@ -1,0 +1,62 @@
+//! Telemetry of an MCP node: logging and trace setup, the names of spans,
+//! and the spans of MCP requests with W3C trace context in and out.
+//!
+//! Only the node (through `mcp-cluster`) installs a subscriber; libraries emit
+//! `tracing` events with the span names defined here.
+//!
+//! # Layout
+//! - [`spans`]: span names.
+//! - [`init`] (`init`): the `tracing` subscriber (text or JSON, env filter)
+//!   plus, when configured, the OpenTelemetry layer; [`TelemetryGuard`].
+//! - [`OtelConfig`] (`otel`): OTLP export from the standard `OTEL_*`
+//!   variables.
+//! - `trace_context`: `traceparent` from HTTP headers and `params._meta`,
+//!   and out to the control bus ([`parent_from_headers`],
+//!   [`parent_from_meta`], [`current_traceparent`], [`link_from`]).
+//! - [`request_span()`] (`request_span`): one SERVER span per MCP request,
+//!   per the OpenTelemetry MCP conventions; [`record_error`].
+//! - [`control_span()`] (`control_span`): handling a control-bus message
+//!   in the publisher's trace.
+//! - [`Secret`] (`secret`): a setting that prints and serializes as
+//!   `"<redacted>"`.
+
+pub mod metrics;
+
+pub mod spans {
+    //! Span names, written once.
+
+    /// One HTTP request: fields `method`, `route`.
+    pub const HTTP_REQUEST: &str = "http_request";
+    /// One MCP session: field `session_id`.
+    pub const MCP_SESSION: &str = "mcp_session";
+    /// One JSON-RPC request or notification received. Fields are named as
+    /// the OpenTelemetry MCP conventions name the attributes, so that logs
+    /// and traces agree: `mcp.method.name`, `jsonrpc.request.id`,
+    /// `mcp.session.id` (see [`crate::request_span()`]).
+    pub const MCP_REQUEST: &str = "mcp_request";
+    /// A control-bus message handled for another node, in its trace (see
+    /// [`crate::control_span()`]).
+    pub const MCP_CONTROL: &str = "mcp_control";
+}
+
+mod control_span;
+mod init;
+mod otel;
+mod request_span;
+mod secret;
+mod trace_context;
+
+pub use control_span::{ControlKind, control_span};
+pub use init::{InitError, LogFormat, TelemetryGuard, init, init_logging, otel_enabled};
+/// A trace context (the caller's, from [`parent_from_headers`]).
+pub use opentelemetry::Context as TraceContext;
+pub use otel::{DEFAULT_SERVICE_NAME, OtelConfig, OtelConfigError, SamplerConfig};
+pub use request_span::{
+    JsonRpcId, RequestFailure, RequestSpanAttrs, Target, Transport, User, record_error,
+    request_span,
+};
+pub use secret::{REDACTED, Secret};
+pub use trace_context::{
+    RequestParent, TRACEPARENT, TRACESTATE, current_traceparent, link_from, parent_from_headers,
+    parent_from_meta, traceparent_of, traceparent_of_context,
+};

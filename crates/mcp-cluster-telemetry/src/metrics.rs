@@ -1,0 +1,753 @@
+//! The node's Prometheus metrics, registered once in one registry.
+//!
+//! Names follow the OpenTelemetry MCP semantic conventions where they exist
+//! (`mcp.server.operation.duration` → `mcp_server_operation_duration_seconds`,
+//! attribute `mcp.method.name` → label `mcp_method_name`); the rest are
+//! `mcp_*` metrics an operator sizes and alerts on. Every label takes values
+//! from a bounded set: methods, tools and prompts the server does not know
+//! are recorded as `_OTHER`, and no session id, request id or URI is ever a
+//! label.
+//!
+//! The registry is process-wide ([`metrics`]): one node per process.
+//! Gauges that mirror node state (sessions held, requests in flight, drain
+//! phase…) are set when `/metrics` is scraped, by whoever serves it, through
+//! [`NodeGauges`].
+
+use std::sync::LazyLock;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Buckets of operation and HTTP durations, in seconds: from 100 µs (an
+/// in-memory `tools/list`) to 10 min (the default request timeout).
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+/// Buckets of Redis command latency, in seconds: 50 µs to beyond the
+/// command timeout (1 s by default).
+pub const REDIS_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5,
+];
+
+/// Buckets of session durations, in seconds: 1 s to a day.
+pub const SESSION_BUCKETS: &[f64] = &[
+    1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0,
+];
+
+/// Every `reason` of `mcp_auth_failures_total` (mcp-cluster-auth's `AuthError`
+/// labels; its tests check the two agree).
+pub const AUTH_FAILURE_REASONS: &[&str] = &[
+    "missing",
+    "malformed_header",
+    "malformed",
+    "algorithm",
+    "expired",
+    "not_yet_valid",
+    "issuer",
+    "audience",
+    "unknown_key",
+    "signature",
+    "claims",
+    "inactive",
+    "insufficient_scope",
+    "unavailable",
+    "throttled",
+];
+
+/// Every `type` of `mcp_bus_messages_published_total` and
+/// `mcp_bus_messages_received_total` (mcp-cluster-store's `BusMessage::kind`).
+pub const BUS_MESSAGE_TYPES: &[&str] = &[
+    "deliver",
+    "session_ended",
+    "session_changed",
+    "server_event",
+    "kick",
+];
+
+/// The label value of a method, tool or prompt outside the known set.
+pub const OTHER: &str = "_OTHER";
+
+/// Every metric of the node.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Metrics {
+    registry: Registry,
+    /// `mcp_server_operation_duration_seconds`: from receipt of a request
+    /// until its response is written (or it ends without one).
+    pub operation_duration: HistogramVec,
+    /// `mcp_server_session_duration_seconds`: sessions ended on this node.
+    pub session_duration: HistogramVec,
+    /// `mcp_sessions_created_total` by transport.
+    pub sessions_created: IntCounterVec,
+    /// `mcp_sessions_rejected_total` by reason.
+    pub sessions_rejected: IntCounterVec,
+    /// `mcp_sessions_rehydrated_total`: sessions loaded from the store onto
+    /// this node (created elsewhere, or evicted here before).
+    pub sessions_rehydrated: IntCounter,
+    /// `mcp_sessions_ended_total` by reason.
+    pub sessions_ended: IntCounterVec,
+    /// `mcp_sessions_held`: session actors on this node.
+    pub sessions_held: IntGauge,
+    /// `mcp_node_max_sessions`: the most sessions this node holds.
+    pub max_sessions: IntGauge,
+    /// `mcp_requests_in_flight`: handlers running on this node.
+    pub requests_in_flight: IntGauge,
+    /// `mcp_exchanges_open`: POSTs whose answers are not all written.
+    pub exchanges_open: IntGauge,
+    /// `mcp_http_answers_total` by kind (`json`, `sse`, `accepted`).
+    pub http_answers: IntCounterVec,
+    /// `mcp_http_rejections_total` by reason.
+    pub http_rejections: IntCounterVec,
+    /// `http_server_request_duration_seconds` by method, route, status.
+    pub http_duration: HistogramVec,
+    /// `mcp_sse_streams_open` by kind.
+    pub sse_streams_open: IntGaugeVec,
+    /// `mcp_sse_resumptions_total` by outcome.
+    pub sse_resumptions: IntCounterVec,
+    /// `mcp_sse_takeovers_total`: readers of a stream told to let go (a
+    /// client resumed it elsewhere).
+    pub sse_takeovers: IntCounter,
+    /// `mcp_event_log_appends_total`.
+    pub event_appends: IntCounter,
+    /// `mcp_event_log_replayed_events_total`: events read back for a
+    /// resumption or a tail.
+    pub events_replayed: IntCounter,
+    /// `mcp_event_log_trims_total`: appends that dropped old events.
+    pub event_trims: IntCounter,
+    /// `mcp_retained_bytes` by kind (`closed_streams`, `finished_tasks`):
+    /// bytes this node keeps (embedded) or wrote to Redis and answers for,
+    /// against its byte budgets.
+    pub retained_bytes: IntGaugeVec,
+    /// `mcp_retention_evictions_total` by kind (`stream`, `task`): kept
+    /// items dropped before their TTL to hold a byte budget.
+    pub retention_evictions: IntCounterVec,
+    /// `mcp_retention_refusals_total` by kind (`task_answer`,
+    /// `task_result`): data refused, or replaced by an error, for its size.
+    pub retention_refusals: IntCounterVec,
+    /// `mcp_redis_command_duration_seconds` by operation.
+    pub redis_duration: HistogramVec,
+    /// `mcp_redis_errors_total` by operation and kind.
+    pub redis_errors: IntCounterVec,
+    /// `mcp_redis_reconnects_total` by connection (`commands`, `pubsub`).
+    pub redis_reconnects: IntCounterVec,
+    /// `mcp_bus_messages_published_total` by type.
+    pub bus_published: IntCounterVec,
+    /// `mcp_bus_messages_received_total` by type.
+    pub bus_received: IntCounterVec,
+    /// `mcp_bus_messages_dropped_total` by reason.
+    pub bus_dropped: IntCounterVec,
+    /// `mcp_heartbeats_total` by outcome.
+    pub heartbeats: IntCounterVec,
+    /// `mcp_dead_nodes_claimed_total`.
+    pub dead_nodes_claimed: IntCounter,
+    /// `mcp_orphaned_requests_finalized_total`.
+    pub orphans_finalized: IntCounter,
+    /// `mcp_expired_sessions_swept_total`.
+    pub sessions_swept: IntCounter,
+    /// `mcp_server_to_client_requests_total` by method and outcome.
+    pub client_requests: IntCounterVec,
+    /// `mcp_tls_certificate_reloads_total` by outcome (`reloaded`,
+    /// `rejected`): changed certificate files of the node's HTTPS listener.
+    pub tls_reloads: IntCounterVec,
+    /// `mcp_node_drain_phase`: 1 for the current phase, 0 for the others.
+    pub drain_phase: IntGaugeVec,
+    /// `mcp_connections_open`.
+    pub connections_open: IntGauge,
+    /// `mcp_connections_refused_total` by reason.
+    pub connections_refused: IntCounterVec,
+    /// `mcp_quota_rejections_total` by quota (one of [`QUOTAS`]).
+    pub quota_rejections: IntCounterVec,
+    /// `mcp_auth_failures_total` by reason: requests refused by
+    /// authorization (401, 403, 503).
+    pub auth_failures: IntCounterVec,
+    /// `mcp_auth_jwks_fetches_total` by outcome.
+    pub auth_jwks_fetches: IntCounterVec,
+    /// `mcp_auth_introspections_total` by outcome.
+    pub auth_introspections: IntCounterVec,
+}
+
+/// The quotas (label values of `mcp_quota_rejections_total`), as the
+/// runtime names them.
+pub const QUOTAS: &[&str] = &[
+    "initialize_per_address",
+    "requests_per_principal",
+    "sessions_per_principal",
+    "streams_per_principal",
+    "listen_streams_per_address",
+    "tasks_per_principal",
+    "tasks_per_address",
+];
+
+/// The node's phases: the drain's, in order, then `starting` (waiting for
+/// its store before serving).
+pub const DRAIN_PHASES: &[&str] = &["serving", "draining", "closed", "left", "starting"];
+
+/// The index of `starting` in [`DRAIN_PHASES`].
+pub const STARTING: usize = 4;
+
+/// State gauges read from the node when `/metrics` is scraped.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeGauges {
+    /// Session actors on this node.
+    pub sessions_held: usize,
+    /// Its limit (`max_sessions`).
+    pub max_sessions: usize,
+    /// Handlers running.
+    pub requests_in_flight: usize,
+    /// Exchanges not done.
+    pub exchanges_open: usize,
+    /// Index into [`DRAIN_PHASES`].
+    pub drain_phase: usize,
+}
+
+fn histogram(name: &str, help: &str, labels: &[&str], buckets: &[f64]) -> HistogramVec {
+    // unwrap: the names, labels and buckets are constants checked by the
+    // unit test below.
+    #[allow(clippy::unwrap_used)]
+    HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )
+    .unwrap()
+}
+
+#[allow(clippy::unwrap_used)]
+fn counters(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).unwrap()
+}
+
+#[allow(clippy::unwrap_used)]
+fn counter(name: &str, help: &str) -> IntCounter {
+    IntCounter::new(name, help).unwrap()
+}
+
+#[allow(clippy::unwrap_used)]
+fn gauge(name: &str, help: &str) -> IntGauge {
+    IntGauge::new(name, help).unwrap()
+}
+
+#[allow(clippy::unwrap_used)]
+fn gauges(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), labels).unwrap()
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let m = Self {
+            registry: Registry::new(),
+            operation_duration: histogram(
+                "mcp_server_operation_duration_seconds",
+                "MCP request duration as observed on the server, from receipt until the response is written.",
+                &[
+                    "mcp_method_name",
+                    "gen_ai_tool_name",
+                    "gen_ai_prompt_name",
+                    "error_type",
+                    "mcp_protocol_version",
+                    "network_transport",
+                ],
+                DURATION_BUCKETS,
+            ),
+            session_duration: histogram(
+                "mcp_server_session_duration_seconds",
+                "Duration of MCP sessions ended on this node (DELETE, or the legacy SSE or stdio connection ending).",
+                &["mcp_protocol_version", "network_transport"],
+                SESSION_BUCKETS,
+            ),
+            sessions_created: counters(
+                "mcp_sessions_created_total",
+                "Sessions created on this node.",
+                &["transport"],
+            ),
+            sessions_rejected: counters(
+                "mcp_sessions_rejected_total",
+                "Sessions refused on this node, by reason.",
+                &["reason"],
+            ),
+            sessions_rehydrated: counter(
+                "mcp_sessions_rehydrated_total",
+                "Sessions loaded from the store onto this node to serve a request.",
+            ),
+            sessions_ended: counters(
+                "mcp_sessions_ended_total",
+                "Sessions ended by this node, by reason (deleted, disconnected, expired).",
+                &["reason"],
+            ),
+            sessions_held: gauge("mcp_sessions_held", "Sessions with an actor on this node."),
+            max_sessions: gauge(
+                "mcp_node_max_sessions",
+                "The most sessions this node holds (max_sessions); beyond it new sessions get 503.",
+            ),
+            requests_in_flight: gauge(
+                "mcp_requests_in_flight",
+                "Client requests whose handler runs on this node.",
+            ),
+            exchanges_open: gauge(
+                "mcp_exchanges_open",
+                "Requests and batches received by this node whose answers are not all written.",
+            ),
+            http_answers: counters(
+                "mcp_http_answers_total",
+                "Answers to MCP POSTs by kind: json, sse, accepted (202).",
+                &["kind"],
+            ),
+            http_rejections: counters(
+                "mcp_http_rejections_total",
+                "HTTP requests refused before reaching a session, by reason.",
+                &["reason"],
+            ),
+            http_duration: histogram(
+                "http_server_request_duration_seconds",
+                "HTTP request duration until the response head is sent.",
+                &[
+                    "http_request_method",
+                    "http_route",
+                    "http_response_status_code",
+                ],
+                DURATION_BUCKETS,
+            ),
+            sse_streams_open: gauges(
+                "mcp_sse_streams_open",
+                "SSE streams this node is sending, by kind (request, standalone, resumption, legacy; 2026-07-28: live request streams, listen).",
+                &["kind"],
+            ),
+            sse_resumptions: counters(
+                "mcp_sse_resumptions_total",
+                "Last-Event-ID resumptions by outcome: ok, other_node (this node started serving the session for it), gap (events no longer retained), unknown (no such event), failed (store error).",
+                &["outcome"],
+            ),
+            sse_takeovers: counter(
+                "mcp_sse_takeovers_total",
+                "Stream readers on this node told to let go because the client resumed the stream elsewhere.",
+            ),
+            event_appends: counter(
+                "mcp_event_log_appends_total",
+                "Events appended to the event log by this node.",
+            ),
+            events_replayed: counter(
+                "mcp_event_log_replayed_events_total",
+                "Events read from the event log for resumptions and tails.",
+            ),
+            event_trims: counter(
+                "mcp_event_log_trims_total",
+                "Appends by this node that dropped a stream's oldest events (retention).",
+            ),
+            retained_bytes: gauges(
+                "mcp_retained_bytes",
+                "Bytes kept for clients after they are done (closed_streams, finished_tasks), held by this node or written by it to Redis, against the byte budgets.",
+                &["kind"],
+            ),
+            retention_evictions: counters(
+                "mcp_retention_evictions_total",
+                "Kept items (stream, task) dropped before their TTL to hold a byte budget.",
+                &["kind"],
+            ),
+            retention_refusals: counters(
+                "mcp_retention_refusals_total",
+                "Client data refused, or a task result replaced by an error, for its size (task_answer, task_result).",
+                &["kind"],
+            ),
+            redis_duration: histogram(
+                "mcp_redis_command_duration_seconds",
+                "Successful Redis round trips by operation (failures are in mcp_redis_errors_total).",
+                &["operation"],
+                REDIS_BUCKETS,
+            ),
+            redis_errors: counters(
+                "mcp_redis_errors_total",
+                "Failed Redis round trips by operation and kind (timeout, connection, other).",
+                &["operation", "kind"],
+            ),
+            redis_reconnects: counters(
+                "mcp_redis_reconnects_total",
+                "Redis connections restored after they were lost (commands, pubsub).",
+                &["connection"],
+            ),
+            bus_published: counters(
+                "mcp_bus_messages_published_total",
+                "Control-bus messages published by this node, by type.",
+                &["type"],
+            ),
+            bus_received: counters(
+                "mcp_bus_messages_received_total",
+                "Control-bus messages received by this node, by type.",
+                &["type"],
+            ),
+            bus_dropped: counters(
+                "mcp_bus_messages_dropped_total",
+                "Control-bus messages lost, by reason (publish_failed, malformed, lagged).",
+                &["reason"],
+            ),
+            heartbeats: counters(
+                "mcp_heartbeats_total",
+                "Heartbeats of this node by outcome (ok, failed).",
+                &["outcome"],
+            ),
+            dead_nodes_claimed: counter(
+                "mcp_dead_nodes_claimed_total",
+                "Dead nodes with open streams that this node claimed.",
+            ),
+            orphans_finalized: counter(
+                "mcp_orphaned_requests_finalized_total",
+                "Open streams of dead nodes this node finalized (their unanswered requests got -32603).",
+            ),
+            sessions_swept: counter(
+                "mcp_expired_sessions_swept_total",
+                "Expired sessions whose streams this node deleted.",
+            ),
+            client_requests: counters(
+                "mcp_server_to_client_requests_total",
+                "Requests this node sent to clients (sampling, roots, elicitation), by outcome.",
+                &["method", "outcome"],
+            ),
+            tls_reloads: counters(
+                "mcp_tls_certificate_reloads_total",
+                "Changed certificate files of the HTTPS listener, by outcome: reloaded (served to new connections), rejected (the previous certificate stays).",
+                &["outcome"],
+            ),
+            drain_phase: gauges(
+                "mcp_node_drain_phase",
+                "1 for the node's current phase (starting, serving, draining, closed, left), 0 for the others.",
+                &["phase"],
+            ),
+            connections_open: gauge(
+                "mcp_connections_open",
+                "Connections the main listener holds.",
+            ),
+            connections_refused: counters(
+                "mcp_connections_refused_total",
+                "Connections closed at accept, by reason (node_connection_limit, peer_connection_limit).",
+                &["reason"],
+            ),
+            quota_rejections: counters(
+                "mcp_quota_rejections_total",
+                "Requests, sessions and streams refused by a quota (HTTP 429), by quota.",
+                &["quota"],
+            ),
+            auth_failures: counters(
+                "mcp_auth_failures_total",
+                "Requests refused by authorization, by reason (missing, expired, audience, insufficient_scope, unavailable, ...).",
+                &["reason"],
+            ),
+            auth_jwks_fetches: counters(
+                "mcp_auth_jwks_fetches_total",
+                "Fetches of an issuer's signing keys (metadata discovery included), by outcome: ok, failed.",
+                &["outcome"],
+            ),
+            auth_introspections: counters(
+                "mcp_auth_introspections_total",
+                "RFC 7662 introspection calls, by outcome: ok, failed.",
+                &["outcome"],
+            ),
+        };
+        m.register_all();
+        m
+    }
+
+    #[allow(clippy::unwrap_used)]
+    fn register_all(&self) {
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(self.operation_duration.clone()),
+            Box::new(self.session_duration.clone()),
+            Box::new(self.sessions_created.clone()),
+            Box::new(self.sessions_rejected.clone()),
+            Box::new(self.sessions_rehydrated.clone()),
+            Box::new(self.sessions_ended.clone()),
+            Box::new(self.sessions_held.clone()),
+            Box::new(self.max_sessions.clone()),
+            Box::new(self.requests_in_flight.clone()),
+            Box::new(self.exchanges_open.clone()),
+            Box::new(self.http_answers.clone()),
+            Box::new(self.http_rejections.clone()),
+            Box::new(self.http_duration.clone()),
+            Box::new(self.sse_streams_open.clone()),
+            Box::new(self.sse_resumptions.clone()),
+            Box::new(self.sse_takeovers.clone()),
+            Box::new(self.event_appends.clone()),
+            Box::new(self.events_replayed.clone()),
+            Box::new(self.event_trims.clone()),
+            Box::new(self.retained_bytes.clone()),
+            Box::new(self.retention_evictions.clone()),
+            Box::new(self.retention_refusals.clone()),
+            Box::new(self.redis_duration.clone()),
+            Box::new(self.redis_errors.clone()),
+            Box::new(self.redis_reconnects.clone()),
+            Box::new(self.bus_published.clone()),
+            Box::new(self.bus_received.clone()),
+            Box::new(self.bus_dropped.clone()),
+            Box::new(self.heartbeats.clone()),
+            Box::new(self.dead_nodes_claimed.clone()),
+            Box::new(self.orphans_finalized.clone()),
+            Box::new(self.sessions_swept.clone()),
+            Box::new(self.client_requests.clone()),
+            Box::new(self.tls_reloads.clone()),
+            Box::new(self.drain_phase.clone()),
+            Box::new(self.connections_open.clone()),
+            Box::new(self.connections_refused.clone()),
+            Box::new(self.quota_rejections.clone()),
+            Box::new(self.auth_failures.clone()),
+            Box::new(self.auth_jwks_fetches.clone()),
+            Box::new(self.auth_introspections.clone()),
+        ];
+        for c in collectors {
+            self.registry.register(c).unwrap();
+        }
+        let info = gauges(
+            "mcp_build_info",
+            "Always 1; the labels name the running build.",
+            &["version"],
+        );
+        info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        self.registry.register(Box::new(info)).unwrap();
+        #[cfg(target_os = "linux")]
+        self.registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .unwrap();
+        // Series that exist from the start, so that rates and alerts see a
+        // zero rather than nothing.
+        for phase in DRAIN_PHASES {
+            self.drain_phase.with_label_values(&[phase]).set(0);
+        }
+        for kind in [
+            "request",
+            "standalone",
+            "resumption",
+            "legacy",
+            "live",
+            "listen",
+        ] {
+            self.sse_streams_open.with_label_values(&[kind]).set(0);
+        }
+        // Every label value of counters known in advance, at zero: a series
+        // that first appears at 1 shows no increase() for its first event.
+        let zero = |vec: &IntCounterVec, values: &[&str]| {
+            for value in values {
+                vec.with_label_values(&[value]);
+            }
+        };
+        for kind in ["closed_streams", "finished_tasks"] {
+            self.retained_bytes.with_label_values(&[kind]).set(0);
+        }
+        zero(&self.retention_evictions, &["stream", "task"]);
+        zero(&self.retention_refusals, &["task_answer", "task_result"]);
+        zero(
+            &self.sse_resumptions,
+            &["ok", "other_node", "gap", "unknown", "failed"],
+        );
+        zero(
+            &self.sessions_rejected,
+            &[
+                "too_many_sessions",
+                "shutting_down",
+                "store_unavailable",
+                "initialize_failed",
+                "quota",
+                "other",
+            ],
+        );
+        zero(
+            &self.sessions_ended,
+            &["deleted", "disconnected", "expired"],
+        );
+        zero(
+            &self.sessions_created,
+            &["streamable_http", "legacy_sse", "stdio"],
+        );
+        zero(&self.redis_reconnects, &["commands", "pubsub"]);
+        zero(&self.quota_rejections, QUOTAS);
+        zero(&self.bus_published, BUS_MESSAGE_TYPES);
+        zero(&self.bus_received, BUS_MESSAGE_TYPES);
+        zero(
+            &self.bus_dropped,
+            &["publish_failed", "malformed", "lagged"],
+        );
+        zero(
+            &self.connections_refused,
+            &["node_connection_limit", "peer_connection_limit"],
+        );
+        zero(
+            &self.http_rejections,
+            &[
+                "forbidden_origin",
+                "forbidden_host",
+                "unsupported_media_type",
+                "not_acceptable",
+                "unsupported_version",
+                "payload_too_large",
+                "body_read",
+                "body_timeout",
+                "malformed_message",
+                "missing_session",
+                "malformed_session",
+                "session_not_found",
+                "invalid_request",
+                "header_mismatch",
+                "bad_last_event_id",
+                "method_not_allowed",
+                "unavailable",
+                "unauthorized",
+                "insufficient_scope",
+                "auth_unavailable",
+                "auth_throttled",
+                "quota_exceeded",
+                "method_not_found",
+                "missing_capability",
+            ],
+        );
+        zero(&self.auth_failures, AUTH_FAILURE_REASONS);
+        zero(&self.auth_jwks_fetches, &["ok", "failed"]);
+        zero(&self.auth_introspections, &["ok", "failed"]);
+        for method in ["sampling/createMessage", "roots/list", "elicitation/create"] {
+            for outcome in [
+                "answered",
+                "rejected",
+                "timeout",
+                "cancelled",
+                "unavailable",
+                "input_required",
+            ] {
+                self.client_requests.with_label_values(&[method, outcome]);
+            }
+        }
+        for kind in ["json", "sse", "accepted"] {
+            self.http_answers.with_label_values(&[kind]);
+        }
+        for outcome in ["ok", "failed"] {
+            self.heartbeats.with_label_values(&[outcome]);
+        }
+        zero(&self.tls_reloads, &["reloaded", "rejected"]);
+    }
+
+    /// Sets the state gauges, then renders every metric in the Prometheus
+    /// text exposition format (version 0.0.4).
+    pub fn render(&self, gauges: NodeGauges) -> String {
+        self.sessions_held.set(clamp(gauges.sessions_held));
+        self.max_sessions.set(clamp(gauges.max_sessions));
+        self.requests_in_flight
+            .set(clamp(gauges.requests_in_flight));
+        self.exchanges_open.set(clamp(gauges.exchanges_open));
+        for (i, phase) in DRAIN_PHASES.iter().enumerate() {
+            self.drain_phase
+                .with_label_values(&[phase])
+                .set(i64::from(i == gauges.drain_phase));
+        }
+        let mut out = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed metric families.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// The operation histogram for one set of labels.
+    pub fn operation(&self, labels: &OperationLabels<'_>) -> Histogram {
+        self.operation_duration.with_label_values(&[
+            labels.method,
+            labels.tool,
+            labels.prompt,
+            labels.error_type,
+            labels.protocol_version,
+            labels.transport,
+        ])
+    }
+}
+
+/// Labels of `mcp_server_operation_duration_seconds` (empty: not set).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OperationLabels<'a> {
+    /// `mcp_method_name`: a known method or [`OTHER`].
+    pub method: &'a str,
+    /// `gen_ai_tool_name`: for `tools/call`, a tool the server has or [`OTHER`].
+    pub tool: &'a str,
+    /// `gen_ai_prompt_name`: for `prompts/get`, a prompt the server has or [`OTHER`].
+    pub prompt: &'a str,
+    /// `error_type`: the JSON-RPC error code, `tool_error`, `cancelled`, or empty.
+    pub error_type: &'a str,
+    /// `mcp_protocol_version`.
+    pub protocol_version: &'a str,
+    /// `network_transport`: `tcp` or `pipe`.
+    pub transport: &'a str,
+}
+
+fn clamp(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The node's metrics.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+    &METRICS
+}
+
+/// The `Content-Type` of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_registers_and_renders() {
+        let m = metrics();
+        m.operation(&OperationLabels {
+            method: "tools/call",
+            tool: "echo",
+            transport: "tcp",
+            protocol_version: "2025-11-25",
+            ..OperationLabels::default()
+        })
+        .observe(0.0003);
+        let text = m.render(NodeGauges {
+            sessions_held: 3,
+            drain_phase: 1,
+            ..NodeGauges::default()
+        });
+        for name in [
+            "mcp_server_operation_duration_seconds_bucket",
+            "mcp_sessions_held 3",
+            "mcp_node_drain_phase{phase=\"draining\"} 1",
+            "mcp_node_drain_phase{phase=\"serving\"} 0",
+            "mcp_build_info{version=",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+        assert!(text.contains("le=\"0.00025\""), "sub-millisecond buckets");
+    }
+
+    #[test]
+    fn the_operations_guide_describes_every_metric() {
+        let guide = include_str!("../../../proto-docs/operations.md");
+        // Every metric name this file registers: the first argument of
+        // the constructors, a quoted `mcp_…` or `http_server_…` literal.
+        let source = include_str!("metrics.rs");
+        let source = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
+        let names: Vec<&str> = source
+            .split('"')
+            .skip(1)
+            .step_by(2)
+            .filter(|lit| {
+                (lit.starts_with("mcp_") || lit.starts_with("http_server_"))
+                    && lit.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                    && !lit.ends_with('_')
+            })
+            .filter(|lit| {
+                !matches!(
+                    *lit,
+                    "mcp_method_name" | "mcp_protocol_version" | "mcp_access"
+                )
+            })
+            .collect();
+        assert!(names.len() > 30, "{names:?}");
+        for name in names {
+            assert!(
+                guide.contains(&format!("`{name}`")),
+                "proto-docs/operations.md does not describe {name}"
+            );
+        }
+    }
+}
