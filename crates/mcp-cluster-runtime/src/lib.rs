@@ -26,24 +26,18 @@
 //! - [`quota`]: quotas per client address and per principal.
 //! - [`config`], [`error`]: settings and errors.
 
-pub mod cluster;
-pub mod config;
-pub mod context;
-pub mod error;
-pub mod exchange;
-pub(crate) mod executor;
-pub mod follow;
-pub mod listen;
-pub mod mrtr;
-pub mod pipeline;
-pub mod quota;
-pub mod registry;
-pub(crate) mod request;
+pub mod node;
+pub mod request;
 pub mod runtime;
-pub mod service;
 pub mod session;
 pub mod stateless;
-pub mod tasks;
+
+pub use node::{config, error, follow, quota};
+pub(crate) use request::executor;
+pub use request::{context, exchange, service};
+pub use runtime::{cluster, pipeline};
+pub use session::registry;
+pub use stateless::{listen, mrtr, tasks};
 
 pub use config::{ResponseMode, RuntimeConfig};
 pub use context::{AskError, NamedInput, RequestContext};

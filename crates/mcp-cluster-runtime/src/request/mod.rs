@@ -6,6 +6,11 @@
 //! in-flight table. Stop paths: the handler completes (response written),
 //! [`Cancel`] (no response), or the session stops (token tripped).
 
+pub mod context;
+pub mod exchange;
+pub(crate) mod executor;
+pub mod service;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -1,6 +1,9 @@
 //! The facade transports call: create, find and end sessions, open
 //! exchanges, follow streams, broadcast server events, drain.
 
+pub mod cluster;
+pub mod pipeline;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -7,6 +7,8 @@
 //! record stays in the store, so the next request rehydrates it),
 //! `Terminate` (DELETE: the session ends everywhere), or node shutdown.
 
+pub mod registry;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -9,6 +9,10 @@
 //! ([`crate::mrtr`]): the handler's question goes back in the result, and
 //! the client's retry brings the answer to any node.
 
+pub mod listen;
+pub mod mrtr;
+pub mod tasks;
+
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
