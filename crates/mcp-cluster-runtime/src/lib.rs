@@ -1,6 +1,6 @@
 //! The actor runtime of an MCP node.
 //!
-//! A [`SessionRegistry`](registry) supervises one `Session` actor per live
+//! A [`SessionRegistry`](session::registry) supervises one `Session` actor per live
 //! session; each session runs one `InFlightRequest` actor per request. A
 //! request's handler gets a [`RequestContext`]: cancellation, progress,
 //! logging to the client, and asking the client (sampling, roots,
@@ -12,19 +12,28 @@
 //! [`Runtime`] calls and [`Follow`] streams into SSE; storage is reached only
 //! through `mcp-cluster-store` ports.
 //!
-//! # Layout
-//! - [`runtime`]: [`Runtime`], the facade transports call.
-//! - [`registry`]: the session registry actor and its concurrent lookup map.
-//! - [`session`]: the session actor and [`SessionHandle`].
-//! - `request`: the in-flight request actor.
-//! - [`context`]: [`RequestContext`] handed to handlers.
-//! - [`exchange`]: the output of one POST (JSON or SSE).
-//! - [`follow`]: replaying and tailing one stream of the event log.
-//! - [`pipeline`]: the one path every transport hands decoded bodies to.
-//! - [`service`]: [`McpService`], what a provider implements.
-//! - [`cluster`]: control-bus handling, heartbeats, orphan finalization.
-//! - [`quota`]: quotas per client address and per principal.
-//! - [`config`], [`error`]: settings and errors.
+//! # Layers
+//! Each folder uses only the folders of the layers above it in this list
+//! (lower layers), never one of its own layer or below: the test
+//! `tests/layers.rs` reads this list and the sources and fails on any
+//! other `crate::` path.
+//! 1. [`node`]: what the node itself holds, below any MCP request: its
+//!    settings ([`RuntimeConfig`]), errors, quotas, the state every part
+//!    shares (`NodeContext`: store, counters, drain) and the reading of
+//!    event-log streams ([`Follow`]).
+//! 2. [`request`]: the one request path of both eras: the request executor
+//!    every handler runs on, the request actor and `run_job` (timeout,
+//!    cancellation, panics), the [`RequestContext`] handed to handlers, the
+//!    [`Exchange`] a request writes to, the measuring of a call, and
+//!    [`McpService`], what a provider implements.
+//! 3. [`session`], [`stateless`]: the two eras, side by side and unaware of
+//!    each other. `session`: the session actor, [`SessionHandle`] and the
+//!    registry of the node's sessions (2024-11-05 … 2025-11-25).
+//!    `stateless`: 2026-07-28 requests, `subscriptions/listen`,
+//!    input-required round trips (`mrtr`) and tasks.
+//! 4. [`runtime`]: [`Runtime`], the facade transports call, joining both
+//!    eras: the inbound pipeline every transport hands bodies to, and the
+//!    node's cluster duties (control bus, heartbeats, orphans).
 
 pub mod node;
 pub mod request;
@@ -32,21 +41,14 @@ pub mod runtime;
 pub mod session;
 pub mod stateless;
 
-pub use node::{config, error, follow, quota};
-pub(crate) use request::executor;
-pub use request::{context, exchange, service};
-pub use runtime::{cluster, pipeline};
-pub use session::registry;
-pub use stateless::{listen, mrtr, tasks};
-
-pub use config::{ResponseMode, RuntimeConfig};
-pub use context::{AskError, NamedInput, RequestContext};
-pub use error::RuntimeError;
-pub use exchange::{Exchange, ExchangeReply};
-pub use follow::{Follow, FollowEnd, FollowItem};
-pub use pipeline::{Answers, Inbound, Refusal, Submitted, Transport};
-pub use quota::{Quota, QuotaConfig};
+pub use node::config::{ResponseMode, RuntimeConfig};
+pub use node::error::RuntimeError;
+pub use node::follow::{Follow, FollowEnd, FollowItem};
+pub use node::quota::{Quota, QuotaConfig};
+pub use request::context::{AskError, NamedInput, RequestContext};
+pub use request::exchange::{Exchange, ExchangeReply};
+pub use request::service::{McpService, MirroredParam, ServerEvent, TaskSupport};
 pub use runtime::Runtime;
-pub use service::{McpService, MirroredParam, ServerEvent, TaskSupport};
+pub use runtime::pipeline::{Answers, Inbound, Refusal, Submitted, Transport};
 pub use session::SessionHandle;
 pub use stateless::{RequestGuard, RequestMeta, StatelessReply};

@@ -5,7 +5,7 @@ use std::time::Duration;
 use mcp_cluster_telemetry::Secret;
 use serde::{Deserialize, Serialize};
 
-use crate::QuotaConfig;
+use crate::node::quota::QuotaConfig;
 
 /// How a POST carrying requests is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -271,10 +271,10 @@ impl RuntimeConfig {
     ///
     /// # Errors
     /// The first key that does not parse, said for the operator.
-    pub fn state_keys(&self) -> Result<Vec<crate::mrtr::StateKey>, String> {
+    pub fn state_keys(&self) -> Result<Vec<crate::stateless::mrtr::StateKey>, String> {
         self.request_state_keys
             .iter()
-            .map(|k| crate::mrtr::StateKey::parse(k.expose()))
+            .map(|k| crate::stateless::mrtr::StateKey::parse(k.expose()))
             .collect()
     }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use mcp_cluster_store::StoreError;
 
-use crate::Quota;
+use crate::node::quota::Quota;
 
 /// Why the runtime could not take a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

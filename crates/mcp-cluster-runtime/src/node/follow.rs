@@ -20,7 +20,7 @@ use mcp_cluster_store::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::quota::SlotLease;
+use crate::node::quota::SlotLease;
 
 /// Events read from the log per round trip; also the most a slow reader
 /// holds in memory.

@@ -41,7 +41,7 @@ use mcp_cluster_store::{
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::RuntimeError;
+use crate::node::error::RuntimeError;
 
 /// Quota settings; 0 turns a quota off. Defaults are generous: they stop
 /// floods and runaway clients, not real use (an agent rarely sends more

@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::exchange::Exchange;
+use crate::request::exchange::Exchange;
 use crate::session::SessionHandle;
 use crate::stateless::StatelessScope;
 
@@ -321,7 +321,7 @@ impl RequestContext {
     /// here on: the client gets the task's handle now, and the rest of the
     /// handler runs as the task, its questions waiting for `tasks/update`.
     /// Only for tools that start their task in the handler
-    /// ([`crate::McpService::task_starts_in_handler`]) and clients that
+    /// ([`crate::request::service::McpService::task_starts_in_handler`]) and clients that
     /// declared the extension; `false` otherwise (the request goes on as
     /// it was, which every other era does too).
     pub async fn become_task(&self) -> bool {

@@ -18,8 +18,8 @@ use mcp_cluster_protocol::{Message, RequestId, Response};
 use mcp_cluster_store::{OpenStream, SessionId, StoreError, StreamId};
 use tokio::sync::{Mutex, oneshot};
 
-use crate::ResponseMode;
-use crate::pipeline::Call;
+use crate::node::config::ResponseMode;
+use crate::runtime::pipeline::Call;
 use crate::runtime::{ExchangeTicket, NodeContext};
 
 /// How the transport answers the POST.

@@ -11,7 +11,7 @@
 //! handler's outcome. Tools declared blocking run on this runtime's
 //! blocking pool (`blocking_threads`), never on its worker threads.
 //!
-//! Owner: [`crate::Runtime`], one per node. Stop path: dropped with the
+//! Owner: [`crate::runtime::Runtime`], one per node. Stop path: dropped with the
 //! runtime; handlers still running are abandoned (their requests were
 //! answered or cancelled by then).
 

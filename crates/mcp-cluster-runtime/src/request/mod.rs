@@ -4,7 +4,7 @@
 //!
 //! Owner: the session actor that started it keeps its address in the
 //! in-flight table. Stop paths: the handler completes (response written),
-//! [`Cancel`] (no response), or the session stops (token tripped).
+//! `Cancel` (no response), or the session stops (token tripped).
 
 pub mod context;
 pub mod exchange;
@@ -22,8 +22,8 @@ use mcp_cluster_protocol::{ErrorObject, RequestId, Response};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::RequestOutput;
-use crate::executor::Executor;
+use crate::request::context::RequestOutput;
+use crate::request::executor::Executor;
 use crate::runtime::InFlightTicket;
 use crate::session::{RequestFinished, Session};
 

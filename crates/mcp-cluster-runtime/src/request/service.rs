@@ -5,7 +5,7 @@ use mcp_cluster_protocol::types::{Implementation, ServerCapabilities};
 use mcp_cluster_protocol::{ErrorObject, Notification, Request};
 use serde_json::Value;
 
-use crate::RequestContext;
+use crate::request::context::RequestContext;
 
 /// A tool argument mirrored into an `Mcp-Param-<header>` HTTP header
 /// (`x-mcp-header` in the tool's input schema).

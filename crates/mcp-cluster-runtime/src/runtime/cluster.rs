@@ -16,8 +16,9 @@ use mcp_cluster_store::{ControlMessage, OpenStream, Store, StoreError};
 use mcp_cluster_telemetry::{ControlKind, control_span};
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::registry::FanOut;
-use crate::{Runtime, ServerEvent};
+use crate::session::registry::FanOut;
+use crate::runtime::Runtime;
+use crate::request::service::ServerEvent;
 
 /// How often a node renews its liveness.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(2);

@@ -18,12 +18,16 @@ use mcp_cluster_store::{
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::exchange::{Exchange, ExchangeReply};
-use crate::follow::{Attachments, Follow};
-use crate::quota::Quotas;
-use crate::registry::{FanOut, SessionMap, SessionRegistry};
+use crate::request::exchange::{Exchange, ExchangeReply};
+use crate::node::follow::{Attachments, Follow};
+use crate::node::quota::Quotas;
+use crate::session::registry::{FanOut, SessionMap, SessionRegistry};
 use crate::session::{Session, SessionDeps};
-use crate::{McpService, RuntimeConfig, RuntimeError, ServerEvent, SessionHandle};
+use crate::request::service::McpService;
+use crate::node::config::RuntimeConfig;
+use crate::node::error::RuntimeError;
+use crate::request::service::ServerEvent;
+use crate::session::SessionHandle;
 
 /// What every part of the runtime on this node shares: its identity in the
 /// cluster, the store, and which streams it is reading.
@@ -48,15 +52,15 @@ pub(crate) struct NodeContext {
     /// Quota checks, and the stream slots this node's connections hold.
     pub(crate) quotas: Arc<Quotas>,
     /// The `subscriptions/listen` streams open on this node.
-    pub(crate) listeners: Arc<crate::listen::Listeners>,
+    pub(crate) listeners: Arc<crate::stateless::listen::Listeners>,
     /// The keys that seal input-required request states.
-    pub(crate) key_ring: Arc<crate::mrtr::KeyRing>,
+    pub(crate) key_ring: Arc<crate::stateless::mrtr::KeyRing>,
     /// Tasks running on this node.
     pub(crate) running_tasks: std::sync::atomic::AtomicUsize,
     /// When the key ring was last read from the store (`None`: not yet).
     pub(crate) ring_read: tokio::sync::Mutex<Option<tokio::time::Instant>>,
     /// Where every handler runs, apart from the HTTP workers.
-    pub(crate) executor: Arc<crate::executor::Executor>,
+    pub(crate) executor: Arc<crate::request::executor::Executor>,
 }
 
 /// Counts one open exchange on its node while it lives.
@@ -160,14 +164,14 @@ impl Runtime {
         // startup, before anything is served.
         #[allow(clippy::expect_used)]
         let executor =
-            crate::executor::Executor::new(config.executor_threads, config.blocking_threads)
+            crate::request::executor::Executor::new(config.executor_threads, config.blocking_threads)
                 .expect("the request executor's threads could not be started");
         let node = Arc::new(NodeContext {
             executor: Arc::new(executor),
             id: NodeId::random(),
             quotas,
             listeners: Arc::default(),
-            key_ring: Arc::new(crate::mrtr::KeyRing::new(&configured)),
+            key_ring: Arc::new(crate::stateless::mrtr::KeyRing::new(&configured)),
             ring_read: tokio::sync::Mutex::new(None),
             running_tasks: std::sync::atomic::AtomicUsize::new(0),
             store,
@@ -195,7 +199,7 @@ impl Runtime {
                 server_info: std::sync::OnceLock::new(),
             }),
         };
-        crate::cluster::start(&runtime);
+        crate::runtime::cluster::start(&runtime);
         runtime
     }
 
@@ -238,7 +242,7 @@ impl Runtime {
         let outcome = match self
             .store()
             .nodes
-            .heartbeat(self.node_id(), crate::cluster::HEARTBEAT_TTL)
+            .heartbeat(self.node_id(), crate::runtime::cluster::HEARTBEAT_TTL)
             .await
         {
             Ok(()) => "ok",
@@ -254,7 +258,7 @@ impl Runtime {
     }
 
     /// The key ring sealing input-required request states.
-    pub fn key_ring(&self) -> &crate::mrtr::KeyRing {
+    pub fn key_ring(&self) -> &crate::stateless::mrtr::KeyRing {
         &self.inner.deps.node.key_ring
     }
 
@@ -556,7 +560,7 @@ impl Runtime {
     pub async fn end_disconnected(
         &self,
         id: &SessionId,
-        transport: crate::Transport,
+        transport: crate::runtime::pipeline::Transport,
     ) -> Result<(), RuntimeError> {
         self.end_session(id, Some(("disconnected", transport.network())))
             .await
@@ -632,7 +636,7 @@ impl Runtime {
         &self,
         session: &SessionHandle,
         requests: Vec<RequestId>,
-        mode: crate::ResponseMode,
+        mode: crate::node::config::ResponseMode,
     ) -> (Arc<Exchange>, oneshot::Receiver<ExchangeReply>) {
         Exchange::pending(
             session.id().clone(),

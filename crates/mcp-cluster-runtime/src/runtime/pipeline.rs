@@ -21,8 +21,11 @@ use mcp_cluster_protocol::{
 use mcp_cluster_telemetry::metrics::{self, OTHER, OperationLabels};
 use tokio::sync::oneshot;
 
-use crate::exchange::{Exchange, ExchangeReply};
-use crate::{ResponseMode, Runtime, RuntimeError, SessionHandle};
+use crate::request::exchange::{Exchange, ExchangeReply};
+use crate::node::config::ResponseMode;
+use crate::runtime::Runtime;
+use crate::node::error::RuntimeError;
+use crate::session::SessionHandle;
 
 /// The transport a message arrived on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,14 +30,17 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::context::{
+use crate::request::context::{
     AskError, AskOutcome, RequestContext, RequestOutput, SaveGuard, SessionShared,
 };
-use crate::exchange::Exchange;
-use crate::registry::SessionMap;
+use crate::request::exchange::Exchange;
+use crate::session::registry::SessionMap;
 use crate::request::{Cancel, InFlightRequest};
 use crate::runtime::{InFlightTicket, NodeContext};
-use crate::{McpService, RuntimeConfig, RuntimeError, ServerEvent};
+use crate::request::service::McpService;
+use crate::node::config::RuntimeConfig;
+use crate::node::error::RuntimeError;
+use crate::request::service::ServerEvent;
 
 /// How often a session checks whether it is idle.
 const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(5);

@@ -8,7 +8,7 @@
 //! actor went without running `stopped` (its arbiter died): the next
 //! request rehydrates such a session from the store.
 //!
-//! Owner: the [`crate::Runtime`] starts the actor once and keeps its address.
+//! Owner: the [`crate::runtime::Runtime`] starts the actor once and keeps its address.
 //! Stop path: the actix system stops it at node shutdown.
 
 use std::sync::Arc;
@@ -18,7 +18,8 @@ use actix::prelude::*;
 use dashmap::DashMap;
 use mcp_cluster_store::SessionId;
 
-use crate::{ServerEvent, SessionHandle};
+use crate::request::service::ServerEvent;
+use crate::session::SessionHandle;
 
 /// How often the map is swept for handles whose actor went without taking
 /// itself out.

@@ -21,11 +21,13 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::exchange::ExchangeReply;
-use crate::pipeline::Inbound;
-use crate::quota::{Quota, address_subject};
+use crate::request::exchange::ExchangeReply;
+use crate::runtime::pipeline::Inbound;
+use crate::node::quota::{Quota, address_subject};
 use crate::stateless::StatelessReply;
-use crate::{Runtime, RuntimeError, ServerEvent};
+use crate::runtime::Runtime;
+use crate::node::error::RuntimeError;
+use crate::request::service::ServerEvent;
 
 /// Messages a listen stream holds for a slow client before it is closed.
 pub const LISTEN_BUFFER: usize = 64;

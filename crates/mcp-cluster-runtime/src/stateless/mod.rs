@@ -6,7 +6,7 @@
 //!
 //! What a session held comes with the request (`StatelessScope`); what a
 //! server-to-client request did becomes an input-required round trip
-//! ([`crate::mrtr`]): the handler's question goes back in the result, and
+//! ([`crate::stateless::mrtr`]): the handler's question goes back in the result, and
 //! the client's retry brings the answer to any node.
 
 pub mod listen;
@@ -25,15 +25,16 @@ use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
 
-use crate::TaskSupport;
-use crate::context::{RequestContext, RequestOutput};
-use crate::exchange::{Exchange, ExchangeReply};
-use crate::mrtr::{RoundState, StateError};
-use crate::pipeline::{Call, Inbound};
+use crate::request::service::TaskSupport;
+use crate::request::context::{RequestContext, RequestOutput};
+use crate::request::exchange::{Exchange, ExchangeReply};
+use crate::stateless::mrtr::{RoundState, StateError};
+use crate::runtime::pipeline::{Call, Inbound};
 use crate::request::run_job;
 use crate::runtime::InFlightTicket;
-use crate::tasks::{Eligible, TaskRun, TaskSlot};
-use crate::{Runtime, RuntimeError};
+use crate::stateless::tasks::{Eligible, TaskRun, TaskSlot};
+use crate::runtime::Runtime;
+use crate::node::error::RuntimeError;
 
 /// `_meta` keys of a stateless request.
 use mcp_cluster_protocol::methods::meta;
@@ -200,7 +201,7 @@ impl StatelessScope {
         key: Option<&str>,
         method: &str,
         params: Value,
-    ) -> Result<Value, crate::AskError> {
+    ) -> Result<Value, crate::request::context::AskError> {
         let key = self.inputs.key(key, method)?;
         match self.running_task().await {
             Some(run) => run.ask(key, method, params).await,
@@ -250,18 +251,18 @@ impl InputRound {
 
     /// The key of a question: the handler's name for it, or the n-th of
     /// its kind (`<kind>-<n>`, the same on every run of the handler).
-    pub(crate) fn key(&self, key: Option<&str>, method: &str) -> Result<String, crate::AskError> {
+    pub(crate) fn key(&self, key: Option<&str>, method: &str) -> Result<String, crate::request::context::AskError> {
         let kind = match method {
             methods::ELICITATION_CREATE => "elicitation",
             methods::SAMPLING_CREATE_MESSAGE => "sampling",
             methods::ROOTS_LIST => "roots",
-            _ => return Err(crate::AskError::NotSupported("this request in 2026-07-28")),
+            _ => return Err(crate::request::context::AskError::NotSupported("this request in 2026-07-28")),
         };
         if let Some(key) = key {
             return Ok(key.to_owned());
         }
         let Ok(mut counts) = self.counts.lock() else {
-            return Err(crate::AskError::Unavailable);
+            return Err(crate::request::context::AskError::Unavailable);
         };
         let n = counts.entry(kind).or_default();
         *n += 1;
@@ -276,14 +277,14 @@ impl InputRound {
         key: String,
         method: &str,
         params: Value,
-    ) -> Result<Value, crate::AskError> {
+    ) -> Result<Value, crate::request::context::AskError> {
         if let Some(answer) = self.answers.get(&key).filter(|a| well_formed(method, a)) {
             return Ok(answer.clone());
         }
         if let Ok(mut open) = self.open.lock() {
             open.push((key, json!({ "method": method, "params": params })));
         }
-        Err(crate::AskError::InputRequired)
+        Err(crate::request::context::AskError::InputRequired)
     }
 
     pub(crate) fn missing_capability(&self, what: &'static str) {
@@ -462,8 +463,8 @@ impl Runtime {
             methods::SUBSCRIPTIONS_LISTEN => self.listen(request, inbound).await,
             methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL => {
                 // The capability first: without it, no task is looked up.
-                if !crate::tasks::declares_extension(&meta.capabilities) {
-                    return refuse(crate::tasks::extension_required());
+                if !crate::stateless::tasks::declares_extension(&meta.capabilities) {
+                    return refuse(crate::stateless::tasks::extension_required());
                 }
                 let principal = inbound
                     .principal
@@ -488,7 +489,7 @@ impl Runtime {
         result.insert("supportedVersions".into(), json!(supported_versions()));
         let mut capabilities =
             serde_json::to_value(service.capabilities()).unwrap_or_else(|_| json!({}));
-        capabilities["extensions"] = json!({ crate::tasks::EXTENSION: {} });
+        capabilities["extensions"] = json!({ crate::stateless::tasks::EXTENSION: {} });
         result.insert("capabilities".into(), capabilities);
         if let Some(text) = service.instructions() {
             result.insert("instructions".into(), json!(text));
@@ -551,11 +552,11 @@ impl Runtime {
             }
             _ => (TaskSupport::Forbidden, false),
         };
-        let extension = crate::tasks::declares_extension(&meta.capabilities);
+        let extension = crate::stateless::tasks::declares_extension(&meta.capabilities);
         if task_support == TaskSupport::Required && !extension {
             return StatelessReply::Now(Response::error(
                 Some(id),
-                crate::tasks::extension_required(),
+                crate::stateless::tasks::extension_required(),
             ));
         }
         let task_eligible = task_support != TaskSupport::Forbidden && extension;
@@ -612,7 +613,7 @@ impl Runtime {
                 client: principal_key.clone().unwrap_or_else(|| {
                     inbound
                         .client_ip
-                        .map(crate::quota::address_subject)
+                        .map(crate::node::quota::address_subject)
                         .unwrap_or_default()
                 }),
                 job: job.clone(),

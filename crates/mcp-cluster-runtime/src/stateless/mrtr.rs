@@ -256,7 +256,7 @@ impl KeyRing {
     }
 }
 
-impl crate::Runtime {
+impl crate::runtime::Runtime {
     /// Reads the cluster's key ring from the store (adding a fresh key
     /// when it is due for rotation) and seals with its newest key from now
     /// on. Configured keys are never replaced. A failure keeps the ring

@@ -26,9 +26,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::context::RequestOutput;
-use crate::mrtr::{millis, now_ms};
-use crate::{AskError, Runtime, RuntimeError};
+use crate::request::context::RequestOutput;
+use crate::stateless::mrtr::{millis, now_ms};
+use crate::request::context::AskError;
+use crate::runtime::Runtime;
+use crate::node::error::RuntimeError;
 
 /// The extension's identifier, in capabilities.
 pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
@@ -340,7 +342,7 @@ impl TaskRun {
 pub(crate) enum TaskSlot {
     /// Never a task.
     None,
-    /// May become one ([`crate::RequestContext::become_task`]).
+    /// May become one ([`crate::request::context::RequestContext::become_task`]).
     Eligible(Box<Eligible>),
     /// Is one.
     Running(Arc<TaskRun>),
