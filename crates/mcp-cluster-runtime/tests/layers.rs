@@ -5,6 +5,8 @@
 //! path that goes up or sideways, so an import circle between the folders
 //! cannot come back.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -141,7 +143,10 @@ fn folders_use_only_the_layers_below_them() {
         }
     }
     let documented: BTreeSet<String> = layer_of.keys().map(|f| (*f).to_owned()).collect();
-    assert_eq!(on_disk, documented, "folders on disk and in src/lib.rs differ");
+    assert_eq!(
+        on_disk, documented,
+        "folders on disk and in src/lib.rs differ"
+    );
 
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut wrong = Vec::new();
@@ -162,7 +167,10 @@ fn folders_use_only_the_layers_below_them() {
                     wrong.push(format!("{shown}: crate::{root} names no folder"));
                     continue;
                 };
-                graph.entry(folder.clone()).or_default().insert(root.clone());
+                graph
+                    .entry(folder.clone())
+                    .or_default()
+                    .insert(root.clone());
                 let from = layer_of[folder.as_str()];
                 if to >= from {
                     wrong.push(format!(

@@ -560,7 +560,7 @@ impl NodeConfig {
                  max_subscriptions_per_session and max_uri_bytes must be positive",
             );
         }
-        if let Err(err) = self.runtime.state_keys() {
+        if let Err(err) = mcp_cluster_runtime::stateless::mrtr::configured_keys(&self.runtime) {
             return bad(&format!("runtime.request_state_keys: {err}"));
         }
         if r.request_state_ttl_secs == 0 || r.max_listen_streams == 0 {

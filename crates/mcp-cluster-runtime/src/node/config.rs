@@ -267,17 +267,6 @@ impl RuntimeConfig {
         Duration::from_secs(self.request_state_ttl_secs.max(1))
     }
 
-    /// The configured request-state keys, parsed.
-    ///
-    /// # Errors
-    /// The first key that does not parse, said for the operator.
-    pub fn state_keys(&self) -> Result<Vec<crate::stateless::mrtr::StateKey>, String> {
-        self.request_state_keys
-            .iter()
-            .map(|k| crate::stateless::mrtr::StateKey::parse(k.expose()))
-            .collect()
-    }
-
     /// Keep-alive interval.
     pub fn sse_keep_alive(&self) -> Duration {
         Duration::from_secs(self.sse_keep_alive_secs.max(1))

@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use actix::prelude::{Message as ActixMessage, Recipient};
 use mcp_cluster_protocol::types::{
     ClientCapabilities, CreateMessageParams, CreateMessageResult, ElicitParams, ElicitResult,
     ListRootsResult, LoggingLevel, LoggingMessageParams, ProgressParams,
@@ -17,11 +18,10 @@ use mcp_cluster_store::{Principal, SessionId, StoreError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::request::exchange::Exchange;
-use crate::session::SessionHandle;
-use crate::stateless::StatelessScope;
 
 /// Session state that handlers read without a mailbox round trip. Written by
 /// the session actor only.
@@ -188,6 +188,33 @@ pub enum AskError {
 /// The client's answer to a server request.
 pub(crate) type AskOutcome = Result<Value, ErrorObject>;
 
+/// Allocate an id for a server-to-client request and await its answer:
+/// what a session-era handler sends its session actor to ask the client.
+#[derive(ActixMessage, Debug)]
+#[rtype(result = "Result<(RequestId, oneshot::Receiver<AskOutcome>), AskError>")]
+pub(crate) struct RegisterAsk {
+    pub(crate) from: RequestId,
+}
+
+/// What a stateless (2026-07-28) request carries instead of a session:
+/// the client's capabilities and log level from its `_meta`, the answers
+/// of its input round, and whether it became a task. The stateless era
+/// implements it.
+#[async_trait::async_trait]
+pub(crate) trait Carried: std::fmt::Debug + Send + Sync {
+    /// The capabilities the request's `_meta` declares.
+    fn capabilities(&self) -> &ClientCapabilities;
+    /// The request's `_meta` log level, if any.
+    fn log_level(&self) -> Option<LoggingLevel>;
+    /// Turns the request into a task; `true` when it is one.
+    async fn start_task(&self) -> bool;
+    /// A question from the handler (an input round, or inside a task a
+    /// wait for `tasks/update`).
+    async fn ask(&self, key: Option<&str>, method: &str, params: Value) -> Result<Value, AskError>;
+    /// The handler asked for what the client did not declare.
+    fn missing_capability(&self, what: &'static str);
+}
+
 /// Everything a handler may do besides computing its result. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct RequestContext {
@@ -213,12 +240,13 @@ enum Scope {
     /// A session (2024-11-05 … 2025-11-25).
     Session {
         id: SessionId,
-        session: SessionHandle,
+        /// The session actor, which allocates the ids of questions.
+        asks: Recipient<RegisterAsk>,
         shared: Arc<SessionShared>,
     },
     /// Nothing but itself (2026-07-28): what a session would hold comes with
     /// the request.
-    Stateless(Arc<StatelessScope>),
+    Stateless(Arc<dyn Carried>),
 }
 
 impl RequestContext {
@@ -228,14 +256,14 @@ impl RequestContext {
         session_id: SessionId,
         cancel: CancellationToken,
         output: Arc<RequestOutput>,
-        session: SessionHandle,
+        asks: Recipient<RegisterAsk>,
         shared: Arc<SessionShared>,
         ask_timeout: Duration,
         principal: Option<Arc<Principal>>,
     ) -> Self {
         let scope = Scope::Session {
             id: session_id,
-            session,
+            asks,
             shared,
         };
         Self::with_scope(request, cancel, output, scope, ask_timeout, principal)
@@ -246,7 +274,7 @@ impl RequestContext {
         request: &Request,
         cancel: CancellationToken,
         output: Arc<RequestOutput>,
-        scope: Arc<StatelessScope>,
+        scope: Arc<dyn Carried>,
         principal: Option<Arc<Principal>>,
     ) -> Self {
         // No wait for answers: a question becomes an input round.
@@ -313,7 +341,7 @@ impl RequestContext {
     pub fn client_capabilities(&self) -> Option<&ClientCapabilities> {
         match &self.inner.scope {
             Scope::Session { shared, .. } => shared.client_capabilities.get(),
-            Scope::Stateless(scope) => Some(&scope.capabilities),
+            Scope::Stateless(scope) => Some(scope.capabilities()),
         }
     }
 
@@ -394,7 +422,7 @@ impl RequestContext {
     ) -> Result<(), EmitError> {
         let sends = match &self.inner.scope {
             Scope::Session { shared, .. } => shared.sends(level),
-            Scope::Stateless(scope) => scope.log_level.is_some_and(|min| level >= min),
+            Scope::Stateless(scope) => scope.log_level().is_some_and(|min| level >= min),
         };
         if !sends {
             return Ok(());
@@ -471,7 +499,7 @@ impl RequestContext {
             Scope::Session { shared, .. } if !shared.initialized.load(Ordering::Acquire) => {
                 return Err(AskError::NotInitialized);
             }
-            Scope::Session { session, .. } => self.ask_sent(session, method, params).await,
+            Scope::Session { asks, .. } => self.ask_sent(asks, method, params).await,
             Scope::Stateless(scope) => {
                 let params = serde_json::to_value(params)
                     .map_err(|err| AskError::InvalidAnswer(err.to_string()))?;
@@ -501,11 +529,15 @@ impl RequestContext {
 
     async fn ask_sent(
         &self,
-        session: &SessionHandle,
+        asks: &Recipient<RegisterAsk>,
         method: &str,
         params: impl Serialize,
     ) -> Result<Value, AskError> {
-        let (id, answer) = session.register_ask(self.inner.request_id.clone()).await?;
+        let from = self.inner.request_id.clone();
+        let (id, answer) = asks
+            .send(RegisterAsk { from })
+            .await
+            .map_err(|_| AskError::Unavailable)??;
         let request = Request::new(id, method, params);
         self.inner
             .output
@@ -596,7 +628,7 @@ impl RequestContext {
         match (self.client_capabilities(), &self.inner.scope) {
             (Some(caps), _) if has(caps) => Ok(()),
             (_, Scope::Stateless(scope)) => {
-                scope.inputs.missing_capability(what);
+                scope.missing_capability(what);
                 Err(AskError::NotSupported(what))
             }
             _ => Err(AskError::NotSupported(what)),

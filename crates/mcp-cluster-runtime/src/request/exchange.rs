@@ -19,8 +19,8 @@ use mcp_cluster_store::{OpenStream, SessionId, StoreError, StreamId};
 use tokio::sync::{Mutex, oneshot};
 
 use crate::node::config::ResponseMode;
-use crate::runtime::pipeline::Call;
-use crate::runtime::{ExchangeTicket, NodeContext};
+use crate::node::{ExchangeTicket, NodeContext};
+use crate::request::call::Call;
 
 /// How the transport answers the POST.
 #[derive(Debug)]

@@ -1,11 +1,29 @@
+//! The one request path of both eras: everything a request is, whichever
+//! era it belongs to.
+//!
+//! - `executor`: the runtime every handler runs on, never the HTTP
+//!   workers.
+//! - `run_job` (here): runs a handler there under the request timeout,
+//!   turning a panic or timeout into -32603 and stopping it on
+//!   cancellation; the session era's request actor and the stateless
+//!   era's request task both await it.
+//! - `InFlightRequest` (here): the request actor of the session era, which
+//!   owns its request's cancellation and answer.
+//! - [`context`]: the [`RequestContext`](context::RequestContext) handed to
+//!   handlers; [`exchange`]: where a request writes (JSON, SSE, direct);
+//!   [`call`]: the transport a request came on, its span and its measuring;
+//!   [`service`]: what a provider implements.
+//!
 //! The in-flight request actor: runs one handler future under the request
 //! timeout, turns a panic or timeout into -32603 for this request only, and
 //! stops the handler on cancellation.
 //!
 //! Owner: the session actor that started it keeps its address in the
-//! in-flight table. Stop paths: the handler completes (response written),
-//! `Cancel` (no response), or the session stops (token tripped).
+//! in-flight table and hears `RequestFinished` when it stops. Stop paths:
+//! the handler completes (response written), `Cancel` (no response), or the
+//! session stops (token tripped).
 
+pub mod call;
 pub mod context;
 pub mod exchange;
 pub(crate) mod executor;
@@ -22,13 +40,21 @@ use mcp_cluster_protocol::{ErrorObject, RequestId, Response};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::node::InFlightTicket;
 use crate::request::context::RequestOutput;
 use crate::request::executor::Executor;
-use crate::runtime::InFlightTicket;
-use crate::session::{RequestFinished, Session};
 
 /// The handler's future.
 pub(crate) type Job = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>> + Send>>;
+
+/// An in-flight request actor stopped: told to whoever started it (the
+/// session actor), which frees the request's slot.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct RequestFinished {
+    pub(crate) id: RequestId,
+    pub(crate) serial: u64,
+}
 
 /// Stop the handler: `notifications/cancelled` arrived.
 #[derive(Message, Debug)]
@@ -44,7 +70,7 @@ pub(crate) struct InFlightRequest {
     cancel: CancellationToken,
     output: Arc<RequestOutput>,
     /// Told when this actor stops, to free the in-flight slot.
-    session: Addr<Session>,
+    session: Recipient<RequestFinished>,
     /// Taken in `started`.
     job: Option<Job>,
     timeout: Duration,
@@ -77,7 +103,7 @@ impl InFlightRequest {
         serial: u64,
         cancel: CancellationToken,
         output: Arc<RequestOutput>,
-        session: Addr<Session>,
+        session: Recipient<RequestFinished>,
         job: Job,
         timeout: Duration,
         executor: Arc<Executor>,

@@ -16,9 +16,9 @@ use mcp_cluster_store::{ControlMessage, OpenStream, Store, StoreError};
 use mcp_cluster_telemetry::{ControlKind, control_span};
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::session::registry::FanOut;
-use crate::runtime::Runtime;
 use crate::request::service::ServerEvent;
+use crate::runtime::Runtime;
+use crate::session::registry::FanOut;
 
 /// How often a node renews its liveness.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(2);
@@ -138,7 +138,7 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
         // origin's own sessions hear it here too.
         ControlMessage::ServerEvent { name, uri, .. } => match ServerEvent::from_wire(&name, uri) {
             Some(event) => {
-                rt.node().listeners.fan_out(&event);
+                rt.stateless_era().listeners().fan_out(&event);
                 rt.registry().do_send(FanOut(event));
             }
             None => tracing::debug!(%name, "Unknown server event ignored."),

@@ -1,3 +1,7 @@
+//! The top of the runtime: [`Runtime`], joining the session era and the
+//! stateless era over the node; the inbound [`pipeline`] every transport
+//! hands decoded bodies to; and the node's [`cluster`] duties.
+//!
 //! The facade transports call: create, find and end sessions, open
 //! exchanges, follow streams, broadcast server events, drain.
 
@@ -5,108 +9,32 @@ pub mod cluster;
 pub mod pipeline;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix::prelude::*;
 use dashmap::DashMap;
-use mcp_cluster_protocol::{RequestId, Response};
+use mcp_cluster_protocol::{Request, RequestId, Response};
 use mcp_cluster_store::{
     ControlMessage, NodeId, Position, Principal, SessionId, SessionRecord, Store, StoreError,
     StreamId,
 };
 use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
 
-use crate::request::exchange::{Exchange, ExchangeReply};
-use crate::node::follow::{Attachments, Follow};
-use crate::node::quota::Quotas;
-use crate::session::registry::{FanOut, SessionMap, SessionRegistry};
-use crate::session::{Session, SessionDeps};
-use crate::request::service::McpService;
+use crate::node::NodeContext;
 use crate::node::config::RuntimeConfig;
 use crate::node::error::RuntimeError;
+use crate::node::follow::Follow;
+use crate::node::quota::Quotas;
+use crate::request::call::Inbound;
+use crate::request::exchange::{Exchange, ExchangeReply};
+use crate::request::executor::Executor;
+use crate::request::service::McpService;
 use crate::request::service::ServerEvent;
 use crate::session::SessionHandle;
-
-/// What every part of the runtime on this node shares: its identity in the
-/// cluster, the store, and which streams it is reading.
-#[derive(Debug)]
-pub(crate) struct NodeContext {
-    /// This node, as the node registry and the control bus know it.
-    pub(crate) id: NodeId,
-    /// The shared store.
-    pub(crate) store: Store,
-    /// The streams read on this node.
-    pub(crate) attachments: Arc<Attachments>,
-    /// Requests running on this node: incremented by a session when it
-    /// starts one, decremented when the request actor stops.
-    pub(crate) in_flight: std::sync::atomic::AtomicUsize,
-    /// Exchanges of POSTed requests not yet fully answered: counted from
-    /// the moment the transport opens one until its last response is
-    /// written (and its stream closed), or it is dropped unanswered.
-    pub(crate) open_exchanges: std::sync::atomic::AtomicUsize,
-    /// Set by `Runtime::leave`: no heartbeat after it. A tokio mutex: held
-    /// across the heartbeat and the leave, so neither overtakes the other.
-    pub(crate) membership: tokio::sync::Mutex<bool>,
-    /// Quota checks, and the stream slots this node's connections hold.
-    pub(crate) quotas: Arc<Quotas>,
-    /// The `subscriptions/listen` streams open on this node.
-    pub(crate) listeners: Arc<crate::stateless::listen::Listeners>,
-    /// The keys that seal input-required request states.
-    pub(crate) key_ring: Arc<crate::stateless::mrtr::KeyRing>,
-    /// Tasks running on this node.
-    pub(crate) running_tasks: std::sync::atomic::AtomicUsize,
-    /// When the key ring was last read from the store (`None`: not yet).
-    pub(crate) ring_read: tokio::sync::Mutex<Option<tokio::time::Instant>>,
-    /// Where every handler runs, apart from the HTTP workers.
-    pub(crate) executor: Arc<crate::request::executor::Executor>,
-}
-
-/// Counts one open exchange on its node while it lives.
-#[derive(Debug)]
-pub(crate) struct ExchangeTicket(Arc<NodeContext>);
-
-impl ExchangeTicket {
-    pub(crate) fn issue(node: &Arc<NodeContext>) -> Self {
-        node.open_exchanges.fetch_add(1, Ordering::AcqRel);
-        Self(Arc::clone(node))
-    }
-}
-
-impl Drop for ExchangeTicket {
-    fn drop(&mut self) {
-        self.0.open_exchanges.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Counts one running request on its node while it lives.
-#[derive(Debug)]
-pub(crate) struct InFlightTicket(Arc<NodeContext>);
-
-impl InFlightTicket {
-    pub(crate) fn issue(node: &Arc<NodeContext>) -> Self {
-        node.in_flight.fetch_add(1, Ordering::AcqRel);
-        Self(Arc::clone(node))
-    }
-}
-
-impl Drop for InFlightTicket {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl NodeContext {
-    /// Publishes on the control bus; a failure is logged, not returned: the
-    /// messages are best effort (a missed one is caught by TTL renewal or a
-    /// re-read).
-    pub(crate) async fn publish(&self, message: ControlMessage) {
-        if let Err(err) = self.store.bus.publish(&message).await {
-            tracing::warn!(error = %err, "Control message could not be published.");
-        }
-    }
-}
+use crate::session::registry::{FanOut, SessionMap, SessionRegistry};
+use crate::session::{Session, SessionDeps};
+use crate::stateless::{RequestMeta, Stateless, StatelessReply};
 
 /// One node's runtime. Cheap to clone; create it once, inside the actix
 /// system, outside the HTTP worker factory.
@@ -120,21 +48,12 @@ struct Inner {
     sessions: SessionMap,
     registry: Addr<SessionRegistry>,
     deps: SessionDeps,
-    /// Parent of every session's token: tripped when in-flight requests must
-    /// stop (end of the drain grace period).
-    stop: CancellationToken,
-    /// Tripped when draining starts: every SSE follow ends with `retry`.
-    drain: CancellationToken,
-    draining: AtomicBool,
-    /// Set late in the drain: no new work is admitted, not even for
-    /// existing sessions (503, the client retries elsewhere).
-    closing: AtomicBool,
+    /// The 2026-07-28 requests, listen streams and tasks of this node.
+    stateless: Stateless,
     /// Sessions being created (between the limit check and the insertion
     /// into the map): counted against `max_sessions`, so concurrent
     /// `initialize`s cannot overshoot it.
     creating: std::sync::atomic::AtomicUsize,
-    /// `serverInfo` as JSON, made on first use.
-    server_info: std::sync::OnceLock<serde_json::Value>,
 }
 
 /// One session creation in progress, counted in `Inner::creating` until
@@ -156,34 +75,26 @@ impl Runtime {
             config.quotas.clone(),
             Arc::clone(&store.quotas),
         ));
-        let configured = config.state_keys().unwrap_or_else(|err| {
-            tracing::error!(error = %err, "Request-state keys ignored; this node makes its own.");
-            Vec::new()
-        });
         // expect: only when the process cannot start threads at all, at
         // startup, before anything is served.
         #[allow(clippy::expect_used)]
-        let executor =
-            crate::request::executor::Executor::new(config.executor_threads, config.blocking_threads)
-                .expect("the request executor's threads could not be started");
-        let node = Arc::new(NodeContext {
-            executor: Arc::new(executor),
-            id: NodeId::random(),
-            quotas,
-            listeners: Arc::default(),
-            key_ring: Arc::new(crate::stateless::mrtr::KeyRing::new(&configured)),
-            ring_read: tokio::sync::Mutex::new(None),
-            running_tasks: std::sync::atomic::AtomicUsize::new(0),
-            store,
-            attachments: Arc::new(Attachments::default()),
-            in_flight: std::sync::atomic::AtomicUsize::new(0),
-            open_exchanges: std::sync::atomic::AtomicUsize::new(0),
-            membership: tokio::sync::Mutex::new(false),
-        });
+        let executor = Arc::new(
+            Executor::new(config.executor_threads, config.blocking_threads)
+                .expect("the request executor's threads could not be started"),
+        );
+        let node = Arc::new(NodeContext::new(store, quotas));
+        let config = Arc::new(config);
+        let stateless = Stateless::new(
+            Arc::clone(&service),
+            Arc::clone(&config),
+            Arc::clone(&node),
+            Arc::clone(&executor),
+        );
         let deps = SessionDeps {
             service,
             node,
-            config: Arc::new(config),
+            config,
+            executor,
             sessions: Arc::clone(&sessions),
         };
         let runtime = Self {
@@ -191,12 +102,8 @@ impl Runtime {
                 sessions,
                 registry,
                 deps,
-                stop: CancellationToken::new(),
-                drain: CancellationToken::new(),
-                draining: AtomicBool::new(false),
-                closing: AtomicBool::new(false),
+                stateless,
                 creating: std::sync::atomic::AtomicUsize::new(0),
-                server_info: std::sync::OnceLock::new(),
             }),
         };
         crate::runtime::cluster::start(&runtime);
@@ -259,25 +166,35 @@ impl Runtime {
 
     /// The key ring sealing input-required request states.
     pub fn key_ring(&self) -> &crate::stateless::mrtr::KeyRing {
-        &self.inner.deps.node.key_ring
+        self.inner.stateless.key_ring()
     }
 
-    /// The service's `serverInfo` as JSON, made once (every stateless
-    /// result carries it).
-    pub(crate) fn server_info_json(&self) -> &serde_json::Value {
-        self.inner.server_info.get_or_init(|| {
-            serde_json::to_value(self.service().server_info()).unwrap_or(serde_json::Value::Null)
-        })
+    /// Reads the cluster's key ring from the store (adding a fresh key
+    /// when it is due for rotation); configured keys are never replaced.
+    pub async fn refresh_key_ring(&self) {
+        self.inner.stateless.refresh_key_ring().await;
     }
 
-    /// Tripped when in-flight work must stop (end of the drain grace).
-    pub(crate) fn stop_token(&self) -> CancellationToken {
-        self.inner.stop.clone()
+    /// The 2026-07-28 era of this node.
+    pub(crate) fn stateless_era(&self) -> &Stateless {
+        &self.inner.stateless
     }
 
-    /// Tripped when the node starts draining.
-    pub(crate) fn drain_token(&self) -> CancellationToken {
-        self.inner.drain.clone()
+    /// Serves one stateless (2026-07-28) request whose `_meta` the
+    /// transport read ([`RequestMeta::read`]) and whose headers it checked,
+    /// without any session.
+    pub async fn stateless(
+        &self,
+        request: Request,
+        meta: RequestMeta,
+        inbound: &Inbound,
+    ) -> StatelessReply {
+        self.inner.stateless.serve(request, meta, inbound).await
+    }
+
+    /// The result of `server/discover`.
+    pub fn discover_result(&self) -> serde_json::Value {
+        self.inner.stateless.discover_result()
     }
 
     /// The settings.
@@ -302,7 +219,7 @@ impl Runtime {
 
     /// Whether the node is draining.
     pub fn is_draining(&self) -> bool {
-        self.inner.draining.load(Ordering::Acquire)
+        self.node().is_draining()
     }
 
     /// Creates a new, not yet initialized session and starts its actor on
@@ -344,7 +261,7 @@ impl Runtime {
                 return Err(err);
             }
         };
-        let handle = Session::start_with(record, self.inner.deps.clone(), &self.inner.stop);
+        let handle = Session::start_with(record, self.inner.deps.clone(), &self.node().stop);
         self.inner.sessions.insert(id, handle.clone());
         Ok(handle)
     }
@@ -483,7 +400,8 @@ impl Runtime {
         let (handle, started) = match entry {
             dashmap::Entry::Occupied(e) if e.get().is_alive() => (e.get().clone(), false),
             dashmap::Entry::Occupied(mut e) => {
-                let handle = Session::start_with(record, self.inner.deps.clone(), &self.inner.stop);
+                let handle =
+                    Session::start_with(record, self.inner.deps.clone(), &self.node().stop);
                 e.insert(handle.clone());
                 mcp_cluster_telemetry::metrics::metrics()
                     .sessions_rehydrated
@@ -491,7 +409,8 @@ impl Runtime {
                 (handle, true)
             }
             dashmap::Entry::Vacant(e) => {
-                let handle = Session::start_with(record, self.inner.deps.clone(), &self.inner.stop);
+                let handle =
+                    Session::start_with(record, self.inner.deps.clone(), &self.node().stop);
                 e.insert(handle.clone());
                 mcp_cluster_telemetry::metrics::metrics()
                     .sessions_rehydrated
@@ -560,7 +479,7 @@ impl Runtime {
     pub async fn end_disconnected(
         &self,
         id: &SessionId,
-        transport: crate::runtime::pipeline::Transport,
+        transport: crate::request::call::Transport,
     ) -> Result<(), RuntimeError> {
         self.end_session(id, Some(("disconnected", transport.network())))
             .await
@@ -768,7 +687,7 @@ impl Runtime {
             session.id().clone(),
             stream.clone(),
             after,
-            self.inner.drain.clone(),
+            self.node().drain_token(),
             self.config().sse_keep_alive(),
             requests,
         )
@@ -810,7 +729,7 @@ impl Runtime {
         };
         let store = self.store().clone();
         let registry = self.inner.registry.clone();
-        let listeners = Arc::clone(&self.node().listeners);
+        let listeners = Arc::clone(self.inner.stateless.listeners());
         // Every node (this one included, through the bus) fans it out to its
         // sessions; if the bus is down, at least this node's sessions hear.
         actix::spawn(async move {
@@ -824,7 +743,7 @@ impl Runtime {
 
     /// Starts draining: readiness fails; everything is still served.
     pub fn start_drain(&self) {
-        self.inner.draining.store(true, Ordering::Release);
+        self.node().draining.store(true, Ordering::Release);
     }
 
     /// Stops admitting work for existing sessions too: every request,
@@ -833,7 +752,7 @@ impl Runtime {
     /// behind a load balancer). Work admitted before goes on.
     pub fn start_closing(&self) {
         self.start_drain();
-        self.inner.closing.store(true, Ordering::Release);
+        self.node().closing.store(true, Ordering::Release);
     }
 
     /// Where the node is in its drain, as an index into
@@ -857,7 +776,7 @@ impl Runtime {
 
     /// Whether the node admits no more work ([`Self::start_closing`]).
     pub fn is_closing(&self) -> bool {
-        self.inner.closing.load(Ordering::Acquire)
+        self.node().is_closing()
     }
 
     /// POSTs whose requests are not all answered yet: their exchanges are
@@ -871,7 +790,7 @@ impl Runtime {
     /// in the log are sent first, so a stream whose response is written
     /// ends complete.
     pub fn close_streams(&self) {
-        self.inner.drain.cancel();
+        self.node().drain.cancel();
     }
 
     /// Requests running on this node.
@@ -881,6 +800,6 @@ impl Runtime {
 
     /// Cancels every in-flight request (end of the drain grace period).
     pub fn stop_requests(&self) {
-        self.inner.stop.cancel();
+        self.node().stop.cancel();
     }
 }

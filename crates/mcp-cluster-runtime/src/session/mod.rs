@@ -1,3 +1,8 @@
+//! The session era (2024-11-05 … 2025-11-25): one actor per session on
+//! this node ([`SessionHandle`] reaches it), and the [`registry`] of the
+//! node's sessions. It runs each request in the request actor of
+//! [`crate::request`] and knows nothing of the stateless era.
+//!
 //! The session actor: lifecycle, the in-flight table, log level,
 //! subscriptions and pending server-to-client requests of one MCP session on
 //! this node.
@@ -30,17 +35,19 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::request::context::{
-    AskError, AskOutcome, RequestContext, RequestOutput, SaveGuard, SessionShared,
-};
-use crate::request::exchange::Exchange;
-use crate::session::registry::SessionMap;
-use crate::request::{Cancel, InFlightRequest};
-use crate::runtime::{InFlightTicket, NodeContext};
-use crate::request::service::McpService;
 use crate::node::config::RuntimeConfig;
 use crate::node::error::RuntimeError;
+use crate::node::{InFlightTicket, NodeContext};
+use crate::request::call::SessionLabel;
+use crate::request::context::{
+    AskError, AskOutcome, RegisterAsk, RequestContext, RequestOutput, SaveGuard, SessionShared,
+};
+use crate::request::exchange::Exchange;
+use crate::request::executor::Executor;
+use crate::request::service::McpService;
 use crate::request::service::ServerEvent;
+use crate::request::{Cancel, InFlightRequest, RequestFinished};
+use crate::session::registry::SessionMap;
 
 /// How often a session checks whether it is idle.
 const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
@@ -110,21 +117,6 @@ pub(crate) struct Refresh {
     pub(crate) save_events: u64,
 }
 
-/// Allocate an id for a server-to-client request and await its answer.
-#[derive(Message, Debug)]
-#[rtype(result = "Result<(RequestId, oneshot::Receiver<AskOutcome>), AskError>")]
-pub(crate) struct RegisterAsk {
-    from: RequestId,
-}
-
-/// An in-flight request actor stopped.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct RequestFinished {
-    pub(crate) id: RequestId,
-    pub(crate) serial: u64,
-}
-
 /// End the session everywhere (HTTP DELETE).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
@@ -155,6 +147,8 @@ pub(crate) struct SessionDeps {
     pub(crate) service: Arc<dyn McpService>,
     pub(crate) node: Arc<NodeContext>,
     pub(crate) config: Arc<RuntimeConfig>,
+    /// Where every handler runs, apart from the HTTP workers.
+    pub(crate) executor: Arc<Executor>,
     /// The node's sessions: a stopping session takes itself out, so that
     /// it never counts against `max_sessions` once stopped.
     pub(crate) sessions: SessionMap,
@@ -935,20 +929,13 @@ impl Session {
         self.next_serial += 1;
         let cancel = self.cancel.child_token();
         let output = Arc::new(RequestOutput::new(exchange));
-        let handle = SessionHandle {
-            id: self.record.id.clone(),
-            addr: ctx.address(),
-            shared: Arc::clone(&self.shared),
-            standalone: self.record.standalone_stream.clone(),
-            created_at_ms: self.record.created_at_ms,
-        };
         let principal = output.exchange.principal_of(&request.id);
         let context = RequestContext::new(
             &request,
             self.record.id.clone(),
             cancel.clone(),
             Arc::clone(&output),
-            handle,
+            ctx.address().recipient(),
             Arc::clone(&self.shared),
             self.deps.config.ask_timeout(),
             principal,
@@ -963,10 +950,10 @@ impl Session {
             serial,
             cancel,
             output,
-            ctx.address(),
+            ctx.address().recipient(),
             job,
             self.deps.config.request_timeout(),
-            Arc::clone(&self.deps.node.executor),
+            Arc::clone(&self.deps.executor),
             InFlightTicket::issue(&self.deps.node),
         );
         self.in_flight.insert(id, (serial, actor.start()));
@@ -1002,6 +989,14 @@ impl SessionHandle {
     /// The negotiated revision; `None` before `initialize`.
     pub fn protocol_version(&self) -> Option<ProtocolVersion> {
         self.shared.version.get().copied()
+    }
+
+    /// The session as spans name it.
+    pub(crate) fn label(&self) -> SessionLabel<'_> {
+        SessionLabel {
+            id: &self.id,
+            version: self.protocol_version(),
+        }
     }
 
     /// The stream of messages unrelated to any request.
@@ -1175,16 +1170,6 @@ impl SessionHandle {
         // do_send: a broadcast to a busy session must not be lost to a full
         // mailbox; broadcasts are rare and bounded by the registry's rate.
         self.addr.do_send(Broadcast(event));
-    }
-
-    pub(crate) async fn register_ask(
-        &self,
-        from: RequestId,
-    ) -> Result<(RequestId, oneshot::Receiver<AskOutcome>), AskError> {
-        self.addr
-            .send(RegisterAsk { from })
-            .await
-            .map_err(|_| AskError::Unavailable)?
     }
 }
 

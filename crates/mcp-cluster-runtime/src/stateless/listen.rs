@@ -21,13 +21,13 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::request::exchange::ExchangeReply;
-use crate::runtime::pipeline::Inbound;
-use crate::node::quota::{Quota, address_subject};
-use crate::stateless::StatelessReply;
-use crate::runtime::Runtime;
 use crate::node::error::RuntimeError;
+use crate::node::quota::{Quota, address_subject};
+use crate::request::call::Inbound;
+use crate::request::exchange::ExchangeReply;
 use crate::request::service::ServerEvent;
+use crate::stateless::Stateless;
+use crate::stateless::StatelessReply;
 
 /// Messages a listen stream holds for a slow client before it is closed.
 pub const LISTEN_BUFFER: usize = 64;
@@ -148,7 +148,7 @@ fn notification(event: &ServerEvent, subscription: &Value) -> Arc<str> {
     Arc::from(Message::Notification(Notification::new(method, Value::Object(params))).to_json())
 }
 
-impl Runtime {
+impl Stateless {
     /// Reads the filter of a `subscriptions/listen` request and keeps what
     /// this server can honour.
     fn listen_filter(&self, request: &Request) -> Result<ListenFilter, ErrorObject> {
@@ -217,7 +217,7 @@ impl Runtime {
             Ok(filter) => filter,
             Err(err) => return StatelessReply::Now(Response::error(Some(id), err)),
         };
-        let listeners = Arc::clone(&self.node().listeners);
+        let listeners = Arc::clone(&self.0.listeners);
         if listeners.len() >= self.config().max_listen_streams {
             return StatelessReply::Refused(RuntimeError::Overloaded, id);
         }

@@ -6,8 +6,14 @@
 //!
 //! What a session held comes with the request (`StatelessScope`); what a
 //! server-to-client request did becomes an input-required round trip
-//! ([`crate::stateless::mrtr`]): the handler's question goes back in the result, and
-//! the client's retry brings the answer to any node.
+//! ([`mrtr`]): the handler's question goes back in the result, and the
+//! client's retry brings the answer to any node. Change notifications
+//! reach `subscriptions/listen` streams ([`listen`]); a `tools/call` may
+//! run as a task ([`tasks`]).
+//!
+//! The era's state on this node is `Stateless`; its handlers run through
+//! [`crate::request`] as the session era's do, and it knows nothing of
+//! sessions.
 
 pub mod listen;
 pub mod mrtr;
@@ -15,7 +21,7 @@ pub mod tasks;
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use mcp_cluster_protocol::types::{ClientCapabilities, LoggingLevel};
@@ -25,16 +31,20 @@ use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
 
-use crate::request::service::TaskSupport;
-use crate::request::context::{RequestContext, RequestOutput};
-use crate::request::exchange::{Exchange, ExchangeReply};
-use crate::stateless::mrtr::{RoundState, StateError};
-use crate::runtime::pipeline::{Call, Inbound};
-use crate::request::run_job;
-use crate::runtime::InFlightTicket;
-use crate::stateless::tasks::{Eligible, TaskRun, TaskSlot};
-use crate::runtime::Runtime;
+use crate::node::config::RuntimeConfig;
 use crate::node::error::RuntimeError;
+use crate::node::{InFlightTicket, NodeContext};
+use crate::request::call::{Call, Inbound};
+use crate::request::context::{AskError, Carried, RequestContext, RequestOutput};
+use crate::request::exchange::{Exchange, ExchangeReply};
+use crate::request::executor::Executor;
+use crate::request::run_job;
+use crate::request::service::McpService;
+use crate::request::service::TaskSupport;
+use crate::stateless::listen::Listeners;
+use crate::stateless::mrtr::KeyRing;
+use crate::stateless::mrtr::{RoundState, StateError};
+use crate::stateless::tasks::{Eligible, TaskRun, TaskSlot};
 
 /// `_meta` keys of a stateless request.
 use mcp_cluster_protocol::methods::meta;
@@ -210,6 +220,29 @@ impl StatelessScope {
     }
 }
 
+#[async_trait::async_trait]
+impl Carried for StatelessScope {
+    fn capabilities(&self) -> &ClientCapabilities {
+        &self.capabilities
+    }
+
+    fn log_level(&self) -> Option<LoggingLevel> {
+        self.log_level
+    }
+
+    async fn start_task(&self) -> bool {
+        StatelessScope::start_task(self).await
+    }
+
+    async fn ask(&self, key: Option<&str>, method: &str, params: Value) -> Result<Value, AskError> {
+        StatelessScope::ask(self, key, method, params).await
+    }
+
+    fn missing_capability(&self, what: &'static str) {
+        self.inputs.missing_capability(what);
+    }
+}
+
 /// The questions and answers of one round of an input-required request.
 #[derive(Debug, Default)]
 pub(crate) struct InputRound {
@@ -251,12 +284,20 @@ impl InputRound {
 
     /// The key of a question: the handler's name for it, or the n-th of
     /// its kind (`<kind>-<n>`, the same on every run of the handler).
-    pub(crate) fn key(&self, key: Option<&str>, method: &str) -> Result<String, crate::request::context::AskError> {
+    pub(crate) fn key(
+        &self,
+        key: Option<&str>,
+        method: &str,
+    ) -> Result<String, crate::request::context::AskError> {
         let kind = match method {
             methods::ELICITATION_CREATE => "elicitation",
             methods::SAMPLING_CREATE_MESSAGE => "sampling",
             methods::ROOTS_LIST => "roots",
-            _ => return Err(crate::request::context::AskError::NotSupported("this request in 2026-07-28")),
+            _ => {
+                return Err(crate::request::context::AskError::NotSupported(
+                    "this request in 2026-07-28",
+                ));
+            }
         };
         if let Some(key) = key {
             return Ok(key.to_owned());
@@ -402,11 +443,113 @@ impl Drop for RequestGuard {
     }
 }
 
-impl Runtime {
+/// The stateless era on this node: what its requests, listen streams,
+/// input rounds and tasks share. Cheap to clone.
+///
+/// Owner: the [`crate::runtime::Runtime`] makes it once. Stop path:
+/// dropped with the runtime; its requests stop with the node's stop token.
+#[derive(Debug, Clone)]
+pub(crate) struct Stateless(Arc<Era>);
+
+#[derive(Debug)]
+pub(crate) struct Era {
+    service: Arc<dyn McpService>,
+    config: Arc<RuntimeConfig>,
+    node: Arc<NodeContext>,
+    /// Where every handler runs, apart from the HTTP workers.
+    executor: Arc<Executor>,
+    /// The `subscriptions/listen` streams open on this node.
+    pub(crate) listeners: Arc<Listeners>,
+    /// The keys that seal input-required request states.
+    key_ring: KeyRing,
+    /// When the key ring was last read from the store (`None`: not yet).
+    ring_read: tokio::sync::Mutex<Option<tokio::time::Instant>>,
+    /// Tasks running on this node.
+    running_tasks: AtomicUsize,
+    /// `serverInfo` as JSON, made on first use.
+    server_info: std::sync::OnceLock<Value>,
+}
+
+impl Stateless {
+    pub(crate) fn new(
+        service: Arc<dyn McpService>,
+        config: Arc<RuntimeConfig>,
+        node: Arc<NodeContext>,
+        executor: Arc<Executor>,
+    ) -> Self {
+        let configured = mrtr::configured_keys(&config).unwrap_or_else(|err| {
+            tracing::error!(error = %err, "Request-state keys ignored; this node makes its own.");
+            Vec::new()
+        });
+        Self(Arc::new(Era {
+            service,
+            config,
+            node,
+            executor,
+            listeners: Arc::default(),
+            key_ring: KeyRing::new(&configured),
+            ring_read: tokio::sync::Mutex::new(None),
+            running_tasks: AtomicUsize::new(0),
+            server_info: std::sync::OnceLock::new(),
+        }))
+    }
+
+    pub(crate) fn config(&self) -> &RuntimeConfig {
+        &self.0.config
+    }
+
+    pub(crate) fn service(&self) -> &Arc<dyn McpService> {
+        &self.0.service
+    }
+
+    pub(crate) fn node(&self) -> &Arc<NodeContext> {
+        &self.0.node
+    }
+
+    pub(crate) fn node_id(&self) -> &mcp_cluster_store::NodeId {
+        &self.0.node.id
+    }
+
+    pub(crate) fn store(&self) -> &mcp_cluster_store::Store {
+        &self.0.node.store
+    }
+
+    pub(crate) fn stop_token(&self) -> CancellationToken {
+        self.0.node.stop_token()
+    }
+
+    pub(crate) fn drain_token(&self) -> CancellationToken {
+        self.0.node.drain_token()
+    }
+
+    pub(crate) fn is_closing(&self) -> bool {
+        self.0.node.is_closing()
+    }
+
+    /// The key ring sealing input-required request states.
+    pub(crate) fn key_ring(&self) -> &KeyRing {
+        &self.0.key_ring
+    }
+
+    /// The listen streams open on this node.
+    pub(crate) fn listeners(&self) -> &Arc<Listeners> {
+        &self.0.listeners
+    }
+
+    /// The service's `serverInfo` as JSON, made once (every stateless
+    /// result carries it).
+    pub(crate) fn server_info_json(&self) -> &Value {
+        self.0.server_info.get_or_init(|| {
+            serde_json::to_value(self.service().server_info()).unwrap_or(Value::Null)
+        })
+    }
+}
+
+impl Stateless {
     /// Serves one stateless (2026-07-28) request whose `_meta` the
     /// transport read ([`RequestMeta::read`]) and whose headers it checked,
     /// without any session.
-    pub async fn stateless(
+    pub(crate) async fn serve(
         &self,
         request: Request,
         meta: RequestMeta,
@@ -417,7 +560,7 @@ impl Runtime {
         let long_lived = request.method == methods::SUBSCRIPTIONS_LISTEN;
         let call = (!served(&request.method) && !long_lived).then(|| {
             Call::new(
-                self,
+                self.service(),
                 &request,
                 None,
                 ProtocolVersion::STATELESS.as_str(),
@@ -482,7 +625,7 @@ impl Runtime {
     }
 
     /// The `server/discover` result.
-    pub fn discover_result(&self) -> Value {
+    pub(crate) fn discover_result(&self) -> Value {
         let service = self.service();
         let mut result = Map::new();
         result.insert("resultType".into(), json!("complete"));
@@ -561,7 +704,7 @@ impl Runtime {
         }
         let task_eligible = task_support != TaskSupport::Forbidden && extension;
         if task_eligible
-            && self.node().running_tasks.load(Ordering::Acquire) >= self.config().max_running_tasks
+            && self.0.running_tasks.load(Ordering::Acquire) >= self.config().max_running_tasks
         {
             return StatelessReply::Refused(RuntimeError::Overloaded, id);
         }
@@ -597,7 +740,7 @@ impl Runtime {
             id.clone(),
         );
         exchange.track(Call::new(
-            self,
+            self.service(),
             &request,
             None,
             ProtocolVersion::STATELESS.as_str(),
@@ -606,7 +749,7 @@ impl Runtime {
         let output = Arc::new(RequestOutput::new(Arc::clone(&exchange)));
         let task = if task_eligible {
             TaskSlot::Eligible(Box::new(Eligible {
-                runtime: self.clone(),
+                stateless: self.clone(),
                 output: Arc::clone(&output),
                 request_id: id.clone(),
                 principal: principal_key.clone().unwrap_or_default(),
@@ -641,7 +784,7 @@ impl Runtime {
             &request,
             job.clone(),
             Arc::clone(&output),
-            Arc::clone(&scope),
+            Arc::clone(&scope) as Arc<dyn Carried>,
             inbound.principal.clone(),
         );
         let params = request.params.clone();
@@ -649,10 +792,10 @@ impl Runtime {
         let span = exchange.span_of(&id);
         let handler =
             Box::pin(async move { service.handle(request, context).await }.instrument(span));
-        let runtime = self.clone();
+        let stateless = self.clone();
         let timeout = self.config().request_timeout();
         let ticket = InFlightTicket::issue(self.node());
-        let executor = Arc::clone(&self.node().executor);
+        let executor = Arc::clone(&self.0.executor);
         actix::spawn(async move {
             let _ticket = ticket;
             let _task_slot = task_slot;
@@ -668,7 +811,7 @@ impl Runtime {
                 output.finish(None).await;
                 return;
             };
-            let response = runtime
+            let response = stateless
                 .finish_round(
                     &method,
                     params.as_ref(),

@@ -27,6 +27,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::node::config::RuntimeConfig;
+
 /// Bytes of a key.
 pub const KEY_LEN: usize = 32;
 
@@ -256,17 +258,29 @@ impl KeyRing {
     }
 }
 
-impl crate::runtime::Runtime {
+/// The request-state keys `config` names, parsed.
+///
+/// # Errors
+/// The first key that does not parse, said for the operator.
+pub fn configured_keys(config: &RuntimeConfig) -> Result<Vec<StateKey>, String> {
+    config
+        .request_state_keys
+        .iter()
+        .map(|k| StateKey::parse(k.expose()))
+        .collect()
+}
+
+impl crate::stateless::Stateless {
     /// Reads the cluster's key ring from the store (adding a fresh key
     /// when it is due for rotation) and seals with its newest key from now
     /// on. Configured keys are never replaced. A failure keeps the ring
     /// held: retries in flight keep working.
-    pub async fn refresh_key_ring(&self) {
+    pub(crate) async fn refresh_key_ring(&self) {
         let config = self.config();
         if !config.request_state_keys.is_empty() {
             return;
         }
-        let mut read = self.node().ring_read.lock().await;
+        let mut read = self.0.ring_read.lock().await;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let fresh = StateKey::random(&id[..12]).encode();
         let rotate = Duration::from_secs(config.request_state_rotate_secs.max(60));
@@ -294,7 +308,7 @@ impl crate::runtime::Runtime {
         if !self.config().request_state_keys.is_empty() {
             return;
         }
-        if self.node().ring_read.lock().await.is_none() {
+        if self.0.ring_read.lock().await.is_none() {
             self.refresh_key_ring().await;
         }
     }
@@ -306,7 +320,7 @@ impl crate::runtime::Runtime {
         match self.key_ring().open(text) {
             Err(StateError::UnknownKey) if self.config().request_state_keys.is_empty() => {
                 let stale = self
-                    .node()
+                    .0
                     .ring_read
                     .lock()
                     .await

@@ -26,11 +26,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::request::context::RequestOutput;
-use crate::stateless::mrtr::{millis, now_ms};
-use crate::request::context::AskError;
-use crate::runtime::Runtime;
 use crate::node::error::RuntimeError;
+use crate::request::context::AskError;
+use crate::request::context::RequestOutput;
+use crate::stateless::Stateless;
+use crate::stateless::mrtr::{millis, now_ms};
 
 /// The extension's identifier, in capabilities.
 pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
@@ -174,7 +174,7 @@ impl TaskRecord {
 #[derive(Debug)]
 pub(crate) struct TaskRun {
     id: String,
-    runtime: Runtime,
+    stateless: Stateless,
     record: tokio::sync::Mutex<TaskRecord>,
     /// Questions waiting for answers: key, `{method, params}`.
     pending: Mutex<Map<String, Value>>,
@@ -188,7 +188,7 @@ pub(crate) struct TaskRun {
 
 impl TaskRun {
     fn ttl(&self) -> Duration {
-        Duration::from_millis(self.runtime.config().task_ttl_ms.max(1))
+        Duration::from_millis(self.stateless.config().task_ttl_ms.max(1))
     }
 
     /// Changes the record and writes it; `false` when the store refused
@@ -200,7 +200,7 @@ impl TaskRun {
         record.lease_until_ms = now_ms() + millis(LEASE);
         let json = serde_json::to_string(&*record).unwrap_or_default();
         match self
-            .runtime
+            .stateless
             .store()
             .tasks
             .put(&self.id, &record.status, &json, self.ttl())
@@ -238,7 +238,7 @@ impl TaskRun {
         method: &str,
         params: Value,
     ) -> Result<Value, AskError> {
-        let store = &self.runtime.store().tasks;
+        let store = &self.stateless.store().tasks;
         if let Ok(mut pending) = self.pending.lock() {
             pending.insert(key.clone(), json!({"method": method, "params": params}));
         }
@@ -274,7 +274,7 @@ impl TaskRun {
     pub(crate) async fn finish(&self, outcome: Option<Result<Value, ErrorObject>>) {
         self.done.cancel();
         let cancelled = self.cancelled.load(Ordering::Acquire);
-        let max = self.runtime.config().max_task_result_bytes;
+        let max = self.stateless.config().max_task_result_bytes;
         let outcome = outcome.map(|o| o.and_then(|result| within(result, max)));
         self.write(|r| {
             r.input_requests.clear();
@@ -299,8 +299,8 @@ impl TaskRun {
             }
         })
         .await;
-        self.runtime
-            .node()
+        self.stateless
+            .0
             .running_tasks
             .fetch_sub(1, Ordering::AcqRel);
     }
@@ -312,7 +312,7 @@ impl TaskRun {
                 () = self.done.cancelled() => return,
                 () = tokio::time::sleep(RENEW) => {}
             }
-            match self.runtime.store().tasks.get(&self.id).await {
+            match self.stateless.store().tasks.get(&self.id).await {
                 Ok(Some(task)) if task.cancelled => {
                     self.cancelled.store(true, Ordering::Release);
                     self.job.cancel();
@@ -351,7 +351,7 @@ pub(crate) enum TaskSlot {
 /// What starting a task needs.
 #[derive(Debug)]
 pub(crate) struct Eligible {
-    pub(crate) runtime: Runtime,
+    pub(crate) stateless: Stateless,
     pub(crate) output: Arc<RequestOutput>,
     pub(crate) request_id: RequestId,
     pub(crate) principal: String,
@@ -367,7 +367,7 @@ impl Eligible {
     /// `CreateTaskResult` that answers the request. `None` when it could
     /// not be stored (the request goes on synchronously).
     pub(crate) async fn start(&self) -> Option<(Arc<TaskRun>, Value)> {
-        let config = self.runtime.config();
+        let config = self.stateless.config();
         let now = rfc3339(now_ms());
         let id = uuid::Uuid::new_v4().to_string();
         let record = TaskRecord {
@@ -381,14 +381,14 @@ impl Eligible {
             result: None,
             error: None,
             input_requests: Map::new(),
-            owner: self.runtime.node_id().to_string(),
+            owner: self.stateless.node_id().to_string(),
             lease_until_ms: now_ms() + millis(LEASE),
             principal: self.principal.clone(),
         };
         let json = serde_json::to_string(&record).ok()?;
         let ttl = Duration::from_millis(config.task_ttl_ms.max(1));
         match self
-            .runtime
+            .stateless
             .store()
             .tasks
             .create(&id, &self.client, "working", &json, ttl)
@@ -401,14 +401,14 @@ impl Eligible {
                 return None;
             }
         }
-        self.runtime
-            .node()
+        self.stateless
+            .0
             .running_tasks
             .fetch_add(1, Ordering::AcqRel);
         let created = record.created();
         let run = Arc::new(TaskRun {
             id,
-            runtime: self.runtime.clone(),
+            stateless: self.stateless.clone(),
             record: tokio::sync::Mutex::new(record),
             pending: Mutex::default(),
             job: self.job.clone(),
@@ -429,7 +429,7 @@ impl Eligible {
     }
 }
 
-impl Runtime {
+impl Stateless {
     /// `tasks/get`, `tasks/update`, `tasks/cancel` of a stateless request
     /// whose client declared the extension (checked by the caller).
     pub(crate) async fn task_method(
