@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use mcp_cluster_protocol::types::{Implementation, ServerCapabilities};
-use mcp_cluster_protocol::{ErrorObject, Notification, Request};
-use serde_json::Value;
+use mcp_cluster_protocol::{ErrorObject, Notification, Request, methods};
+use serde_json::{Map, Value};
 
 use crate::request::context::RequestContext;
 
@@ -48,6 +48,26 @@ pub enum ServerEvent {
 }
 
 impl ServerEvent {
+    /// The notification that tells a client of the event, in either era:
+    /// `meta` is its `_meta` (a listen stream's subscription id; none for
+    /// a session).
+    pub(crate) fn notification(&self, meta: Option<Value>) -> Notification {
+        let method = match self {
+            Self::ToolsListChanged => methods::NOTIFICATION_TOOLS_LIST_CHANGED,
+            Self::PromptsListChanged => methods::NOTIFICATION_PROMPTS_LIST_CHANGED,
+            Self::ResourcesListChanged => methods::NOTIFICATION_RESOURCES_LIST_CHANGED,
+            Self::ResourceUpdated { .. } => methods::NOTIFICATION_RESOURCES_UPDATED,
+        };
+        let mut params = Map::new();
+        if let Some(meta) = meta {
+            params.insert("_meta".into(), meta);
+        }
+        if let Self::ResourceUpdated { uri } = self {
+            params.insert("uri".into(), Value::String(uri.clone()));
+        }
+        Notification::new(method, Value::Object(params))
+    }
+
     /// The event as the control bus carries it: a name and, for resource
     /// updates, the URI.
     pub fn wire(&self) -> (&'static str, Option<String>) {
@@ -140,5 +160,33 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
     /// validation at the transport.
     fn mirrored_params(&self, _tool: &str) -> Vec<MirroredParam> {
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_event_is_one_notification_in_both_eras() {
+        let updated = ServerEvent::ResourceUpdated {
+            uri: "file:///a".into(),
+        };
+        let session = updated.notification(None);
+        assert_eq!(session.method, methods::NOTIFICATION_RESOURCES_UPDATED);
+        assert_eq!(
+            Value::Object(session.params.unwrap()),
+            json!({ "uri": "file:///a" })
+        );
+        let listen = updated.notification(Some(json!({ "subscriptionId": 7 })));
+        assert_eq!(
+            Value::Object(listen.params.unwrap()),
+            json!({ "_meta": { "subscriptionId": 7 }, "uri": "file:///a" })
+        );
+        let tools = ServerEvent::ToolsListChanged.notification(None);
+        assert_eq!(tools.method, methods::NOTIFICATION_TOOLS_LIST_CHANGED);
+        assert_eq!(tools.params, Some(Map::new()));
     }
 }

@@ -18,7 +18,6 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::request::service::ServerEvent;
 use crate::runtime::Runtime;
-use crate::session::registry::FanOut;
 
 /// How often a node renews its liveness.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(2);
@@ -137,10 +136,7 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
         // Published by `Runtime::broadcast` only through the bus, so the
         // origin's own sessions hear it here too.
         ControlMessage::ServerEvent { name, uri, .. } => match ServerEvent::from_wire(&name, uri) {
-            Some(event) => {
-                rt.stateless_era().listeners().fan_out(&event);
-                rt.registry().do_send(FanOut(event));
-            }
+            Some(event) => rt.fan_out(&event),
             None => tracing::debug!(%name, "Unknown server event ignored."),
         },
         ControlMessage::Kick {

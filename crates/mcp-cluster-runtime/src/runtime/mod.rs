@@ -32,7 +32,7 @@ use crate::request::executor::Executor;
 use crate::request::service::McpService;
 use crate::request::service::ServerEvent;
 use crate::session::SessionHandle;
-use crate::session::registry::{FanOut, SessionMap, SessionRegistry};
+use crate::session::registry::{self, SessionMap, SessionRegistry};
 use crate::session::{Session, SessionDeps};
 use crate::stateless::{RequestMeta, Stateless, StatelessReply};
 
@@ -46,7 +46,9 @@ pub struct Runtime {
 #[derive(Debug)]
 struct Inner {
     sessions: SessionMap,
-    registry: Addr<SessionRegistry>,
+    /// The registry actor, whose sweep backs up sessions that could not
+    /// leave the map; held so that it lives as long as the runtime.
+    _registry: Addr<SessionRegistry>,
     deps: SessionDeps,
     /// The 2026-07-28 requests, listen streams and tasks of this node.
     stateless: Stateless,
@@ -100,7 +102,7 @@ impl Runtime {
         let runtime = Self {
             inner: Arc::new(Inner {
                 sessions,
-                registry,
+                _registry: registry,
                 deps,
                 stateless,
                 creating: std::sync::atomic::AtomicUsize::new(0),
@@ -121,10 +123,6 @@ impl Runtime {
 
     pub(crate) fn sessions(&self) -> &SessionMap {
         &self.inner.sessions
-    }
-
-    pub(crate) fn registry(&self) -> &Addr<SessionRegistry> {
-        &self.inner.registry
     }
 
     /// Leaves the cluster after a clean stop: the node registry forgets
@@ -173,11 +171,6 @@ impl Runtime {
     /// when it is due for rotation); configured keys are never replaced.
     pub async fn refresh_key_ring(&self) {
         self.inner.stateless.refresh_key_ring().await;
-    }
-
-    /// The 2026-07-28 era of this node.
-    pub(crate) fn stateless_era(&self) -> &Stateless {
-        &self.inner.stateless
     }
 
     /// Serves one stateless (2026-07-28) request whose `_meta` the
@@ -727,18 +720,24 @@ impl Runtime {
             uri,
             origin: self.node_id().clone(),
         };
-        let store = self.store().clone();
-        let registry = self.inner.registry.clone();
-        let listeners = Arc::clone(self.inner.stateless.listeners());
+        let runtime = self.clone();
         // Every node (this one included, through the bus) fans it out to its
-        // sessions; if the bus is down, at least this node's sessions hear.
+        // sessions and listen streams; if the bus is down, at least this
+        // node's hear.
         actix::spawn(async move {
-            if let Err(err) = store.bus.publish(&message).await {
+            if let Err(err) = runtime.store().bus.publish(&message).await {
                 tracing::warn!(error = %err, "Server event not published; delivered on this node only.");
-                listeners.fan_out(&event);
-                registry.do_send(FanOut(event));
+                runtime.fan_out(&event);
             }
         });
+    }
+
+    /// Hands a server event to everyone on this node who hears it, in both
+    /// eras: the sessions (each by its subscriptions) and the
+    /// `subscriptions/listen` streams (each by its filter).
+    pub(crate) fn fan_out(&self, event: &ServerEvent) {
+        registry::fan_out(&self.inner.sessions, event);
+        self.inner.stateless.listeners().fan_out(event);
     }
 
     /// Starts draining: readiness fails; everything is still served.

@@ -447,23 +447,12 @@ impl Handler<Broadcast> for Session {
         if !self.record.initialized || !listening {
             return;
         }
-        let notification = match event {
-            ServerEvent::ToolsListChanged => {
-                Notification::new(methods::NOTIFICATION_TOOLS_LIST_CHANGED, empty_result())
-            }
-            ServerEvent::PromptsListChanged => {
-                Notification::new(methods::NOTIFICATION_PROMPTS_LIST_CHANGED, empty_result())
-            }
-            ServerEvent::ResourcesListChanged => {
-                Notification::new(methods::NOTIFICATION_RESOURCES_LIST_CHANGED, empty_result())
-            }
-            ServerEvent::ResourceUpdated { uri } => {
-                if !self.record.subscriptions.contains(&uri) {
-                    return;
-                }
-                Notification::new(methods::NOTIFICATION_RESOURCES_UPDATED, UriParams { uri })
-            }
-        };
+        if let ServerEvent::ResourceUpdated { uri } = &event
+            && !self.record.subscriptions.contains(uri)
+        {
+            return;
+        }
+        let notification = event.notification(None);
         let events = Arc::clone(&self.deps.node.store.events);
         let session = self.record.id.clone();
         let stream = self.record.standalone_stream.clone();

@@ -3,8 +3,8 @@
 //! Lookups go to a concurrent map (sharded, so they scale with worker
 //! threads). A session takes itself out of the map when its actor stops
 //! (`Session::stopped`), so a stopped session never counts against
-//! `max_sessions`. The `SessionRegistry` actor fans server events out to
-//! every session, and its sweep is only the backstop for a handle whose
+//! `max_sessions`. [`fan_out`] hands server events to every session; the
+//! `SessionRegistry` actor's sweep is only the backstop for a handle whose
 //! actor went without running `stopped` (its arbiter died): the next
 //! request rehydrates such a session from the store.
 //!
@@ -27,11 +27,6 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 /// The node's live sessions.
 pub(crate) type SessionMap = Arc<DashMap<SessionId, SessionHandle>>;
-
-/// Fan a server event out to every session on this node.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct FanOut(pub(crate) ServerEvent);
 
 /// Supervises the session map.
 #[derive(Debug)]
@@ -60,12 +55,10 @@ impl Actor for SessionRegistry {
     }
 }
 
-impl Handler<FanOut> for SessionRegistry {
-    type Result = ();
-
-    fn handle(&mut self, FanOut(event): FanOut, _ctx: &mut Self::Context) {
-        for entry in self.sessions.iter() {
-            entry.value().broadcast(event.clone());
-        }
+/// Hands a server event to every session on this node; each decides
+/// whether its client hears it (initialized, read, subscribed).
+pub(crate) fn fan_out(sessions: &SessionMap, event: &ServerEvent) {
+    for entry in sessions.iter() {
+        entry.value().broadcast(event.clone());
     }
 }

@@ -126,26 +126,19 @@ impl Listeners {
 }
 
 fn with_subscription(params: &mut Map<String, Value>, subscription: &Value) {
-    let mut m = Map::new();
-    m.insert(meta::SUBSCRIPTION_ID.into(), subscription.clone());
-    params.insert("_meta".into(), Value::Object(m));
+    params.insert("_meta".into(), subscription_meta(subscription));
 }
 
+fn subscription_meta(subscription: &Value) -> Value {
+    let mut m = Map::new();
+    m.insert(meta::SUBSCRIPTION_ID.into(), subscription.clone());
+    Value::Object(m)
+}
+
+/// The notification of `event` on the listen stream `subscription`.
 fn notification(event: &ServerEvent, subscription: &Value) -> Arc<str> {
-    let (method, uri) = match event {
-        ServerEvent::ToolsListChanged => (methods::NOTIFICATION_TOOLS_LIST_CHANGED, None),
-        ServerEvent::PromptsListChanged => (methods::NOTIFICATION_PROMPTS_LIST_CHANGED, None),
-        ServerEvent::ResourcesListChanged => (methods::NOTIFICATION_RESOURCES_LIST_CHANGED, None),
-        ServerEvent::ResourceUpdated { uri } => {
-            (methods::NOTIFICATION_RESOURCES_UPDATED, Some(uri))
-        }
-    };
-    let mut params = Map::new();
-    with_subscription(&mut params, subscription);
-    if let Some(uri) = uri {
-        params.insert("uri".into(), json!(uri));
-    }
-    Arc::from(Message::Notification(Notification::new(method, Value::Object(params))).to_json())
+    let meta = subscription_meta(subscription);
+    Arc::from(Message::Notification(event.notification(Some(meta))).to_json())
 }
 
 impl Stateless {
