@@ -9,6 +9,7 @@ use mcp_cluster_store::SessionId;
 use mcp_cluster_telemetry::metrics::{self, OTHER, OperationLabels};
 use tokio::time::Instant;
 
+use crate::request::method_table;
 use crate::request::service::McpService;
 
 /// The session a message belongs to, as spans name it.
@@ -287,29 +288,6 @@ impl Drop for Call {
     }
 }
 
-/// Client-to-server request methods this server knows (others are
-/// measured as [`OTHER`]).
-const KNOWN_METHODS: &[&str] = &[
-    methods::INITIALIZE,
-    methods::PING,
-    methods::TOOLS_LIST,
-    methods::TOOLS_CALL,
-    methods::RESOURCES_LIST,
-    methods::RESOURCES_TEMPLATES_LIST,
-    methods::RESOURCES_READ,
-    methods::RESOURCES_SUBSCRIBE,
-    methods::RESOURCES_UNSUBSCRIBE,
-    methods::PROMPTS_LIST,
-    methods::PROMPTS_GET,
-    methods::COMPLETION_COMPLETE,
-    methods::LOGGING_SET_LEVEL,
-    methods::SERVER_DISCOVER,
-    methods::SUBSCRIPTIONS_LISTEN,
-    methods::TASKS_GET,
-    methods::TASKS_UPDATE,
-    methods::TASKS_CANCEL,
-];
-
 /// Client notifications this server knows (others are named [`OTHER`] in
 /// spans: a span name must not take any value a client sends).
 const KNOWN_NOTIFICATIONS: &[&str] = &[
@@ -326,7 +304,7 @@ pub(crate) fn notification_label(method: &str) -> &'static str {
 
 /// The label of a method: itself when known, else [`OTHER`].
 fn method_label(method: &str) -> &'static str {
-    known(KNOWN_METHODS, method)
+    method_table::find(method).map_or(OTHER, |m| m.name)
 }
 
 /// `name` as the entry of `list` it equals, else [`OTHER`].

@@ -12,6 +12,7 @@
 //! - [`context`]: the [`RequestContext`](context::RequestContext) handed to
 //!   handlers; [`exchange`]: where a request writes (JSON, SSE, direct);
 //!   [`call`]: the transport a request came on, its span and its measuring;
+//!   `method_table`: every request method, who answers it in each era;
 //!   [`service`]: what a provider implements.
 //!
 //! The in-flight request actor: runs one handler future under the request
@@ -27,6 +28,7 @@ pub mod call;
 pub mod context;
 pub mod exchange;
 pub(crate) mod executor;
+pub(crate) mod method_table;
 pub mod service;
 
 use std::future::Future;

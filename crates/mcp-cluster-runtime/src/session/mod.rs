@@ -44,6 +44,7 @@ use crate::request::context::{
 };
 use crate::request::exchange::Exchange;
 use crate::request::executor::Executor;
+use crate::request::method_table::{self, By};
 use crate::request::service::McpService;
 use crate::request::service::ServerEvent;
 use crate::request::{Cancel, InFlightRequest, RequestFinished};
@@ -636,7 +637,16 @@ impl Session {
             methods::RESOURCES_SUBSCRIBE | methods::RESOURCES_UNSUBSCRIBE => {
                 self.subscription(request, exchange, ctx)
             }
-            _ => self.start_request(request, exchange, ctx),
+            // What the method table gives the service, and any method it
+            // does not know: the service answers or refuses it.
+            method => {
+                debug_assert_ne!(
+                    method_table::session(method),
+                    By::Era,
+                    "the method table says the session answers {method}"
+                );
+                self.start_request(request, exchange, ctx);
+            }
         }
     }
 

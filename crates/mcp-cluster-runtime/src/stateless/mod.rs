@@ -38,6 +38,7 @@ use crate::request::call::{Call, Inbound};
 use crate::request::context::{AskError, Carried, RequestContext, RequestOutput};
 use crate::request::exchange::{Exchange, ExchangeReply};
 use crate::request::executor::Executor;
+use crate::request::method_table::{self, By};
 use crate::request::run_job;
 use crate::request::service::McpService;
 use crate::request::service::TaskSupport;
@@ -346,43 +347,6 @@ impl InputRound {
     }
 }
 
-/// Methods whose results may be `input_required` (MRTR, supported
-/// requests).
-fn supports_input(method: &str) -> bool {
-    matches!(
-        method,
-        methods::TOOLS_CALL | methods::PROMPTS_GET | methods::RESOURCES_READ
-    )
-}
-
-/// Methods whose complete results carry caching hints.
-fn cacheable(method: &str) -> bool {
-    matches!(
-        method,
-        methods::SERVER_DISCOVER
-            | methods::TOOLS_LIST
-            | methods::PROMPTS_LIST
-            | methods::RESOURCES_LIST
-            | methods::RESOURCES_TEMPLATES_LIST
-            | methods::RESOURCES_READ
-    )
-}
-
-/// Methods a stateless request may call that run the service's handler.
-fn served(method: &str) -> bool {
-    matches!(
-        method,
-        methods::TOOLS_LIST
-            | methods::TOOLS_CALL
-            | methods::RESOURCES_LIST
-            | methods::RESOURCES_TEMPLATES_LIST
-            | methods::RESOURCES_READ
-            | methods::PROMPTS_LIST
-            | methods::PROMPTS_GET
-            | methods::COMPLETION_COMPLETE
-    )
-}
-
 /// How a stateless request is answered.
 #[derive(Debug)]
 pub enum StatelessReply {
@@ -558,15 +522,16 @@ impl Stateless {
         // Measured here when answered at once; a handler's run measures
         // itself until its response is written.
         let long_lived = request.method == methods::SUBSCRIPTIONS_LISTEN;
-        let call = (!served(&request.method) && !long_lived).then(|| {
-            Call::new(
-                self.service(),
-                &request,
-                None,
-                ProtocolVersion::STATELESS.as_str(),
-                inbound,
-            )
-        });
+        let call =
+            (method_table::stateless(&request.method) != By::Service && !long_lived).then(|| {
+                Call::new(
+                    self.service(),
+                    &request,
+                    None,
+                    ProtocolVersion::STATELESS.as_str(),
+                    inbound,
+                )
+            });
         let reply = self.stateless_reply(request, meta, inbound).await;
         match (call, &reply) {
             (Some(call), StatelessReply::Now(response)) => call.complete(response),
@@ -619,7 +584,9 @@ impl Stateless {
                     outcome,
                 })
             }
-            method if served(method) => self.run_stateless(request, meta, inbound).await,
+            method if method_table::stateless(method) == By::Service => {
+                self.run_stateless(request, meta, inbound).await
+            }
             method => refuse(ErrorObject::method_not_found(method)),
         }
     }
@@ -655,7 +622,7 @@ impl Stateless {
             meta.entry(meta::SERVER_INFO)
                 .or_insert_with(|| self.server_info_json().clone());
         }
-        if cacheable(method) {
+        if method_table::is_cacheable(method) {
             let config = self.config();
             map.entry("ttlMs")
                 .or_insert_with(|| json!(config.cache_ttl_ms));
@@ -877,7 +844,7 @@ impl Stateless {
         outcome: Result<Value, ErrorObject>,
     ) -> Result<Value, ErrorObject> {
         let open = scope.inputs.take_open();
-        if !open.is_empty() && supports_input(method) {
+        if !open.is_empty() && method_table::asks_client(method) {
             self.ensure_key_ring().await;
             let state = RoundState::issue(
                 method,
