@@ -23,7 +23,7 @@ use mcp_cluster_store::{
 use serde_json::{Value, json};
 
 /// The most events a follow reads ahead of its reader (`READ_BATCH` in
-/// `follow.rs`, documented in proto-docs/limits.md).
+/// `node/follow.rs`, documented in proto-docs/limits.md).
 const READ_AHEAD: usize = 64;
 
 #[derive(Debug)]
