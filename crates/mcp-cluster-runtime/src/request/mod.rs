@@ -38,16 +38,32 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
-use mcp_cluster_protocol::{ErrorObject, RequestId, Response};
+use mcp_cluster_protocol::{ErrorObject, Request, RequestId, Response};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::node::InFlightTicket;
-use crate::request::context::RequestOutput;
+use crate::request::context::{RequestContext, RequestOutput};
+use crate::request::exchange::Exchange;
 use crate::request::executor::Executor;
+use crate::request::service::McpService;
 
 /// The handler's future.
 pub(crate) type Job = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>> + Send>>;
+
+/// The service's handler of `request`, in either era, run in the request's
+/// span (made where the request was admitted, [`Exchange::span_of`]).
+pub(crate) fn handler_job(
+    service: &Arc<dyn McpService>,
+    request: Request,
+    context: RequestContext,
+    exchange: &Exchange,
+) -> Job {
+    let service = Arc::clone(service);
+    let span = exchange.span_of(&request.id);
+    Box::pin(async move { service.handle(request, context).await }.instrument(span))
+}
 
 /// An in-flight request actor stopped: told to whoever started it (the
 /// session actor), which frees the request's slot.

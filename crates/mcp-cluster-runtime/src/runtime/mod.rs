@@ -392,19 +392,11 @@ impl Runtime {
         let entry = self.inner.sessions.entry(id.clone());
         let (handle, started) = match entry {
             dashmap::Entry::Occupied(e) if e.get().is_alive() => (e.get().clone(), false),
-            dashmap::Entry::Occupied(mut e) => {
+            // Held here by an actor that died, or not held here.
+            entry => {
                 let handle =
                     Session::start_with(record, self.inner.deps.clone(), &self.node().stop);
-                e.insert(handle.clone());
-                mcp_cluster_telemetry::metrics::metrics()
-                    .sessions_rehydrated
-                    .inc();
-                (handle, true)
-            }
-            dashmap::Entry::Vacant(e) => {
-                let handle =
-                    Session::start_with(record, self.inner.deps.clone(), &self.node().stop);
-                e.insert(handle.clone());
+                entry.insert(handle.clone());
                 mcp_cluster_telemetry::metrics::metrics()
                     .sessions_rehydrated
                     .inc();

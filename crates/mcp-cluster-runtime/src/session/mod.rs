@@ -33,7 +33,6 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::node::config::RuntimeConfig;
 use crate::node::error::RuntimeError;
@@ -47,7 +46,7 @@ use crate::request::executor::Executor;
 use crate::request::method_table::{self, By};
 use crate::request::service::McpService;
 use crate::request::service::ServerEvent;
-use crate::request::{Cancel, InFlightRequest, RequestFinished};
+use crate::request::{Cancel, InFlightRequest, RequestFinished, handler_job};
 use crate::session::registry::SessionMap;
 
 /// How often a session checks whether it is idle.
@@ -940,10 +939,7 @@ impl Session {
             principal,
         );
         let id = request.id.clone();
-        let service = Arc::clone(&self.deps.service);
-        // The handler runs in the request's span (made by the pipeline).
-        let span = output.exchange.span_of(&id);
-        let job = Box::pin(async move { service.handle(request, context).await }.instrument(span));
+        let job = handler_job(&self.deps.service, request, context, &output.exchange);
         let actor = InFlightRequest::new(
             id.clone(),
             serial,

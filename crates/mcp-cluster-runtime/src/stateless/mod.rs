@@ -29,7 +29,6 @@ use mcp_cluster_protocol::{ErrorCode, ErrorObject, ProtocolVersion, Request, Res
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, DropGuard};
-use tracing::Instrument;
 
 use crate::node::config::RuntimeConfig;
 use crate::node::error::RuntimeError;
@@ -39,9 +38,9 @@ use crate::request::context::{AskError, Carried, RequestContext, RequestOutput};
 use crate::request::exchange::{Exchange, ExchangeReply};
 use crate::request::executor::Executor;
 use crate::request::method_table::{self, By};
-use crate::request::run_job;
 use crate::request::service::McpService;
 use crate::request::service::TaskSupport;
+use crate::request::{handler_job, run_job};
 use crate::stateless::listen::Listeners;
 use crate::stateless::mrtr::KeyRing;
 use crate::stateless::mrtr::{RoundState, StateError};
@@ -755,10 +754,7 @@ impl Stateless {
             inbound.principal.clone(),
         );
         let params = request.params.clone();
-        let service = Arc::clone(self.service());
-        let span = exchange.span_of(&id);
-        let handler =
-            Box::pin(async move { service.handle(request, context).await }.instrument(span));
+        let handler = handler_job(self.service(), request, context, &exchange);
         let stateless = self.clone();
         let timeout = self.config().request_timeout();
         let ticket = InFlightTicket::issue(self.node());
