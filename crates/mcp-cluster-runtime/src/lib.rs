@@ -1,16 +1,25 @@
-//! The actor runtime of an MCP node.
-//!
-//! A [`SessionRegistry`](session::registry) supervises one `Session` actor per live
-//! session; each session runs one `InFlightRequest` actor per request. A
-//! request's handler gets a [`RequestContext`]: cancellation, progress,
-//! logging to the client, and asking the client (sampling, roots,
-//! elicitation). Everything a request writes goes through an [`Exchange`]:
-//! answered as JSON when the handler emits nothing before its result, as an
-//! SSE stream (backed by the event log) from its first notification on.
+//! The actor runtime of an MCP node, for both eras of the protocol: the
+//! session era (2024-11-05 … 2025-11-25), where one `Session` actor per live
+//! session runs one `InFlightRequest` actor per request, and the stateless
+//! era (2026-07-28), where each request carries what a session held. Either
+//! way a handler runs on the node's request executor, never on an HTTP
+//! worker, and gets a [`RequestContext`]: cancellation, progress, logging
+//! to the client, and asking the client (sampling, roots, elicitation).
+//! Everything a request writes goes through an [`Exchange`]: answered as
+//! JSON when the handler emits nothing before its result, as an SSE stream
+//! (backed by the event log, or direct for a stateless request) from its
+//! first notification on.
 //!
 //! This crate knows MCP semantics but no HTTP: `mcp-cluster-http` turns requests into
 //! [`Runtime`] calls and [`Follow`] streams into SSE; storage is reached only
 //! through `mcp-cluster-store` ports.
+//!
+//! What both eras share is written once, in [`request`]: the executor and
+//! `run_job`, the context, the method tables (which methods each era
+//! answers, which questions a handler may ask the client), the measuring
+//! of a call. Server events reach both eras' listeners through one
+//! fan-out (`Runtime::fan_out`): the node's sessions and its
+//! `subscriptions/listen` streams.
 //!
 //! # Layers
 //! Each folder uses only the folders of the layers above it in this list
@@ -24,8 +33,8 @@
 //! 2. [`request`]: the one request path of both eras: the request executor
 //!    every handler runs on, the request actor and `run_job` (timeout,
 //!    cancellation, panics), the [`RequestContext`] handed to handlers, the
-//!    [`Exchange`] a request writes to, the measuring of a call, and
-//!    [`McpService`], what a provider implements.
+//!    [`Exchange`] a request writes to, the measuring of a call, the
+//!    method tables, and [`McpService`], what a provider implements.
 //! 3. [`session`], [`stateless`]: the two eras, side by side and unaware of
 //!    each other. `session`: the session actor, [`SessionHandle`] and the
 //!    registry of the node's sessions (2024-11-05 … 2025-11-25).

@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::request::exchange::Exchange;
+use crate::request::method_table;
 
 /// Session state that handlers read without a mailbox round trip. Written by
 /// the session actor only.
@@ -514,12 +515,8 @@ impl RequestContext {
             Err(AskError::InputRequired) => "input_required",
             Err(_) => "unavailable",
         };
-        let method = match method {
-            methods::SAMPLING_CREATE_MESSAGE
-            | methods::ROOTS_LIST
-            | methods::ELICITATION_CREATE => method,
-            _ => mcp_cluster_telemetry::metrics::OTHER,
-        };
+        let method =
+            method_table::ask(method).map_or(mcp_cluster_telemetry::metrics::OTHER, |a| a.name);
         mcp_cluster_telemetry::metrics::metrics()
             .client_requests
             .with_label_values(&[method, label])
@@ -572,7 +569,7 @@ impl RequestContext {
         key: Option<&str>,
         params: CreateMessageParams,
     ) -> Result<CreateMessageResult, AskError> {
-        self.require(|c| c.sampling.is_some(), "sampling")?;
+        self.require(methods::SAMPLING_CREATE_MESSAGE)?;
         typed(
             self.ask_keyed(key, methods::SAMPLING_CREATE_MESSAGE, params)
                 .await?,
@@ -589,7 +586,7 @@ impl RequestContext {
     }
 
     async fn list_roots_keyed(&self, key: Option<&str>) -> Result<ListRootsResult, AskError> {
-        self.require(|c| c.roots.is_some(), "roots")?;
+        self.require(methods::ROOTS_LIST)?;
         typed(
             self.ask_keyed(key, methods::ROOTS_LIST, serde_json::json!({}))
                 .await?,
@@ -613,25 +610,26 @@ impl RequestContext {
         if !self.protocol_version().has_elicitation() {
             return Err(AskError::NotSupported("elicitation"));
         }
-        self.require(|c| c.elicitation.is_some(), "elicitation")?;
+        self.require(methods::ELICITATION_CREATE)?;
         typed(
             self.ask_keyed(key, methods::ELICITATION_CREATE, params)
                 .await?,
         )
     }
 
-    fn require(
-        &self,
-        has: impl Fn(&ClientCapabilities) -> bool,
-        what: &'static str,
-    ) -> Result<(), AskError> {
+    /// Whether the client declared the capability the question `method`
+    /// needs ([`method_table::ASKS`]).
+    fn require(&self, method: &str) -> Result<(), AskError> {
+        let Some(ask) = method_table::ask(method) else {
+            return Ok(());
+        };
         match (self.client_capabilities(), &self.inner.scope) {
-            (Some(caps), _) if has(caps) => Ok(()),
+            (Some(caps), _) if (ask.declared)(caps) => Ok(()),
             (_, Scope::Stateless(scope)) => {
-                scope.missing_capability(what);
-                Err(AskError::NotSupported(what))
+                scope.missing_capability(ask.capability);
+                Err(AskError::NotSupported(ask.capability))
             }
-            _ => Err(AskError::NotSupported(what)),
+            _ => Err(AskError::NotSupported(ask.capability)),
         }
     }
 }

@@ -1,10 +1,14 @@
-//! The one table of client-to-server request methods, for both eras: who
-//! answers each in a session and in a stateless (2026-07-28) request, and
-//! what the stateless era may add to it. The session actor, the stateless
-//! era and the measuring of calls all read it; a method added here is
-//! known to all three.
+//! The method tables of both eras. [`METHODS`]: every client-to-server
+//! request method, who answers each in a session and in a stateless
+//! (2026-07-28) request, and what the stateless era may add to it; the
+//! session actor, the stateless era and the measuring of calls all read
+//! it. [`ASKS`]: every question a handler may ask the client, the
+//! capability it needs and the shape of its answer; the request context
+//! (both eras), input rounds and tasks read it.
 
 use mcp_cluster_protocol::methods;
+use mcp_cluster_protocol::types::ClientCapabilities;
+use serde_json::Value;
 
 /// Who answers a method in one era.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +112,58 @@ pub(crate) fn is_cacheable(name: &str) -> bool {
     find(name).is_some_and(|m| m.cacheable)
 }
 
+/// A question a handler may ask the client: a server-to-client request.
+#[derive(Debug)]
+pub(crate) struct Ask {
+    pub(crate) name: &'static str,
+    /// The client capability it needs; it also names the n-th unnamed
+    /// question of its kind in an input round (`elicitation-1`).
+    pub(crate) capability: &'static str,
+    /// Whether the client declared that capability.
+    pub(crate) declared: fn(&ClientCapabilities) -> bool,
+    /// Whether an answer has the shape of its result.
+    pub(crate) well_formed: fn(&Value) -> bool,
+}
+
+/// Every question a handler may ask the client.
+pub(crate) const ASKS: &[Ask] = &[
+    Ask {
+        name: methods::ELICITATION_CREATE,
+        capability: "elicitation",
+        declared: |c| c.elicitation.is_some(),
+        well_formed: |a| {
+            a.get("action")
+                .and_then(Value::as_str)
+                .is_some_and(|a| matches!(a, "accept" | "decline" | "cancel"))
+        },
+    },
+    Ask {
+        name: methods::SAMPLING_CREATE_MESSAGE,
+        capability: "sampling",
+        declared: |c| c.sampling.is_some(),
+        well_formed: |a| a.get("role").is_some() && a.get("content").is_some(),
+    },
+    Ask {
+        name: methods::ROOTS_LIST,
+        capability: "roots",
+        declared: |c| c.roots.is_some(),
+        well_formed: |a| a.get("roots").is_some_and(Value::is_array),
+    },
+];
+
+/// The entry of the question `name`; `None` for one this runtime does not
+/// know.
+pub(crate) fn ask(name: &str) -> Option<&'static Ask> {
+    ASKS.iter().find(|a| a.name == name)
+}
+
+/// Whether a client's answer has the shape of the result `method` asks
+/// for (an elicitation's `action`, a sampled message's `role` and
+/// `content`, the `roots` list).
+pub(crate) fn well_formed(method: &str, answer: &Value) -> bool {
+    ask(method).is_some_and(|a| (a.well_formed)(answer))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +191,28 @@ mod tests {
             // Only a handler (of the service) asks the client.
             assert!(!m.asks || m.stateless == By::Service, "{}", m.name);
         }
+    }
+
+    #[test]
+    fn answers_are_checked_by_the_shape_of_their_question() {
+        use serde_json::json;
+        assert!(well_formed(
+            methods::ELICITATION_CREATE,
+            &json!({"action": "accept"})
+        ));
+        assert!(!well_formed(
+            methods::ELICITATION_CREATE,
+            &json!({"action": "maybe"})
+        ));
+        assert!(well_formed(
+            methods::SAMPLING_CREATE_MESSAGE,
+            &json!({"role": "assistant", "content": {}})
+        ));
+        assert!(!well_formed(methods::ROOTS_LIST, &json!({"roots": {}})));
+        assert!(!well_formed("ping", &json!({})));
+        let caps: ClientCapabilities = serde_json::from_value(json!({"roots": {}})).unwrap();
+        let declared: Vec<_> = ASKS.iter().filter(|a| (a.declared)(&caps)).collect();
+        assert_eq!(declared.len(), 1);
+        assert_eq!(declared[0].capability, "roots");
     }
 }

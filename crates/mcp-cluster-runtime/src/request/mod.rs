@@ -9,7 +9,7 @@
 //!   era's request task both await it.
 //! - `InFlightRequest` (here): the request actor of the session era, which
 //!   owns its request's cancellation and answer.
-//! - [`context`]: the [`RequestContext`](context::RequestContext) handed to
+//! - [`context`]: the [`RequestContext`] handed to
 //!   handlers; [`exchange`]: where a request writes (JSON, SSE, direct);
 //!   [`call`]: the transport a request came on, its span and its measuring;
 //!   `method_table`: every request method, who answers it in each era;

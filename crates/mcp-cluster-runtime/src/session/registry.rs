@@ -3,7 +3,7 @@
 //! Lookups go to a concurrent map (sharded, so they scale with worker
 //! threads). A session takes itself out of the map when its actor stops
 //! (`Session::stopped`), so a stopped session never counts against
-//! `max_sessions`. [`fan_out`] hands server events to every session; the
+//! `max_sessions`. `fan_out` hands server events to every session; the
 //! `SessionRegistry` actor's sweep is only the backstop for a handle whose
 //! actor went without running `stopped` (its arbiter died): the next
 //! request rehydrates such a session from the store.

@@ -257,23 +257,6 @@ pub(crate) struct InputRound {
     missing: Mutex<Option<&'static str>>,
 }
 
-/// Whether a client's answer has the shape of the result `method` asks
-/// for (an elicitation's `action`, a sampled message's `role` and
-/// `content`, the `roots` list).
-pub(crate) fn well_formed(method: &str, answer: &Value) -> bool {
-    match method {
-        methods::ELICITATION_CREATE => answer
-            .get("action")
-            .and_then(Value::as_str)
-            .is_some_and(|a| matches!(a, "accept" | "decline" | "cancel")),
-        methods::SAMPLING_CREATE_MESSAGE => {
-            answer.get("role").is_some() && answer.get("content").is_some()
-        }
-        methods::ROOTS_LIST => answer.get("roots").is_some_and(Value::is_array),
-        _ => false,
-    }
-}
-
 impl InputRound {
     fn new(answers: Map<String, Value>) -> Self {
         Self {
@@ -289,15 +272,10 @@ impl InputRound {
         key: Option<&str>,
         method: &str,
     ) -> Result<String, crate::request::context::AskError> {
-        let kind = match method {
-            methods::ELICITATION_CREATE => "elicitation",
-            methods::SAMPLING_CREATE_MESSAGE => "sampling",
-            methods::ROOTS_LIST => "roots",
-            _ => {
-                return Err(crate::request::context::AskError::NotSupported(
-                    "this request in 2026-07-28",
-                ));
-            }
+        let Some(kind) = method_table::ask(method).map(|a| a.capability) else {
+            return Err(crate::request::context::AskError::NotSupported(
+                "this request in 2026-07-28",
+            ));
         };
         if let Some(key) = key {
             return Ok(key.to_owned());
@@ -319,7 +297,11 @@ impl InputRound {
         method: &str,
         params: Value,
     ) -> Result<Value, crate::request::context::AskError> {
-        if let Some(answer) = self.answers.get(&key).filter(|a| well_formed(method, a)) {
+        if let Some(answer) = self
+            .answers
+            .get(&key)
+            .filter(|a| method_table::well_formed(method, a))
+        {
             return Ok(answer.clone());
         }
         if let Ok(mut open) = self.open.lock() {

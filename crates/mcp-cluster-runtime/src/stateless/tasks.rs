@@ -250,7 +250,7 @@ impl TaskRun {
                 Ok(answer) => {
                     let answer = answer
                         .and_then(|a| serde_json::from_str::<Value>(&a).ok())
-                        .filter(|a| crate::stateless::well_formed(method, a));
+                        .filter(|a| crate::request::method_table::well_formed(method, a));
                     if let Some(answer) = answer {
                         if let Ok(mut pending) = self.pending.lock() {
                             pending.remove(&key);
