@@ -214,9 +214,9 @@ async fn forecast(state: &State, args: City) -> Outcome {
 }
 
 fn server(config: &NodeConfig) -> McpServer {
+    // One state per node, each tool's handler holding it.
     let state = Arc::new(State::from_config(config));
-    let with_state = |state: &Arc<State>| Arc::clone(state);
-    let (s1, s2, s3) = (with_state(&state), with_state(&state), state);
+    let (s1, s2, s3) = (Arc::clone(&state), Arc::clone(&state), state);
     ServerBuilder::new("stateful", env!("CARGO_PKG_VERSION"))
         .page_size(config.page_size)
         .tool(
