@@ -396,6 +396,7 @@ impl Drop for RequestGuard {
 #[derive(Debug, Clone)]
 pub(crate) struct Stateless(Arc<Era>);
 
+/// What [`Stateless`] shares between its clones.
 #[derive(Debug)]
 pub(crate) struct Era {
     service: Arc<dyn McpService>,
@@ -404,7 +405,7 @@ pub(crate) struct Era {
     /// Where every handler runs, apart from the HTTP workers.
     executor: Arc<Executor>,
     /// The `subscriptions/listen` streams open on this node.
-    pub(crate) listeners: Arc<Listeners>,
+    listeners: Arc<Listeners>,
     /// The keys that seal input-required request states.
     key_ring: KeyRing,
     /// When the key ring was last read from the store (`None`: not yet).
@@ -477,7 +478,7 @@ impl Stateless {
     }
 
     /// The listen streams open on this node.
-    pub(crate) fn listeners(&self) -> &Arc<Listeners> {
+    pub(crate) fn listeners(&self) -> &Listeners {
         &self.0.listeners
     }
 
