@@ -27,16 +27,28 @@
 //! - [`uri_template`]: matching resource template URIs.
 //! - [`config`]: the node's composed configuration.
 //! - [`node`], [`stdio`]: running a server.
-//! - [`tls`]: the node's HTTPS certificate, reloaded when its files change.
+//! - `tls`: the node's HTTPS certificate, reloaded when its files change
+//!   (feature `tls`).
+//!
+//! # Features
+//! All off by default; `full` turns on every one (the `mcp-node` binary has
+//! them all). A binary configured for one it lacks exits at start with
+//! code 64 and a line naming the feature.
+//! - `redis`: the Redis store, for nodes sharing sessions (a cluster).
+//! - `otlp`: traces exported over OTLP/HTTP.
+//! - `tls`: HTTPS on the main listener.
+//! - `auth`: OAuth 2.1 bearer tokens (JWTs, introspection).
 
 pub mod cli;
 pub mod config;
 pub mod cursor;
+mod features;
 pub mod node;
 pub mod prompt;
 pub mod resource;
 pub mod server;
 pub mod stdio;
+#[cfg(feature = "tls")]
 pub mod tls;
 pub mod tool;
 pub mod uri_template;
