@@ -7,8 +7,8 @@ use std::time::Duration;
 #[cfg(feature = "verify")]
 use jsonwebtoken::Algorithm;
 use mcp_cluster_telemetry::Secret;
-use url::Url;
 use serde::{Deserialize, Serialize};
+use url::Url;
 
 /// The signature algorithms by name, for the checks of a build without
 /// token validation (feature `verify`): the same names as jsonwebtoken's.

@@ -1,8 +1,8 @@
 //! [`ResourceMetadata`]: the protected resource metadata (RFC 9728) and the
 //! `WWW-Authenticate` challenges (RFC 6750) that point clients to it.
 
-use url::Url;
 use serde_json::json;
+use url::Url;
 
 use crate::config::AuthConfig;
 use crate::error::AuthError;

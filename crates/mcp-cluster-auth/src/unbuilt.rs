@@ -64,7 +64,11 @@ impl Authenticator {
     ///
     /// # Errors
     /// [`AuthError::InsufficientScope`].
-    pub fn check_scopes(&self, _principal: &Principal, _needed: &[String]) -> Result<(), AuthError> {
+    pub fn check_scopes(
+        &self,
+        _principal: &Principal,
+        _needed: &[String],
+    ) -> Result<(), AuthError> {
         match self.never {}
     }
 

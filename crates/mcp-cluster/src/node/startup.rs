@@ -43,10 +43,7 @@ use mcp_cluster_redis::{ClusterError, RedisConfig};
 use mcp_cluster_store::Store;
 use tokio::time::Instant;
 
-use super::{
-    BoundNode, PAUSE_SETTLE, https, listen, redis_config, serve_on,
-    wait_for_signal,
-};
+use super::{BoundNode, PAUSE_SETTLE, https, listen, redis_config, serve_on, wait_for_signal};
 use crate::{McpServer, NodeConfig};
 
 /// Delay before the second connection attempt; doubled after each failure.
