@@ -1,7 +1,10 @@
 //! Build MCP servers in Rust and run them as cluster nodes.
 //!
-//! A provider describes tools, resources, prompts and completions with
-//! [`ServerBuilder`]; the resulting [`McpServer`] is the
+//! A provider writes its tools, resources and prompts as methods of a type
+//! that holds its state, in an `impl` block marked [`macro@server`]
+//! ([`provider`] explains the attributes), or describes them one by one
+//! with [`ServerBuilder`] (tools known only at run time; the two mix). The
+//! resulting [`McpServer`] is the
 //! [`mcp_cluster_runtime::McpService`] the runtime calls. [`node`] runs it over
 //! Streamable HTTP (plus the legacy HTTP+SSE transport) on the embedded
 //! store; [`stdio`] runs the same server over standard input and output.
@@ -21,6 +24,8 @@
 //! ```
 //!
 //! # Layout
+//! - [`provider`]: what `#[server]` generates code against: [`Provider`],
+//!   [`Json`], [`Args`], [`HandlerError`].
 //! - [`server`]: [`McpServer`], [`ServerBuilder`], request dispatch.
 //! - [`tool`], [`resource`], [`prompt`]: definitions and their handlers.
 //! - [`cursor`]: stateless pagination cursors.
@@ -34,6 +39,7 @@ pub mod config;
 pub mod cursor;
 pub mod node;
 pub mod prompt;
+pub mod provider;
 pub mod resource;
 pub mod server;
 pub mod stdio;
@@ -44,7 +50,22 @@ pub mod uri_template;
 pub use config::NodeConfig;
 pub use mcp_cluster_protocol as protocol;
 pub use mcp_cluster_runtime::{AskError, RequestContext, ServerEvent, TaskSupport};
+pub use mcp_cluster_macros::{prompt, resource, server, tool};
+pub use mcp_cluster_store::Principal;
 pub use prompt::PromptDef;
+pub use provider::{Args, HandlerError, Json, Provider};
+#[doc(hidden)]
+pub use provider::__private;
 pub use resource::{ResourceDef, TemplateDef};
 pub use server::{McpServer, ServerBuilder};
 pub use tool::ToolDef;
+
+/// What a provider's program needs in one `use mcp_cluster::prelude::*`.
+pub mod prelude {
+    pub use crate::protocol::ErrorObject;
+    pub use crate::protocol::types::{CallToolResult, LoggingLevel};
+    pub use crate::{
+        Args, HandlerError, Json, McpServer, Provider, RequestContext, ServerBuilder, ToolDef,
+        prompt, resource, server, tool,
+    };
+}
