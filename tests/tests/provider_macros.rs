@@ -3,20 +3,23 @@
 //! builder), served by a node over real HTTP and called as a client would.
 //! Derived input and output schemas are listed and enforced (bad arguments
 //! never reach the method), `?` turns errors into `isError` results or
-//! JSON-RPC errors, the request context reports progress, sees
-//! cancellation and asks the client (session era and 2026-07-28), and the
-//! per-tool limits given as attribute options hold.
+//! JSON-RPC errors, the request context reports progress and asks the
+//! client (session era and 2026-07-28), a cancellation stops the method,
+//! a scope guards a tool and the principal reaches it, and the per-tool
+//! limits given as attribute options hold.
 
+mod auth_support;
 mod stateless_support;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use mcp_cluster::NodeConfig;
 use mcp_cluster::prelude::*;
 use mcp_cluster::protocol::types::ElicitParams;
 use mcp_cluster_client::{Client, Reply, SseStream};
-use mcp_cluster_testkit::{InProcessNode, within};
+use mcp_cluster_testkit::{InProcessNode, TestIssuer, within};
 use serde_json::{Value, json};
 use stateless_support::{accept, all_caps, call, tool_call};
 use tokio::sync::Notify;
@@ -26,8 +29,17 @@ use tokio::sync::Notify;
 struct Lab {
     /// Runs of `divide`'s body.
     divisions: AtomicUsize,
-    /// `wait` saw its request cancelled.
-    cancelled: Notify,
+    /// `wait` was stopped (its future dropped before it ended).
+    stopped: Notify,
+}
+
+/// Notifies when dropped: a method holding one was stopped.
+struct OnDrop<'a>(&'a Notify);
+
+impl Drop for OnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
 }
 
 #[derive(serde::Serialize, schemars::JsonSchema)]
@@ -73,15 +85,15 @@ impl Lab {
         Err(ErrorObject::invalid_params(format!("no such key: {key}")))?
     }
 
-    /// Reports `steps` progress steps, then waits until cancelled.
+    /// Reports `steps` progress steps, then waits until stopped.
     #[tool]
     async fn wait(&self, steps: u32, ctx: &RequestContext) -> Result<String, HandlerError> {
+        let _stopped = OnDrop(&self.stopped);
         for step in 1..=steps {
             ctx.progress(step.into(), Some(steps.into()), None).await?;
         }
-        ctx.cancelled().await;
-        self.cancelled.notify_one();
-        Ok("cancelled".into())
+        std::future::pending::<()>().await;
+        Ok("never".into())
     }
 
     /// Asks the user's name.
@@ -115,6 +127,15 @@ impl Lab {
     async fn reset(&self) -> String {
         self.divisions.store(0, Ordering::SeqCst);
         "reset".into()
+    }
+
+    /// Who calls, with the scopes of their token.
+    #[tool]
+    async fn whoami(&self, ctx: &RequestContext) -> String {
+        match ctx.principal() {
+            Some(principal) => format!("{} {}", principal.subject, principal.scopes.join(" ")),
+            None => "anonymous".into(),
+        }
     }
 
     /// The message of the day.
@@ -165,7 +186,9 @@ fn start() -> (InProcessNode, Arc<Lab>) {
 }
 
 async fn request(client: &Client, method: &str, params: Value) -> (Value, Vec<Value>) {
-    within(method, client.request(method, params)).await.unwrap()
+    within(method, client.request(method, params))
+        .await
+        .unwrap()
 }
 
 async fn call_tool(client: &Client, name: &str, arguments: Value) -> Value {
@@ -220,7 +243,9 @@ async fn listings_show_what_the_methods_declare() {
         .collect();
     assert_eq!(
         names,
-        ["divide", "read", "look_up", "wait", "ask_name", "nap", "reset", "shout"],
+        [
+            "divide", "read", "look_up", "wait", "ask_name", "nap", "reset", "whoami", "shout"
+        ],
         "declaration order, then the builder's tool"
     );
 
@@ -230,7 +255,10 @@ async fn listings_show_what_the_methods_declare() {
     assert_eq!(input["type"], "object", "{input}");
     assert_eq!(input["properties"]["a"]["type"], "number", "{input}");
     assert_eq!(input["properties"]["a"]["description"], "The dividend.");
-    assert_eq!(input["properties"]["b"]["description"], "The divisor, not zero.");
+    assert_eq!(
+        input["properties"]["b"]["description"],
+        "The divisor, not zero."
+    );
     let mut required: Vec<&str> = input["required"]
         .as_array()
         .unwrap()
@@ -241,7 +269,10 @@ async fn listings_show_what_the_methods_declare() {
     assert_eq!(required, ["a", "b"], "{input}");
     let output = &divide["outputSchema"];
     assert_eq!(output["type"], "object", "{divide}");
-    assert_eq!(output["properties"]["quotient"]["type"], "number", "{output}");
+    assert_eq!(
+        output["properties"]["quotient"]["type"], "number",
+        "{output}"
+    );
     assert_eq!(output["properties"]["quotient"]["description"], "a / b.");
     assert_eq!(divide["annotations"]["readOnlyHint"], true, "{divide}");
     assert_eq!(divide["annotations"]["idempotentHint"], true, "{divide}");
@@ -296,7 +327,11 @@ async fn calls_are_checked_before_and_after_the_method() {
     let good = call_tool(&client, "divide", json!({"a": 7, "b": 2})).await;
     let result = &good["result"];
     assert_eq!(result["isError"], false, "{good}");
-    assert_eq!(result["structuredContent"], json!({"quotient": 3.5}), "{good}");
+    assert_eq!(
+        result["structuredContent"],
+        json!({"quotient": 3.5}),
+        "{good}"
+    );
     let validator = jsonschema::validator_for(&output_schema).unwrap();
     assert!(validator.is_valid(&result["structuredContent"]), "{good}");
     let as_text: Value = serde_json::from_str(text(&good)).unwrap();
@@ -370,14 +405,23 @@ async fn progress_reaches_the_client_and_cancellation_reaches_the_method() {
         let progress = next_message(&mut stream).await;
         assert_eq!(progress["method"], "notifications/progress", "{progress}");
         assert_eq!(progress["params"]["progressToken"], "w", "{progress}");
-        assert_eq!(progress["params"]["progress"], f64::from(step), "{progress}");
+        assert_eq!(
+            progress["params"]["progress"],
+            f64::from(step),
+            "{progress}"
+        );
         assert_eq!(progress["params"]["total"], 3.0, "{progress}");
     }
-    let cancelled = lab.cancelled.notified();
+    let stopped = lab.stopped.notified();
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": id, "reason": "enough"}});
     within("cancel", client.post(&cancel)).await.unwrap();
-    within("the method sees the cancellation", cancelled).await;
+    within("the method is stopped", stopped).await;
+    // Nothing answers a cancelled request: its stream just ends.
+    let end = within("end of the stream", stream.next_message())
+        .await
+        .unwrap();
+    assert_eq!(end, None, "a cancelled call is not answered");
 }
 
 #[tokio::test]
@@ -413,7 +457,12 @@ async fn the_context_asks_the_client_in_both_eras() {
     // 2026-07-28: the question comes back as an input_required result and
     // the retry brings the answer.
     let url = node.url();
-    let first = call(&url, &tool_call(1, "ask_name", json!({}), json!({}), all_caps()), &[]).await;
+    let first = call(
+        &url,
+        &tool_call(1, "ask_name", json!({}), json!({}), all_caps()),
+        &[],
+    )
+    .await;
     let result = &first.response["result"];
     assert_eq!(result["resultType"], "input_required", "{first:?}");
     let requests = result["inputRequests"].as_object().unwrap();
@@ -469,14 +518,24 @@ async fn resources_and_prompts_come_from_methods() {
         json!([{"uri": "lab://motd", "mimeType": "text/plain", "text": "hello from the lab"}]),
         "{motd}"
     );
-    let (square, _) = request(&client, "resources/read", json!({"uri": "lab://squares/12"})).await;
+    let (square, _) = request(
+        &client,
+        "resources/read",
+        json!({"uri": "lab://squares/12"}),
+    )
+    .await;
     let contents = &square["result"]["contents"][0];
     assert_eq!(contents["uri"], "lab://squares/12", "{square}");
     assert_eq!(contents["mimeType"], "application/json", "{square}");
     let value: Value = serde_json::from_str(contents["text"].as_str().unwrap()).unwrap();
     assert_eq!(value, json!({"n": 12, "square": 144}));
     // A variable that does not parse names no resource.
-    let (nothing, _) = request(&client, "resources/read", json!({"uri": "lab://squares/twelve"})).await;
+    let (nothing, _) = request(
+        &client,
+        "resources/read",
+        json!({"uri": "lab://squares/twelve"}),
+    )
+    .await;
     assert_eq!(nothing["error"]["code"], -32002, "{nothing}");
 
     let (prompt, _) = request(
@@ -506,6 +565,61 @@ async fn resources_and_prompts_come_from_methods() {
     );
     let (missing, _) = request(&client, "prompts/get", json!({"name": "review"})).await;
     assert_eq!(missing["error"]["code"], -32602, "{missing}");
+}
+
+#[tokio::test]
+async fn a_scope_guards_a_tool_and_the_principal_reaches_the_method() {
+    use auth_support::{RESOURCE, call as rpc, param, post, session};
+
+    let issuer = TestIssuer::start().await.unwrap();
+    let config = NodeConfig::from_toml(&format!(
+        "[auth]\nresource = \"{RESOURCE}\"\nissuers = [\"{}\"]\n",
+        issuer.issuer()
+    ))
+    .unwrap();
+    let node = InProcessNode::start(Lab::default().into_server(), config).unwrap();
+    let url = node.url();
+
+    let reader = issuer
+        .token()
+        .audience(RESOURCE)
+        .subject("ann")
+        .scopes(["lab:read"])
+        .sign();
+    let id = session(&url, &reader).await;
+    let who = post(&url, Some(&reader), Some(&id), &rpc(1, "whoami", json!({}))).await;
+    assert_eq!(
+        who.body["result"]["content"][0]["text"], "ann lab:read",
+        "{who:?}"
+    );
+    // `#[tool(scopes = ["lab:admin"])]`: 403 naming the scope (step-up).
+    let refused = post(&url, Some(&reader), Some(&id), &rpc(2, "reset", json!({}))).await;
+    assert_eq!(
+        refused.status,
+        reqwest::StatusCode::FORBIDDEN,
+        "{refused:?}"
+    );
+    assert_eq!(
+        param(refused.challenge(), "error").as_deref(),
+        Some("insufficient_scope")
+    );
+    assert!(
+        param(refused.challenge(), "scope").is_some_and(|s| s.contains("lab:admin")),
+        "{refused:?}"
+    );
+
+    let admin = issuer
+        .token()
+        .audience(RESOURCE)
+        .subject("ann")
+        .scopes(["lab:read", "lab:admin"])
+        .sign();
+    let id = session(&url, &admin).await;
+    let reset = post(&url, Some(&admin), Some(&id), &rpc(3, "reset", json!({}))).await;
+    assert_eq!(
+        reset.body["result"]["content"][0]["text"], "reset",
+        "{reset:?}"
+    );
 }
 
 /// The line counts `proto-docs/provider-api.md` gives for our side are

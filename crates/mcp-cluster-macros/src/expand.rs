@@ -7,8 +7,8 @@ use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{
-    Attribute, Expr, ExprArray, ExprLit, FnArg, Ident, ImplItem, ImplItemFn, ItemImpl, Lit,
-    LitStr, Meta, Pat, ReturnType, Token, Type,
+    Attribute, Expr, ExprArray, ExprLit, FnArg, Ident, ImplItem, ImplItemFn, ItemImpl, Lit, LitStr,
+    Meta, Pat, ReturnType, Token, Type,
 };
 
 /// The path of the runtime crate in generated code.
@@ -72,14 +72,12 @@ fn server_inner(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream
     }
     let krate = krate();
     let self_ty = &block.self_ty;
-    let name = options.name.map_or_else(
-        || quote!(::core::env!("CARGO_PKG_NAME")),
-        |n| quote!(#n),
-    );
-    let version = options.version.map_or_else(
-        || quote!(::core::env!("CARGO_PKG_VERSION")),
-        |v| quote!(#v),
-    );
+    let name = options
+        .name
+        .map_or_else(|| quote!(::core::env!("CARGO_PKG_NAME")), |n| quote!(#n));
+    let version = options
+        .version
+        .map_or_else(|| quote!(::core::env!("CARGO_PKG_VERSION")), |v| quote!(#v));
     let instructions = match options.instructions {
         Some(text) => quote!(::core::option::Option::Some(#text)),
         None => quote!(::core::option::Option::None),
@@ -284,7 +282,8 @@ impl Handler {
     fn parse_options(&mut self, attr: &Attribute) -> syn::Result<()> {
         let metas = match &attr.meta {
             Meta::Path(_) => Punctuated::new(),
-            Meta::List(list) => list.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)
+            Meta::List(list) => list
+                .parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)
                 .or_else(|err| {
                     // `#[resource("uri", ...)]`: the URI is a bare string.
                     if self.kind == Kind::Resource {
@@ -352,7 +351,8 @@ impl Handler {
             }
             (Kind::Tool, "max_concurrent") => {
                 let value = expr_value(meta)?;
-                self.calls.push(quote_spanned!(value.span()=> .max_concurrent(#value)));
+                self.calls
+                    .push(quote_spanned!(value.span()=> .max_concurrent(#value)));
             }
             (Kind::Tool, "time_limit") => {
                 let value = expr_value(meta)?;
@@ -426,7 +426,8 @@ impl Handler {
                     },
                 };
                 let field = format_ident!("{hint}_hint");
-                self.calls.push(quote!(.annotate(|a| a.#field = ::core::option::Option::Some(#value))));
+                self.calls
+                    .push(quote!(.annotate(|a| a.#field = ::core::option::Option::Some(#value))));
             }
             _ => {
                 let expected = match self.kind {
@@ -509,7 +510,10 @@ impl Handler {
                                 variables.join(", ")
                             )
                         };
-                        return Err(syn::Error::new(ty.span().join(ident.span()).unwrap_or(ident.span()), message));
+                        return Err(syn::Error::new(
+                            ty.span().join(ident.span()).unwrap_or(ident.span()),
+                            message,
+                        ));
                     }
                 }
                 Ok(())
@@ -540,7 +544,11 @@ impl Handler {
                 quote!(#name)
             }
         });
-        let awaited = if self.is_async { quote!(.await) } else { quote!() };
+        let awaited = if self.is_async {
+            quote!(.await)
+        } else {
+            quote!()
+        };
         quote!(this.#method(#(#args),*)#awaited)
     }
 
@@ -579,9 +587,9 @@ impl Handler {
             None => {
                 let ty = format_ident!("__{}Args", self.method);
                 let named = self.named();
-                let fields = named.iter().map(|(ident, ty, attrs)| {
-                    quote!(#(#attrs)* #ident: #ty)
-                });
+                let fields = named
+                    .iter()
+                    .map(|(ident, ty, attrs)| quote!(#(#attrs)* #ident: #ty));
                 let idents = named.iter().map(|(ident, _, _)| ident);
                 let locals = &locals[..named.len()];
                 let item = quote! {
@@ -622,10 +630,7 @@ impl Handler {
         let krate = krate();
         let name = &self.name;
         let uri = self.uri.as_ref().map(LitStr::value).unwrap_or_default();
-        let description = self
-            .description
-            .as_ref()
-            .map(|d| quote!(.description(#d)));
+        let description = self.description.as_ref().map(|d| quote!(.description(#d)));
         let mime = match &self.mime_type {
             Some(m) => quote!(::core::option::Option::Some(#m)),
             None => quote!(::core::option::Option::None),
@@ -999,13 +1004,12 @@ mod tests {
                 "prompt arguments are strings",
             ),
             (
-                quote!(impl<T> S<T> { }),
+                quote!(
+                    impl<T> S<T> {}
+                ),
                 "does not support generic impl blocks",
             ),
-            (
-                quote!(impl Tr for S { }),
-                "not a trait impl",
-            ),
+            (quote!(impl Tr for S { }), "not a trait impl"),
         ];
         for (item, message) in cases {
             let out = errors(item);

@@ -12,7 +12,12 @@ struct Greeter;
 impl Greeter {
     /// Greets someone.
     #[tool]
-    async fn greet(&self, /** Who to greet. */ name: String, ctx: &RequestContext) -> String {
+    async fn greet(
+        &self,
+        /** Who to greet. */
+        name: String,
+        ctx: &RequestContext,
+    ) -> String {
         // A no-op unless the call carries a progressToken.
         ctx.progress(1.0, Some(1.0), None).await.ok();
         // The first message before the result turns the answer into SSE.

@@ -26,7 +26,11 @@ impl Tools {
 
     /// Reads a UTF-8 text file.
     #[tool(blocking, time_limit = "10s")]
-    fn read_file(&self, /** Absolute path. */ path: PathBuf) -> std::io::Result<String> {
+    fn read_file(
+        &self,
+        /** Absolute path. */
+        path: PathBuf,
+    ) -> std::io::Result<String> {
         std::fs::read_to_string(path)
     }
 
@@ -45,5 +49,7 @@ impl Tools {
 }
 
 fn main() -> ExitCode {
-    cli::run(Program::new("three-tools", "1.0.0"), |_| Tools.into_server())
+    cli::run(Program::new("three-tools", "1.0.0"), |_| {
+        Tools.into_server()
+    })
 }

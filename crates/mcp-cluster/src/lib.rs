@@ -48,14 +48,14 @@ pub mod tool;
 pub mod uri_template;
 
 pub use config::NodeConfig;
+pub use mcp_cluster_macros::{prompt, resource, server, tool};
 pub use mcp_cluster_protocol as protocol;
 pub use mcp_cluster_runtime::{AskError, RequestContext, ServerEvent, TaskSupport};
-pub use mcp_cluster_macros::{prompt, resource, server, tool};
 pub use mcp_cluster_store::Principal;
 pub use prompt::PromptDef;
-pub use provider::{Args, HandlerError, Json, Provider};
 #[doc(hidden)]
 pub use provider::__private;
+pub use provider::{Args, HandlerError, Json, Provider};
 pub use resource::{ResourceDef, TemplateDef};
 pub use server::{McpServer, ServerBuilder};
 pub use tool::ToolDef;

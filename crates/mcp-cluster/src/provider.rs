@@ -386,13 +386,21 @@ impl<T: Serialize> ResourceOutput for Json<T> {
 }
 
 impl ResourceOutput for ResourceContents {
-    fn into_contents(self, _: &str, _: Option<&str>) -> Result<Vec<ResourceContents>, HandlerError> {
+    fn into_contents(
+        self,
+        _: &str,
+        _: Option<&str>,
+    ) -> Result<Vec<ResourceContents>, HandlerError> {
         Ok(vec![self])
     }
 }
 
 impl ResourceOutput for Vec<ResourceContents> {
-    fn into_contents(self, _: &str, _: Option<&str>) -> Result<Vec<ResourceContents>, HandlerError> {
+    fn into_contents(
+        self,
+        _: &str,
+        _: Option<&str>,
+    ) -> Result<Vec<ResourceContents>, HandlerError> {
         Ok(self)
     }
 }

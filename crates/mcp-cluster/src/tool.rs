@@ -188,7 +188,11 @@ impl ToolDef {
     /// Changes behaviour hints in place (starting from none set).
     #[must_use]
     pub fn annotate(mut self, change: impl FnOnce(&mut ToolAnnotations)) -> Self {
-        change(self.tool.annotations.get_or_insert_with(ToolAnnotations::default));
+        change(
+            self.tool
+                .annotations
+                .get_or_insert_with(ToolAnnotations::default),
+        );
         self
     }
 
