@@ -14,7 +14,7 @@ impl Greeter {
     #[tool]
     async fn greet(
         &self,
-        /** Who to greet. */
+        /// Who to greet.
         name: String,
         ctx: &RequestContext,
     ) -> String {

@@ -28,7 +28,7 @@ impl Tools {
     #[tool(blocking, time_limit = "10s")]
     fn read_file(
         &self,
-        /** Absolute path. */
+        /// Absolute path.
         path: PathBuf,
     ) -> std::io::Result<String> {
         std::fs::read_to_string(path)
@@ -49,7 +49,6 @@ impl Tools {
 }
 
 fn main() -> ExitCode {
-    cli::run(Program::new("three-tools", "1.0.0"), |_| {
-        Tools.into_server()
-    })
+    let program = Program::new("three-tools", "1.0.0");
+    cli::run(program, |_| Tools.into_server())
 }
