@@ -10,15 +10,27 @@
 //! store; [`stdio`] runs the same server over standard input and output.
 //!
 //! ```no_run
-//! use mcp_cluster::{ServerBuilder, ToolDef};
-//! use mcp_cluster_protocol::types::CallToolResult;
+//! use mcp_cluster::prelude::*;
+//!
+//! struct Notes;
+//!
+//! #[server(name = "notes")]
+//! impl Notes {
+//!     /// Echoes its input.
+//!     #[tool]
+//!     async fn echo(&self, message: String) -> String {
+//!         message
+//!     }
+//! }
 //!
 //! #[derive(serde::Deserialize, schemars::JsonSchema)]
-//! struct Echo { message: String }
+//! struct Shout { text: String }
 //!
-//! let server = ServerBuilder::new("example", "1.0.0")
-//!     .tool(ToolDef::typed("echo", "Echoes its input", |args: Echo, _ctx| async move {
-//!         Ok(CallToolResult::text(args.message))
+//! // A tool defined at run time, beside the methods.
+//! let server = Notes
+//!     .into_builder()
+//!     .tool(ToolDef::typed("shout", "Upper-cases its input", |args: Shout, _ctx| async move {
+//!         Ok(CallToolResult::text(args.text.to_uppercase()))
 //!     }))
 //!     .build();
 //! ```
@@ -27,7 +39,8 @@
 //! - [`provider`]: what `#[server]` generates code against: [`Provider`],
 //!   [`Json`], [`Args`], [`HandlerError`].
 //! - [`server`]: [`McpServer`], [`ServerBuilder`], request dispatch.
-//! - [`tool`], [`resource`], [`prompt`]: definitions and their handlers.
+//! - [`tool`](mod@tool), [`resource`](mod@resource), [`prompt`](mod@prompt):
+//!   definitions and their handlers.
 //! - [`cursor`]: stateless pagination cursors.
 //! - [`uri_template`]: matching resource template URIs.
 //! - [`config`]: the node's composed configuration.

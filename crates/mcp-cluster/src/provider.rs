@@ -67,7 +67,9 @@
 //!   (required) and `Option<String>` (optional) parameters. Options:
 //!   `name`, `title`, `description`.
 //! - `#[server(name = "...", version = "...", instructions = "...")]`: the
-//!   name and version default to the package's.
+//!   name and version default to the package's. One `#[server]` block per
+//!   type (each implements [`Provider`]); other methods of the block stay
+//!   as they are.
 //!
 //! # Mixing with the builder
 //! [`Provider::into_builder`] gives a [`ServerBuilder`] that takes more
