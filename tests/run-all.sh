@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project:
-#   1. the Rust workspace tests (unit, port suite, end-to-end over real sockets), then the
+#   1. the Rust workspace tests (unit, port suite, end-to-end over real sockets; among them
+#      tests/tests/examples.rs: each program of examples/ as three nodes behind nginx,
+#      called by the official TypeScript SDK clients of the npm step below), then the
 #      traces tests again against the release build of mcp-node (MCP_NODE_BIN), the binary
 #      an operator runs, then the fuzz targets (tests/fuzz/run.sh: cargo-fuzz on stable,
 #      each target for a bounded time from its seed corpus; installs the pinned cargo-fuzz

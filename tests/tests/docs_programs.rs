@@ -3,24 +3,26 @@
 //!
 //! A fenced Rust block (` ```rust `, ` ```rs `, with or without attributes)
 //! in any Markdown file of the repository must follow a marker line naming
-//! an example of a workspace crate:
+//! an example or a binary of a workspace crate:
 //!
 //! ```text
-//! <!-- example: crates/mcp-cluster/examples/greeter.rs -->
+//! <!-- example: examples/src/bin/greeter.rs -->
 //! ```
 //!
-//! and be byte for byte that file. Cargo builds every `examples/*.rs` of a
-//! member (`cargo build --workspace --all-targets`, the first step of
-//! `tests/run-all.sh`; clippy `--all-targets` lints them), so the text
-//! cannot drift from code that compiles. To show a new program: write it
-//! as `<crate>/examples/<name>.rs`, paste it verbatim under the marker,
-//! and, if it serves, start it here as users would.
+//! and be byte for byte that file. Cargo builds every `examples/*.rs` and
+//! `src/bin/*.rs` of a member (`cargo build --workspace --all-targets`, the
+//! first step of `tests/run-all.sh`; clippy `--all-targets` lints them), so
+//! the text cannot drift from code that compiles. To show a new program:
+//! write it as `examples/src/bin/<name>.rs` (the workspace's `examples`
+//! crate) or `<crate>/examples/<name>.rs`, paste it verbatim under the
+//! marker, and, if it serves, start it as users would (here, or in
+//! `tests/tests/examples.rs` as a cluster).
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
 
 use mcp_cluster_client::Client;
-use mcp_cluster_testkit::{GUARD, NodeProcess, example_binary, within};
+use mcp_cluster_testkit::{GUARD, NodeProcess, program_binary, within};
 use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
 use serde_json::json;
 
@@ -120,19 +122,23 @@ fn workspace_members(root: &Path) -> BTreeSet<PathBuf> {
         .collect()
 }
 
-/// Why `path` (relative to the root) is not an example Cargo builds, if it
-/// is not: `<member>/examples/<name>.rs` of a workspace member that keeps
-/// Cargo's example discovery.
+/// Why `path` (relative to the root) is not a program Cargo builds, if it
+/// is not: `<member>/examples/<name>.rs` or `<member>/src/bin/<name>.rs`
+/// of a workspace member that keeps Cargo's discovery of them.
 fn not_an_example(root: &Path, members: &BTreeSet<PathBuf>, path: &Path) -> Option<String> {
     let plain = path.components().all(|c| matches!(c, Component::Normal(_)));
-    let in_examples = path.parent().and_then(Path::file_name) == Some("examples".as_ref());
-    if !plain || !in_examples || path.extension() != Some("rs".as_ref()) {
-        return Some("must be <crate>/examples/<name>.rs".into());
-    }
-    let member = path
-        .parent()
-        .and_then(Path::parent)
-        .unwrap_or(Path::new(""));
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let (member, discovery) = if dir.file_name() == Some("examples".as_ref()) {
+        (dir.parent(), "autoexamples")
+    } else if dir.ends_with("src/bin") {
+        (dir.parent().and_then(Path::parent), "autobins")
+    } else {
+        (None, "")
+    };
+    let member = match member {
+        Some(member) if plain && path.extension() == Some("rs".as_ref()) => member,
+        _ => return Some("must be <crate>/examples/<name>.rs or <crate>/src/bin/<name>.rs".into()),
+    };
     if !members.contains(member) {
         return Some(format!("{} is not a workspace member", member.display()));
     }
@@ -140,11 +146,11 @@ fn not_an_example(root: &Path, members: &BTreeSet<PathBuf>, path: &Path) -> Opti
     let manifest: toml::Table = manifest.parse().unwrap();
     let discovers = manifest
         .get("package")
-        .and_then(|p| p.get("autoexamples"))
+        .and_then(|p| p.get(discovery))
         .and_then(toml::Value::as_bool)
         .unwrap_or(true);
     if !discovers {
-        return Some(format!("{} sets autoexamples = false", member.display()));
+        return Some(format!("{} sets {discovery} = false", member.display()));
     }
     None
 }
@@ -162,8 +168,8 @@ fn every_rust_block_in_the_docs_is_a_compiled_example_verbatim() {
             let at = format!("{shown}:{}", block.line);
             let Some(path) = block.marker else {
                 failures.push(format!(
-                    "{at}: a Rust block without a `{MARKER_START} <crate>/examples/<name>.rs \
-                     {MARKER_END}` line before it"
+                    "{at}: a Rust block without a `{MARKER_START} examples/src/bin/<name>.rs \
+                     {MARKER_END}` line (or <crate>/examples/<name>.rs) before it"
                 ));
                 continue;
             };
@@ -192,8 +198,9 @@ fn every_rust_block_in_the_docs_is_a_compiled_example_verbatim() {
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
     // The README's provider program at least: an empty walk proves nothing.
     assert!(
-        checked.iter().any(|c| c.starts_with("README.md:")
-            && c.ends_with("crates/mcp-cluster/examples/greeter.rs")),
+        checked
+            .iter()
+            .any(|c| c.starts_with("README.md:") && c.ends_with("examples/src/bin/greeter.rs")),
         "the README's provider program was not found: {checked:?}"
     );
 }
@@ -222,29 +229,38 @@ fn a_block_without_marker_or_with_other_text_is_found() {
         "crates/mcp-cluster/src/lib.rs",
         "../crates/mcp-cluster/examples/greeter.rs",
         "crates/nowhere/examples/greeter.rs",
+        "examples/src/greeter.rs",
+        "examples/src/bin/greeter.txt",
+        "nowhere/src/bin/greeter.rs",
     ] {
         assert!(
             not_an_example(&root, &members, Path::new(bad)).is_some(),
             "{bad}"
         );
     }
-    assert_eq!(
-        not_an_example(
-            &root,
-            &members,
-            Path::new("crates/mcp-cluster/examples/greeter.rs")
-        ),
-        None
-    );
+    for good in [
+        "crates/mcp-cluster/examples/slow_tools.rs",
+        "examples/src/bin/greeter.rs",
+    ] {
+        assert_eq!(
+            not_an_example(&root, &members, Path::new(good)),
+            None,
+            "{good}"
+        );
+    }
 }
 
 /// The README's "Writing a server" program, started as its reader would
 /// (on a free port), serves its tool over Streamable HTTP and drains on
-/// SIGTERM.
+/// SIGTERM. (`tests/tests/examples.rs` runs it as a cluster, called by the
+/// TypeScript SDK in both eras.)
 #[tokio::test]
 async fn the_readme_provider_program_serves_its_tool() {
-    let mut program = NodeProcess::spawn_program(&example_binary("greeter"), &["127.0.0.1:0"])
-        .expect("the greeter example starts and reports its address");
+    let mut program = NodeProcess::spawn_program(
+        &program_binary("greeter"),
+        &["--bind", "127.0.0.1:0", "--log", "warn"],
+    )
+    .expect("the greeter example starts and reports its address");
     let url = program.url().to_owned();
     assert!(url.ends_with("/mcp"), "{url}");
 

@@ -379,13 +379,15 @@ impl Handler {
                     one => vec![one],
                 };
                 for scope in &scopes {
-                    if !matches!(
+                    // Strings, or constants naming them.
+                    let string = matches!(
                         scope,
                         Expr::Lit(ExprLit {
                             lit: Lit::Str(_),
                             ..
-                        })
-                    ) {
+                        }) | Expr::Path(_)
+                    );
+                    if !string {
                         return Err(syn::Error::new(
                             scope.span(),
                             "scopes are strings: scopes = [\"notes:read\", \"notes:write\"]",

@@ -1,10 +1,12 @@
 //! A whole cluster for one test: a [`RedisServer`], `n` `mcp-node`
-//! processes sharing it, and an [`Nginx`] round-robin load balancer in
+//! processes sharing it (or `n` of a provider's own binary,
+//! [`NodeCommand`]), and an [`Nginx`] round-robin load balancer in
 //! front. Each node keeps its port across restarts, so the load balancer's
 //! upstream list stays valid while a test kills, drains and restarts nodes.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use anyhow::{Context, bail};
 
@@ -41,6 +43,75 @@ pub fn example_binary(name: &str) -> PathBuf {
     path
 }
 
+/// The binary `name` of a workspace crate, `target/debug/<name>` (a
+/// `src/bin/<name>.rs`, as the programs of `examples/`; the test command
+/// builds every binary first: `cargo build --workspace --all-targets`).
+///
+/// # Panics
+/// When it has not been built.
+pub fn program_binary(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/debug")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} not found: build it first (cargo build --workspace --bins)",
+        path.display()
+    );
+    path
+}
+
+/// What a [`Cluster`] runs as its nodes: `mcp-node` ([`node_binary`]) or
+/// any program built on `mcp_cluster::cli::run`, which takes the same
+/// flags; with variables added to its environment, and its log kept for
+/// [`NodeProcess::log`] if asked.
+#[derive(Debug, Clone)]
+pub struct NodeCommand {
+    binary: PathBuf,
+    env: Vec<(String, String)>,
+    keep_log: bool,
+}
+
+impl NodeCommand {
+    /// Runs `binary` as every node.
+    pub fn new(binary: impl Into<PathBuf>) -> Self {
+        Self {
+            binary: binary.into(),
+            env: Vec::new(),
+            keep_log: false,
+        }
+    }
+
+    /// Adds `name=value` to every node's environment.
+    #[must_use]
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// Keeps what every node logs (its stderr) for [`NodeProcess::log`]
+    /// and [`NodeProcess::wait_for_log`]; each line is also written to this
+    /// process's stderr.
+    #[must_use]
+    pub fn keep_log(mut self) -> Self {
+        self.keep_log = true;
+        self
+    }
+
+    /// Spawns one node on its fixed address.
+    fn spawn(&self, args: &[String], addr: SocketAddr) -> anyhow::Result<NodeProcess> {
+        let mut command = Command::new(&self.binary);
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        NodeProcess::spawn_command(
+            &self.binary,
+            command,
+            args,
+            Some(&addr.to_string()),
+            self.keep_log,
+        )
+    }
+}
+
 /// The `mcp-loadtest` binary: `target/debug/mcp-loadtest` in this
 /// workspace.
 ///
@@ -70,7 +141,7 @@ pub struct Cluster {
     /// Every node's arguments (`--redis-url`, the caller's extras), without
     /// `--bind`.
     args: Vec<String>,
-    binary: PathBuf,
+    command: NodeCommand,
     redis: RedisServer,
 }
 
@@ -97,15 +168,32 @@ impl Cluster {
         n: usize,
         extra_args: impl FnOnce(&str) -> Vec<String>,
     ) -> anyhow::Result<Self> {
-        if n == 0 {
-            bail!("a cluster needs at least one node");
-        }
         let binary = node_binary();
         if !binary.exists() {
             bail!(
                 "{} not found: build it first (cargo build -p mcp-node) or set {NODE_BIN_ENV}",
                 binary.display()
             );
+        }
+        Self::start_command(n, NodeCommand::new(binary), extra_args)
+    }
+
+    /// As [`Self::start_with`], with `command` as every node: a provider's
+    /// own binary (built on `mcp_cluster::cli::run`, so it takes
+    /// `mcp-node`'s flags), its environment, its log kept.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_command(
+        n: usize,
+        command: NodeCommand,
+        extra_args: impl FnOnce(&str) -> Vec<String>,
+    ) -> anyhow::Result<Self> {
+        if n == 0 {
+            bail!("a cluster needs at least one node");
+        }
+        if !command.binary.exists() {
+            bail!("{} not found: build it first", command.binary.display());
         }
         let redis = RedisServer::start()?;
         let addrs = (0..n)
@@ -121,7 +209,9 @@ impl Cluster {
         args.extend(extra_args);
         let mut nodes = Vec::with_capacity(n);
         for (i, addr) in addrs.iter().enumerate() {
-            let node = spawn_node(&binary, &args, *addr).with_context(|| format!("node {i}"))?;
+            let node = command
+                .spawn(&args, *addr)
+                .with_context(|| format!("node {i}"))?;
             nodes.push(Some(node));
         }
         Ok(Self {
@@ -129,7 +219,7 @@ impl Cluster {
             nodes,
             addrs,
             args,
-            binary,
+            command,
             redis,
         })
     }
@@ -227,14 +317,11 @@ impl Cluster {
     /// When `i` is out of range.
     pub fn restart_node(&mut self, i: usize) -> anyhow::Result<()> {
         self.kill_node(i);
-        let node = spawn_node(&self.binary, &self.args, self.addrs[i])
+        let node = self
+            .command
+            .spawn(&self.args, self.addrs[i])
             .with_context(|| format!("restarting node {i}"))?;
         self.nodes[i] = Some(node);
         Ok(())
     }
-}
-
-/// Spawns a cluster node on its fixed address.
-fn spawn_node(binary: &Path, args: &[String], addr: SocketAddr) -> anyhow::Result<NodeProcess> {
-    NodeProcess::spawn_bound(binary, args, &addr.to_string())
 }

@@ -10,7 +10,8 @@
 //! - [`TestPki`] (`pki`): a CA, server and client certificates made with the
 //!   real `openssl`, in a temporary directory.
 //! - [`Nginx`] (`nginx`): a real nginx, round robin over nodes, unbuffered.
-//! - [`Cluster`] (`cluster`): Redis + `mcp-node` processes + nginx.
+//! - [`Cluster`] (`cluster`): Redis + `mcp-node` processes (or a
+//!   provider's own binary, [`NodeCommand`]) + nginx.
 //! - [`fixtures`]: a server with test-only tools.
 //! - [`Prometheus`] (`prometheus`): a real Prometheus scraping nodes every
 //!   second, queried over its HTTP API.
@@ -358,7 +359,7 @@ impl NodeProcess {
         Self::spawn_command(binary, command, args, Some("127.0.0.1:0"), false)
     }
 
-    fn spawn_command(
+    pub(crate) fn spawn_command(
         binary: &Path,
         mut command: Command,
         args: &[impl AsRef<std::ffi::OsStr>],
@@ -558,7 +559,10 @@ mod pki;
 mod prometheus;
 mod redis;
 
-pub use cluster::{Cluster, NODE_BIN_ENV, example_binary, loadtest_binary, node_binary};
+pub use cluster::{
+    Cluster, NODE_BIN_ENV, NodeCommand, example_binary, loadtest_binary, node_binary,
+    program_binary,
+};
 pub use issuer::{Discovery, IssuerOptions, KeyAlg, PublicKeyForm, TestIssuer, TokenBuilder};
 pub use nginx::Nginx;
 pub use otlp::{OtlpReceiver, ReceivedLink, ReceivedSpan};
