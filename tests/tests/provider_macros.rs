@@ -19,7 +19,7 @@ use mcp_cluster::NodeConfig;
 use mcp_cluster::prelude::*;
 use mcp_cluster::protocol::types::ElicitParams;
 use mcp_cluster_client::{Client, Reply, SseStream};
-use mcp_cluster_testkit::{InProcessNode, TestIssuer, within};
+use mcp_cluster_testkit::{InProcessNode, NodeProcess, TestIssuer, example_binary, within};
 use serde_json::{Value, json};
 use stateless_support::{accept, all_caps, call, tool_call};
 use tokio::sync::Notify;
@@ -620,6 +620,49 @@ async fn a_scope_guards_a_tool_and_the_principal_reaches_the_method() {
         reset.body["result"]["content"][0]["text"], "reset",
         "{reset:?}"
     );
+}
+
+/// The program `proto-docs/provider-api.md` shows, run as its reader
+/// would: its three tools answer as the page says.
+#[tokio::test]
+async fn the_documented_program_serves_its_three_tools() {
+    let program = NodeProcess::spawn(&example_binary("three_tools"), &[]).unwrap();
+    let mut client = Client::new(program.url(), "2025-11-25");
+    within("initialize", client.initialize(json!({})))
+        .await
+        .unwrap();
+    let (list, _) = request(&client, "tools/list", json!({})).await;
+    assert_eq!(
+        list["result"]["tools"].as_array().unwrap().len(),
+        3,
+        "{list}"
+    );
+    assert_eq!(
+        tool(&list, "add")["outputSchema"]["properties"]["sum"]["type"],
+        "number"
+    );
+    assert_eq!(
+        tool(&list, "read_file")["inputSchema"]["properties"]["path"]["description"],
+        "Absolute path."
+    );
+
+    let sum = call_tool(&client, "add", json!({"a": 2, "b": 3})).await;
+    assert_eq!(
+        sum["result"]["structuredContent"],
+        json!({"sum": 5.0}),
+        "{sum}"
+    );
+    let missing = call_tool(&client, "read_file", json!({"path": "/nonexistent/x"})).await;
+    assert_eq!(missing["result"]["isError"], true, "{missing}");
+    let (done, notifications) = request(
+        &client,
+        "tools/call",
+        json!({"name": "countdown", "arguments": {"from": 1}, "_meta": {"progressToken": 7}}),
+    )
+    .await;
+    assert_eq!(text(&done), "liftoff", "{done}");
+    assert_eq!(notifications.len(), 1, "{notifications:?}");
+    assert_eq!(notifications[0]["params"]["progress"], 1.0);
 }
 
 /// The line counts `proto-docs/provider-api.md` gives for our side are
