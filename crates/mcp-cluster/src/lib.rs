@@ -38,7 +38,7 @@
 //! # Layout
 //! - [`provider`]: what `#[server]` generates code against: [`Provider`],
 //!   [`Json`], [`Args`], [`HandlerError`].
-//! - [`server`]: [`McpServer`], [`ServerBuilder`], request dispatch.
+//! - [`server`](mod@server): [`McpServer`], [`ServerBuilder`], request dispatch.
 //! - [`tool`](mod@tool), [`resource`](mod@resource), [`prompt`](mod@prompt):
 //!   definitions and their handlers.
 //! - [`cursor`]: stateless pagination cursors.
