@@ -47,6 +47,9 @@
 //! - [`node`], [`stdio`]: running a server.
 //! - [`tls`]: the node's HTTPS certificate, reloaded when its files change.
 
+// The attribute macros name `::mcp_cluster`, also in this crate's tests.
+extern crate self as mcp_cluster;
+
 pub mod cli;
 pub mod config;
 pub mod cursor;

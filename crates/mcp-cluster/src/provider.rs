@@ -593,3 +593,88 @@ pub mod __private {
         outcome.into_prompt_result()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use mcp_cluster_protocol::types::{GetPromptResult, PromptMessage, ResourceContents};
+    use mcp_cluster_runtime::{McpService, TaskSupport};
+
+    use crate::prelude::*;
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Query {
+        text: String,
+    }
+
+    const ADMIN: &str = "every:admin";
+
+    /// Every option and return type the macros take, compiled and built.
+    struct Everything;
+
+    #[server(name = "everything", version = "2.0.0")]
+    impl Everything {
+        #[tool(
+            name = "find",
+            title = "Find",
+            description = "Finds text.",
+            task = "optional",
+            open_world = false,
+            max_concurrent = 1 + 1,
+            time_limit = Duration::from_secs(3),
+            scopes = ["every:read", ADMIN]
+        )]
+        fn search(&self, Args(query): Args<Query>) -> CallToolResult {
+            CallToolResult::text(query.text)
+        }
+
+        /// Starts its task itself.
+        #[tool(task = "required", task_starts_in_handler)]
+        async fn job(&self, ctx: RequestContext) -> Result<String, ErrorObject> {
+            ctx.become_task().await;
+            Ok("done".into())
+        }
+
+        #[resource("every://all", mime_type = "text/plain")]
+        fn all(&self, ctx: &RequestContext) -> Vec<ResourceContents> {
+            let _ = ctx;
+            Vec::new()
+        }
+
+        #[resource("every://{a}/{b}")]
+        async fn pair(&self, a: u8, b: String) -> Result<ResourceContents, HandlerError> {
+            Ok(ResourceContents::text(
+                format!("every://{a}/{b}"),
+                "text/plain",
+                b,
+            ))
+        }
+
+        /// Two messages.
+        #[prompt(name = "two")]
+        fn two_messages(&self) -> Vec<PromptMessage> {
+            Vec::new()
+        }
+
+        #[prompt]
+        async fn whole(&self, r#type: Option<String>) -> Result<GetPromptResult, HandlerError> {
+            Err(HandlerError::tool(r#type.unwrap_or_default()))
+        }
+    }
+
+    #[test]
+    fn every_option_reaches_the_definitions() {
+        let server = Everything.into_server();
+        assert_eq!(server.server_info().name, "everything");
+        assert_eq!(server.server_info().version, "2.0.0");
+        assert!(server.has_tool("find") && !server.has_tool("search"));
+        assert_eq!(server.task_support("find"), TaskSupport::Optional);
+        assert_eq!(server.task_support("job"), TaskSupport::Required);
+        assert!(server.task_starts_in_handler("job"));
+        assert_eq!(server.tool_scopes("find"), ["every:read", ADMIN]);
+        assert!(server.has_resource("every://all"));
+        assert!(server.has_resource("every://1/x"));
+        assert!(server.has_prompt("two") && server.has_prompt("whole"));
+    }
+}
