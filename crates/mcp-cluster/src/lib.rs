@@ -48,6 +48,7 @@
 //! - [`tls`]: the node's HTTPS certificate, reloaded when its files change.
 
 // The attribute macros name `::mcp_cluster`, also in this crate's tests.
+#[cfg(test)]
 extern crate self as mcp_cluster;
 
 pub mod cli;
