@@ -663,6 +663,43 @@ mod tests {
         }
     }
 
+    /// Parameter attributes in the order rustfmt leaves them: the doc
+    /// comment first, then `#[schemars]`; both reach the input schema.
+    struct Limited;
+
+    #[server]
+    impl Limited {
+        /// Names a thing.
+        #[tool]
+        fn name_it(
+            &self,
+            /// The name.
+            #[schemars(length(min = 1, max = 4))]
+            name: String,
+            #[schemars(range(max = 9))]
+            /// How many.
+            count: Option<u32>,
+        ) -> String {
+            format!("{name}{count:?}")
+        }
+    }
+
+    #[test]
+    fn parameter_attributes_reach_the_schema_in_any_order() {
+        let builder = Limited.into_builder();
+        let tool = &builder.catalog.tools[0];
+        let schema = &tool.tool.input_schema;
+        let name = &schema["properties"]["name"];
+        assert_eq!(name["maxLength"], 4, "{schema}");
+        assert_eq!(name["minLength"], 1, "{schema}");
+        assert_eq!(name["description"], "The name.", "{schema}");
+        let count = &schema["properties"]["count"];
+        assert_eq!(count["maximum"], 9, "{schema}");
+        assert_eq!(count["description"], "How many.", "{schema}");
+        assert!(!tool.input_errors(&serde_json::json!({"name": "long name"})).is_empty());
+        assert!(tool.input_errors(&serde_json::json!({"name": "ok"})).is_empty());
+    }
+
     #[test]
     fn every_option_reaches_the_definitions() {
         let server = Everything.into_server();
