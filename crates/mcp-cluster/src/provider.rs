@@ -696,8 +696,15 @@ mod tests {
         let count = &schema["properties"]["count"];
         assert_eq!(count["maximum"], 9, "{schema}");
         assert_eq!(count["description"], "How many.", "{schema}");
-        assert!(!tool.input_errors(&serde_json::json!({"name": "long name"})).is_empty());
-        assert!(tool.input_errors(&serde_json::json!({"name": "ok"})).is_empty());
+        assert!(
+            !tool
+                .input_errors(&serde_json::json!({"name": "long name"}))
+                .is_empty()
+        );
+        assert!(
+            tool.input_errors(&serde_json::json!({"name": "ok"}))
+                .is_empty()
+        );
     }
 
     #[test]
