@@ -20,6 +20,10 @@
 #      deploy/prometheus/prometheus.yml with promtool (Debian package prometheus); then the
 #      alerting rules (tests/prometheus/check.sh): promtool check rules and promtool test
 #      rules on deploy/prometheus/rules/, every alert with its runbook anchor and tested;
+#   5b. the crates as others depend on them (tests/features/check.sh): mcp-cluster with
+#      no feature, each feature alone and all; a provider built without features
+#      serving, and refusing (exit 64, the feature named) a configuration for Redis,
+#      TLS, auth or OTLP; cargo publish --dry-run --workspace;
 #   6. the Helm chart (tests/helm/run.sh): helm lint --strict and helm template over several
 #      value sets, the manifests validated offline against the Kubernetes schemas, values
 #      the chart must refuse, and the rendered pods run as three real nodes behind nginx;
@@ -185,6 +189,13 @@ LOG_DIR="$LOG_DIR" bash tests/prometheus/check.sh 2>&1 | tee "$LOG_DIR/prometheu
 rules_status=${PIPESTATUS[0]}
 set -e
 read -r rules_passed rules_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/prometheus-rules.log")
+
+echo "== crates: features and packaging (tests/features/check.sh)"
+set +e
+LOG_DIR="$LOG_DIR" bash tests/features/check.sh 2>&1 | tee "$LOG_DIR/features.log"
+features_status=${PIPESTATUS[0]}
+set -e
+read -r features_passed features_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/features.log")
 
 # Starts a node on a free port, with any further arguments as extra flags; sets
 # NODE_PID and NODE_URL.
@@ -440,12 +451,13 @@ containers_status=${PIPESTATUS[0]}
 set -e
 read -r containers_passed containers_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/containers.log")
 
-failed=$((rust_failed + release_failed + fuzz_failed + compose_failed + rules_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed + helm_failed + containers_failed))
-passed=$((rust_passed + release_passed + fuzz_passed + compose_passed + rules_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed + helm_passed + containers_passed))
+failed=$((rust_failed + release_failed + fuzz_failed + compose_failed + rules_failed + features_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed + helm_failed + containers_failed))
+passed=$((rust_passed + release_passed + fuzz_passed + compose_passed + rules_passed + features_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed + helm_passed + containers_passed))
 [ "$release_traces_status" = 0 ] || { echo "traces tests against the release build failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$fuzz_status" = 0 ] || { echo "fuzz targets failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$compose_status" = 0 ] || { echo "deployment file checks failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$rules_status" = 0 ] || { echo "alerting rule checks failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$features_status" = 0 ] || { echo "crate feature and packaging checks failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$conformance_status" = 0 ] || { echo "conformance suite failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$cluster_conformance_status" = 0 ] || { echo "conformance suite against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$sdk_status" = 0 ] || { echo "TypeScript SDK end-to-end test failed" >&2; failed=$((failed > 0 ? failed : 1)); }
@@ -455,6 +467,6 @@ passed=$((rust_passed + release_passed + fuzz_passed + compose_passed + rules_pa
 [ "$containers_status" = 0 ] || { echo "container tests failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 echo "client matrix:"
 grep -h '^matrix .* x .*: ' "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" | sed 's/^/  /'
-echo "rust: $rust_passed passed, $rust_failed failed; traces tests on the release build: $release_passed passed, $release_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; alerting rule checks: $rules_passed passed, $rules_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed; helm chart checks: $helm_passed passed, $helm_failed failed; container checks: $containers_passed passed, $containers_failed failed"
+echo "rust: $rust_passed passed, $rust_failed failed; traces tests on the release build: $release_passed passed, $release_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; alerting rule checks: $rules_passed passed, $rules_failed failed; crate feature and packaging checks: $features_passed passed, $features_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed; helm chart checks: $helm_passed passed, $helm_failed failed; container checks: $containers_passed passed, $containers_failed failed"
 echo "total: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -4,10 +4,57 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+#[cfg(feature = "verify")]
 use jsonwebtoken::Algorithm;
 use mcp_cluster_telemetry::Secret;
-use reqwest::Url;
 use serde::{Deserialize, Serialize};
+use url::Url;
+
+/// The signature algorithms by name, for the checks of a build without
+/// token validation (feature `verify`): the same names as jsonwebtoken's.
+#[cfg(not(feature = "verify"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::upper_case_acronyms)]
+pub(crate) enum Algorithm {
+    HS256,
+    HS384,
+    HS512,
+    RS256,
+    RS384,
+    RS512,
+    PS256,
+    PS384,
+    PS512,
+    ES256,
+    ES384,
+    EdDSA,
+}
+
+#[cfg(not(feature = "verify"))]
+impl std::str::FromStr for Algorithm {
+    type Err = ();
+
+    fn from_str(name: &str) -> Result<Self, ()> {
+        const ALL: [(&str, Algorithm); 12] = [
+            ("HS256", Algorithm::HS256),
+            ("HS384", Algorithm::HS384),
+            ("HS512", Algorithm::HS512),
+            ("RS256", Algorithm::RS256),
+            ("RS384", Algorithm::RS384),
+            ("RS512", Algorithm::RS512),
+            ("PS256", Algorithm::PS256),
+            ("PS384", Algorithm::PS384),
+            ("PS512", Algorithm::PS512),
+            ("ES256", Algorithm::ES256),
+            ("ES384", Algorithm::ES384),
+            ("EdDSA", Algorithm::EdDSA),
+        ];
+        ALL.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, alg)| *alg)
+            .ok_or(())
+    }
+}
 
 /// Algorithms a token may be signed with: asymmetric only. An HMAC
 /// algorithm (`HS*`) would let anyone holding the issuer's public key sign
@@ -180,7 +227,8 @@ fn invalid(setting: &'static str, problem: impl Into<String>) -> ConfigError {
     }
 }
 
-/// The settings, checked and parsed.
+/// The settings, checked and parsed (read by the authenticator only).
+#[cfg_attr(not(feature = "verify"), allow(dead_code))]
 #[derive(Debug, Clone)]
 pub(crate) struct Checked {
     pub(crate) resource: Url,
@@ -194,6 +242,7 @@ pub(crate) struct Checked {
     pub(crate) introspection: Option<CheckedIntrospection>,
 }
 
+#[cfg_attr(not(feature = "verify"), allow(dead_code))]
 #[derive(Debug, Clone)]
 pub(crate) struct CheckedIntrospection {
     pub(crate) endpoint: Option<Url>,

@@ -16,12 +16,22 @@
 //! - [`metadata`]: [`ResourceMetadata`] and `WWW-Authenticate` challenges.
 //! - [`error`]: [`AuthError`], [`Rejection`].
 //! - `verify`: signatures checked with ring.
+//!
+//! Token validation needs the `verify` feature (on by default): without it
+//! the settings are read and checked, and [`Authenticator::new`] refuses.
 
+#[cfg(feature = "verify")]
+pub mod authenticator;
+/// [`Authenticator`] of a build without token validation: it cannot be made.
+#[cfg(not(feature = "verify"))]
+#[path = "unbuilt.rs"]
 pub mod authenticator;
 pub mod config;
 pub mod error;
+#[cfg(feature = "verify")]
 mod issuer;
 pub mod metadata;
+#[cfg(feature = "verify")]
 mod verify;
 
 pub use authenticator::Authenticator;

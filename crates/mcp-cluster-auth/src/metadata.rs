@@ -1,8 +1,8 @@
 //! [`ResourceMetadata`]: the protected resource metadata (RFC 9728) and the
 //! `WWW-Authenticate` challenges (RFC 6750) that point clients to it.
 
-use reqwest::Url;
 use serde_json::json;
+use url::Url;
 
 use crate::config::AuthConfig;
 use crate::error::AuthError;
@@ -27,6 +27,7 @@ pub struct ResourceMetadata {
 }
 
 impl ResourceMetadata {
+    #[cfg_attr(not(feature = "verify"), allow(dead_code))]
     pub(crate) fn new(config: &AuthConfig, resource: &Url) -> Self {
         let mut document = serde_json::Map::new();
         document.insert("resource".into(), json!(config.resource));

@@ -2,11 +2,14 @@
 //! (credentials and TLS files read each time a store connects).
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+#[cfg(feature = "client")]
+use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use mcp_cluster_store::ByteBudget;
 use mcp_cluster_store::memory::Retention;
+#[cfg(feature = "client")]
 use redis::{ConnectionAddr, IntoConnectionInfo};
 use serde::{Deserialize, Serialize};
 
@@ -122,17 +125,9 @@ impl RedisConfig {
         // Parsing only, no connection: a URL that does not parse is a
         // configuration error at startup, not a reason to retry. The
         // client's message never quotes the URL (it may hold a password).
-        let info = match self.url.as_str().into_connection_info() {
-            Ok(info) => info,
-            Err(err) => {
-                return Err(ClusterError::Config(format!(
-                    "url {}: {err}",
-                    self.redacted_url()
-                )));
-            }
-        };
+        let url = self.url_facts()?;
         let tls_files = [&self.ca_file, &self.client_cert_file, &self.client_key_file];
-        if tls_files.iter().any(|file| file.is_some()) && !is_tls(info.addr()) {
+        if tls_files.iter().any(|file| file.is_some()) && !url.tls {
             return bad("ca_file, client_cert_file and client_key_file need a rediss:// url");
         }
         if self.client_cert_file.is_some() != self.client_key_file.is_some() {
@@ -150,7 +145,7 @@ impl RedisConfig {
         {
             return Err(ClusterError::Config(format!("{name} is empty")));
         }
-        if self.password_file.is_some() && info.redis_settings().password().is_some() {
+        if self.password_file.is_some() && url.password {
             return bad("the url holds a password and password_file is set: give one of them");
         }
         if self.key_prefix.is_empty()
@@ -171,15 +166,55 @@ impl RedisConfig {
     }
 }
 
+/// What validation reads of the URL.
+struct UrlFacts {
+    /// `rediss://`.
+    tls: bool,
+    /// It holds a password.
+    password: bool,
+}
+
 impl RedisConfig {
-    /// Whether the URL is `rediss://` (TLS).
-    pub fn is_tls(&self) -> bool {
-        self.url
-            .as_str()
-            .into_connection_info()
-            .is_ok_and(|info| is_tls(info.addr()))
+    /// The URL parsed by the Redis client.
+    #[cfg(feature = "client")]
+    fn url_facts(&self) -> Result<UrlFacts, ClusterError> {
+        match self.url.as_str().into_connection_info() {
+            Ok(info) => Ok(UrlFacts {
+                tls: is_tls(info.addr()),
+                password: info.redis_settings().password().is_some(),
+            }),
+            Err(err) => Err(ClusterError::Config(format!(
+                "url {}: {err}",
+                self.redacted_url()
+            ))),
+        }
     }
 
+    /// The URL read by its scheme and user info only: without the Redis
+    /// client (feature `client`) no store can be opened anyway.
+    #[cfg(not(feature = "client"))]
+    fn url_facts(&self) -> Result<UrlFacts, ClusterError> {
+        let Some((scheme, rest)) = self.url.split_once("://") else {
+            return Err(ClusterError::Config(format!(
+                "url {}: not a redis:// or rediss:// URL",
+                self.redacted_url()
+            )));
+        };
+        let authority = rest.split('/').next().unwrap_or_default();
+        Ok(UrlFacts {
+            tls: scheme == "rediss",
+            password: authority
+                .rsplit_once('@')
+                .is_some_and(|(user, _)| user.contains(':')),
+        })
+    }
+
+    /// Whether the URL is `rediss://` (TLS).
+    pub fn is_tls(&self) -> bool {
+        self.url_facts().is_ok_and(|url| url.tls)
+    }
+
+    #[cfg(feature = "client")]
     /// The Redis client of this configuration: the URL, the password of
     /// `password_file`, and for `rediss://` the CA and client certificate
     /// files. Reads the files now (the caller builds a client per connection
@@ -226,11 +261,13 @@ impl RedisConfig {
     }
 }
 
+#[cfg(feature = "client")]
 /// Whether `addr` is a TLS address (`rediss://`).
 fn is_tls(addr: &ConnectionAddr) -> bool {
     matches!(addr, ConnectionAddr::TcpTls { .. })
 }
 
+#[cfg(feature = "client")]
 /// What a PEM file must hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PemKind {
@@ -240,6 +277,7 @@ enum PemKind {
     PrivateKey,
 }
 
+#[cfg(feature = "client")]
 /// Reads a PEM file and checks that it holds what `kind` says (the Redis
 /// client's own parse errors do not name the file).
 fn read_pem(path: &Path, name: &str, kind: PemKind) -> Result<Vec<u8>, ClusterError> {
@@ -264,6 +302,7 @@ fn read_pem(path: &Path, name: &str, kind: PemKind) -> Result<Vec<u8>, ClusterEr
     Ok(pem)
 }
 
+#[cfg(feature = "client")]
 /// The password in `path`, without one trailing newline.
 fn read_password(path: &Path) -> Result<String, ClusterError> {
     let bad =

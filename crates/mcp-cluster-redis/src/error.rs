@@ -1,9 +1,11 @@
 //! Errors: [`ClusterError`] for startup, and the mapping of Redis failures
 //! onto [`StoreError`] for every port call.
 
+#[cfg(feature = "client")]
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "client")]
 use mcp_cluster_store::StoreError;
 
 /// Why [`crate::connect`] failed.
@@ -13,15 +15,18 @@ pub enum ClusterError {
     /// A configuration value cannot work.
     #[error("invalid redis configuration: {0}")]
     Config(String),
+    #[cfg(feature = "client")]
     /// The URL does not parse.
     #[error("invalid redis url")]
     Url(#[source] redis::RedisError),
+    #[cfg(feature = "client")]
     /// Redis could not be reached or refused the connection.
     #[error("cannot connect to redis")]
     Connect(#[source] redis::RedisError),
     /// Redis did not answer in time.
     #[error("redis did not answer within {0:?}")]
     Timeout(Duration),
+    #[cfg(feature = "client")]
     /// Redis was reached but the connection cannot work as configured:
     /// credentials refused, a certificate not trusted or refused, TLS on one
     /// side only. Unlike [`Self::Connect`] it lasts until the configuration,
@@ -36,6 +41,29 @@ pub enum ClusterError {
     },
 }
 
+impl ClusterError {
+    /// Whether Redis was reached and refused the node as configured
+    /// ([`Self::Rejected`]).
+    pub fn is_rejection(&self) -> bool {
+        #[cfg(feature = "client")]
+        if let Self::Rejected { .. } = self {
+            return true;
+        }
+        false
+    }
+
+    /// Whether Redis could not be reached or did not answer in time
+    /// ([`Self::Connect`], [`Self::Timeout`]): waiting may mend it.
+    pub fn is_outage(&self) -> bool {
+        #[cfg(feature = "client")]
+        if let Self::Connect(_) = self {
+            return true;
+        }
+        matches!(self, Self::Timeout(_))
+    }
+}
+
+#[cfg(feature = "client")]
 /// The error of a failed connection attempt: [`ClusterError::Rejected`] with
 /// a hint when the cause is one an operator must fix (credentials,
 /// certificates, TLS on one side only), [`ClusterError::Config`] for a
@@ -51,6 +79,7 @@ pub(crate) fn connect_failed(err: redis::RedisError, tls: bool) -> ClusterError 
     }
 }
 
+#[cfg(feature = "client")]
 /// What to check when `err` is a rejection rather than an outage.
 fn rejection(err: &redis::RedisError, tls: bool) -> Option<&'static str> {
     let code = err.code().unwrap_or_default();
@@ -113,6 +142,7 @@ fn rejection(err: &redis::RedisError, tls: bool) -> Option<&'static str> {
     None
 }
 
+#[cfg(feature = "client")]
 /// The I/O error `err` stands for, if any.
 fn io_error(err: &redis::RedisError) -> Option<&std::io::Error> {
     let source = std::error::Error::source(err)?;
@@ -122,6 +152,7 @@ fn io_error(err: &redis::RedisError) -> Option<&std::io::Error> {
     }
 }
 
+#[cfg(feature = "client")]
 /// The TLS error under `err`, if any (the client wraps it in an I/O error,
 /// whose `source()` skips it).
 fn tls_error(err: &redis::RedisError) -> Option<&rustls::Error> {
@@ -147,11 +178,13 @@ fn tls_error(err: &redis::RedisError) -> Option<&rustls::Error> {
     None
 }
 
+#[cfg(feature = "client")]
 /// A Redis failure, as the ports report it: the request fails fast.
 pub(crate) fn unavailable(err: &redis::RedisError) -> StoreError {
     StoreError::Unavailable(format!("redis: {err}"))
 }
 
+#[cfg(feature = "client")]
 /// A command that outlived its timeout.
 pub(crate) fn timed_out(timeout: Duration) -> StoreError {
     StoreError::Unavailable(format!(
@@ -160,11 +193,13 @@ pub(crate) fn timed_out(timeout: Duration) -> StoreError {
     ))
 }
 
+#[cfg(feature = "client")]
 /// Stored data that does not decode.
 pub(crate) fn corrupt(what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(what.to_string())
 }
 
+#[cfg(feature = "client")]
 #[cfg(test)]
 mod tests {
     use super::*;

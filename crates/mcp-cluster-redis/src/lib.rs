@@ -26,27 +26,46 @@
 //! - [`tasks`]: the [`RedisTasks`]: task records, answers, cancel flags.
 //! - `pubsub`: the node's one pub/sub connection and its task.
 //! - [`error`]: [`ClusterError`] and the mapping onto `StoreError`.
+//!
+//! Everything but [`config`], [`keys`] and [`ClusterError`] needs the `client`
+//! feature (on by default): the Redis client itself.
 
+#[cfg(feature = "client")]
 pub mod bus;
 pub mod config;
+#[cfg(feature = "client")]
 mod connection;
 pub mod error;
+#[cfg(feature = "client")]
 pub mod event_log;
 pub mod keys;
+#[cfg(feature = "client")]
 pub mod nodes;
+#[cfg(feature = "client")]
 mod pubsub;
+#[cfg(feature = "client")]
 pub mod quota;
+#[cfg(feature = "client")]
 mod reply;
+#[cfg(feature = "client")]
 pub mod session_store;
+#[cfg(feature = "client")]
 pub mod tasks;
 
+#[cfg(feature = "client")]
 pub use bus::RedisBus;
 pub use config::{RedisConfig, RedisRetention};
+#[cfg(feature = "client")]
 pub use connection::connect;
 pub use error::ClusterError;
+#[cfg(feature = "client")]
 pub use event_log::RedisEventLog;
 pub use keys::Keys;
+#[cfg(feature = "client")]
 pub use nodes::RedisNodes;
+#[cfg(feature = "client")]
 pub use quota::RedisQuotas;
+#[cfg(feature = "client")]
 pub use session_store::RedisSessionStore;
+#[cfg(feature = "client")]
 pub use tasks::RedisTasks;

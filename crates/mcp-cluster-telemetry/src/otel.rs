@@ -32,14 +32,20 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+#[cfg(feature = "otlp")]
 use async_trait::async_trait;
+#[cfg(feature = "otlp")]
 use opentelemetry::KeyValue;
+#[cfg(feature = "otlp")]
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
+#[cfg(feature = "otlp")]
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::resource::TelemetryResourceDetector;
-use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
+use opentelemetry_sdk::trace::SdkTracerProvider;
+#[cfg(feature = "otlp")]
+use opentelemetry_sdk::{
+    Resource,
+    resource::TelemetryResourceDetector,
+    trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler},
 };
 
 /// `service.name` when neither `OTEL_SERVICE_NAME` nor
@@ -53,6 +59,7 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The OTLP/HTTP path of traces, appended to a base endpoint.
 const TRACES_PATH: &str = "v1/traces";
 
+#[cfg(feature = "otlp")]
 /// The largest collector answer read: an `ExportTraceServiceResponse` is a
 /// few bytes; anything much larger is not a collector.
 const MAX_RESPONSE_BYTES: u64 = 64 * 1024;
@@ -272,6 +279,17 @@ fn signal_url(var: &'static str, base: &str) -> Result<String, OtelConfigError> 
     Ok(format!("{}/{TRACES_PATH}", base.trim_end_matches('/')))
 }
 
+#[cfg(not(feature = "otlp"))]
+fn check_url(var: &'static str, url: &str) -> Result<(), OtelConfigError> {
+    Err(OtelConfigError {
+        var,
+        value: url.to_owned(),
+        reason: "this build exports no traces: it was built without the `otlp` feature \
+                 (of mcp-cluster, or of mcp-cluster-telemetry)",
+    })
+}
+
+#[cfg(feature = "otlp")]
 fn check_url(var: &'static str, url: &str) -> Result<(), OtelConfigError> {
     let invalid = |reason| OtelConfigError {
         var,
@@ -392,6 +410,10 @@ fn check_headers<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<(), OtelC
         let (key, value) = pair
             .split_once('=')
             .ok_or_else(|| invalid("expected key=value pairs, comma-separated"))?;
+        // Without the exporter, no header is sent: its form is not checked.
+        #[cfg(not(feature = "otlp"))]
+        let _ = key;
+        #[cfg(feature = "otlp")]
         reqwest::header::HeaderName::from_bytes(key.trim().as_bytes())
             .map_err(|_| invalid("a key is not an HTTP header name"))?;
         let value = percent_decode(value.trim())
@@ -399,6 +421,7 @@ fn check_headers<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<(), OtelC
         if value.is_empty() {
             return Err(invalid("a header has an empty value"));
         }
+        #[cfg(feature = "otlp")]
         reqwest::header::HeaderValue::from_str(&value)
             .map_err(|_| invalid("a value is not a valid HTTP header value"))?;
     }
@@ -500,6 +523,7 @@ fn hostname(env: Option<&str>) -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
+#[cfg(feature = "otlp")]
 impl SamplerConfig {
     fn sampler(self) -> Sampler {
         match self {
@@ -525,10 +549,25 @@ pub(crate) fn provider(config: &OtelConfig) -> Result<Option<SdkTracerProvider>,
     let Some(endpoint) = &config.traces_endpoint else {
         return Ok(None);
     };
+    exporting(config, endpoint)
+}
+
+/// Refuses: this build has no exporter (`OtelConfig::from_env` refuses an
+/// endpoint already).
+#[cfg(not(feature = "otlp"))]
+fn exporting(_: &OtelConfig, endpoint: &str) -> Result<Option<SdkTracerProvider>, String> {
+    Err(format!(
+        "cannot export traces to {endpoint}: built without the `otlp` feature"
+    ))
+}
+
+/// The provider exporting to `endpoint`.
+#[cfg(feature = "otlp")]
+fn exporting(config: &OtelConfig, endpoint: &str) -> Result<Option<SdkTracerProvider>, String> {
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_http_client(BlockingHttp::new(config.timeout)?)
-        .with_endpoint(endpoint.clone())
+        .with_endpoint(endpoint.to_owned())
         .with_protocol(Protocol::HttpBinary)
         .with_timeout(config.timeout)
         .build()
@@ -563,6 +602,7 @@ pub(crate) fn provider(config: &OtelConfig) -> Result<Option<SdkTracerProvider>,
     ))
 }
 
+#[cfg(feature = "otlp")]
 /// The batch processor's configuration: the SDK's (which reads the same
 /// variables, skipping values it cannot parse), with every value checked
 /// here set over it.
@@ -580,12 +620,14 @@ fn batch_config(settings: BatchSettings) -> opentelemetry_sdk::trace::BatchConfi
     builder.build()
 }
 
+#[cfg(feature = "otlp")]
 /// The OTLP exporter's HTTP client: the workspace's reqwest, blocking. The
 /// batch span processor calls it from its own thread, outside any tokio
 /// runtime; the blocking client runs its own. No TLS (see the module doc).
 #[derive(Debug)]
 struct BlockingHttp(reqwest::blocking::Client);
 
+#[cfg(feature = "otlp")]
 impl BlockingHttp {
     fn new(timeout: Duration) -> Result<Self, String> {
         // Built on a thread of its own: building (and dropping) a blocking
@@ -603,6 +645,7 @@ impl BlockingHttp {
     }
 }
 
+#[cfg(feature = "otlp")]
 #[async_trait]
 impl HttpClient for BlockingHttp {
     async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {

@@ -561,11 +561,14 @@ where
 /// bad one exits with 64 and one line like any other bad setting. The node
 /// reads them again when it starts, and later when they change.
 fn check_files(config: &NodeConfig, stdio: bool) -> anyhow::Result<()> {
+    #[cfg(feature = "tls")]
     if let Some(tls) = config.tls.as_ref().filter(|_| !stdio) {
         crate::tls::ReloadingCert::load(tls)?;
     }
+    #[cfg(not(feature = "tls"))]
+    let _ = stdio;
     if let Some(redis) = &config.redis {
-        redis.client()?;
+        crate::features::check_redis_files(redis)?;
     }
     Ok(())
 }

@@ -598,6 +598,7 @@ impl NodeConfig {
                  max_task_answer_bytes, max_task_answers_bytes must be positive",
             );
         }
+        crate::features::check(self)?;
         if let Some(redis) = &self.redis {
             redis
                 .validate()

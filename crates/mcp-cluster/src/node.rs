@@ -14,9 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+#[cfg(feature = "tls")]
 use actix_tls::accept::rustls_0_23::TlsStream;
 use actix_web::dev::Service;
 use actix_web::http::ConnectionType;
+#[cfg(feature = "tls")]
 use actix_web::rt::net::TcpStream;
 use actix_web::{App, HttpResponse, HttpServer, web};
 use mcp_cluster_auth::Authenticator;
@@ -26,6 +28,7 @@ use mcp_cluster_runtime::Runtime;
 use mcp_cluster_store::Store;
 use tokio::sync::broadcast::error::RecvError;
 
+#[cfg(feature = "tls")]
 use crate::tls::{ReloadingCert, spawn_reload};
 use crate::{McpServer, NodeConfig};
 
@@ -57,6 +60,7 @@ const IN_TRANSIT_PER_WORKER: usize = 32;
 /// listener. Connections are counted by the gate only once their handshake
 /// is done; until then actix's per-worker bound holds them, for this long
 /// at most.
+#[cfg(feature = "tls")]
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A node about to serve: bound, not yet running.
@@ -310,7 +314,7 @@ pub async fn open_store(config: &NodeConfig) -> std::io::Result<Store> {
     let Some(redis) = redis_config(config) else {
         return Ok(Store::memory(config.retention.to_retention()));
     };
-    mcp_cluster_redis::connect(&redis)
+    crate::features::connect(&redis)
         .await
         .map_err(std::io::Error::other)
 }
@@ -344,7 +348,20 @@ pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<Boun
 /// The main listener's TLS configuration, when `[tls]` is set: the
 /// certificate and key are loaded now (bad files fail the start) and
 /// reloaded in the background when they change (see [`crate::tls`]).
-fn https(config: &NodeConfig) -> std::io::Result<Option<rustls::ServerConfig>> {
+#[cfg(not(feature = "tls"))]
+fn https(config: &NodeConfig) -> std::io::Result<Option<crate::features::ServerTls>> {
+    match config.tls {
+        None => Ok(None),
+        Some(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "[tls] is configured, but this binary was built without the `tls` feature of mcp-cluster",
+        )),
+    }
+}
+
+/// The main listener's TLS configuration, when `[tls]` is set (see above).
+#[cfg(feature = "tls")]
+fn https(config: &NodeConfig) -> std::io::Result<Option<crate::features::ServerTls>> {
     let Some(tls) = &config.tls else {
         return Ok(None);
     };
@@ -364,10 +381,11 @@ fn https(config: &NodeConfig) -> std::io::Result<Option<rustls::ServerConfig>> {
 /// connection gate looks at (its peer address, and the socket it shuts
 /// down to refuse).
 fn tcp_stream(connection: &dyn Any) -> &dyn Any {
-    match connection.downcast_ref::<TlsStream<TcpStream>>() {
-        Some(tls) => tls.get_ref().0,
-        None => connection,
+    #[cfg(feature = "tls")]
+    if let Some(tls) = connection.downcast_ref::<TlsStream<TcpStream>>() {
+        return tls.get_ref().0;
     }
+    connection
 }
 
 /// The resource server, when authorization is configured; its issuers'
@@ -409,7 +427,7 @@ fn serve_on(
     config: NodeConfig,
     socket: std::net::TcpListener,
     admin_socket: Option<std::net::TcpListener>,
-    tls: Option<rustls::ServerConfig>,
+    tls: Option<crate::features::ServerTls>,
     store: Store,
 ) -> std::io::Result<BoundNode> {
     let auth = authenticator(&config)?;
@@ -495,14 +513,18 @@ fn serve_on(
     // Over TLS this runs once the handshake is done (actix calls it with
     // the TLS stream); the gate sees the TCP stream under it either way.
     .on_connect(move |connection, data| admitted.on_connect(tcp_stream(connection), data))
-    .tls_handshake_timeout(TLS_HANDSHAKE_TIMEOUT)
     // Connections still open when the workers stop (after the drain) get
     // this long to end.
     .shutdown_timeout(drain_grace.as_secs().max(1));
     main = main.workers(workers);
     let listener = socket.try_clone()?;
     let main = match tls {
-        Some(tls) => main.listen_rustls_0_23(socket, tls)?,
+        #[cfg(feature = "tls")]
+        Some(tls) => main
+            .tls_handshake_timeout(TLS_HANDSHAKE_TIMEOUT)
+            .listen_rustls_0_23(socket, tls)?,
+        #[cfg(not(feature = "tls"))]
+        Some(tls) => match tls {},
         None => main.listen(socket)?,
     };
     let addrs = main.addrs();

@@ -56,6 +56,13 @@ impl PromptDef {
         }
     }
 
+    /// Sets the display title.
+    #[must_use]
+    pub fn title(mut self, title: &str) -> Self {
+        self.prompt.title = Some(title.to_owned());
+        self
+    }
+
     /// Declares an argument.
     #[must_use]
     pub fn argument(mut self, name: &str, description: &str, required: bool) -> Self {

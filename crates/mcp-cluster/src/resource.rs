@@ -77,6 +77,13 @@ impl ResourceDef {
         .mime_type(mime_type)
     }
 
+    /// Sets the display title.
+    #[must_use]
+    pub fn title(mut self, title: &str) -> Self {
+        self.resource.title = Some(title.to_owned());
+        self
+    }
+
     /// Sets the description.
     #[must_use]
     pub fn description(mut self, description: &str) -> Self {
@@ -131,6 +138,13 @@ impl TemplateDef {
             read: Arc::new(move |uri, vars, ctx| Box::pin(read(uri, vars, ctx))),
             complete: None,
         })
+    }
+
+    /// Sets the display title.
+    #[must_use]
+    pub fn title(mut self, title: &str) -> Self {
+        self.template.title = Some(title.to_owned());
+        self
     }
 
     /// Sets the description.

@@ -35,8 +35,8 @@ const EVENT_CHANNEL: usize = 256;
 /// Everything the server offers, in registration order (the deterministic
 /// order of every listing).
 #[derive(Debug, Default, Clone)]
-struct Catalog {
-    tools: Vec<ToolDef>,
+pub(crate) struct Catalog {
+    pub(crate) tools: Vec<ToolDef>,
     tool_index: HashMap<String, usize>,
     resources: Vec<ResourceDef>,
     templates: Vec<TemplateDef>,
@@ -63,7 +63,7 @@ impl Catalog {
 pub struct ServerBuilder {
     info: Implementation,
     instructions: Option<String>,
-    catalog: Catalog,
+    pub(crate) catalog: Catalog,
     page_size: usize,
 }
 

@@ -185,6 +185,17 @@ impl ToolDef {
         self
     }
 
+    /// Changes behaviour hints in place (starting from none set).
+    #[must_use]
+    pub fn annotate(mut self, change: impl FnOnce(&mut ToolAnnotations)) -> Self {
+        change(
+            self.tool
+                .annotations
+                .get_or_insert_with(ToolAnnotations::default),
+        );
+        self
+    }
+
     /// OAuth scopes a caller needs to call this tool, when authorization is
     /// on: a token without them gets HTTP 403 `insufficient_scope` naming
     /// them, and the client can ask its user for more (step-up).

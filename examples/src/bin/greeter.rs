@@ -7,35 +7,36 @@
 use std::process::ExitCode;
 
 use mcp_cluster::cli::{self, Program};
-use mcp_cluster::protocol::ErrorObject;
-use mcp_cluster::protocol::types::{CallToolResult, LoggingLevel};
-use mcp_cluster::{McpServer, NodeConfig, RequestContext, ServerBuilder, ToolDef};
+use mcp_cluster::prelude::*;
 
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct Greet {
-    /// Who to greet.
-    name: String,
-}
+/// The provider's state (none here): its methods are the server's tools.
+struct Greeter;
 
-async fn greet(args: Greet, ctx: RequestContext) -> Result<CallToolResult, ErrorObject> {
-    // A no-op unless the call carries a progressToken.
-    ctx.progress(1.0, Some(1.0), None).await.ok();
-    // The first message before the result turns the answer into SSE.
-    ctx.log(LoggingLevel::Info, None, "greeting".into())
-        .await
-        .ok();
-    Ok(CallToolResult::text(format!("Hello, {}!", args.name)))
-}
-
-fn server(config: &NodeConfig) -> McpServer {
-    ServerBuilder::new("greeter", env!("CARGO_PKG_VERSION"))
-        .page_size(config.page_size)
-        .tool(ToolDef::typed("greet", "Greets someone.", greet))
-        .build()
+#[server(name = "greeter")]
+impl Greeter {
+    /// Greets someone.
+    #[tool]
+    async fn greet(
+        &self,
+        /// Who to greet.
+        name: String,
+        ctx: &RequestContext,
+    ) -> String {
+        // A no-op unless the call carries a progressToken.
+        ctx.progress(1.0, Some(1.0), None).await.ok();
+        // The first message before the result turns the answer into SSE.
+        ctx.log(LoggingLevel::Info, None, "greeting".into())
+            .await
+            .ok();
+        format!("Hello, {name}!")
+    }
 }
 
 fn main() -> ExitCode {
     // Reads the flags, the MCP_* variables and the configuration file,
     // serves until SIGTERM or SIGINT, then drains.
-    cli::run(Program::new("greeter", env!("CARGO_PKG_VERSION")), server)
+    cli::run(
+        Program::new("greeter", env!("CARGO_PKG_VERSION")),
+        |config| Greeter.into_builder().page_size(config.page_size).build(),
+    )
 }

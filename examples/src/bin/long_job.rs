@@ -25,20 +25,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use mcp_cluster::cli::{self, Program};
-use mcp_cluster::protocol::ErrorObject;
-use mcp_cluster::protocol::types::{CallToolResult, ElicitParams};
-use mcp_cluster::{AskError, McpServer, NodeConfig, RequestContext, ServerBuilder, ToolDef};
+use mcp_cluster::prelude::*;
+use mcp_cluster::protocol::types::ElicitParams;
 use serde_json::json;
-
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct Batch {
-    /// How many items to process.
-    #[schemars(range(min = 1, max = 1000))]
-    items: u32,
-    /// Milliseconds each item takes; 200 when absent.
-    #[schemars(range(max = 10000))]
-    item_ms: Option<u64>,
-}
 
 /// The user's name for the batch, or why there is none.
 enum Named {
@@ -46,9 +35,10 @@ enum Named {
     Refused(String),
 }
 
-async fn ask_label(ctx: &RequestContext, items: u32) -> Result<Named, AskError> {
+async fn ask_label(ctx: &RequestContext, items: u32) -> Result<Named, HandlerError> {
     // Named, so that the stateless era's input round carries the answer
-    // under `batch_label`.
+    // under `batch_label`. In that era `?` ends this run: the question goes
+    // out in the call's answer, and the retry brings the answer.
     let answer = ctx
         .input("batch_label")
         .elicit(ElicitParams {
@@ -74,58 +64,50 @@ async fn ask_label(ctx: &RequestContext, items: u32) -> Result<Named, AskError> 
     })
 }
 
-async fn process_batch(args: Batch, ctx: RequestContext) -> Result<CallToolResult, ErrorObject> {
-    let label = match ask_label(&ctx, args.items).await {
-        Ok(Named::Label(label)) => label,
-        Ok(Named::Refused(why)) => {
-            return Ok(CallToolResult::text(format!("Batch not started: {why}.")));
-        }
-        // 2026-07-28: the question goes out in this call's answer and this
-        // run's result is discarded; the retry brings the answer.
-        Err(AskError::InputRequired) => return Err(ErrorObject::internal("input required")),
-        Err(err) => {
-            return Ok(CallToolResult::error(format!(
-                "could not ask for the batch's name: {err}"
-            )));
-        }
-    };
-    let item = Duration::from_millis(args.item_ms.unwrap_or(200));
-    let total = f64::from(args.items);
-    for done in 0..args.items {
-        if ctx.is_cancelled() {
-            tracing::info!(batch = %label, done, items = args.items, "Batch cancelled: stopped.");
-            return Err(ErrorObject::internal("cancelled"));
-        }
-        // One item: work that blocks its thread (the tool is declared
-        // blocking, so it runs on the node's blocking pool).
-        std::thread::sleep(item);
-        let message = format!("{label}: item {} of {} done", done + 1, args.items);
-        // A no-op unless the call carries a progressToken.
-        ctx.progress(f64::from(done + 1), Some(total), Some(message))
-            .await
-            .ok();
-    }
-    tracing::info!(batch = %label, items = args.items, "Batch finished.");
-    Ok(CallToolResult::text(format!(
-        "Batch {label}: {} items processed.",
-        args.items
-    )))
-}
+struct LongJob;
 
-fn server(config: &NodeConfig) -> McpServer {
-    ServerBuilder::new("long-job", env!("CARGO_PKG_VERSION"))
-        .page_size(config.page_size)
-        .tool(
-            ToolDef::typed(
-                "process_batch",
-                "Processes a batch of items after asking the user to name it; reports progress and stops when cancelled.",
-                process_batch,
-            )
-            .blocking(),
-        )
-        .build()
+#[server(name = "long-job")]
+impl LongJob {
+    /// Processes a batch of items after asking the user to name it; reports
+    /// progress and stops when cancelled.
+    #[tool(blocking)]
+    async fn process_batch(
+        &self,
+        /// How many items to process.
+        #[schemars(range(min = 1, max = 1000))]
+        items: u32,
+        /// Milliseconds each item takes; 200 when absent.
+        #[schemars(range(max = 10000))]
+        item_ms: Option<u64>,
+        ctx: &RequestContext,
+    ) -> Result<String, HandlerError> {
+        let label = match ask_label(ctx, items).await? {
+            Named::Label(label) => label,
+            Named::Refused(why) => return Ok(format!("Batch not started: {why}.")),
+        };
+        let item = Duration::from_millis(item_ms.unwrap_or(200));
+        for done in 0..items {
+            if ctx.is_cancelled() {
+                tracing::info!(batch = %label, done, items, "Batch cancelled: stopped.");
+                return Err(HandlerError::tool("cancelled"));
+            }
+            // One item: work that blocks its thread (the tool is declared
+            // blocking, so it runs on the node's blocking pool).
+            std::thread::sleep(item);
+            let message = format!("{label}: item {} of {items} done", done + 1);
+            // A no-op unless the call carries a progressToken.
+            ctx.progress(f64::from(done + 1), Some(f64::from(items)), Some(message))
+                .await
+                .ok();
+        }
+        tracing::info!(batch = %label, items, "Batch finished.");
+        Ok(format!("Batch {label}: {items} items processed."))
+    }
 }
 
 fn main() -> ExitCode {
-    cli::run(Program::new("long-job", env!("CARGO_PKG_VERSION")), server)
+    cli::run(
+        Program::new("long-job", env!("CARGO_PKG_VERSION")),
+        |config| LongJob.into_builder().page_size(config.page_size).build(),
+    )
 }

@@ -18,13 +18,11 @@
 //! `tests/tests/examples.rs` runs three of them behind nginx.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
+use mcp_cluster::NodeConfig;
 use mcp_cluster::cli::{self, Program};
-use mcp_cluster::protocol::ErrorObject;
-use mcp_cluster::protocol::types::CallToolResult;
-use mcp_cluster::{McpServer, NodeConfig, RequestContext, ServerBuilder, ToolDef};
+use mcp_cluster::prelude::*;
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
@@ -34,9 +32,8 @@ const REDIS_URL_VAR: &str = "STATEFUL_REDIS_URL";
 /// The forecast service's base URL.
 const API_URL_VAR: &str = "STATEFUL_API_URL";
 
-type Outcome = Result<CallToolResult, ErrorObject>;
-
-/// What every call on a node shares, made once when the node starts.
+/// What every call on a node shares, made once when the node starts: the
+/// provider whose methods are the tools.
 struct State {
     /// `None` when neither the node nor `STATEFUL_REDIS_URL` names a Redis.
     redis: Option<redis::Client>,
@@ -78,17 +75,17 @@ impl State {
         }
     }
 
-    async fn redis(&self) -> Result<redis::aio::ConnectionManager, String> {
+    async fn redis(&self) -> Result<redis::aio::ConnectionManager, HandlerError> {
         let Some(client) = &self.redis else {
-            return Err(format!(
+            return Err(HandlerError::tool(format!(
                 "no Redis for the counters: start the node with --redis-url or set {REDIS_URL_VAR}"
-            ));
+            )));
         };
         self.connection
             .get_or_try_init(|| redis::aio::ConnectionManager::new(client.clone()))
             .await
             .cloned()
-            .map_err(|err| format!("the counter store is unavailable: {err}"))
+            .map_err(|err| HandlerError::tool(format!("the counter store is unavailable: {err}")))
     }
 }
 
@@ -96,20 +93,8 @@ fn key(name: &str) -> String {
     format!("stateful:counter:{name}")
 }
 
-#[derive(Deserialize, schemars::JsonSchema)]
-struct Increment {
-    /// The counter.
-    #[schemars(length(min = 1, max = 64))]
-    name: String,
-    /// Added to it; 1 when absent.
-    by: Option<i64>,
-}
-
-#[derive(Deserialize, schemars::JsonSchema)]
-struct CounterName {
-    /// The counter.
-    #[schemars(length(min = 1, max = 64))]
-    name: String,
+fn store_failed(err: redis::RedisError) -> HandlerError {
+    HandlerError::tool(format!("the counter store failed: {err}"))
 }
 
 /// A counter's value.
@@ -117,56 +102,6 @@ struct CounterName {
 struct Count {
     name: String,
     value: i64,
-}
-
-fn structured<T: Serialize>(value: &T) -> Outcome {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::Object(object)) => Ok(CallToolResult::structured(object)),
-        _ => Err(ErrorObject::internal("result is not an object")),
-    }
-}
-
-async fn increment(state: &State, args: Increment) -> Outcome {
-    let mut redis = match state.redis().await {
-        Ok(redis) => redis,
-        Err(why) => return Ok(CallToolResult::error(why)),
-    };
-    // INCRBY is atomic: concurrent calls on any node never lose a count.
-    match redis
-        .incr::<_, _, i64>(key(&args.name), args.by.unwrap_or(1))
-        .await
-    {
-        Ok(value) => structured(&Count {
-            name: args.name,
-            value,
-        }),
-        Err(err) => Ok(CallToolResult::error(format!(
-            "the counter store failed: {err}"
-        ))),
-    }
-}
-
-async fn count(state: &State, args: CounterName) -> Outcome {
-    let mut redis = match state.redis().await {
-        Ok(redis) => redis,
-        Err(why) => return Ok(CallToolResult::error(why)),
-    };
-    match redis.get::<_, Option<i64>>(key(&args.name)).await {
-        Ok(value) => structured(&Count {
-            name: args.name,
-            value: value.unwrap_or(0),
-        }),
-        Err(err) => Ok(CallToolResult::error(format!(
-            "the counter store failed: {err}"
-        ))),
-    }
-}
-
-#[derive(Deserialize, schemars::JsonSchema)]
-struct City {
-    /// The city, as the forecast service names it.
-    #[schemars(length(min = 1, max = 100))]
-    city: String,
 }
 
 /// What the forecast service answers, passed on as the tool's result.
@@ -177,84 +112,94 @@ struct Forecast {
     summary: String,
 }
 
-async fn forecast(state: &State, args: City) -> Outcome {
-    let Some(api) = &state.api else {
-        return Ok(CallToolResult::error(format!(
-            "no forecast service: set {API_URL_VAR}"
-        )));
-    };
-    let answer = state
-        .http
-        .get(format!("{api}/forecast"))
-        .query(&[("city", args.city.as_str())])
-        .send()
-        .await;
-    // The service's failures are the tool's: the model reads why.
-    let answer = match answer {
-        Ok(answer) if answer.status().is_success() => answer,
-        Ok(answer) => {
-            return Ok(CallToolResult::error(format!(
-                "the forecast service answered {} for {}",
-                answer.status(),
-                args.city
+// The failures of Redis and of the service are the tools': the model reads
+// why (`isError`).
+#[server(name = "stateful")]
+impl State {
+    /// Adds to a named counter (1 by default) and returns its new value.
+    #[tool]
+    async fn increment(
+        &self,
+        /// The counter.
+        #[schemars(length(min = 1, max = 64))]
+        name: String,
+        /// Added to it; 1 when absent.
+        by: Option<i64>,
+    ) -> Result<Json<Count>, HandlerError> {
+        let mut redis = self.redis().await?;
+        // INCRBY is atomic: concurrent calls on any node never lose a count.
+        let value = redis
+            .incr::<_, _, i64>(key(&name), by.unwrap_or(1))
+            .await
+            .map_err(store_failed)?;
+        Ok(Json(Count { name, value }))
+    }
+
+    /// The value of a named counter (0 if it was never incremented).
+    #[tool]
+    async fn count(
+        &self,
+        /// The counter.
+        #[schemars(length(min = 1, max = 64))]
+        name: String,
+    ) -> Result<Json<Count>, HandlerError> {
+        let mut redis = self.redis().await?;
+        let value = redis
+            .get::<_, Option<i64>>(key(&name))
+            .await
+            .map_err(store_failed)?;
+        Ok(Json(Count {
+            name,
+            value: value.unwrap_or(0),
+        }))
+    }
+
+    /// Today's forecast for a city, from the forecast service.
+    #[tool]
+    async fn forecast(
+        &self,
+        /// The city, as the forecast service names it.
+        #[schemars(length(min = 1, max = 100))]
+        city: String,
+    ) -> Result<Json<Forecast>, HandlerError> {
+        let Some(api) = &self.api else {
+            return Err(HandlerError::tool(format!(
+                "no forecast service: set {API_URL_VAR}"
+            )));
+        };
+        let answer = self
+            .http
+            .get(format!("{api}/forecast"))
+            .query(&[("city", city.as_str())])
+            .send()
+            .await
+            .map_err(|err| {
+                HandlerError::tool(format!("the forecast service is unreachable: {err}"))
+            })?;
+        if !answer.status().is_success() {
+            return Err(HandlerError::tool(format!(
+                "the forecast service answered {} for {city}",
+                answer.status()
             )));
         }
-        Err(err) => {
-            return Ok(CallToolResult::error(format!(
-                "the forecast service is unreachable: {err}"
-            )));
-        }
-    };
-    match answer.json::<Forecast>().await {
-        Ok(forecast) => structured(&forecast),
-        Err(err) => Ok(CallToolResult::error(format!(
-            "the forecast service answered something else than a forecast: {err}"
-        ))),
+        let forecast = answer.json::<Forecast>().await.map_err(|err| {
+            HandlerError::tool(format!(
+                "the forecast service answered something else than a forecast: {err}"
+            ))
+        })?;
+        Ok(Json(forecast))
     }
 }
 
-fn server(config: &NodeConfig) -> McpServer {
-    // One state per node, each tool's handler holding it.
-    let state = Arc::new(State::from_config(config));
-    let (s1, s2, s3) = (Arc::clone(&state), Arc::clone(&state), state);
-    ServerBuilder::new("stateful", env!("CARGO_PKG_VERSION"))
-        .page_size(config.page_size)
-        .tool(
-            ToolDef::typed(
-                "increment",
-                "Adds to a named counter (1 by default) and returns its new value.",
-                move |args: Increment, _: RequestContext| {
-                    let state = Arc::clone(&s1);
-                    async move { increment(&state, args).await }
-                },
-            )
-            .output::<Count>(),
-        )
-        .tool(
-            ToolDef::typed(
-                "count",
-                "The value of a named counter (0 if it was never incremented).",
-                move |args: CounterName, _: RequestContext| {
-                    let state = Arc::clone(&s2);
-                    async move { count(&state, args).await }
-                },
-            )
-            .output::<Count>(),
-        )
-        .tool(
-            ToolDef::typed(
-                "forecast",
-                "Today's forecast for a city, from the forecast service.",
-                move |args: City, _: RequestContext| {
-                    let state = Arc::clone(&s3);
-                    async move { forecast(&state, args).await }
-                },
-            )
-            .output::<Forecast>(),
-        )
-        .build()
-}
-
 fn main() -> ExitCode {
-    cli::run(Program::new("stateful", env!("CARGO_PKG_VERSION")), server)
+    cli::run(
+        Program::new("stateful", env!("CARGO_PKG_VERSION")),
+        |config| {
+            // One state per node, shared by every call.
+            State::from_config(config)
+                .into_builder()
+                .page_size(config.page_size)
+                .build()
+        },
+    )
 }

@@ -43,10 +43,7 @@ use mcp_cluster_redis::{ClusterError, RedisConfig};
 use mcp_cluster_store::Store;
 use tokio::time::Instant;
 
-use super::{
-    BoundNode, PAUSE_SETTLE, TLS_HANDSHAKE_TIMEOUT, https, listen, redis_config, serve_on,
-    wait_for_signal,
-};
+use super::{BoundNode, PAUSE_SETTLE, https, listen, redis_config, serve_on, wait_for_signal};
 use crate::{McpServer, NodeConfig};
 
 /// Delay before the second connection attempt; doubled after each failure.
@@ -94,7 +91,7 @@ struct Waiting {
     admin_socket: Option<TcpListener>,
     /// The main listener's TLS, when configured: the placeholder's and then
     /// the real server's (one certificate, reloaded for both).
-    tls: Option<rustls::ServerConfig>,
+    tls: Option<crate::features::ServerTls>,
     /// The placeholder servers (main, and admin when configured), each on
     /// a second handle of its socket; stopped before the real ones start.
     placeholders: Vec<ServerHandle>,
@@ -129,7 +126,7 @@ pub async fn start(server: McpServer, config: NodeConfig) -> std::io::Result<Sta
     let tls = https(&config)?;
     let first = match redis_config(&config) {
         None => Ok(Store::memory(config.retention.to_retention())),
-        Some(redis) => mcp_cluster_redis::connect(&redis)
+        Some(redis) => crate::features::connect(&redis)
             .await
             .map_err(|err| (redis, err)),
     };
@@ -259,7 +256,7 @@ impl Waiting {
         loop {
             tokio::time::sleep(retry_delay(self.attempts)).await;
             self.attempts += 1;
-            match mcp_cluster_redis::connect(&self.redis).await {
+            match crate::features::connect(&self.redis).await {
                 Ok(store) => {
                     tracing::info!(attempts = self.attempts, "Session store connected.");
                     return Ok(store);
@@ -285,8 +282,8 @@ fn failed(
     attempt: u32,
     failures: &mut FailureLog,
 ) -> std::io::Result<()> {
-    let rejected = matches!(err, ClusterError::Rejected { .. });
-    if !rejected && !matches!(err, ClusterError::Connect(_) | ClusterError::Timeout(_)) {
+    let rejected = err.is_rejection();
+    if !rejected && !err.is_outage() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             causes(err),
@@ -390,7 +387,7 @@ enum Role {
 fn placeholder(
     socket: TcpListener,
     role: Role,
-    tls: Option<rustls::ServerConfig>,
+    tls: Option<crate::features::ServerTls>,
     http: Arc<HttpConfig>,
 ) -> std::io::Result<ServerHandle> {
     let server = HttpServer::new(move || {
@@ -456,10 +453,14 @@ fn placeholder(
     .disable_signals()
     .workers(1)
     .keep_alive(actix_web::http::KeepAlive::Disabled)
-    .shutdown_timeout(PLACEHOLDER_SHUTDOWN_SECS)
-    .tls_handshake_timeout(TLS_HANDSHAKE_TIMEOUT);
+    .shutdown_timeout(PLACEHOLDER_SHUTDOWN_SECS);
     let server = match tls {
-        Some(tls) => server.listen_rustls_0_23(socket, tls)?,
+        #[cfg(feature = "tls")]
+        Some(tls) => server
+            .tls_handshake_timeout(super::TLS_HANDSHAKE_TIMEOUT)
+            .listen_rustls_0_23(socket, tls)?,
+        #[cfg(not(feature = "tls"))]
+        Some(tls) => match tls {},
         None => server.listen(socket)?,
     }
     .run();
