@@ -53,6 +53,7 @@ impl Executor {
             .worker_threads(threads)
             .max_blocking_threads(blocking_threads.max(1))
             .thread_name("mcp-handler")
+            .on_thread_start(batch_policy)
             .enable_all()
             .build()?;
         Ok(Self {
@@ -85,6 +86,45 @@ impl Drop for Executor {
             runtime.shutdown_background();
         }
     }
+}
+
+/// Puts the calling executor thread under `SCHED_BATCH` (Linux): the same
+/// share of the CPU as before, but waking it (a handler to run) does not
+/// preempt the thread that woke it. An HTTP worker hands a request over and
+/// goes on reading and writing its connections; the handlers queued meanwhile
+/// run together once it waits, instead of one thread switch per request each
+/// way when both share a core. Where CPUs are idle the thread starts at once
+/// all the same. Left as it is when the process runs niced (the library that
+/// sets the policy would also reset the nice value) or when the call fails.
+#[cfg(target_os = "linux")]
+fn batch_policy() {
+    use thread_priority::unix::{
+        NormalThreadSchedulePolicy, ThreadSchedulePolicy, set_thread_priority_and_policy,
+        thread_native_id,
+    };
+    use thread_priority::{ThreadPriority, ThreadPriorityOsValue};
+
+    if nice_of_this_thread() != Some(0) {
+        return;
+    }
+    let batch = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Batch);
+    // Normal policies take the nice value as their priority: 0, as it was.
+    let nice = ThreadPriority::Os(ThreadPriorityOsValue::default());
+    if let Err(err) = set_thread_priority_and_policy(thread_native_id(), nice, batch) {
+        tracing::debug!(error = ?err, "Executor thread left under its default policy.");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn batch_policy() {}
+
+/// The calling thread's nice value, from `/proc/thread-self/stat` (field 19).
+#[cfg(target_os = "linux")]
+fn nice_of_this_thread() -> Option<i64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(16)?.parse().ok()
 }
 
 /// A handler running on the executor: its outcome, or how it ended
@@ -132,5 +172,26 @@ mod tests {
 
         let panicked = executor.spawn(async { panic!("boom") }).await;
         assert!(panicked.unwrap_err().is_panic());
+    }
+
+    /// `SCHED_BATCH` is 3 in `/proc/<tid>/stat`'s field 41 (policy).
+    #[cfg(target_os = "linux")]
+    #[actix_rt::test]
+    async fn executor_threads_run_under_the_batch_policy() {
+        let executor = Executor::new(1, 1).unwrap();
+        let policy = |stat: String| -> Option<u32> {
+            let after_name = &stat[stat.rfind(')')? + 1..];
+            after_name.split_whitespace().nth(38)?.parse().ok()
+        };
+        let here = policy(std::fs::read_to_string("/proc/thread-self/stat").unwrap());
+        let there = executor
+            .spawn(async move { std::fs::read_to_string("/proc/thread-self/stat").unwrap() })
+            .await
+            .unwrap();
+        assert_eq!(here, Some(0), "the caller stays SCHED_OTHER");
+        // A niced test process leaves the policy alone.
+        if nice_of_this_thread() == Some(0) {
+            assert_eq!(policy(there), Some(3), "SCHED_BATCH on the executor");
+        }
     }
 }
