@@ -85,6 +85,10 @@ for tool in podman runc mmdebstrap podman-compose; do
   has_cmd "$tool" || need_apt podman runc netavark aardvark-dns mmdebstrap podman-compose
 done
 [ -x /usr/lib/podman/netavark ] || need_apt netavark aardvark-dns
+# netavark sets up a container network's NAT and port forwarding with
+# iptables, which a fresh machine may lack (netavark then fails with "No such
+# file or directory" at the first RUN of an image build).
+[ -x /usr/sbin/iptables ] || need_apt iptables
 has_cmd redis-server || { echo "redis-server missing after install" >&2; exit 1; }
 has_cmd nginx || { echo "nginx missing after install" >&2; exit 1; }
 has_cmd promtool || { echo "promtool missing after install" >&2; exit 1; }
