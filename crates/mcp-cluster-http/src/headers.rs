@@ -69,16 +69,20 @@ fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
         .flat_map(|v| v.split(','))
         .any(|item| {
             let mut parts = item.split(';');
-            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let media = parts.next().unwrap_or("").trim();
+            let listed = media.eq_ignore_ascii_case(wanted)
+                || media == "*/*"
+                || media
+                    .strip_suffix("/*")
+                    .is_some_and(|k| k.eq_ignore_ascii_case(kind));
             // RFC 9110 12.4.2: a weight of 0 means "not acceptable".
-            let refused = parts.any(|param| {
-                param.split_once('=').is_some_and(|(name, value)| {
-                    name.trim().eq_ignore_ascii_case("q")
-                        && value.trim().parse::<f32>().is_ok_and(|q| q == 0.0)
+            listed
+                && !parts.any(|param| {
+                    param.split_once('=').is_some_and(|(name, value)| {
+                        name.trim().eq_ignore_ascii_case("q")
+                            && value.trim().parse::<f32>().is_ok_and(|q| q == 0.0)
+                    })
                 })
-            });
-            !refused
-                && (media == wanted || media == "*/*" || media.strip_suffix("/*") == Some(kind))
         })
 }
 
@@ -349,6 +353,10 @@ mod tests {
         assert!(check_post_accept(&accept("application/json, text/event-stream;q=0.5")).is_ok());
         assert!(check_post_accept(&accept("application/json, text/event-stream;q=0")).is_err());
         assert!(check_post_accept(&accept("*/*; q=0.000")).is_err());
+        // Media types match without regard to case, and by wildcard.
+        assert!(check_post_accept(&accept("Application/JSON, TEXT/Event-Stream")).is_ok());
+        assert!(check_post_accept(&accept("application/*, text/*;q=0.1")).is_ok());
+        assert!(check_post_accept(&accept("application/json, image/*")).is_err());
     }
 
     #[test]

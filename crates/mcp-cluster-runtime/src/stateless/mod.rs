@@ -736,7 +736,13 @@ impl Stateless {
             Arc::clone(&scope) as Arc<dyn Carried>,
             inbound.principal.clone(),
         );
-        let params = request.params.clone();
+        // Only a handler that may ask the client can end in an input round,
+        // whose state names the request.
+        let params = if method_table::asks_client(&method) {
+            mrtr::identity(request.params.as_ref())
+        } else {
+            None
+        };
         let handler = handler_job(self.service(), request, context, &exchange);
         let stateless = self.clone();
         let timeout = self.config().request_timeout();

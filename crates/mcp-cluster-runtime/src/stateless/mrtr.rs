@@ -419,16 +419,32 @@ pub enum StateError {
     Replayed,
 }
 
+/// Whether a parameter is part of the request's identity: not what changes
+/// from one round to the next.
+fn identifies(key: &str) -> bool {
+    !matches!(key, "_meta" | "inputResponses" | "requestState")
+}
+
+/// What a request's state will be checked against, kept while its handler
+/// runs: the params that identify it, without the `_meta` every request
+/// carries (the most of its bytes, not worth a copy per request).
+pub(crate) fn identity(params: Option<&Map<String, Value>>) -> Option<Map<String, Value>> {
+    params.map(|params| {
+        params
+            .iter()
+            .filter(|(key, _)| identifies(key))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect()
+    })
+}
+
 /// The request's identity for its state: the params without what changes
 /// from one round to the next. serde_json's map is ordered, so the text is
 /// canonical.
 fn digest(params: Option<&Map<String, Value>>) -> String {
     let mut hasher = Sha256::new();
     if let Some(params) = params {
-        for (key, value) in params {
-            if matches!(key.as_str(), "_meta" | "inputResponses" | "requestState") {
-                continue;
-            }
+        for (key, value) in params.iter().filter(|(key, _)| identifies(key)) {
             hasher.update(key.as_bytes());
             hasher.update([0]);
             hasher.update(value.to_string().as_bytes());
@@ -502,6 +518,27 @@ mod tests {
             opened.check("prompts/get", Some(&p), Some("iss#alice")),
             Err(StateError::OtherRequest)
         );
+    }
+
+    #[test]
+    fn the_identity_kept_while_a_handler_runs_checks_like_the_whole_params() {
+        let p = params(json!({
+            "name": "t",
+            "arguments": {"a": 1},
+            "_meta": {"io.modelcontextprotocol/clientInfo": {"name": "c", "version": "1"}},
+            "inputResponses": {"x": 1},
+        }));
+        let kept = identity(Some(&p)).unwrap();
+        assert_eq!(kept.keys().collect::<Vec<_>>(), ["arguments", "name"]);
+        let issued = RoundState::issue(
+            "tools/call",
+            Some(&kept),
+            None,
+            Map::new(),
+            Duration::from_secs(60),
+        );
+        issued.check("tools/call", Some(&p), None).unwrap();
+        assert_eq!(identity(None), None);
     }
 
     fn state_like(opened: &RoundState, p: &Map<String, Value>) -> RoundState {
