@@ -603,7 +603,8 @@ async fn listen_streams_and_running_tasks_are_bounded_per_node() {
     let config = std::env::temp_dir().join(format!("bounds-e2e-{}.toml", std::process::id()));
     std::fs::write(
         &config,
-        "[runtime]\nmax_listen_streams = 2\nmax_running_tasks = 1\n",
+        // Keep-alives each second: a stream's write finds its client gone.
+        "[runtime]\nmax_listen_streams = 2\nmax_running_tasks = 1\nsse_keep_alive_secs = 1\n",
     )
     .unwrap();
     let node = node(&["--config", config.to_str().unwrap()]);
@@ -626,6 +627,21 @@ async fn listen_streams_and_running_tasks_are_bounded_per_node() {
     let third = call(url, &listen(3), &[]).await;
     assert_eq!(third.status, 503, "{third:?}");
     assert_eq!(third.response["id"], 3);
+    // A stream whose client went leaves the registry: its place is free.
+    drop(held.pop());
+    let mut reopened = None;
+    for id in 100..150 {
+        let res = send(url, &listen(id), &[]).await;
+        if res.status() == 200 {
+            reopened = Some(Messages::new(res));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut reopened = reopened.expect("a listen stream opens once another closed");
+    let ack = reopened.next().await.expect("acknowledgement");
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    held.push(reopened);
 
     let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
     let slow = |id: u64| {

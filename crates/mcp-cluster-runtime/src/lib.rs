@@ -28,8 +28,9 @@
 //! other `crate::` path.
 //! 1. [`node`]: what the node itself holds, below any MCP request: its
 //!    settings ([`RuntimeConfig`]), errors, quotas, the state every part
-//!    shares (`NodeContext`: store, counters, drain) and the reading of
-//!    event-log streams ([`Follow`]).
+//!    shares (`NodeContext`: store, counters, drain), the reading of
+//!    event-log streams ([`Follow`]) and the registry both eras keep what
+//!    they hold open in (bounded, left on stop, one fan-out, swept).
 //! 2. [`request`]: the one request path of both eras: the request executor
 //!    every handler runs on, the request actor and `run_job` (timeout,
 //!    cancellation, panics), the [`RequestContext`] handed to handlers, the
@@ -37,8 +38,9 @@
 //!    method tables, and [`McpService`], what a provider implements.
 //! 3. [`session`], [`stateless`]: the two eras, side by side and unaware of
 //!    each other. `session`: the session actor, [`SessionHandle`] and the
-//!    registry of the node's sessions (2024-11-05 … 2025-11-25).
-//!    `stateless`: 2026-07-28 requests, `subscriptions/listen`,
+//!    sessions' side of the registry (2024-11-05 … 2025-11-25).
+//!    `stateless`: 2026-07-28 requests, `subscriptions/listen` (the
+//!    listen streams' side of the registry),
 //!    input-required round trips (`mrtr`) and tasks.
 //! 4. [`runtime`]: [`Runtime`], the facade transports call, joining both
 //!    eras: the inbound pipeline every transport hands bodies to, and the

@@ -9,6 +9,7 @@ pub mod config;
 pub mod error;
 pub mod follow;
 pub mod quota;
+pub(crate) mod registry;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

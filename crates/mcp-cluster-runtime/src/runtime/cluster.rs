@@ -108,7 +108,7 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
             trace,
             ..
         } if !own => {
-            let Some(handle) = rt.sessions().get(&session).map(|h| h.clone()) else {
+            let Some(handle) = rt.sessions().get(&session) else {
                 return;
             };
             // In the trace of the node that received the client message
@@ -124,7 +124,7 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
             }
         }
         ControlMessage::SessionEnded { session, .. } if !own => {
-            if let Some((_, handle)) = rt.sessions().remove(&session) {
+            if let Some(handle) = rt.sessions().remove(&session) {
                 handle.terminate();
             }
         }

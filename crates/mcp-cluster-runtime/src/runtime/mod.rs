@@ -13,7 +13,6 @@ use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix::prelude::*;
-use dashmap::DashMap;
 use mcp_cluster_protocol::{Request, RequestId, Response};
 use mcp_cluster_store::{
     ControlMessage, NodeId, Position, Principal, SessionId, SessionRecord, Store, StoreError,
@@ -26,13 +25,14 @@ use crate::node::config::RuntimeConfig;
 use crate::node::error::RuntimeError;
 use crate::node::follow::Follow;
 use crate::node::quota::Quotas;
+use crate::node::registry::{Registry, Sweeper};
 use crate::request::call::Inbound;
 use crate::request::exchange::{Exchange, ExchangeReply};
 use crate::request::executor::Executor;
 use crate::request::service::McpService;
 use crate::request::service::ServerEvent;
 use crate::session::SessionHandle;
-use crate::session::registry::{self, SessionMap, SessionRegistry};
+use crate::session::registry::Sessions;
 use crate::session::{Session, SessionDeps};
 use crate::stateless::{RequestMeta, Stateless, StatelessReply};
 
@@ -45,34 +45,19 @@ pub struct Runtime {
 
 #[derive(Debug)]
 struct Inner {
-    sessions: SessionMap,
-    /// The registry actor, whose sweep backs up sessions that could not
-    /// leave the map; held so that it lives as long as the runtime.
-    _registry: Addr<SessionRegistry>,
+    sessions: Sessions,
+    /// Sweeps both eras' registries, the backstop for members that could
+    /// not leave; held so that it lives as long as the runtime.
+    _sweeper: Addr<Sweeper>,
     deps: SessionDeps,
     /// The 2026-07-28 requests, listen streams and tasks of this node.
     stateless: Stateless,
-    /// Sessions being created (between the limit check and the insertion
-    /// into the map): counted against `max_sessions`, so concurrent
-    /// `initialize`s cannot overshoot it.
-    creating: std::sync::atomic::AtomicUsize,
-}
-
-/// One session creation in progress, counted in `Inner::creating` until
-/// dropped.
-struct Creating<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl Drop for Creating<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl Runtime {
     /// A runtime over a service and a store. Must run inside an actix system.
     pub fn new(service: Arc<dyn McpService>, store: Store, config: RuntimeConfig) -> Self {
-        let sessions: SessionMap = Arc::new(DashMap::new());
-        let registry = SessionRegistry::new(Arc::clone(&sessions)).start();
+        let sessions: Sessions = Arc::new(Registry::new("sessions", config.max_sessions));
         let quotas = Arc::new(Quotas::new(
             config.quotas.clone(),
             Arc::clone(&store.quotas),
@@ -99,13 +84,17 @@ impl Runtime {
             executor,
             sessions: Arc::clone(&sessions),
         };
+        let sweeper = Sweeper::new(vec![
+            Arc::clone(&sessions) as _,
+            Arc::clone(stateless.listeners()) as _,
+        ])
+        .start();
         let runtime = Self {
             inner: Arc::new(Inner {
                 sessions,
-                _registry: registry,
+                _sweeper: sweeper,
                 deps,
                 stateless,
-                creating: std::sync::atomic::AtomicUsize::new(0),
             }),
         };
         crate::runtime::cluster::start(&runtime);
@@ -121,7 +110,7 @@ impl Runtime {
         &self.inner.deps.node
     }
 
-    pub(crate) fn sessions(&self) -> &SessionMap {
+    pub(crate) fn sessions(&self) -> &Sessions {
         &self.inner.sessions
     }
 
@@ -233,11 +222,13 @@ impl Runtime {
         if self.is_closing() {
             return Err(RuntimeError::ShuttingDown);
         }
-        let others = self.inner.creating.fetch_add(1, Ordering::AcqRel);
-        let _creating = Creating(&self.inner.creating);
-        if self.inner.sessions.len() + others >= self.config().max_sessions {
-            return Err(RuntimeError::TooManySessions);
-        }
+        // A place among the node's sessions, held while the session is
+        // stored: concurrent `initialize`s cannot overshoot the maximum.
+        let place = self
+            .inner
+            .sessions
+            .reserve()
+            .ok_or(RuntimeError::TooManySessions)?;
         let id = SessionId::random();
         let idle_ttl = self.config().session_idle_ttl();
         let quotas = &self.node().quotas;
@@ -255,7 +246,7 @@ impl Runtime {
             }
         };
         let handle = Session::start_with(record, self.inner.deps.clone(), &self.node().stop);
-        self.inner.sessions.insert(id, handle.clone());
+        place.fill(id, handle.clone());
         Ok(handle)
     }
 
@@ -351,12 +342,7 @@ impl Runtime {
         id: &SessionId,
         principal: Option<&Principal>,
     ) -> Result<(SessionHandle, bool), RuntimeError> {
-        let local = self
-            .inner
-            .sessions
-            .get(id)
-            .map(|h| h.clone())
-            .filter(SessionHandle::is_alive);
+        let local = self.inner.sessions.get(id).filter(SessionHandle::is_alive);
         // Alone on the embedded store, this node is the only writer: the
         // local actor is the truth, no read needed.
         if !self.store().shared
@@ -377,9 +363,7 @@ impl Runtime {
         if let (Some(handle), Some(save_events)) = (local, save_events) {
             let Some(record) = loaded else {
                 // Ended (or expired) elsewhere: end it here too.
-                self.inner
-                    .sessions
-                    .remove_if(id, |_, h| h.same_actor(&handle));
+                self.inner.sessions.remove_if(id, |h| h.same_actor(&handle));
                 handle.terminate();
                 return Err(RuntimeError::SessionNotFound);
             };
@@ -389,20 +373,15 @@ impl Runtime {
         let record = loaded
             .filter(|r| crate::session::owned_by(r.principal.as_deref(), principal))
             .ok_or(RuntimeError::SessionNotFound)?;
-        let entry = self.inner.sessions.entry(id.clone());
-        let (handle, started) = match entry {
-            dashmap::Entry::Occupied(e) if e.get().is_alive() => (e.get().clone(), false),
-            // Held here by an actor that died, or not held here.
-            entry => {
-                let handle =
-                    Session::start_with(record, self.inner.deps.clone(), &self.node().stop);
-                entry.insert(handle.clone());
-                mcp_cluster_telemetry::metrics::metrics()
-                    .sessions_rehydrated
-                    .inc();
-                (handle, true)
-            }
-        };
+        // Held here by an actor that died, or not held here: started.
+        let (handle, started) = self.inner.sessions.get_or_replace(id.clone(), || {
+            Session::start_with(record, self.inner.deps.clone(), &self.node().stop)
+        });
+        if started {
+            mcp_cluster_telemetry::metrics::metrics()
+                .sessions_rehydrated
+                .inc();
+        }
         tracing::debug!(session_id = %id, "Session rehydrated.");
         Ok((handle, started))
     }
@@ -412,7 +391,7 @@ impl Runtime {
     /// another node). `false` when it was not held here.
     pub fn evict(&self, id: &SessionId) -> bool {
         match self.inner.sessions.remove(id) {
-            Some((_, handle)) => {
+            Some(handle) => {
                 handle.evict();
                 true
             }
@@ -440,7 +419,7 @@ impl Runtime {
         id: &SessionId,
         principal: Option<&Principal>,
     ) -> Result<(), RuntimeError> {
-        let local = self.inner.sessions.get(id).map(|h| h.clone());
+        let local = self.inner.sessions.get(id);
         let owned = match local {
             Some(handle) => handle.belongs_to(principal),
             // Not held here: the record says who owns it (none: already
@@ -478,7 +457,7 @@ impl Runtime {
         measured: Option<(&str, &str)>,
     ) -> Result<(), RuntimeError> {
         let store = &self.inner.deps.node.store;
-        let local = self.inner.sessions.get(id).map(|h| h.clone());
+        let local = self.inner.sessions.get(id);
         // The session's age is in its record; read it only when no actor
         // here has it (DELETE is rare).
         let record = match (&local, measured) {
@@ -496,12 +475,12 @@ impl Runtime {
             self.node().quotas.release_session(&owner, id).await;
         }
         let local = self.inner.sessions.remove(id);
-        if let Some((_, handle)) = &local {
+        if let Some(handle) = &local {
             handle.terminate();
         }
         if let Some((reason, transport)) = measured {
             match (&local, record) {
-                (Some((_, handle)), _) => handle.record_end(reason, transport),
+                (Some(handle), _) => handle.record_end(reason, transport),
                 (None, Some(record)) if existed => crate::session::record_end(
                     reason,
                     transport,
@@ -728,7 +707,7 @@ impl Runtime {
     /// eras: the sessions (each by its subscriptions) and the
     /// `subscriptions/listen` streams (each by its filter).
     pub(crate) fn fan_out(&self, event: &ServerEvent) {
-        registry::fan_out(&self.inner.sessions, event);
+        self.inner.sessions.fan_out(event);
         self.inner.stateless.listeners().fan_out(event);
     }
 

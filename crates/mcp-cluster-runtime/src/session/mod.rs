@@ -1,14 +1,14 @@
 //! The session era (2024-11-05 … 2025-11-25): one actor per session on
-//! this node ([`SessionHandle`] reaches it), and the [`registry`] of the
-//! node's sessions. It runs each request in the request actor of
+//! this node ([`SessionHandle`] reaches it), and their side of the node
+//! [`registry`]. It runs each request in the request actor of
 //! [`crate::request`] and knows nothing of the stateless era.
 //!
 //! The session actor: lifecycle, the in-flight table, log level,
 //! subscriptions and pending server-to-client requests of one MCP session on
 //! this node.
 //!
-//! Owner: the runtime's session map holds its [`SessionHandle`]; the
-//! registry sweeps handles whose actor died. Stop paths: idle expiry (the
+//! Owner: the runtime's session registry holds its [`SessionHandle`];
+//! the registry's sweep takes out handles whose actor died. Stop paths: idle expiry (the
 //! record stays in the store, so the next request rehydrates it),
 //! `Terminate` (DELETE: the session ends everywhere), or node shutdown.
 
@@ -47,7 +47,7 @@ use crate::request::method_table::{self, By};
 use crate::request::service::McpService;
 use crate::request::service::ServerEvent;
 use crate::request::{Cancel, InFlightRequest, RequestFinished, handler_job};
-use crate::session::registry::SessionMap;
+use crate::session::registry::Sessions;
 
 /// How often a session checks whether it is idle.
 const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
@@ -151,7 +151,7 @@ pub(crate) struct SessionDeps {
     pub(crate) executor: Arc<Executor>,
     /// The node's sessions: a stopping session takes itself out, so that
     /// it never counts against `max_sessions` once stopped.
-    pub(crate) sessions: SessionMap,
+    pub(crate) sessions: Sessions,
 }
 
 /// One MCP session on this node.
@@ -262,7 +262,7 @@ impl Actor for Session {
         let me = ctx.address();
         self.deps
             .sessions
-            .remove_if(&self.record.id, |_, handle| handle.addr == me);
+            .remove_if(&self.record.id, |handle| handle.addr == me);
         tracing::debug!(session_id = %self.record.id, terminated = self.terminated, "Session stopped.");
     }
 }

@@ -9,20 +9,18 @@
 //! [`LISTEN_BUFFER`] messages full) is closed rather than allowed to grow:
 //! the client listens again and re-reads what it caches.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use dashmap::DashMap;
 use mcp_cluster_protocol::methods::meta;
 use mcp_cluster_protocol::{ErrorObject, Message, Notification, Request, Response, methods};
 use mcp_cluster_store::StreamId;
 use serde_json::{Map, Value, json};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::node::error::RuntimeError;
 use crate::node::quota::{Quota, address_subject};
+use crate::node::registry::{Member, Registry};
 use crate::request::call::Inbound;
 use crate::request::exchange::ExchangeReply;
 use crate::request::service::ServerEvent;
@@ -74,54 +72,35 @@ impl ListenFilter {
     }
 }
 
+/// A listen stream, as the node registry holds it.
 #[derive(Debug)]
-struct Listener {
+pub(crate) struct Listener {
     filter: ListenFilter,
     /// The `subscriptions/listen` request id, as JSON.
     subscription: Value,
     tx: mpsc::Sender<Arc<str>>,
 }
 
-/// The listen streams open on this node.
-#[derive(Debug, Default)]
-pub(crate) struct Listeners {
-    next: AtomicU64,
-    open: DashMap<u64, Listener>,
-}
+/// The listen streams open on this node: the 2026-07-28 era's side of the
+/// node registry ([`crate::node::registry`]), bounded by
+/// `max_listen_streams`.
+pub(crate) type Listeners = Registry<StreamId, Listener>;
 
-impl Listeners {
-    pub(crate) fn len(&self) -> usize {
-        self.open.len()
+impl Member for Listener {
+    type Event = ServerEvent;
+
+    /// Streams the event if the filter wants it; a stream whose client
+    /// does not keep up (its buffer full) leaves, which closes it.
+    fn hear(&self, event: &ServerEvent) -> bool {
+        !self.filter.wants(event)
+            || self
+                .tx
+                .try_send(notification(event, &self.subscription))
+                .is_ok()
     }
 
-    fn insert(&self, listener: Listener) -> u64 {
-        let key = self.next.fetch_add(1, Ordering::Relaxed);
-        self.open.insert(key, listener);
-        key
-    }
-
-    fn remove(&self, key: u64) {
-        self.open.remove(&key);
-    }
-
-    /// Hands a server event to every stream that wants it; closes those
-    /// that cannot take it.
-    pub(crate) fn fan_out(&self, event: &ServerEvent) {
-        let mut full = Vec::new();
-        for entry in &self.open {
-            let listener = entry.value();
-            if !listener.filter.wants(event) {
-                continue;
-            }
-            let message = notification(event, &listener.subscription);
-            if listener.tx.try_send(message).is_err() {
-                full.push(*entry.key());
-            }
-        }
-        for key in full {
-            tracing::debug!("A listen stream that did not keep up was closed.");
-            self.open.remove(&key);
-        }
+    fn is_alive(&self) -> bool {
+        !self.tx.is_closed()
     }
 }
 
@@ -210,10 +189,12 @@ impl Stateless {
             Ok(filter) => filter,
             Err(err) => return StatelessReply::Now(Response::error(Some(id), err)),
         };
-        let listeners = Arc::clone(&self.0.listeners);
-        if listeners.len() >= self.config().max_listen_streams {
+        let listeners = Arc::clone(self.listeners());
+        // A place among the node's listen streams, held while the quota is
+        // asked: concurrent listens cannot overshoot the maximum.
+        let Some(place) = listeners.reserve() else {
             return StatelessReply::Refused(RuntimeError::Overloaded, id);
-        }
+        };
         // A slot of the principal's streams, or without one of its
         // address's listen streams: the client's share of the node bound.
         let stream = StreamId::random();
@@ -250,11 +231,14 @@ impl Stateless {
         // The listener holds the only sender: when it goes (closed for not
         // keeping up, or after the graceful end) the stream ends.
         let weak = tx.downgrade();
-        let key = listeners.insert(Listener {
-            filter,
-            subscription: subscription.clone(),
-            tx,
-        });
+        place.fill(
+            stream.clone(),
+            Listener {
+                filter,
+                subscription: subscription.clone(),
+                tx,
+            },
+        );
         let gauge = mcp_cluster_telemetry::metrics::metrics()
             .sse_streams_open
             .with_label_values(&["listen"]);
@@ -275,7 +259,7 @@ impl Stateless {
                 let end = Response::result(id, Value::Object(result));
                 let _ = tx.try_send(Arc::from(Message::Response(end).to_json()));
             }
-            listeners.remove(key);
+            listeners.remove(&stream);
             gauge.dec();
         });
         let (reply_tx, reply) = oneshot::channel();

@@ -427,12 +427,13 @@ impl Stateless {
             tracing::error!(error = %err, "Request-state keys ignored; this node makes its own.");
             Vec::new()
         });
+        let listeners = Arc::new(Listeners::new("listen streams", config.max_listen_streams));
         Self(Arc::new(Era {
             service,
             config,
             node,
             executor,
-            listeners: Arc::default(),
+            listeners,
             key_ring: KeyRing::new(&configured),
             ring_read: tokio::sync::Mutex::new(None),
             running_tasks: AtomicUsize::new(0),
@@ -478,7 +479,7 @@ impl Stateless {
     }
 
     /// The listen streams open on this node.
-    pub(crate) fn listeners(&self) -> &Listeners {
+    pub(crate) fn listeners(&self) -> &Arc<Listeners> {
         &self.0.listeners
     }
 
