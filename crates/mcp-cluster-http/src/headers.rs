@@ -1,7 +1,7 @@
 //! Header names and the checks every MCP route applies.
 
 use actix_web::HttpRequest;
-use actix_web::http::header::{ACCEPT, CONTENT_TYPE, HOST, HeaderMap, ORIGIN};
+use actix_web::http::header::{ACCEPT, CONTENT_TYPE, HOST, HeaderMap, HeaderName, ORIGIN};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use mcp_cluster_protocol::{Message, ProtocolVersion, methods};
@@ -12,16 +12,19 @@ use serde_json::Value;
 use crate::config::allowed;
 use crate::{HttpConfig, HttpError};
 
+// Header names as `HeaderName`s: a lookup by `&str` parses the name
+// each time.
+
 /// `Mcp-Session-Id`.
-pub const SESSION_ID: &str = "mcp-session-id";
+pub const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 /// `MCP-Protocol-Version`.
-pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+pub const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 /// `Last-Event-ID`.
-pub const LAST_EVENT_ID: &str = "last-event-id";
+pub const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 /// `Mcp-Method` (standard MCP request header).
-pub const MCP_METHOD: &str = "mcp-method";
+pub const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
 /// `Mcp-Name` (standard MCP request header).
-pub const MCP_NAME: &str = "mcp-name";
+pub const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 /// Prefix of `Mcp-Param-{name}` headers (`x-mcp-header`).
 pub const MCP_PARAM_PREFIX: &str = "mcp-param-";
 /// Base64 sentinel of `Mcp-Param-*` values: `=?base64?{value}?=`.

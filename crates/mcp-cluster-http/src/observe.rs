@@ -16,7 +16,7 @@ use crate::headers::SESSION_ID;
 /// The request id header: taken from the client (or the proxy before it)
 /// when it is 1–128 visible ASCII characters, generated otherwise, and
 /// echoed on the response.
-pub const REQUEST_ID: &str = "x-request-id";
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The `tracing` target of access-log lines (filter it with
 /// `--log info,mcp_access=off`).
@@ -173,6 +173,6 @@ pub async fn access_log(
         );
     }
     res.headers_mut()
-        .insert(HeaderName::from_static(REQUEST_ID), id);
+        .insert(REQUEST_ID, id);
     Ok(res)
 }

@@ -153,7 +153,7 @@ async fn initialize(
     let mut response = respond(state, &session, reply, false).await?;
     if succeeded {
         response.headers_mut().insert(
-            actix_web::http::header::HeaderName::from_static(SESSION_ID),
+            SESSION_ID,
             // unwrap: session ids are visible ASCII by construction.
             #[allow(clippy::unwrap_used)]
             actix_web::http::header::HeaderValue::from_str(session.id().as_str()).unwrap(),

@@ -476,7 +476,9 @@ impl RequestContext {
     /// the answer the client POSTs back.
     ///
     /// # Errors
-    /// [`AskError`]: not initialized, cancelled, timed out, rejected.
+    /// [`AskError`]: not initialized, cancelled, timed out, rejected;
+    /// [`AskError::NotSupported`] for a question whose capability
+    /// (`elicitation`, `sampling`, `roots`) the client did not declare.
     pub async fn ask(&self, method: &str, params: impl Serialize) -> Result<Value, AskError> {
         self.ask_keyed(None, method, params).await
     }
@@ -496,6 +498,8 @@ impl RequestContext {
         method: &str,
         params: impl Serialize,
     ) -> Result<Value, AskError> {
+        // Never a question the client did not declare it can answer.
+        self.require(method)?;
         let outcome = match &self.inner.scope {
             Scope::Session { shared, .. } if !shared.initialized.load(Ordering::Acquire) => {
                 return Err(AskError::NotInitialized);
@@ -569,7 +573,6 @@ impl RequestContext {
         key: Option<&str>,
         params: CreateMessageParams,
     ) -> Result<CreateMessageResult, AskError> {
-        self.require(methods::SAMPLING_CREATE_MESSAGE)?;
         typed(
             self.ask_keyed(key, methods::SAMPLING_CREATE_MESSAGE, params)
                 .await?,
@@ -586,7 +589,6 @@ impl RequestContext {
     }
 
     async fn list_roots_keyed(&self, key: Option<&str>) -> Result<ListRootsResult, AskError> {
-        self.require(methods::ROOTS_LIST)?;
         typed(
             self.ask_keyed(key, methods::ROOTS_LIST, serde_json::json!({}))
                 .await?,
@@ -610,7 +612,6 @@ impl RequestContext {
         if !self.protocol_version().has_elicitation() {
             return Err(AskError::NotSupported("elicitation"));
         }
-        self.require(methods::ELICITATION_CREATE)?;
         typed(
             self.ask_keyed(key, methods::ELICITATION_CREATE, params)
                 .await?,

@@ -151,6 +151,12 @@ pub(crate) const ASKS: &[Ask] = &[
     },
 ];
 
+/// Whether a client declared any capability a question needs: without
+/// one, no handler can ask it anything.
+pub(crate) fn may_be_asked(capabilities: &ClientCapabilities) -> bool {
+    ASKS.iter().any(|ask| (ask.declared)(capabilities))
+}
+
 /// The entry of the question `name`; `None` for one this runtime does not
 /// know.
 pub(crate) fn ask(name: &str) -> Option<&'static Ask> {

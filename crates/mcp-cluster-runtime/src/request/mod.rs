@@ -99,6 +99,10 @@ pub(crate) struct InFlightRequest {
     /// no response is sent. A token tripped without it (node shutdown)
     /// answers with an error instead.
     client_cancelled: Arc<AtomicBool>,
+    /// Set once the handler's outcome is being written: a cancellation
+    /// arriving then is too late, and must not cut the write short (the
+    /// stream would be left unclosed).
+    answering: Arc<AtomicBool>,
     /// Counts this request on the node until the actor is dropped.
     _ticket: InFlightTicket,
 }
@@ -138,6 +142,7 @@ impl InFlightRequest {
             executor,
             task: None,
             client_cancelled: Arc::new(AtomicBool::new(false)),
+            answering: Arc::new(AtomicBool::new(false)),
             _ticket: ticket,
         }
     }
@@ -203,22 +208,21 @@ impl Actor for InFlightRequest {
         let cancel = self.cancel.clone();
         let client_cancelled = Arc::clone(&self.client_cancelled);
         let executor = Arc::clone(&self.executor);
+        let answering = Arc::clone(&self.answering);
         let run = async move {
             let Some(outcome) =
                 run_job(&executor, job, timeout, &cancel, &client_cancelled, &id).await
             else {
                 return;
             };
-            // Detached, so that a cancellation arriving now cannot cut the
-            // write short and leave the stream unclosed.
-            actix::spawn(async move {
-                output
-                    .finish(Some(Response {
-                        id: Some(id),
-                        outcome,
-                    }))
-                    .await
-            });
+            // From here on `Cancel` leaves this future alone.
+            answering.store(true, Ordering::Release);
+            output
+                .finish(Some(Response {
+                    id: Some(id),
+                    outcome,
+                }))
+                .await;
         };
         self.task = Some(ctx.spawn(run.into_actor(self).map(|(), _, ctx| ctx.stop())));
     }
@@ -236,6 +240,11 @@ impl Handler<Cancel> for InFlightRequest {
     type Result = ();
 
     fn handle(&mut self, _msg: Cancel, ctx: &mut Self::Context) {
+        if self.answering.load(Ordering::Acquire) {
+            // Answered already (the cancellation and the answer crossed):
+            // the write finishes, then the actor stops.
+            return;
+        }
         self.client_cancelled.store(true, Ordering::Release);
         if let Some(task) = self.task.take() {
             // Dropping the handler future frees what it held.

@@ -646,6 +646,8 @@ impl Stateless {
             _ => (TaskSupport::Forbidden, false),
         };
         let extension = crate::stateless::tasks::declares_extension(&meta.capabilities);
+        let may_be_asked = method_table::asks_client(&method)
+            && method_table::may_be_asked(&meta.capabilities);
         if task_support == TaskSupport::Required && !extension {
             return StatelessReply::Now(Response::error(
                 Some(id),
@@ -737,9 +739,10 @@ impl Stateless {
             Arc::clone(&scope) as Arc<dyn Carried>,
             inbound.principal.clone(),
         );
-        // Only a handler that may ask the client can end in an input round,
-        // whose state names the request.
-        let params = if method_table::asks_client(&method) {
+        // Only a handler that may ask the client, of a client that declared
+        // it can be asked, can end in an input round, whose state names the
+        // request.
+        let params = if may_be_asked {
             mrtr::identity(request.params.as_ref())
         } else {
             None
