@@ -118,13 +118,21 @@ fn batch_policy() {
 #[cfg(not(target_os = "linux"))]
 fn batch_policy() {}
 
-/// The calling thread's nice value, from `/proc/thread-self/stat` (field 19).
+/// The calling thread's nice value (field 19 of its `stat`).
 #[cfg(target_os = "linux")]
 fn nice_of_this_thread() -> Option<i64> {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces.
+    stat_field(&std::fs::read_to_string("/proc/thread-self/stat").ok()?, 19)?
+        .parse()
+        .ok()
+}
+
+/// Field `n` (numbered from 1, as in proc(5)) of a `/proc/<tid>/stat` line.
+#[cfg(target_os = "linux")]
+fn stat_field(stat: &str, n: usize) -> Option<&str> {
+    // The command name (field 2) is in parentheses and may hold spaces:
+    // fields are counted from the last `)`, which ends it.
     let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(16)?.parse().ok()
+    after_name.split_whitespace().nth(n.checked_sub(3)?)
 }
 
 /// A handler running on the executor: its outcome, or how it ended
@@ -174,15 +182,22 @@ mod tests {
         assert!(panicked.unwrap_err().is_panic());
     }
 
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn stat_fields_count_past_a_command_name_with_spaces_and_parentheses() {
+        let stat = "42 (a (b) c) S 1 2 3";
+        assert_eq!(stat_field(stat, 3), Some("S"));
+        assert_eq!(stat_field(stat, 6), Some("3"));
+        assert_eq!(stat_field(stat, 7), None);
+        assert_eq!(stat_field(stat, 2), None);
+    }
+
     /// `SCHED_BATCH` is 3 in `/proc/<tid>/stat`'s field 41 (policy).
     #[cfg(target_os = "linux")]
     #[actix_rt::test]
     async fn executor_threads_run_under_the_batch_policy() {
         let executor = Executor::new(1, 1).unwrap();
-        let policy = |stat: String| -> Option<u32> {
-            let after_name = &stat[stat.rfind(')')? + 1..];
-            after_name.split_whitespace().nth(38)?.parse().ok()
-        };
+        let policy = |stat: String| -> Option<u32> { stat_field(&stat, 41)?.parse().ok() };
         let here = policy(std::fs::read_to_string("/proc/thread-self/stat").unwrap());
         let there = executor
             .spawn(async move { std::fs::read_to_string("/proc/thread-self/stat").unwrap() })
