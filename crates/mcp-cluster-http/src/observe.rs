@@ -172,7 +172,6 @@ pub async fn access_log(
             "HTTP request."
         );
     }
-    res.headers_mut()
-        .insert(REQUEST_ID, id);
+    res.headers_mut().insert(REQUEST_ID, id);
     Ok(res)
 }

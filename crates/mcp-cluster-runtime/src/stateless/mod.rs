@@ -646,8 +646,8 @@ impl Stateless {
             _ => (TaskSupport::Forbidden, false),
         };
         let extension = crate::stateless::tasks::declares_extension(&meta.capabilities);
-        let may_be_asked = method_table::asks_client(&method)
-            && method_table::may_be_asked(&meta.capabilities);
+        let may_be_asked =
+            method_table::asks_client(&method) && method_table::may_be_asked(&meta.capabilities);
         if task_support == TaskSupport::Required && !extension {
             return StatelessReply::Now(Response::error(
                 Some(id),
