@@ -1,6 +1,6 @@
 //! The session era (2024-11-05 … 2025-11-25): one actor per session on
 //! this node ([`SessionHandle`] reaches it), and their side of the node
-//! [`registry`]. It runs each request in the request actor of
+//! registry (`registry`). It runs each request in the request actor of
 //! [`crate::request`] and knows nothing of the stateless era.
 //!
 //! The session actor: lifecycle, the in-flight table, log level,
@@ -12,7 +12,7 @@
 //! record stays in the store, so the next request rehydrates it),
 //! `Terminate` (DELETE: the session ends everywhere), or node shutdown.
 
-pub mod registry;
+pub(crate) mod registry;
 
 use std::collections::HashMap;
 use std::sync::Arc;

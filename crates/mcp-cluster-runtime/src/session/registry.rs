@@ -1,4 +1,4 @@
-//! The session era's side of the node registry ([`crate::node::registry`]):
+//! The session era's side of the node registry (`node/registry.rs`):
 //! the node's live sessions, found without a mailbox hop.
 //!
 //! A session takes itself out when its actor stops (`Session::stopped`),

@@ -82,7 +82,7 @@ pub(crate) struct Listener {
 }
 
 /// The listen streams open on this node: the 2026-07-28 era's side of the
-/// node registry ([`crate::node::registry`]), bounded by
+/// node registry (`node/registry.rs`), bounded by
 /// `max_listen_streams`.
 pub(crate) type Listeners = Registry<StreamId, Listener>;
 
