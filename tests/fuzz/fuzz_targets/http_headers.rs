@@ -412,13 +412,13 @@ fn headers_from_the_body(message: &Message, service: &Mirrors) {
         .ok()
         .filter(|v| v.to_str().is_ok_and(|s| s.trim() == s));
     if let Some(value) = &method_header {
-        map.insert(HeaderName::from_static(MCP_METHOD), value.clone());
+        map.insert(MCP_METHOD, value.clone());
     }
     let name_header = methods::name_param(method)
         .and_then(|field| params?.get(field)?.as_str())
         .map(|name| HeaderValue::from_str(&encode(name)).expect("encoded is ASCII"));
     if let Some(value) = &name_header {
-        map.insert(HeaderName::from_static(MCP_NAME), value.clone());
+        map.insert(MCP_NAME, value.clone());
     }
     let args = params
         .and_then(|p| p.get("arguments"))
@@ -447,7 +447,7 @@ fn headers_from_the_body(message: &Message, service: &Mirrors) {
     if method_header.is_some() {
         let mut changed = map.clone();
         let other = HeaderValue::from_str(&format!("{method}x")).expect("ASCII");
-        changed.insert(HeaderName::from_static(MCP_METHOD), other);
+        changed.insert(MCP_METHOD, other);
         assert!(headers::check_standard_headers(&changed, message, service).is_err());
     }
     // So does a name header naming something else.
@@ -455,7 +455,7 @@ fn headers_from_the_body(message: &Message, service: &Mirrors) {
         let mut changed = map.clone();
         let sent = decode(value.as_bytes()).expect("readable");
         let other = HeaderValue::from_str(&encode(&format!("{sent}x"))).expect("ASCII");
-        changed.append(HeaderName::from_static(MCP_NAME), other);
+        changed.append(MCP_NAME, other);
         assert!(headers::check_standard_headers(&changed, message, service).is_err());
     }
 }
