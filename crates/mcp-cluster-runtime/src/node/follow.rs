@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
 use futures_util::Stream;
 use mcp_cluster_protocol::jsonrpc::decode_message;
 use mcp_cluster_protocol::{ErrorObject, Message, RequestId, Response};
@@ -131,25 +132,35 @@ impl Attachments {
     /// the log holds, then an error for each request still unanswered, and
     /// ends, instead of waiting for a response that will never come.
     pub fn fail(&self, stream: &StreamId) {
-        match self.slots.get(stream).as_deref() {
-            Some(Slot::Reader { failed, .. }) => {
-                failed.cancel();
-                return;
+        // As `kick`: one entry lock, so an attaching reader is not lost.
+        match self.slots.entry(stream.clone()) {
+            Entry::Occupied(mut slot) => match slot.get() {
+                Slot::Reader { failed, .. } => failed.cancel(),
+                Slot::FailPending => {}
+                Slot::KickPending => {
+                    slot.insert(Slot::FailPending);
+                }
+            },
+            Entry::Vacant(slot) => {
+                slot.insert(Slot::FailPending);
             }
-            Some(Slot::FailPending) => return,
-            Some(Slot::KickPending) | None => {}
         }
-        self.slots.insert(stream.clone(), Slot::FailPending);
     }
 
     /// Ends the current reader of `stream` (or the next one, right after it
     /// attaches).
     pub fn kick(&self, stream: &StreamId) {
-        match self.slots.get(stream).as_deref() {
-            Some(Slot::Reader { kick, .. }) => kick.cancel(),
-            Some(Slot::KickPending | Slot::FailPending) => {}
-            None => {
-                self.slots.insert(stream.clone(), Slot::KickPending);
+        // One entry lock for the look and the write: a reader attaching in
+        // between (on another thread) would otherwise be overwritten by the
+        // pending kick and never kicked.
+        match self.slots.entry(stream.clone()) {
+            Entry::Occupied(slot) => {
+                if let Slot::Reader { kick, .. } = slot.get() {
+                    kick.cancel();
+                }
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(Slot::KickPending);
             }
         }
     }
