@@ -50,8 +50,10 @@ pub(crate) struct Registry<K: Eq + Hash, M> {
     what: &'static str,
     max: usize,
     members: DashMap<K, M>,
-    /// Places reserved and not yet filled or given back.
-    reserved: AtomicUsize,
+    /// Members plus places reserved and not yet filled or given back: one
+    /// count, so that a member being filled is never counted twice (a
+    /// spurious refusal at the maximum) nor not at all (an overshoot).
+    occupied: AtomicUsize,
 }
 
 impl<K, M> Registry<K, M>
@@ -64,7 +66,7 @@ where
             what,
             max,
             members: DashMap::new(),
-            reserved: AtomicUsize::new(0),
+            occupied: AtomicUsize::new(0),
         }
     }
 
@@ -77,9 +79,23 @@ where
     /// `None` when the members and the places already reserved reach the
     /// maximum.
     pub(crate) fn reserve(&self) -> Option<Reservation<'_, K, M>> {
-        let others = self.reserved.fetch_add(1, Ordering::AcqRel);
-        let reservation = Reservation { registry: self };
-        (self.members.len() + others < self.max).then_some(reservation)
+        self.occupied
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Reservation {
+                registry: self,
+                filled: false,
+            })
+    }
+
+    /// Counts a member out.
+    fn left(&self, member: Option<M>) -> Option<M> {
+        if member.is_some() {
+            self.occupied.fetch_sub(1, Ordering::AcqRel);
+        }
+        member
     }
 
     /// The member under `key`.
@@ -99,9 +115,15 @@ where
     {
         match self.members.entry(key) {
             dashmap::Entry::Occupied(e) if e.get().is_alive() => (e.get().clone(), false),
-            entry => {
+            dashmap::Entry::Occupied(mut dead) => {
                 let member = make();
-                entry.insert(member.clone());
+                dead.insert(member.clone());
+                (member, true)
+            }
+            dashmap::Entry::Vacant(vacant) => {
+                let member = make();
+                vacant.insert(member.clone());
+                self.occupied.fetch_add(1, Ordering::AcqRel);
                 (member, true)
             }
         }
@@ -109,13 +131,13 @@ where
 
     /// Takes the member under `key` out.
     pub(crate) fn remove(&self, key: &K) -> Option<M> {
-        self.members.remove(key).map(|(_, m)| m)
+        self.left(self.members.remove(key).map(|(_, m)| m))
     }
 
     /// Takes the member under `key` out if it is the one `which` accepts
     /// (not one that already took its place).
     pub(crate) fn remove_if(&self, key: &K, which: impl FnOnce(&M) -> bool) -> Option<M> {
-        self.members.remove_if(key, |_, m| which(m)).map(|(_, m)| m)
+        self.left(self.members.remove_if(key, |_, m| which(m)).map(|(_, m)| m))
     }
 
     /// Hands `event` to every member; those that can take no more leave.
@@ -131,7 +153,7 @@ where
                 what = self.what,
                 "A member that did not keep up left the registry."
             );
-            self.members.remove(&key);
+            self.remove(&key);
         }
     }
 }
@@ -141,6 +163,7 @@ where
 #[derive(Debug)]
 pub(crate) struct Reservation<'a, K: Eq + Hash, M> {
     registry: &'a Registry<K, M>,
+    filled: bool,
 }
 
 impl<K, M> Reservation<'_, K, M>
@@ -149,14 +172,21 @@ where
     M: Member,
 {
     /// Registers the member in the reserved place.
-    pub(crate) fn fill(self, key: K, member: M) {
-        self.registry.members.insert(key, member);
+    pub(crate) fn fill(mut self, key: K, member: M) {
+        self.filled = true;
+        // The place is the member's now; one replaced under the same key
+        // gives its place back.
+        if self.registry.members.insert(key, member).is_some() {
+            self.registry.occupied.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
 impl<K: Eq + Hash, M> Drop for Reservation<'_, K, M> {
     fn drop(&mut self) {
-        self.registry.reserved.fetch_sub(1, Ordering::AcqRel);
+        if !self.filled {
+            self.registry.occupied.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -175,9 +205,14 @@ where
     M: Member + std::fmt::Debug,
 {
     fn sweep(&self) -> usize {
-        let before = self.members.len();
-        self.members.retain(|_, m| m.is_alive());
-        before.saturating_sub(self.members.len())
+        let mut swept = 0;
+        self.members.retain(|_, m| {
+            let alive = m.is_alive();
+            swept += usize::from(!alive);
+            alive
+        });
+        self.occupied.fetch_sub(swept, Ordering::AcqRel);
+        swept
     }
 
     fn what(&self) -> &'static str {
@@ -265,6 +300,15 @@ mod tests {
         assert!(registry.reserve().is_none(), "two members");
         assert!(registry.remove(&1).is_some());
         assert!(registry.reserve().is_some(), "a member left");
+        // A filled place counts once: with one member of two, exactly one
+        // more place.
+        let one = registry.reserve().unwrap();
+        assert!(registry.reserve().is_none());
+        one.fill(3, Probe::new(9));
+        assert!(registry.reserve().is_none(), "full");
+        assert!(registry.remove_if(&3, |_| true).is_some());
+        registry.get_or_replace(4, || Probe::new(9));
+        assert!(registry.reserve().is_none(), "a member held again counts");
     }
 
     #[test]
