@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::ClusterError;
 use crate::keys::DEFAULT_PREFIX;
+#[cfg(feature = "client")]
+use crate::target::Target;
 
 /// How a node reaches Redis and what it keeps there. `Debug` redacts the
 /// URL's password.
@@ -23,7 +25,12 @@ use crate::keys::DEFAULT_PREFIX;
 pub struct RedisConfig {
     /// Redis URL, `redis://[[user]:password@]host[:port][/db]`, or
     /// `rediss://…` for TLS (the server's certificate is verified against
-    /// `ca_file`, else the system's roots, and must name `host`). Default
+    /// `ca_file`, else the system's roots, and must name `host`). Behind
+    /// Sentinels: `redis+sentinel://[[user]:password@]host[:port][,host[:port]…]/<master>[/db]`
+    /// (Sentinel port 26379 when none is given; `rediss+sentinel://` for
+    /// TLS to the Sentinels and the primary alike), the node then asks the
+    /// Sentinels for the primary of `<master>` and asks again when it fails
+    /// over; the credentials are the primary's. Default
     /// `redis://127.0.0.1:6379`: a local Redis, nothing leaves the host
     /// unless configured to. May hold a user (an ACL user) and a password:
     /// redact it when logging.
@@ -178,6 +185,12 @@ impl RedisConfig {
     /// The URL parsed by the Redis client.
     #[cfg(feature = "client")]
     fn url_facts(&self) -> Result<UrlFacts, ClusterError> {
+        if let Some(sentinel) = self.sentinel_url() {
+            return sentinel.map(|url| UrlFacts {
+                tls: url.tls,
+                password: url.password.is_some(),
+            });
+        }
         match self.url.as_str().into_connection_info() {
             Ok(info) => Ok(UrlFacts {
                 tls: is_tls(info.addr()),
@@ -194,6 +207,12 @@ impl RedisConfig {
     /// client (feature `client`) no store can be opened anyway.
     #[cfg(not(feature = "client"))]
     fn url_facts(&self) -> Result<UrlFacts, ClusterError> {
+        if let Some(sentinel) = self.sentinel_url() {
+            return sentinel.map(|url| UrlFacts {
+                tls: url.tls,
+                password: url.password.is_some(),
+            });
+        }
         let Some((scheme, rest)) = self.url.split_once("://") else {
             return Err(ClusterError::Config(format!(
                 "url {}: not a redis:// or rediss:// URL",
@@ -215,29 +234,64 @@ impl RedisConfig {
     }
 
     #[cfg(feature = "client")]
-    /// The Redis client of this configuration: the URL, the password of
-    /// `password_file`, and for `rediss://` the CA and client certificate
-    /// files. Reads the files now (the caller builds a client per connection
-    /// attempt, so rotated files are picked up); connects to nothing.
+    /// The Redis client of this configuration, for a URL that names one
+    /// server (`redis://`, `rediss://`): as [`Self::target`], which a
+    /// `redis+sentinel://` URL needs (its primary moves).
+    ///
+    /// # Errors
+    /// As [`Self::target`], and [`ClusterError::Config`] for a Sentinel URL.
+    pub fn client(&self) -> Result<redis::Client, ClusterError> {
+        self.target()?.into_direct().ok_or_else(|| {
+            ClusterError::Config(
+                "a redis+sentinel url names no one server: ask target() for the primary".into(),
+            )
+        })
+    }
+
+    #[cfg(feature = "client")]
+    /// Where this configuration's connections go (one Redis, or the primary
+    /// its Sentinels name): the URL, the password of `password_file`, and
+    /// for TLS the CA and client certificate files. Reads the files now
+    /// (the caller builds a target per connection attempt, so rotated files
+    /// are picked up); connects to nothing.
     ///
     /// # Errors
     /// [`ClusterError::Config`] when the configuration is invalid or a file
     /// cannot be read or parsed, naming the file (never the password).
-    pub fn client(&self) -> Result<redis::Client, ClusterError> {
+    pub fn target(&self) -> Result<Target, ClusterError> {
         self.validate()?;
+        let password = self
+            .password_file
+            .as_deref()
+            .map(read_password)
+            .transpose()?;
+        if let Some(sentinel) = self.sentinel_url() {
+            let url = sentinel?;
+            let certificates = url.tls.then(|| self.tls_certificates()).transpose()?;
+            return Target::sentinel(url, password, certificates);
+        }
         let mut info = self
             .url
             .as_str()
             .into_connection_info()
             .map_err(ClusterError::Url)?;
-        if let Some(path) = &self.password_file {
-            let password = read_password(path)?;
+        if let Some(password) = password {
             let settings = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(settings);
         }
         if !is_tls(info.addr()) {
-            return redis::Client::open(info).map_err(ClusterError::Url);
+            return redis::Client::open(info)
+                .map(Target::direct)
+                .map_err(ClusterError::Url);
         }
+        redis::Client::build_with_tls(info, self.tls_certificates()?)
+            .map(Target::direct)
+            .map_err(|err| ClusterError::Config(format!("tls files: {err}")))
+    }
+
+    /// The `rediss` CA and client certificate files, read now.
+    #[cfg(feature = "client")]
+    fn tls_certificates(&self) -> Result<redis::TlsCertificates, ClusterError> {
         let root_cert = self
             .ca_file
             .as_deref()
@@ -250,15 +304,133 @@ impl RedisConfig {
             }),
             _ => None,
         };
-        redis::Client::build_with_tls(
-            info,
-            redis::TlsCertificates {
-                client_tls,
-                root_cert,
-            },
-        )
-        .map_err(|err| ClusterError::Config(format!("tls files: {err}")))
+        Ok(redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        })
     }
+
+    /// The URL read as a Sentinel URL; `None` when it is not one.
+    fn sentinel_url(&self) -> Option<Result<SentinelUrl, ClusterError>> {
+        SentinelUrl::parse(&self.url).map(|parsed| {
+            parsed
+                .map_err(|err| ClusterError::Config(format!("url {}: {err}", self.redacted_url())))
+        })
+    }
+}
+
+/// Port of a Sentinel address that gives none.
+const SENTINEL_PORT: u16 = 26379;
+
+/// A `redis+sentinel://` (or `rediss+sentinel://`) URL, read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SentinelUrl {
+    /// `rediss+sentinel://`: TLS to the Sentinels and to the primary.
+    pub(crate) tls: bool,
+    /// The primary's ACL user.
+    pub(crate) username: Option<String>,
+    /// The primary's password.
+    pub(crate) password: Option<String>,
+    /// The Sentinels, in the order given (asked in that order).
+    pub(crate) sentinels: Vec<(String, u16)>,
+    /// The name the Sentinels monitor the primary under.
+    pub(crate) master: String,
+    /// The database number.
+    pub(crate) db: i64,
+}
+
+impl SentinelUrl {
+    /// Reads `url` when its scheme is `redis+sentinel` or
+    /// `rediss+sentinel`; `None` for any other scheme. The error never
+    /// quotes the user info.
+    pub(crate) fn parse(url: &str) -> Option<Result<Self, String>> {
+        let (tls, rest) = if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+            (false, rest)
+        } else {
+            (true, url.strip_prefix("rediss+sentinel://")?)
+        };
+        Some(Self::parse_rest(tls, rest))
+    }
+
+    fn parse_rest(tls: bool, rest: &str) -> Result<Self, String> {
+        const NO_MASTER: &str = "names no master: end it with /<master name>";
+        let (authority, path) = rest.split_once('/').ok_or(NO_MASTER)?;
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, authority),
+        };
+        let decode = |text: &str, what: &str| {
+            percent_encoding::percent_decode_str(text)
+                .decode_utf8()
+                .map(|text| text.into_owned())
+                .map_err(|_| format!("its {what} is not UTF-8 once decoded"))
+        };
+        let (username, password) = match userinfo.map(|u| u.split_once(':').unwrap_or((u, ""))) {
+            None => (None, None),
+            Some((user, password)) => (
+                Some(decode(user, "user")?).filter(|u| !u.is_empty()),
+                Some(decode(password, "password")?).filter(|p| !p.is_empty()),
+            ),
+        };
+        let sentinels = hosts
+            .split(',')
+            .map(host_port)
+            .collect::<Result<Vec<_>, _>>()?;
+        if path.contains(['?', '#']) {
+            return Err("takes no query or fragment".into());
+        }
+        let (master, db) = path.split_once('/').unwrap_or((path, ""));
+        let master = decode(master, "master name")?;
+        if master.is_empty() {
+            return Err(NO_MASTER.into());
+        }
+        let db = match db {
+            "" => 0,
+            db => db
+                .parse::<i64>()
+                .ok()
+                .filter(|db| *db >= 0)
+                .ok_or_else(|| format!("database {db:?} is not a number"))?,
+        };
+        Ok(Self {
+            tls,
+            username,
+            password,
+            sentinels,
+            master,
+            db,
+        })
+    }
+}
+
+/// One Sentinel address: `host[:port]` or `[v6]:port`.
+fn host_port(text: &str) -> Result<(String, u16), String> {
+    let bad = || format!("Sentinel address {text:?} is not host[:port]");
+    let (host, port) = match text.strip_prefix('[') {
+        Some(rest) => {
+            let (host, after) = rest.split_once(']').ok_or_else(bad)?;
+            match after {
+                "" => (host, None),
+                after => (host, Some(after.strip_prefix(':').ok_or_else(bad)?)),
+            }
+        }
+        None => match text.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (text, None),
+        },
+    };
+    if host.is_empty() || host.contains(['@', '/', '[', ']']) {
+        return Err(bad());
+    }
+    let port = match port {
+        None => SENTINEL_PORT,
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(bad)?,
+    };
+    Ok((host.to_owned(), port))
 }
 
 #[cfg(feature = "client")]
@@ -524,7 +696,7 @@ mod tests {
             password_file: Some("/nonexistent/password".into()),
             ..c
         };
-        let err = missing.client().unwrap_err().to_string();
+        let err = missing.target().unwrap_err().to_string();
         assert!(err.contains("password_file /nonexistent/password"), "{err}");
     }
 
@@ -536,7 +708,7 @@ mod tests {
             ca_file: Some(not_pem.clone()),
             ..RedisConfig::default()
         };
-        let err = c.client().unwrap_err().to_string();
+        let err = c.target().unwrap_err().to_string();
         assert!(err.contains("ca_file") && err.contains("not.pem"), "{err}");
         let c = RedisConfig {
             ca_file: None,
@@ -544,10 +716,69 @@ mod tests {
             client_key_file: Some(not_pem),
             ..c
         };
-        let err = c.client().unwrap_err().to_string();
+        let err = c.target().unwrap_err().to_string();
         assert!(
             err.contains("client_cert_file /nonexistent/client.pem"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn sentinel_urls_name_their_sentinels_master_and_primary_credentials() {
+        let url = SentinelUrl::parse("redis+sentinel://a:26380,[::1]:26381,b/mymaster/2")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            url,
+            SentinelUrl {
+                tls: false,
+                username: None,
+                password: None,
+                sentinels: vec![
+                    ("a".into(), 26380),
+                    ("::1".into(), 26381),
+                    ("b".into(), SENTINEL_PORT)
+                ],
+                master: "mymaster".into(),
+                db: 2,
+            }
+        );
+        let url = SentinelUrl::parse("rediss+sentinel://mcp:p%40ss@h:1/m")
+            .unwrap()
+            .unwrap();
+        assert!(url.tls);
+        assert_eq!(url.username.as_deref(), Some("mcp"));
+        assert_eq!(url.password.as_deref(), Some("p@ss"));
+        assert_eq!((url.master.as_str(), url.db), ("m", 0));
+        assert!(SentinelUrl::parse("redis://h:1").is_none());
+        for (bad, says) in [
+            ("redis+sentinel://h:1", "names no master"),
+            ("redis+sentinel://h:1/", "names no master"),
+            ("redis+sentinel://h:1,/m", "is not host[:port]"),
+            ("redis+sentinel://h:0/m", "is not host[:port]"),
+            ("redis+sentinel://h:x/m", "is not host[:port]"),
+            ("redis+sentinel://[::1/m", "is not host[:port]"),
+            ("redis+sentinel://h/m/x", "is not a number"),
+            ("redis+sentinel://h/m?protocol=resp3", "no query"),
+        ] {
+            let err = SentinelUrl::parse(bad).unwrap().unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        // Validation reads it, and the error never quotes the password.
+        let c = RedisConfig {
+            url: "redis+sentinel://u:s3cret@h:1,/m".into(),
+            ..RedisConfig::default()
+        };
+        let err = c.validate().unwrap_err().to_string();
+        assert!(!err.contains("s3cret") && err.contains("***"), "{err}");
+        let c = RedisConfig {
+            url: "rediss+sentinel://h:1/m".into(),
+            ..RedisConfig::default()
+        };
+        assert!(c.is_tls());
+        let target = c.target().unwrap();
+        assert!(target.follows_failovers() && target.is_tls());
+        let err = c.client().unwrap_err().to_string();
+        assert!(err.contains("ask target() for the primary"), "{err}");
     }
 }

@@ -2,13 +2,14 @@
 //! them; [`Redis`], the command handle every port shares.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use mcp_cluster_store::{Store, StoreError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, Pipeline, ScriptInvocation, Value};
+use redis::{Cmd, ErrorKind, Pipeline, ScriptInvocation, ServerErrorKind, Value};
+use tracing::{info, warn};
 
 use crate::bus::RedisBus;
 use crate::error::{connect_failed, timed_out, unavailable};
@@ -18,6 +19,7 @@ use crate::nodes::RedisNodes;
 use crate::pubsub::PubSub;
 use crate::quota::RedisQuotas;
 use crate::session_store::RedisSessionStore;
+use crate::target::Target;
 use crate::tasks::RedisTasks;
 use crate::{ClusterError, RedisConfig};
 
@@ -50,26 +52,35 @@ static COMMANDS_LOST: AtomicBool = AtomicBool::new(false);
 pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
     // Both connections (commands and pub/sub) come from this one client:
     // the same credentials and TLS for both.
-    let client = config.client()?;
-    let tls = config.is_tls();
+    let target = config.target()?;
+    let tls = target.is_tls();
     let timeout = config.command_timeout();
     let keys = Keys::new(&config.key_prefix);
     // The pub/sub connection first: one plain attempt whose error says why.
-    let pubsub = PubSub::start(client.clone(), keys.ctl(), timeout).await?;
+    let pubsub = PubSub::start(target.clone(), keys.ctl(), timeout).await?;
     let manager_config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
         .set_min_delay(RECONNECT_MIN_DELAY)
         .set_max_delay(RECONNECT_MAX_DELAY)
         .set_number_of_retries(RECONNECT_RETRIES);
-    let manager = tokio::time::timeout(
+    let (manager, addr) = tokio::time::timeout(timeout, open_manager(&target, &manager_config))
+        .await
+        .map_err(|_| ClusterError::Timeout(timeout))?
+        .map_err(|err| connect_failed(err, tls))?;
+    let redis = Redis {
+        primary: Arc::new(Primary {
+            target,
+            manager_config,
+            current: RwLock::new(Current { manager, addr }),
+            asking: AtomicBool::new(false),
+            known: AtomicBool::new(true),
+        }),
         timeout,
-        ConnectionManager::new_with_config(client, manager_config),
-    )
-    .await
-    .map_err(|_| ClusterError::Timeout(timeout))?
-    .map_err(|err| connect_failed(err, tls))?;
-    let redis = Redis { manager, timeout };
+    };
+    mcp_cluster_telemetry::metrics::metrics()
+        .redis_primary_known
+        .set(1);
     Ok(Store {
         sessions: Arc::new(RedisSessionStore::new(
             redis.clone(),
@@ -94,6 +105,18 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
     })
 }
 
+/// A connection manager to the primary the target names now, and that
+/// primary's address.
+async fn open_manager(
+    target: &Target,
+    config: &ConnectionManagerConfig,
+) -> redis::RedisResult<(ConnectionManager, String)> {
+    let client = target.primary().await?;
+    let addr = client.get_connection_info().addr().to_string();
+    let manager = ConnectionManager::new_with_config(client, config.clone()).await?;
+    Ok((manager, addr))
+}
+
 /// The command connection: one multiplexed connection shared by every port
 /// and every task of the node, reconnecting in the background. Every call is
 /// bounded by the command timeout and maps failures to
@@ -101,9 +124,118 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
 #[derive(Clone)]
 pub(crate) struct Redis {
     /// Cloning is cheap (an `Arc`); all clones share one connection.
-    manager: ConnectionManager,
+    primary: Arc<Primary>,
     /// Bound on each call, connection wait included.
     timeout: Duration,
+}
+
+/// Where commands go. With one Redis, always the same connection manager
+/// (it reconnects by itself). Behind Sentinels, a command that finds the
+/// primary gone (connection lost, timed out) or demoted (`READONLY`,
+/// `MASTERDOWN`) makes the node ask the Sentinels again; when they name
+/// another primary, a manager connected to it replaces the old one. Until
+/// then commands fail fast with the store's usual unavailable error.
+struct Primary {
+    target: Target,
+    manager_config: ConnectionManagerConfig,
+    /// Read for each command (a clone of the manager, no await under the
+    /// lock); written when the primary moved.
+    current: RwLock<Current>,
+    /// Set while a task asks the Sentinels: one question at a time.
+    asking: AtomicBool,
+    /// Cleared when a command found the primary gone or demoted (Sentinels
+    /// only), set again when the Sentinels name a primary the node reaches:
+    /// the node is not ready in between.
+    known: AtomicBool,
+}
+
+struct Current {
+    manager: ConnectionManager,
+    /// The primary's address, as the Sentinels gave it.
+    addr: String,
+}
+
+impl Primary {
+    fn manager(&self) -> ConnectionManager {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .manager
+            .clone()
+    }
+
+    fn set_known(&self, known: bool) {
+        self.known.store(known, Ordering::Release);
+        mcp_cluster_telemetry::metrics::metrics()
+            .redis_primary_known
+            .set(i64::from(known));
+    }
+
+    /// Asks the Sentinels for the primary in the background (once at a
+    /// time), and moves the commands to it when it is another one.
+    fn recheck(self: &Arc<Self>, timeout: Duration) {
+        if !self.target.follows_failovers() {
+            return;
+        }
+        self.set_known(false);
+        if self.asking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let primary = Arc::clone(self);
+        tokio::spawn(async move {
+            primary.follow(timeout).await;
+            primary.asking.store(false, Ordering::Release);
+        });
+    }
+
+    async fn follow(&self, timeout: Duration) {
+        let m = mcp_cluster_telemetry::metrics::metrics();
+        let client = match tokio::time::timeout(timeout, self.target.primary()).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(err)) => {
+                warn!(error = %err, "The Sentinels name no reachable Redis primary.");
+                return;
+            }
+            Err(_) => {
+                warn!(
+                    ?timeout,
+                    "The Sentinels did not name a Redis primary in time."
+                );
+                return;
+            }
+        };
+        let addr = client.get_connection_info().addr().to_string();
+        let same = self
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .addr
+            == addr;
+        if same {
+            // Still the primary: its manager reconnects by itself.
+            self.set_known(true);
+            return;
+        }
+        let opened = tokio::time::timeout(
+            timeout,
+            ConnectionManager::new_with_config(client, self.manager_config.clone()),
+        )
+        .await;
+        match opened {
+            Ok(Ok(manager)) => {
+                let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+                info!(from = %current.addr, to = %addr, "Following a Redis failover: commands go to the new primary.");
+                *current = Current { manager, addr };
+                drop(current);
+                self.set_known(true);
+                m.redis_reconnects.with_label_values(&["failover"]).inc();
+            }
+            Ok(Err(err)) => {
+                warn!(%addr, error = %err, "The new Redis primary could not be reached.")
+            }
+            Err(_) => warn!(%addr, ?timeout, "The new Redis primary did not answer in time."),
+        }
+    }
 }
 
 impl fmt::Debug for Redis {
@@ -117,10 +249,16 @@ impl fmt::Debug for Redis {
 }
 
 impl Redis {
+    /// Whether the node knows a primary to write to (with one Redis,
+    /// always: the readiness ping tells whether it answers).
+    pub(crate) fn primary_known(&self) -> bool {
+        self.primary.known.load(Ordering::Acquire)
+    }
+
     /// Runs one command.
     /// One command; `op` names it in the Redis metrics.
     pub(crate) async fn cmd(&self, op: &'static str, cmd: &Cmd) -> Result<Value, StoreError> {
-        let mut con = self.manager.clone();
+        let mut con = self.primary.manager();
         self.bounded(op, cmd.query_async::<Value>(&mut con)).await
     }
 
@@ -130,7 +268,7 @@ impl Redis {
         op: &'static str,
         pipe: &Pipeline,
     ) -> Result<Value, StoreError> {
-        let mut con = self.manager.clone();
+        let mut con = self.primary.manager();
         self.bounded(op, pipe.query_async::<Value>(&mut con)).await
     }
 
@@ -140,7 +278,7 @@ impl Redis {
         op: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<Value, StoreError> {
-        let mut con = self.manager.clone();
+        let mut con = self.primary.manager();
         self.bounded(op, invocation.invoke_async::<Value>(&mut con))
             .await
     }
@@ -167,7 +305,15 @@ impl Redis {
                 let kind = if err.is_connection_dropped() || err.is_io_error() {
                     // The connection manager reconnects for the next one.
                     COMMANDS_LOST.store(true, Ordering::Release);
+                    self.primary.recheck(self.timeout);
                     "connection"
+                } else if matches!(
+                    err.kind(),
+                    ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+                ) {
+                    // A primary demoted to a replica, or one that lost its own.
+                    self.primary.recheck(self.timeout);
+                    "readonly"
                 } else {
                     "other"
                 };
@@ -175,6 +321,7 @@ impl Redis {
                 Err(unavailable(&err))
             }
             Err(_) => {
+                self.primary.recheck(self.timeout);
                 m.redis_errors.with_label_values(&[op, "timeout"]).inc();
                 Err(timed_out(self.timeout))
             }

@@ -50,6 +50,8 @@ mod reply;
 #[cfg(feature = "client")]
 pub mod session_store;
 #[cfg(feature = "client")]
+pub mod target;
+#[cfg(feature = "client")]
 pub mod tasks;
 
 #[cfg(feature = "client")]
@@ -67,5 +69,7 @@ pub use nodes::RedisNodes;
 pub use quota::RedisQuotas;
 #[cfg(feature = "client")]
 pub use session_store::RedisSessionStore;
+#[cfg(feature = "client")]
+pub use target::Target;
 #[cfg(feature = "client")]
 pub use tasks::RedisTasks;

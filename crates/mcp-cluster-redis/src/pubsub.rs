@@ -41,6 +41,7 @@ use tracing::{debug, info, warn};
 
 use crate::ClusterError;
 use crate::error::{connect_failed, timed_out, unavailable};
+use crate::target::Target;
 
 /// Capacity of the control message broadcast; a subscriber that lags
 /// further loses the oldest messages and is told so by the channel.
@@ -72,9 +73,10 @@ struct Handle {
 
 /// State shared by the handles and the task.
 struct Shared {
-    /// Opens new connections (reconnection).
-    client: redis::Client,
-    /// Whether `client` speaks TLS (for the errors' hints).
+    /// Where new connections go (reconnection): after a failover, the
+    /// primary the Sentinels name then.
+    target: Target,
+    /// Whether `target` speaks TLS (for the errors' hints).
     tls: bool,
     /// Bound on connecting and on each subscription command.
     timeout: Duration,
@@ -135,16 +137,13 @@ impl PubSub {
     /// [`ClusterError::Connect`], [`ClusterError::Rejected`] or
     /// [`ClusterError::Timeout`] when the first connection fails.
     pub(crate) async fn start(
-        client: redis::Client,
+        target: Target,
         ctl: String,
         timeout: Duration,
     ) -> Result<Self, ClusterError> {
         let shared = Arc::new(Shared {
-            tls: matches!(
-                client.get_connection_info().addr(),
-                redis::ConnectionAddr::TcpTls { .. }
-            ),
-            client,
+            tls: target.is_tls(),
+            target,
             timeout,
             ctl,
             control: broadcast::channel(CONTROL_CAPACITY).0,
@@ -232,7 +231,11 @@ impl Shared {
     /// Opens a connection, subscribes to every channel, installs it and
     /// bumps every watch.
     async fn establish(&self) -> Result<PubSubStream, ClusterError> {
-        let pubsub = tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
+        let open = async {
+            let client = self.target.primary().await?;
+            client.get_async_pubsub().await
+        };
+        let pubsub = tokio::time::timeout(self.timeout, open)
             .await
             .map_err(|_| ClusterError::Timeout(self.timeout))?
             .map_err(|err| connect_failed(err, self.tls))?;

@@ -313,6 +313,11 @@ impl SessionStore for RedisSessionStore {
                 "redis pub/sub connection is down".into(),
             ));
         }
+        if !self.redis.primary_known() {
+            return Err(StoreError::Unavailable(
+                "no redis primary: waiting for the sentinels to name one".into(),
+            ));
+        }
         self.redis.cmd("ping", &redis::cmd("PING")).await.map(drop)
     }
 

@@ -133,8 +133,12 @@ pub struct Metrics {
     pub redis_duration: HistogramVec,
     /// `mcp_redis_errors_total` by operation and kind.
     pub redis_errors: IntCounterVec,
-    /// `mcp_redis_reconnects_total` by connection (`commands`, `pubsub`).
+    /// `mcp_redis_reconnects_total` by connection (`commands`, `pubsub`,
+    /// `failover`).
     pub redis_reconnects: IntCounterVec,
+    /// `mcp_redis_primary_known`: 1 while the node knows a Redis primary to
+    /// write to, 0 while the Sentinels name none it can reach.
+    pub redis_primary_known: IntGauge,
     /// `mcp_bus_messages_published_total` by type.
     pub bus_published: IntCounterVec,
     /// `mcp_bus_messages_received_total` by type.
@@ -365,8 +369,12 @@ impl Metrics {
             ),
             redis_reconnects: counters(
                 "mcp_redis_reconnects_total",
-                "Redis connections restored after they were lost (commands, pubsub).",
+                "Redis connections restored after they were lost (commands, pubsub), and failovers followed to a new primary (failover).",
                 &["connection"],
+            ),
+            redis_primary_known: gauge(
+                "mcp_redis_primary_known",
+                "1 while this node knows a Redis primary to write to; 0 while the Sentinels name none it can reach.",
             ),
             bus_published: counters(
                 "mcp_bus_messages_published_total",
@@ -477,6 +485,7 @@ impl Metrics {
             Box::new(self.redis_duration.clone()),
             Box::new(self.redis_errors.clone()),
             Box::new(self.redis_reconnects.clone()),
+            Box::new(self.redis_primary_known.clone()),
             Box::new(self.bus_published.clone()),
             Box::new(self.bus_received.clone()),
             Box::new(self.bus_dropped.clone()),
@@ -560,7 +569,7 @@ impl Metrics {
             &self.sessions_created,
             &["streamable_http", "legacy_sse", "stdio"],
         );
-        zero(&self.redis_reconnects, &["commands", "pubsub"]);
+        zero(&self.redis_reconnects, &["commands", "pubsub", "failover"]);
         zero(&self.quota_rejections, QUOTAS);
         zero(&self.bus_published, BUS_MESSAGE_TYPES);
         zero(&self.bus_received, BUS_MESSAGE_TYPES);

@@ -568,4 +568,4 @@ pub use nginx::Nginx;
 pub use otlp::{OtlpReceiver, ReceivedLink, ReceivedSpan};
 pub use pki::TestPki;
 pub use prometheus::{PROMETHEUS_JOB, Prometheus};
-pub use redis::RedisServer;
+pub use redis::{RedisServer, Sentinel};

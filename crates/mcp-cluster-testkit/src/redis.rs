@@ -88,6 +88,7 @@ impl RedisServer {
         let access = Access {
             tls: Some(TlsSetup::new(pki)?),
             user: user.map(|(name, password)| (name.to_owned(), password.to_owned())),
+            replica_of: None,
         };
         let mut last_err = None;
         for _ in 0..START_ATTEMPTS {
@@ -97,6 +98,53 @@ impl RedisServer {
             }
         }
         Err(last_err.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
+    }
+
+    /// Starts `redis-server` on a free loopback port as a replica of
+    /// `primary` (plain TCP, open `default` user), and waits until it
+    /// answers (not until it has synchronized: see
+    /// [`Self::wait_replicated`]).
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_replica_of(primary: &Self) -> anyhow::Result<Self> {
+        let access = Access {
+            replica_of: Some(primary.port),
+            ..Access::default()
+        };
+        Self::start_with(crate::free_port()?, access)
+    }
+
+    /// Waits until this primary has `replicas` replicas connected and in
+    /// sync, then until they acknowledged every write made so far (`WAIT`).
+    ///
+    /// # Errors
+    /// They are not there within [`GUARD`].
+    pub fn wait_replicated(&self, replicas: usize) -> anyhow::Result<()> {
+        let mut waited = Duration::ZERO;
+        loop {
+            let info = self.command(&["INFO", "replication"])?;
+            let online = info
+                .lines()
+                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                .count();
+            if online >= replicas {
+                let acked: usize = self
+                    .command(&["WAIT", &replicas.to_string(), "1000"])?
+                    .parse()?;
+                if acked >= replicas {
+                    return Ok(());
+                }
+            }
+            if waited >= GUARD {
+                bail!(
+                    "{online} of {replicas} replicas in sync on port {}:\n{info}",
+                    self.port
+                );
+            }
+            std::thread::sleep(PROBE_INTERVAL * 5);
+            waited += PROBE_INTERVAL * 5;
+        }
     }
 
     fn start_with(port: u16, access: Access) -> anyhow::Result<Self> {
@@ -243,9 +291,20 @@ impl RedisServer {
                 .args(["--user", name, "on", &format!(">{password}")])
                 .args(["~*", "&*", "+@all"]);
         }
+        if let Some(primary) = self.access.replica_of {
+            command.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
+        }
         let mut child = command
             // `--save ""` and `--appendonly no`: nothing goes to disk.
             .args(["--bind", "127.0.0.1", "--save", ""])
+            // Replication in memory both ways: no RDB file either.
+            .args([
+                "--repl-diskless-sync",
+                "yes",
+                "--repl-diskless-sync-delay",
+                "0",
+            ])
+            .args(["--repl-diskless-load", "on-empty-db"])
             .args(["--appendonly", "no", "--protected-mode", "yes"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -349,6 +408,8 @@ struct Access {
     tls: Option<TlsSetup>,
     /// The ACL user (name, password) that replaces the `default` one.
     user: Option<(String, String)>,
+    /// The primary's port, for a replica (`--replicaof`).
+    replica_of: Option<u16>,
 }
 
 /// A TLS server's files, and the probes' side of its handshakes.
@@ -579,5 +640,115 @@ mod tests {
         assert!(err.to_string().contains("WRONGPASS"), "{err:#}");
         redis.restart().unwrap();
         assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
+    }
+}
+
+/// A Redis Sentinel (`redis-server <file> --sentinel`) on a free loopback
+/// port, monitoring one primary; killed on drop, its directory removed.
+/// Sentinel rewrites its configuration file as it learns the replicas and
+/// the other Sentinels, so each has a directory of its own.
+#[derive(Debug)]
+pub struct Sentinel {
+    port: u16,
+    child: Mutex<Option<Child>>,
+    dir: PathBuf,
+}
+
+impl Sentinel {
+    /// Starts a Sentinel that monitors `primary` as `master`, with
+    /// `quorum` Sentinels needed to agree it is down, and fast timings
+    /// (down after 1 s, failover timeout 5 s); waits until it answers.
+    ///
+    /// # Errors
+    /// `redis-server` is missing, exits, or does not answer within [`GUARD`].
+    pub fn start(primary: &RedisServer, master: &str, quorum: usize) -> anyhow::Result<Self> {
+        let port = crate::free_port()?;
+        let dir = std::env::temp_dir().join(format!("mcp-sentinel-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).context("sentinel directory")?;
+        let file = dir.join("sentinel.conf");
+        std::fs::write(
+            &file,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                 sentinel monitor {master} 127.0.0.1 {primary} {quorum}\n\
+                 sentinel down-after-milliseconds {master} 1000\n\
+                 sentinel failover-timeout {master} 5000\n\
+                 sentinel parallel-syncs {master} 1\n",
+                dir = dir.display(),
+                primary = primary.port(),
+            ),
+        )
+        .context("sentinel configuration")?;
+        let child = Command::new("redis-server")
+            .arg(&file)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("spawning redis-server --sentinel")?;
+        let sentinel = Self {
+            port,
+            child: Mutex::new(Some(child)),
+            dir,
+        };
+        let mut waited = Duration::ZERO;
+        while sentinel.cli(&["PING"]).map(|r| r.trim() == "PONG") != Ok(true) {
+            if waited >= GUARD {
+                bail!("redis sentinel on port {port} did not answer");
+            }
+            std::thread::sleep(PROBE_INTERVAL);
+            waited += PROBE_INTERVAL;
+        }
+        Ok(sentinel)
+    }
+
+    /// Its port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The port of the primary it names for `master` now.
+    ///
+    /// # Errors
+    /// `redis-cli` fails, or the answer is not an address.
+    pub fn primary_port(&self, master: &str) -> anyhow::Result<u16> {
+        let reply = self
+            .cli(&["SENTINEL", "get-master-addr-by-name", master])
+            .map_err(|err| anyhow::anyhow!(err))?;
+        reply
+            .lines()
+            .nth(1)
+            .and_then(|port| port.trim().parse().ok())
+            .with_context(|| format!("sentinel answered {reply:?}"))
+    }
+
+    /// One command through `redis-cli` (part of Debian's redis-tools,
+    /// installed with redis-server): its output, or why it failed.
+    fn cli(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .map_err(|err| format!("redis-cli: {err}"))?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        if let Some(mut child) = self
+            .child
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

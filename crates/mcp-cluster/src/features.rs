@@ -67,7 +67,7 @@ pub(crate) async fn connect(_: &RedisConfig) -> Result<Store, ClusterError> {
 /// A file cannot be read or is not what it should hold.
 #[cfg(feature = "redis")]
 pub(crate) fn check_redis_files(redis: &RedisConfig) -> Result<(), ClusterError> {
-    redis.client().map(drop)
+    redis.target().map(drop)
 }
 
 /// Nothing to check: a build without Redis refuses its configuration.
