@@ -1,7 +1,10 @@
 //! Correctness checks on what one request gets back, kept free of I/O so
 //! they are unit-tested: the response carries the request's id and arrives
 //! once; progress rises strictly; a complete call (one connection or a
-//! dropped one plus its resumption) saw progress exactly 1..=steps.
+//! dropped one plus its resumption) saw progress exactly 1..=steps; no SSE
+//! event id comes twice.
+
+use std::collections::HashSet;
 
 use serde_json::Value;
 
@@ -29,6 +32,9 @@ pub(crate) enum Violation {
     NoEventId,
     /// The answer was well-formed but not what the tool returns (echo text).
     WrongResult,
+    /// An SSE event id that an earlier message of the same request already
+    /// carried: a replay of something seen, or an id given twice.
+    EventIdRepeated,
 }
 
 impl Violation {
@@ -45,6 +51,7 @@ impl Violation {
             Violation::Malformed => "protocol:malformed_message",
             Violation::NoEventId => "protocol:no_event_id",
             Violation::WrongResult => "protocol:wrong_result",
+            Violation::EventIdRepeated => "protocol:event_id_repeated",
         }
     }
 }
@@ -62,9 +69,10 @@ pub(crate) enum Seen {
 
 /// Checks the messages of one request, across one or more connections.
 ///
-/// Memory: a few words, whatever the number of steps. Strictly rising
-/// integers in 1..=steps, `steps` of them, are exactly 1..=steps, so no set
-/// of seen values is needed.
+/// Memory: a few words for progress, whatever the number of steps
+/// (strictly rising integers in 1..=steps, `steps` of them, are exactly
+/// 1..=steps, so no set of seen values is needed), and the event ids of the
+/// request's own messages (ids are opaque: only a set tells a repeat).
 #[derive(Debug)]
 pub(crate) struct CallCheck {
     id: i64,
@@ -73,6 +81,7 @@ pub(crate) struct CallCheck {
     last_progress: u64,
     progress_count: u64,
     response: Option<Value>,
+    event_ids: HashSet<String>,
 }
 
 impl CallCheck {
@@ -84,6 +93,20 @@ impl CallCheck {
             last_progress: 0,
             progress_count: 0,
             response: None,
+            event_ids: HashSet::new(),
+        }
+    }
+
+    /// Takes the SSE event id of a message of this request (before the
+    /// message itself).
+    ///
+    /// # Errors
+    /// [`Violation::EventIdRepeated`] when an earlier message carried it.
+    pub(crate) fn event_id(&mut self, id: &str) -> Result<(), Violation> {
+        if self.event_ids.insert(id.to_owned()) {
+            Ok(())
+        } else {
+            Err(Violation::EventIdRepeated)
         }
     }
 
@@ -215,6 +238,14 @@ mod tests {
 
     fn response(id: i64) -> Value {
         json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}})
+    }
+
+    #[test]
+    fn an_event_id_seen_before_is_caught() {
+        let mut check = CallCheck::new(7, None);
+        assert_eq!(check.event_id("s.1-0"), Ok(()));
+        assert_eq!(check.event_id("s.2-0"), Ok(()));
+        assert_eq!(check.event_id("s.1-0"), Err(Violation::EventIdRepeated));
     }
 
     #[test]

@@ -477,9 +477,18 @@ async fn read_stream(
     stop_after: Option<u64>,
 ) -> Result<StreamEnd, ErrorKind> {
     loop {
-        let Some(message) = stream.next_message().await.map_err(classify)? else {
+        let Some(event) = stream.next_event().await.map_err(classify)? else {
             return Ok(StreamEnd::Closed);
         };
+        // Priming events and bare `retry` blocks carry no message.
+        if !event.has_data || event.data.is_empty() {
+            continue;
+        }
+        if let Some(id) = &event.id {
+            check.event_id(id).map_err(violation)?;
+        }
+        let message =
+            serde_json::from_str(&event.data).map_err(|_| violation(Violation::Malformed))?;
         let seen = check.observe(message).map_err(violation)?;
         if seen != Seen::Other && stop_after.is_some_and(|n| check.progress_count() >= n) {
             return Ok(StreamEnd::Stopped);

@@ -92,13 +92,29 @@ return 1
 });
 
 /// KEYS: stream, meta, set. ARGV: data, max events, idle TTL ms, wake
-/// channel, max bytes. Returns `{entry id, 1 if older events were dropped
-/// else 0}`, or nil for a missing or closed stream.
+/// channel, max bytes, and the position (`<ms>-<seq>`, `0-0` for none yet)
+/// that must be the stream's last, or `''`. Returns `{entry id, 1 if older
+/// events were dropped else 0}`, nil for a missing or closed stream,
+/// `{'lost'}` when the stream's last event is older than that position (the
+/// store lost it), `{'ahead'}` when it is newer (an append not seen
+/// acknowledged went in).
 static APPEND: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
 if redis.call('HGET', KEYS[2], CLOSED) ~= '0' then
   return false
+end
+if ARGV[6] ~= '' then
+  local last = redis.call('HGET', KEYS[2], LAST) or '0-0'
+  local lms, lseq = string.match(last, '^(%d+)-(%d+)$')
+  local fms, fseq = string.match(ARGV[6], '^(%d+)-(%d+)$')
+  lms, lseq, fms, fseq = tonumber(lms), tonumber(lseq), tonumber(fms), tonumber(fseq)
+  if lms < fms or (lms == fms and lseq < fseq) then
+    return {'lost'}
+  end
+  if lms > fms or lseq > fseq then
+    return {'ahead'}
+  end
 end
 local id = redis.call('XADD', KEYS[1], '*', DATA, ARGV[1])
 local bytes = redis.call('HINCRBY', KEYS[2], BYTES, #ARGV[1])
@@ -323,6 +339,60 @@ impl RedisEventLog {
 }
 
 impl RedisEventLog {
+    /// One append; with `follows`, only when that is the stream's last
+    /// position (see [`EventLog::append_following`]).
+    async fn append_after(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        data: Arc<str>,
+        follows: Option<Position>,
+    ) -> Result<EventId, StoreError> {
+        let reply = self
+            .redis
+            .script(
+                "stream_append",
+                APPEND
+                    .key(self.keys.stream(session, stream))
+                    .key(self.keys.meta(session, stream))
+                    .key(self.keys.streams(session))
+                    .arg(&*data)
+                    .arg(self.max_events)
+                    .arg(self.idle_ttl_ms)
+                    .arg(self.keys.wake(session, stream))
+                    .arg(self.max_stream_bytes)
+                    .arg(follows.map(|p| p.to_string()).unwrap_or_default()),
+            )
+            .await?;
+        if reply == Value::Nil {
+            return Err(StoreError::StreamNotFound);
+        }
+        let parts = reply::array(reply)?;
+        if let [refused] = parts.as_slice() {
+            return match reply::text(refused.clone())?.as_str() {
+                "lost" => {
+                    mcp_cluster_telemetry::metrics::metrics()
+                        .event_log_lost
+                        .inc();
+                    Err(StoreError::EventsLost)
+                }
+                "ahead" => Err(StoreError::Conflict),
+                other => Err(corrupt(format!("append refused as {other:?}"))),
+            };
+        }
+        let mut parts = parts.into_iter();
+        let (Some(id), Some(trimmed)) = (parts.next(), parts.next()) else {
+            return Err(corrupt("short append reply"));
+        };
+        if reply::int(&trimmed)? == 1 {
+            mcp_cluster_telemetry::metrics::metrics().event_trims.inc();
+        }
+        Ok(EventId {
+            stream: stream.clone(),
+            position: reply::position(id)?,
+        })
+    }
+
     /// Accounts for a stream this node closed, and deletes the oldest
     /// closed streams beyond the budget.
     async fn closed_now(&self, session: &SessionId, stream: &StreamId, bytes: u64) {
@@ -398,35 +468,18 @@ impl EventLog for RedisEventLog {
         stream: &StreamId,
         data: Arc<str>,
     ) -> Result<EventId, StoreError> {
-        let reply = self
-            .redis
-            .script(
-                "stream_append",
-                APPEND
-                    .key(self.keys.stream(session, stream))
-                    .key(self.keys.meta(session, stream))
-                    .key(self.keys.streams(session))
-                    .arg(&*data)
-                    .arg(self.max_events)
-                    .arg(self.idle_ttl_ms)
-                    .arg(self.keys.wake(session, stream))
-                    .arg(self.max_stream_bytes),
-            )
-            .await?;
-        if reply == Value::Nil {
-            return Err(StoreError::StreamNotFound);
-        }
-        let mut parts = reply::array(reply)?.into_iter();
-        let (Some(id), Some(trimmed)) = (parts.next(), parts.next()) else {
-            return Err(corrupt("short append reply"));
-        };
-        if reply::int(&trimmed)? == 1 {
-            mcp_cluster_telemetry::metrics::metrics().event_trims.inc();
-        }
-        Ok(EventId {
-            stream: stream.clone(),
-            position: reply::position(id)?,
-        })
+        self.append_after(session, stream, data, None).await
+    }
+
+    async fn append_following(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        data: Arc<str>,
+        follows: Position,
+    ) -> Result<EventId, StoreError> {
+        self.append_after(session, stream, data, Some(follows))
+            .await
     }
 
     async fn close_stream(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError> {

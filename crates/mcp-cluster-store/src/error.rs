@@ -24,4 +24,9 @@ pub enum StoreError {
     /// Stored data could not be decoded.
     #[error("corrupt stored data: {0}")]
     Corrupt(String),
+    /// The store no longer holds events it acknowledged (an asynchronously
+    /// replicated Redis that failed over before its replica had them): what
+    /// follows them would follow a gap.
+    #[error("events lost: the store no longer holds events it acknowledged")]
+    EventsLost,
 }

@@ -93,6 +93,32 @@ pub trait EventLog: Send + Sync + Debug + 'static {
         data: Arc<str>,
     ) -> Result<EventId, StoreError>;
 
+    /// As [`Self::append`], on a stream that only the caller writes, whose
+    /// last append the store acknowledged at `follows` ([`Position::START`]
+    /// before the first): appends only if `follows` is still the stream's
+    /// last position. A store that can lose acknowledged writes (Redis with
+    /// an asynchronous replica, after a failover) refuses with
+    /// [`StoreError::EventsLost`] when the stream no longer holds that
+    /// event, instead of appending after a gap its readers could not see;
+    /// and with [`StoreError::Conflict`] when the stream holds a later event,
+    /// which for a single writer means an earlier append of the caller went
+    /// in without the caller seeing it answered (a retry must not append
+    /// twice). This default, for stores that check nothing, appends.
+    ///
+    /// # Errors
+    /// As [`Self::append`], [`StoreError::EventsLost`] and
+    /// [`StoreError::Conflict`].
+    async fn append_following(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        data: Arc<str>,
+        follows: Position,
+    ) -> Result<EventId, StoreError> {
+        let _ = follows;
+        self.append(session, stream, data).await
+    }
+
     /// Closes the stream: readers end after its last event. Idempotent.
     ///
     /// # Errors

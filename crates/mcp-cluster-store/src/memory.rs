@@ -142,6 +142,48 @@ pub struct MemoryEventLog {
 }
 
 impl MemoryEventLog {
+    /// One append; with `follows`, only when that is the stream's last
+    /// position (see [`EventLog::append_following`]; a log that loses
+    /// nothing refuses only a caller that names a position it was not
+    /// given, or whose earlier append it did not see answered).
+    fn append_after(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        data: Arc<str>,
+        follows: Option<Position>,
+    ) -> Result<EventId, StoreError> {
+        let log = self.stream(session, stream)?;
+        let mut log = lock(&log);
+        if log.closed {
+            return Err(StoreError::StreamNotFound);
+        }
+        match follows {
+            Some(follows) if log.last < follows => return Err(StoreError::EventsLost),
+            Some(follows) if log.last > follows => return Err(StoreError::Conflict),
+            _ => {}
+        }
+        let position = log.last.next(now_ms());
+        log.last = position;
+        log.bytes += data.len() as u64;
+        log.events.push_back(StoredEvent { position, data });
+        while (log.events.len() > self.retention.max_events_per_stream
+            || log.bytes > self.retention.max_stream_bytes)
+            && log.events.len() > 1
+            && let Some(dropped) = log.events.pop_front()
+        {
+            log.bytes -= dropped.data.len() as u64;
+            log.trimmed_through = dropped.position;
+            mcp_cluster_telemetry::metrics::metrics().event_trims.inc();
+        }
+        log.touched = Instant::now();
+        log.wake_readers();
+        Ok(EventId {
+            stream: stream.clone(),
+            position,
+        })
+    }
+
     /// An empty log with the given retention.
     pub fn new(retention: Retention) -> Self {
         Self {
@@ -296,30 +338,17 @@ impl EventLog for MemoryEventLog {
         stream: &StreamId,
         data: Arc<str>,
     ) -> Result<EventId, StoreError> {
-        let log = self.stream(session, stream)?;
-        let mut log = lock(&log);
-        if log.closed {
-            return Err(StoreError::StreamNotFound);
-        }
-        let position = log.last.next(now_ms());
-        log.last = position;
-        log.bytes += data.len() as u64;
-        log.events.push_back(StoredEvent { position, data });
-        while (log.events.len() > self.retention.max_events_per_stream
-            || log.bytes > self.retention.max_stream_bytes)
-            && log.events.len() > 1
-            && let Some(dropped) = log.events.pop_front()
-        {
-            log.bytes -= dropped.data.len() as u64;
-            log.trimmed_through = dropped.position;
-            mcp_cluster_telemetry::metrics::metrics().event_trims.inc();
-        }
-        log.touched = Instant::now();
-        log.wake_readers();
-        Ok(EventId {
-            stream: stream.clone(),
-            position,
-        })
+        self.append_after(session, stream, data, None)
+    }
+
+    async fn append_following(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        data: Arc<str>,
+        follows: Position,
+    ) -> Result<EventId, StoreError> {
+        self.append_after(session, stream, data, Some(follows))
     }
 
     async fn close_stream(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError> {

@@ -43,6 +43,7 @@ pub async fn run_all(store: &Store) {
     appended_events_read_back_in_order_once(store).await;
     read_after_a_position_returns_only_later_events(store).await;
     event_ids_are_unique_across_streams(store).await;
+    an_append_after_a_lost_event_is_refused(store).await;
     streams_of_another_session_are_not_found(store).await;
     unknown_positions_are_rejected(store).await;
     close_ends_readers_and_wakes_them(store).await;
@@ -254,6 +255,48 @@ pub async fn event_ids_are_unique_across_streams(store: &Store) {
     let ea = store.events.append(&s, &a, Arc::from("x")).await.unwrap();
     let eb = store.events.append(&s, &b, Arc::from("x")).await.unwrap();
     assert_ne!(ea.to_string(), eb.to_string());
+}
+
+/// An append that follows the writer's last one goes in; one that follows
+/// an event the stream does not hold (lost by the store), or an earlier
+/// one than its last (a retry of an append that went in), is refused, and
+/// appends nothing.
+pub async fn an_append_after_a_lost_event_is_refused(store: &Store) {
+    let s = SessionId::random();
+    let stream = store.events.create_stream(&s, &[]).await.unwrap();
+    let first = store
+        .events
+        .append_following(&s, &stream, Arc::from("1"), Position::START)
+        .await
+        .unwrap();
+    let second = store
+        .events
+        .append_following(&s, &stream, Arc::from("2"), first.position)
+        .await
+        .unwrap();
+    assert!(second.position > first.position);
+    // A retry of an append that went in (its answer lost) appends nothing.
+    let again = store
+        .events
+        .append_following(&s, &stream, Arc::from("2"), first.position)
+        .await;
+    assert_eq!(again.unwrap_err(), StoreError::Conflict);
+    // As if the store had acknowledged an event and then lost it.
+    let lost = Position {
+        ms: second.position.ms + 60_000,
+        seq: 0,
+    };
+    let refused = store
+        .events
+        .append_following(&s, &stream, Arc::from("3"), lost)
+        .await;
+    assert_eq!(refused.unwrap_err(), StoreError::EventsLost);
+    let batch = store
+        .events
+        .read(&s, &stream, Position::START, 10)
+        .await
+        .unwrap();
+    assert_eq!(batch.events.len(), 2, "nothing appended after the gap");
 }
 
 /// A stream is invisible from another session.

@@ -136,6 +136,10 @@ pub struct Metrics {
     /// `mcp_redis_reconnects_total` by connection (`commands`, `pubsub`,
     /// `failover`).
     pub redis_reconnects: IntCounterVec,
+    /// `mcp_event_log_lost_total`: appends refused because the stream no
+    /// longer held an event the store had acknowledged (a Redis failover
+    /// that lost the primary's last writes).
+    pub event_log_lost: IntCounter,
     /// `mcp_redis_primary_known`: 1 while the node knows a Redis primary to
     /// write to, 0 while the Sentinels name none it can reach.
     pub redis_primary_known: IntGauge,
@@ -372,6 +376,10 @@ impl Metrics {
                 "Redis connections restored after they were lost (commands, pubsub), and failovers followed to a new primary (failover).",
                 &["connection"],
             ),
+            event_log_lost: counter(
+                "mcp_event_log_lost_total",
+                "Appends refused because the stream no longer held an event the store had acknowledged (a Redis failover that lost the primary's last writes); the request then answers with an error.",
+            ),
             redis_primary_known: gauge(
                 "mcp_redis_primary_known",
                 "1 while this node knows a Redis primary to write to; 0 while the Sentinels name none it can reach.",
@@ -486,6 +494,7 @@ impl Metrics {
             Box::new(self.redis_errors.clone()),
             Box::new(self.redis_reconnects.clone()),
             Box::new(self.redis_primary_known.clone()),
+            Box::new(self.event_log_lost.clone()),
             Box::new(self.bus_published.clone()),
             Box::new(self.bus_received.clone()),
             Box::new(self.bus_dropped.clone()),

@@ -142,7 +142,9 @@ pub struct Cluster {
     /// `--bind`.
     args: Vec<String>,
     command: NodeCommand,
-    redis: RedisServer,
+    /// The Redis this cluster started; `None` when the caller runs its own
+    /// ([`Self::start_on_redis`]).
+    redis: Option<RedisServer>,
 }
 
 impl Cluster {
@@ -189,20 +191,50 @@ impl Cluster {
         command: NodeCommand,
         extra_args: impl FnOnce(&str) -> Vec<String>,
     ) -> anyhow::Result<Self> {
+        let redis = RedisServer::start()?;
+        let url = redis.url();
+        Self::start_nodes(n, command, Some(redis), &url, extra_args)
+    }
+
+    /// As [`Self::start`], on a Redis the caller runs: `redis_url` is every
+    /// node's `--redis-url` (a `redis+sentinel://` URL, say). [`Self::redis`]
+    /// is then not available.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_on_redis(n: usize, redis_url: &str, extra_args: &[&str]) -> anyhow::Result<Self> {
+        let binary = node_binary();
+        if !binary.exists() {
+            bail!(
+                "{} not found: build it first (cargo build -p mcp-node) or set {NODE_BIN_ENV}",
+                binary.display()
+            );
+        }
+        Self::start_nodes(n, NodeCommand::new(binary), None, redis_url, |_| {
+            extra_args.iter().map(|a| (*a).to_owned()).collect()
+        })
+    }
+
+    fn start_nodes(
+        n: usize,
+        command: NodeCommand,
+        redis: Option<RedisServer>,
+        redis_url: &str,
+        extra_args: impl FnOnce(&str) -> Vec<String>,
+    ) -> anyhow::Result<Self> {
         if n == 0 {
             bail!("a cluster needs at least one node");
         }
         if !command.binary.exists() {
             bail!("{} not found: build it first", command.binary.display());
         }
-        let redis = RedisServer::start()?;
         let addrs = (0..n)
             .map(|_| Ok(SocketAddr::from(([127, 0, 0, 1], crate::free_port()?))))
             .collect::<anyhow::Result<Vec<_>>>()?;
         // nginx needs no upstream up to start.
         let nginx = Nginx::start(&addrs)?;
         let extra_args = extra_args(&nginx.url());
-        let mut args = vec!["--redis-url".to_owned(), redis.url()];
+        let mut args = vec!["--redis-url".to_owned(), redis_url.to_owned()];
         if !extra_args.iter().any(|arg| arg.starts_with("--log")) {
             args.extend(["--log".to_owned(), "warn".to_owned()]);
         }
@@ -225,8 +257,13 @@ impl Cluster {
     }
 
     /// The shared Redis (stop and restart it for outage tests).
+    ///
+    /// # Panics
+    /// For a cluster on the caller's Redis ([`Self::start_on_redis`]).
     pub fn redis(&self) -> &RedisServer {
-        &self.redis
+        self.redis
+            .as_ref()
+            .expect("this cluster runs on the caller's Redis")
     }
 
     /// The load balancer.

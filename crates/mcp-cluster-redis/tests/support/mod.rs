@@ -79,6 +79,9 @@ impl RedisServer {
             .args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
+            // A file no one wrote: a `dump.rdb` left in the working
+            // directory is not loaded into the test's server.
+            .args(["--dbfilename", &format!("mcp-test-{port}-none.rdb")])
             .args(["--appendonly", "no"])
             .args(["--dir", &std::env::temp_dir().to_string_lossy()])
             .stdout(Stdio::null())

@@ -12,10 +12,11 @@
 //! goes straight to the transport through a bounded channel, never through
 //! the event log.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError};
 
-use mcp_cluster_protocol::{Message, RequestId, Response};
-use mcp_cluster_store::{OpenStream, SessionId, StoreError, StreamId};
+use mcp_cluster_protocol::{ErrorObject, Message, RequestId, Response};
+use mcp_cluster_store::{OpenStream, Position, SessionId, StoreError, StreamId};
 use tokio::sync::{Mutex, oneshot};
 
 use crate::node::config::ResponseMode;
@@ -93,7 +94,29 @@ pub struct Exchange {
     /// The requests answered here, measured until their response is
     /// written; those left when the exchange goes end unanswered.
     calls: std::sync::Mutex<Vec<Call>>,
+    /// Where this exchange's own stream ended at its last append (only it
+    /// writes that stream), so that a store that lost the event refuses the
+    /// next append instead of taking it after a gap. Written under `state`.
+    appended: std::sync::Mutex<Option<Position>>,
+    /// Set once this exchange's own stream has a gap: a message could not
+    /// be written (the store failed), or the store lost written ones (a
+    /// Redis failover before the replica had them). Its readers cannot see
+    /// a gap, so the responses written after it are errors that say so.
+    lost: AtomicBool,
 }
+
+/// How long a response waits for a store that is away (a Redis failover
+/// or restart) before it is given up: about what a Sentinel failover takes
+/// with common settings, beside readers' own patience.
+const RESPONSE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);
+/// First pause before a response is tried again.
+const RETRY_MIN_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
+/// Longest pause between two tries.
+const RETRY_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The error a response becomes when messages before it were lost.
+const EVENTS_LOST: &str = "messages of this request were lost (the store failed while it ran); \
+                           its outcome is unknown: retry it";
 
 impl Exchange {
     /// A pending exchange expecting the responses of `requests`, with
@@ -124,6 +147,8 @@ impl Exchange {
             mode,
             state: Mutex::new(state),
             calls: std::sync::Mutex::default(),
+            appended: std::sync::Mutex::default(),
+            lost: AtomicBool::new(false),
         };
         (Arc::new(exchange), rx)
     }
@@ -141,6 +166,8 @@ impl Exchange {
             mode: ResponseMode::Sse,
             state: Mutex::new(State::Attached { stream }),
             calls: std::sync::Mutex::default(),
+            appended: std::sync::Mutex::default(),
+            lost: AtomicBool::new(false),
         })
     }
 
@@ -164,6 +191,8 @@ impl Exchange {
             requests: vec![request],
             mode,
             calls: std::sync::Mutex::default(),
+            appended: std::sync::Mutex::default(),
+            lost: AtomicBool::new(false),
         };
         (Arc::new(exchange), rx)
     }
@@ -179,7 +208,18 @@ impl Exchange {
             return send_live(&tx, message).await;
         }
         let stream = self.ensure_stream(&mut state).await?;
-        self.append(&stream, message).await
+        let own = matches!(*state, State::Streaming { .. });
+        let written = match self.append(&stream, message, own).await {
+            // The loss is recorded: the message goes on after the gap, and
+            // the response will say so.
+            Err(StoreError::EventsLost) => self.append(&stream, message, false).await,
+            written => written,
+        };
+        if own && written.is_err() {
+            // A gap in the stream: the response will say so.
+            self.lost.store(true, Ordering::Release);
+        }
+        written
     }
 
     /// Writes one request's response (`None`: the request was cancelled and
@@ -232,7 +272,7 @@ impl Exchange {
                 // written and the stream closed.
                 let _finished = last.then(|| std::mem::replace(&mut *state, State::Done));
                 let written = match &response {
-                    Some(r) => self.append(&stream, &Message::Response(r.clone())).await,
+                    Some(r) => self.append_response(&stream, r).await,
                     None => Ok(()),
                 };
                 if written.is_err() {
@@ -241,7 +281,9 @@ impl Exchange {
                 }
                 if let (true, Some(session)) = (last, &self.session) {
                     self.node.attachments.forget(&stream);
-                    if let Err(err) = self.node.store.events.close_stream(session, &stream).await {
+                    let closed =
+                        patiently(|| self.node.store.events.close_stream(session, &stream));
+                    if let Err(err) = closed.await {
                         self.node.attachments.fail(&stream);
                         return Err(err);
                     }
@@ -260,7 +302,7 @@ impl Exchange {
             State::Attached { stream } => {
                 let stream = stream.clone();
                 match response {
-                    Some(r) => self.append(&stream, &Message::Response(r)).await,
+                    Some(r) => self.append(&stream, &Message::Response(r), false).await,
                     None => Ok(()),
                 }
             }
@@ -401,6 +443,9 @@ impl Exchange {
                         return Err(err);
                     }
                 };
+                // Its first append follows the empty stream.
+                *self.appended.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some(Position::START);
                 // Registered before anything is written, so that a survivor
                 // knows which requests to answer should this node die.
                 let open = OpenStream {
@@ -414,7 +459,7 @@ impl Exchange {
                     .open_stream(&self.node.id, &open)
                     .await?;
                 for r in std::mem::take(responses) {
-                    self.append(&stream, &Message::Response(r)).await?;
+                    self.append(&stream, &Message::Response(r), true).await?;
                 }
                 if let Some(tx) = reply.take() {
                     let _ = tx.send(ExchangeReply::Stream(stream.clone(), self.requests.clone()));
@@ -429,7 +474,14 @@ impl Exchange {
         }
     }
 
-    async fn append(&self, stream: &StreamId, message: &Message) -> Result<(), StoreError> {
+    /// Appends one message. `own`: the stream is this exchange's own
+    /// (no other writer), so the append must follow the last one it made.
+    async fn append(
+        &self,
+        stream: &StreamId,
+        message: &Message,
+        own: bool,
+    ) -> Result<(), StoreError> {
         let Some(session) = &self.session else {
             return Err(StoreError::StreamNotFound);
         };
@@ -437,12 +489,86 @@ impl Exchange {
             .event_appends
             .inc();
         let data: Arc<str> = Arc::from(message.to_json());
-        self.node
-            .store
-            .events
-            .append(session, stream, data)
-            .await
-            .map(|_| ())
+        let events = &self.node.store.events;
+        let follows = if own && !self.lost.load(Ordering::Acquire) {
+            *self.appended.lock().unwrap_or_else(PoisonError::into_inner)
+        } else {
+            None
+        };
+        let appended = match follows {
+            Some(follows) => {
+                events
+                    .append_following(session, stream, data, follows)
+                    .await
+            }
+            None => events.append(session, stream, data).await,
+        };
+        match appended {
+            Ok(id) => {
+                if own {
+                    *self.appended.lock().unwrap_or_else(PoisonError::into_inner) =
+                        Some(id.position);
+                }
+                Ok(())
+            }
+            Err(StoreError::EventsLost) => {
+                tracing::warn!(%stream, "The store lost events of this stream (a Redis failover); the responses after them become errors.");
+                self.lost.store(true, Ordering::Release);
+                Err(StoreError::EventsLost)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Appends a response to this exchange's own stream: as it is, or, when
+    /// messages before it were lost, as an error that says so. A store that
+    /// is away (a Redis failover, a restart) is waited for up to
+    /// [`RESPONSE_PATIENCE`]: the outcome is known, and a client resuming
+    /// the stream later still gets it.
+    async fn append_response(&self, stream: &StreamId, r: &Response) -> Result<(), StoreError> {
+        let started = tokio::time::Instant::now();
+        let mut delay = RETRY_MIN_DELAY;
+        let mut retried = false;
+        loop {
+            let message = if self.lost.load(Ordering::Acquire) {
+                Response::error(r.id.clone(), ErrorObject::internal(EVENTS_LOST))
+            } else {
+                r.clone()
+            };
+            match self.append(stream, &Message::Response(message), true).await {
+                // The gap is recorded: the next round writes the error.
+                Err(StoreError::EventsLost) => {}
+                // An earlier round went in, its answer lost on the way.
+                Err(StoreError::Conflict) if retried => return Ok(()),
+                Err(StoreError::Unavailable(reason))
+                    if started.elapsed() + delay < RESPONSE_PATIENCE =>
+                {
+                    tracing::debug!(%stream, %reason, ?delay, "Response not written yet; the store is away.");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(RETRY_MAX_DELAY);
+                    retried = true;
+                }
+                written => return written,
+            }
+        }
+    }
+}
+
+/// Runs `op` again while the store is away, up to [`RESPONSE_PATIENCE`].
+async fn patiently<T, F>(mut op: impl FnMut() -> F) -> Result<T, StoreError>
+where
+    F: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let started = tokio::time::Instant::now();
+    let mut delay = RETRY_MIN_DELAY;
+    loop {
+        match op().await {
+            Err(StoreError::Unavailable(_)) if started.elapsed() + delay < RESPONSE_PATIENCE => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(RETRY_MAX_DELAY);
+            }
+            done => return done,
+        }
     }
 }
 
