@@ -139,7 +139,9 @@ impl Drop for ForecastApi {
 async fn stateful_counts_in_the_shared_redis_and_calls_the_http_api() {
     let api = ForecastApi::start();
     let command = NodeCommand::new(program_binary("stateful"))
-        .env("STATEFUL_API_URL", format!("http://{}", api.addr));
+        .env("STATEFUL_API_URL", format!("http://{}", api.addr))
+        // Its counters, beside what the node itself may do.
+        .redis_acl(&["~stateful:*", "+incrby"]);
     // The counters use the cluster's own Redis (--redis-url).
     let cluster = cluster(command, |_| Vec::new());
     let out = sdk_script("stateful", &cluster.lb_url(), &[]).await;

@@ -70,6 +70,8 @@ pub struct NodeCommand {
     binary: PathBuf,
     env: Vec<(String, String)>,
     keep_log: bool,
+    /// ACL rules the nodes' Redis user gets beyond the node's own.
+    redis_acl: Vec<String>,
 }
 
 impl NodeCommand {
@@ -79,7 +81,18 @@ impl NodeCommand {
             binary: binary.into(),
             env: Vec::new(),
             keep_log: false,
+            redis_acl: Vec::new(),
         }
+    }
+
+    /// Adds ACL rules to the nodes' Redis user, beyond the commands
+    /// `proto-docs/redis-layout.md` lists for a node: what a provider's own
+    /// code does with the node's Redis (`"~stateful:*", "+incrby"`, say).
+    #[must_use]
+    pub fn redis_acl(mut self, rules: &[&str]) -> Self {
+        self.redis_acl
+            .extend(rules.iter().map(|rule| (*rule).to_owned()));
+        self
     }
 
     /// Adds `name=value` to every node's environment.
@@ -191,8 +204,10 @@ impl Cluster {
         command: NodeCommand,
         extra_args: impl FnOnce(&str) -> Vec<String>,
     ) -> anyhow::Result<Self> {
-        let redis = RedisServer::start()?;
-        let url = redis.url();
+        // The nodes send only what proto-docs/redis-layout.md lists (and
+        // what the command's own code was allowed).
+        let redis = RedisServer::start_for_nodes_with(&command.redis_acl)?;
+        let url = redis.node_url();
         Self::start_nodes(n, command, Some(redis), &url, extra_args)
     }
 

@@ -65,6 +65,48 @@ impl RedisServer {
         Err(last_err.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
     }
 
+    /// Starts `redis-server` on a free loopback port whose nodes log in as
+    /// [`NODE_ACL_USER`], allowed exactly what `proto-docs/redis-layout.md`
+    /// lists ([`node_acl_rules`]): [`Self::node_url`] carries its
+    /// credentials; the probes log in as an admin user.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_for_nodes() -> anyhow::Result<Self> {
+        Self::start_for_nodes_with(&[])
+    }
+
+    /// As [`Self::start_for_nodes`], the user also getting `extra` ACL rules
+    /// (a provider's own keys and commands).
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_for_nodes_with(extra: &[String]) -> anyhow::Result<Self> {
+        let access = Access {
+            user: Some((NODE_ACL_USER.to_owned(), "node-secret".to_owned())),
+            restricted: true,
+            extra_rules: extra.to_vec(),
+            ..Access::default()
+        };
+        let mut last_err = None;
+        for _ in 0..START_ATTEMPTS {
+            match Self::start_with(crate::free_port()?, access.clone()) {
+                Ok(server) => return Ok(server),
+                Err(err) => last_err = Some(err),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
+    }
+
+    /// The URL a node uses: [`Self::url`] with the ACL user's credentials,
+    /// when the server has one.
+    pub fn node_url(&self) -> String {
+        match &self.access.user {
+            Some((user, password)) => self.url_as(user, password),
+            None => self.url(),
+        }
+    }
+
     /// Starts `redis-server` on loopback port `port` (one a test chose
     /// before, e.g. for a node already told to connect there) and waits
     /// until it answers.
@@ -78,8 +120,9 @@ impl RedisServer {
     /// Starts `redis-server` speaking TLS only, on a free loopback port,
     /// with `pki`'s server certificate, wanting a client certificate signed
     /// by `pki`'s CA. With `user` (name, password), the `default` user is
-    /// off and that ACL user (all commands, keys and channels) is the only
-    /// way in. `pki` must outlive the server ([`Self::restart`] reads its
+    /// off and that ACL user, allowed exactly what
+    /// `proto-docs/redis-layout.md` lists for a node ([`node_acl_rules`]),
+    /// is the nodes' way in (the probes log in as an admin user). `pki` must outlive the server ([`Self::restart`] reads its
     /// files again).
     ///
     /// # Errors
@@ -87,8 +130,9 @@ impl RedisServer {
     pub fn start_tls(pki: &TestPki, user: Option<(&str, &str)>) -> anyhow::Result<Self> {
         let access = Access {
             tls: Some(TlsSetup::new(pki)?),
+            restricted: user.is_some(),
             user: user.map(|(name, password)| (name.to_owned(), password.to_owned())),
-            replica_of: None,
+            ..Access::default()
         };
         let mut last_err = None;
         for _ in 0..START_ATTEMPTS {
@@ -338,10 +382,21 @@ impl RedisServer {
                 .args(["--tls-auth-clients", "yes"]),
         };
         if let Some((name, password)) = &self.access.user {
-            command
-                .args(["--user", "default", "off"])
-                .args(["--user", name, "on", &format!(">{password}")])
-                .args(["~*", "&*", "+@all"]);
+            command.args(["--user", "default", "off"]).args([
+                "--user",
+                name,
+                "on",
+                &format!(">{password}"),
+            ]);
+            if self.access.restricted {
+                command
+                    .args(node_acl_rules())
+                    .args(&self.access.extra_rules)
+                    .args(["--user", ADMIN_USER, "on", &format!(">{ADMIN_PASSWORD}")])
+                    .args(["~*", "&*", "+@all"]);
+            } else {
+                command.args(["~*", "&*", "+@all"]);
+            }
         }
         if let Some(primary) = self.access.replica_of {
             command.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
@@ -461,10 +516,40 @@ enum Reply {
 struct Access {
     /// TLS only, with these files; `None`: plain TCP.
     tls: Option<TlsSetup>,
-    /// The ACL user (name, password) that replaces the `default` one.
+    /// The ACL user (name, password) the nodes log in as, which replaces
+    /// the `default` one. With `restricted`, it may send exactly the
+    /// commands `proto-docs/redis-layout.md` lists, and the probes log in as
+    /// [`ADMIN_USER`]; without, it may send anything and the probes use it.
     user: Option<(String, String)>,
+    restricted: bool,
+    /// Rules the restricted user gets beyond the node's.
+    extra_rules: Vec<String>,
     /// The primary's port, for a replica (`--replicaof`).
     replica_of: Option<u16>,
+}
+
+/// The user the probes of a server with a restricted node user log in as.
+const ADMIN_USER: &str = "testkit-admin";
+/// Its password.
+const ADMIN_PASSWORD: &str = "testkit-admin-secret";
+
+/// The node user's name in `proto-docs/redis-layout.md`'s ACL line.
+pub const NODE_ACL_USER: &str = "mcp-node";
+
+/// The rules of the ACL line in `proto-docs/redis-layout.md` ("The commands
+/// a node sends"), after its user name, `on` and password: what a node's
+/// Redis user may do, read from the document so the two cannot drift.
+///
+/// # Panics
+/// When the document has no such line.
+pub fn node_acl_rules() -> Vec<String> {
+    const DOC: &str = include_str!("../../../proto-docs/redis-layout.md");
+    let prefix = format!("ACL SETUSER {NODE_ACL_USER} on >CHANGE-ME ");
+    let line = DOC
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .expect("proto-docs/redis-layout.md lists the node's ACL rules");
+    line.split_whitespace().map(str::to_owned).collect()
 }
 
 /// A TLS server's files, and the probes' side of its handshakes.
@@ -522,6 +607,11 @@ fn command(access: &Access, port: u16, args: &[&str]) -> anyhow::Result<Reply> {
     };
     let mut request = String::new();
     if let Some((name, password)) = &access.user {
+        let (name, password) = if access.restricted {
+            (ADMIN_USER, ADMIN_PASSWORD)
+        } else {
+            (name.as_str(), password.as_str())
+        };
         request.push_str(&resp_array(&["AUTH", name, password]));
     }
     request.push_str(&resp_array(args));
