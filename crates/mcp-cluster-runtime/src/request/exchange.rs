@@ -281,8 +281,9 @@ impl Exchange {
                 }
                 if let (true, Some(session)) = (last, &self.session) {
                     self.node.attachments.forget(&stream);
-                    let closed =
-                        patiently(|| self.node.store.events.close_stream(session, &stream));
+                    let closed = patiently(&self.node, || {
+                        self.node.store.events.close_stream(session, &stream)
+                    });
                     if let Err(err) = closed.await {
                         self.node.attachments.fail(&stream);
                         return Err(err);
@@ -524,38 +525,38 @@ impl Exchange {
     /// messages before it were lost, as an error that says so. A store that
     /// is away (a Redis failover, a restart) is waited for up to
     /// [`RESPONSE_PATIENCE`]: the outcome is known, and a client resuming
-    /// the stream later still gets it.
+    /// the stream later still gets it. One that refuses (full) is not.
     async fn append_response(&self, stream: &StreamId, r: &Response) -> Result<(), StoreError> {
-        let started = tokio::time::Instant::now();
-        let mut delay = RETRY_MIN_DELAY;
-        let mut retried = false;
-        loop {
-            let message = if self.lost.load(Ordering::Acquire) {
-                Response::error(r.id.clone(), ErrorObject::internal(EVENTS_LOST))
-            } else {
-                r.clone()
-            };
-            match self.append(stream, &Message::Response(message), true).await {
-                // The gap is recorded: the next round writes the error.
-                Err(StoreError::EventsLost) => {}
-                // An earlier round went in, its answer lost on the way.
-                Err(StoreError::Conflict) if retried => return Ok(()),
-                Err(StoreError::Unavailable(reason))
-                    if started.elapsed() + delay < RESPONSE_PATIENCE =>
-                {
-                    tracing::debug!(%stream, %reason, ?delay, "Response not written yet; the store is away.");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(RETRY_MAX_DELAY);
-                    retried = true;
+        let mut tries = 0_u32;
+        patiently(&self.node, || {
+            tries += 1;
+            let retry = tries > 1;
+            async move {
+                loop {
+                    let message = if self.lost.load(Ordering::Acquire) {
+                        Response::error(r.id.clone(), ErrorObject::internal(EVENTS_LOST))
+                    } else {
+                        r.clone()
+                    };
+                    match self.append(stream, &Message::Response(message), true).await {
+                        // The gap is recorded (and the next append no longer
+                        // follows): this time the error goes in.
+                        Err(StoreError::EventsLost) => {}
+                        // An earlier try went in, its answer lost on the way.
+                        Err(StoreError::Conflict) if retry => return Ok(()),
+                        written => return written,
+                    }
                 }
-                written => return written,
             }
-        }
+        })
+        .await
     }
 }
 
-/// Runs `op` again while the store is away, up to [`RESPONSE_PATIENCE`].
-async fn patiently<T, F>(mut op: impl FnMut() -> F) -> Result<T, StoreError>
+/// Runs `op` again while the store is away (it does not answer `ping`
+/// either: a failover, a restart), up to [`RESPONSE_PATIENCE`]. A store
+/// that answers but refused (full, say) gets no second try.
+async fn patiently<T, F>(node: &NodeContext, mut op: impl FnMut() -> F) -> Result<T, StoreError>
 where
     F: std::future::Future<Output = Result<T, StoreError>>,
 {
@@ -563,7 +564,11 @@ where
     let mut delay = RETRY_MIN_DELAY;
     loop {
         match op().await {
-            Err(StoreError::Unavailable(_)) if started.elapsed() + delay < RESPONSE_PATIENCE => {
+            Err(StoreError::Unavailable(reason))
+                if started.elapsed() + delay < RESPONSE_PATIENCE
+                    && node.store.sessions.ping().await.is_err() =>
+            {
+                tracing::debug!(%reason, ?delay, "The store is away; trying again.");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(RETRY_MAX_DELAY);
             }
