@@ -16,14 +16,12 @@
 
 mod cluster_support;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use cluster_support::*;
 use mcp_cluster_client::Reply;
 use mcp_cluster_testkit::{
-    Cluster, NodeProcess, RedisServer, Sentinel, loadtest_binary, node_binary, within,
+    Cluster, MixedLoad, NodeProcess, RedisServer, Sentinel, metric, node_binary, within,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -104,23 +102,6 @@ fn echoed(reply: Reply) -> Result<String, String> {
         }
         other => panic!("neither an answer nor a clean 503: {other:?}"),
     }
-}
-
-async fn metric(node: &NodeProcess, name: &str) -> f64 {
-    let text = within(
-        "GET /metrics",
-        reqwest::get(format!("http://{}/metrics", node.addr())),
-    )
-    .await
-    .unwrap()
-    .text()
-    .await
-    .unwrap();
-    text.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
 }
 
 #[tokio::test]
@@ -214,33 +195,26 @@ async fn a_node_behind_sentinels_follows_a_failover_and_its_sessions_go_on() {
         }
     })
     .await;
-    assert!(metric(&node, "mcp_redis_reconnects_total{connection=\"failover\"}").await >= 1.0);
-    assert_eq!(metric(&node, "mcp_redis_primary_known").await, 1.0);
+    let base = format!("http://{}", node.addr());
+    let failovers = metric(
+        &base,
+        "mcp_redis_reconnects_total{connection=\"failover\"} ",
+    )
+    .await;
+    assert!(failovers >= 1.0, "{failovers}");
+    assert_eq!(metric(&base, "mcp_redis_primary_known ").await, 1.0);
 }
 
 #[test]
 fn three_nodes_under_load_ride_a_failover_without_a_protocol_violation() {
     let redis = Sentinels::start();
     let cluster = Cluster::start_on_redis(3, &redis.url(), &["--log", "warn"]).unwrap();
-    let dir = std::env::temp_dir().join(format!("mcp-sentinel-load-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let report = dir.join("report.json");
-    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../loadtest/scenarios/mixed.toml");
-    let mut load = Command::new(loadtest_binary())
-        .args(["run", "--url", &cluster.lb_url(), "--scenario"])
-        .arg(&scenario)
-        .args(["--sessions", "100", "--ramp-up", "2", "--duration", "24"])
-        .arg("--report")
-        .arg(&report)
-        .spawn()
-        .expect("running mcp-loadtest");
+    let load = MixedLoad::start(&cluster.lb_url(), 100, 24);
 
     std::thread::sleep(Duration::from_secs(6));
     redis.primary.kill();
     redis.wait_promoted();
-    load.wait().unwrap();
-
-    let report: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let (_, report) = load.finish();
     let ok = report["total_ok"].as_u64().unwrap();
     let failed = report["total_failed"].as_u64().unwrap();
     eprintln!(
@@ -268,7 +242,6 @@ fn three_nodes_under_load_ride_a_failover_without_a_protocol_violation() {
         .filter(|k| *k != "http_status:503" && !k.starts_with("jsonrpc:"))
         .collect();
     assert!(unclean.is_empty(), "{errors:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]

@@ -140,6 +140,61 @@ pub fn loadtest_binary() -> PathBuf {
     path
 }
 
+/// `mcp-loadtest run` of `loadtest/scenarios/mixed.toml` in the
+/// background (calls with progress, cancellations, standalone streams,
+/// resumptions, session churn); killed on drop.
+#[derive(Debug)]
+pub struct MixedLoad {
+    child: std::process::Child,
+    dir: PathBuf,
+}
+
+impl MixedLoad {
+    /// Starts `sessions` sessions against `url`, ramped up over 2 s, for
+    /// `duration_secs`.
+    ///
+    /// # Panics
+    /// When `mcp-loadtest` is not built or does not start.
+    pub fn start(url: &str, sessions: u32, duration_secs: u32) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "mcp-mixed-load-{}-{}",
+            std::process::id(),
+            crate::free_port().unwrap_or_default()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory for the report");
+        let scenario =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../loadtest/scenarios/mixed.toml");
+        let child = Command::new(loadtest_binary())
+            .args(["run", "--url", url, "--scenario"])
+            .arg(&scenario)
+            .args(["--sessions", &sessions.to_string(), "--ramp-up", "2"])
+            .args(["--duration", &duration_secs.to_string(), "--report"])
+            .arg(dir.join("report.json"))
+            .spawn()
+            .expect("running mcp-loadtest");
+        Self { child, dir }
+    }
+
+    /// Waits for the run to end: its exit status and its JSON report.
+    ///
+    /// # Panics
+    /// When the report cannot be read.
+    pub fn finish(mut self) -> (std::process::ExitStatus, serde_json::Value) {
+        let status = self.child.wait().expect("waiting for mcp-loadtest");
+        let report = std::fs::read(self.dir.join("report.json")).expect("the load report");
+        let report = serde_json::from_slice(&report).expect("a JSON report");
+        (status, report)
+    }
+}
+
+impl Drop for MixedLoad {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// Redis, nodes and a load balancer; every process is killed on drop
 /// (load balancer first, Redis last).
 #[derive(Debug)]

@@ -81,6 +81,25 @@ pub async fn open_legacy_sse(
     (stream, format!("{base}{}", endpoint.data))
 }
 
+/// The value of the sample line of `{base}/metrics` that starts with
+/// `series` (`name{labels}` exactly as printed, or a bare name), 0 when
+/// there is none.
+///
+/// # Panics
+/// When `/metrics` does not answer within [`GUARD`].
+pub async fn metric(base: &str, series: &str) -> f64 {
+    let response = within("GET /metrics", reqwest::get(format!("{base}/metrics")))
+        .await
+        .expect("GET /metrics");
+    let text = within("the /metrics body", response.text())
+        .await
+        .expect("the /metrics body");
+    text.lines()
+        .find_map(|line| line.strip_prefix(series))
+        .and_then(|rest| rest.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// A loopback port that was free a moment ago (bound to port 0, then
 /// released), for servers that must be told their port.
 ///
@@ -560,7 +579,7 @@ mod prometheus;
 mod redis;
 
 pub use cluster::{
-    Cluster, NODE_BIN_ENV, NodeCommand, example_binary, loadtest_binary, node_binary,
+    Cluster, MixedLoad, NODE_BIN_ENV, NodeCommand, example_binary, loadtest_binary, node_binary,
     program_binary,
 };
 pub use issuer::{Discovery, IssuerOptions, KeyAlg, PublicKeyForm, TestIssuer, TokenBuilder};

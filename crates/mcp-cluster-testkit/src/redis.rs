@@ -55,9 +55,15 @@ impl RedisServer {
     /// `redis-server` is not on `PATH`, exits, or does not answer within
     /// [`GUARD`].
     pub fn start() -> anyhow::Result<Self> {
+        Self::start_free(Access::default())
+    }
+
+    /// Starts a server set up by `access` on a free port, trying another
+    /// when the one picked was taken before the server bound it.
+    fn start_free(access: Access) -> anyhow::Result<Self> {
         let mut last_err = None;
         for _ in 0..START_ATTEMPTS {
-            match Self::start_on(crate::free_port()?) {
+            match Self::start_with(crate::free_port()?, access.clone()) {
                 Ok(server) => return Ok(server),
                 Err(err) => last_err = Some(err),
             }
@@ -88,14 +94,7 @@ impl RedisServer {
             extra_rules: extra.to_vec(),
             ..Access::default()
         };
-        let mut last_err = None;
-        for _ in 0..START_ATTEMPTS {
-            match Self::start_with(crate::free_port()?, access.clone()) {
-                Ok(server) => return Ok(server),
-                Err(err) => last_err = Some(err),
-            }
-        }
-        Err(last_err.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
+        Self::start_free(access)
     }
 
     /// The URL a node uses: [`Self::url`] with the ACL user's credentials,
@@ -134,14 +133,7 @@ impl RedisServer {
             user: user.map(|(name, password)| (name.to_owned(), password.to_owned())),
             ..Access::default()
         };
-        let mut last_err = None;
-        for _ in 0..START_ATTEMPTS {
-            match Self::start_with(crate::free_port()?, access.clone()) {
-                Ok(server) => return Ok(server),
-                Err(err) => last_err = Some(err),
-            }
-        }
-        Err(last_err.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
+        Self::start_free(access)
     }
 
     /// Starts `redis-server` on a free loopback port as a replica of
@@ -156,7 +148,7 @@ impl RedisServer {
             replica_of: Some(primary.port),
             ..Access::default()
         };
-        Self::start_with(crate::free_port()?, access)
+        Self::start_free(access)
     }
 
     /// Waits until this primary has `replicas` replicas online that have

@@ -202,18 +202,7 @@ pub fn accept(field: &str, value: &str) -> Value {
 /// Reads `/metrics` of a node and returns the value of one sample line
 /// (`name{labels}` exactly as printed), 0 when absent.
 pub async fn metric(base: &str, sample: &str) -> f64 {
-    let text = reqwest::get(format!("{base}/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(sample)
-                .and_then(|rest| rest.trim().parse().ok())
-        })
-        .unwrap_or(0.0)
+    mcp_cluster_testkit::metric(base, sample).await
 }
 
 /// Client capabilities with the tasks extension (and elicitation).

@@ -120,16 +120,7 @@ pub fn get_status<S: Read + Write>(stream: &mut S, path: &str) -> Option<String>
 /// The value of the metric line starting with `series` on the node's
 /// admin listener (plain HTTP), 0 when absent.
 pub async fn metric(admin: SocketAddr, series: &str) -> f64 {
-    let text = reqwest::get(format!("http://{admin}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series))
-        .and_then(|rest| rest.trim().parse().ok())
-        .unwrap_or(0.0)
+    mcp_cluster_testkit::metric(&format!("http://{admin}"), series).await
 }
 
 /// Lines of the node's log that contain `text`.
