@@ -495,7 +495,7 @@ impl Drop for RedisServer {
 }
 
 /// One RESP reply, as far as the testkit needs it.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 enum Reply {
     Simple(String),
     Error(String),
@@ -689,97 +689,6 @@ fn signal_term(pid: u32) -> bool {
         .is_ok_and(|status| status.success())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn answers_ping_and_counts_clients() {
-        let redis = RedisServer::start().unwrap();
-        assert!(redis.is_running());
-        assert_eq!(redis.url(), format!("redis://127.0.0.1:{}/", redis.port()));
-        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
-        // The probes' connections are closed by now, but the server may
-        // not have processed their closing yet: wait (at most 5 s) for it.
-        for _ in 0..500 {
-            if redis.client_count().unwrap() == 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(redis.client_count().unwrap(), 0);
-
-        let held = TcpStream::connect(redis.addr()).unwrap();
-        // The server registers a client on accept; PING on it to be sure.
-        let mut held_reader = BufReader::new(held.try_clone().unwrap());
-        (&held).write_all(b"PING\r\n").unwrap();
-        let mut pong = String::new();
-        held_reader.read_line(&mut pong).unwrap();
-        assert_eq!(pong, "+PONG\r\n");
-        assert_eq!(redis.client_count().unwrap(), 1);
-        drop(held_reader);
-        drop(held);
-    }
-
-    #[test]
-    fn starts_on_a_chosen_port_and_refuses_a_taken_one() {
-        let port = crate::free_port().unwrap();
-        let redis = RedisServer::start_on(port).unwrap();
-        assert_eq!(redis.port(), port);
-        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
-        let err = RedisServer::start_on(port).unwrap_err();
-        assert!(err.to_string().contains("exited"), "{err:#}");
-        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
-    }
-
-    #[test]
-    fn keeps_nothing_on_disk() {
-        let redis = RedisServer::start().unwrap();
-        assert_eq!(redis.command(&["SET", "k", "v"]).unwrap(), "OK");
-        redis.restart().unwrap();
-        assert_eq!(redis.command(&["EXISTS", "k"]).unwrap(), "0");
-    }
-
-    #[test]
-    fn stop_and_restart_on_the_same_port() {
-        let redis = RedisServer::start().unwrap();
-        let port = redis.port();
-        redis.stop().unwrap();
-        assert!(!redis.is_running());
-        assert!(TcpStream::connect(redis.addr()).is_err());
-        redis.stop().unwrap();
-
-        redis.restart().unwrap();
-        assert!(redis.is_running());
-        assert_eq!(redis.port(), port);
-        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
-    }
-
-    #[test]
-    fn a_tls_server_with_an_acl_user_answers_only_over_tls_with_the_password() {
-        let pki = TestPki::new().unwrap();
-        let redis = RedisServer::start_tls(&pki, Some(("mcp", "s3cret"))).unwrap();
-        assert!(redis.url().starts_with("rediss://127.0.0.1:"));
-        assert_eq!(
-            redis.url_as("mcp", "s3cret"),
-            format!("rediss://mcp:s3cret@127.0.0.1:{}/", redis.port())
-        );
-        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
-        assert_eq!(redis.command(&["ACL", "WHOAMI"]).unwrap(), "mcp");
-        // Plain RESP on the TLS port gets no answer.
-        assert!(command(&Access::default(), redis.port(), &["PING"]).is_err());
-        // Neither does the right certificate with the wrong password.
-        let wrong = Access {
-            user: Some(("mcp".into(), "wrong".into())),
-            ..redis.access.clone()
-        };
-        let err = command(&wrong, redis.port(), &["PING"]).unwrap_err();
-        assert!(err.to_string().contains("WRONGPASS"), "{err:#}");
-        redis.restart().unwrap();
-        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
-    }
-}
-
 /// A Redis Sentinel (`redis-server <file> --sentinel`) on a free loopback
 /// port, monitoring one primary; killed on drop, its directory removed.
 /// Sentinel rewrites its configuration file as it learns the replicas and
@@ -887,5 +796,111 @@ impl Drop for Sentinel {
             let _ = child.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_ping_and_counts_clients() {
+        let redis = RedisServer::start().unwrap();
+        assert!(redis.is_running());
+        assert_eq!(redis.url(), format!("redis://127.0.0.1:{}/", redis.port()));
+        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
+        // The probes' connections are closed by now, but the server may
+        // not have processed their closing yet: wait (at most 5 s) for it.
+        for _ in 0..500 {
+            if redis.client_count().unwrap() == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(redis.client_count().unwrap(), 0);
+
+        let held = TcpStream::connect(redis.addr()).unwrap();
+        // The server registers a client on accept; PING on it to be sure.
+        let mut held_reader = BufReader::new(held.try_clone().unwrap());
+        (&held).write_all(b"PING\r\n").unwrap();
+        let mut pong = String::new();
+        held_reader.read_line(&mut pong).unwrap();
+        assert_eq!(pong, "+PONG\r\n");
+        assert_eq!(redis.client_count().unwrap(), 1);
+        drop(held_reader);
+        drop(held);
+    }
+
+    #[test]
+    fn starts_on_a_chosen_port_and_refuses_a_taken_one() {
+        let port = crate::free_port().unwrap();
+        let redis = RedisServer::start_on(port).unwrap();
+        assert_eq!(redis.port(), port);
+        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
+        let err = RedisServer::start_on(port).unwrap_err();
+        assert!(err.to_string().contains("exited"), "{err:#}");
+        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
+    }
+
+    #[test]
+    fn keeps_nothing_on_disk() {
+        let redis = RedisServer::start().unwrap();
+        assert_eq!(redis.command(&["SET", "k", "v"]).unwrap(), "OK");
+        redis.restart().unwrap();
+        assert_eq!(redis.command(&["EXISTS", "k"]).unwrap(), "0");
+    }
+
+    #[test]
+    fn stop_and_restart_on_the_same_port() {
+        let redis = RedisServer::start().unwrap();
+        let port = redis.port();
+        redis.stop().unwrap();
+        assert!(!redis.is_running());
+        assert!(TcpStream::connect(redis.addr()).is_err());
+        redis.stop().unwrap();
+
+        redis.restart().unwrap();
+        assert!(redis.is_running());
+        assert_eq!(redis.port(), port);
+        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
+    }
+
+    #[test]
+    fn a_tls_server_with_an_acl_user_answers_only_over_tls_with_the_password() {
+        let pki = TestPki::new().unwrap();
+        let redis = RedisServer::start_tls(&pki, Some(("mcp", "s3cret"))).unwrap();
+        assert!(redis.url().starts_with("rediss://127.0.0.1:"));
+        assert_eq!(
+            redis.url_as("mcp", "s3cret"),
+            format!("rediss://mcp:s3cret@127.0.0.1:{}/", redis.port())
+        );
+        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
+        // The probes log in as the admin; the user may send exactly what
+        // a node sends.
+        assert_eq!(redis.command(&["ACL", "WHOAMI"]).unwrap(), ADMIN_USER);
+        let as_user = Access {
+            restricted: false,
+            ..redis.access.clone()
+        };
+        assert_eq!(
+            command(&as_user, redis.port(), &["PING"]).unwrap(),
+            Reply::Simple("PONG".into())
+        );
+        let refused = command(&as_user, redis.port(), &["KEYS", "*"]).unwrap();
+        assert!(
+            matches!(&refused, Reply::Error(e) if e.starts_with("NOPERM")),
+            "{refused:?}"
+        );
+        // Plain RESP on the TLS port gets no answer.
+        assert!(command(&Access::default(), redis.port(), &["PING"]).is_err());
+        // Neither does the right certificate with the wrong password.
+        let wrong = Access {
+            user: Some(("mcp".into(), "wrong".into())),
+            ..as_user
+        };
+        let err = command(&wrong, redis.port(), &["PING"]).unwrap_err();
+        assert!(err.to_string().contains("WRONGPASS"), "{err:#}");
+        redis.restart().unwrap();
+        assert_eq!(redis.command(&["PING"]).unwrap(), "PONG");
     }
 }
