@@ -50,8 +50,9 @@ static COMMANDS_LOST: AtomicBool = AtomicBool::new(false);
 /// [`ClusterError::Timeout`] when Redis cannot be reached now,
 /// [`ClusterError::Rejected`] when it refuses the node as configured.
 pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
-    // Both connections (commands and pub/sub) come from this one client:
-    // the same credentials and TLS for both.
+    // Both connections (commands and pub/sub) go where this one target
+    // says (one Redis, or the Sentinels' primary), with the same
+    // credentials and TLS.
     let target = config.target()?;
     let tls = target.is_tls();
     let timeout = config.command_timeout();

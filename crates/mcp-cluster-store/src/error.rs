@@ -18,7 +18,9 @@ pub enum StoreError {
     /// The events after the requested position were trimmed by retention.
     #[error("events no longer retained")]
     Trimmed,
-    /// A record already exists where a new one was to be created.
+    /// A record already exists where a new one was to be created; or, for
+    /// [`crate::EventLog::append_following`], the stream already holds an
+    /// event after the one the append was to follow.
     #[error("already exists")]
     Conflict,
     /// Stored data could not be decoded.
