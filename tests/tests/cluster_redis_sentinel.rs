@@ -19,7 +19,7 @@ mod cluster_support;
 use std::time::Duration;
 
 use cluster_support::*;
-use mcp_cluster_client::Reply;
+use mcp_cluster_client::{Client, Reply};
 use mcp_cluster_testkit::{
     Cluster, MixedLoad, NodeProcess, RedisServer, Sentinel, metric, node_binary, within,
 };
@@ -104,6 +104,18 @@ fn echoed(reply: Reply) -> Result<String, String> {
     }
 }
 
+/// `echo` of `message` as request `id` in `client`'s session: its text, or
+/// why there is none (a clean 503).
+async fn echo(client: &Client, id: i64, message: &str) -> Result<String, String> {
+    let reply = within(
+        "echo",
+        client.post(&call(id, "echo", json!({"message": message}))),
+    )
+    .await
+    .unwrap();
+    echoed(reply)
+}
+
 #[tokio::test]
 async fn a_node_behind_sentinels_follows_a_failover_and_its_sessions_go_on() {
     let redis = Sentinels::start();
@@ -111,13 +123,7 @@ async fn a_node_behind_sentinels_follows_a_failover_and_its_sessions_go_on() {
     let node = NodeProcess::spawn(&node_binary(), &["--redis-url", &url, "--log", "warn"]).unwrap();
 
     let client = session(node.url(), json!({})).await;
-    let first = within(
-        "echo before",
-        client.post(&call(1, "echo", json!({"message": "a"}))),
-    )
-    .await
-    .unwrap();
-    assert_eq!(echoed(first).unwrap(), "Echo: a");
+    assert_eq!(echo(&client, 1, "a").await.unwrap(), "Echo: a");
     // What the session wrote is on the replica before the primary dies:
     // this test is about following the failover, not about what an
     // asynchronous replica may miss.
@@ -135,13 +141,7 @@ async fn a_node_behind_sentinels_follows_a_failover_and_its_sessions_go_on() {
             started.elapsed() < FAILOVER,
             "the node did not follow the failover within {FAILOVER:?} ({failed} calls failed)"
         );
-        let reply = within(
-            "echo during the failover",
-            client.post(&call(id, "echo", json!({"message": id.to_string()}))),
-        )
-        .await
-        .unwrap();
-        match echoed(reply) {
+        match echo(&client, id, &id.to_string()).await {
             Ok(text) if redis.replica_promoted() => {
                 assert_eq!(text, format!("Echo: {id}"));
                 break id;
@@ -166,22 +166,11 @@ async fn a_node_behind_sentinels_follows_a_failover_and_its_sessions_go_on() {
     // Every call after that answers, a new session opens, the node is
     // ready, and it says it followed a failover.
     for n in 0..20 {
-        let reply = within(
-            "echo after",
-            client.post(&call(1000 + n, "echo", json!({"message": n.to_string()}))),
-        )
-        .await
-        .unwrap();
-        assert_eq!(echoed(reply).unwrap(), format!("Echo: {n}"));
+        let text = echo(&client, 1000 + n, &n.to_string()).await.unwrap();
+        assert_eq!(text, format!("Echo: {n}"));
     }
     let fresh = session(node.url(), json!({})).await;
-    let reply = within(
-        "echo in a new session",
-        fresh.post(&call(1, "echo", json!({"message": "new"}))),
-    )
-    .await
-    .unwrap();
-    assert_eq!(echoed(reply).unwrap(), "Echo: new");
+    assert_eq!(echo(&fresh, 1, "new").await.unwrap(), "Echo: new");
     within("ready again", async {
         loop {
             let status = reqwest::get(format!("http://{}/readyz", node.addr()))
@@ -303,13 +292,7 @@ async fn what_the_replica_never_received_is_lost_and_resuming_past_it_is_refused
     let mut id = 10;
     loop {
         assert!(started.elapsed() < FAILOVER, "the session did not go on");
-        let reply = within(
-            "echo after the failover",
-            client.post(&call(id, "echo", json!({"message": "on"}))),
-        )
-        .await
-        .unwrap();
-        if echoed(reply).is_ok() {
+        if echo(&client, id, "on").await.is_ok() {
             break;
         }
         id += 1;

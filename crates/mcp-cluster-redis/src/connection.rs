@@ -65,7 +65,8 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
         .set_min_delay(RECONNECT_MIN_DELAY)
         .set_max_delay(RECONNECT_MAX_DELAY)
         .set_number_of_retries(RECONNECT_RETRIES);
-    let (manager, addr) = tokio::time::timeout(timeout, open_manager(&target, &manager_config))
+    let opened = async { open_manager(target.primary().await?, &manager_config).await };
+    let (manager, addr) = tokio::time::timeout(timeout, opened)
         .await
         .map_err(|_| ClusterError::Timeout(timeout))?
         .map_err(|err| connect_failed(err, tls))?;
@@ -106,14 +107,17 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
     })
 }
 
-/// A connection manager to the primary the target names now, and that
-/// primary's address.
+/// The address a client connects to, as the Sentinels gave it.
+fn addr_of(client: &redis::Client) -> String {
+    client.get_connection_info().addr().to_string()
+}
+
+/// A connection manager to `client`'s server, and that server's address.
 async fn open_manager(
-    target: &Target,
+    client: redis::Client,
     config: &ConnectionManagerConfig,
 ) -> redis::RedisResult<(ConnectionManager, String)> {
-    let client = target.primary().await?;
-    let addr = client.get_connection_info().addr().to_string();
+    let addr = addr_of(&client);
     let manager = ConnectionManager::new_with_config(client, config.clone()).await?;
     Ok((manager, addr))
 }
@@ -205,25 +209,22 @@ impl Primary {
                 return;
             }
         };
-        let addr = client.get_connection_info().addr().to_string();
         let same = self
             .current
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .addr
-            == addr;
+            == addr_of(&client);
         if same {
             // Still the primary: its manager reconnects by itself.
             self.set_known(true);
             return;
         }
-        let opened = tokio::time::timeout(
-            timeout,
-            ConnectionManager::new_with_config(client, self.manager_config.clone()),
-        )
-        .await;
+        let addr = addr_of(&client);
+        let opened =
+            tokio::time::timeout(timeout, open_manager(client, &self.manager_config)).await;
         match opened {
-            Ok(Ok(manager)) => {
+            Ok(Ok((manager, addr))) => {
                 let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
                 info!(from = %current.addr, to = %addr, "Following a Redis failover: commands go to the new primary.");
                 *current = Current { manager, addr };
