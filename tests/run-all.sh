@@ -146,7 +146,11 @@ LOG_DIR="$LOG_DIR" bash tests/helm/install.sh >"$LOG_DIR/helm-install.log" 2>&1 
 }
 
 echo "== cargo test --workspace"
-cargo build --workspace --all-targets --quiet
+# The end-to-end tests start the binaries and examples of other packages, which
+# `cargo test` builds only for their own package. Tests are not built here:
+# `cargo build --all-targets` builds each test under another profile than
+# `cargo test` does, a second copy of every test binary (about 8 GB).
+cargo build --workspace --bins --examples --quiet
 set +e
 cargo test --workspace 2>&1 | tee "$LOG_DIR/cargo-test.log"
 cargo_status=${PIPESTATUS[0]}
