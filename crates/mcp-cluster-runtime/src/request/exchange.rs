@@ -281,7 +281,7 @@ impl Exchange {
                 }
                 if let (true, Some(session)) = (last, &self.session) {
                     self.node.attachments.forget(&stream);
-                    let closed = patiently(&self.node, || {
+                    let closed = patiently(&self.node, session, &stream, || {
                         self.node.store.events.close_stream(session, &stream)
                     });
                     if let Err(err) = closed.await {
@@ -428,13 +428,12 @@ impl Exchange {
                 reply,
                 open: ticket,
             } => {
-                let stream = match self
-                    .node
-                    .store
-                    .events
-                    .create_stream(session, &self.requests)
-                    .await
-                {
+                // The stream, registered, with the responses already made:
+                // all of it or a failed reply (a stream half set up would be
+                // set up again by the next message, and what went into this
+                // one would be lost to the client).
+                let pending = std::mem::take(responses);
+                let stream = match self.start_stream(session, pending).await {
                     Ok(stream) => stream,
                     Err(err) => {
                         if let Some(tx) = reply.take() {
@@ -444,24 +443,6 @@ impl Exchange {
                         return Err(err);
                     }
                 };
-                // Its first append follows the empty stream.
-                *self.appended.lock().unwrap_or_else(PoisonError::into_inner) =
-                    Some(Position::START);
-                // Registered before anything is written, so that a survivor
-                // knows which requests to answer should this node die.
-                let open = OpenStream {
-                    session: session.clone(),
-                    stream: stream.clone(),
-                    requests: self.requests.clone(),
-                };
-                self.node
-                    .store
-                    .nodes
-                    .open_stream(&self.node.id, &open)
-                    .await?;
-                for r in std::mem::take(responses) {
-                    self.append(&stream, &Message::Response(r), true).await?;
-                }
                 if let Some(tx) = reply.take() {
                     let _ = tx.send(ExchangeReply::Stream(stream.clone(), self.requests.clone()));
                 }
@@ -473,6 +454,38 @@ impl Exchange {
                 Ok(stream)
             }
         }
+    }
+
+    /// Creates this exchange's stream, registers it with the node registry
+    /// (before anything is written, so that a survivor knows which requests
+    /// to answer should this node die) and writes `responses` into it.
+    async fn start_stream(
+        &self,
+        session: &SessionId,
+        responses: Vec<Response>,
+    ) -> Result<StreamId, StoreError> {
+        let stream = self
+            .node
+            .store
+            .events
+            .create_stream(session, &self.requests)
+            .await?;
+        // Its first append follows the empty stream.
+        *self.appended.lock().unwrap_or_else(PoisonError::into_inner) = Some(Position::START);
+        let open = OpenStream {
+            session: session.clone(),
+            stream: stream.clone(),
+            requests: self.requests.clone(),
+        };
+        self.node
+            .store
+            .nodes
+            .open_stream(&self.node.id, &open)
+            .await?;
+        for r in responses {
+            self.append(&stream, &Message::Response(r), true).await?;
+        }
+        Ok(stream)
     }
 
     /// Appends one message. `own`: the stream is this exchange's own
@@ -527,8 +540,11 @@ impl Exchange {
     /// [`RESPONSE_PATIENCE`]: the outcome is known, and a client resuming
     /// the stream later still gets it. One that refuses (full) is not.
     async fn append_response(&self, stream: &StreamId, r: &Response) -> Result<(), StoreError> {
+        let Some(session) = &self.session else {
+            return Err(StoreError::StreamNotFound);
+        };
         let mut tries = 0_u32;
-        patiently(&self.node, || {
+        patiently(&self.node, session, stream, || {
             tries += 1;
             let retry = tries > 1;
             async move {
@@ -553,21 +569,37 @@ impl Exchange {
     }
 }
 
-/// Runs `op` again while the store is away (it does not answer `ping`
-/// either: a failover, a restart), up to [`RESPONSE_PATIENCE`]. A store
-/// that answers but refused (full, say) gets no second try.
-async fn patiently<T, F>(node: &NodeContext, mut op: impl FnMut() -> F) -> Result<T, StoreError>
+/// Runs `op`, on `stream`, again while the store is away for that stream
+/// (reading its tail fails too: a failover, a restart, the stream's shard
+/// of a Redis Cluster changing primary), up to [`RESPONSE_PATIENCE`]. A
+/// store that answers the read gets one more try at once (it may have come
+/// back between the failure and the read); one that answers but refuses
+/// (full, say) then fails that one too, and is not waited for.
+async fn patiently<T, F>(
+    node: &NodeContext,
+    session: &SessionId,
+    stream: &StreamId,
+    mut op: impl FnMut() -> F,
+) -> Result<T, StoreError>
 where
     F: std::future::Future<Output = Result<T, StoreError>>,
 {
     let started = tokio::time::Instant::now();
     let mut delay = RETRY_MIN_DELAY;
+    let mut answered = false;
     loop {
         match op().await {
             Err(StoreError::Unavailable(reason))
-                if started.elapsed() + delay < RESPONSE_PATIENCE
-                    && node.store.sessions.ping().await.is_err() =>
+                if started.elapsed() + delay < RESPONSE_PATIENCE && !answered =>
             {
+                let away = matches!(
+                    node.store.events.tail(session, stream).await,
+                    Err(StoreError::Unavailable(_))
+                );
+                if !away {
+                    answered = true;
+                    continue;
+                }
                 tracing::debug!(%reason, ?delay, "The store is away; trying again.");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(RETRY_MAX_DELAY);
