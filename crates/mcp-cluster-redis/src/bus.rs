@@ -1,7 +1,8 @@
 //! [`RedisBus`]: the control bus as one Redis pub/sub channel (`mcp:ctl`).
 //!
 //! Publishing is one `PUBLISH` of the JSON message on the command
-//! connection; receiving shares the node's one pub/sub connection
+//! connection (`SPUBLISH` on a Redis Cluster: a sharded channel stays on the
+//! shard of its slot instead of going to every member); receiving shares the node's one pub/sub connection
 //! (`pubsub`). Delivery is Redis pub/sub's: every node connected at
 //! that moment, nothing kept for a node that is away or reconnecting.
 
@@ -42,7 +43,9 @@ impl ControlBus for RedisBus {
             .redis
             .cmd(
                 "bus_publish",
-                redis::cmd("PUBLISH").arg(&self.channel).arg(json),
+                redis::cmd(self.redis.publish_command())
+                    .arg(&self.channel)
+                    .arg(json),
             )
             .await
             .map(drop);

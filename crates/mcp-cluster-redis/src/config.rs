@@ -30,7 +30,11 @@ pub struct RedisConfig {
     /// (Sentinel port 26379 when none is given; `rediss+sentinel://` for
     /// TLS to the Sentinels and the primary alike), the node then asks the
     /// Sentinels for the primary of `<master>` and asks again when it fails
-    /// over; the credentials are the primary's. Default
+    /// over; the credentials are the primary's. A Redis Cluster:
+    /// `redis+cluster://[[user]:password@]host[:port][,host[:port]…]` (port
+    /// 6379 when none is given; `rediss+cluster://` for TLS), members the
+    /// node learns the cluster's layout from; keys then spread over its
+    /// shards. Default
     /// `redis://127.0.0.1:6379`: a local Redis, nothing leaves the host
     /// unless configured to. May hold a user (an ACL user) and a password:
     /// redact it when logging.
@@ -191,6 +195,12 @@ impl RedisConfig {
                 password: url.password.is_some(),
             });
         }
+        if let Some(cluster) = self.cluster_url() {
+            return cluster.map(|url| UrlFacts {
+                tls: url.tls,
+                password: url.password.is_some(),
+            });
+        }
         match self.url.as_str().into_connection_info() {
             Ok(info) => Ok(UrlFacts {
                 tls: is_tls(info.addr()),
@@ -209,6 +219,12 @@ impl RedisConfig {
     fn url_facts(&self) -> Result<UrlFacts, ClusterError> {
         if let Some(sentinel) = self.sentinel_url() {
             return sentinel.map(|url| UrlFacts {
+                tls: url.tls,
+                password: url.password.is_some(),
+            });
+        }
+        if let Some(cluster) = self.cluster_url() {
+            return cluster.map(|url| UrlFacts {
                 tls: url.tls,
                 password: url.password.is_some(),
             });
@@ -236,14 +252,15 @@ impl RedisConfig {
     #[cfg(feature = "client")]
     /// The Redis client of this configuration, for a URL that names one
     /// server (`redis://`, `rediss://`): as [`Self::target`], which a
-    /// `redis+sentinel://` URL needs (its primary moves).
+    /// `redis+sentinel://` URL (its primary moves) or a `redis+cluster://`
+    /// one (many servers) needs.
     ///
     /// # Errors
     /// As [`Self::target`], and [`ClusterError::Config`] for a Sentinel URL.
     pub fn client(&self) -> Result<redis::Client, ClusterError> {
         self.target()?.into_direct().ok_or_else(|| {
             ClusterError::Config(
-                "a redis+sentinel url names no one server: ask target() for the primary".into(),
+                "a redis+sentinel or redis+cluster url names no one server: ask target() for where connections go".into(),
             )
         })
     }
@@ -269,6 +286,11 @@ impl RedisConfig {
             let url = sentinel?;
             let certificates = url.tls.then(|| self.tls_certificates()).transpose()?;
             return Target::sentinel(url, password, certificates);
+        }
+        if let Some(cluster) = self.cluster_url() {
+            let url = cluster?;
+            let certificates = url.tls.then(|| self.tls_certificates()).transpose()?;
+            return Target::cluster(url, password, certificates, self.command_timeout());
         }
         let mut info = self
             .url
@@ -312,15 +334,23 @@ impl RedisConfig {
 
     /// The URL read as a Sentinel URL; `None` when it is not one.
     fn sentinel_url(&self) -> Option<Result<SentinelUrl, ClusterError>> {
-        SentinelUrl::parse(&self.url).map(|parsed| {
-            parsed
-                .map_err(|err| ClusterError::Config(format!("url {}: {err}", self.redacted_url())))
-        })
+        SentinelUrl::parse(&self.url).map(|parsed| parsed.map_err(|err| self.url_error(&err)))
+    }
+
+    /// The URL read as a Redis Cluster URL; `None` when it is not one.
+    fn cluster_url(&self) -> Option<Result<ClusterUrl, ClusterError>> {
+        ClusterUrl::parse(&self.url).map(|parsed| parsed.map_err(|err| self.url_error(&err)))
+    }
+
+    fn url_error(&self, err: &str) -> ClusterError {
+        ClusterError::Config(format!("url {}: {err}", self.redacted_url()))
     }
 }
 
 /// Port of a Sentinel address that gives none.
 const SENTINEL_PORT: u16 = 26379;
+/// Port of a Redis Cluster seed that gives none.
+const REDIS_PORT: u16 = 6379;
 
 /// A `redis+sentinel://` (or `rediss+sentinel://`) URL, read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -339,6 +369,73 @@ pub(crate) struct SentinelUrl {
     pub(crate) db: i64,
 }
 
+/// A `redis+cluster://` (or `rediss+cluster://`) URL, read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterUrl {
+    /// `rediss+cluster://`: TLS to every member.
+    pub(crate) tls: bool,
+    /// The members' ACL user.
+    pub(crate) username: Option<String>,
+    /// The members' password.
+    pub(crate) password: Option<String>,
+    /// Members to learn the cluster's layout from (any of them answers).
+    pub(crate) seeds: Vec<(String, u16)>,
+}
+
+/// The user info and hosts of a URL with several hosts, and what follows
+/// them (after the first `/`, `None` without one).
+struct Authority<'a> {
+    username: Option<String>,
+    password: Option<String>,
+    hosts: &'a str,
+    path: Option<&'a str>,
+}
+
+impl<'a> Authority<'a> {
+    fn parse(rest: &'a str) -> Result<Self, String> {
+        let (authority, path) = match rest.split_once('/') {
+            Some((authority, path)) => (authority, Some(path)),
+            None => (rest, None),
+        };
+        if path.unwrap_or(authority).contains(['?', '#']) {
+            return Err("takes no query or fragment".into());
+        }
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, authority),
+        };
+        let (username, password) = match userinfo.map(|u| u.split_once(':').unwrap_or((u, ""))) {
+            None => (None, None),
+            Some((user, password)) => (
+                Some(decode(user, "user")?).filter(|u| !u.is_empty()),
+                Some(decode(password, "password")?).filter(|p| !p.is_empty()),
+            ),
+        };
+        Ok(Self {
+            username,
+            password,
+            hosts,
+            path,
+        })
+    }
+
+    /// The hosts, `default_port` where one gives none.
+    fn hosts(&self, what: &str, default_port: u16) -> Result<Vec<(String, u16)>, String> {
+        self.hosts
+            .split(',')
+            .map(|host| host_port(host, what, default_port))
+            .collect()
+    }
+}
+
+/// `text` percent-decoded; the error names `what`, never the text.
+fn decode(text: &str, what: &str) -> Result<String, String> {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .map(|text| text.into_owned())
+        .map_err(|_| format!("its {what} is not UTF-8 once decoded"))
+}
+
 impl SentinelUrl {
     /// Reads `url` when its scheme is `redis+sentinel` or
     /// `rediss+sentinel`; `None` for any other scheme. The error never
@@ -354,31 +451,9 @@ impl SentinelUrl {
 
     fn parse_rest(tls: bool, rest: &str) -> Result<Self, String> {
         const NO_MASTER: &str = "names no master: end it with /<master name>";
-        let (authority, path) = rest.split_once('/').ok_or(NO_MASTER)?;
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => (Some(userinfo), hosts),
-            None => (None, authority),
-        };
-        let decode = |text: &str, what: &str| {
-            percent_encoding::percent_decode_str(text)
-                .decode_utf8()
-                .map(|text| text.into_owned())
-                .map_err(|_| format!("its {what} is not UTF-8 once decoded"))
-        };
-        let (username, password) = match userinfo.map(|u| u.split_once(':').unwrap_or((u, ""))) {
-            None => (None, None),
-            Some((user, password)) => (
-                Some(decode(user, "user")?).filter(|u| !u.is_empty()),
-                Some(decode(password, "password")?).filter(|p| !p.is_empty()),
-            ),
-        };
-        let sentinels = hosts
-            .split(',')
-            .map(host_port)
-            .collect::<Result<Vec<_>, _>>()?;
-        if path.contains(['?', '#']) {
-            return Err("takes no query or fragment".into());
-        }
+        let authority = Authority::parse(rest)?;
+        let path = authority.path.ok_or(NO_MASTER)?;
+        let sentinels = authority.hosts("Sentinel", SENTINEL_PORT)?;
         let (master, db) = path.split_once('/').unwrap_or((path, ""));
         let master = decode(master, "master name")?;
         if master.is_empty() {
@@ -394,8 +469,8 @@ impl SentinelUrl {
         };
         Ok(Self {
             tls,
-            username,
-            password,
+            username: authority.username,
+            password: authority.password,
             sentinels,
             master,
             db,
@@ -403,9 +478,36 @@ impl SentinelUrl {
     }
 }
 
-/// One Sentinel address: `host[:port]` or `[v6]:port`.
-fn host_port(text: &str) -> Result<(String, u16), String> {
-    let bad = || format!("Sentinel address {text:?} is not host[:port]");
+impl ClusterUrl {
+    /// Reads `url` when its scheme is `redis+cluster` or `rediss+cluster`;
+    /// `None` for any other scheme. The error never quotes the user info.
+    pub(crate) fn parse(url: &str) -> Option<Result<Self, String>> {
+        let (tls, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+            (false, rest)
+        } else {
+            (true, url.strip_prefix("rediss+cluster://")?)
+        };
+        Some(Self::parse_rest(tls, rest))
+    }
+
+    fn parse_rest(tls: bool, rest: &str) -> Result<Self, String> {
+        let authority = Authority::parse(rest)?;
+        // A Redis Cluster has database 0 only.
+        if !matches!(authority.path, None | Some("" | "0")) {
+            return Err("names a database: a Redis Cluster has database 0 only".into());
+        }
+        Ok(Self {
+            tls,
+            seeds: authority.hosts("cluster member", REDIS_PORT)?,
+            username: authority.username,
+            password: authority.password,
+        })
+    }
+}
+
+/// One address: `host[:port]` or `[v6]:port`; `what` names it in the error.
+fn host_port(text: &str, what: &str, default_port: u16) -> Result<(String, u16), String> {
+    let bad = || format!("{what} address {text:?} is not host[:port]");
     let (host, port) = match text.strip_prefix('[') {
         Some(rest) => {
             let (host, after) = rest.split_once(']').ok_or_else(bad)?;
@@ -423,7 +525,7 @@ fn host_port(text: &str) -> Result<(String, u16), String> {
         return Err(bad());
     }
     let port = match port {
-        None => SENTINEL_PORT,
+        None => default_port,
         Some(port) => port
             .parse::<u16>()
             .ok()
@@ -779,6 +881,56 @@ mod tests {
         let target = c.target().unwrap();
         assert!(target.follows_failovers() && target.is_tls());
         let err = c.client().unwrap_err().to_string();
-        assert!(err.contains("ask target() for the primary"), "{err}");
+        assert!(err.contains("ask target()"), "{err}");
+    }
+
+    #[test]
+    fn cluster_urls_name_their_seeds_and_credentials() {
+        let url = ClusterUrl::parse("redis+cluster://a:7000,[::1]:7001,b")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            url,
+            ClusterUrl {
+                tls: false,
+                username: None,
+                password: None,
+                seeds: vec![
+                    ("a".into(), 7000),
+                    ("::1".into(), 7001),
+                    ("b".into(), REDIS_PORT)
+                ],
+            }
+        );
+        let url = ClusterUrl::parse("rediss+cluster://mcp:p%40ss@h:1/0")
+            .unwrap()
+            .unwrap();
+        assert!(url.tls);
+        assert_eq!(url.username.as_deref(), Some("mcp"));
+        assert_eq!(url.password.as_deref(), Some("p@ss"));
+        assert!(ClusterUrl::parse("redis+sentinel://h:1/m").is_none());
+        for (bad, says) in [
+            ("redis+cluster://h:1/2", "database 0 only"),
+            ("redis+cluster://h:1,,h:2", "is not host[:port]"),
+            ("redis+cluster://h:70000", "is not host[:port]"),
+            ("redis+cluster://h:1?protocol=resp3", "no query"),
+        ] {
+            let err = ClusterUrl::parse(bad).unwrap().unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        let c = RedisConfig {
+            url: "redis+cluster://u:s3cret@h:1,/".into(),
+            ..RedisConfig::default()
+        };
+        let err = c.validate().unwrap_err().to_string();
+        assert!(!err.contains("s3cret") && err.contains("***"), "{err}");
+        let c = RedisConfig {
+            url: "rediss+cluster://h:1,h:2".into(),
+            ..RedisConfig::default()
+        };
+        assert!(c.is_tls());
+        let target = c.target().unwrap();
+        assert!(target.is_cluster() && target.is_tls() && !target.follows_failovers());
+        assert!(c.client().is_err());
     }
 }

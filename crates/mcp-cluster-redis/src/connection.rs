@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use mcp_cluster_store::{Store, StoreError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, Pipeline, ScriptInvocation, ServerErrorKind, Value};
 use tracing::{info, warn};
 
@@ -57,28 +58,42 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
     let tls = target.is_tls();
     let timeout = config.command_timeout();
     let keys = Keys::new(&config.key_prefix);
-    // The pub/sub connection first: one plain attempt whose error says why.
+    // The pub/sub connection first: one plain attempt whose error says why
+    // (the command connection's manager retries, and would only time out).
     let pubsub = PubSub::start(target.clone(), keys.ctl(), timeout).await?;
-    let manager_config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout))
-        .set_min_delay(RECONNECT_MIN_DELAY)
-        .set_max_delay(RECONNECT_MAX_DELAY)
-        .set_number_of_retries(RECONNECT_RETRIES);
-    let opened = async { open_manager(target.primary().await?, &manager_config).await };
-    let (manager, addr) = tokio::time::timeout(timeout, opened)
-        .await
-        .map_err(|_| ClusterError::Timeout(timeout))?
-        .map_err(|err| connect_failed(err, tls))?;
-    let redis = Redis {
-        primary: Arc::new(Primary {
-            target,
-            manager_config,
-            current: RwLock::new(Current { manager, addr }),
-            asking: AtomicBool::new(false),
-            known: AtomicBool::new(true),
-        }),
-        timeout,
+    let redis = if let Some(seeds) = target.cluster_seeds() {
+        // A Redis Cluster: one client routes every command by its keys.
+        let client = seeds.client(None)?;
+        let connection = tokio::time::timeout(timeout, client.get_async_connection())
+            .await
+            .map_err(|_| ClusterError::Timeout(timeout))?
+            .map_err(|err| connect_failed(err, tls))?;
+        Redis {
+            conn: Conn::Cluster(connection),
+            timeout,
+        }
+    } else {
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_min_delay(RECONNECT_MIN_DELAY)
+            .set_max_delay(RECONNECT_MAX_DELAY)
+            .set_number_of_retries(RECONNECT_RETRIES);
+        let opened = async { open_manager(target.primary().await?, &manager_config).await };
+        let (manager, addr) = tokio::time::timeout(timeout, opened)
+            .await
+            .map_err(|_| ClusterError::Timeout(timeout))?
+            .map_err(|err| connect_failed(err, tls))?;
+        Redis {
+            conn: Conn::Primary(Arc::new(Primary {
+                target,
+                manager_config,
+                current: RwLock::new(Current { manager, addr }),
+                asking: AtomicBool::new(false),
+                known: AtomicBool::new(true),
+            })),
+            timeout,
+        }
     };
     mcp_cluster_telemetry::metrics::metrics()
         .redis_primary_known
@@ -123,15 +138,25 @@ async fn open_manager(
 }
 
 /// The command connection: one multiplexed connection shared by every port
-/// and every task of the node, reconnecting in the background. Every call is
-/// bounded by the command timeout and maps failures to
-/// [`StoreError::Unavailable`].
+/// and every task of the node (on a Redis Cluster, one per member),
+/// reconnecting in the background. Every call is bounded by the command
+/// timeout and maps failures to [`StoreError::Unavailable`].
 #[derive(Clone)]
 pub(crate) struct Redis {
-    /// Cloning is cheap (an `Arc`); all clones share one connection.
-    primary: Arc<Primary>,
+    /// Cloning is cheap; all clones share the connections.
+    conn: Conn,
     /// Bound on each call, connection wait included.
     timeout: Duration,
+}
+
+#[derive(Clone)]
+enum Conn {
+    /// One Redis, or the Sentinels' primary.
+    Primary(Arc<Primary>),
+    /// A Redis Cluster: the client routes each command to the shard of its
+    /// keys, follows `MOVED` and `ASK`, and learns the new layout after a
+    /// failover by itself.
+    Cluster(ClusterConnection),
 }
 
 /// Where commands go. With one Redis, always the same connection manager
@@ -251,27 +276,93 @@ impl fmt::Debug for Redis {
 }
 
 impl Redis {
-    /// Whether the node knows a primary to write to (with one Redis,
-    /// always: the readiness ping tells whether it answers).
+    /// Whether the node knows a primary to write to (with one Redis or a
+    /// Redis Cluster, always: the readiness ping tells whether it answers).
     pub(crate) fn primary_known(&self) -> bool {
-        self.primary.known.load(Ordering::Acquire)
+        match &self.conn {
+            Conn::Primary(primary) => primary.known.load(Ordering::Acquire),
+            Conn::Cluster(_) => true,
+        }
     }
 
-    /// Runs one command.
+    /// Whether commands go to a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
+    /// The command that publishes on a channel of a session's keys' slot:
+    /// `SPUBLISH` on a Redis Cluster (sharded pub/sub: the message stays on
+    /// the shard of its channel instead of reaching every member), else
+    /// `PUBLISH`.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        if self.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
+    }
+
     /// One command; `op` names it in the Redis metrics.
     pub(crate) async fn cmd(&self, op: &'static str, cmd: &Cmd) -> Result<Value, StoreError> {
-        let mut con = self.primary.manager();
-        self.bounded(op, cmd.query_async::<Value>(&mut con)).await
+        let call = async {
+            match &self.conn {
+                Conn::Primary(primary) => cmd.query_async(&mut primary.manager()).await,
+                Conn::Cluster(cluster) => cmd.query_async(&mut cluster.clone()).await,
+            }
+        };
+        self.bounded(op, call).await
     }
 
     /// One pipeline (one round trip); `op` names it in the Redis metrics.
+    /// On a Redis Cluster its keys must share one slot; see [`Self::each`]
+    /// for commands on keys of several.
     pub(crate) async fn pipe(
         &self,
         op: &'static str,
         pipe: &Pipeline,
     ) -> Result<Value, StoreError> {
-        let mut con = self.primary.manager();
-        self.bounded(op, pipe.query_async::<Value>(&mut con)).await
+        let call = async {
+            match &self.conn {
+                Conn::Primary(primary) => pipe.query_async(&mut primary.manager()).await,
+                Conn::Cluster(cluster) => pipe.query_async(&mut cluster.clone()).await,
+            }
+        };
+        self.bounded(op, call).await
+    }
+
+    /// Commands whose keys may sit in different slots, each answer in
+    /// order: one pipeline (one round trip) on one Redis; on a Redis
+    /// Cluster, each command sent at once to its own shard. Not atomic
+    /// either way.
+    pub(crate) async fn each(
+        &self,
+        op: &'static str,
+        cmds: &[Cmd],
+    ) -> Result<Vec<Value>, StoreError> {
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let call = async {
+            match &self.conn {
+                Conn::Primary(primary) => {
+                    let mut pipe = redis::pipe();
+                    for cmd in cmds {
+                        pipe.add_command(cmd.clone());
+                    }
+                    pipe.query_async(&mut primary.manager()).await
+                }
+                Conn::Cluster(cluster) => {
+                    let calls = cmds.iter().map(|cmd| {
+                        let mut con = cluster.clone();
+                        async move { cmd.query_async::<Value>(&mut con).await }
+                    });
+                    futures_util::future::try_join_all(calls)
+                        .await
+                        .map(Value::Array)
+                }
+            }
+        };
+        crate::reply::array(self.bounded(op, call).await?)
     }
 
     /// One script; `op` names it in the Redis metrics.
@@ -280,9 +371,21 @@ impl Redis {
         op: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<Value, StoreError> {
-        let mut con = self.primary.manager();
-        self.bounded(op, invocation.invoke_async::<Value>(&mut con))
-            .await
+        let call = async {
+            match &self.conn {
+                Conn::Primary(primary) => invocation.invoke_async(&mut primary.manager()).await,
+                Conn::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await,
+            }
+        };
+        self.bounded(op, call).await
+    }
+
+    /// After a failure that may mean the primary moved: behind Sentinels,
+    /// ask them again. A Redis Cluster client follows its layout itself.
+    fn recheck(&self) {
+        if let Conn::Primary(primary) = &self.conn {
+            primary.recheck(self.timeout);
+        }
     }
 
     async fn bounded(
@@ -307,14 +410,14 @@ impl Redis {
                 let kind = if err.is_connection_dropped() || err.is_io_error() {
                     // The connection manager reconnects for the next one.
                     COMMANDS_LOST.store(true, Ordering::Release);
-                    self.primary.recheck(self.timeout);
+                    self.recheck();
                     "connection"
                 } else if matches!(
                     err.kind(),
                     ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
                 ) {
                     // A primary demoted to a replica, or one that lost its own.
-                    self.primary.recheck(self.timeout);
+                    self.recheck();
                     "readonly"
                 } else {
                     "other"
@@ -323,7 +426,7 @@ impl Redis {
                 Err(unavailable(&err))
             }
             Err(_) => {
-                self.primary.recheck(self.timeout);
+                self.recheck();
                 m.redis_errors.with_label_values(&[op, "timeout"]).inc();
                 Err(timed_out(self.timeout))
             }

@@ -92,8 +92,9 @@ return 1
 });
 
 /// KEYS: stream, meta, set. ARGV: data, max events, idle TTL ms, wake
-/// channel, max bytes, and the position (`<ms>-<seq>`, `0-0` for none yet)
-/// that must be the stream's last, or `''`. Returns `{entry id, 1 if older
+/// channel, max bytes, the position (`<ms>-<seq>`, `0-0` for none yet)
+/// that must be the stream's last or `''`, and the publish command
+/// (`PUBLISH`, or `SPUBLISH` on a Redis Cluster). Returns `{entry id, 1 if older
 /// events were dropped else 0}`, nil for a missing or closed stream,
 /// `{'lost'}` when the stream's last event is older than that position (the
 /// store lost it), `{'ahead'}` when it is newer (an append not seen
@@ -140,7 +141,7 @@ redis.call('HSET', KEYS[2], LAST, id)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 extend(KEYS[3], ARGV[3])
-redis.call('PUBLISH', ARGV[4], id)
+redis.call(ARGV[7], ARGV[4], id)
 if excess > 0 then
   return {id, 1}
 end
@@ -149,7 +150,8 @@ return {id, 0}
     )
 });
 
-/// KEYS: stream, meta, set. ARGV: closed TTL ms, wake channel. Returns 0 for
+/// KEYS: stream, meta, set. ARGV: closed TTL ms, wake channel, publish
+/// command. Returns 0 for
 /// a missing stream, 1 for a closed one (closing twice changes nothing), 2
 /// + the bytes of its events when this call closed it.
 static CLOSE: LazyLock<Script> = LazyLock::new(|| {
@@ -164,7 +166,7 @@ if closed == '0' then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
   redis.call('PEXPIRE', KEYS[2], ARGV[1])
   extend(KEYS[3], ARGV[1])
-  redis.call('PUBLISH', ARGV[2], 'closed')
+  redis.call(ARGV[3], ARGV[2], 'closed')
   return 2 + tonumber(redis.call('HGET', KEYS[2], BYTES) or '0')
 end
 return 1
@@ -248,7 +250,7 @@ return 1
 });
 
 /// KEYS: the session's stream set. ARGV: stream key prefix, meta key
-/// prefix, wake channel prefix. Deletes every stream and wakes its readers
+/// prefix, wake channel prefix, publish command. Deletes every stream and wakes its readers
 /// (who re-read and find it gone).
 static DELETE_SESSION: LazyLock<Script> = LazyLock::new(|| {
     script(
@@ -256,7 +258,7 @@ static DELETE_SESSION: LazyLock<Script> = LazyLock::new(|| {
 local ids = redis.call('SMEMBERS', KEYS[1])
 for _, id in ipairs(ids) do
   redis.call('DEL', ARGV[1] .. id, ARGV[2] .. id)
-  redis.call('PUBLISH', ARGV[3] .. id, 'deleted')
+  redis.call(ARGV[4], ARGV[3] .. id, 'deleted')
 end
 redis.call('DEL', KEYS[1])
 return #ids
@@ -361,7 +363,8 @@ impl RedisEventLog {
                     .arg(self.idle_ttl_ms)
                     .arg(self.keys.wake(session, stream))
                     .arg(self.max_stream_bytes)
-                    .arg(follows.map(|p| p.to_string()).unwrap_or_default()),
+                    .arg(follows.map(|p| p.to_string()).unwrap_or_default())
+                    .arg(self.redis.publish_command()),
             )
             .await?;
         if reply == Value::Nil {
@@ -492,7 +495,8 @@ impl EventLog for RedisEventLog {
                     .key(self.keys.meta(session, stream))
                     .key(self.keys.streams(session))
                     .arg(self.closed_ttl_ms)
-                    .arg(self.keys.wake(session, stream)),
+                    .arg(self.keys.wake(session, stream))
+                    .arg(self.redis.publish_command()),
             )
             .await?;
         let n = reply::int(&reply)?;
@@ -598,7 +602,8 @@ impl EventLog for RedisEventLog {
                     .key(self.keys.streams(session))
                     .arg(self.keys.stream_prefix(session))
                     .arg(self.keys.meta_prefix(session))
-                    .arg(self.keys.wake_prefix(session)),
+                    .arg(self.keys.wake_prefix(session))
+                    .arg(self.redis.publish_command()),
             )
             .await?;
         self.closed.forget_client(session.as_str());

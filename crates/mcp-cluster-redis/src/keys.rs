@@ -7,7 +7,8 @@
 //! | `mcp:{<session>}:session` | string, `PX` idle TTL | the JSON [`mcp_cluster_store::SessionRecord`] (without its subscriptions) |
 //! | `mcp:{<session>}:subs` | set, the session's TTL | the URIs the session subscribed to |
 //! | `mcp:{<session>}:ended` | string, `PX` 60 s | present for a minute after the session was ended by DELETE |
-//! | `mcp:{sessions}:expiry` | sorted set | session id → when its record expires at the earliest (ms since the epoch), to find expired sessions and delete their streams |
+//! | `mcp:{sessions:<b>}:expiry` | sorted set | session id → when its record expires at the earliest (ms since the epoch), to find expired sessions and delete their streams; `<b>` (`0`…`15`) is the session's bucket |
+//! | `mcp:{sessions}:expiry` | sorted set | the same, written by versions before the buckets; swept, never written |
 //! | `mcp:{<session>}:stream:<stream>` | stream | one entry per event, field `d` = data |
 //! | `mcp:{<session>}:meta:<stream>` | hash | `closed` (`0`/`1`), `last` (newest entry id), `trimmed` (newest trimmed entry id, absent if none), `req` (JSON array of the request ids the stream answers, absent for a standalone stream) |
 //! | `mcp:{<session>}:streams` | set | the session's stream ids, for `delete_session` |
@@ -15,7 +16,8 @@
 //! | `mcp:ctl` | channel | JSON [`mcp_cluster_store::ControlMessage`]s |
 //! | `mcp:{nodes}:alive:<node>` | string, `PX` heartbeat TTL | present while the node lives |
 //! | `mcp:{nodes}:all` | set | every node id not yet claimed or gone |
-//! | `mcp:{nodes}:streams:<node>` | hash | stream id → JSON [`mcp_cluster_store::OpenStream`] |
+//! | `mcp:{nodes:<node>:<b>}:streams` | hash | stream id → JSON [`mcp_cluster_store::OpenStream`] of the streams the node writes; `<b>` (`0`…`15`) is the stream's bucket |
+//! | `mcp:{nodes}:streams:<node>` | hash | the same, written by versions before the buckets; claimed, never written |
 //! | `mcp:{nodes}:state_keys` | hash | request-state key id → `<made, ms since the epoch>:<id>:<base64 secret>`, the cluster's key ring for 2026-07-28 `requestState` |
 //! | `mcp:quota:<quota>:{<subject>}` | string, `PX` a window (a rate) or sorted set, `PX` its longest lease (a lease set) | see [`crate::quota`] |
 //! | `mcp:task:{<task>}` | hash, `PX` the task's TTL | `status`, `record` (JSON), `cancel` (`0`/`1`); see [`crate::tasks`] |
@@ -52,8 +54,17 @@
 //!
 //! Node keys share the hash tag `{nodes}`: the node registry scripts touch
 //! the node set and one node's keys together, so they must sit in one Redis
-//! Cluster slot. The registry is small (a few keys per node), so one slot
-//! holds it easily.
+//! Cluster slot. The registry is small (a few keys per node, written at a
+//! heartbeat), so one slot holds it easily.
+//!
+//! The two indexes written for every session or every request are split
+//! into [`BUCKETS`] keys, each its own hash tag, so that on a Redis Cluster
+//! their writes spread over the shards instead of all going to the one
+//! holding a single key: the expiry index by session
+//! (`mcp:{sessions:<b>}:expiry`) and each node's open streams by stream
+//! (`mcp:{nodes:<node>:<b>}:streams`). A bucket is the FNV-1a hash of the
+//! id's text modulo [`BUCKETS`], the same on every node. Node ids are ASCII
+//! letters, digits and `-`, so the tag holds no brace.
 
 use std::sync::Arc;
 
@@ -70,6 +81,16 @@ const ENDED: &str = "ended";
 const SUBS: &str = "subs";
 /// Key part (hash tag): the session expiry index.
 const SESSIONS: &str = "sessions";
+/// Keys an index written per session or per request is split into.
+pub const BUCKETS: u32 = 16;
+
+/// The bucket of an id: FNV-1a (32 bits) of its text, modulo [`BUCKETS`].
+fn bucket(id: &str) -> u32 {
+    let hash = id.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    hash % BUCKETS
+}
 /// Key part: a stream's events.
 const STREAM: &str = "stream";
 /// Key part: a stream's state hash.
@@ -158,9 +179,22 @@ impl Keys {
         format!("{}{SUBS}", self.session_base(session))
     }
 
-    /// The index of sessions by earliest expiry.
-    pub fn session_expiry(&self) -> String {
-        format!("{}:{{{SESSIONS}}}:expiry", self.prefix)
+    /// The bucket of the index of sessions by earliest expiry that holds
+    /// `session`.
+    pub fn session_expiry(&self, session: &SessionId) -> String {
+        self.expiry_bucket(bucket(session.as_str()))
+    }
+
+    fn expiry_bucket(&self, bucket: u32) -> String {
+        format!("{}:{{{SESSIONS}:{bucket}}}:expiry", self.prefix)
+    }
+
+    /// Every key of the expiry index: the buckets, then the one key of
+    /// versions before them.
+    pub fn session_expiry_all(&self) -> Vec<String> {
+        let mut all: Vec<String> = (0..BUCKETS).map(|b| self.expiry_bucket(b)).collect();
+        all.push(format!("{}:{{{SESSIONS}}}:expiry", self.prefix));
+        all
     }
 
     /// `<prefix>:{<session>}:stream:`; a stream id completes it.
@@ -229,8 +263,25 @@ impl Keys {
         format!("{}:{{{NODES}}}:state_keys", self.prefix)
     }
 
-    /// The streams a node writes.
-    pub fn node_streams(&self, node: &NodeId) -> String {
+    /// The bucket of the streams `node` writes that holds `stream`.
+    pub fn node_streams(&self, node: &NodeId, stream: &StreamId) -> String {
+        self.node_streams_bucket(node, bucket(stream.as_str()))
+    }
+
+    fn node_streams_bucket(&self, node: &NodeId, bucket: u32) -> String {
+        format!("{}:{{{NODES}:{node}:{bucket}}}:{STREAMS}", self.prefix)
+    }
+
+    /// Every bucket of the streams `node` writes.
+    pub fn node_streams_all(&self, node: &NodeId) -> Vec<String> {
+        (0..BUCKETS)
+            .map(|b| self.node_streams_bucket(node, b))
+            .collect()
+    }
+
+    /// The streams `node` wrote, as versions before the buckets kept them
+    /// (in the `{nodes}` slot).
+    pub fn node_streams_unbucketed(&self, node: &NodeId) -> String {
         format!("{}:{{{NODES}}}:{STREAMS}:{node}", self.prefix)
     }
 
@@ -295,7 +346,11 @@ mod tests {
         assert_eq!(k.streams(&s), "mcp:{sess}:streams");
         assert_eq!(k.subs(&s), "mcp:{sess}:subs");
         assert_eq!(k.ended(&s), "mcp:{sess}:ended");
-        assert_eq!(k.session_expiry(), "mcp:{sessions}:expiry");
+        assert_eq!(k.session_expiry(&s), "mcp:{sessions:3}:expiry");
+        let all = k.session_expiry_all();
+        assert_eq!(all.len(), 17);
+        assert_eq!(all[0], "mcp:{sessions:0}:expiry");
+        assert_eq!(all[16], "mcp:{sessions}:expiry");
         assert_eq!(
             k.wake(&s, &st),
             "mcp:{sess}:wake:0123456789abcdef0123456789abcdef"
@@ -303,7 +358,12 @@ mod tests {
         assert_eq!(k.ctl(), "mcp:ctl");
         assert_eq!(k.node_alive(&n), "mcp:{nodes}:alive:node-1");
         assert_eq!(k.nodes(), "mcp:{nodes}:all");
-        assert_eq!(k.node_streams(&n), "mcp:{nodes}:streams:node-1");
+        assert_eq!(
+            k.node_streams(&n, &st),
+            format!("mcp:{{nodes:node-1:{}}}:streams", bucket(st.as_str()))
+        );
+        assert_eq!(k.node_streams_all(&n)[15], "mcp:{nodes:node-1:15}:streams");
+        assert_eq!(k.node_streams_unbucketed(&n), "mcp:{nodes}:streams:node-1");
         assert_eq!(
             k.quota(&QuotaKey::new(
                 "sessions_per_principal",
@@ -317,6 +377,17 @@ mod tests {
         assert_eq!(k.task_inputs("a}b"), "mcp:task:hex:{h617d62}:inputs");
         assert_eq!(k.task(""), "mcp:task:hex:{h}");
         assert_eq!(Keys::new("blue").ctl(), "blue:ctl");
+    }
+
+    #[test]
+    fn ids_spread_over_every_bucket() {
+        let mut seen = [0_u32; BUCKETS as usize];
+        for _ in 0..1600 {
+            seen[bucket(SessionId::random().as_str()) as usize] += 1;
+        }
+        // 100 expected per bucket; a fair hash stays well inside 40..200.
+        assert!(seen.iter().all(|n| (40..200).contains(n)), "{seen:?}");
+        assert_eq!(bucket("sess"), bucket("sess"));
     }
 
     #[test]

@@ -1,17 +1,23 @@
-//! [`RedisNodes`]: heartbeats (`mcp:node:<node>:alive` with `PX`), the set
-//! of known nodes (`mcp:nodes`) and each node's open streams
-//! (`mcp:node:<node>:streams`, stream id → JSON [`OpenStream`]).
+//! [`RedisNodes`]: heartbeats (`mcp:{nodes}:alive:<node>` with `PX`), the
+//! set of known nodes (`mcp:{nodes}:all`) and each node's open streams
+//! (`mcp:{nodes:<node>:<b>}:streams`, stream id → JSON [`OpenStream`], in
+//! [`crate::keys::BUCKETS`] buckets by stream).
 //!
-//! A claim is one Lua script, so of several survivors exactly one takes a
-//! dead node's streams: the first to run finds the node in `mcp:nodes` and
-//! removes it with its streams; the others find nothing.
+//! A claim takes a dead node's streams in steps, each atomic on one slot:
+//! a script checks that the node is known and its heartbeat expired (and
+//! takes the streams versions before the buckets kept in the `{nodes}`
+//! slot); then each bucket is read and deleted in one transaction; last the
+//! node leaves the set. A stream is handed out once however many survivors
+//! claim at the same time, since each bucket goes whole to whoever took it
+//! first; a claimer that dies half way leaves the node in the set, and the
+//! next claim takes the buckets left.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use mcp_cluster_store::{NodeId, NodeRegistry, OpenStream, StoreError, StreamId};
-use redis::Script;
+use redis::{Script, Value};
 use tracing::warn;
 
 use crate::config::millis;
@@ -36,17 +42,18 @@ return dead
     )
 });
 
-/// KEYS: heartbeat, open streams hash, nodes set. ARGV: node id. Returns
-/// the hash as `[field, value, ...]`, removing it and the node, if the node
-/// is known and its heartbeat expired; else nothing.
+/// KEYS: heartbeat, unbucketed open streams hash, nodes set. ARGV: node
+/// id. If the node is known and its heartbeat expired, returns the
+/// unbucketed hash as `[field, value, ...]` (deleting it): the claim goes
+/// on. Else nil: nothing to claim.
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {}
+  return false
 end
-if redis.call('SREM', KEYS[3], ARGV[1]) == 0 then
-  return {}
+if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 0 then
+  return false
 end
 local open = redis.call('HGETALL', KEYS[2])
 redis.call('DEL', KEYS[2])
@@ -155,13 +162,20 @@ impl NodeRegistry for RedisNodes {
         pipe.atomic()
             .cmd("DEL")
             .arg(self.keys.node_alive(node))
-            .arg(self.keys.node_streams(node))
+            .arg(self.keys.node_streams_unbucketed(node))
             .ignore()
             .cmd("SREM")
             .arg(self.keys.nodes())
             .arg(node.as_str())
             .ignore();
-        self.redis.pipe("node_leave", &pipe).await.map(drop)
+        self.redis.pipe("node_leave", &pipe).await?;
+        let buckets: Vec<redis::Cmd> = self
+            .keys
+            .node_streams_all(node)
+            .into_iter()
+            .map(|bucket| redis::cmd("DEL").arg(bucket).clone())
+            .collect();
+        self.redis.each("node_leave", &buckets).await.map(drop)
     }
 
     async fn open_stream(&self, node: &NodeId, stream: &OpenStream) -> Result<(), StoreError> {
@@ -170,7 +184,7 @@ impl NodeRegistry for RedisNodes {
             .cmd(
                 "node_stream_open",
                 redis::cmd("HSET")
-                    .arg(self.keys.node_streams(node))
+                    .arg(self.keys.node_streams(node, &stream.stream))
                     .arg(stream.stream.as_str())
                     .arg(json),
             )
@@ -183,7 +197,7 @@ impl NodeRegistry for RedisNodes {
             .cmd(
                 "node_stream_close",
                 redis::cmd("HDEL")
-                    .arg(self.keys.node_streams(node))
+                    .arg(self.keys.node_streams(node, stream))
                     .arg(stream.as_str()),
             )
             .await
@@ -221,14 +235,60 @@ impl NodeRegistry for RedisNodes {
                 "node_claim",
                 CLAIM
                     .key(self.keys.node_alive(dead))
-                    .key(self.keys.node_streams(dead))
+                    .key(self.keys.node_streams_unbucketed(dead))
                     .key(self.keys.nodes())
                     .arg(dead.as_str()),
             )
             .await?;
-        let mut fields = reply::array(reply)?.into_iter();
+        if matches!(reply, Value::Nil) {
+            return Ok(Vec::new());
+        }
         let mut open = Vec::new();
-        while let (Some(_stream), Some(json)) = (fields.next(), fields.next()) {
+        self.decode_open(dead, reply, &mut open)?;
+        for bucket in self.keys.node_streams_all(dead) {
+            let mut take = redis::pipe();
+            take.atomic()
+                .cmd("HGETALL")
+                .arg(&bucket)
+                .cmd("DEL")
+                .arg(&bucket)
+                .ignore();
+            let taken = reply::array(self.redis.pipe("node_claim", &take).await?)?;
+            if let Some(fields) = taken.into_iter().next() {
+                self.decode_open(dead, fields, &mut open)?;
+            }
+        }
+        self.redis
+            .cmd(
+                "node_claim",
+                redis::cmd("SREM").arg(self.keys.nodes()).arg(dead.as_str()),
+            )
+            .await?;
+        Ok(open)
+    }
+}
+
+impl RedisNodes {
+    /// Adds the streams of a hash read as `[field, value, ...]` (or a map)
+    /// to `open`.
+    fn decode_open(
+        &self,
+        dead: &NodeId,
+        fields: Value,
+        open: &mut Vec<OpenStream>,
+    ) -> Result<(), StoreError> {
+        let pairs = match fields {
+            Value::Map(pairs) => pairs,
+            fields => {
+                let mut flat = reply::array(fields)?.into_iter();
+                let mut pairs = Vec::new();
+                while let (Some(field), Some(value)) = (flat.next(), flat.next()) {
+                    pairs.push((field, value));
+                }
+                pairs
+            }
+        };
+        for (_stream, json) in pairs {
             let json = reply::text(json)?;
             // The claim is made: an entry that does not decode is reported
             // and skipped rather than losing the others with an error.
@@ -239,6 +299,6 @@ impl NodeRegistry for RedisNodes {
                 }
             }
         }
-        Ok(open)
+        Ok(())
     }
 }

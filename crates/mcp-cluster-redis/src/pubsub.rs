@@ -21,6 +21,16 @@
 //! while the connection was down are lost (Redis pub/sub keeps nothing);
 //! meanwhile [`PubSub::wake`] fails fast with `StoreError::Unavailable`.
 //!
+//! On a Redis Cluster the channels are sharded (`SSUBSCRIBE`; the scripts
+//! and the bus `SPUBLISH`): the cluster client keeps one RESP3 connection
+//! per member it subscribed on, and resubscribes by itself after a lost
+//! connection; every confirmation of a channel's subscription bumps its
+//! watch, since a wake-up may have been missed before it. A connection lost
+//! to any member replaces the whole pub/sub connection as above (the client
+//! would wait for the dead member instead of following its shard's
+//! failover): until every channel is subscribed again, on the member that
+//! holds its slot then, the node is not ready.
+//!
 //! Owner and stop path: the task runs until the last [`PubSub`] handle (held
 //! by the event log and the bus of one store) is dropped, then closes the
 //! connection and drops the watches, so pending `Wakeup::changed` calls
@@ -34,8 +44,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use mcp_cluster_store::{ControlMessage, StoreError};
 use redis::aio::{PubSubSink, PubSubStream};
-use redis::{Msg, RedisResult};
-use tokio::sync::{RwLock, broadcast, oneshot, watch};
+use redis::cluster_async::ClusterConnection;
+use redis::{Msg, PushInfo, PushKind, RedisResult};
+use tokio::sync::{RwLock, broadcast, mpsc, oneshot, watch};
 use tokio::time::MissedTickBehavior;
 use tracing::{debug, info, warn};
 
@@ -97,7 +108,7 @@ struct Shared {
 /// The connection and the wake channels.
 struct State {
     /// Sends (un)subscriptions on the live connection; `None` while down.
-    sink: Option<PubSubSink>,
+    sink: Option<Sink>,
     /// Bumped on each new connection.
     generation: u64,
     /// Wake channels by name.
@@ -112,6 +123,86 @@ struct Wake {
     tx: watch::Sender<u64>,
     /// The connection generation whose `SUBSCRIBE` Redis confirmed.
     subscribed_in: u64,
+}
+
+/// The sending half of the pub/sub connection.
+#[derive(Clone)]
+enum Sink {
+    /// One Redis (or the Sentinels' primary).
+    One(PubSubSink),
+    /// A Redis Cluster: sharded channels, each on the member of its slot.
+    Cluster(ClusterConnection),
+}
+
+impl Sink {
+    async fn subscribe(&mut self, channels: &[String]) -> RedisResult<()> {
+        match self {
+            Self::One(sink) => sink.subscribe(channels).await,
+            Self::Cluster(con) => {
+                // One command per channel: they may sit on different shards.
+                for channel in channels {
+                    con.ssubscribe(channel).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn unsubscribe(&mut self, channels: &[String]) -> RedisResult<()> {
+        match self {
+            Self::One(sink) => sink.unsubscribe(channels).await,
+            Self::Cluster(con) => {
+                for channel in channels {
+                    con.sunsubscribe(channel).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The receiving half of the pub/sub connection.
+enum Incoming {
+    One(PubSubStream),
+    Cluster(mpsc::UnboundedReceiver<PushInfo>),
+}
+
+/// What arrived on the pub/sub connection.
+enum Event {
+    /// A message on a channel.
+    Message(Msg),
+    /// Redis confirmed a subscription to this channel (the cluster client
+    /// resubscribes by itself after a lost connection or a failover).
+    Subscribed(String),
+    /// The connection to a Redis Cluster member was lost. Its client would
+    /// reconnect to the same address, and move the subscriptions only when
+    /// a command of its own finds the slots moved: it sends none, so the
+    /// subscriptions of a shard that failed over would stay with the dead
+    /// member. The connection is replaced instead.
+    MemberLost,
+    /// Anything else (an unsubscription).
+    Other,
+}
+
+impl Incoming {
+    /// The next event; `None` when the connection closed.
+    async fn next(&mut self) -> Option<Event> {
+        match self {
+            Self::One(stream) => stream.next().await.map(Event::Message),
+            Self::Cluster(rx) => {
+                let push = rx.recv().await?;
+                Some(match push.kind {
+                    PushKind::SSubscribe | PushKind::Subscribe => push
+                        .data
+                        .first()
+                        .and_then(|channel| redis::from_redis_value::<String>(channel.clone()).ok())
+                        .map_or(Event::Other, Event::Subscribed),
+                    PushKind::Disconnection => Event::MemberLost,
+                    _ => Msg::from_push_info(push).map_or(Event::Other, Event::Message),
+                })
+            }
+        }
+    }
 }
 
 impl fmt::Debug for PubSub {
@@ -199,7 +290,9 @@ impl PubSub {
         };
         // Not confirmed on this connection yet (new, or another caller's
         // SUBSCRIBE is in flight): subscribing twice is harmless.
-        shared.bounded(sink.subscribe(&channel)).await?;
+        shared
+            .bounded(sink.subscribe(std::slice::from_ref(&channel)))
+            .await?;
         let mut state = shared.lock();
         if state.generation == generation
             && let Some(wake) = state.wakes.get_mut(&channel)
@@ -230,16 +323,27 @@ impl Shared {
 
     /// Opens a connection, subscribes to every channel, installs it and
     /// bumps every watch.
-    async fn establish(&self) -> Result<PubSubStream, ClusterError> {
-        let open = async {
-            let client = self.target.primary().await?;
-            client.get_async_pubsub().await
+    async fn establish(&self) -> Result<Incoming, ClusterError> {
+        let (mut sink, incoming) = if let Some(seeds) = self.target.cluster_seeds() {
+            let (push, rx) = mpsc::unbounded_channel();
+            let client = seeds.client(Some(push))?;
+            let con = tokio::time::timeout(self.timeout, client.get_async_connection())
+                .await
+                .map_err(|_| ClusterError::Timeout(self.timeout))?
+                .map_err(|err| connect_failed(err, self.tls))?;
+            (Sink::Cluster(con), Incoming::Cluster(rx))
+        } else {
+            let open = async {
+                let client = self.target.primary().await?;
+                client.get_async_pubsub().await
+            };
+            let pubsub = tokio::time::timeout(self.timeout, open)
+                .await
+                .map_err(|_| ClusterError::Timeout(self.timeout))?
+                .map_err(|err| connect_failed(err, self.tls))?;
+            let (sink, stream) = pubsub.split();
+            (Sink::One(sink), Incoming::One(stream))
         };
-        let pubsub = tokio::time::timeout(self.timeout, open)
-            .await
-            .map_err(|_| ClusterError::Timeout(self.timeout))?
-            .map_err(|err| connect_failed(err, self.tls))?;
-        let (mut sink, stream) = pubsub.split();
         let _gate = self.gate.write().await;
         let mut channels = vec![self.ctl.clone()];
         channels.extend(self.lock().wakes.keys().cloned());
@@ -258,7 +362,15 @@ impl Shared {
             // A wake-up may have been published while disconnected.
             wake.tx.send_modify(|n| *n = n.wrapping_add(1));
         }
-        Ok(stream)
+        Ok(incoming)
+    }
+
+    /// Bumps the watch of a channel whose subscription Redis confirmed
+    /// again: a wake-up may have gone out while it was not.
+    fn resubscribed(&self, channel: &str) {
+        if let Some(wake) = self.lock().wakes.get(channel) {
+            wake.tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
     }
 
     /// Routes one message.
@@ -321,9 +433,11 @@ impl Shared {
         }
     }
 
-    /// Checks that the connection answers.
+    /// Checks that the connection answers. A Redis Cluster's client
+    /// watches its connections itself (a ping would go to every member, and
+    /// one member down would replace every subscription).
     async fn ping(&self) -> Result<(), StoreError> {
-        let Some(mut sink) = self.lock().sink.clone() else {
+        let Some(Sink::One(mut sink)) = self.lock().sink.clone() else {
             return Ok(());
         };
         self.bounded(sink.ping::<redis::Value>()).await.map(drop)
@@ -331,7 +445,7 @@ impl Shared {
 }
 
 /// The task owning the connection: see the module doc.
-async fn run(shared: Arc<Shared>, mut stream: PubSubStream, mut stop: oneshot::Receiver<()>) {
+async fn run(shared: Arc<Shared>, mut stream: Incoming, mut stop: oneshot::Receiver<()>) {
     let mut sweep = tokio::time::interval(SWEEP_INTERVAL);
     sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut ping = tokio::time::interval(PING_INTERVAL);
@@ -340,8 +454,11 @@ async fn run(shared: Arc<Shared>, mut stream: PubSubStream, mut stop: oneshot::R
         let reason = loop {
             tokio::select! {
                 _ = &mut stop => return,
-                msg = stream.next() => match msg {
-                    Some(msg) => shared.dispatch(&msg),
+                event = stream.next() => match event {
+                    Some(Event::Message(msg)) => shared.dispatch(&msg),
+                    Some(Event::Subscribed(channel)) => shared.resubscribed(&channel),
+                    Some(Event::Other) => {}
+                    Some(Event::MemberLost) => break "a Redis Cluster member's connection was lost".to_owned(),
                     None => break "connection closed".to_owned(),
                 },
                 _ = sweep.tick() => shared.sweep().await,

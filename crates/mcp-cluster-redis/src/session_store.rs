@@ -4,6 +4,7 @@
 //! expired session leaves behind (its streams) can be deleted.
 
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -93,6 +94,8 @@ return 1
 pub struct RedisSessionStore {
     redis: Redis,
     keys: Keys,
+    /// The bucket of the expiry index the next sweep starts with.
+    next_bucket: AtomicUsize,
     /// Checked by `ping`: the node is ready only with both connections up.
     pubsub: PubSub,
 }
@@ -111,6 +114,7 @@ impl RedisSessionStore {
         Self {
             redis,
             keys,
+            next_bucket: AtomicUsize::new(0),
             pubsub,
         }
     }
@@ -121,21 +125,20 @@ impl SessionStore for RedisSessionStore {
     async fn create(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<(), StoreError> {
         let json = serde_json::to_string(record).map_err(corrupt)?;
         let ttl = millis(idle_ttl);
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET")
+        let set = redis::cmd("SET")
             .arg(self.keys.session(&record.id))
             .arg(json)
             .arg("NX")
             .arg("PX")
             .arg(ttl)
-            .cmd("ZADD")
-            .arg(self.keys.session_expiry())
+            .clone();
+        let index = redis::cmd("ZADD")
+            .arg(self.keys.session_expiry(&record.id))
             .arg(now_ms().saturating_add(ttl))
             .arg(record.id.as_str())
-            .ignore();
-        let mut replies =
-            reply::array(self.redis.pipe("session_create", &pipe).await?)?.into_iter();
-        match replies.next() {
+            .clone();
+        let replies = self.redis.each("session_create", &[set, index]).await?;
+        match replies.first() {
             Some(Value::Nil) => Err(StoreError::Conflict),
             Some(_) => Ok(()),
             None => Err(corrupt("empty create reply")),
@@ -231,82 +234,20 @@ impl SessionStore for RedisSessionStore {
         Ok(reply::int(&reply)? == 1)
     }
 
-    /// Three round trips, each on keys of one slot per command: the ids due
-    /// in the index; their records' remaining TTLs; then `ZREM` for the
-    /// expired ones (the caller whose `ZREM` removed an id owns it, so each
-    /// is returned once cluster-wide) and a new score for the live ones.
+    /// Each bucket of the index in turn (starting one further at each
+    /// call, so none waits behind another), until `max` are taken.
     async fn take_expired(&self, max: usize) -> Result<Vec<SessionId>, StoreError> {
-        let index = self.keys.session_expiry();
-        let now = now_ms();
-        let due = self
-            .redis
-            .cmd(
-                "expiry_due",
-                redis::cmd("ZRANGEBYSCORE")
-                    .arg(&index)
-                    .arg("-inf")
-                    .arg(now)
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(max),
-            )
-            .await?;
-        let mut ids = Vec::new();
-        for member in reply::array(due)? {
-            let text = reply::text(member)?;
-            match text.parse::<SessionId>() {
-                Ok(id) => ids.push(id),
-                Err(_) => {
-                    // Not ours to keep: drop the malformed member.
-                    self.redis
-                        .cmd("expiry_drop", redis::cmd("ZREM").arg(&index).arg(&text))
-                        .await?;
-                }
+        let indexes = self.keys.session_expiry_all();
+        let start = self.next_bucket.fetch_add(1, Ordering::Relaxed) % indexes.len();
+        let mut taken = Vec::new();
+        for index in indexes.iter().cycle().skip(start).take(indexes.len()) {
+            if taken.len() >= max {
+                break;
             }
+            taken.extend(self.take_expired_in(index, max - taken.len()).await?);
         }
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut ttls = redis::pipe();
-        for id in &ids {
-            ttls.cmd("PTTL").arg(self.keys.session(id));
-        }
-        let ttls = reply::array(self.redis.pipe("expiry_ttls", &ttls).await?)?;
-        let mut settle = redis::pipe();
-        let mut expired = Vec::new();
-        for (id, ttl) in ids.into_iter().zip(ttls) {
-            let ttl = reply::int(&ttl)?;
-            // `PTTL` answers 0 for a key with less than a millisecond
-            // left: still alive, and due again at once.
-            if ttl >= 0 {
-                // Still alive: due again when its TTL can have run out.
-                settle
-                    .cmd("ZADD")
-                    .arg(&index)
-                    .arg("XX")
-                    .arg(now.saturating_add(ttl.unsigned_abs().max(1)))
-                    .arg(id.as_str())
-                    .ignore();
-            } else {
-                // -2: gone; -1: no TTL (not a record this store wrote).
-                // Counting 0 as gone would drop a session from the index
-                // without handing it to anyone: its streams would stay.
-                settle.cmd("ZREM").arg(&index).arg(id.as_str());
-                if ttl == -2 {
-                    expired.push(Some(id));
-                } else {
-                    expired.push(None);
-                }
-            }
-        }
-        let removed = reply::array(self.redis.pipe("expiry_settle", &settle).await?)?;
-        Ok(expired
-            .into_iter()
-            .zip(removed)
-            .filter_map(|(id, removed)| id.filter(|_| matches!(reply::int(&removed), Ok(1))))
-            .collect())
+        Ok(taken)
     }
-
     async fn ping(&self) -> Result<(), StoreError> {
         if !self.pubsub.is_connected() {
             return Err(StoreError::Unavailable(
@@ -333,27 +274,103 @@ impl SessionStore for RedisSessionStore {
     }
 
     async fn delete(&self, id: &SessionId) -> Result<bool, StoreError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("DEL")
-            .arg(self.keys.session(id))
-            .cmd("DEL")
-            .arg(self.keys.subs(id))
-            .ignore()
-            .cmd("SET")
-            .arg(self.keys.ended(id))
-            .arg("1")
-            .arg("PX")
-            .arg(millis(mcp_cluster_store::ENDED_MEMORY))
-            .ignore()
-            .cmd("ZREM")
-            .arg(self.keys.session_expiry())
-            .arg(id.as_str())
-            .ignore();
-        let mut replies =
-            reply::array(self.redis.pipe("session_delete", &pipe).await?)?.into_iter();
+        let cmds = [
+            redis::cmd("DEL").arg(self.keys.session(id)).clone(),
+            redis::cmd("DEL").arg(self.keys.subs(id)).clone(),
+            redis::cmd("SET")
+                .arg(self.keys.ended(id))
+                .arg("1")
+                .arg("PX")
+                .arg(millis(mcp_cluster_store::ENDED_MEMORY))
+                .clone(),
+            redis::cmd("ZREM")
+                .arg(self.keys.session_expiry(id))
+                .arg(id.as_str())
+                .clone(),
+        ];
+        let replies = self.redis.each("session_delete", &cmds).await?;
         let deleted = replies
-            .next()
+            .first()
             .ok_or_else(|| corrupt("empty delete reply"))?;
-        Ok(reply::int(&deleted)? == 1)
+        Ok(reply::int(deleted)? == 1)
+    }
+}
+
+impl RedisSessionStore {
+    /// Three round trips: the ids due in one bucket of the index; their
+    /// records' remaining TTLs (on a Redis Cluster, each on its own shard);
+    /// then `ZREM` for the expired ones (the caller whose `ZREM` removed an
+    /// id owns it, so each is returned once cluster-wide) and a new score
+    /// for the live ones.
+    async fn take_expired_in(&self, index: &str, max: usize) -> Result<Vec<SessionId>, StoreError> {
+        let now = now_ms();
+
+        let due = self
+            .redis
+            .cmd(
+                "expiry_due",
+                redis::cmd("ZRANGEBYSCORE")
+                    .arg(index)
+                    .arg("-inf")
+                    .arg(now)
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(max),
+            )
+            .await?;
+        let mut ids = Vec::new();
+        for member in reply::array(due)? {
+            let text = reply::text(member)?;
+            match text.parse::<SessionId>() {
+                Ok(id) => ids.push(id),
+                Err(_) => {
+                    // Not ours to keep: drop the malformed member.
+                    self.redis
+                        .cmd("expiry_drop", redis::cmd("ZREM").arg(index).arg(&text))
+                        .await?;
+                }
+            }
+        }
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ttls: Vec<redis::Cmd> = ids
+            .iter()
+            .map(|id| redis::cmd("PTTL").arg(self.keys.session(id)).clone())
+            .collect();
+        let ttls = self.redis.each("expiry_ttls", &ttls).await?;
+        let mut settle = redis::pipe();
+        let mut expired = Vec::new();
+        for (id, ttl) in ids.into_iter().zip(ttls) {
+            let ttl = reply::int(&ttl)?;
+            // `PTTL` answers 0 for a key with less than a millisecond
+            // left: still alive, and due again at once.
+            if ttl >= 0 {
+                // Still alive: due again when its TTL can have run out.
+                settle
+                    .cmd("ZADD")
+                    .arg(index)
+                    .arg("XX")
+                    .arg(now.saturating_add(ttl.unsigned_abs().max(1)))
+                    .arg(id.as_str())
+                    .ignore();
+            } else {
+                // -2: gone; -1: no TTL (not a record this store wrote).
+                // Counting 0 as gone would drop a session from the index
+                // without handing it to anyone: its streams would stay.
+                settle.cmd("ZREM").arg(index).arg(id.as_str());
+                if ttl == -2 {
+                    expired.push(Some(id));
+                } else {
+                    expired.push(None);
+                }
+            }
+        }
+        let removed = reply::array(self.redis.pipe("expiry_settle", &settle).await?)?;
+        Ok(expired
+            .into_iter()
+            .zip(removed)
+            .filter_map(|(id, removed)| id.filter(|_| matches!(reply::int(&removed), Ok(1))))
+            .collect())
     }
 }

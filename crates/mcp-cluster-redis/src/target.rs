@@ -1,16 +1,22 @@
 //! [`Target`]: where a node's Redis connections go. One Redis
-//! (`redis://`, `rediss://`), or the primary its Sentinels name
+//! (`redis://`, `rediss://`); the primary its Sentinels name
 //! (`redis+sentinel://`, `rediss+sentinel://`), asked again whenever a
-//! connection finds the primary gone or demoted to a replica.
+//! connection finds the primary gone or demoted to a replica; or a Redis
+//! Cluster (`redis+cluster://`, `rediss+cluster://`), whose client routes
+//! each command to the shard of its keys and follows `MOVED`, `ASK` and
+//! failovers itself.
 
 use std::fmt;
 use std::sync::Arc;
 
+use std::time::Duration;
+
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{IntoConnectionInfo, TlsMode};
+use redis::{ConnectionInfo, IntoConnectionInfo, TlsMode};
 
 use crate::ClusterError;
-use crate::config::SentinelUrl;
+use crate::config::{ClusterUrl, SentinelUrl};
 
 /// Where a node's connections go. Cloning is cheap; clones ask the same
 /// Sentinels.
@@ -31,6 +37,19 @@ enum Kind {
         master: String,
         tls: bool,
     },
+    /// A Redis Cluster: what its clients are built from (the pub/sub
+    /// client differs from the commands' one by its push channel).
+    Cluster(Arc<ClusterSeeds>),
+}
+
+/// What a Redis Cluster client is built from.
+pub(crate) struct ClusterSeeds {
+    seeds: Vec<ConnectionInfo>,
+    username: Option<String>,
+    password: Option<String>,
+    certificates: Option<redis::TlsCertificates>,
+    tls: bool,
+    timeout: Duration,
 }
 
 impl fmt::Debug for Target {
@@ -45,6 +64,18 @@ impl fmt::Debug for Target {
                 .debug_struct("Target::Sentinel")
                 .field("master", master)
                 .field("tls", tls)
+                .finish_non_exhaustive(),
+            Kind::Cluster(seeds) => f
+                .debug_struct("Target::Cluster")
+                .field(
+                    "seeds",
+                    &seeds
+                        .seeds
+                        .iter()
+                        .map(|s| s.addr().to_string())
+                        .collect::<Vec<_>>(),
+                )
+                .field("tls", &seeds.tls)
                 .finish_non_exhaustive(),
         }
     }
@@ -110,6 +141,60 @@ impl Target {
         }))
     }
 
+    /// The members of a Redis Cluster named by `url`; `password` (from
+    /// `password_file`) wins over the URL's, and `certificates` are
+    /// presented to every member. `timeout` bounds each connection attempt
+    /// and each answer.
+    ///
+    /// # Errors
+    /// [`ClusterError::Config`] when a seed address does not parse.
+    pub(crate) fn cluster(
+        url: ClusterUrl,
+        password: Option<String>,
+        certificates: Option<redis::TlsCertificates>,
+        timeout: Duration,
+    ) -> Result<Self, ClusterError> {
+        let scheme = if url.tls { "rediss" } else { "redis" };
+        let seeds = url
+            .seeds
+            .iter()
+            .map(|(host, port)| {
+                let host = if host.contains(':') {
+                    format!("[{host}]")
+                } else {
+                    host.clone()
+                };
+                format!("{scheme}://{host}:{port}").into_connection_info()
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|err| ClusterError::Config(format!("cluster member address: {err}")))?;
+        let seeds = ClusterSeeds {
+            seeds,
+            username: url.username,
+            password: password.or(url.password),
+            certificates,
+            tls: url.tls,
+            timeout,
+        };
+        // Built once now, so a configuration the client refuses fails at
+        // startup.
+        seeds.client(None)?;
+        Ok(Self(Kind::Cluster(Arc::new(seeds))))
+    }
+
+    /// The Redis Cluster's members, `None` for one Redis or Sentinels.
+    pub(crate) fn cluster_seeds(&self) -> Option<&ClusterSeeds> {
+        match &self.0 {
+            Kind::Cluster(seeds) => Some(seeds),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.0, Kind::Cluster(_))
+    }
+
     /// The client of the primary: the one Redis, or the one the Sentinels
     /// name now (it answered `ROLE` as a primary). Behind Sentinels, ask
     /// again after a failover: the client keeps the address it was made for.
@@ -120,6 +205,10 @@ impl Target {
         match &self.0 {
             Kind::Direct(client) => Ok(client.as_ref().clone()),
             Kind::Sentinel { client, .. } => client.lock().await.async_get_client().await,
+            Kind::Cluster(_) => Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "a Redis Cluster has no one primary",
+            ))),
         }
     }
 
@@ -137,6 +226,7 @@ impl Target {
                 redis::ConnectionAddr::TcpTls { .. }
             ),
             Kind::Sentinel { tls, .. } => *tls,
+            Kind::Cluster(seeds) => seeds.tls,
         }
     }
 
@@ -144,7 +234,43 @@ impl Target {
     pub(crate) fn into_direct(self) -> Option<redis::Client> {
         match self.0 {
             Kind::Direct(client) => Some(*client),
-            Kind::Sentinel { .. } => None,
+            Kind::Sentinel { .. } | Kind::Cluster(_) => None,
         }
+    }
+}
+
+impl ClusterSeeds {
+    /// A client of the cluster; with `push`, RESP3 and the channel that
+    /// receives its pub/sub messages (`SSUBSCRIBE`).
+    ///
+    /// # Errors
+    /// [`ClusterError::Config`] when the client refuses the settings.
+    pub(crate) fn client(
+        &self,
+        push: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
+    ) -> Result<ClusterClient, ClusterError> {
+        let mut builder = ClusterClientBuilder::new(self.seeds.clone())
+            .connection_timeout(self.timeout)
+            .response_timeout(self.timeout);
+        if let Some(user) = &self.username {
+            builder = builder.username(user);
+        }
+        if let Some(password) = &self.password {
+            builder = builder.password(password);
+        }
+        if self.tls {
+            builder = builder.tls(TlsMode::Secure);
+            if let Some(certificates) = &self.certificates {
+                builder = builder.certs(certificates.clone());
+            }
+        }
+        if let Some(push) = push {
+            builder = builder
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .push_sender(push);
+        }
+        builder
+            .build()
+            .map_err(|err| ClusterError::Config(format!("redis cluster: {err}")))
     }
 }

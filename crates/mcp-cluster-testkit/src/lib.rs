@@ -587,4 +587,4 @@ pub use nginx::Nginx;
 pub use otlp::{OtlpReceiver, ReceivedLink, ReceivedSpan};
 pub use pki::TestPki;
 pub use prometheus::{PROMETHEUS_JOB, Prometheus};
-pub use redis::{NODE_ACL_USER, RedisServer, Sentinel, node_acl_rules};
+pub use redis::{NODE_ACL_USER, RedisCluster, RedisServer, Sentinel, node_acl_rules};

@@ -393,6 +393,22 @@ impl RedisServer {
         if let Some(primary) = self.access.replica_of {
             command.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
         }
+        if let Some(dir) = &self.access.cluster_dir {
+            if self.access.restricted {
+                // Replicas replicate as the admin (`default` is off).
+                command.args(["--masteruser", ADMIN_USER, "--masterauth", ADMIN_PASSWORD]);
+            }
+            command
+                .args(["--cluster-enabled", "yes"])
+                // The bus on a port of its own: the default (port + 10000)
+                // may be past 65535 or taken.
+                .args(["--cluster-port", &self.access.cluster_port.to_string()])
+                .arg("--dir")
+                .arg(dir)
+                .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+                // A primary not heard from for 2 s fails over to its replica.
+                .args(["--cluster-node-timeout", "2000"]);
+        }
         let mut child = command
             // `--save ""` and `--appendonly no`: nothing goes to disk.
             .args(["--bind", "127.0.0.1", "--save", ""])
@@ -518,6 +534,11 @@ struct Access {
     extra_rules: Vec<String>,
     /// The primary's port, for a replica (`--replicaof`).
     replica_of: Option<u16>,
+    /// A Redis Cluster member (`--cluster-enabled yes`), keeping its
+    /// cluster state file in this directory (removed by [`RedisCluster`]).
+    cluster_dir: Option<PathBuf>,
+    /// A Redis Cluster member's bus port.
+    cluster_port: u16,
 }
 
 /// The user the probes of a server with a restricted node user log in as.
@@ -687,6 +708,185 @@ fn signal_term(pid: u32) -> bool {
         .args(["-TERM", &pid.to_string()])
         .status()
         .is_ok_and(|status| status.success())
+}
+
+/// A Redis Cluster of real `redis-server --cluster-enabled yes` members on
+/// free loopback ports: `primaries` primaries, each with `replicas`
+/// replicas, made one cluster by `redis-cli --cluster create`. Nodes log in
+/// as [`NODE_ACL_USER`], allowed exactly what `proto-docs/redis-layout.md`
+/// lists; the probes and `redis-cli` as an admin user. Killed on drop, its
+/// directory removed.
+#[derive(Debug)]
+pub struct RedisCluster {
+    members: Vec<RedisServer>,
+    dir: PathBuf,
+}
+
+impl RedisCluster {
+    /// Starts the members, creates the cluster and waits until every member
+    /// says it is ok and every replica follows its primary.
+    ///
+    /// # Errors
+    /// A member does not start, `redis-cli --cluster create` fails, or the
+    /// cluster is not ok within [`GUARD`].
+    pub fn start(primaries: usize, replicas: usize) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!(
+            "mcp-redis-cluster-{}-{}",
+            std::process::id(),
+            crate::free_port()?
+        ));
+        std::fs::create_dir_all(&dir).context("redis cluster directory")?;
+        let access = Access {
+            user: Some((NODE_ACL_USER.to_owned(), "node-secret".to_owned())),
+            restricted: true,
+            cluster_dir: Some(dir.clone()),
+            ..Access::default()
+        };
+        let mut cluster = Self {
+            members: Vec::new(),
+            dir,
+        };
+        for _ in 0..primaries * (1 + replicas) {
+            let access = Access {
+                cluster_port: crate::free_port()?,
+                ..access.clone()
+            };
+            cluster.members.push(RedisServer::start_free(access)?);
+        }
+        let out = Command::new("redis-cli")
+            .args([
+                "--user",
+                ADMIN_USER,
+                "--pass",
+                ADMIN_PASSWORD,
+                "--no-auth-warning",
+            ])
+            .args(["--cluster", "create"])
+            .args(
+                cluster
+                    .members
+                    .iter()
+                    .map(|m| format!("127.0.0.1:{}", m.port)),
+            )
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .context("running redis-cli --cluster create")?;
+        if !out.status.success() {
+            bail!(
+                "redis-cli --cluster create failed:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        cluster.wait_ok(primaries * (1 + replicas))?;
+        Ok(cluster)
+    }
+
+    /// Waits until every running member says `cluster_state:ok` and knows
+    /// `members` members, and every replica's link to its primary is up.
+    ///
+    /// # Errors
+    /// Not so within [`GUARD`].
+    pub fn wait_ok(&self, members: usize) -> anyhow::Result<()> {
+        let mut waited = Duration::ZERO;
+        loop {
+            let mut last = String::new();
+            let ok = self.members.iter().filter(|m| m.is_running()).all(|m| {
+                match m.command(&["CLUSTER", "INFO"]) {
+                    Ok(info) => {
+                        let replication = m.command(&["INFO", "replication"]).unwrap_or_default();
+                        let linked = replication.contains("role:master")
+                            || replication.contains("master_link_status:up");
+                        let ok = linked
+                            && info.contains("cluster_state:ok")
+                            && info.contains(&format!("cluster_known_nodes:{members}"));
+                        if !ok {
+                            last = info;
+                        }
+                        ok
+                    }
+                    Err(err) => {
+                        last = err.to_string();
+                        false
+                    }
+                }
+            });
+            if ok {
+                return Ok(());
+            }
+            if waited >= GUARD {
+                bail!("the redis cluster is not ok:\n{last}");
+            }
+            std::thread::sleep(PROBE_INTERVAL * 5);
+            waited += PROBE_INTERVAL * 5;
+        }
+    }
+
+    /// The URL a node uses: `redis+cluster://<user>:<password>@` and every
+    /// member's address.
+    pub fn node_url(&self) -> String {
+        let (user, password) = self.members[0].access.user.clone().unwrap_or_default();
+        let seeds: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.port))
+            .collect();
+        format!("redis+cluster://{user}:{password}@{}", seeds.join(","))
+    }
+
+    /// The members, primaries and replicas, in the order they started.
+    pub fn members(&self) -> &[RedisServer] {
+        &self.members
+    }
+
+    /// The member that is the primary of the slot of `key` now.
+    ///
+    /// # Errors
+    /// No running member answers `CLUSTER KEYSLOT` / `CLUSTER NODES`, or
+    /// none holds the slot.
+    pub fn primary_of(&self, key: &str) -> anyhow::Result<&RedisServer> {
+        let probe = self
+            .members
+            .iter()
+            .find(|m| m.is_running())
+            .context("no member runs")?;
+        let slot: u16 = probe.command(&["CLUSTER", "KEYSLOT", key])?.parse()?;
+        let nodes = probe.command(&["CLUSTER", "NODES"])?;
+        for line in nodes.lines() {
+            // <id> <ip:port@bus> <flags> <primary> <ping> <pong> <epoch> <state> <slots>...
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
+                continue;
+            }
+            let holds = fields[8..].iter().any(|range| {
+                let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+                matches!((lo.parse::<u16>(), hi.parse::<u16>()), (Ok(lo), Ok(hi)) if (lo..=hi).contains(&slot))
+            });
+            if holds {
+                let port: u16 = fields[1]
+                    .split(['@', ':'])
+                    .nth(1)
+                    .and_then(|p| p.parse().ok())
+                    .context("member address")?;
+                return self
+                    .members
+                    .iter()
+                    .find(|m| m.port == port)
+                    .context("the slot's primary is not a member");
+            }
+        }
+        bail!("no primary holds slot {slot}:\n{nodes}")
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for member in &self.members {
+            member.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// A Redis Sentinel (`redis-server <file> --sentinel`) on a free loopback
