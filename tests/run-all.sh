@@ -6,15 +6,17 @@
 #      traces tests again against the release build of mcp-node (MCP_NODE_BIN), the binary
 #      an operator runs, then the fuzz targets (tests/fuzz/run.sh: cargo-fuzz on stable,
 #      each target for a bounded time from its seed corpus; installs the pinned cargo-fuzz
-#      if missing);
+#      if missing); the cluster tests that do not reach into Redis themselves once more
+#      on a Redis Cluster (MCP_TEST_REDIS=cluster);
 #   2. the official MCP conformance suite, both requirement sets (2025-11-25, the session
 #      era; 2026-07-28, the stateless era with the tasks extension and the pending
 #      scenarios) against a started node, then through nginx in front of a 3-node cluster
-#      sharing a redis-server;
+#      sharing a redis-server, then sharing a Redis Cluster (3 primaries, 3 replicas);
 #   3. an end-to-end test with the official TypeScript SDK client against a started node;
 #   4. the client matrix (tests/client-matrix.sh): the official clients (TypeScript SDK v1
 #      and v2, Python SDK, Inspector CLI) against a node started with --page-size 2, then
-#      through nginx in front of a 3-node cluster started with --page-size 2;
+#      through nginx in front of a 3-node cluster started with --page-size 2, on one
+#      redis-server and on a Redis Cluster;
 #   5. the deployment files (tests/compose/check.sh): docker-compose.yml against the Compose
 #      Specification's schema (check-jsonschema, pinned in tests/compose/requirements.txt),
 #      deploy/prometheus/prometheus.yml with promtool (Debian package prometheus); then the
@@ -177,6 +179,23 @@ release_traces_status=${PIPESTATUS[0]}
 set -e
 read -r release_passed release_failed < <(awk '/^test result:/ {p += $4; f += $6} END {print p+0, f+0}' "$LOG_DIR/traces-release.log")
 
+# The cluster tests that do not reach into Redis themselves, once more with the nodes
+# on a Redis Cluster (three primaries with a replica each; MCP_TEST_REDIS, read by
+# mcp-cluster-testkit's Cluster): sessions on any node, resumption across nodes, node
+# death, a rolling restart under load, the stateless era, tasks, quotas, auth.
+REDIS_CLUSTER_TESTS=(auth_cluster cluster_any_node cluster_cross_node cluster_initialized_then_ask
+  cluster_node_death cluster_resume rolling_restart_under_load stateless_cluster tasks_cluster quotas_cluster)
+echo "== cluster tests on a Redis Cluster (${REDIS_CLUSTER_TESTS[*]})"
+redis_cluster_args=()
+for t in "${REDIS_CLUSTER_TESTS[@]}"; do redis_cluster_args+=(--test "$t"); done
+set +e
+# open_streams_hold_no_redis_connection_each counts one server's clients.
+MCP_TEST_REDIS=cluster cargo test -p mcp-e2e "${redis_cluster_args[@]}" -- --skip open_streams_hold_no_redis_connection_each \
+  2>&1 | tee "$LOG_DIR/redis-cluster-tests.log"
+redis_cluster_status=${PIPESTATUS[0]}
+set -e
+read -r redis_cluster_passed redis_cluster_failed < <(awk '/^test result:/ {p += $4; f += $6} END {print p+0, f+0}' "$LOG_DIR/redis-cluster-tests.log")
+
 echo "== fuzz targets (tests/fuzz/run.sh)"
 set +e
 LOG_DIR="$LOG_DIR" bash tests/fuzz/run.sh 2>&1 | tee "$LOG_DIR/fuzz.log"
@@ -304,14 +323,68 @@ EOF
 # The cluster's processes in start order (stopped in reverse: nginx, nodes, Redis).
 CLUSTER_PIDS=()
 
-# Starts redis-server, three nodes sharing it and nginx in front of them, all on
-# free loopback ports; any arguments are extra flags for every node. Sets LB_URL.
-# Logs and nginx files under $LOG_DIR/cluster.
+# Starts a Redis Cluster in $1 (a directory): six redis-server --cluster-enabled yes
+# on free loopback ports, three primaries with a replica each, made one cluster by
+# redis-cli --cluster create. Sets REDIS_URL (redis+cluster://, every member).
+start_redis_cluster() {
+  local dir=$1 i pid port bus members=() ok
+  mkdir -p "$dir/redis"
+  for i in 1 2 3 4 5 6; do
+    port=$(free_port)
+    bus=$(free_port)
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+      --protected-mode yes --dir "$dir/redis" --dbfilename "none-$port.rdb" \
+      --cluster-enabled yes --cluster-config-file "nodes-$port.conf" \
+      --cluster-port "$bus" --cluster-node-timeout 2000 \
+      --repl-diskless-sync yes --repl-diskless-sync-delay 0 \
+      --repl-diskless-load on-empty-db >"$dir/redis-$i.log" 2>&1 &
+    pid=$!
+    CLUSTER_PIDS+=("$pid")
+    if ! await_port "$port" "$pid"; then
+      echo "redis-server (cluster member $i) did not start:" >&2
+      cat "$dir/redis-$i.log" >&2
+      exit 1
+    fi
+    members+=("127.0.0.1:$port")
+  done
+  if ! redis-cli --cluster create "${members[@]}" --cluster-replicas 1 --cluster-yes \
+    >"$dir/redis-create.log" 2>&1; then
+    echo "redis-cli --cluster create failed:" >&2
+    cat "$dir/redis-create.log" >&2
+    exit 1
+  fi
+  # Ready when every member says ok and every replica follows its primary.
+  for _ in $(seq 1 200); do
+    ok=1
+    for i in "${members[@]}"; do
+      redis-cli -u "redis://$i" CLUSTER INFO | grep -q '^cluster_state:ok' || ok=0
+      redis-cli -u "redis://$i" INFO replication | grep -Eq '^(role:master|master_link_status:up)' || ok=0
+    done
+    [ "$ok" = 1 ] && break
+    sleep 0.1
+  done
+  if [ "$ok" != 1 ]; then
+    echo "the Redis Cluster did not become ok:" >&2
+    redis-cli -u "redis://${members[0]}" CLUSTER NODES >&2
+    exit 1
+  fi
+  REDIS_URL="redis+cluster://$(IFS=,; echo "${members[*]}")"
+}
+
+# Starts redis-server (with REDIS_KIND=cluster, a Redis Cluster: start_redis_cluster),
+# three nodes sharing it and nginx in front of them, all on free loopback ports; any
+# arguments are extra flags for every node. Sets LB_URL. Logs and nginx files under
+# $LOG_DIR/cluster.
 start_cluster() {
   local dir="$LOG_DIR/cluster" i pid port url redis_port="" upstreams=()
   rm -rf "$dir"
   mkdir -p "$dir/nginx"
+  REDIS_URL=
+  if [ "${REDIS_KIND:-single}" = cluster ]; then
+    start_redis_cluster "$dir"
+  fi
   for _ in 1 2 3; do
+    [ -n "$REDIS_URL" ] && break
     port=$(free_port)
     redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
       --protected-mode yes >"$dir/redis.log" 2>&1 &
@@ -319,18 +392,19 @@ start_cluster() {
     if await_port "$port" "$pid"; then
       CLUSTER_PIDS+=("$pid")
       redis_port=$port
+      REDIS_URL="redis://127.0.0.1:$redis_port/"
       break
     fi
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
-  if [ -z "$redis_port" ]; then
+  if [ -z "$REDIS_URL" ]; then
     echo "redis-server did not start:" >&2
     cat "$dir/redis.log" >&2
     exit 1
   fi
   for i in 1 2 3; do
-    ./target/debug/mcp-node --bind 127.0.0.1:0 --redis-url "redis://127.0.0.1:$redis_port/" \
+    ./target/debug/mcp-node --bind 127.0.0.1:0 --redis-url "$REDIS_URL" \
       --drain-grace-secs 5 --log warn "$@" >"$dir/node-$i.out" 2>"$dir/node-$i.err" &
     pid=$!
     CLUSTER_PIDS+=("$pid")
@@ -369,7 +443,7 @@ start_cluster() {
     cat "$dir/nginx/output.log" "$dir/nginx/error.log" >&2 2>/dev/null || true
     exit 1
   fi
-  echo "cluster: redis 127.0.0.1:$redis_port, nodes ${upstreams[*]}, load balancer $LB_URL"
+  echo "cluster: redis $REDIS_URL, nodes ${upstreams[*]}, load balancer $LB_URL"
 }
 
 stop_cluster() {
@@ -416,6 +490,18 @@ set -e
 stop_cluster
 read -r cluster_passed cluster_failed < <(sum_counts "$LOG_DIR/conformance-cluster.log" "$LOG_DIR/conformance-cluster-2026.log")
 
+echo "== official MCP conformance suite against a 3-node cluster behind nginx on a Redis Cluster"
+REDIS_KIND=cluster start_cluster
+set +e
+bash tests/js/conformance.sh "$LB_URL" 2>&1 | tee "$LOG_DIR/conformance-redis-cluster.log"
+[ "${PIPESTATUS[0]}" = 0 ] || cluster_conformance_status=1
+CONFORMANCE_REQUIREMENTS=2026-07-28 bash tests/js/conformance.sh "$LB_URL" 2>&1 | tee "$LOG_DIR/conformance-redis-cluster-2026.log"
+[ "${PIPESTATUS[0]}" = 0 ] || cluster_conformance_status=1
+set -e
+stop_cluster
+read -r cluster_passed cluster_failed < <(sum_counts "$LOG_DIR/conformance-cluster.log" "$LOG_DIR/conformance-cluster-2026.log" \
+  "$LOG_DIR/conformance-redis-cluster.log" "$LOG_DIR/conformance-redis-cluster-2026.log")
+
 echo "== TypeScript SDK client end-to-end"
 start_node sdk
 set +e
@@ -441,8 +527,15 @@ bash tests/client-matrix.sh "$LB_URL" cluster 2>&1 | tee "$LOG_DIR/matrix-cluste
 matrix_cluster_status=${PIPESTATUS[0]}
 set -e
 stop_cluster
+echo "== client matrix through nginx in front of a 3-node cluster on a Redis Cluster"
+REDIS_KIND=cluster start_cluster --page-size 2
+set +e
+bash tests/client-matrix.sh "$LB_URL" redis-cluster 2>&1 | tee "$LOG_DIR/matrix-redis-cluster.log"
+[ "${PIPESTATUS[0]}" = 0 ] || matrix_cluster_status=1
+set -e
+stop_cluster
 # One count per client x target run.
-read -r matrix_passed matrix_failed < <(cat "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" |
+read -r matrix_passed matrix_failed < <(cat "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" "$LOG_DIR/matrix-redis-cluster.log" |
   awk '/^matrix [a-z-]+: [0-9]+ passed, [0-9]+ failed$/ {p += $3; f += $5} END {print p+0, f+0}')
 
 echo "== Helm chart (tests/helm/run.sh)"
@@ -459,9 +552,10 @@ containers_status=${PIPESTATUS[0]}
 set -e
 read -r containers_passed containers_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/containers.log")
 
-failed=$((rust_failed + release_failed + fuzz_failed + compose_failed + rules_failed + features_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed + helm_failed + containers_failed))
-passed=$((rust_passed + release_passed + fuzz_passed + compose_passed + rules_passed + features_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed + helm_passed + containers_passed))
+failed=$((rust_failed + release_failed + redis_cluster_failed + fuzz_failed + compose_failed + rules_failed + features_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed + helm_failed + containers_failed))
+passed=$((rust_passed + release_passed + redis_cluster_passed + fuzz_passed + compose_passed + rules_passed + features_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed + helm_passed + containers_passed))
 [ "$release_traces_status" = 0 ] || { echo "traces tests against the release build failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$redis_cluster_status" = 0 ] || { echo "cluster tests on a Redis Cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$fuzz_status" = 0 ] || { echo "fuzz targets failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$compose_status" = 0 ] || { echo "deployment file checks failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$rules_status" = 0 ] || { echo "alerting rule checks failed" >&2; failed=$((failed > 0 ? failed : 1)); }
@@ -475,6 +569,6 @@ passed=$((rust_passed + release_passed + fuzz_passed + compose_passed + rules_pa
 [ "$containers_status" = 0 ] || { echo "container tests failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 echo "client matrix:"
 grep -h '^matrix .* x .*: ' "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" | sed 's/^/  /'
-echo "rust: $rust_passed passed, $rust_failed failed; traces tests on the release build: $release_passed passed, $release_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; alerting rule checks: $rules_passed passed, $rules_failed failed; crate feature and packaging checks: $features_passed passed, $features_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed; helm chart checks: $helm_passed passed, $helm_failed failed; container checks: $containers_passed passed, $containers_failed failed"
+echo "rust: $rust_passed passed, $rust_failed failed; traces tests on the release build: $release_passed passed, $release_failed failed; cluster tests on a Redis Cluster: $redis_cluster_passed passed, $redis_cluster_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; alerting rule checks: $rules_passed passed, $rules_failed failed; crate feature and packaging checks: $features_passed passed, $features_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed; helm chart checks: $helm_passed passed, $helm_failed failed; container checks: $containers_passed passed, $containers_failed failed"
 echo "total: $passed passed, $failed failed"
 [ "$failed" = 0 ]

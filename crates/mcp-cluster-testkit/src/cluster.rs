@@ -10,7 +10,7 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-use crate::{Nginx, NodeProcess, RedisServer};
+use crate::{Nginx, NodeProcess, RedisCluster, RedisServer};
 
 /// Environment variable naming the `mcp-node` binary to run.
 pub const NODE_BIN_ENV: &str = "MCP_NODE_BIN";
@@ -211,9 +211,18 @@ pub struct Cluster {
     args: Vec<String>,
     command: NodeCommand,
     /// The Redis this cluster started; `None` when the caller runs its own
-    /// ([`Self::start_on_redis`]).
+    /// ([`Self::start_on_redis`]) or on a Redis Cluster.
     redis: Option<RedisServer>,
+    /// The Redis Cluster this cluster started, with [`REDIS_KIND_ENV`] set
+    /// to `cluster`.
+    redis_cluster: Option<RedisCluster>,
 }
+
+/// With this variable set to `cluster`, [`Cluster::start`] and its siblings
+/// run the nodes on a Redis Cluster of three primaries with a replica each
+/// ([`RedisCluster`]) instead of one `redis-server`: `tests/run-all.sh` runs
+/// the cluster tests that do not reach into Redis themselves once more so.
+pub const REDIS_KIND_ENV: &str = "MCP_TEST_REDIS";
 
 impl Cluster {
     /// Starts Redis, `n` nodes of [`node_binary`] with
@@ -261,6 +270,13 @@ impl Cluster {
     ) -> anyhow::Result<Self> {
         // The nodes send only what proto-docs/redis-layout.md lists (and
         // what the command's own code was allowed).
+        if std::env::var(REDIS_KIND_ENV).is_ok_and(|kind| kind == "cluster") {
+            let redis = RedisCluster::start_with(3, 1, &command.redis_acl)?;
+            let url = redis.node_url();
+            let mut cluster = Self::start_nodes(n, command, None, &url, extra_args)?;
+            cluster.redis_cluster = Some(redis);
+            return Ok(cluster);
+        }
         let redis = RedisServer::start_for_nodes_with(&command.redis_acl)?;
         let url = redis.node_url();
         Self::start_nodes(n, command, Some(redis), &url, extra_args)
@@ -323,6 +339,7 @@ impl Cluster {
             args,
             command,
             redis,
+            redis_cluster: None,
         })
     }
 

@@ -730,6 +730,15 @@ impl RedisCluster {
     /// A member does not start, `redis-cli --cluster create` fails, or the
     /// cluster is not ok within [`GUARD`].
     pub fn start(primaries: usize, replicas: usize) -> anyhow::Result<Self> {
+        Self::start_with(primaries, replicas, &[])
+    }
+
+    /// As [`Self::start`], the node user also getting `extra` ACL rules (a
+    /// provider's own keys and commands).
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_with(primaries: usize, replicas: usize, extra: &[String]) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!(
             "mcp-redis-cluster-{}-{}",
             std::process::id(),
@@ -739,6 +748,7 @@ impl RedisCluster {
         let access = Access {
             user: Some((NODE_ACL_USER.to_owned(), "node-secret".to_owned())),
             restricted: true,
+            extra_rules: extra.to_vec(),
             cluster_dir: Some(dir.clone()),
             ..Access::default()
         };
