@@ -97,19 +97,11 @@ impl Target {
         password: Option<String>,
         certificates: Option<redis::TlsCertificates>,
     ) -> Result<Self, ClusterError> {
-        let scheme = if url.tls { "rediss" } else { "redis" };
         let sentinels = url
             .sentinels
             .iter()
             .map(|(host, port)| {
-                let host = if host.contains(':') {
-                    format!("[{host}]")
-                } else {
-                    host.clone()
-                };
-                format!("{scheme}://{host}:{port}")
-                    .into_connection_info()
-                    .map(|info| info.addr().clone())
+                connection_info(url.tls, host, *port).map(|info| info.addr().clone())
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|err| ClusterError::Config(format!("sentinel address: {err}")))?;
@@ -154,18 +146,10 @@ impl Target {
         certificates: Option<redis::TlsCertificates>,
         timeout: Duration,
     ) -> Result<Self, ClusterError> {
-        let scheme = if url.tls { "rediss" } else { "redis" };
         let seeds = url
             .seeds
             .iter()
-            .map(|(host, port)| {
-                let host = if host.contains(':') {
-                    format!("[{host}]")
-                } else {
-                    host.clone()
-                };
-                format!("{scheme}://{host}:{port}").into_connection_info()
-            })
+            .map(|(host, port)| connection_info(url.tls, host, *port))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|err| ClusterError::Config(format!("cluster member address: {err}")))?;
         let seeds = ClusterSeeds {
@@ -236,6 +220,17 @@ impl Target {
             Kind::Direct(client) => Some(*client),
             Kind::Sentinel { .. } | Kind::Cluster(_) => None,
         }
+    }
+}
+
+/// The connection info of `host:port` (an IPv6 host in brackets), over
+/// TLS when `tls`.
+fn connection_info(tls: bool, host: &str, port: u16) -> redis::RedisResult<ConnectionInfo> {
+    let scheme = if tls { "rediss" } else { "redis" };
+    if host.contains(':') {
+        format!("{scheme}://[{host}]:{port}").into_connection_info()
+    } else {
+        format!("{scheme}://{host}:{port}").into_connection_info()
     }
 }
 

@@ -394,6 +394,16 @@ impl RedisServer {
             command.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
         }
         if let Some(dir) = &self.access.cluster_dir {
+            if let Some(tls) = &self.access.tls {
+                // The cluster bus and replication speak TLS too, each
+                // member presenting the client certificate.
+                command
+                    .args(["--tls-cluster", "yes", "--tls-replication", "yes"])
+                    .arg("--tls-client-cert-file")
+                    .arg(&tls.client_cert_file)
+                    .arg("--tls-client-key-file")
+                    .arg(&tls.client_key_file);
+            }
             if self.access.restricted {
                 // Replicas replicate as the admin (`default` is off).
                 command.args(["--masteruser", ADMIN_USER, "--masterauth", ADMIN_PASSWORD]);
@@ -571,6 +581,10 @@ struct TlsSetup {
     cert_file: PathBuf,
     key_file: PathBuf,
     ca_file: PathBuf,
+    /// The test client certificate and key: what a Redis Cluster member
+    /// presents to the others (`tls-auth-clients yes` everywhere).
+    client_cert_file: PathBuf,
+    client_key_file: PathBuf,
     /// Trusts the test CA and presents the test client certificate.
     client: Arc<rustls::ClientConfig>,
 }
@@ -594,6 +608,8 @@ impl TlsSetup {
             cert_file: pki.server_cert(),
             key_file: pki.server_key(),
             ca_file: pki.ca_cert(),
+            client_cert_file: pki.client_cert(),
+            client_key_file: pki.client_key(),
             client: Arc::new(client),
         })
     }
@@ -739,6 +755,26 @@ impl RedisCluster {
     /// # Errors
     /// As [`Self::start`].
     pub fn start_with(primaries: usize, replicas: usize, extra: &[String]) -> anyhow::Result<Self> {
+        Self::start_as(primaries, replicas, extra, None)
+    }
+
+    /// As [`Self::start`], every member speaking TLS only (clients, the
+    /// cluster bus and replication) with `pki`'s server certificate and
+    /// wanting a client certificate signed by its CA; [`Self::node_url`] is
+    /// then a `rediss+cluster://` URL. `pki` must outlive the cluster.
+    ///
+    /// # Errors
+    /// As [`Self::start`]; also when `pki`'s files cannot be read.
+    pub fn start_tls(pki: &TestPki, primaries: usize, replicas: usize) -> anyhow::Result<Self> {
+        Self::start_as(primaries, replicas, &[], Some(TlsSetup::new(pki)?))
+    }
+
+    fn start_as(
+        primaries: usize,
+        replicas: usize,
+        extra: &[String],
+        tls: Option<TlsSetup>,
+    ) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!(
             "mcp-redis-cluster-{}-{}",
             std::process::id(),
@@ -749,6 +785,7 @@ impl RedisCluster {
             user: Some((NODE_ACL_USER.to_owned(), "node-secret".to_owned())),
             restricted: true,
             extra_rules: extra.to_vec(),
+            tls: tls.clone(),
             cluster_dir: Some(dir.clone()),
             ..Access::default()
         };
@@ -763,14 +800,24 @@ impl RedisCluster {
             };
             cluster.members.push(RedisServer::start_free(access)?);
         }
-        let out = Command::new("redis-cli")
-            .args([
-                "--user",
-                ADMIN_USER,
-                "--pass",
-                ADMIN_PASSWORD,
-                "--no-auth-warning",
-            ])
+        let mut cli = Command::new("redis-cli");
+        cli.args([
+            "--user",
+            ADMIN_USER,
+            "--pass",
+            ADMIN_PASSWORD,
+            "--no-auth-warning",
+        ]);
+        if let Some(tls) = &tls {
+            cli.arg("--tls")
+                .arg("--cacert")
+                .arg(&tls.ca_file)
+                .arg("--cert")
+                .arg(&tls.client_cert_file)
+                .arg("--key")
+                .arg(&tls.client_key_file);
+        }
+        let out = cli
             .args(["--cluster", "create"])
             .args(
                 cluster
@@ -842,7 +889,12 @@ impl RedisCluster {
             .iter()
             .map(|m| format!("127.0.0.1:{}", m.port))
             .collect();
-        format!("redis+cluster://{user}:{password}@{}", seeds.join(","))
+        let scheme = if self.members[0].access.tls.is_some() {
+            "rediss+cluster"
+        } else {
+            "redis+cluster"
+        };
+        format!("{scheme}://{user}:{password}@{}", seeds.join(","))
     }
 
     /// The members, primaries and replicas, in the order they started.
