@@ -106,6 +106,23 @@ impl ConnectionGate {
         self.max_per_peer
     }
 
+    /// Connections kept from long-lived streams: 1/32 of the limit, 4 to
+    /// 256.
+    pub fn stream_headroom(&self) -> usize {
+        (self.max / 32).clamp(4, 256)
+    }
+
+    /// Whether a new long-lived stream (a GET, a resumption, a legacy
+    /// `/sse`, a `subscriptions/listen`) may start: the connections open
+    /// leave [`Self::stream_headroom`] free. Beyond that a stream is
+    /// refused with an answer (503, `Retry-After`) on the connection it
+    /// came on, while requests still find connections to be answered on;
+    /// past the limit itself a connection is closed before anything is
+    /// read.
+    pub fn stream_room(&self) -> bool {
+        self.open() + self.stream_headroom() <= self.max
+    }
+
     /// Admits a connection from `peer`, or says why not. An admitted one is
     /// counted until the returned guard drops.
     ///

@@ -48,6 +48,7 @@ pub async fn connect(
     headers::check_host_and_origin(&req, &state.config)?;
     let principal = crate::auth::authorize(&req, &state).await?;
     headers::check_get_accept(req.headers())?;
+    state.stream_room()?;
     let runtime = &state.runtime;
     let inbound = crate::streamable::inbound(&req, Transport::LegacySse, principal);
     let session = runtime.open_session(&inbound).await?;

@@ -48,6 +48,33 @@ pub struct HttpState {
     /// The resource server, when authorization is on: every MCP request
     /// then needs a valid bearer token.
     pub auth: Option<Arc<mcp_cluster_auth::Authenticator>>,
+    /// The node's connection limits, when it keeps them: long-lived
+    /// streams are refused (503) when they would leave too few
+    /// connections for requests ([`connections::ConnectionGate::stream_room`]).
+    pub connections: Option<Arc<connections::ConnectionGate>>,
+}
+
+impl HttpState {
+    /// Refuses a new long-lived stream when the node's connections are
+    /// nearly all taken.
+    ///
+    /// # Errors
+    /// [`HttpError::Unavailable`] (503 with `Retry-After`).
+    pub(crate) fn stream_room(&self) -> Result<(), HttpError> {
+        match &self.connections {
+            Some(gate) if !gate.stream_room() => {
+                mcp_cluster_telemetry::metrics::metrics()
+                    .connections_refused
+                    .with_label_values(&["stream_limit"])
+                    .inc();
+                Err(HttpError::Unavailable(
+                    "this node holds as many streams as its connection limit allows: \
+                     try again, or another node",
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Registers the MCP routes (Streamable HTTP endpoint and, when enabled, the

@@ -95,6 +95,11 @@ pub(crate) async fn post(
     headers::check_required_headers(req.headers(), &request, service.as_ref())?;
     // A listen stream is counted by the runtime; a request's by the body.
     let kind = (request.method != methods::SUBSCRIPTIONS_LISTEN).then_some(StreamKind::Live);
+    if kind.is_none() {
+        state
+            .stream_room()
+            .map_err(|err| err.for_request(Some(id.clone())))?;
+    }
     match state.runtime.stateless(request, meta, &inbound).await {
         StatelessReply::Now(response) => Ok(json(response)),
         StatelessReply::Refused(err, id) => Err(HttpError::from(err).for_request(Some(id))),

@@ -282,6 +282,7 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
     headers::check_get_accept(req.headers())?;
     headers::protocol_version(req.headers())?;
     let id = headers::session_id(req.headers())?.ok_or(HttpError::MissingSession)?;
+    state.stream_room()?;
     let runtime = &state.runtime;
     // `moved`: this node started serving the session for this GET (the
     // client came from another node).

@@ -437,7 +437,7 @@ impl Metrics {
             ),
             connections_refused: counters(
                 "mcp_connections_refused_total",
-                "Connections closed at accept, by reason (node_connection_limit, peer_connection_limit).",
+                "Connections closed at accept, and long-lived streams refused (503) near the connection limit, by reason (node_connection_limit, peer_connection_limit, stream_limit).",
                 &["reason"],
             ),
             quota_rejections: counters(
@@ -588,7 +588,11 @@ impl Metrics {
         );
         zero(
             &self.connections_refused,
-            &["node_connection_limit", "peer_connection_limit"],
+            &[
+                "node_connection_limit",
+                "peer_connection_limit",
+                "stream_limit",
+            ],
         );
         zero(
             &self.http_rejections,

@@ -433,11 +433,6 @@ fn serve_on(
     let auth = authenticator(&config)?;
     let runtime = Runtime::new(Arc::new(server.clone()), store, config.runtime_config());
     forward_events(&server, &runtime);
-    let state = HttpState {
-        runtime: runtime.clone(),
-        config: Arc::new(config.http.clone()),
-        auth,
-    };
     let http = &config.http;
     let exempt = http
         .exempt_networks()
@@ -452,6 +447,12 @@ fn serve_on(
         http.max_connections_per_peer,
         exempt,
     );
+    let state = HttpState {
+        runtime: runtime.clone(),
+        config: Arc::new(config.http.clone()),
+        auth,
+        connections: Some(Arc::clone(&gate)),
+    };
     tracing::info!(
         max_connections = gate.max(),
         max_connections_per_peer = gate.max_per_peer(),
