@@ -139,11 +139,13 @@ impl Sink {
         match self {
             Self::One(sink) => sink.subscribe(channels).await,
             Self::Cluster(con) => {
-                // One command per channel: they may sit on different shards.
-                for channel in channels {
-                    con.ssubscribe(channel).await?;
-                }
-                Ok(())
+                // One command per channel, all at once: they may sit on
+                // different shards.
+                let calls = channels.iter().map(|channel| {
+                    let mut con = con.clone();
+                    async move { con.ssubscribe(channel).await }
+                });
+                futures_util::future::try_join_all(calls).await.map(drop)
             }
         }
     }
@@ -152,10 +154,11 @@ impl Sink {
         match self {
             Self::One(sink) => sink.unsubscribe(channels).await,
             Self::Cluster(con) => {
-                for channel in channels {
-                    con.sunsubscribe(channel).await?;
-                }
-                Ok(())
+                let calls = channels.iter().map(|channel| {
+                    let mut con = con.clone();
+                    async move { con.sunsubscribe(channel).await }
+                });
+                futures_util::future::try_join_all(calls).await.map(drop)
             }
         }
     }
