@@ -7,9 +7,9 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use mcp_cluster_store::{Store, StoreError};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ErrorKind, Pipeline, ScriptInvocation, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, Pipeline, RedisFuture, ScriptInvocation, ServerErrorKind, Value};
 use tracing::{info, warn};
 
 use crate::bus::RedisBus;
@@ -159,6 +159,41 @@ enum Conn {
     Cluster(ClusterConnection),
 }
 
+/// The connection one call goes out on: a clone of the manager or of the
+/// cluster connection (cheap: both share their sockets).
+enum Connection {
+    One(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::One(con) => con.req_packed_command(cmd),
+            Self::Cluster(con) => con.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::One(con) => con.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(con) => con.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::One(con) => con.get_db(),
+            Self::Cluster(con) => con.get_db(),
+        }
+    }
+}
+
 /// Where commands go. With one Redis, always the same connection manager
 /// (it reconnects by itself). Behind Sentinels, a command that finds the
 /// primary gone (connection lost, timed out) or demoted (`READONLY`,
@@ -302,15 +337,18 @@ impl Redis {
         }
     }
 
+    /// Where the next call goes.
+    fn connection(&self) -> Connection {
+        match &self.conn {
+            Conn::Primary(primary) => Connection::One(primary.manager()),
+            Conn::Cluster(cluster) => Connection::Cluster(cluster.clone()),
+        }
+    }
+
     /// One command; `op` names it in the Redis metrics.
     pub(crate) async fn cmd(&self, op: &'static str, cmd: &Cmd) -> Result<Value, StoreError> {
-        let call = async {
-            match &self.conn {
-                Conn::Primary(primary) => cmd.query_async(&mut primary.manager()).await,
-                Conn::Cluster(cluster) => cmd.query_async(&mut cluster.clone()).await,
-            }
-        };
-        self.bounded(op, call).await
+        let mut con = self.connection();
+        self.bounded(op, cmd.query_async(&mut con)).await
     }
 
     /// One pipeline (one round trip); `op` names it in the Redis metrics.
@@ -321,13 +359,8 @@ impl Redis {
         op: &'static str,
         pipe: &Pipeline,
     ) -> Result<Value, StoreError> {
-        let call = async {
-            match &self.conn {
-                Conn::Primary(primary) => pipe.query_async(&mut primary.manager()).await,
-                Conn::Cluster(cluster) => pipe.query_async(&mut cluster.clone()).await,
-            }
-        };
-        self.bounded(op, call).await
+        let mut con = self.connection();
+        self.bounded(op, pipe.query_async(&mut con)).await
     }
 
     /// Commands whose keys may sit in different slots, each answer in
@@ -343,23 +376,20 @@ impl Redis {
             return Ok(Vec::new());
         }
         let call = async {
-            match &self.conn {
-                Conn::Primary(primary) => {
-                    let mut pipe = redis::pipe();
-                    for cmd in cmds {
-                        pipe.add_command(cmd.clone());
-                    }
-                    pipe.query_async(&mut primary.manager()).await
+            if self.is_cluster() {
+                let calls = cmds.iter().map(|cmd| {
+                    let mut con = self.connection();
+                    async move { cmd.query_async::<Value>(&mut con).await }
+                });
+                futures_util::future::try_join_all(calls)
+                    .await
+                    .map(Value::Array)
+            } else {
+                let mut pipe = redis::pipe();
+                for cmd in cmds {
+                    pipe.add_command(cmd.clone());
                 }
-                Conn::Cluster(cluster) => {
-                    let calls = cmds.iter().map(|cmd| {
-                        let mut con = cluster.clone();
-                        async move { cmd.query_async::<Value>(&mut con).await }
-                    });
-                    futures_util::future::try_join_all(calls)
-                        .await
-                        .map(Value::Array)
-                }
+                pipe.query_async(&mut self.connection()).await
             }
         };
         crate::reply::array(self.bounded(op, call).await?)
@@ -371,13 +401,8 @@ impl Redis {
         op: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<Value, StoreError> {
-        let call = async {
-            match &self.conn {
-                Conn::Primary(primary) => invocation.invoke_async(&mut primary.manager()).await,
-                Conn::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await,
-            }
-        };
-        self.bounded(op, call).await
+        let mut con = self.connection();
+        self.bounded(op, invocation.invoke_async(&mut con)).await
     }
 
     /// After a failure that may mean the primary moved: behind Sentinels,

@@ -244,7 +244,7 @@ impl NodeRegistry for RedisNodes {
             return Ok(Vec::new());
         }
         let mut open = Vec::new();
-        self.decode_open(dead, reply, &mut open)?;
+        decode_open(dead, reply, &mut open)?;
         for bucket in self.keys.node_streams_all(dead) {
             let mut take = redis::pipe();
             take.atomic()
@@ -255,7 +255,7 @@ impl NodeRegistry for RedisNodes {
                 .ignore();
             let taken = reply::array(self.redis.pipe("node_claim", &take).await?)?;
             if let Some(fields) = taken.into_iter().next() {
-                self.decode_open(dead, fields, &mut open)?;
+                decode_open(dead, fields, &mut open)?;
             }
         }
         self.redis
@@ -268,37 +268,30 @@ impl NodeRegistry for RedisNodes {
     }
 }
 
-impl RedisNodes {
-    /// Adds the streams of a hash read as `[field, value, ...]` (or a map)
-    /// to `open`.
-    fn decode_open(
-        &self,
-        dead: &NodeId,
-        fields: Value,
-        open: &mut Vec<OpenStream>,
-    ) -> Result<(), StoreError> {
-        let pairs = match fields {
-            Value::Map(pairs) => pairs,
-            fields => {
-                let mut flat = reply::array(fields)?.into_iter();
-                let mut pairs = Vec::new();
-                while let (Some(field), Some(value)) = (flat.next(), flat.next()) {
-                    pairs.push((field, value));
-                }
-                pairs
+/// Adds the streams of a hash read as `[field, value, ...]` (or a map) to
+/// `open`.
+fn decode_open(dead: &NodeId, fields: Value, open: &mut Vec<OpenStream>) -> Result<(), StoreError> {
+    let pairs = match fields {
+        Value::Map(pairs) => pairs,
+        fields => {
+            let mut flat = reply::array(fields)?.into_iter();
+            let mut pairs = Vec::new();
+            while let (Some(field), Some(value)) = (flat.next(), flat.next()) {
+                pairs.push((field, value));
             }
-        };
-        for (_stream, json) in pairs {
-            let json = reply::text(json)?;
-            // The claim is made: an entry that does not decode is reported
-            // and skipped rather than losing the others with an error.
-            match serde_json::from_str(&json) {
-                Ok(stream) => open.push(stream),
-                Err(err) => {
-                    warn!(node = %dead, %err, "Undecodable open stream of a dead node skipped.")
-                }
+            pairs
+        }
+    };
+    for (_stream, json) in pairs {
+        let json = reply::text(json)?;
+        // The claim is made: an entry that does not decode is reported
+        // and skipped rather than losing the others with an error.
+        match serde_json::from_str(&json) {
+            Ok(stream) => open.push(stream),
+            Err(err) => {
+                warn!(node = %dead, %err, "Undecodable open stream of a dead node skipped.")
             }
         }
-        Ok(())
     }
+    Ok(())
 }
