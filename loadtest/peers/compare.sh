@@ -36,6 +36,9 @@
 #   ours-traced  mcp-node exporting a span per request (sampler always_on) over
 #                OTLP/HTTP to a sink this script starts (it answers 200 and counts
 #                the spans it got; the report gives the count, and none is a failure)
+#   OURS_BIN     the mcp-node binary the ours* targets run (default
+#                ./target/release/mcp-node, built by this script): an older
+#                build kept aside, to measure a change side by side
 #   ours-base    mcp-node built from BASE_REV in a git worktree (target/peers/base):
 #                the same node without what came after, side by side
 #   ours-auth    mcp-node with authorization on: every request carries a JWT
@@ -65,6 +68,13 @@
 #      fresh server and `mcp-loadtest hold --server-pid`, which samples the
 #      server's VmRSS before opening and after all sessions settle. For
 #      ours-redis only the node's RSS is counted, not Redis's.
+#   4. Redis cost (ours-redis, ours-redis-2026): around every run, INFO
+#      commandstats of the Redis and the node's own count of Redis round
+#      trips (mcp_redis_command_duration_seconds_count, by operation); their
+#      growth over the run divided by the run's checked answers. Everything
+#      in the run window counts, the node's background work (heartbeats,
+#      sweeps, lease renewals) included; commands run by scripts count as
+#      Redis counts them (each command inside a script, and the EVALSHA).
 # Rates count checked answers only. The wrk scripts (peers/wrk/*.lua, the
 # rules in peers/wrk/mcp_check.lua) give every request its own JSON-RPC id,
 # unique across all runs of this script (RUN_ID), so no session ever sees an
@@ -115,6 +125,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 TARGETS=${TARGETS:-"ours ours-redis rmcp ts py actix hyper-floor"}
+OURS_BIN=${OURS_BIN:-./target/release/mcp-node}
 BASE_REV=${BASE_REV:-d1af96f}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
@@ -163,6 +174,7 @@ command -v taskset >/dev/null || die "taskset is required (apt-get install util-
 command -v curl >/dev/null || die "curl is required (apt-get install curl)"
 if has ours-redis || has ours-redis-2026; then
   command -v redis-server >/dev/null || die "redis-server is required for ours-redis (apt-get install redis-server)"
+  command -v redis-cli >/dev/null || die "redis-cli is required for ours-redis (apt-get install redis-tools)"
 fi
 if has ts; then
   command -v npm >/dev/null || die "npm is required for ts (apt-get install npm)"
@@ -350,16 +362,16 @@ start_server() {
   local current=("${node_flags[@]}" --quota-initialize-per-address 0 --quota-requests-per-principal 0
     --quota-sessions-per-principal 0 --quota-streams-per-principal 0)
   case $target in
-    ours | ours-2026) cmd=(./target/release/mcp-node "${current[@]}") ;;
+    ours | ours-2026) cmd=("$OURS_BIN" "${current[@]}") ;;
     ours-redis | ours-redis-2026)
-      cmd=(./target/release/mcp-node "${current[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
+      cmd=("$OURS_BIN" "${current[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
     ours-traced) cmd=(env OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$OTLP_PORT" OTEL_TRACES_SAMPLER=always_on
-      ./target/release/mcp-node "${current[@]}") ;;
+      "$OURS_BIN" "${current[@]}") ;;
     ours-base) cmd=("${BASE_BIN:-$OUT/base-target/release/mcp-node}" "${node_flags[@]}") ;;
     ours-auth | ours-auth-nocache)
       cmd=(env MCP_AUTH__RESOURCE="http://$addr/mcp" MCP_AUTH__ISSUERS="${ISSUER_OF[$target]}")
       [[ $target == ours-auth-nocache ]] && cmd+=(MCP_AUTH__TOKEN_CACHE_ENTRIES=0)
-      cmd+=(./target/release/mcp-node "${current[@]}") ;;
+      cmd+=("$OURS_BIN" "${current[@]}") ;;
     rmcp) cmd=("$OUT/cargo/release/rmcp-echo" "$addr" 1) ;;
     ts) cmd=("$PEERS/ts-echo/node_modules/.bin/node" "$PEERS/ts-echo/server.mjs" "$addr") ;;
     py) cmd=(env MAX_SESSIONS="$max_sessions" "$OUT/py-venv/bin/python" "$PEERS/py-echo/server.py" "$addr") ;;
@@ -477,6 +489,32 @@ run_wrk() {
 
 sum() { awk -v a="$1" -v b="$2" 'BEGIN { print a + b }'; }
 
+# ---- Redis cost per checked answer (targets on Redis)
+# redis_counts TARGET -> "cmd:<command> <calls>" and "rt:<op> <round trips>"
+# lines: Redis' INFO commandstats, and the node's own round-trip counters.
+redis_counts() {
+  redis-cli -p "$REDIS_PORT" INFO commandstats | tr -d '\r' |
+    awk -F'[:=,]' '/^cmdstat_/ { name = substr($1, 9); gsub(/\|/, "/", name); print "cmd:" name, $3 }'
+  curl -sf --max-time 5 "http://127.0.0.1:${PORT[$1]}/metrics" |
+    awk '/^mcp_redis_command_duration_seconds_count/ {
+      match($0, /operation="[^"]*"/); print "rt:" substr($0, RSTART + 11, RLENGTH - 12), $NF }'
+}
+declare -A COST COST_ANSWERS
+COST_BEFORE=""
+# cost_begin TARGET: snapshot before a run (a no-op unless on Redis).
+cost_begin() { [[ $1 == ours-redis* ]] && COST_BEFORE=$(redis_counts "$1") || true; }
+# cost_end TARGET STEP ANSWERS: adds the run's growth to COST[TARGET|STEP|name].
+cost_end() {
+  [[ $1 == ours-redis* ]] || return 0
+  local name count
+  while read -r name count; do
+    [[ -n $name ]] || continue
+    COST[$1|$2|$name]=$(sum "${COST[$1|$2|$name]:-0}" "$count")
+  done < <(awk 'NR == FNR { before[$1] = $2; next } { d = $2 - before[$1]; if (d > 0) print $1, d }' \
+    <(echo "$COST_BEFORE") <(redis_counts "$1"))
+  COST_ANSWERS[$1|$2]=$(sum "${COST_ANSWERS[$1|$2]:-0}" "$3")
+}
+
 # ---- the three steps; a cell never measured stays "-"
 declare -A SESSIONS_OF RPS P50 P99 ERRS GEN_CPU INIT INIT_ERRS MEM
 # ours-traced: checked answers (rate x duration, summed) and what the sink got.
@@ -507,9 +545,11 @@ step_calls() {
     for conns in $CONNS_LIST; do
       for target in $TARGETS; do
         WRK_RUN=$((WRK_RUN + 1))
+        cost_begin "$target"
         read -r rate p50 p99 errs cpu < <(run_wrk "tools/call round=$round conns=$conns $target" "$conns" \
           "$DURATION_SECS" "$PEERS/wrk/tools_call.lua" "http://127.0.0.1:${PORT[$target]}/mcp" "$WRK_RUN" "$target" \
           "${SESSIONS_OF[$target]}")
+        cost_end "$target" "tools/call" "$(awk -v r="$rate" -v d="$DURATION_SECS" 'BEGIN { printf "%.0f", r * d }')"
         [[ $errs == -1 ]] && errs=1 # no summary: counted as one failure
         printf 'tools/call round %d conns %-3d %-12s %9s ok/s  p50 %8s ms  p99 %8s ms  failed %s  wrk cpu %s%%\n' \
           "$round" "$conns" "$target" "$rate" "$p50" "$p99" "$errs" "$cpu"
@@ -546,8 +586,10 @@ step_init() {
       [[ $target == ours-auth* || $target == *-2026 ]] && continue
       start_server "$target" init
       WRK_RUN=$((WRK_RUN + 1))
+      cost_begin "$target"
       read -r rate _ _ errs cpu < <(run_wrk "initialize round=$round $target" "$INIT_CONNS" "$INIT_SECS" \
         "$PEERS/wrk/initialize.lua" "http://127.0.0.1:${PORT[$target]}/mcp" "$WRK_RUN" "$target")
+      cost_end "$target" "initialize" "$(awk -v r="$rate" -v d="$INIT_SECS" 'BEGIN { printf "%.0f", r * d }')"
       stop_server "$target"
       [[ $errs == -1 ]] && errs=1 # no summary: counted as one failure
       printf 'initialize round %d %-12s %9s ok/s  failed %s  wrk cpu %s%%\n' "$round" "$target" "$rate" "$errs" "$cpu"
@@ -687,6 +729,11 @@ top=${conns_list[-1]}
       echo "$row $(ratio "${INIT[$ours]}" "${INIT[$peer]}" 0 ">=" | sed 's/ (met)//') |"
     done
   done
+  if has ours-redis && has ours; then
+    row="| ours-redis / ours (Redis / embedded; goals 0.8, initialize 0.6) |"
+    for conns in $CONNS_LIST; do row+=" $(ratio "${RPS[ours-redis,$conns]}" "${RPS[ours,$conns]}" 0.8 ">=") |"; done
+    echo "$row $(ratio "${INIT[ours-redis]}" "${INIT[ours]}" 0.6 ">=") |"
+  fi
   for era in ours ours-redis; do
     if has "$era-2026" && has "$era"; then
       row="| $era-2026 / $era (stateless / session era) |"
@@ -695,6 +742,29 @@ top=${conns_list[-1]}
     fi
   done
   echo
+  if [[ ${#COST_ANSWERS[@]} -gt 0 ]]; then
+    echo "## Redis cost per checked answer"
+    echo
+    echo "Growth over every run of Redis' INFO commandstats (a script counts as its EVALSHA plus each command it runs) and of the node's round trips to Redis (mcp_redis_command_duration_seconds_count by operation), divided by the run's checked answers; background work in the window included."
+    echo
+    echo "| target | step | commands | round trips | commands by name | round trips by operation |"
+    echo "| --- | --- | ---: | ---: | --- | --- |"
+    # per_answer N < "name count" lines -> "total|name share, ..." (shares >= 0.005)
+    per_answer() {
+      sort -k2,2nr | awk -v n="$1" '{ t += $2; if ($2 / n >= 0.005) l = l sprintf("%s%s %.2f", l == "" ? "" : ", ", $1, $2 / n) }
+        END { printf "%.2f|%s\n", t / n, l == "" ? "-" : l }'
+    }
+    for key in $(printf '%s\n' "${!COST_ANSWERS[@]}" | sort); do
+      cost_target=${key%%|*} cost_step=${key#*|} answers=${COST_ANSWERS[$key]}
+      [[ $answers -gt 0 ]] || continue
+      cmds=$(for name in "${!COST[@]}"; do if [[ $name == "$key|cmd:"* ]]; then echo "${name##*|cmd:} ${COST[$name]}"; fi; done)
+      rts=$(for name in "${!COST[@]}"; do if [[ $name == "$key|rt:"* ]]; then echo "${name##*|rt:} ${COST[$name]}"; fi; done)
+      IFS='|' read -r cmd_total cmd_list <<<"$(per_answer "$answers" <<<"$cmds")"
+      IFS='|' read -r rt_total rt_list <<<"$(per_answer "$answers" <<<"$rts")"
+      echo "| $cost_target | $cost_step | $cmd_total | $rt_total | $cmd_list | $rt_list |"
+    done
+    echo
+  fi
   if step memory && has hyper-floor; then
     echo "| memory ratio |$(for n in $MEM_SESSIONS; do printf ' %s stream | %s no stream |' "$n" "$n"; done)"
     echo "| --- |$(for _ in $MEM_SESSIONS; do printf ' ---: | ---: |'; done)"
