@@ -544,7 +544,7 @@ impl Exchange {
             return Err(StoreError::StreamNotFound);
         };
         let mut tries = 0_u32;
-        patiently(&self.node, session, stream, || {
+        let written = patiently(&self.node, session, stream, || {
             tries += 1;
             let retry = tries > 1;
             async move {
@@ -565,9 +565,26 @@ impl Exchange {
                 }
             }
         })
-        .await
+        .await;
+        match written {
+            // Refused although the store answers (a full Redis refuses the
+            // large write, not a short one): a short error in its place, so
+            // the request is still answered. If an earlier try went in
+            // after all, the stream is ahead and nothing more is written.
+            Err(err) if !matches!(err, StoreError::Conflict) => {
+                let short = Response::error(r.id.clone(), ErrorObject::internal(NOT_STORED));
+                match self.append(stream, &Message::Response(short), true).await {
+                    Ok(()) | Err(StoreError::Conflict) => Ok(()),
+                    Err(_) => Err(err),
+                }
+            }
+            written => written,
+        }
     }
 }
+
+/// The error that answers a request whose response the store refused.
+const NOT_STORED: &str = "the response could not be stored for delivery";
 
 /// Runs `op`, on `stream`, again while the store is away for that stream
 /// (reading its tail fails too: a failover, a restart, the stream's shard
