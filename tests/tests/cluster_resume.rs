@@ -116,9 +116,16 @@ async fn open_streams_hold_no_redis_connection_each() {
         streams.push(stream);
     }
     let during = cluster.redis().client_count().unwrap();
-    assert_eq!(
-        during, before,
-        "Redis connections with {STREAMS} open streams vs none"
+    // A node opens a command connection per thread that sends commands
+    // (HTTP workers and handler threads, one each per CPU by default, and
+    // the main thread), on first use: a thread may open its own during the
+    // GETs, but no stream holds one.
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let per_thread = cluster.len() * (2 * cpus + 1);
+    assert!(per_thread < STREAMS, "the bound tells threads from streams");
+    assert!(
+        during <= before + per_thread,
+        "Redis connections: {during} with {STREAMS} open streams, {before} with none"
     );
 
     // The streams are live: a resource update reaches a subscribed one.
@@ -143,5 +150,5 @@ async fn open_streams_hold_no_redis_connection_each() {
         .await
         .expect("the stream is open");
     assert_eq!(message(&event)["method"], "notifications/resources/updated");
-    assert_eq!(cluster.redis().client_count().unwrap(), before);
+    assert!(cluster.redis().client_count().unwrap() <= before + per_thread);
 }

@@ -15,29 +15,25 @@ use crate::error::corrupt;
 use crate::keys::Keys;
 use crate::pubsub::PubSub;
 
-/// The Redis [`ControlBus`].
-#[derive(Debug)]
-pub struct RedisBus {
+/// Publishes control messages (the bus, and the stores that ask for a
+/// session's lease).
+#[derive(Debug, Clone)]
+pub(crate) struct Publisher {
     redis: Redis,
     /// The control channel name.
     channel: String,
-    /// Decoded messages come from here.
-    pubsub: PubSub,
 }
 
-impl RedisBus {
-    pub(crate) fn new(redis: Redis, keys: Keys, pubsub: PubSub) -> Self {
+impl Publisher {
+    pub(crate) fn new(redis: Redis, keys: &Keys) -> Self {
         Self {
             redis,
             channel: keys.ctl(),
-            pubsub,
         }
     }
-}
 
-#[async_trait]
-impl ControlBus for RedisBus {
-    async fn publish(&self, message: &ControlMessage) -> Result<(), StoreError> {
+    /// Publishes `message` to every node (this one included).
+    pub(crate) async fn publish(&self, message: &ControlMessage) -> Result<(), StoreError> {
         let json = serde_json::to_string(message).map_err(corrupt)?;
         let published = self
             .redis
@@ -55,6 +51,27 @@ impl ControlBus for RedisBus {
             Err(_) => m.bus_dropped.with_label_values(&["publish_failed"]).inc(),
         }
         published
+    }
+}
+
+/// The Redis [`ControlBus`].
+#[derive(Debug)]
+pub struct RedisBus {
+    publisher: Publisher,
+    /// Decoded messages come from here.
+    pubsub: PubSub,
+}
+
+impl RedisBus {
+    pub(crate) fn new(publisher: Publisher, pubsub: PubSub) -> Self {
+        Self { publisher, pubsub }
+    }
+}
+
+#[async_trait]
+impl ControlBus for RedisBus {
+    async fn publish(&self, message: &ControlMessage) -> Result<(), StoreError> {
+        self.publisher.publish(message).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<ControlMessage> {

@@ -301,6 +301,7 @@ impl RedisConfig {
             let settings = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(settings);
         }
+        info = info.set_tcp_settings(crate::target::tcp_settings());
         if !is_tls(info.addr()) {
             return redis::Client::open(info)
                 .map(Target::direct)

@@ -1,9 +1,10 @@
 //! [`connect`]: the node's two Redis connections and the [`Store`] built on
 //! them; [`Redis`], the command handle every port shares.
 
+use std::cell::RefCell;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use mcp_cluster_store::{Store, StoreError};
@@ -12,10 +13,11 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisFuture, ScriptInvocation, ServerErrorKind, Value};
 use tracing::{info, warn};
 
-use crate::bus::RedisBus;
+use crate::bus::{Publisher, RedisBus};
 use crate::error::{connect_failed, timed_out, unavailable};
 use crate::event_log::RedisEventLog;
 use crate::keys::Keys;
+use crate::lease::Leases;
 use crate::nodes::RedisNodes;
 use crate::pubsub::PubSub;
 use crate::quota::RedisQuotas;
@@ -60,7 +62,8 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
     let keys = Keys::new(&config.key_prefix);
     // The pub/sub connection first: one plain attempt whose error says why
     // (the command connection's manager retries, and would only time out).
-    let pubsub = PubSub::start(target.clone(), keys.ctl(), timeout).await?;
+    let trouble = Arc::new(AtomicU64::new(0));
+    let pubsub = PubSub::start(target.clone(), keys.ctl(), timeout, Arc::clone(&trouble)).await?;
     let redis = if let Some(seeds) = target.cluster_seeds() {
         // A Redis Cluster: one client routes every command by its keys.
         let client = seeds.client(None)?;
@@ -71,6 +74,7 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
         Redis {
             conn: Conn::Cluster(connection),
             timeout,
+            trouble,
         }
     } else {
         let manager_config = ConnectionManagerConfig::new()
@@ -80,7 +84,7 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
             .set_max_delay(RECONNECT_MAX_DELAY)
             .set_number_of_retries(RECONNECT_RETRIES);
         let opened = async { open_manager(target.primary().await?, &manager_config).await };
-        let (manager, addr) = tokio::time::timeout(timeout, opened)
+        let current = tokio::time::timeout(timeout, opened)
             .await
             .map_err(|_| ClusterError::Timeout(timeout))?
             .map_err(|err| connect_failed(err, tls))?;
@@ -88,21 +92,30 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
             conn: Conn::Primary(Arc::new(Primary {
                 target,
                 manager_config,
-                current: RwLock::new(Current { manager, addr }),
+                current: RwLock::new(current),
                 asking: AtomicBool::new(false),
                 known: AtomicBool::new(true),
+                trouble: Arc::clone(&trouble),
+                locals: Mutex::new(Vec::new()),
             })),
             timeout,
+            trouble,
         }
     };
     mcp_cluster_telemetry::metrics::metrics()
         .redis_primary_known
         .set(1);
+    let publisher = Publisher::new(redis.clone(), &keys);
+    let leases = Arc::new(Leases::new(redis.clone(), keys.clone()));
+    Leases::start(&leases, &pubsub);
     Ok(Store {
         sessions: Arc::new(RedisSessionStore::new(
             redis.clone(),
             keys.clone(),
             pubsub.clone(),
+            leases,
+            publisher.clone(),
+            config.retention.idle_stream_ttl_ms.max(1),
         )),
         events: Arc::new(RedisEventLog::new(
             redis.clone(),
@@ -110,7 +123,7 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
             config.retention,
             pubsub.clone(),
         )),
-        bus: Arc::new(RedisBus::new(redis.clone(), keys.clone(), pubsub)),
+        bus: Arc::new(RedisBus::new(publisher, pubsub)),
         nodes: Arc::new(RedisNodes::new(redis.clone(), keys.clone())),
         quotas: Arc::new(RedisQuotas::new(redis.clone(), keys.clone())),
         tasks: Arc::new(RedisTasks::new(
@@ -131,10 +144,31 @@ fn addr_of(client: &redis::Client) -> String {
 async fn open_manager(
     client: redis::Client,
     config: &ConnectionManagerConfig,
-) -> redis::RedisResult<(ConnectionManager, String)> {
+) -> redis::RedisResult<Current> {
     let addr = addr_of(&client);
-    let manager = ConnectionManager::new_with_config(client, config.clone()).await?;
-    Ok((manager, addr))
+    let manager = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
+    Ok(Current {
+        manager,
+        addr,
+        client,
+        generation: 0,
+    })
+}
+
+thread_local! {
+    /// This thread's own command connections, one per primary (a process
+    /// normally has one store; tests have several). See [`Primary::local`].
+    static LOCAL: RefCell<Vec<Local>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A command connection opened on, and driven by, one thread; the
+/// [`Primary`] owns it (in [`Primary::locals`]), so that it closes with the
+/// store or when the primary moves.
+struct Local {
+    primary: Weak<Primary>,
+    /// The [`Current::generation`] it was opened for.
+    generation: u64,
+    manager: Weak<ConnectionManager>,
 }
 
 /// The command connection: one multiplexed connection shared by every port
@@ -147,6 +181,10 @@ pub(crate) struct Redis {
     conn: Conn,
     /// Bound on each call, connection wait included.
     timeout: Duration,
+    /// Counts the calls that found the connection in trouble (lost, timed
+    /// out, a primary demoted) and the failovers followed: a session lease
+    /// granted before is no longer trusted (see the `lease` module).
+    trouble: Arc<AtomicU64>,
 }
 
 #[derive(Clone)]
@@ -212,12 +250,22 @@ struct Primary {
     /// only), set again when the Sentinels name a primary the node reaches:
     /// the node is not ready in between.
     known: AtomicBool,
+    /// The [`Redis::trouble`] count, bumped when the primary moved.
+    trouble: Arc<AtomicU64>,
+    /// The threads' own connections (see [`Primary::local`]): one per
+    /// thread that sent a command, emptied when the primary moved.
+    locals: Mutex<Vec<Arc<ConnectionManager>>>,
 }
 
 struct Current {
     manager: ConnectionManager,
     /// The primary's address, as the Sentinels gave it.
     addr: String,
+    /// Opens more connections to it (each thread's own).
+    client: redis::Client,
+    /// Bumped each time the primary moved: threads' own connections to an
+    /// earlier one are replaced.
+    generation: u64,
 }
 
 impl Primary {
@@ -227,6 +275,88 @@ impl Primary {
             .unwrap_or_else(PoisonError::into_inner)
             .manager
             .clone()
+    }
+
+    /// The calling thread's own connection to the primary, opened on first
+    /// use: its driver task runs on this thread's runtime, so a command
+    /// and its answer never wake another thread (on a one-core node, each
+    /// such wake-up is a context switch). The shared connection serves
+    /// while one cannot be opened. One per thread that sends commands (the
+    /// HTTP workers, the handler threads, the main thread): bounded by the
+    /// node's threads, not by its load.
+    async fn local(self: &Arc<Self>, timeout: Duration) -> ConnectionManager {
+        let (client, generation) = {
+            let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+            (current.client.clone(), current.generation)
+        };
+        let found = LOCAL.with(|local| {
+            local
+                .borrow()
+                .iter()
+                .find(|l| {
+                    l.generation == generation && Weak::as_ptr(&l.primary) == Arc::as_ptr(self)
+                })
+                .and_then(|l| l.manager.upgrade())
+        });
+        if let Some(manager) = found {
+            return ConnectionManager::clone(&manager);
+        }
+        let opened = tokio::time::timeout(
+            timeout,
+            ConnectionManager::new_with_config(client, self.manager_config.clone()),
+        )
+        .await;
+        let Ok(Ok(manager)) = opened else {
+            return self.manager();
+        };
+        let owned = Arc::new(manager.clone());
+        {
+            let mut locals = self.locals.lock().unwrap_or_else(PoisonError::into_inner);
+            if self.generation() != generation {
+                // The primary moved meanwhile: this one is not kept.
+                return manager;
+            }
+            locals.push(Arc::clone(&owned));
+        }
+        LOCAL.with(|local| {
+            let mut local = local.borrow_mut();
+            // Entries of stores gone, of connections closed, and this
+            // thread's earlier one to this primary.
+            local.retain(|l| {
+                l.manager.strong_count() > 0 && Weak::as_ptr(&l.primary) != Arc::as_ptr(self)
+            });
+            local.push(Local {
+                primary: Arc::downgrade(self),
+                generation,
+                manager: Arc::downgrade(&owned),
+            });
+        });
+        manager
+    }
+
+    fn generation(&self) -> u64 {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .generation
+    }
+
+    /// Forgets the calling thread's own connection (it failed: its runtime
+    /// may be gone); the next command opens another.
+    fn drop_local(self: &Arc<Self>) {
+        let dropped = LOCAL.with(|local| {
+            let mut local = local.borrow_mut();
+            let at = local
+                .iter()
+                .position(|l| Weak::as_ptr(&l.primary) == Arc::as_ptr(self))?;
+            Some(local.swap_remove(at).manager)
+        });
+        if let Some(dropped) = dropped {
+            self.locals
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|owned| !std::ptr::eq(Arc::as_ptr(owned), dropped.as_ptr()));
+        }
     }
 
     fn set_known(&self, known: bool) {
@@ -284,12 +414,20 @@ impl Primary {
         let opened =
             tokio::time::timeout(timeout, open_manager(client, &self.manager_config)).await;
         match opened {
-            Ok(Ok((manager, addr))) => {
+            Ok(Ok(mut next)) => {
                 let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
-                info!(from = %current.addr, to = %addr, "Following a Redis failover: commands go to the new primary.");
-                *current = Current { manager, addr };
+                info!(from = %current.addr, to = %next.addr, "Following a Redis failover: commands go to the new primary.");
+                next.generation = current.generation + 1;
+                *current = next;
                 drop(current);
+                // Every thread opens its own to the new primary (after the
+                // lock: `local` takes these two locks the other way round).
+                self.locals
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clear();
                 self.set_known(true);
+                self.trouble.fetch_add(1, Ordering::AcqRel);
                 m.redis_reconnects.with_label_values(&["failover"]).inc();
             }
             Ok(Err(err)) => {
@@ -320,6 +458,12 @@ impl Redis {
         }
     }
 
+    /// How many calls found the connection in trouble so far (see
+    /// [`Redis::trouble`]'s field).
+    pub(crate) fn trouble(&self) -> u64 {
+        self.trouble.load(Ordering::Acquire)
+    }
+
     /// Whether commands go to a Redis Cluster.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.conn, Conn::Cluster(_))
@@ -337,18 +481,21 @@ impl Redis {
         }
     }
 
-    /// Where the next call goes.
-    fn connection(&self) -> Connection {
+    /// Where the next call goes: this thread's own connection to the one
+    /// Redis or the Sentinels' primary, or the cluster connection.
+    async fn connection(&self) -> Connection {
         match &self.conn {
-            Conn::Primary(primary) => Connection::One(primary.manager()),
+            Conn::Primary(primary) => Connection::One(primary.local(self.timeout).await),
             Conn::Cluster(cluster) => Connection::Cluster(cluster.clone()),
         }
     }
 
     /// One command; `op` names it in the Redis metrics.
     pub(crate) async fn cmd(&self, op: &'static str, cmd: &Cmd) -> Result<Value, StoreError> {
-        let mut con = self.connection();
-        self.bounded(op, cmd.query_async(&mut con)).await
+        self.bounded(op, async {
+            cmd.query_async(&mut self.connection().await).await
+        })
+        .await
     }
 
     /// One pipeline (one round trip); `op` names it in the Redis metrics.
@@ -359,8 +506,10 @@ impl Redis {
         op: &'static str,
         pipe: &Pipeline,
     ) -> Result<Value, StoreError> {
-        let mut con = self.connection();
-        self.bounded(op, pipe.query_async(&mut con)).await
+        self.bounded(op, async {
+            pipe.query_async(&mut self.connection().await).await
+        })
+        .await
     }
 
     /// Commands whose keys may sit in different slots, each answer in
@@ -377,9 +526,8 @@ impl Redis {
         }
         let call = async {
             if self.is_cluster() {
-                let calls = cmds.iter().map(|cmd| {
-                    let mut con = self.connection();
-                    async move { cmd.query_async::<Value>(&mut con).await }
+                let calls = cmds.iter().map(|cmd| async move {
+                    cmd.query_async::<Value>(&mut self.connection().await).await
                 });
                 futures_util::future::try_join_all(calls)
                     .await
@@ -389,7 +537,43 @@ impl Redis {
                 for cmd in cmds {
                     pipe.add_command(cmd.clone());
                 }
-                pipe.query_async(&mut self.connection()).await
+                pipe.query_async(&mut self.connection().await).await
+            }
+        };
+        crate::reply::array(self.bounded(op, call).await?)
+    }
+
+    /// A script and commands on keys of other slots, each answer in order
+    /// (the script's first): on one Redis, one pipeline (one round trip;
+    /// when Redis does not know the script yet, it is loaded and the
+    /// pipeline sent again, so the commands must bear running twice); on a
+    /// Redis Cluster, each sent at once to its own shard. Not atomic
+    /// either way.
+    pub(crate) async fn script_and(
+        &self,
+        op: &'static str,
+        invocation: &ScriptInvocation<'_>,
+        cmds: &[Cmd],
+    ) -> Result<Vec<Value>, StoreError> {
+        if self.is_cluster() {
+            let (script, rest) = tokio::join!(self.script(op, invocation), self.each(op, cmds));
+            let mut replies = vec![script?];
+            replies.extend(rest?);
+            return Ok(replies);
+        }
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(invocation);
+        for cmd in cmds {
+            pipe.add_command(cmd.clone());
+        }
+        let call = async {
+            let mut con = self.connection().await;
+            match pipe.query_async(&mut con).await {
+                Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    invocation.load_async(&mut con).await?;
+                    pipe.query_async(&mut con).await
+                }
+                other => other,
             }
         };
         crate::reply::array(self.bounded(op, call).await?)
@@ -401,8 +585,10 @@ impl Redis {
         op: &'static str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<Value, StoreError> {
-        let mut con = self.connection();
-        self.bounded(op, invocation.invoke_async(&mut con)).await
+        self.bounded(op, async {
+            invocation.invoke_async(&mut self.connection().await).await
+        })
+        .await
     }
 
     /// After a failure that may mean the primary moved: behind Sentinels,
@@ -433,6 +619,10 @@ impl Redis {
             }
             Ok(Err(err)) => {
                 let kind = if err.is_connection_dropped() || err.is_io_error() {
+                    if let Conn::Primary(primary) = &self.conn {
+                        primary.drop_local();
+                    }
+                    self.trouble.fetch_add(1, Ordering::AcqRel);
                     // The connection manager reconnects for the next one.
                     COMMANDS_LOST.store(true, Ordering::Release);
                     self.recheck();
@@ -442,6 +632,7 @@ impl Redis {
                     ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
                 ) {
                     // A primary demoted to a replica, or one that lost its own.
+                    self.trouble.fetch_add(1, Ordering::AcqRel);
                     self.recheck();
                     "readonly"
                 } else {
@@ -451,6 +642,7 @@ impl Redis {
                 Err(unavailable(&err))
             }
             Err(_) => {
+                self.trouble.fetch_add(1, Ordering::AcqRel);
                 self.recheck();
                 m.redis_errors.with_label_values(&[op, "timeout"]).inc();
                 Err(timed_out(self.timeout))

@@ -50,7 +50,7 @@ pub const MAX_READ_BATCH: usize = 10_000;
 
 /// Lua shared by every script: field names (from [`crate::keys`]) and a
 /// helper that lengthens a key's TTL but never shortens it.
-fn prelude() -> String {
+pub(crate) fn prelude() -> String {
     format!(
         "local CLOSED, LAST, TRIMMED, DATA, REQUESTS, BYTES = '{META_CLOSED}', '{META_LAST}', '{META_TRIMMED}', '{ENTRY_DATA}', '{META_REQUESTS}', '{META_BYTES}'\n{}",
         r"
@@ -72,24 +72,31 @@ fn script(body: &str) -> Script {
 /// for none). Also drops up to two set members whose stream expired, so the
 /// set tracks the live streams within a constant factor.
 static CREATE: LazyLock<Script> = LazyLock::new(|| {
-    script(
-        r"
-redis.call('HSET', KEYS[1], CLOSED, '0')
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], REQUESTS, ARGV[4])
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('SADD', KEYS[2], ARGV[1])
-for _, id in ipairs(redis.call('SRANDMEMBER', KEYS[2], 2)) do
-  if redis.call('EXISTS', ARGV[3] .. id) == 0 then
-    redis.call('SREM', KEYS[2], id)
-  end
-end
-extend(KEYS[2], ARGV[2])
-return 1
-",
-    )
+    script(&format!(
+        "{CREATE_STREAM}return create_stream(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])"
+    ))
 });
+
+/// Lua (after [`prelude`]): `create_stream(meta, set, id, ttl, meta_prefix,
+/// requests)`, the body of [`CREATE`], also run by the script that creates
+/// a session with its standalone stream.
+pub(crate) const CREATE_STREAM: &str = r"
+local function create_stream(meta, set, id, ttl, prefix, requests)
+  redis.call('HSET', meta, CLOSED, '0')
+  if requests ~= '' then
+    redis.call('HSET', meta, REQUESTS, requests)
+  end
+  redis.call('PEXPIRE', meta, ttl)
+  redis.call('SADD', set, id)
+  for _, old in ipairs(redis.call('SRANDMEMBER', set, 2)) do
+    if redis.call('EXISTS', prefix .. old) == 0 then
+      redis.call('SREM', set, old)
+    end
+  end
+  extend(set, ttl)
+  return 1
+end
+";
 
 /// KEYS: stream, meta, set. ARGV: data, max events, idle TTL ms, wake
 /// channel, max bytes, the position (`<ms>-<seq>`, `0-0` for none yet)
@@ -427,12 +434,12 @@ impl RedisEventLog {
 
 #[async_trait]
 impl EventLog for RedisEventLog {
-    async fn create_stream(
+    async fn create_stream_as(
         &self,
         session: &SessionId,
+        stream: &StreamId,
         requests: &[RequestId],
-    ) -> Result<StreamId, StoreError> {
-        let stream = StreamId::random();
+    ) -> Result<(), StoreError> {
         let requests = if requests.is_empty() {
             String::new()
         } else {
@@ -442,7 +449,7 @@ impl EventLog for RedisEventLog {
             .script(
                 "stream_create",
                 CREATE
-                    .key(self.keys.meta(session, &stream))
+                    .key(self.keys.meta(session, stream))
                     .key(self.keys.streams(session))
                     .arg(stream.as_str())
                     .arg(self.idle_ttl_ms)
@@ -450,7 +457,7 @@ impl EventLog for RedisEventLog {
                     .arg(requests),
             )
             .await?;
-        Ok(stream)
+        Ok(())
     }
 
     async fn stream_requests(

@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `mcp:{<session>}:session` | string, `PX` idle TTL | the JSON [`mcp_cluster_store::SessionRecord`] (without its subscriptions) |
 //! | `mcp:{<session>}:subs` | set, the session's TTL | the URIs the session subscribed to |
+//! | `mcp:{<session>}:lease` | string, `PX` 3 s | the id of the node process that holds the session's lease, with a trailing `!` once another node wants it; see the `lease` module |
 //! | `mcp:{<session>}:ended` | string, `PX` 60 s | present for a minute after the session was ended by DELETE |
 //! | `mcp:{sessions:<b>}:expiry` | sorted set | session id → when its record expires at the earliest (ms since the epoch), to find expired sessions and delete their streams; `<b>` (`0`…`15`) is the session's bucket |
 //! | `mcp:{sessions}:expiry` | sorted set | the same, written by versions before the buckets; swept, never written |
@@ -31,7 +32,7 @@
 //! (an empty tag: Redis Cluster would hash each whole key; sessions minted
 //! here are UUIDs, and standalone Redis does not care). No key of one
 //! session can equal a key of another: the suffixes after the tag
-//! (`session`, `subs`, `ended`, `streams`, `stream:<hex>`, `meta:<hex>`, `wake:<hex>`)
+//! (`session`, `subs`, `lease`, `ended`, `streams`, `stream:<hex>`, `meta:<hex>`, `wake:<hex>`)
 //! contain no brace.
 //!
 //! A quota key is tagged by its subject (a client address, a principal's
@@ -79,6 +80,8 @@ const SESSION: &str = "session";
 const ENDED: &str = "ended";
 /// Key part: a session's subscriptions.
 const SUBS: &str = "subs";
+/// Key part: a session's lease.
+const LEASE: &str = "lease";
 /// Key part (hash tag): the session expiry index.
 const SESSIONS: &str = "sessions";
 /// Keys an index written per session or per request is split into.
@@ -172,6 +175,12 @@ impl Keys {
     /// The marker of a session ended by DELETE.
     pub fn ended(&self, session: &SessionId) -> String {
         format!("{}{ENDED}", self.session_base(session))
+    }
+
+    /// The session's lease: the id of the node that may trust its copy of
+    /// the session (see the `lease` module).
+    pub fn lease(&self, session: &SessionId) -> String {
+        format!("{}{LEASE}", self.session_base(session))
     }
 
     /// The session's subscriptions.

@@ -2,13 +2,14 @@
 //! share sessions, event logs, a control bus, a node registry, quotas and
 //! tasks.
 //!
-//! [`connect`] builds a node's [`mcp_cluster_store::Store`] on two Redis connections,
-//! whatever the load: one multiplexed command connection (a
-//! `ConnectionManager`, shared by every request and task) and one pub/sub
-//! connection owned by a task (every stream wake-up and the control bus).
-//! Neither grows with the number of sessions, streams or SSE readers. Both
-//! reconnect by themselves; while Redis is away every call fails within the
-//! command timeout with [`mcp_cluster_store::StoreError::Unavailable`].
+//! [`connect`] builds a node's [`mcp_cluster_store::Store`] on a fixed set of
+//! Redis connections, whatever the load: a multiplexed command connection
+//! (a `ConnectionManager`) per thread that sends commands, driven on that
+//! thread, and one pub/sub connection owned by a task (every stream wake-up
+//! and the control bus). None grows with the number of sessions, streams or
+//! SSE readers. All reconnect by themselves; while Redis is away every call
+//! fails within the command timeout with
+//! [`mcp_cluster_store::StoreError::Unavailable`].
 //!
 //! Key layout and retention are documented in [`keys`] and [`event_log`].
 //! The runtime, HTTP and orphan finalization live elsewhere (`mcp-cluster-runtime`,
@@ -20,6 +21,8 @@
 //! - [`keys`]: every key and channel name.
 //! - [`event_log`]: the [`RedisEventLog`], Redis Streams driven by Lua scripts.
 //! - [`session_store`]: the [`RedisSessionStore`].
+//! - `lease`: session leases, so the node serving a session need not read it
+//!   per request.
 //! - [`bus`]: the [`RedisBus`], one control channel.
 //! - [`nodes`]: the [`RedisNodes`] registry: heartbeats, orphan claims.
 //! - [`quota`]: the [`RedisQuotas`]: rate counters and lease sets.
@@ -39,6 +42,8 @@ pub mod error;
 #[cfg(feature = "client")]
 pub mod event_log;
 pub mod keys;
+#[cfg(feature = "client")]
+mod lease;
 #[cfg(feature = "client")]
 pub mod nodes;
 #[cfg(feature = "client")]

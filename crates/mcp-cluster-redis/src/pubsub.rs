@@ -38,6 +38,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -103,6 +104,10 @@ struct Shared {
     gate: RwLock<()>,
     /// Short critical sections only, never held across `.await`.
     state: Mutex<State>,
+    /// The command connection's trouble count (see `Redis::trouble`),
+    /// bumped when this connection is lost too: Redis may have restarted
+    /// without the command connection noticing yet.
+    trouble: Arc<AtomicU64>,
 }
 
 /// The connection and the wake channels.
@@ -234,6 +239,7 @@ impl PubSub {
         target: Target,
         ctl: String,
         timeout: Duration,
+        trouble: Arc<AtomicU64>,
     ) -> Result<Self, ClusterError> {
         let shared = Arc::new(Shared {
             tls: target.is_tls(),
@@ -247,6 +253,7 @@ impl PubSub {
                 generation: 0,
                 wakes: HashMap::new(),
             }),
+            trouble,
         });
         let stream = shared.establish().await?;
         let (stop_tx, stop_rx) = oneshot::channel();
@@ -473,6 +480,7 @@ async fn run(shared: Arc<Shared>, mut stream: Incoming, mut stop: oneshot::Recei
             }
         };
         shared.lock().sink = None;
+        shared.trouble.fetch_add(1, Ordering::AcqRel);
         warn!(%reason, "Redis pub/sub connection lost; reconnecting.");
         let mut delay = RECONNECT_MIN_DELAY;
         stream = loop {

@@ -3,31 +3,108 @@
 //! it with the same TTL, and an index of sessions by expiry so that what an
 //! expired session leaves behind (its streams) can be deleted.
 
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use mcp_cluster_store::{SessionId, SessionRecord, SessionStore, StoreError, Subscribed};
-use redis::{Script, Value};
+use mcp_cluster_store::{EventLog, SessionId, SessionRecord, SessionStore, StoreError, Subscribed};
+use redis::{Script, ScriptInvocation, Value};
+use tokio::time::Instant;
 
+use crate::bus::Publisher;
 use crate::config::millis;
 use crate::connection::Redis;
 use crate::error::corrupt;
+use crate::event_log::{CREATE_STREAM, prelude};
 use crate::keys::Keys;
+use crate::lease::{HELD_ELSEWHERE, LEASE_TTL, Leases, written};
 use crate::pubsub::PubSub;
 use crate::reply;
 
-/// KEYS: session, subs. ARGV: JSON, TTL ms. Replaces a live record and
-/// renews both TTLs; 1 when written, 0 when the session is gone.
+/// A writing script: [`HELD_ELSEWHERE`], then `body`.
+fn writing(body: &str) -> Script {
+    Script::new(&format!("{HELD_ELSEWHERE}{body}"))
+}
+
+/// KEYS: session, subs, lease. ARGV: JSON, TTL ms, holder. Replaces a live
+/// record and renews both TTLs; 1 when written, 0 when the session is
+/// gone, `{holder}` when another node holds the lease.
 static SAVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    writing(
         r"
+local other = held_elsewhere(KEYS[3], ARGV[3])
+if other then
+  return {other}
+end
 if not redis.call('SET', KEYS[1], ARGV[1], 'XX', 'PX', ARGV[2]) then
   return 0
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
+",
+    )
+});
+
+/// KEYS: session, lease, standalone stream's meta, session's stream set.
+/// ARGV: JSON, TTL ms, holder, lease TTL ms, stream id, stream idle TTL ms,
+/// meta key prefix. Creates a session with its standalone stream, the
+/// creating node holding its lease; 0 when the id exists (nothing written).
+static CREATE_WITH_STREAM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{}{CREATE_STREAM}{}",
+        prelude(),
+        r"
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+return create_stream(KEYS[3], KEYS[4], ARGV[5], ARGV[6], ARGV[7], '')
+"
+    ))
+});
+
+/// KEYS: session, subs, lease. ARGV: holder, lease TTL ms, `1` to take the
+/// lease. The record and subscriptions of a live session, and whether this
+/// node holds the lease (taken when free and asked for, renewed when held):
+/// `{record, {uri...}, 0|1}`; 0 when the session is gone.
+static LOAD_HELD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local record = redis.call('GET', KEYS[1])
+if not record then
+  return 0
+end
+local leased = 0
+if ARGV[3] == '1' then
+  local holder = redis.call('GET', KEYS[3])
+  if not holder then
+    redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+    leased = 1
+  elseif holder == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[3], ARGV[2])
+    leased = 1
+  end
+end
+return {record, redis.call('SMEMBERS', KEYS[2]), leased}
+",
+    )
+});
+
+/// KEYS: session, subs, ended, lease. ARGV: ended marker TTL ms, holder.
+/// Ends a session: 1 when it was live, 0 when already gone, `{holder}` when
+/// another node holds the lease (nothing changed).
+static DELETE: LazyLock<Script> = LazyLock::new(|| {
+    writing(
+        r"
+local other = held_elsewhere(KEYS[4], ARGV[2])
+if other then
+  return {other}
+end
+local live = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[2], KEYS[4])
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[1])
+return live
 ",
     )
 });
@@ -52,11 +129,16 @@ const SUB_ADDED: i64 = 1;
 const SUB_PRESENT: i64 = 2;
 const SUB_FULL: i64 = 3;
 
-/// KEYS: session, subs. ARGV: URI, max. Adds the URI unless the set holds
-/// `max` already; the set expires with the session.
+/// KEYS: session, subs, lease. ARGV: URI, max, holder. Adds the URI unless
+/// the set holds `max` already; the set expires with the session.
+/// `{holder}` when another node holds the lease.
 static SUBSCRIBE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    writing(
         r"
+local other = held_elsewhere(KEYS[3], ARGV[3])
+if other then
+  return {other}
+end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl == -2 then
   return 0
@@ -76,10 +158,15 @@ return 1
     )
 });
 
-/// KEYS: session, subs. ARGV: URI. 1 when the session lives, 0 otherwise.
+/// KEYS: session, subs, lease. ARGV: URI, holder. 1 when the session
+/// lives, 0 otherwise, `{holder}` when another node holds the lease.
 static UNSUBSCRIBE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    writing(
         r"
+local other = held_elsewhere(KEYS[3], ARGV[2])
+if other then
+  return {other}
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
@@ -98,6 +185,13 @@ pub struct RedisSessionStore {
     next_bucket: AtomicUsize,
     /// Checked by `ping`: the node is ready only with both connections up.
     pubsub: PubSub,
+    /// The leases this node holds.
+    leases: Arc<Leases>,
+    /// Asks a lease's holder to let it go.
+    publisher: Publisher,
+    /// The event log's idle TTL of a stream (a standalone stream created
+    /// with its session).
+    stream_idle_ttl_ms: u64,
 }
 
 /// Milliseconds since the Unix epoch on this node's clock (expiry index
@@ -110,13 +204,38 @@ fn now_ms() -> u64 {
 }
 
 impl RedisSessionStore {
-    pub(crate) fn new(redis: Redis, keys: Keys, pubsub: PubSub) -> Self {
+    pub(crate) fn new(
+        redis: Redis,
+        keys: Keys,
+        pubsub: PubSub,
+        leases: Arc<Leases>,
+        publisher: Publisher,
+        stream_idle_ttl_ms: u64,
+    ) -> Self {
         Self {
             redis,
             keys,
             next_bucket: AtomicUsize::new(0),
             pubsub,
+            leases,
+            publisher,
+            stream_idle_ttl_ms,
         }
+    }
+
+    /// Runs a writing script on `id` until no other node holds its lease
+    /// (see [`Leases::write`]); the script's own reply.
+    async fn write(
+        &self,
+        op: &'static str,
+        id: &SessionId,
+        invocation: impl Fn() -> ScriptInvocation<'static>,
+    ) -> Result<Value, StoreError> {
+        self.leases
+            .write(id, &self.publisher, || async {
+                written(self.redis.script(op, &invocation()).await?)
+            })
+            .await
     }
 }
 
@@ -132,15 +251,86 @@ impl SessionStore for RedisSessionStore {
             .arg("PX")
             .arg(ttl)
             .clone();
+        // The creating node serves the session's next requests, most
+        // likely: it takes the lease at once. (Ids are random: a conflict
+        // never happens, and would at worst leave a lease unused here,
+        // released when asked.)
+        let lease = redis::cmd("SET")
+            .arg(self.keys.lease(&record.id))
+            .arg(self.leases.holder().as_str())
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(LEASE_TTL))
+            .clone();
         let index = redis::cmd("ZADD")
             .arg(self.keys.session_expiry(&record.id))
             .arg(now_ms().saturating_add(ttl))
             .arg(record.id.as_str())
             .clone();
-        let replies = self.redis.each("session_create", &[set, index]).await?;
-        match replies.first() {
-            Some(Value::Nil) => Err(StoreError::Conflict),
-            Some(_) => Ok(()),
+        let sent = Instant::now();
+        let epoch = self.leases.epoch();
+        let replies = self
+            .redis
+            .each("session_create", &[set, lease, index])
+            .await?;
+        match (replies.first(), replies.get(1)) {
+            (Some(Value::Nil), _) => Err(StoreError::Conflict),
+            (Some(_), Some(leased)) => {
+                if !matches!(leased, Value::Nil) {
+                    self.leases.granted(&record.id, sent, epoch);
+                }
+                Ok(())
+            }
+            _ => Err(corrupt("short create reply")),
+        }
+    }
+
+    /// One round trip on one Redis (on a Redis Cluster, two requests at
+    /// once): the session's keys, its stream and its lease in one script,
+    /// and its expiry index entry (another slot). `events` is this store's
+    /// own.
+    async fn create_with_stream(
+        &self,
+        record: &SessionRecord,
+        idle_ttl: Duration,
+        _events: &dyn EventLog,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(record).map_err(corrupt)?;
+        let ttl = millis(idle_ttl);
+        let id = &record.id;
+        let mut create = CREATE_WITH_STREAM.prepare_invoke();
+        create
+            .key(self.keys.session(id))
+            .key(self.keys.lease(id))
+            .key(self.keys.meta(id, &record.standalone_stream))
+            .key(self.keys.streams(id))
+            .arg(json)
+            .arg(ttl)
+            .arg(self.leases.holder().as_str())
+            .arg(millis(LEASE_TTL))
+            .arg(record.standalone_stream.as_str())
+            .arg(self.stream_idle_ttl_ms)
+            .arg(self.keys.meta_prefix(id));
+        let index = redis::cmd("ZADD")
+            .arg(self.keys.session_expiry(id))
+            .arg(now_ms().saturating_add(ttl))
+            .arg(id.as_str())
+            .clone();
+        let sent = Instant::now();
+        let epoch = self.leases.epoch();
+        // The index entry may be written twice (a `NOSCRIPT` retry): it
+        // only moves the entry's score.
+        let replies = self
+            .redis
+            .script_and("session_create", &create, &[index])
+            .await?;
+        match replies.first().map(reply::int) {
+            Some(Ok(1)) => {
+                self.leases.granted(id, sent, epoch);
+                Ok(())
+            }
+            Some(Ok(_)) => Err(StoreError::Conflict),
+            Some(Err(err)) => Err(err),
             None => Err(corrupt("empty create reply")),
         }
     }
@@ -165,17 +355,63 @@ impl SessionStore for RedisSessionStore {
         Ok(Some(record))
     }
 
-    async fn save(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<bool, StoreError> {
-        let json = serde_json::to_string(record).map_err(corrupt)?;
+    async fn load_held(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        let take = self.leases.wanted(id);
+        let sent = Instant::now();
+        let epoch = self.leases.epoch();
         let reply = self
             .redis
             .script(
-                "session_save",
-                SAVE.key(self.keys.session(&record.id))
-                    .key(self.keys.subs(&record.id))
-                    .arg(json)
-                    .arg(millis(idle_ttl)),
+                "session_load",
+                LOAD_HELD
+                    .key(self.keys.session(id))
+                    .key(self.keys.subs(id))
+                    .key(self.keys.lease(id))
+                    .arg(self.leases.holder().as_str())
+                    .arg(millis(LEASE_TTL))
+                    .arg(u8::from(take)),
             )
+            .await?;
+        if let Value::Int(0) = reply {
+            self.leases.forget(id);
+            return Ok(None);
+        }
+        let mut parts = reply::array(reply)?.into_iter();
+        let (Some(json), Some(subs), Some(leased)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(corrupt("short load reply"));
+        };
+        let mut record: SessionRecord =
+            serde_json::from_str(&reply::text(json)?).map_err(corrupt)?;
+        for uri in reply::array(subs)? {
+            record.subscriptions.insert(reply::text(uri)?);
+        }
+        if reply::int(&leased)? == 1 {
+            self.leases.granted(id, sent, epoch);
+        }
+        Ok(Some(record))
+    }
+
+    fn leased(&self, id: &SessionId) -> bool {
+        self.leases.trusted(id)
+    }
+
+    async fn save(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<bool, StoreError> {
+        let json = serde_json::to_string(record).map_err(corrupt)?;
+        let ttl = millis(idle_ttl);
+        let holder = self.leases.holder().as_str();
+        let reply = self
+            .write("session_save", &record.id, || {
+                let mut invocation = SAVE.prepare_invoke();
+                invocation
+                    .key(self.keys.session(&record.id))
+                    .key(self.keys.subs(&record.id))
+                    .key(self.keys.lease(&record.id))
+                    .arg(&json)
+                    .arg(ttl)
+                    .arg(holder);
+                invocation
+            })
             .await?;
         Ok(reply::int(&reply)? == 1)
     }
@@ -186,16 +422,19 @@ impl SessionStore for RedisSessionStore {
         uri: &str,
         max: usize,
     ) -> Result<Subscribed, StoreError> {
+        let holder = self.leases.holder().as_str();
         let reply = self
-            .redis
-            .script(
-                "session_subscribe",
-                SUBSCRIBE
+            .write("session_subscribe", id, || {
+                let mut invocation = SUBSCRIBE.prepare_invoke();
+                invocation
                     .key(self.keys.session(id))
                     .key(self.keys.subs(id))
+                    .key(self.keys.lease(id))
                     .arg(uri)
-                    .arg(max),
-            )
+                    .arg(max)
+                    .arg(holder);
+                invocation
+            })
             .await?;
         match reply::int(&reply)? {
             SUB_GONE => Ok(Subscribed::SessionGone),
@@ -207,15 +446,18 @@ impl SessionStore for RedisSessionStore {
     }
 
     async fn unsubscribe(&self, id: &SessionId, uri: &str) -> Result<bool, StoreError> {
+        let holder = self.leases.holder().as_str();
         let reply = self
-            .redis
-            .script(
-                "session_unsubscribe",
-                UNSUBSCRIBE
+            .write("session_unsubscribe", id, || {
+                let mut invocation = UNSUBSCRIBE.prepare_invoke();
+                invocation
                     .key(self.keys.session(id))
                     .key(self.keys.subs(id))
-                    .arg(uri),
-            )
+                    .key(self.keys.lease(id))
+                    .arg(uri)
+                    .arg(holder);
+                invocation
+            })
             .await?;
         Ok(reply::int(&reply)? == 1)
     }
@@ -273,26 +515,34 @@ impl SessionStore for RedisSessionStore {
         Ok(reply::int(&reply)? == 1)
     }
 
+    /// Two round trips: the session's keys (after any other node let its
+    /// lease go), then its entry in the expiry index, in another slot.
     async fn delete(&self, id: &SessionId) -> Result<bool, StoreError> {
-        let cmds = [
-            redis::cmd("DEL").arg(self.keys.session(id)).clone(),
-            redis::cmd("DEL").arg(self.keys.subs(id)).clone(),
-            redis::cmd("SET")
-                .arg(self.keys.ended(id))
-                .arg("1")
-                .arg("PX")
-                .arg(millis(mcp_cluster_store::ENDED_MEMORY))
-                .clone(),
-            redis::cmd("ZREM")
-                .arg(self.keys.session_expiry(id))
-                .arg(id.as_str())
-                .clone(),
-        ];
-        let replies = self.redis.each("session_delete", &cmds).await?;
-        let deleted = replies
-            .first()
-            .ok_or_else(|| corrupt("empty delete reply"))?;
-        Ok(reply::int(deleted)? == 1)
+        let ended_ms = millis(mcp_cluster_store::ENDED_MEMORY);
+        let holder = self.leases.holder().as_str();
+        let reply = self
+            .write("session_delete", id, || {
+                let mut invocation = DELETE.prepare_invoke();
+                invocation
+                    .key(self.keys.session(id))
+                    .key(self.keys.subs(id))
+                    .key(self.keys.ended(id))
+                    .key(self.keys.lease(id))
+                    .arg(ended_ms)
+                    .arg(holder);
+                invocation
+            })
+            .await?;
+        self.leases.forget(id);
+        self.redis
+            .cmd(
+                "session_unindex",
+                redis::cmd("ZREM")
+                    .arg(self.keys.session_expiry(id))
+                    .arg(id.as_str()),
+            )
+            .await?;
+        Ok(reply::int(&reply)? == 1)
     }
 }
 

@@ -109,7 +109,9 @@ impl Target {
         let mut builder =
             SentinelClientBuilder::new(sentinels, &url.master, SentinelServerType::Master)
                 .map_err(bad)?
-                .set_client_to_redis_db(url.db);
+                .set_client_to_redis_db(url.db)
+                .set_client_to_redis_tcp_settings(tcp_settings())
+                .set_client_to_sentinel_tcp_settings(tcp_settings());
         if let Some(user) = &url.username {
             builder = builder.set_client_to_redis_username(user);
         }
@@ -223,6 +225,14 @@ impl Target {
     }
 }
 
+/// Every connection's TCP settings: `TCP_NODELAY`, which the client
+/// library leaves off. With Nagle's algorithm, a command written while an
+/// earlier one is unanswered waits for that answer's ACK: concurrent
+/// requests of a node wait on one another.
+pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(true)
+}
+
 /// The connection info of `host:port` (an IPv6 host in brackets), over
 /// TLS when `tls`.
 fn connection_info(tls: bool, host: &str, port: u16) -> redis::RedisResult<ConnectionInfo> {
@@ -246,7 +256,8 @@ impl ClusterSeeds {
     ) -> Result<ClusterClient, ClusterError> {
         let mut builder = ClusterClientBuilder::new(self.seeds.clone())
             .connection_timeout(self.timeout)
-            .response_timeout(self.timeout);
+            .response_timeout(self.timeout)
+            .tcp_settings(tcp_settings());
         if let Some(user) = &self.username {
             builder = builder.username(user);
         }

@@ -95,10 +95,12 @@ async fn many_subscriptions_share_the_one_pubsub_connection() {
     .await
     .unwrap();
     assert_eq!(wakes.len(), 200);
+    // The one thread that sent commands opened its own command connection
+    // (see `Primary::local`); the subscriptions opened none.
     assert_eq!(
         support::client_count(&mut raw).await,
-        with_store,
-        "200 subscriptions open no connection"
+        with_store + 1,
+        "200 streams and subscriptions from one thread open one connection"
     );
     let numsub = |con: &mut redis::aio::MultiplexedConnection| {
         let channel = mcp_cluster_redis::Keys::default().wake(&s, &streams[0]);

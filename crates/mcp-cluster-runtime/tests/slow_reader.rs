@@ -53,12 +53,13 @@ struct CountingLog {
 
 #[async_trait]
 impl EventLog for CountingLog {
-    async fn create_stream(
+    async fn create_stream_as(
         &self,
         session: &SessionId,
+        stream: &StreamId,
         requests: &[RequestId],
-    ) -> Result<StreamId, StoreError> {
-        self.inner.create_stream(session, requests).await
+    ) -> Result<(), StoreError> {
+        self.inner.create_stream_as(session, stream, requests).await
     }
 
     async fn stream_requests(

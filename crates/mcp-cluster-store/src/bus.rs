@@ -63,6 +63,17 @@ pub enum ControlMessage {
         /// The publishing node.
         origin: NodeId,
     },
+    /// `origin` wants to change a session whose lease `holder` has (see
+    /// `SessionStore::leased`): the holder stops trusting its copy of the
+    /// session and lets the lease go. Sent and acted on by the stores.
+    Release {
+        /// The session.
+        session: SessionId,
+        /// The store instance that holds the lease.
+        holder: NodeId,
+        /// The store instance that asks.
+        origin: NodeId,
+    },
     /// A reader attached to `stream` on `origin`: readers of it elsewhere
     /// end (one reader per stream, cluster-wide).
     Kick {
@@ -84,9 +95,10 @@ impl ControlMessage {
     pub fn trace(&self) -> Option<&str> {
         match self {
             Self::Deliver { trace, .. } | Self::Kick { trace, .. } => trace.as_deref(),
-            Self::SessionEnded { .. } | Self::SessionChanged { .. } | Self::ServerEvent { .. } => {
-                None
-            }
+            Self::SessionEnded { .. }
+            | Self::SessionChanged { .. }
+            | Self::ServerEvent { .. }
+            | Self::Release { .. } => None,
         }
     }
 
@@ -99,6 +111,7 @@ impl ControlMessage {
             Self::SessionEnded { .. } => "session_ended",
             Self::SessionChanged { .. } => "session_changed",
             Self::ServerEvent { .. } => "server_event",
+            Self::Release { .. } => "release",
             Self::Kick { .. } => "kick",
         }
     }
@@ -110,6 +123,7 @@ impl ControlMessage {
             | Self::SessionEnded { origin, .. }
             | Self::SessionChanged { origin, .. }
             | Self::ServerEvent { origin, .. }
+            | Self::Release { origin, .. }
             | Self::Kick { origin, .. } => origin,
         }
     }

@@ -70,7 +70,24 @@ pub trait EventLog: Send + Sync + Debug + 'static {
         &self,
         session: &SessionId,
         requests: &[RequestId],
-    ) -> Result<StreamId, StoreError>;
+    ) -> Result<StreamId, StoreError> {
+        let stream = StreamId::random();
+        self.create_stream_as(session, &stream, requests).await?;
+        Ok(stream)
+    }
+
+    /// As [`Self::create_stream`], under an id the caller drew with
+    /// [`StreamId::random`], so that the stream and what names it (a new
+    /// session's record) can be written at once.
+    ///
+    /// # Errors
+    /// As [`Self::create_stream`].
+    async fn create_stream_as(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        requests: &[RequestId],
+    ) -> Result<(), StoreError>;
 
     /// The request ids given to [`Self::create_stream`].
     ///

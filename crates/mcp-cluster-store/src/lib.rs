@@ -62,8 +62,9 @@ pub struct Store {
     /// Tasks (the 2026-07-28 tasks extension).
     pub tasks: Arc<dyn TaskStore>,
     /// Other nodes share this store (Redis): session state may change
-    /// elsewhere, so it is re-read per request. `false` for the embedded
-    /// store, where this node is the only writer.
+    /// elsewhere, so it is re-read per request unless this node holds the
+    /// session's lease ([`SessionStore::leased`]). `false` for the
+    /// embedded store, where this node is the only writer.
     pub shared: bool,
 }
 

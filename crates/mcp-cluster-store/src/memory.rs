@@ -296,13 +296,13 @@ fn now_ms() -> u64 {
 
 #[async_trait]
 impl EventLog for MemoryEventLog {
-    async fn create_stream(
+    async fn create_stream_as(
         &self,
         session: &SessionId,
+        id: &StreamId,
         requests: &[RequestId],
-    ) -> Result<StreamId, StoreError> {
+    ) -> Result<(), StoreError> {
         self.maybe_sweep();
-        let id = StreamId::random();
         let log = StreamLog {
             session: session.clone(),
             requests: requests.into(),
@@ -319,7 +319,7 @@ impl EventLog for MemoryEventLog {
             .entry(session.clone())
             .or_default()
             .push(id.clone());
-        Ok(id)
+        Ok(())
     }
 
     async fn stream_requests(

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::{NodeId, SessionId, StoreError, StreamId};
+use crate::{EventLog, NodeId, SessionId, StoreError, StreamId};
 
 /// Serializes an id newtype as its string form and validates on the way in.
 macro_rules! serde_plain_id {
@@ -142,11 +142,59 @@ pub trait SessionStore: Send + Sync + Debug + 'static {
     /// [`StoreError::Conflict`] when the id exists; [`StoreError::Unavailable`].
     async fn create(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<(), StoreError>;
 
+    /// Stores a new session as [`Self::create`] does, and creates its
+    /// standalone stream (`record.standalone_stream`) in `events`: the
+    /// record first, then the stream. A store whose event log lives in the
+    /// same backend writes both in one step (`events` is then that store's
+    /// own event log). Either both are written or the session is not; on a
+    /// conflict, neither is touched.
+    ///
+    /// # Errors
+    /// As [`Self::create`] and [`EventLog::create_stream_as`].
+    async fn create_with_stream(
+        &self,
+        record: &SessionRecord,
+        idle_ttl: Duration,
+        events: &dyn EventLog,
+    ) -> Result<(), StoreError> {
+        self.create(record, idle_ttl).await?;
+        let stream = events
+            .create_stream_as(&record.id, &record.standalone_stream, &[])
+            .await;
+        if stream.is_err() {
+            // Best effort: unanswered, the session expires unused.
+            let _ = self.delete(&record.id).await;
+        }
+        stream
+    }
+
     /// Loads a live session; `None` when it never existed, ended or expired.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`], [`StoreError::Corrupt`].
     async fn load(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError>;
+
+    /// As [`Self::load`], for a node that holds (or is about to hold) an
+    /// actor for the session and serves its requests: where the store
+    /// shares sessions between nodes, it also takes the session's lease
+    /// when no other node holds it (see [`Self::leased`]).
+    ///
+    /// # Errors
+    /// As [`Self::load`].
+    async fn load_held(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        self.load(id).await
+    }
+
+    /// Whether this node holds the session's lease now. While it does, no
+    /// other node changes or ends the session without first asking this
+    /// node to let the lease go (and waiting until it has, or until the
+    /// lease ran out): the copy this node's actor keeps is then current
+    /// without a read. `false` for a store no other node shares (no one
+    /// else writes there), and whenever in doubt.
+    fn leased(&self, id: &SessionId) -> bool {
+        let _ = id;
+        false
+    }
 
     /// Replaces a live session's state and renews its TTL; `false` when the
     /// session is gone (it is not recreated).

@@ -52,6 +52,7 @@ pub async fn run_all(store: &Store) {
     session_records_round_trip(store).await;
     deleted_sessions_are_gone(store).await;
     create_refuses_an_existing_session(store).await;
+    a_session_created_with_its_stream_has_both(store).await;
     subscriptions_are_bounded_and_live_with_the_session(store).await;
     expired_sessions_are_taken_once(store).await;
     store_answers_ping(store).await;
@@ -449,11 +450,55 @@ pub async fn session_records_round_trip(store: &Store) {
     let mut r = record();
     store.sessions.create(&r, TTL).await.unwrap();
     assert_eq!(store.sessions.load(&r.id).await.unwrap().as_ref(), Some(&r));
+    assert_eq!(
+        store.sessions.load_held(&r.id).await.unwrap().as_ref(),
+        Some(&r)
+    );
     r.initialized = true;
     r.log_level = Some("debug".into());
     assert!(store.sessions.save(&r, TTL).await.unwrap());
     assert_eq!(store.sessions.load(&r.id).await.unwrap().as_ref(), Some(&r));
     assert!(store.sessions.touch(&r.id, TTL).await.unwrap());
+}
+
+/// `create_with_stream` writes the record and its standalone stream, which
+/// then takes events; a second one under the same id changes nothing.
+pub async fn a_session_created_with_its_stream_has_both(store: &Store) {
+    let r = record();
+    store
+        .sessions
+        .create_with_stream(&r, TTL, &*store.events)
+        .await
+        .unwrap();
+    assert_eq!(store.sessions.load(&r.id).await.unwrap().as_ref(), Some(&r));
+    let event = store
+        .events
+        .append(&r.id, &r.standalone_stream, Arc::from("first"))
+        .await
+        .unwrap();
+    let batch = store
+        .events
+        .read(&r.id, &r.standalone_stream, Position::START, 10)
+        .await
+        .unwrap();
+    assert_eq!(batch.events.len(), 1);
+    assert_eq!(batch.events[0].position, event.position);
+    let mut again = r.clone();
+    again.log_level = Some("debug".into());
+    assert!(matches!(
+        store
+            .sessions
+            .create_with_stream(&again, TTL, &*store.events)
+            .await,
+        Err(StoreError::Conflict)
+    ));
+    assert_eq!(store.sessions.load(&r.id).await.unwrap().as_ref(), Some(&r));
+    let batch = store
+        .events
+        .read(&r.id, &r.standalone_stream, Position::START, 10)
+        .await
+        .unwrap();
+    assert_eq!(batch.events.len(), 1, "the stream was not created again");
 }
 
 /// Subscriptions change only through subscribe / unsubscribe, never beyond

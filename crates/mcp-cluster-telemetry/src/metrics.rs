@@ -66,6 +66,7 @@ pub const BUS_MESSAGE_TYPES: &[&str] = &[
     "session_ended",
     "session_changed",
     "server_event",
+    "release",
     "kick",
 ];
 

@@ -47,6 +47,10 @@ pub(crate) struct SessionShared {
     /// ([`mcp_cluster_store::Principal::key`]); unset when it was created without
     /// authorization. Set once, when the actor starts.
     pub(crate) owner: OnceLock<Box<str>>,
+    /// Why the first write of a new Streamable HTTP session (by its
+    /// `initialize`) failed: the caller answers 503, as for a session that
+    /// could not be created.
+    pub(crate) first_write_failed: OnceLock<mcp_cluster_store::StoreError>,
 }
 
 /// One save of the session record in progress; counted in

@@ -215,6 +215,18 @@ impl Runtime {
         &self,
         principal: Option<String>,
     ) -> Result<SessionHandle, RuntimeError> {
+        self.new_session(principal, true).await
+    }
+
+    /// As [`Self::create_session`]; with `store_now` false, the session is
+    /// written to the store by its `initialize` instead, with the
+    /// negotiated state, in one step (Streamable HTTP: no one can name the
+    /// session before that answer gives out its id).
+    pub(crate) async fn new_session(
+        &self,
+        principal: Option<String>,
+        store_now: bool,
+    ) -> Result<SessionHandle, RuntimeError> {
         // A draining node still serves new sessions until it closes: a load
         // balancer that has not caught up yet sends them here, and the
         // session lives on in the store (the client's next requests go
@@ -235,29 +247,6 @@ impl Runtime {
         if let Some(owner) = &principal {
             quotas.acquire_session(owner, &id, idle_ttl).await?;
         }
-        let stored = self.store_new_session(&id, principal.clone()).await;
-        let record = match stored {
-            Ok(record) => record,
-            Err(err) => {
-                if let Some(owner) = &principal {
-                    quotas.release_session(owner, &id).await;
-                }
-                return Err(err);
-            }
-        };
-        let handle = Session::start_with(record, self.inner.deps.clone(), &self.node().stop);
-        place.fill(id, handle.clone());
-        Ok(handle)
-    }
-
-    /// Writes a new session's standalone stream and record.
-    async fn store_new_session(
-        &self,
-        id: &SessionId,
-        principal: Option<String>,
-    ) -> Result<SessionRecord, RuntimeError> {
-        let store = &self.inner.deps.node.store;
-        let standalone = store.events.create_stream(id, &[]).await?;
         let record = SessionRecord {
             id: id.clone(),
             protocol_version: None,
@@ -266,17 +255,28 @@ impl Runtime {
             initialized: false,
             log_level: None,
             subscriptions: Default::default(),
-            standalone_stream: standalone,
-            principal,
+            standalone_stream: StreamId::random(),
+            principal: principal.clone(),
             created_at_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
         };
-        store
-            .sessions
-            .create(&record, self.config().session_idle_ttl())
-            .await?;
-        Ok(record)
+        if store_now
+            && let Err(err) = crate::session::store_new(self.store(), &record, idle_ttl).await
+        {
+            if let Some(owner) = &principal {
+                quotas.release_session(owner, &id).await;
+            }
+            return Err(err.into());
+        }
+        let handle = Session::start(
+            record,
+            self.inner.deps.clone(),
+            &self.node().stop,
+            store_now,
+        );
+        place.fill(id, handle.clone());
+        Ok(handle)
     }
 
     /// Finds a session: on this node, or rehydrated from the store.
@@ -343,10 +343,12 @@ impl Runtime {
         principal: Option<&Principal>,
     ) -> Result<(SessionHandle, bool), RuntimeError> {
         let local = self.inner.sessions.get(id).filter(SessionHandle::is_alive);
-        // Alone on the embedded store, this node is the only writer: the
-        // local actor is the truth, no read needed.
-        if !self.store().shared
-            && let Some(handle) = &local
+        // Alone on the embedded store, this node is the only writer; on a
+        // shared store, while it holds the session's lease, no other node
+        // writes without asking it first. Either way the local actor is
+        // the truth: no read needed.
+        if let Some(handle) = &local
+            && (!self.store().shared || self.store().sessions.leased(id))
         {
             if self.is_closing() {
                 return Err(RuntimeError::ShuttingDown);
@@ -354,7 +356,7 @@ impl Runtime {
             return Ok((handle.clone(), false));
         }
         let save_events = local.as_ref().map(SessionHandle::save_events);
-        let loaded = self.inner.deps.node.store.sessions.load(id).await?;
+        let loaded = self.inner.deps.node.store.sessions.load_held(id).await?;
         // Checked after the last await: a caller admitted here opens its
         // exchange before the drain can look at the open exchanges again.
         if self.is_closing() {

@@ -146,6 +146,16 @@ impl Runtime {
     /// # Errors
     /// As [`Runtime::create_session`], and [`RuntimeError::QuotaExceeded`].
     pub async fn open_session(&self, inbound: &Inbound) -> Result<SessionHandle, RuntimeError> {
+        self.open_session_as(inbound, true).await
+    }
+
+    /// As [`Self::open_session`]; `store_now` as for
+    /// [`Runtime::new_session`].
+    async fn open_session_as(
+        &self,
+        inbound: &Inbound,
+        store_now: bool,
+    ) -> Result<SessionHandle, RuntimeError> {
         let transport = inbound.transport;
         let m = metrics::metrics();
         let owner = inbound
@@ -158,7 +168,7 @@ impl Runtime {
             .admit_new_session(inbound.client_ip, inbound.principal.as_deref())
             .await;
         let created = match admitted {
-            Ok(()) => self.create_session(owner).await,
+            Ok(()) => self.new_session(owner, store_now).await,
             Err(err) => Err(err),
         };
         match created {
@@ -212,8 +222,9 @@ impl Runtime {
                 .inc();
             return Err(Refusal::runtime(err, Some(id)));
         }
+        // Stored by the `initialize` itself, with what it negotiated.
         let session = self
-            .open_session(inbound)
+            .open_session_as(inbound, false)
             .await
             .map_err(|err| Refusal::runtime(err, Some(id.clone())))?;
         let (exchange, reply) =
@@ -227,8 +238,18 @@ impl Runtime {
         ));
         session
             .dispatch(request, exchange)
-            .map_err(|err| Refusal::runtime(err, Some(id)))?;
+            .map_err(|err| Refusal::runtime(err, Some(id.clone())))?;
         let reply = reply.await;
+        // The store was away: answered as a session that could not be
+        // created (503), not as a failed `initialize`.
+        if let Some(err) = session.first_write_failed().cloned() {
+            let _ = self.end_session(session.id(), None).await;
+            metrics::metrics()
+                .sessions_rejected
+                .with_label_values(&["store_unavailable"])
+                .inc();
+            return Err(Refusal::runtime(RuntimeError::Store(err), Some(id)));
+        }
         let succeeded = matches!(&reply, Ok(ExchangeReply::Json(responses))
             if responses.iter().all(|r| r.outcome.is_ok()));
         if !succeeded {

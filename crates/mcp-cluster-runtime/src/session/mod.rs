@@ -28,7 +28,9 @@ use mcp_cluster_protocol::{
     ErrorCode, ErrorObject, Message, Notification, ProtocolVersion, Request, RequestId, Response,
     methods,
 };
-use mcp_cluster_store::{ControlMessage, RawJson, SessionId, SessionRecord, StreamId, Subscribed};
+use mcp_cluster_store::{
+    ControlMessage, RawJson, SessionId, SessionRecord, Store, StoreError, StreamId, Subscribed,
+};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -173,6 +175,9 @@ pub struct Session {
     last_touch: Instant,
     /// Set by `Terminate`: the store record is being deleted.
     terminated: bool,
+    /// The store has the session: false for a Streamable HTTP session until
+    /// its `initialize`, which writes it whole.
+    stored: bool,
 }
 
 impl std::fmt::Debug for Session {
@@ -185,11 +190,23 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// Starts the actor on the current arbiter and returns its handle.
+    /// Starts the actor of a stored session on the current arbiter and
+    /// returns its handle.
     pub(crate) fn start_with(
         record: SessionRecord,
         deps: SessionDeps,
         node: &CancellationToken,
+    ) -> SessionHandle {
+        Self::start(record, deps, node, true)
+    }
+
+    /// As [`Self::start_with`]; `stored` false for a new session its
+    /// `initialize` stores.
+    pub(crate) fn start(
+        record: SessionRecord,
+        deps: SessionDeps,
+        node: &CancellationToken,
+        stored: bool,
     ) -> SessionHandle {
         let shared = Arc::new(SessionShared::default());
         if let Some(v) = record
@@ -225,6 +242,7 @@ impl Session {
             last_activity: now,
             last_touch: now,
             terminated: false,
+            stored,
         };
         let addr = Session::create(|ctx| {
             ctx.set_mailbox_capacity(mailbox);
@@ -407,7 +425,7 @@ impl Handler<Reload> for Session {
     fn handle(&mut self, _msg: Reload, ctx: &mut Self::Context) {
         let sessions = Arc::clone(&self.deps.node.store.sessions);
         let id = self.record.id.clone();
-        let load = async move { sessions.load(&id).await };
+        let load = async move { sessions.load_held(&id).await };
         // `wait`: the reload is applied before the next message is handled,
         // so a request never sees a state older than the one announced.
         ctx.wait(load.into_actor(self).map(|loaded, act, ctx| match loaded {
@@ -765,13 +783,23 @@ impl Session {
         );
         tracing::debug!(session_id = %self.record.id, protocol_version = %version, "Session initialized.");
         // Saved before answering: the client's next request may reach
-        // another node, which must see the negotiated version.
-        let sessions = Arc::clone(&self.deps.node.store.sessions);
+        // another node, which must see the negotiated version. A new
+        // Streamable HTTP session is written whole here, for the first
+        // time (no one knows its id before this answer).
+        let store = self.deps.node.store.clone();
         let record = self.record.clone();
         let ttl = self.deps.config.session_idle_ttl();
         let guard = SaveGuard::begin(&self.shared);
+        let stored = std::mem::replace(&mut self.stored, true);
+        let shared = Arc::clone(&self.shared);
         actix::spawn(async move {
-            let saved = sessions.save(&record, ttl).await;
+            let saved = if stored {
+                store.sessions.save(&record, ttl).await.map(drop)
+            } else {
+                store_new(&store, &record, ttl).await.inspect_err(|err| {
+                    let _ = shared.first_write_failed.set(err.clone());
+                })
+            };
             drop(guard);
             let response = match saved {
                 Ok(_) => response,
@@ -999,6 +1027,12 @@ impl SessionHandle {
         &self.standalone
     }
 
+    /// Why its `initialize` could not write the new session, if it could
+    /// not.
+    pub(crate) fn first_write_failed(&self) -> Option<&mcp_cluster_store::StoreError> {
+        self.shared.first_write_failed.get()
+    }
+
     /// The key of the principal that created the session, if one did.
     pub(crate) fn owner(&self) -> Option<&str> {
         self.shared.owner.get().map(|o| &**o)
@@ -1208,4 +1242,20 @@ fn mailbox_error<M>(err: SendError<M>) -> RuntimeError {
         SendError::Full(_) => RuntimeError::Overloaded,
         SendError::Closed(_) => RuntimeError::SessionNotFound,
     }
+}
+
+/// Writes a new session: its standalone stream and its record, at once (on
+/// one Redis, in one round trip).
+///
+/// # Errors
+/// The store's.
+pub(crate) async fn store_new(
+    store: &Store,
+    record: &SessionRecord,
+    idle_ttl: std::time::Duration,
+) -> Result<(), StoreError> {
+    store
+        .sessions
+        .create_with_stream(record, idle_ttl, &*store.events)
+        .await
 }

@@ -1,0 +1,184 @@
+//! Session leases between nodes sharing one Redis: the node holding a
+//! session's lease trusts its copy without reading, and a change made on
+//! another node is answered only after that node stopped trusting it.
+
+mod support;
+
+use std::time::Duration;
+
+use mcp_cluster_redis::{Keys, connect};
+use mcp_cluster_store::suite::record;
+use mcp_cluster_store::{NodeId, Subscribed};
+use redis::AsyncCommands;
+use support::RedisServer;
+
+const TTL: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn a_change_elsewhere_is_answered_only_after_the_holder_stopped_trusting() {
+    let server = RedisServer::start();
+    let a = connect(&server.config()).await.unwrap();
+    let b = connect(&server.config()).await.unwrap();
+    let c = connect(&server.config()).await.unwrap();
+    let r = record();
+    let id = r.id.clone();
+
+    // The creating node holds the lease; the others read, and cannot take it.
+    a.sessions.create(&r, TTL).await.unwrap();
+    assert!(a.sessions.leased(&id));
+    let seen = b.sessions.load_held(&id).await.unwrap().unwrap();
+    assert_eq!(seen, r);
+    assert!(!b.sessions.leased(&id));
+
+    // B changes the session: by the time its save returns, A no longer
+    // trusts its copy, and reads the change.
+    let mut changed = seen;
+    changed.log_level = Some("debug".into());
+    assert!(b.sessions.save(&changed, TTL).await.unwrap());
+    assert!(!a.sessions.leased(&id));
+    let reread = a.sessions.load_held(&id).await.unwrap().unwrap();
+    assert_eq!(reread.log_level.as_deref(), Some("debug"));
+    // A rests after letting go: it does not take the lease back at once.
+    assert!(!a.sessions.leased(&id));
+
+    // C takes the free lease; A's subscribe and B's DELETE each wait for
+    // the holder to let go.
+    c.sessions.load_held(&id).await.unwrap().unwrap();
+    assert!(c.sessions.leased(&id));
+    assert_eq!(
+        a.sessions.subscribe(&id, "file:///a", 8).await.unwrap(),
+        Subscribed::Added
+    );
+    assert!(!c.sessions.leased(&id));
+    assert!(
+        c.sessions
+            .load_held(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .subscriptions
+            .contains("file:///a")
+    );
+
+    let d = connect(&server.config()).await.unwrap();
+    d.sessions.load_held(&id).await.unwrap().unwrap();
+    assert!(d.sessions.leased(&id));
+    assert!(b.sessions.delete(&id).await.unwrap());
+    assert!(!d.sessions.leased(&id));
+    assert_eq!(d.sessions.load_held(&id).await.unwrap(), None);
+    assert!(!d.sessions.leased(&id));
+
+    // The holder's own changes need no one's leave.
+    let mine = record();
+    a.sessions.create(&mine, TTL).await.unwrap();
+    assert!(a.sessions.leased(&mine.id));
+    assert!(a.sessions.save(&mine, TTL).await.unwrap());
+    assert!(a.sessions.leased(&mine.id));
+    assert!(a.sessions.delete(&mine.id).await.unwrap());
+    assert!(!a.sessions.leased(&mine.id));
+}
+
+#[tokio::test]
+async fn a_holder_that_never_answers_delays_a_write_until_its_lease_runs_out() {
+    let server = RedisServer::start();
+    let a = connect(&server.config()).await.unwrap();
+    let r = record();
+    a.sessions.create(&r, TTL).await.unwrap();
+    let keys = Keys::default();
+    let lease = keys.lease(&r.id);
+    let session = keys.session(&r.id);
+    let mut raw = support::raw(&server).await;
+    // A holder no node answers for (a node that died holding it).
+    let gone = NodeId::random();
+    let () = raw
+        .set_options(
+            &lease,
+            gone.as_str(),
+            redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(1500)),
+        )
+        .await
+        .unwrap();
+    let before: String = raw.get(&session).await.unwrap();
+
+    let mut changed = r.clone();
+    changed.log_level = Some("error".into());
+    let writer = {
+        let sessions = std::sync::Arc::clone(&a.sessions);
+        let changed = changed.clone();
+        tokio::spawn(async move { sessions.save(&changed, TTL).await })
+    };
+    // While the write waits: the lease is marked wanted (so its holder
+    // could not renew it), and nothing was written.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!writer.is_finished());
+    let marked: String = raw.get(&lease).await.unwrap();
+    assert_eq!(marked, format!("{gone}!"));
+    let during: String = raw.get(&session).await.unwrap();
+    assert_eq!(during, before);
+
+    // Once the lease ran out, the write went through.
+    assert!(writer.await.unwrap().unwrap());
+    let after = a.sessions.load(&r.id).await.unwrap().unwrap();
+    assert_eq!(after.log_level.as_deref(), Some("error"));
+    let left: Option<String> = raw.get(&lease).await.unwrap();
+    assert_eq!(left, None);
+}
+
+#[tokio::test]
+async fn a_lease_in_use_is_renewed_and_an_unused_one_lapses() {
+    let server = RedisServer::start();
+    let a = connect(&server.config()).await.unwrap();
+    let r = record();
+    a.sessions.create(&r, TTL).await.unwrap();
+    let lease = Keys::default().lease(&r.id);
+    let mut raw = support::raw(&server).await;
+
+    // Used every 200 ms for twice its 3 s TTL: held throughout.
+    for i in 0..30 {
+        assert!(a.sessions.leased(&r.id), "lease lost after {i} uses");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let holder: Option<String> = raw.get(&lease).await.unwrap();
+    assert!(holder.is_some());
+
+    // Unused: no longer trusted, and gone from Redis for another node.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!a.sessions.leased(&r.id));
+    let holder: Option<String> = raw.get(&lease).await.unwrap();
+    assert_eq!(holder, None);
+}
+
+#[tokio::test]
+async fn trouble_on_the_connection_ends_every_lease() {
+    let mut server = RedisServer::start();
+    let a = connect(&server.config()).await.unwrap();
+    let r = record();
+    a.sessions.create(&r, TTL).await.unwrap();
+    assert!(a.sessions.leased(&r.id));
+    let lease = Keys::default().lease(&r.id);
+    let holder: String = support::raw(&server).await.get(&lease).await.unwrap();
+
+    // Redis restarts (as a replica may be promoted) and even has the lease
+    // key, so renewals would go on: trust ends anyway, because the node's
+    // connections were lost, well before the lease could run out (2.75 s
+    // after its last renewal at the earliest).
+    server.restart();
+    let () = support::raw(&server)
+        .await
+        .set_options(
+            &lease,
+            &holder,
+            redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(60_000)),
+        )
+        .await
+        .unwrap();
+    let mut trusted = true;
+    for _ in 0..30 {
+        trusted = a.sessions.leased(&r.id);
+        if !trusted {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!trusted, "a lease outlived a lost connection");
+}
