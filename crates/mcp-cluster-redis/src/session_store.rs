@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use mcp_cluster_store::{EventLog, SessionId, SessionRecord, SessionStore, StoreError, Subscribed};
-use redis::{Script, ScriptInvocation, Value};
+use redis::{Script, Value};
 use tokio::time::Instant;
 
 use crate::bus::Publisher;
@@ -224,16 +224,28 @@ impl RedisSessionStore {
     }
 
     /// Runs a writing script on `id` until no other node holds its lease
-    /// (see [`Leases::write`]); the script's own reply.
+    /// (see [`Leases::write`]); the script's own reply. Its keys: the
+    /// session, its subscriptions, `more`, then the lease; its arguments:
+    /// `args`, then this node's holder id.
     async fn write(
         &self,
         op: &'static str,
+        script: &'static Script,
         id: &SessionId,
-        invocation: impl Fn() -> ScriptInvocation<'static>,
+        more: &[String],
+        args: &[String],
     ) -> Result<Value, StoreError> {
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(self.keys.session(id))
+            .key(self.keys.subs(id))
+            .key(more)
+            .key(self.keys.lease(id))
+            .arg(args)
+            .arg(self.leases.holder().as_str());
         self.leases
             .write(id, &self.publisher, || async {
-                written(self.redis.script(op, &invocation()).await?)
+                written(self.redis.script(op, &invocation).await?)
             })
             .await
     }
@@ -398,20 +410,9 @@ impl SessionStore for RedisSessionStore {
 
     async fn save(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<bool, StoreError> {
         let json = serde_json::to_string(record).map_err(corrupt)?;
-        let ttl = millis(idle_ttl);
-        let holder = self.leases.holder().as_str();
+        let args = [json, millis(idle_ttl).to_string()];
         let reply = self
-            .write("session_save", &record.id, || {
-                let mut invocation = SAVE.prepare_invoke();
-                invocation
-                    .key(self.keys.session(&record.id))
-                    .key(self.keys.subs(&record.id))
-                    .key(self.keys.lease(&record.id))
-                    .arg(&json)
-                    .arg(ttl)
-                    .arg(holder);
-                invocation
-            })
+            .write("session_save", &SAVE, &record.id, &[], &args)
             .await?;
         Ok(reply::int(&reply)? == 1)
     }
@@ -422,19 +423,9 @@ impl SessionStore for RedisSessionStore {
         uri: &str,
         max: usize,
     ) -> Result<Subscribed, StoreError> {
-        let holder = self.leases.holder().as_str();
+        let args = [uri.to_owned(), max.to_string()];
         let reply = self
-            .write("session_subscribe", id, || {
-                let mut invocation = SUBSCRIBE.prepare_invoke();
-                invocation
-                    .key(self.keys.session(id))
-                    .key(self.keys.subs(id))
-                    .key(self.keys.lease(id))
-                    .arg(uri)
-                    .arg(max)
-                    .arg(holder);
-                invocation
-            })
+            .write("session_subscribe", &SUBSCRIBE, id, &[], &args)
             .await?;
         match reply::int(&reply)? {
             SUB_GONE => Ok(Subscribed::SessionGone),
@@ -446,18 +437,14 @@ impl SessionStore for RedisSessionStore {
     }
 
     async fn unsubscribe(&self, id: &SessionId, uri: &str) -> Result<bool, StoreError> {
-        let holder = self.leases.holder().as_str();
         let reply = self
-            .write("session_unsubscribe", id, || {
-                let mut invocation = UNSUBSCRIBE.prepare_invoke();
-                invocation
-                    .key(self.keys.session(id))
-                    .key(self.keys.subs(id))
-                    .key(self.keys.lease(id))
-                    .arg(uri)
-                    .arg(holder);
-                invocation
-            })
+            .write(
+                "session_unsubscribe",
+                &UNSUBSCRIBE,
+                id,
+                &[],
+                &[uri.to_owned()],
+            )
             .await?;
         Ok(reply::int(&reply)? == 1)
     }
@@ -518,20 +505,15 @@ impl SessionStore for RedisSessionStore {
     /// Two round trips: the session's keys (after any other node let its
     /// lease go), then its entry in the expiry index, in another slot.
     async fn delete(&self, id: &SessionId) -> Result<bool, StoreError> {
-        let ended_ms = millis(mcp_cluster_store::ENDED_MEMORY);
-        let holder = self.leases.holder().as_str();
+        let ended = millis(mcp_cluster_store::ENDED_MEMORY).to_string();
         let reply = self
-            .write("session_delete", id, || {
-                let mut invocation = DELETE.prepare_invoke();
-                invocation
-                    .key(self.keys.session(id))
-                    .key(self.keys.subs(id))
-                    .key(self.keys.ended(id))
-                    .key(self.keys.lease(id))
-                    .arg(ended_ms)
-                    .arg(holder);
-                invocation
-            })
+            .write(
+                "session_delete",
+                &DELETE,
+                id,
+                &[self.keys.ended(id)],
+                &[ended],
+            )
             .await?;
         self.leases.forget(id);
         self.redis
