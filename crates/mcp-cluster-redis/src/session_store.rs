@@ -22,9 +22,18 @@ use crate::lease::{HELD_ELSEWHERE, LEASE_TTL, Leases, written};
 use crate::pubsub::PubSub;
 use crate::reply;
 
-/// A writing script: [`HELD_ELSEWHERE`], then `body`.
+/// A writing script: `body`, run unless another node holds the session's
+/// lease (its last key; this node's holder id is its last argument), when
+/// it returns `{holder}` instead (see [`HELD_ELSEWHERE`]).
 fn writing(body: &str) -> Script {
-    Script::new(&format!("{HELD_ELSEWHERE}{body}"))
+    Script::new(&format!(
+        "{HELD_ELSEWHERE}
+local other = held_elsewhere(KEYS[#KEYS], ARGV[#ARGV])
+if other then
+  return {{other}}
+end
+{body}"
+    ))
 }
 
 /// KEYS: session, subs, lease. ARGV: JSON, TTL ms, holder. Replaces a live
@@ -33,10 +42,6 @@ fn writing(body: &str) -> Script {
 static SAVE: LazyLock<Script> = LazyLock::new(|| {
     writing(
         r"
-local other = held_elsewhere(KEYS[3], ARGV[3])
-if other then
-  return {other}
-end
 if not redis.call('SET', KEYS[1], ARGV[1], 'XX', 'PX', ARGV[2]) then
   return 0
 end
@@ -97,10 +102,6 @@ return {record, redis.call('SMEMBERS', KEYS[2]), leased}
 static DELETE: LazyLock<Script> = LazyLock::new(|| {
     writing(
         r"
-local other = held_elsewhere(KEYS[4], ARGV[2])
-if other then
-  return {other}
-end
 local live = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2], KEYS[4])
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[1])
@@ -135,10 +136,6 @@ const SUB_FULL: i64 = 3;
 static SUBSCRIBE: LazyLock<Script> = LazyLock::new(|| {
     writing(
         r"
-local other = held_elsewhere(KEYS[3], ARGV[3])
-if other then
-  return {other}
-end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl == -2 then
   return 0
@@ -163,10 +160,6 @@ return 1
 static UNSUBSCRIBE: LazyLock<Script> = LazyLock::new(|| {
     writing(
         r"
-local other = held_elsewhere(KEYS[3], ARGV[2])
-if other then
-  return {other}
-end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
