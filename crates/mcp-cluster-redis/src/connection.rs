@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use mcp_cluster_store::{Store, StoreError};
@@ -97,6 +98,7 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
                 known: AtomicBool::new(true),
                 trouble: Arc::clone(&trouble),
                 locals: Mutex::new(Vec::new()),
+                opening: Mutex::new(Vec::new()),
             })),
             timeout,
             trouble,
@@ -159,6 +161,40 @@ thread_local! {
     /// This thread's own command connections, one per primary (a process
     /// normally has one store; tests have several). See [`Primary::local`].
     static LOCAL: RefCell<Vec<Local>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Marks, until dropped (the opening may be cancelled, or finish on
+/// another thread of a multi-thread runtime), that one thread is opening
+/// its connection to a primary.
+struct Opening<'a> {
+    primary: &'a Primary,
+    thread: ThreadId,
+}
+
+impl<'a> Opening<'a> {
+    /// `None` when the calling thread is opening one to `primary` already.
+    fn begin(primary: &'a Primary) -> Option<Self> {
+        let thread = std::thread::current().id();
+        let mut opening = primary
+            .opening
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if opening.contains(&thread) {
+            return None;
+        }
+        opening.push(thread);
+        Some(Self { primary, thread })
+    }
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        self.primary
+            .opening
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|t| *t != self.thread);
+    }
 }
 
 /// A command connection opened on, and driven by, one thread; the
@@ -255,6 +291,8 @@ struct Primary {
     /// The threads' own connections (see [`Primary::local`]): one per
     /// thread that sent a command, emptied when the primary moved.
     locals: Mutex<Vec<Arc<ConnectionManager>>>,
+    /// The threads opening their own connection now (one opening each).
+    opening: Mutex<Vec<ThreadId>>,
 }
 
 struct Current {
@@ -301,6 +339,12 @@ impl Primary {
         if let Some(manager) = found {
             return ConnectionManager::clone(&manager);
         }
+        // One opening per thread: the other tasks of this thread use the
+        // shared connection meanwhile (at start, a burst of requests on one
+        // thread would otherwise open a connection each).
+        let Some(_opening) = Opening::begin(self) else {
+            return self.manager();
+        };
         let opened = tokio::time::timeout(
             timeout,
             ConnectionManager::new_with_config(client, self.manager_config.clone()),

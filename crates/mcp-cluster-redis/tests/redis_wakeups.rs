@@ -82,11 +82,13 @@ async fn many_subscriptions_share_the_one_pubsub_connection() {
         "a store holds one command and one pub/sub connection"
     );
 
+    // 200 streams created at once, the store's first commands: the thread
+    // opens one connection of its own, not one per command in flight.
     let s = SessionId::random();
-    let mut streams = Vec::new();
-    for _ in 0..200 {
-        streams.push(store.events.create_stream(&s, &[]).await.unwrap());
-    }
+    let streams =
+        futures_util::future::try_join_all((0..200).map(|_| store.events.create_stream(&s, &[])))
+            .await
+            .unwrap();
     let wakes = futures_util::future::try_join_all(
         streams
             .iter()
