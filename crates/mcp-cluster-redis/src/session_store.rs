@@ -196,6 +196,16 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// A session record from the replies to `GET` of the record and
+/// `SMEMBERS` of its subscriptions.
+fn record_of(json: Value, subs: Value) -> Result<SessionRecord, StoreError> {
+    let mut record: SessionRecord = serde_json::from_str(&reply::text(json)?).map_err(corrupt)?;
+    for uri in reply::array(subs)? {
+        record.subscriptions.insert(reply::text(uri)?);
+    }
+    Ok(record)
+}
+
 impl RedisSessionStore {
     pub(crate) fn new(
         redis: Redis,
@@ -350,14 +360,10 @@ impl SessionStore for RedisSessionStore {
         let (Some(record), Some(subs)) = (replies.next(), replies.next()) else {
             return Err(corrupt("short load reply"));
         };
-        let Some(json) = reply::opt_text(record)? else {
+        if let Value::Nil = record {
             return Ok(None);
-        };
-        let mut record: SessionRecord = serde_json::from_str(&json).map_err(corrupt)?;
-        for uri in reply::array(subs)? {
-            record.subscriptions.insert(reply::text(uri)?);
         }
-        Ok(Some(record))
+        record_of(record, subs).map(Some)
     }
 
     async fn load_held(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
@@ -386,11 +392,7 @@ impl SessionStore for RedisSessionStore {
         else {
             return Err(corrupt("short load reply"));
         };
-        let mut record: SessionRecord =
-            serde_json::from_str(&reply::text(json)?).map_err(corrupt)?;
-        for uri in reply::array(subs)? {
-            record.subscriptions.insert(reply::text(uri)?);
-        }
+        let record = record_of(json, subs)?;
         if reply::int(&leased)? == 1 {
             self.leases.granted(id, sent, epoch);
         }
