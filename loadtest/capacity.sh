@@ -9,6 +9,10 @@
 #   STREAMS    stream counts to measure, each a session with its standalone GET
 #              stream (default "10000 19000"), embedded
 #   OPEN       sessions opened at once (default 64)
+#   SOURCES    local addresses the generator connects from, taken in turn
+#              (default "127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5"): one source
+#              address reaches the node's port about 28,000 times, so stream
+#              counts past that need several
 #
 # Prints one line per measurement: node RSS per session (from /proc/PID/status,
 # after the sessions opened and settled) and, on Redis, Redis's `used_memory`
@@ -26,6 +30,9 @@ LOADTEST=${LOADTEST:-$ROOT/target/release/mcp-loadtest}
 SESSIONS=${SESSIONS:-100000}
 STREAMS=${STREAMS:-10000 19000}
 OPEN=${OPEN:-64}
+SOURCES=${SOURCES:-127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5}
+source_args=()
+for source in $SOURCES; do source_args+=(--source-address "$source"); done
 for bin in "$NODE" "$LOADTEST"; do
   [ -x "$bin" ] || { echo "capacity.sh: $bin missing: cargo build --release -p mcp-node -p mcp-loadtest" >&2; exit 1; }
 done
@@ -78,7 +85,7 @@ hold() {
   local before=0 after=0 line
   [ -n "$redis_port" ] && before=$(redis-cli -p "$redis_port" INFO memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p')
   "$LOADTEST" hold --url "$NODE_URL" --server-pid "$NODE_PID" --open-concurrency "$OPEN" \
-    --hold 4 "$@" >"$DIR/hold.out" 2>"$DIR/hold.err" &
+    "${source_args[@]}" --hold 4 "$@" >"$DIR/hold.out" 2>"$DIR/hold.err" &
   local hold_pid=$!
   pids+=("$hold_pid")
   for _ in $(seq 1 3000); do

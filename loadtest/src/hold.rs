@@ -23,6 +23,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::initialize;
+use crate::pools::Pools;
 use crate::rss::rss_bytes;
 
 /// Bound on opening one session (initialize, initialized, GET).
@@ -82,7 +83,7 @@ impl HoldResult {
 
 /// Opens, measures, holds and closes. Fails if any session could not be
 /// opened (the figure would be wrong), after closing those that were.
-pub(crate) async fn run(plan: HoldPlan, http: reqwest::Client) -> anyhow::Result<HoldResult> {
+pub(crate) async fn run(plan: HoldPlan, pools: Pools) -> anyhow::Result<HoldResult> {
     let rss_before = plan.server_pid.map(rss_bytes).transpose()?;
     let started = Instant::now();
     let plan = Arc::new(plan);
@@ -90,7 +91,7 @@ pub(crate) async fn run(plan: HoldPlan, http: reqwest::Client) -> anyhow::Result
     let mut held = Vec::with_capacity(plan.sessions);
     let mut failures = Vec::new();
     let mut opening = stream::iter(0..plan.sessions)
-        .map(|_| open(Arc::clone(&plan), http.clone()))
+        .map(|i| open(Arc::clone(&plan), pools.for_session(i).clone()))
         .buffer_unordered(plan.open_concurrency);
     while let Some(opened) = opening.next().await {
         match opened {

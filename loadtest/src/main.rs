@@ -12,12 +12,14 @@
 //! - [`report`]: the live progress line, the summary and the JSON report.
 //! - [`html`], [`chart`]: the HTML report and its SVG charts.
 //! - [`target`]: loopback-only target rule.
+//! - [`pools`]: the connection pools, one per `--source-address`.
 
 mod chart;
 mod check;
 mod hold;
 mod html;
 mod initialize;
+mod pools;
 mod report;
 mod rss;
 mod scenario;
@@ -26,6 +28,7 @@ mod session;
 mod stats;
 mod target;
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -36,6 +39,7 @@ use clap::{Parser, Subcommand};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::pools::Pools;
 use crate::scenario::Scenario;
 use crate::session::Plan;
 use crate::stats::Stats;
@@ -106,6 +110,15 @@ struct HttpArgs {
     /// Authorization header replaces the bearer token's.
     #[arg(long = "header", value_name = "NAME: VALUE")]
     headers: Vec<String>,
+
+    /// Local address to connect from (repeatable). Sessions take the addresses in
+    /// turn, each address with its own connection pool. One source address reaches
+    /// one server port about 28,000 times (the local port range), so more open
+    /// streams than that need several: on Linux all of 127.0.0.0/8 is local
+    /// (`--source-address 127.0.0.2 --source-address 127.0.0.3`). Default: the
+    /// system's choice.
+    #[arg(long = "source-address", value_name = "IP")]
+    source_addresses: Vec<IpAddr>,
 }
 
 impl HttpArgs {
@@ -301,7 +314,7 @@ fn hold(args: HoldArgs) -> anyhow::Result<u64> {
     if let Some(pid) = args.server_pid {
         rss::rss_bytes(pid).context("--server-pid")?;
     }
-    let http = http_client(&args.http)?;
+    let pools = http_pools(&args.url, &args.http)?;
     let plan = hold::HoldPlan {
         url: args.url,
         protocol_version: args.protocol_version,
@@ -315,7 +328,7 @@ fn hold(args: HoldArgs) -> anyhow::Result<u64> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    match runtime.block_on(hold::run(plan, http)) {
+    match runtime.block_on(hold::run(plan, pools)) {
         Ok(result) => {
             println!("{}", result.line());
             Ok(0)
@@ -327,19 +340,20 @@ fn hold(args: HoldArgs) -> anyhow::Result<u64> {
     }
 }
 
-/// One connection pool shared by every virtual session, with the CA, token
-/// and headers of `args`.
-fn http_client(args: &HttpArgs) -> anyhow::Result<reqwest::Client> {
-    args.options()?
-        .builder()?
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        // Below the 5 s keep-alive of common servers (actix-web, Node.js):
-        // a pooled connection the server is closing at the moment of reuse
-        // fails the request, which would be counted against the server.
-        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .build()
-        .context("building the HTTP client")
+/// The connection pools the virtual sessions share (one per source
+/// address), with the CA, token and headers of `args`.
+fn http_pools(url: &str, args: &HttpArgs) -> anyhow::Result<Pools> {
+    let options = args.options()?;
+    Pools::new(url, &args.source_addresses, || {
+        Ok(options
+            .builder()?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            // Below the 5 s keep-alive of common servers (actix-web, Node.js):
+            // a pooled connection the server is closing at the moment of reuse
+            // fails the request, which would be counted against the server.
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT))
+    })
 }
 
 /// Runs the test; returns 1 when it failed (a protocol violation, or more
@@ -365,7 +379,7 @@ fn run(args: RunArgs) -> anyhow::Result<u64> {
 }
 
 async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
-    let http = http_client(&args.http)?;
+    let pools = http_pools(&args.url, &args.http)?;
     let stats = Arc::new(Stats::new()?);
     let start = Instant::now();
     let duration = Duration::from_secs(args.duration);
@@ -373,7 +387,7 @@ async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
         url: args.url.clone(),
         scenario,
         stats: Arc::clone(&stats),
-        http,
+        pools,
         end: start + duration,
         hard_deadline: start + duration + HARD_DEADLINE_GRACE,
         concurrency: args.concurrency_per_session,
@@ -387,7 +401,7 @@ async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
     for i in 0..args.sessions {
         // Session i starts at i/n of the ramp-up.
         let offset = ramp.mul_f64(i as f64 / args.sessions as f64);
-        sessions.spawn(session::run(Arc::clone(&plan), start + offset));
+        sessions.spawn(session::run(Arc::clone(&plan), i, start + offset));
     }
     let mut unfinished = 0;
     let all_done = async { while sessions.join_next().await.is_some() {} };
@@ -520,6 +534,7 @@ mod tests {
             bearer_token: Some("abc".into()),
             bearer_token_file: Some("/run/token".into()),
             headers: Vec::new(),
+            source_addresses: Vec::new(),
         };
         assert!(bad.options().is_err());
         let bad_header = HttpArgs {

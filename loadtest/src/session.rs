@@ -20,6 +20,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 
 use crate::check::{CallCheck, Seen, Violation, has_tool_content, is_echo_of};
 use crate::initialize;
+use crate::pools::Pools;
 use crate::scenario::{OpKind, Operation, Scenario};
 use crate::stats::{ErrorKind, Stats};
 
@@ -42,8 +43,8 @@ pub(crate) struct Plan {
     pub(crate) url: String,
     pub(crate) scenario: Scenario,
     pub(crate) stats: Arc<Stats>,
-    /// One connection pool for all sessions.
-    pub(crate) http: reqwest::Client,
+    /// The connection pools, one per source address.
+    pub(crate) pools: Pools,
     /// No operation starts after this.
     pub(crate) end: Instant,
     /// Nothing runs after this (`main` aborts the rest).
@@ -52,17 +53,18 @@ pub(crate) struct Plan {
     pub(crate) concurrency: usize,
 }
 
-/// One virtual session, from its start time to its DELETE.
-pub(crate) async fn run(plan: Arc<Plan>, start_at: Instant) {
+/// The `index`-th virtual session, from its start time to its DELETE.
+pub(crate) async fn run(plan: Arc<Plan>, index: usize, start_at: Instant) {
     sleep_until(start_at).await;
-    let Some(client) = initialize(&plan).await else {
+    let http = plan.pools.for_session(index);
+    let Some(client) = initialize(&plan, http).await else {
         return;
     };
     plan.stats.active_sessions.fetch_add(1, Ordering::Relaxed);
     let client = RwLock::new(client);
     // The server allows one standalone GET stream per session.
     let standalone_taken = AtomicBool::new(false);
-    join_all((0..plan.concurrency).map(|_| lane(&client, &plan, &standalone_taken))).await;
+    join_all((0..plan.concurrency).map(|_| lane(&client, &plan, http, &standalone_taken))).await;
     let client = client.into_inner();
     if client.session_id().is_some() {
         match timeout(SESSION_CALL_TIMEOUT, client.delete()).await {
@@ -77,10 +79,10 @@ pub(crate) async fn run(plan: Arc<Plan>, start_at: Instant) {
 
 /// Opens a session (checked: see [`initialize::open`]), retrying until it
 /// works or the run ends; `None` if it never did.
-async fn initialize(plan: &Plan) -> Option<Client> {
+async fn initialize(plan: &Plan, http: &reqwest::Client) -> Option<Client> {
     while Instant::now() < plan.end {
         let started = Instant::now();
-        let error = match timeout(SESSION_CALL_TIMEOUT, open_session(plan)).await {
+        let error = match timeout(SESSION_CALL_TIMEOUT, open_session(plan, http)).await {
             Ok(Ok(client)) => {
                 plan.stats.ok(OpKind::Initialize, started.elapsed());
                 return Some(client);
@@ -94,14 +96,19 @@ async fn initialize(plan: &Plan) -> Option<Client> {
     None
 }
 
-async fn open_session(plan: &Plan) -> Result<Client, ErrorKind> {
-    initialize::open(&plan.http, &plan.url, &plan.scenario.protocol_version).await
+async fn open_session(plan: &Plan, http: &reqwest::Client) -> Result<Client, ErrorKind> {
+    initialize::open(http, &plan.url, &plan.scenario.protocol_version).await
 }
 
 /// Runs operations until the run ends. Ops share the session under a read
 /// lock; `delete_session` takes the write lock, so it waits for the lane's
 /// siblings to finish their operation and none starts during it.
-async fn lane(client: &RwLock<Client>, plan: &Plan, standalone_taken: &AtomicBool) {
+async fn lane(
+    client: &RwLock<Client>,
+    plan: &Plan,
+    http: &reqwest::Client,
+    standalone_taken: &AtomicBool,
+) {
     while Instant::now() < plan.end {
         let think = plan.scenario.think_time();
         if !think.is_zero() {
@@ -117,11 +124,11 @@ async fn lane(client: &RwLock<Client>, plan: &Plan, standalone_taken: &AtomicBoo
         let outcome = match op {
             Operation::DeleteSession => {
                 let mut client = client.write().await;
-                let outcome = timeout_at(deadline, delete_session(&mut client, plan)).await;
+                let outcome = timeout_at(deadline, delete_session(&mut client, plan, http)).await;
                 let failed = !matches!(outcome, Ok(Ok(_)));
                 record(plan, kind, outcome);
                 if failed {
-                    let Some(fresh) = initialize(plan).await else {
+                    let Some(fresh) = initialize(plan, http).await else {
                         return;
                     };
                     *client = fresh;
@@ -417,14 +424,18 @@ async fn get_stream(client: &Client, hold: Duration) -> Result<Duration, ErrorKi
 }
 
 /// DELETE the session, then initialize a new one.
-async fn delete_session(client: &mut Client, plan: &Plan) -> Result<Duration, ErrorKind> {
+async fn delete_session(
+    client: &mut Client,
+    plan: &Plan,
+    http: &reqwest::Client,
+) -> Result<Duration, ErrorKind> {
     let started = Instant::now();
     let status = client.delete().await.map_err(classify)?;
     if !status.is_success() {
         return Err(ErrorKind::status(status.as_u16()));
     }
     client.set_session_id(None);
-    *client = open_session(plan).await?;
+    *client = open_session(plan, http).await?;
     Ok(started.elapsed())
 }
 

@@ -204,3 +204,66 @@ fn hold_fails_when_the_server_refuses_sessions_and_closes_those_it_opened() {
         String::from_utf8_lossy(&again.stderr)
     );
 }
+
+/// `--source-address` spreads the sessions, their streams included, over
+/// several local addresses in turn (the way past one address's ~28,000
+/// connections to one port): the node's access log sees each peer address
+/// open as many streams as sessions it was given.
+#[test]
+fn hold_spreads_sessions_over_source_addresses() {
+    let node =
+        NodeProcess::spawn_logged(&node_binary(), &["--log", "warn,mcp_access=info"], &[]).unwrap();
+    let output = loadtest(&[
+        "hold",
+        "--url",
+        node.url(),
+        "--sessions",
+        "9",
+        "--get-stream",
+        "--hold",
+        "0",
+        "--source-address",
+        "127.0.0.2",
+        "--source-address",
+        "127.0.0.3",
+        "--source-address",
+        "127.0.0.4",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    // The DELETEs are logged after the streams: wait for the last one.
+    let deletes = |log: &[String]| log.iter().filter(|l| l.contains("method=DELETE")).count();
+    for _ in 0..100 {
+        if deletes(&node.log()) == 9 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let log = node.log();
+    assert_eq!(deletes(&log), 9, "{log:#?}");
+    for peer in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
+        let from = |method: &str| {
+            log.iter()
+                .filter(|l| l.contains(method) && l.contains(&format!("peer=\"{peer}\"")))
+                .count()
+        };
+        assert_eq!(from("method=GET"), 3, "{peer}: {log:#?}");
+        assert_eq!(from("method=DELETE"), 3, "{peer}: {log:#?}");
+    }
+
+    // A source of the other family than the target is a usage error.
+    let refused = loadtest(&[
+        "hold",
+        "--url",
+        node.url(),
+        "--sessions",
+        "1",
+        "--source-address",
+        "::1",
+    ]);
+    assert_eq!(refused.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--source-address ::1"));
+}
