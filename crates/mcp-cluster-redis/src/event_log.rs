@@ -50,7 +50,7 @@ pub const MAX_READ_BATCH: usize = 10_000;
 
 /// Lua shared by every script: field names (from [`crate::keys`]) and a
 /// helper that lengthens a key's TTL but never shortens it.
-pub(crate) fn prelude() -> String {
+fn prelude() -> String {
     format!(
         "local CLOSED, LAST, TRIMMED, DATA, REQUESTS, BYTES = '{META_CLOSED}', '{META_LAST}', '{META_TRIMMED}', '{ENTRY_DATA}', '{META_REQUESTS}', '{META_BYTES}'\n{}",
         r"
@@ -72,31 +72,24 @@ fn script(body: &str) -> Script {
 /// for none). Also drops up to two set members whose stream expired, so the
 /// set tracks the live streams within a constant factor.
 static CREATE: LazyLock<Script> = LazyLock::new(|| {
-    script(&format!(
-        "{CREATE_STREAM}return create_stream(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])"
-    ))
-});
-
-/// Lua (after [`prelude`]): `create_stream(meta, set, id, ttl, meta_prefix,
-/// requests)`, the body of [`CREATE`], also run by the script that creates
-/// a session with its standalone stream.
-pub(crate) const CREATE_STREAM: &str = r"
-local function create_stream(meta, set, id, ttl, prefix, requests)
-  redis.call('HSET', meta, CLOSED, '0')
-  if requests ~= '' then
-    redis.call('HSET', meta, REQUESTS, requests)
-  end
-  redis.call('PEXPIRE', meta, ttl)
-  redis.call('SADD', set, id)
-  for _, old in ipairs(redis.call('SRANDMEMBER', set, 2)) do
-    if redis.call('EXISTS', prefix .. old) == 0 then
-      redis.call('SREM', set, old)
-    end
-  end
-  extend(set, ttl)
-  return 1
+    script(
+        r"
+redis.call('HSET', KEYS[1], CLOSED, '0')
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], REQUESTS, ARGV[4])
 end
-";
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[1])
+for _, old in ipairs(redis.call('SRANDMEMBER', KEYS[2], 2)) do
+  if redis.call('EXISTS', ARGV[3] .. old) == 0 then
+    redis.call('SREM', KEYS[2], old)
+  end
+end
+extend(KEYS[2], ARGV[2])
+return 1
+",
+    )
+});
 
 /// KEYS: stream, meta, set. ARGV: data, max events, idle TTL ms, wake
 /// channel, max bytes, the position (`<ms>-<seq>`, `0-0` for none yet)

@@ -16,8 +16,7 @@ use crate::bus::Publisher;
 use crate::config::millis;
 use crate::connection::Redis;
 use crate::error::corrupt;
-use crate::event_log::{CREATE_STREAM, prelude};
-use crate::keys::Keys;
+use crate::keys::{Keys, META_CLOSED};
 use crate::lease::{HELD_ELSEWHERE, LEASE_TTL, Leases, written};
 use crate::pubsub::PubSub;
 use crate::reply;
@@ -52,19 +51,24 @@ return 1
 });
 
 /// KEYS: session, lease, standalone stream's meta, session's stream set.
-/// ARGV: JSON, TTL ms, holder, lease TTL ms, stream id, stream idle TTL ms,
-/// meta key prefix. Creates a session with its standalone stream, the
-/// creating node holding its lease; 0 when the id exists (nothing written).
+/// ARGV: JSON, TTL ms, holder, lease TTL ms, stream id, stream idle TTL ms.
+/// Creates a session with its standalone stream, the creating node holding
+/// its lease; 0 when the id exists (nothing written). The stream is what
+/// the event log's `CREATE` makes, written out for a new session: its
+/// stream set is new too, so there is nothing in it to prune and its TTL
+/// is the stream's.
 static CREATE_WITH_STREAM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{}{CREATE_STREAM}{}",
-        prelude(),
         r"
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 0
 end
 redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
-return create_stream(KEYS[3], KEYS[4], ARGV[5], ARGV[6], ARGV[7], '')
+redis.call('HSET', KEYS[3], '{META_CLOSED}', '0')
+redis.call('PEXPIRE', KEYS[3], ARGV[6])
+redis.call('SADD', KEYS[4], ARGV[5])
+redis.call('PEXPIRE', KEYS[4], ARGV[6])
+return 1
 "
     ))
 });
@@ -324,8 +328,7 @@ impl SessionStore for RedisSessionStore {
             .arg(self.leases.holder().as_str())
             .arg(millis(LEASE_TTL))
             .arg(record.standalone_stream.as_str())
-            .arg(self.stream_idle_ttl_ms)
-            .arg(self.keys.meta_prefix(id));
+            .arg(self.stream_idle_ttl_ms);
         let index = redis::cmd("ZADD")
             .arg(self.keys.session_expiry(id))
             .arg(now_ms().saturating_add(ttl))
