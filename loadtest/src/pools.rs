@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 
 /// One `reqwest::Client` (its own connection pool) per source address, or
 /// one for the system's choice of address.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Pools(Vec<reqwest::Client>);
 
 impl Pools {
