@@ -5,8 +5,9 @@
 //! a session stops by itself at `Plan::end` (the operation under way
 //! finishes, bounded by its own timeout), and `main` aborts whatever is
 //! left at the hard deadline. Per session we keep one `Client` (a clone of
-//! its source address's shared `reqwest::Client`, the URL, the session id), one lock and one
-//! flag: a few hundred bytes besides the futures themselves.
+//! its source address's shared `reqwest::Client`, the URL, the session
+//! id), one lock and one flag: a few hundred bytes besides the futures
+//! themselves.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
