@@ -587,39 +587,41 @@ impl Redis {
         crate::reply::array(self.bounded(op, call).await?)
     }
 
-    /// A script and commands on keys of other slots, each answer in order
-    /// (the script's first): on one Redis, one pipeline (one round trip;
-    /// when Redis does not know the script yet, it is loaded and the
-    /// pipeline sent again, so the commands must bear running twice); on a
-    /// Redis Cluster, each sent at once to its own shard. Not atomic
-    /// either way.
-    pub(crate) async fn script_and(
+    /// Commands run as one transaction (`MULTI` … `EXEC`: no other client's
+    /// command runs between them; their keys share one slot), then commands
+    /// on keys of other slots, outside it. The answers in order, the
+    /// transaction's as one array first. On one Redis, one pipeline (one
+    /// round trip); on a Redis Cluster, the transaction and each other
+    /// command sent at once to its own shard.
+    pub(crate) async fn transaction_and(
         &self,
         op: &'static str,
-        invocation: &ScriptInvocation<'_>,
+        transaction: &[Cmd],
         cmds: &[Cmd],
     ) -> Result<Vec<Value>, StoreError> {
         if self.is_cluster() {
-            let (script, rest) = tokio::join!(self.script(op, invocation), self.each(op, cmds));
-            let mut replies = vec![script?];
+            let mut tx = redis::pipe();
+            tx.atomic();
+            for cmd in transaction {
+                tx.add_command(cmd.clone());
+            }
+            let (tx, rest) = tokio::join!(self.pipe(op, &tx), self.each(op, cmds));
+            let mut replies = vec![tx?];
             replies.extend(rest?);
             return Ok(replies);
         }
+        // One pipeline: `MULTI`, each command (answered `QUEUED`), `EXEC`
+        // (answered with their replies), then the others.
         let mut pipe = redis::pipe();
-        pipe.invoke_script(invocation);
+        pipe.cmd("MULTI").ignore();
+        for cmd in transaction {
+            pipe.add_command(cmd.clone()).ignore();
+        }
+        pipe.cmd("EXEC");
         for cmd in cmds {
             pipe.add_command(cmd.clone());
         }
-        let call = async {
-            let mut con = self.connection().await;
-            match pipe.query_async(&mut con).await {
-                Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    invocation.load_async(&mut con).await?;
-                    pipe.query_async(&mut con).await
-                }
-                other => other,
-            }
-        };
+        let call = async { pipe.query_async(&mut self.connection().await).await };
         crate::reply::array(self.bounded(op, call).await?)
     }
 

@@ -249,7 +249,7 @@ impl Leases {
     }
 
     /// Deletes `id`'s lease key if this node still has it.
-    async fn delete(&self, id: &SessionId) {
+    pub(crate) async fn release_key(&self, id: &SessionId) {
         let released = self
             .redis
             .script(
@@ -424,7 +424,7 @@ async fn run(weak: Weak<Leases>, mut control: tokio::sync::broadcast::Receiver<C
                     if holder == leases.holder {
                         // Trust ends now; the key goes in the background.
                         leases.rest(&session);
-                        tokio::spawn(async move { leases.delete(&session).await });
+                        tokio::spawn(async move { leases.release_key(&session).await });
                     }
                 }
                 Ok(_) => {}

@@ -462,7 +462,8 @@ pub async fn session_records_round_trip(store: &Store) {
 }
 
 /// `create_with_stream` writes the record and its standalone stream, which
-/// then takes events; a second one under the same id changes nothing.
+/// then takes events; a second one under the same id changes nothing and
+/// leaves nothing behind.
 pub async fn a_session_created_with_its_stream_has_both(store: &Store) {
     let r = record();
     store
@@ -499,6 +500,23 @@ pub async fn a_session_created_with_its_stream_has_both(store: &Store) {
         .await
         .unwrap();
     assert_eq!(batch.events.len(), 1, "the stream was not created again");
+    // Under another stream id, the conflict leaves no stream behind either.
+    let other = StreamId::random();
+    again.standalone_stream = other.clone();
+    assert!(matches!(
+        store
+            .sessions
+            .create_with_stream(&again, TTL, &*store.events)
+            .await,
+        Err(StoreError::Conflict)
+    ));
+    let err = store
+        .events
+        .append(&r.id, &other, Arc::from("x"))
+        .await
+        .unwrap_err();
+    assert_eq!(err, StoreError::StreamNotFound);
+    assert_eq!(store.sessions.load(&r.id).await.unwrap().as_ref(), Some(&r));
 }
 
 /// Subscriptions change only through subscribe / unsubscribe, never beyond
