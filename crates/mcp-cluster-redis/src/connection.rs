@@ -596,16 +596,16 @@ impl Redis {
     pub(crate) async fn transaction_and(
         &self,
         op: &'static str,
-        transaction: &[Cmd],
-        cmds: &[Cmd],
+        transaction: impl IntoIterator<Item = Cmd>,
+        cmds: Vec<Cmd>,
     ) -> Result<Vec<Value>, StoreError> {
         if self.is_cluster() {
             let mut tx = redis::pipe();
             tx.atomic();
             for cmd in transaction {
-                tx.add_command(cmd.clone());
+                tx.add_command(cmd);
             }
-            let (tx, rest) = tokio::join!(self.pipe(op, &tx), self.each(op, cmds));
+            let (tx, rest) = tokio::join!(self.pipe(op, &tx), self.each(op, &cmds));
             let mut replies = vec![tx?];
             replies.extend(rest?);
             return Ok(replies);
@@ -615,11 +615,11 @@ impl Redis {
         let mut pipe = redis::pipe();
         pipe.cmd("MULTI").ignore();
         for cmd in transaction {
-            pipe.add_command(cmd.clone()).ignore();
+            pipe.add_command(cmd).ignore();
         }
         pipe.cmd("EXEC");
         for cmd in cmds {
-            pipe.add_command(cmd.clone());
+            pipe.add_command(cmd);
         }
         let call = async { pipe.query_async(&mut self.connection().await).await };
         crate::reply::array(self.bounded(op, call).await?)

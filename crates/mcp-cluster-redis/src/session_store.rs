@@ -340,7 +340,7 @@ impl SessionStore for RedisSessionStore {
         let epoch = self.leases.epoch();
         let replies = self
             .redis
-            .transaction_and("session_create", &create, &[index])
+            .transaction_and("session_create", create, vec![index])
             .await?;
         let created = reply::array(
             replies

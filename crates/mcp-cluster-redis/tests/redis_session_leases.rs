@@ -182,3 +182,59 @@ async fn trouble_on_the_connection_ends_every_lease() {
     }
     assert!(!trusted, "a lease outlived a lost connection");
 }
+
+/// A session created with its stream takes its lease in the same
+/// transaction. A creation under an id another node holds changes nothing
+/// of it: not its lease, not its streams. A key of another type under one
+/// of the names fails the creation with Redis's error.
+#[tokio::test]
+async fn creating_with_a_stream_takes_the_lease_and_a_conflict_leaves_all_as_it_was() {
+    let server = RedisServer::start();
+    let a = connect(&server.config()).await.unwrap();
+    let b = connect(&server.config()).await.unwrap();
+    let keys = Keys::default();
+    let mut raw = support::raw(&server).await;
+
+    let r = record();
+    a.sessions
+        .create_with_stream(&r, TTL, &*a.events)
+        .await
+        .unwrap();
+    assert!(a.sessions.leased(&r.id));
+    let holder: String = raw.get(keys.lease(&r.id)).await.unwrap();
+
+    // B creates under the same id, with a stream of its own.
+    let mut again = r.clone();
+    again.standalone_stream = mcp_cluster_store::StreamId::random();
+    assert_eq!(
+        b.sessions
+            .create_with_stream(&again, TTL, &*b.events)
+            .await
+            .unwrap_err(),
+        mcp_cluster_store::StoreError::Conflict
+    );
+    assert!(!b.sessions.leased(&r.id));
+    let still: String = raw.get(keys.lease(&r.id)).await.unwrap();
+    assert_eq!(still, holder, "the lease stays A's");
+    let streams: Vec<String> = raw.smembers(keys.streams(&r.id)).await.unwrap();
+    assert_eq!(streams, vec![r.standalone_stream.to_string()]);
+    let meta: bool = raw
+        .exists(keys.meta(&r.id, &again.standalone_stream))
+        .await
+        .unwrap();
+    assert!(!meta, "B's stream was taken back");
+    assert_eq!(a.sessions.load(&r.id).await.unwrap(), Some(r));
+
+    // A string where the new stream's meta hash goes.
+    let broken = record();
+    let () = raw
+        .set(keys.meta(&broken.id, &broken.standalone_stream), "x")
+        .await
+        .unwrap();
+    let err = a
+        .sessions
+        .create_with_stream(&broken, TTL, &*a.events)
+        .await
+        .unwrap_err();
+    assert!(format!("{err:?}").contains("WRONGTYPE"), "{err:?}");
+}
