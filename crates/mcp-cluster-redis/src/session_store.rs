@@ -351,8 +351,13 @@ impl SessionStore for RedisSessionStore {
         let [record_set, lease_set, meta_set, _, stream_added, _] = created.as_slice() else {
             return Err(corrupt("short create reply"));
         };
+        let leased = !matches!(lease_set, Value::Nil);
         if !matches!(record_set, Value::Nil) {
-            self.leases.granted(id, sent, epoch);
+            // A lease key left under a new id (never by chance) is not
+            // this node's to trust.
+            if leased {
+                self.leases.granted(id, sent, epoch);
+            }
             return Ok(());
         }
         // The id was taken (never by chance: ids are random): take back
@@ -365,7 +370,7 @@ impl SessionStore for RedisSessionStore {
             undo.push(redis::cmd("SREM").arg(&streams).arg(stream).clone());
         }
         self.redis.each("session_create", &undo).await?;
-        if !matches!(lease_set, Value::Nil) {
+        if leased {
             self.leases.release_key(id).await;
         }
         Err(StoreError::Conflict)

@@ -225,6 +225,19 @@ async fn creating_with_a_stream_takes_the_lease_and_a_conflict_leaves_all_as_it_
     assert!(!meta, "B's stream was taken back");
     assert_eq!(a.sessions.load(&r.id).await.unwrap(), Some(r));
 
+    // A lease key already under a new id (a node's, for a session that
+    // never was): the session is created, and its lease not trusted.
+    let fresh = record();
+    let () = raw
+        .set(keys.lease(&fresh.id), NodeId::random().as_str())
+        .await
+        .unwrap();
+    a.sessions
+        .create_with_stream(&fresh, TTL, &*a.events)
+        .await
+        .unwrap();
+    assert!(!a.sessions.leased(&fresh.id));
+
     // A string where the new stream's meta hash goes.
     let broken = record();
     let () = raw
