@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use mcp_cluster_store::{EventLog, SessionId, SessionRecord, SessionStore, StoreError, Subscribed};
-use redis::{Script, Value};
+use redis::{Cmd, Script, Value};
 use tokio::time::Instant;
 
 use crate::bus::Publisher;
@@ -233,36 +233,41 @@ impl RedisSessionStore {
             })
             .await
     }
+
+    /// What every creation of a session sends: the record (`SET NX` with
+    /// the idle TTL), this node's lease on it (`SET NX`: the creating node
+    /// serves the session's next requests, most likely), and its entry in
+    /// the expiry index (another slot).
+    fn creation(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<[Cmd; 3], StoreError> {
+        let json = serde_json::to_string(record).map_err(corrupt)?;
+        let ttl = millis(idle_ttl);
+        let id = &record.id;
+        let mut set = redis::cmd("SET");
+        set.arg(self.keys.session(id))
+            .arg(json)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl);
+        let mut lease = redis::cmd("SET");
+        lease
+            .arg(self.keys.lease(id))
+            .arg(self.leases.holder().as_str())
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(LEASE_TTL));
+        let mut index = redis::cmd("ZADD");
+        index
+            .arg(self.keys.session_expiry(id))
+            .arg(now_ms().saturating_add(ttl))
+            .arg(id.as_str());
+        Ok([set, lease, index])
+    }
 }
 
 #[async_trait]
 impl SessionStore for RedisSessionStore {
     async fn create(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<(), StoreError> {
-        let json = serde_json::to_string(record).map_err(corrupt)?;
-        let ttl = millis(idle_ttl);
-        let set = redis::cmd("SET")
-            .arg(self.keys.session(&record.id))
-            .arg(json)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl)
-            .clone();
-        // The creating node serves the session's next requests, most
-        // likely: it takes the lease at once. (Ids are random: a conflict
-        // never happens, and would at worst leave a lease unused here,
-        // released when asked.)
-        let lease = redis::cmd("SET")
-            .arg(self.keys.lease(&record.id))
-            .arg(self.leases.holder().as_str())
-            .arg("NX")
-            .arg("PX")
-            .arg(millis(LEASE_TTL))
-            .clone();
-        let index = redis::cmd("ZADD")
-            .arg(self.keys.session_expiry(&record.id))
-            .arg(now_ms().saturating_add(ttl))
-            .arg(record.id.as_str())
-            .clone();
+        let [set, lease, index] = self.creation(record, idle_ttl)?;
         let sent = Instant::now();
         let epoch = self.leases.epoch();
         let replies = self
@@ -299,43 +304,24 @@ impl SessionStore for RedisSessionStore {
         idle_ttl: Duration,
         _events: &dyn EventLog,
     ) -> Result<(), StoreError> {
-        let json = serde_json::to_string(record).map_err(corrupt)?;
-        let ttl = millis(idle_ttl);
+        let [set, lease, index] = self.creation(record, idle_ttl)?;
         let id = &record.id;
         let stream = record.standalone_stream.as_str();
         let (meta, streams) = (
             self.keys.meta(id, &record.standalone_stream),
             self.keys.streams(id),
         );
-        let mut create = [
-            redis::cmd("SET"),
-            redis::cmd("SET"),
+        let [mut open, mut meta_ttl, mut add, mut set_ttl] = [
             redis::cmd("HSETNX"),
             redis::cmd("PEXPIRE"),
             redis::cmd("SADD"),
             redis::cmd("PEXPIRE"),
         ];
-        create[0]
-            .arg(self.keys.session(id))
-            .arg(json)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl);
-        create[1]
-            .arg(self.keys.lease(id))
-            .arg(self.leases.holder().as_str())
-            .arg("NX")
-            .arg("PX")
-            .arg(millis(LEASE_TTL));
-        create[2].arg(&meta).arg(META_CLOSED).arg("0");
-        create[3].arg(&meta).arg(self.stream_idle_ttl_ms);
-        create[4].arg(&streams).arg(stream);
-        create[5].arg(&streams).arg(self.stream_idle_ttl_ms);
-        let mut index = redis::cmd("ZADD");
-        index
-            .arg(self.keys.session_expiry(id))
-            .arg(now_ms().saturating_add(ttl))
-            .arg(id.as_str());
+        open.arg(&meta).arg(META_CLOSED).arg("0");
+        meta_ttl.arg(&meta).arg(self.stream_idle_ttl_ms);
+        add.arg(&streams).arg(stream);
+        set_ttl.arg(&streams).arg(self.stream_idle_ttl_ms);
+        let create = [set, lease, open, meta_ttl, add, set_ttl];
         let sent = Instant::now();
         let epoch = self.leases.epoch();
         let replies = self
