@@ -202,16 +202,19 @@ async fn large_task_results_stay_within_the_budget() {
                     json!({}),
                     sl::task_caps(),
                 );
-                sl::call(&url, &body, &[]).await.response["result"]["taskId"]
+                let response = sl::call(&url, &body, &[]).await.response;
+                response["result"]["taskId"]
                     .as_str()
                     .map(str::to_owned)
+                    .ok_or(response)
             }
         })
         .buffer_unordered(8)
         .collect::<Vec<_>>()
         .await;
+    let not_tasks: Vec<_> = tasks.iter().filter_map(|t| t.as_ref().err()).collect();
+    assert!(not_tasks.is_empty(), "every call is a task: {not_tasks:?}");
     let last = tasks.iter().flatten().last().unwrap().clone();
-    assert_eq!(tasks.iter().flatten().count(), 300, "every call is a task");
     let view = sl::poll_task(&url, &last, |r| r["status"] == "completed").await;
     assert_eq!(view["result"]["status"], "completed", "{view}");
 
