@@ -43,10 +43,10 @@ pub(crate) fn is_stateless(req: &HttpRequest, body: &Body) -> bool {
     // era, where it is a removed method (404).
     match body {
         Body::Single(Message::Request(r)) => {
-            header_stateless || RequestMeta::present(r.params.as_ref())
+            header_stateless || RequestMeta::present(r.stateless_meta().as_deref())
         }
         Body::Single(Message::Notification(n)) => {
-            header_stateless || RequestMeta::present(n.params.as_ref())
+            header_stateless || RequestMeta::present(n.stateless_meta().as_deref())
         }
         Body::Single(Message::Response(_)) | Body::Batch(_) => header_stateless,
     }
@@ -88,7 +88,7 @@ pub(crate) async fn post(
         error,
         id: Some(id.clone()),
     };
-    let meta = RequestMeta::read(request.params.as_ref()).map_err(bad_request)?;
+    let meta = RequestMeta::read(request.stateless_meta().as_deref()).map_err(bad_request)?;
     check_version_header(req, &request, &meta)?;
     meta.version().map_err(bad_request)?;
     let service = state.runtime.service();

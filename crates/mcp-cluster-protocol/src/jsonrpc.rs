@@ -1,6 +1,7 @@
 //! JSON-RPC 2.0 envelopes as MCP restricts them: ids are strings or integers
 //! (never null), `params` is an object, batches are a transport decision.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::Error as _;
@@ -9,6 +10,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::error::{ErrorCode, ErrorObject};
+
+mod meta;
+
+pub use meta::StatelessMeta;
+use meta::{ParamsOut, RawParams};
 
 /// A JSON-RPC request id: a string or an integer, never null (MCP base
 /// protocol, requests).
@@ -86,6 +92,9 @@ pub struct Request {
     pub method: String,
     /// The params object, if any.
     pub params: Option<Map<String, Value>>,
+    /// The 2026-07-28 fields of `params._meta`, taken out of it when the
+    /// request was decoded ([`Request::stateless_meta`] reads them).
+    pub stateless: Option<Box<StatelessMeta>>,
 }
 
 /// A notification: one-way, no id, no response.
@@ -95,6 +104,9 @@ pub struct Notification {
     pub method: String,
     /// The params object, if any.
     pub params: Option<Map<String, Value>>,
+    /// The 2026-07-28 fields of `params._meta`, taken out of it when the
+    /// notification was decoded.
+    pub stateless: Option<Box<StatelessMeta>>,
 }
 
 /// A response: a result or an error for one request id.
@@ -201,8 +213,8 @@ struct RawEnvelope {
     id: Option<Value>,
     #[serde(default)]
     method: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    params: Option<Value>,
+    #[serde(default, deserialize_with = "present_params")]
+    params: Option<RawParams>,
     #[serde(default, deserialize_with = "present")]
     result: Option<Value>,
     #[serde(default, deserialize_with = "present")]
@@ -211,6 +223,10 @@ struct RawEnvelope {
 
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
+}
+
+fn present_params<'de, D: Deserializer<'de>>(d: D) -> Result<Option<RawParams>, D::Error> {
+    RawParams::deserialize(d).map(Some)
 }
 
 /// Decodes an HTTP or stdio body: one message, or a batch (array) of any
@@ -372,10 +388,10 @@ fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
                 id,
             ));
         }
-        let params = match raw.params {
-            None => None,
-            Some(Value::Object(map)) => Some(map),
-            Some(_) => {
+        let (params, stateless) = match raw.params {
+            None => (None, None),
+            Some(RawParams::Object(map, stateless)) => (Some(map), stateless),
+            Some(RawParams::NotAnObject) => {
                 return Err(DecodeError {
                     code: ErrorCode::INVALID_PARAMS,
                     message: "params must be an object".into(),
@@ -384,8 +400,17 @@ fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
             }
         };
         return Ok(match id {
-            Some(id) => Message::Request(Request { id, method, params }),
-            None => Message::Notification(Notification { method, params }),
+            Some(id) => Message::Request(Request {
+                id,
+                method,
+                params,
+                stateless,
+            }),
+            None => Message::Notification(Notification {
+                method,
+                params,
+                stateless,
+            }),
         });
     }
     let outcome = match (raw.result, raw.error) {
@@ -437,9 +462,7 @@ impl Serialize for Request {
         map.serialize_entry("jsonrpc", "2.0")?;
         map.serialize_entry("id", &self.id)?;
         map.serialize_entry("method", &self.method)?;
-        if let Some(params) = &self.params {
-            map.serialize_entry("params", params)?;
-        }
+        serialize_params(&mut map, self.params.as_ref(), self.stateless.as_deref())?;
         map.end()
     }
 }
@@ -449,10 +472,22 @@ impl Serialize for Notification {
         let mut map = s.serialize_map(None)?;
         map.serialize_entry("jsonrpc", "2.0")?;
         map.serialize_entry("method", &self.method)?;
-        if let Some(params) = &self.params {
-            map.serialize_entry("params", params)?;
-        }
+        serialize_params(&mut map, self.params.as_ref(), self.stateless.as_deref())?;
         map.end()
+    }
+}
+
+fn serialize_params<M: SerializeMap>(
+    map: &mut M,
+    params: Option<&Map<String, Value>>,
+    stateless: Option<&StatelessMeta>,
+) -> Result<(), M::Error> {
+    match (params, stateless) {
+        (params, Some(stateless)) => {
+            map.serialize_entry("params", &ParamsOut { params, stateless })
+        }
+        (Some(params), None) => map.serialize_entry("params", params),
+        (None, None) => Ok(()),
     }
 }
 
@@ -476,7 +511,15 @@ impl Notification {
         Self {
             method: method.into(),
             params: to_object(params),
+            stateless: None,
         }
+    }
+
+    /// The 2026-07-28 fields of `params._meta`, wherever they are: taken
+    /// out by decoding, or still in the map of a notification built in
+    /// code.
+    pub fn stateless_meta(&self) -> Option<Cow<'_, StatelessMeta>> {
+        StatelessMeta::of(self.stateless.as_deref(), self.params.as_ref())
     }
 }
 
@@ -487,7 +530,14 @@ impl Request {
             id,
             method: method.into(),
             params: to_object(params),
+            stateless: None,
         }
+    }
+
+    /// The 2026-07-28 fields of `params._meta`, wherever they are: taken
+    /// out by decoding, or still in the map of a request built in code.
+    pub fn stateless_meta(&self) -> Option<Cow<'_, StatelessMeta>> {
+        StatelessMeta::of(self.stateless.as_deref(), self.params.as_ref())
     }
 
     /// Reads `params` as `T`; absent params read as `{}`.
@@ -619,6 +669,88 @@ mod tests {
             items[0].as_ref().unwrap_err().code,
             ErrorCode::INVALID_REQUEST
         );
+    }
+
+    #[test]
+    fn the_stateless_meta_fields_leave_the_meta_map_and_come_back_on_encoding() {
+        let body = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo",
+            "_meta":{"progressToken":9,"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+            "io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},
+            "io.modelcontextprotocol/clientCapabilities":{"elicitation":{}},
+            "io.modelcontextprotocol/logLevel":null}}}"#;
+        let Message::Request(request) = decode_message(body).unwrap() else {
+            panic!("not a request");
+        };
+        // The other `_meta` keys stay where handlers look for them.
+        assert_eq!(request.progress_token(), Some(&Value::from(9)));
+        let params = request.params.as_ref().unwrap();
+        assert_eq!(params["_meta"], serde_json::json!({"progressToken": 9}));
+        let meta = request.stateless_meta().unwrap();
+        let text = |field: &Option<Box<serde_json::value::RawValue>>| {
+            field.as_deref().map(|raw| raw.get().to_owned())
+        };
+        assert_eq!(text(&meta.protocol_version).unwrap(), r#""2026-07-28""#);
+        assert_eq!(
+            text(&meta.client_capabilities).unwrap(),
+            r#"{"elicitation":{}}"#
+        );
+        assert_eq!(text(&meta.log_level).unwrap(), "null");
+        // Encoding puts them back; decoding that gives the same message.
+        let json = Message::Request(request.clone()).to_json();
+        let value: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            value["params"]["_meta"]["io.modelcontextprotocol/clientInfo"],
+            serde_json::json!({"name": "c", "version": "1"})
+        );
+        assert_eq!(value["params"]["_meta"]["progressToken"], 9);
+        let again = decode_message(json.as_bytes()).unwrap();
+        assert_eq!(again, Message::Request(request.clone()));
+        // A request built in code keeps them in its map: the same fields.
+        let built = Request::new(RequestId::Number(3), "tools/call", &value["params"]);
+        assert!(built.stateless.is_none());
+        assert_eq!(built.stateless_meta().unwrap().as_ref(), meta.as_ref());
+    }
+
+    #[test]
+    fn a_meta_of_only_stateless_fields_leaves_no_meta_and_other_shapes_stay() {
+        let decode = |params: &str| {
+            let body = format!(r#"{{"jsonrpc":"2.0","method":"m","params":{params}}}"#);
+            match decode_message(body.as_bytes()) {
+                Ok(Message::Notification(n)) => Ok(n),
+                Ok(other) => panic!("not a notification: {other:?}"),
+                Err(err) => Err(err.code),
+            }
+        };
+        let only = decode(r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":1}}"#).unwrap();
+        assert!(!only.params.as_ref().unwrap().contains_key("_meta"));
+        assert!(only.stateless_meta().unwrap().protocol_version.is_some());
+        for shape in [
+            r#"{"_meta":{}}"#,
+            r#"{"_meta":[1,{"a":2}]}"#,
+            r#"{"_meta":"x"}"#,
+        ] {
+            let n = decode(shape).unwrap();
+            let expected: Value = serde_json::from_str(shape).unwrap();
+            assert_eq!(
+                Value::Object(n.params.clone().unwrap()),
+                expected,
+                "{shape}"
+            );
+            assert!(n.stateless_meta().is_none(), "{shape}");
+        }
+        // The last `_meta` wins, whole.
+        let twice =
+            decode(r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"a"},"_meta":{"k":1}}"#)
+                .unwrap();
+        assert!(twice.stateless_meta().is_none());
+        assert_eq!(twice.params.unwrap()["_meta"], serde_json::json!({"k": 1}));
+        for shape in ["null", "[1]", "3", "\"x\"", "true"] {
+            assert_eq!(
+                decode(shape).unwrap_err(),
+                ErrorCode::INVALID_PARAMS,
+                "{shape}"
+            );
+        }
     }
 
     #[test]

@@ -75,6 +75,7 @@ async fn initialized(runtime: &Runtime) -> SessionHandle {
             Notification {
                 method: "notifications/initialized".into(),
                 params: None,
+                stateless: None,
             },
             None,
         )

@@ -40,7 +40,7 @@ fn hot_path(c: &mut Criterion) {
         let (exchange, reply) = runtime.exchange(&session, vec![mcp_cluster_protocol::RequestId::Number(0)]);
         session.dispatch(request(init), exchange).unwrap();
         reply.await.unwrap();
-        session.notify(mcp_cluster_protocol::Notification { method: "notifications/initialized".into(), params: None }, None).unwrap();
+        session.notify(mcp_cluster_protocol::Notification { method: "notifications/initialized".into(), params: None, stateless: None }, None).unwrap();
         (runtime, session)
     });
     let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hello"}}}"#;

@@ -24,8 +24,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use mcp_cluster_protocol::jsonrpc::StatelessMeta;
 use mcp_cluster_protocol::types::{ClientCapabilities, LoggingLevel};
 use mcp_cluster_protocol::{ErrorCode, ErrorObject, ProtocolVersion, Request, Response, methods};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -62,54 +64,53 @@ pub struct RequestMeta {
 }
 
 impl RequestMeta {
-    /// Whether a request's params carry a stateless-era `_meta`.
-    pub fn present(params: Option<&Map<String, Value>>) -> bool {
-        params
-            .and_then(|p| p.get("_meta"))
-            .and_then(Value::as_object)
-            .is_some_and(|m| m.contains_key(meta::PROTOCOL_VERSION))
+    /// Whether a message's `_meta` names a protocol version (the
+    /// stateless era's mark).
+    pub fn present(meta: Option<&StatelessMeta>) -> bool {
+        meta.is_some_and(|m| m.protocol_version.is_some())
     }
 
-    /// Reads the `_meta` of a request's params: the fields a stateless
-    /// request must carry, each of the right type. Whether the version is
-    /// served is [`Self::version`]'s question: a transport compares it with
-    /// its own header first.
+    /// Reads the `_meta` fields of a request ([`Request::stateless_meta`]):
+    /// those a stateless request must carry, each of the right type.
+    /// Whether the version is served is [`Self::version`]'s question: a
+    /// transport compares it with its own header first.
     ///
     /// # Errors
     /// -32602 naming a missing or malformed field.
-    pub fn read(params: Option<&Map<String, Value>>) -> Result<Self, ErrorObject> {
-        let empty = Map::new();
-        let m = params
-            .and_then(|p| p.get("_meta"))
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
-        let requested = match m.get(meta::PROTOCOL_VERSION) {
-            Some(Value::String(v)) => v.clone(),
-            Some(_) => return Err(invalid_meta(meta::PROTOCOL_VERSION, "must be a string")),
+    pub fn read(meta: Option<&StatelessMeta>) -> Result<Self, ErrorObject> {
+        let field = |get: fn(&StatelessMeta) -> &Option<Box<RawValue>>| {
+            meta.and_then(|m| get(m).as_deref()).map(RawValue::get)
+        };
+        let requested = match field(|m| &m.protocol_version) {
+            Some(text) => serde_json::from_str::<String>(text)
+                .map_err(|_| invalid_meta(meta::PROTOCOL_VERSION, "must be a string"))?,
             None => return Err(invalid_meta(meta::PROTOCOL_VERSION, "is required")),
         };
-        let capabilities = match m.get(meta::CLIENT_CAPABILITIES) {
-            Some(caps @ Value::Object(_)) => serde_json::from_value(caps.clone())
+        let capabilities = match field(|m| &m.client_capabilities) {
+            Some(text) if text.starts_with('{') => serde_json::from_str(text)
                 .map_err(|_| invalid_meta(meta::CLIENT_CAPABILITIES, "is malformed"))?,
             Some(_) => {
                 return Err(invalid_meta(meta::CLIENT_CAPABILITIES, "must be an object"));
             }
             None => return Err(invalid_meta(meta::CLIENT_CAPABILITIES, "is required")),
         };
-        if let Some(info) = m.get(meta::CLIENT_INFO)
-            && !info.is_object()
+        if let Some(info) = field(|m| &m.client_info)
+            && !info.starts_with('{')
         {
             return Err(invalid_meta(meta::CLIENT_INFO, "must be an object"));
         }
-        let log_level = match m.get(meta::LOG_LEVEL) {
-            None | Some(Value::Null) => None,
-            Some(Value::String(level)) => Some(LoggingLevel::parse(level).ok_or_else(|| {
-                invalid_meta(
-                    meta::LOG_LEVEL,
-                    "must be one of debug, info, notice, warning, error, critical, alert, emergency",
-                )
-            })?),
-            Some(_) => return Err(invalid_meta(meta::LOG_LEVEL, "must be a string")),
+        let log_level = match field(|m| &m.log_level) {
+            None | Some("null") => None,
+            Some(text) => {
+                let level = serde_json::from_str::<String>(text)
+                    .map_err(|_| invalid_meta(meta::LOG_LEVEL, "must be a string"))?;
+                Some(LoggingLevel::parse(&level).ok_or_else(|| {
+                    invalid_meta(
+                        meta::LOG_LEVEL,
+                        "must be one of debug, info, notice, warning, error, critical, alert, emergency",
+                    )
+                })?)
+            }
         };
         Ok(Self {
             requested,
@@ -915,5 +916,66 @@ fn state_reason(err: StateError) -> &'static str {
         StateError::Foreign => "foreign",
         StateError::OtherRequest => "other_request",
         StateError::Replayed => "replayed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mcp_cluster_protocol::Message;
+    use mcp_cluster_protocol::jsonrpc::decode_message;
+
+    use super::*;
+
+    /// `RequestMeta::read` of a decoded request with this `_meta`.
+    fn read(meta: Value) -> Result<RequestMeta, ErrorObject> {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "m", "params": {"_meta": meta}});
+        let Ok(Message::Request(request)) = decode_message(body.to_string().as_bytes()) else {
+            panic!("not a request: {body}");
+        };
+        RequestMeta::read(request.stateless_meta().as_deref())
+    }
+
+    #[test]
+    fn each_malformed_field_is_named_and_the_rest_read() {
+        let v = meta::PROTOCOL_VERSION;
+        let caps = meta::CLIENT_CAPABILITIES;
+        let read_ok = read(json!({v: "2026-07-28", caps: {"elicitation": {}},
+            meta::CLIENT_INFO: {"name": "c"}, meta::LOG_LEVEL: "warning"}))
+        .unwrap();
+        assert_eq!(read_ok.requested, "2026-07-28");
+        assert!(read_ok.capabilities.elicitation.is_some());
+        assert_eq!(read_ok.log_level, Some(LoggingLevel::Warning));
+        let null_level = read(json!({v: "x", caps: {}, meta::LOG_LEVEL: null})).unwrap();
+        assert_eq!(null_level.log_level, None);
+        let cases = [
+            (json!({caps: {}}), v, "is required"),
+            (json!({v: 7, caps: {}}), v, "must be a string"),
+            (json!({v: "x"}), caps, "is required"),
+            (json!({v: "x", caps: []}), caps, "must be an object"),
+            (
+                json!({v: "x", caps: {}, meta::CLIENT_INFO: "c"}),
+                meta::CLIENT_INFO,
+                "must be an object",
+            ),
+            (
+                json!({v: "x", caps: {}, meta::LOG_LEVEL: 2}),
+                meta::LOG_LEVEL,
+                "must be a string",
+            ),
+            (
+                json!({v: "x", caps: {}, meta::LOG_LEVEL: "loud"}),
+                meta::LOG_LEVEL,
+                "must be one of",
+            ),
+        ];
+        for (meta, field, what) in cases {
+            let err = read(meta.clone()).unwrap_err();
+            assert_eq!(err.code, ErrorCode::INVALID_PARAMS, "{meta}");
+            assert!(
+                err.message.contains(field) && err.message.contains(what),
+                "{meta}: {err:?}"
+            );
+            assert_eq!(err.data.as_ref().unwrap()["field"], field, "{meta}");
+        }
     }
 }
