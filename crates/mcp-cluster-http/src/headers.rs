@@ -1,5 +1,7 @@
 //! Header names and the checks every MCP route applies.
 
+use std::borrow::Cow;
+
 use actix_web::HttpRequest;
 use actix_web::http::header::{ACCEPT, CONTENT_TYPE, HOST, HeaderMap, HeaderName, ORIGIN};
 use base64::Engine;
@@ -222,7 +224,7 @@ fn check_fields(
         for value in headers.get_all(MCP_NAME) {
             let sent = header_text(value.as_bytes())
                 .ok_or_else(|| mismatch("Mcp-Name has invalid characters".into()))?;
-            if body.and_then(Value::as_str) != Some(sent.as_str()) {
+            if body.and_then(Value::as_str) != Some(&*sent) {
                 return Err(mismatch(format!(
                     "Mcp-Name header value '{sent}' does not match body {field}"
                 )));
@@ -295,7 +297,7 @@ pub fn check_required_headers(
 
 /// A header value as text: plain visible ASCII (with inner spaces), or the
 /// base64 sentinel form decoded as UTF-8.
-fn header_text(raw: &[u8]) -> Option<String> {
+fn header_text(raw: &[u8]) -> Option<Cow<'_, str>> {
     let plain = raw
         .iter()
         .all(|&b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b));
@@ -307,8 +309,10 @@ fn header_text(raw: &[u8]) -> Option<String> {
         .strip_prefix(BASE64_PREFIX)
         .and_then(|t| t.strip_suffix(BASE64_SUFFIX))
     {
-        Some(encoded) => String::from_utf8(STANDARD.decode(encoded).ok()?).ok(),
-        None => Some(text.to_owned()),
+        Some(encoded) => String::from_utf8(STANDARD.decode(encoded).ok()?)
+            .ok()
+            .map(Cow::Owned),
+        None => Some(Cow::Borrowed(text)),
     }
 }
 

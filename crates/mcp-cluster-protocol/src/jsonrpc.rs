@@ -738,6 +738,15 @@ mod tests {
             );
             assert!(n.stateless_meta().is_none(), "{shape}");
         }
+        // Escaped keys name the same members.
+        let escaped =
+            decode(r#"{"\u005fmeta":{"io.modelcontextprotocol\/protocolVersion":"a","k":1}}"#)
+                .unwrap();
+        assert!(escaped.stateless_meta().unwrap().protocol_version.is_some());
+        assert_eq!(
+            escaped.params.unwrap()["_meta"],
+            serde_json::json!({"k": 1})
+        );
         // The last `_meta` wins, whole.
         let twice =
             decode(r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"a"},"_meta":{"k":1}}"#)

@@ -121,25 +121,25 @@ impl<'de> Visitor<'de> for ParamsVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<RawParams, A::Error> {
         let mut params = Map::new();
         let mut stateless = None;
-        while let Some(key) = access.next_key::<String>()? {
+        while let Some(Key(key)) = access.next_key()? {
             if key == "_meta" {
                 match access.next_value_seed(MetaSeed)? {
                     Meta::Split(rest, found) => {
                         // The last `_meta` wins, as it would in a map.
                         stateless = found;
                         match rest {
-                            Some(rest) => params.insert(key, Value::Object(rest)),
-                            None => params.remove(&key),
+                            Some(rest) => params.insert(key.into_owned(), Value::Object(rest)),
+                            None => params.remove("_meta"),
                         };
                     }
                     Meta::Other(value) => {
                         stateless = None;
-                        params.insert(key, value);
+                        params.insert(key.into_owned(), value);
                     }
                 }
             } else {
                 let value = access.next_value()?;
-                params.insert(key, value);
+                params.insert(key.into_owned(), value);
             }
         }
         Ok(RawParams::Object(params, stateless))
@@ -175,6 +175,38 @@ impl<'de> Visitor<'de> for ParamsVisitor {
     }
 }
 
+/// A map key: borrowed from the body unless it has escapes, so a key that
+/// is only compared costs no allocation.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = Key<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Owned(v.to_owned())))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Owned(v)))
+    }
+}
+
 /// `_meta` as decoded: an object split into the other keys (none left:
 /// `None`) and the 2026-07-28 fields (none: `None`), or any other value as
 /// it was.
@@ -203,12 +235,12 @@ impl<'de> Visitor<'de> for MetaSeed {
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Meta, A::Error> {
         let mut rest = Map::new();
         let mut found = StatelessMeta::default();
-        while let Some(key) = access.next_key::<String>()? {
+        while let Some(Key(key)) = access.next_key()? {
             match found.slot(&key) {
                 Some(slot) => *slot = Some(access.next_value()?),
                 None => {
                     let value = access.next_value()?;
-                    rest.insert(key, value);
+                    rest.insert(key.into_owned(), value);
                 }
             }
         }
