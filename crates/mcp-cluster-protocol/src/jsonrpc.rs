@@ -208,7 +208,7 @@ pub enum Body {
 #[derive(Deserialize)]
 struct RawEnvelope {
     #[serde(default)]
-    jsonrpc: Option<Value>,
+    jsonrpc: Option<Version>,
     #[serde(default, deserialize_with = "present")]
     id: Option<Value>,
     #[serde(default)]
@@ -219,6 +219,69 @@ struct RawEnvelope {
     result: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     error: Option<Value>,
+}
+
+/// The `jsonrpc` member: "2.0" or anything else, read without a copy.
+enum Version {
+    Two,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Version {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(VersionVisitor)
+    }
+}
+
+struct VersionVisitor;
+
+impl<'de> serde::de::Visitor<'de> for VersionVisitor {
+    type Value = Version;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"2.0\"")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Version, E> {
+        Ok(if v == "2.0" {
+            Version::Two
+        } else {
+            Version::Other
+        })
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Version, E> {
+        Ok(Version::Other)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Version, E> {
+        Ok(Version::Other)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Version, E> {
+        Ok(Version::Other)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Version, E> {
+        Ok(Version::Other)
+    }
+
+    fn visit_unit<E>(self) -> Result<Version, E> {
+        Ok(Version::Other)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Version, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Version::Other)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Version, A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(Version::Other)
+    }
 }
 
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
@@ -359,13 +422,14 @@ fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
     // An error about a message whose id could not be read carries a null id
     // (JSON-RPC 2.0 section 5) or none (2025-11-25 `JSONRPCErrorResponse`).
     let idless_error = raw.method.is_none() && raw.result.is_none() && raw.error.is_some();
-    let id = match &raw.id {
+    let id = match raw.id {
         None => None,
         Some(Value::Null) if idless_error => None,
         Some(Value::Null) => {
             return Err(DecodeError::invalid("id must not be null", None));
         }
-        Some(value) => match RequestId::from_value(value) {
+        Some(Value::String(id)) => Some(RequestId::String(id)),
+        Some(value) => match RequestId::from_value(&value) {
             Some(id) => Some(id),
             None => {
                 return Err(DecodeError::invalid(
@@ -375,7 +439,7 @@ fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
             }
         },
     };
-    if raw.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
+    if !matches!(raw.jsonrpc, Some(Version::Two)) {
         return Err(DecodeError::invalid("jsonrpc must be \"2.0\"", id));
     }
     if let Some(method) = raw.method {
