@@ -499,7 +499,7 @@ redis_counts() {
     awk '/^mcp_redis_command_duration_seconds_count/ {
       match($0, /operation="[^"]*"/); print "rt:" substr($0, RSTART + 11, RLENGTH - 12), $NF }'
 }
-declare -A COST COST_ANSWERS
+declare -A COST=() COST_ANSWERS=()
 COST_BEFORE=""
 # cost_begin TARGET: snapshot before a run (a no-op unless on Redis).
 cost_begin() { [[ $1 == ours-redis* ]] && COST_BEFORE=$(redis_counts "$1") || true; }

@@ -196,6 +196,36 @@ pub struct CallToolParams {
     pub arguments: Option<JsonObject>,
 }
 
+impl CallToolParams {
+    /// Reads a `tools/call` request's params, moving the name and arguments
+    /// out of the map instead of rebuilding them (what
+    /// [`crate::Request::into_params`] does for any type).
+    ///
+    /// # Errors
+    /// `-32602` naming the field that does not fit, as `into_params` would.
+    pub fn from_request(request: crate::Request) -> Result<Self, crate::ErrorObject> {
+        let fits = request.params.as_ref().is_some_and(|p| {
+            matches!(p.get("name"), Some(Value::String(_)))
+                && matches!(
+                    p.get("arguments"),
+                    None | Some(Value::Null | Value::Object(_))
+                )
+        });
+        if !fits {
+            return request.into_params();
+        }
+        let mut params = request.params.unwrap_or_default();
+        let Some(Value::String(name)) = params.remove("name") else {
+            return Err(crate::ErrorObject::invalid_params("name must be a string"));
+        };
+        let arguments = match params.remove("arguments") {
+            Some(Value::Object(arguments)) => Some(arguments),
+            _ => None,
+        };
+        Ok(Self { name, arguments })
+    }
+}
+
 /// Audience and priority hints on content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
@@ -832,6 +862,28 @@ pub fn empty_result() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn call_params_read_in_place_match_the_generic_reading() {
+        for params in [
+            serde_json::json!({"name": "echo", "arguments": {"message": "m"}}),
+            serde_json::json!({"name": "echo", "arguments": null, "other": 1}),
+            serde_json::json!({"name": "echo"}),
+            serde_json::json!({"name": 3}),
+            serde_json::json!({"arguments": {}}),
+            serde_json::json!({"name": "echo", "arguments": [1]}),
+        ] {
+            let request = crate::Request::new(crate::RequestId::Number(1), "tools/call", &params);
+            let generic = request.clone().into_params::<CallToolParams>();
+            assert_eq!(CallToolParams::from_request(request), generic, "{params}");
+        }
+        let none = crate::Request::new(crate::RequestId::Number(1), "tools/call", ());
+        assert!(none.params.is_none());
+        assert_eq!(
+            CallToolParams::from_request(none.clone()),
+            none.into_params::<CallToolParams>()
+        );
+    }
 
     #[test]
     fn tool_results_carry_content_and_structured_content_only_when_structured() {

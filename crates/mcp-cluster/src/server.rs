@@ -248,7 +248,7 @@ impl McpServer {
     }
 
     async fn call_tool(&self, request: Request, ctx: RequestContext) -> Result<Value, ErrorObject> {
-        let params: CallToolParams = request.into_params()?;
+        let params = CallToolParams::from_request(request)?;
         let catalog = self.catalog();
         let tool = catalog
             .tool(&params.name)
