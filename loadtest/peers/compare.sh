@@ -734,6 +734,11 @@ top=${conns_list[-1]}
     for conns in $CONNS_LIST; do row+=" $(ratio "${RPS[ours-redis,$conns]}" "${RPS[ours,$conns]}" 0.8 ">=") |"; done
     echo "$row $(ratio "${INIT[ours-redis]}" "${INIT[ours]}" 0.6 ">=") |"
   fi
+  if has ours-base && has ours; then
+    row="| ours / ours-base (this build / BASE_BIN; goal 0.95 for the executor's hop) |"
+    for conns in $CONNS_LIST; do row+=" $(ratio "${RPS[ours,$conns]}" "${RPS[ours-base,$conns]}" 0.95 ">=") |"; done
+    echo "$row - |"
+  fi
   for era in ours ours-redis; do
     if has "$era-2026" && has "$era"; then
       row="| $era-2026 / $era (stateless / session era) |"
