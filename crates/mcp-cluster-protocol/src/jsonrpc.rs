@@ -36,6 +36,15 @@ impl RequestId {
         }
     }
 
+    /// Reads an id from a JSON value it takes: a string id is moved, not
+    /// copied; `None` as for [`Self::from_value`].
+    pub fn from_owned(value: Value) -> Option<Self> {
+        match value {
+            Value::String(s) => Some(Self::String(s)),
+            other => Self::from_value(&other),
+        }
+    }
+
     /// The id as a JSON value.
     pub fn to_value(&self) -> Value {
         match self {
@@ -66,8 +75,7 @@ impl Serialize for RequestId {
 impl<'de> Deserialize<'de> for RequestId {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let value = Value::deserialize(d)?;
-        Self::from_value(&value)
-            .ok_or_else(|| D::Error::custom("id must be a string or an integer"))
+        Self::from_owned(value).ok_or_else(|| D::Error::custom("id must be a string or an integer"))
     }
 }
 
@@ -428,8 +436,7 @@ fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
         Some(Value::Null) => {
             return Err(DecodeError::invalid("id must not be null", None));
         }
-        Some(Value::String(id)) => Some(RequestId::String(id)),
-        Some(value) => match RequestId::from_value(&value) {
+        Some(value) => match RequestId::from_owned(value) {
             Some(id) => Some(id),
             None => {
                 return Err(DecodeError::invalid(
