@@ -158,7 +158,8 @@ cargo test --workspace 2>&1 | tee "$LOG_DIR/cargo-test.log"
 cargo_status=${PIPESTATUS[0]}
 set -e
 read -r rust_passed rust_failed < <(awk '/^test result:/ {p += $4; f += $6} END {print p+0, f+0}' "$LOG_DIR/cargo-test.log")
-# The most target/ holds at once is here: on a machine short of disk, this shows it.
+# target/ with every test binary built (the release build, fuzz targets and images
+# come after): on a machine short of disk, this shows where it stood.
 echo "disk after cargo test: $(du -sh target 2>/dev/null | cut -f1) in target/, $(df -h --output=avail . | tail -n 1 | tr -d ' ') free"
 if [ "$cargo_status" != 0 ]; then
   echo "cargo test failed" >&2
