@@ -23,14 +23,28 @@ use stateless_support as sl;
 /// One flood at a time: each measures its own Redis.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A Redis with `noeviction` and a node on it.
+/// A Redis with `noeviction` and a node on it. The node's Redis calls may
+/// take 10 s instead of 1 s: a debug build that parses and writes eight
+/// 2 MiB bodies at once on a busy 2-core machine once held a small write
+/// past 1 s, and these tests measure bytes, not Redis latency.
 fn redis_and_node(args: &[&str]) -> (RedisServer, mcp_cluster_testkit::NodeProcess) {
     let redis = RedisServer::start().unwrap();
     redis
         .command(&["CONFIG", "SET", "maxmemory-policy", "noeviction"])
         .unwrap();
-    let redis_url = redis.url();
-    let mut all = vec!["--redis-url", redis_url.as_str()];
+    let dir = std::env::temp_dir().join(format!("mcp-retained-bytes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join(format!("redis-{}.toml", redis.port()));
+    std::fs::write(
+        &config,
+        format!(
+            "[redis]\nurl = \"{}\"\ncommand_timeout_ms = 10000\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let mut all = vec!["--config", config.as_str()];
     all.extend_from_slice(args);
     let node = node(&all);
     (redis, node)
