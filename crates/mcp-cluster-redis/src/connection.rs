@@ -587,44 +587,6 @@ impl Redis {
         crate::reply::array(self.bounded(op, call).await?)
     }
 
-    /// Commands run as one transaction (`MULTI` … `EXEC`: no other client's
-    /// command runs between them; their keys share one slot), then commands
-    /// on keys of other slots, outside it. The answers in order, the
-    /// transaction's as one array first. On one Redis, one pipeline (one
-    /// round trip); on a Redis Cluster, the transaction and each other
-    /// command sent at once to its own shard.
-    pub(crate) async fn transaction_and(
-        &self,
-        op: &'static str,
-        transaction: impl IntoIterator<Item = Cmd>,
-        cmds: Vec<Cmd>,
-    ) -> Result<Vec<Value>, StoreError> {
-        if self.is_cluster() {
-            let mut tx = redis::pipe();
-            tx.atomic();
-            for cmd in transaction {
-                tx.add_command(cmd);
-            }
-            let (tx, rest) = tokio::join!(self.pipe(op, &tx), self.each(op, &cmds));
-            let mut replies = vec![tx?];
-            replies.extend(rest?);
-            return Ok(replies);
-        }
-        // One pipeline: `MULTI`, each command (answered `QUEUED`), `EXEC`
-        // (answered with their replies), then the others.
-        let mut pipe = redis::pipe();
-        pipe.cmd("MULTI").ignore();
-        for cmd in transaction {
-            pipe.add_command(cmd).ignore();
-        }
-        pipe.cmd("EXEC");
-        for cmd in cmds {
-            pipe.add_command(cmd);
-        }
-        let call = async { pipe.query_async(&mut self.connection().await).await };
-        crate::reply::array(self.bounded(op, call).await?)
-    }
-
     /// One script; `op` names it in the Redis metrics.
     pub(crate) async fn script(
         &self,

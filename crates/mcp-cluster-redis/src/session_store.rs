@@ -8,7 +8,9 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use mcp_cluster_store::{EventLog, SessionId, SessionRecord, SessionStore, StoreError, Subscribed};
+use mcp_cluster_store::{
+    EventLog, SessionId, SessionRecord, SessionStore, StoreError, StreamId, Subscribed,
+};
 use redis::{Cmd, Script, Value};
 use tokio::time::Instant;
 
@@ -103,6 +105,28 @@ redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return 1
 ",
     )
+});
+
+/// KEYS: session, the stream's meta, the session's stream set. ARGV: stream
+/// id, stream idle TTL ms. Creates the session's standalone stream, open
+/// and empty, unless it exists (open or closed): 1; 0 when the session is
+/// gone (nothing is created).
+static OPEN_STANDALONE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+if redis.call('HSETNX', KEYS[2], '{META_CLOSED}', '0') == 1 then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  redis.call('SADD', KEYS[3], ARGV[1])
+  if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  end
+end
+return 1
+"
+    ))
 });
 
 /// `SUBSCRIBE` replies.
@@ -258,6 +282,7 @@ impl RedisSessionStore {
         let mut index = redis::cmd("ZADD");
         index
             .arg(self.keys.session_expiry(id))
+            .arg("NX")
             .arg(now_ms().saturating_add(ttl))
             .arg(id.as_str());
         Ok([set, lease, index])
@@ -266,75 +291,20 @@ impl RedisSessionStore {
 
 #[async_trait]
 impl SessionStore for RedisSessionStore {
-    async fn create(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<(), StoreError> {
-        let [set, lease, index] = self.creation(record, idle_ttl)?;
-        let sent = Instant::now();
-        let epoch = self.leases.epoch();
-        let replies = self
-            .redis
-            .each("session_create", &[set, lease, index])
-            .await?;
-        match (replies.first(), replies.get(1)) {
-            (Some(Value::Nil), _) => Err(StoreError::Conflict),
-            (Some(_), Some(leased)) => {
-                if !matches!(leased, Value::Nil) {
-                    self.leases.granted(&record.id, sent, epoch);
-                }
-                Ok(())
-            }
-            _ => Err(corrupt("short create reply")),
-        }
-    }
-
     /// One round trip on one Redis (on a Redis Cluster, two requests at
-    /// once): the session's keys, its stream and its lease in one
-    /// transaction, and its expiry index entry (another slot). `events` is
-    /// this store's own.
-    ///
-    /// A transaction, not a script: Redis runs these plain commands for
-    /// about a fifth less CPU than the same commands called from Lua, and
-    /// this is the write every new session makes. Each command only
-    /// creates (`SET … NX`, `HSETNX`, `SADD`), so a record already under
-    /// the id keeps its content, its lease and its streams; what the
-    /// transaction added for it (the stream, the lease) is taken back
-    /// before the conflict is reported.
-    async fn create_with_stream(
-        &self,
-        record: &SessionRecord,
-        idle_ttl: Duration,
-        _events: &dyn EventLog,
-    ) -> Result<(), StoreError> {
-        let [set, lease, index] = self.creation(record, idle_ttl)?;
+    /// once): the record, this node's lease on it and its expiry index
+    /// entry, each of which only creates (`SET … NX`, `ZADD NX`). The
+    /// three need no transaction: each carries its own expiry, and a lease
+    /// or index entry without its record harms no one.
+    async fn create(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<(), StoreError> {
         let id = &record.id;
-        let stream = record.standalone_stream.as_str();
-        let (meta, streams) = (
-            self.keys.meta(id, &record.standalone_stream),
-            self.keys.streams(id),
-        );
-        let [mut open, mut meta_ttl, mut add, mut set_ttl] = [
-            redis::cmd("HSETNX"),
-            redis::cmd("PEXPIRE"),
-            redis::cmd("SADD"),
-            redis::cmd("PEXPIRE"),
-        ];
-        open.arg(&meta).arg(META_CLOSED).arg("0");
-        meta_ttl.arg(&meta).arg(self.stream_idle_ttl_ms);
-        add.arg(&streams).arg(stream);
-        set_ttl.arg(&streams).arg(self.stream_idle_ttl_ms);
-        let create = [set, lease, open, meta_ttl, add, set_ttl];
         let sent = Instant::now();
         let epoch = self.leases.epoch();
         let replies = self
             .redis
-            .transaction_and("session_create", create, vec![index])
+            .each("session_create", &self.creation(record, idle_ttl)?)
             .await?;
-        let created = reply::array(
-            replies
-                .into_iter()
-                .next()
-                .ok_or_else(|| corrupt("empty create reply"))?,
-        )?;
-        let [record_set, lease_set, meta_set, _, stream_added, _] = created.as_slice() else {
+        let (Some(record_set), Some(lease_set)) = (replies.first(), replies.get(1)) else {
             return Err(corrupt("short create reply"));
         };
         let leased = !matches!(lease_set, Value::Nil);
@@ -346,20 +316,53 @@ impl SessionStore for RedisSessionStore {
             }
             return Ok(());
         }
-        // The id was taken (never by chance: ids are random): take back
-        // what this transaction added to that session.
-        let mut undo = Vec::new();
-        if reply::int(meta_set)? == 1 {
-            undo.push(redis::cmd("DEL").arg(&meta).clone());
-        }
-        if reply::int(stream_added)? == 1 {
-            undo.push(redis::cmd("SREM").arg(&streams).arg(stream).clone());
-        }
-        self.redis.each("session_create", &undo).await?;
+        // The id was taken (never by chance: ids are random): a lease this
+        // call took on that session is given back.
         if leased {
             self.leases.release_key(id).await;
         }
         Err(StoreError::Conflict)
+    }
+
+    /// Writes the record alone, as [`Self::create`] does: the standalone
+    /// stream's keys are written by [`Self::open_standalone`] when a client
+    /// first opens the stream, which most sessions never do. That keeps a
+    /// new session at three commands, and its keys at three.
+    async fn create_with_stream(
+        &self,
+        record: &SessionRecord,
+        idle_ttl: Duration,
+        _events: &dyn EventLog,
+    ) -> Result<(), StoreError> {
+        self.create(record, idle_ttl).await
+    }
+
+    /// One script on the session's slot: refuses a session whose record is
+    /// gone, so no stream outlives its session (a session deleted at the
+    /// same moment, by another node, may leave one, which expires after
+    /// the stream idle TTL). `events` is this store's own.
+    async fn open_standalone(
+        &self,
+        id: &SessionId,
+        stream: &StreamId,
+        _events: &dyn EventLog,
+    ) -> Result<(), StoreError> {
+        let reply = self
+            .redis
+            .script(
+                "stream_open",
+                OPEN_STANDALONE
+                    .key(self.keys.session(id))
+                    .key(self.keys.meta(id, stream))
+                    .key(self.keys.streams(id))
+                    .arg(stream.as_str())
+                    .arg(self.stream_idle_ttl_ms),
+            )
+            .await?;
+        match reply::int(&reply)? {
+            0 => Err(StoreError::StreamNotFound),
+            _ => Ok(()),
+        }
     }
 
     async fn load(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {

@@ -183,10 +183,12 @@ async fn trouble_on_the_connection_ends_every_lease() {
     assert!(!trusted, "a lease outlived a lost connection");
 }
 
-/// A session created with its stream takes its lease in the same
-/// transaction. A creation under an id another node holds changes nothing
-/// of it: not its lease, not its streams. A key of another type under one
-/// of the names fails the creation with Redis's error.
+/// A session created with its stream takes its lease in the same round
+/// trip, and writes its stream's keys only when the stream is opened. A
+/// creation under an id another node holds changes nothing of it: not its
+/// lease, not its streams; a lease it took on that session is given back.
+/// A key of another type under the stream's name fails the opening with
+/// Redis's error.
 #[tokio::test]
 async fn creating_with_a_stream_takes_the_lease_and_a_conflict_leaves_all_as_it_was() {
     let server = RedisServer::start();
@@ -202,6 +204,12 @@ async fn creating_with_a_stream_takes_the_lease_and_a_conflict_leaves_all_as_it_
         .unwrap();
     assert!(a.sessions.leased(&r.id));
     let holder: String = raw.get(keys.lease(&r.id)).await.unwrap();
+    let streams: bool = raw.exists(keys.streams(&r.id)).await.unwrap();
+    assert!(!streams, "no stream key before the stream is opened");
+    a.sessions
+        .open_standalone(&r.id, &r.standalone_stream, &*a.events)
+        .await
+        .unwrap();
 
     // B creates under the same id, with a stream of its own.
     let mut again = r.clone();
@@ -222,8 +230,21 @@ async fn creating_with_a_stream_takes_the_lease_and_a_conflict_leaves_all_as_it_
         .exists(keys.meta(&r.id, &again.standalone_stream))
         .await
         .unwrap();
-    assert!(!meta, "B's stream was taken back");
-    assert_eq!(a.sessions.load(&r.id).await.unwrap(), Some(r));
+    assert!(!meta, "B made no stream");
+    assert_eq!(a.sessions.load(&r.id).await.unwrap(), Some(r.clone()));
+
+    // The same with no lease on the session: B's is given back.
+    let () = raw.del(keys.lease(&r.id)).await.unwrap();
+    assert_eq!(
+        b.sessions
+            .create_with_stream(&again, TTL, &*b.events)
+            .await
+            .unwrap_err(),
+        mcp_cluster_store::StoreError::Conflict
+    );
+    assert!(!b.sessions.leased(&r.id));
+    let lease: bool = raw.exists(keys.lease(&r.id)).await.unwrap();
+    assert!(!lease, "B's lease on a session it did not create is gone");
 
     // A lease key already under a new id (a node's, for a session that
     // never was): the session is created, and its lease not trusted.
@@ -244,9 +265,13 @@ async fn creating_with_a_stream_takes_the_lease_and_a_conflict_leaves_all_as_it_
         .set(keys.meta(&broken.id, &broken.standalone_stream), "x")
         .await
         .unwrap();
+    a.sessions
+        .create_with_stream(&broken, TTL, &*a.events)
+        .await
+        .unwrap();
     let err = a
         .sessions
-        .create_with_stream(&broken, TTL, &*a.events)
+        .open_standalone(&broken.id, &broken.standalone_stream, &*a.events)
         .await
         .unwrap_err();
     assert!(format!("{err:?}").contains("WRONGTYPE"), "{err:?}");

@@ -142,12 +142,15 @@ pub trait SessionStore: Send + Sync + Debug + 'static {
     /// [`StoreError::Conflict`] when the id exists; [`StoreError::Unavailable`].
     async fn create(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<(), StoreError>;
 
-    /// Stores a new session as [`Self::create`] does, and creates its
-    /// standalone stream (`record.standalone_stream`) in `events`: the
-    /// record first, then the stream. A store whose event log lives in the
-    /// same backend writes both in one step (`events` is then that store's
-    /// own event log). Either both are written or the session is not; on a
-    /// conflict, neither is touched.
+    /// Stores a new session as [`Self::create`] does, with its standalone
+    /// stream (`record.standalone_stream`) in `events`. This default writes
+    /// the record, then the stream. A store whose event log lives in the
+    /// same backend may write only the record and leave the stream to
+    /// [`Self::open_standalone`], which every first use of the stream calls
+    /// (`events` is then that store's own event log): most sessions never
+    /// open a standalone stream. Either all that is written now is written
+    /// or the session is not; on a conflict, nothing of the existing
+    /// session is touched.
     ///
     /// # Errors
     /// As [`Self::create`] and [`EventLog::create_stream_as`].
@@ -166,6 +169,26 @@ pub trait SessionStore: Send + Sync + Debug + 'static {
             let _ = self.delete(&record.id).await;
         }
         stream
+    }
+
+    /// Makes sure the standalone stream `stream` of the live session `id`
+    /// exists in `events`, before it is first followed: creates it open and
+    /// empty if it is missing, leaves it as it is (open or closed, with its
+    /// events) if not. This default, for stores whose
+    /// [`Self::create_with_stream`] wrote the stream already, checks that
+    /// it is there.
+    ///
+    /// # Errors
+    /// [`StoreError::StreamNotFound`] when the session is gone (no stream
+    /// is made for it), or the stream is and this store does not make it
+    /// again; [`StoreError::Unavailable`].
+    async fn open_standalone(
+        &self,
+        id: &SessionId,
+        stream: &StreamId,
+        events: &dyn EventLog,
+    ) -> Result<(), StoreError> {
+        events.tail(id, stream).await.map(drop)
     }
 
     /// Loads a live session; `None` when it never existed, ended or expired.

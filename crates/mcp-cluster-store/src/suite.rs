@@ -53,6 +53,7 @@ pub async fn run_all(store: &Store) {
     deleted_sessions_are_gone(store).await;
     create_refuses_an_existing_session(store).await;
     a_session_created_with_its_stream_has_both(store).await;
+    the_standalone_stream_opens_once_and_only_for_a_live_session(store).await;
     subscriptions_are_bounded_and_live_with_the_session(store).await;
     expired_sessions_are_taken_once(store).await;
     store_answers_ping(store).await;
@@ -462,8 +463,8 @@ pub async fn session_records_round_trip(store: &Store) {
 }
 
 /// `create_with_stream` writes the record and its standalone stream, which
-/// then takes events; a second one under the same id changes nothing and
-/// leaves nothing behind.
+/// takes events once opened; a second one under the same id changes nothing
+/// and leaves nothing behind.
 pub async fn a_session_created_with_its_stream_has_both(store: &Store) {
     let r = record();
     store
@@ -472,6 +473,11 @@ pub async fn a_session_created_with_its_stream_has_both(store: &Store) {
         .await
         .unwrap();
     assert_eq!(store.sessions.load(&r.id).await.unwrap().as_ref(), Some(&r));
+    store
+        .sessions
+        .open_standalone(&r.id, &r.standalone_stream, &*store.events)
+        .await
+        .unwrap();
     let event = store
         .events
         .append(&r.id, &r.standalone_stream, Arc::from("first"))
@@ -509,6 +515,65 @@ pub async fn a_session_created_with_its_stream_has_both(store: &Store) {
         .await
         .unwrap_err();
     assert_eq!(err, StoreError::StreamNotFound, "no stream left behind");
+}
+
+/// Opening a standalone stream makes it once: opened again it keeps its
+/// events, and a closed one stays closed. A session that is gone gets no
+/// stream.
+pub async fn the_standalone_stream_opens_once_and_only_for_a_live_session(store: &Store) {
+    let (sessions, events) = (&store.sessions, &*store.events);
+    let r = record();
+    let stream = &r.standalone_stream;
+    sessions.create_with_stream(&r, TTL, events).await.unwrap();
+    sessions
+        .open_standalone(&r.id, stream, events)
+        .await
+        .unwrap();
+    let first = events
+        .append(&r.id, stream, Arc::from("first"))
+        .await
+        .unwrap();
+    sessions
+        .open_standalone(&r.id, stream, events)
+        .await
+        .unwrap();
+    assert_eq!(events.tail(&r.id, stream).await.unwrap(), first.position);
+    events.close_stream(&r.id, stream).await.unwrap();
+    sessions
+        .open_standalone(&r.id, stream, events)
+        .await
+        .unwrap();
+    assert_eq!(
+        events.append(&r.id, stream, Arc::from("x")).await,
+        Err(StoreError::StreamNotFound),
+        "a closed stream is not opened again"
+    );
+    let batch = events
+        .read(&r.id, stream, Position::START, 10)
+        .await
+        .unwrap();
+    assert!(batch.closed);
+    assert_eq!(batch.events.len(), 1);
+
+    // Ended as the runtime ends a session: the record, then its streams.
+    let gone = record();
+    sessions
+        .create_with_stream(&gone, TTL, events)
+        .await
+        .unwrap();
+    assert!(sessions.delete(&gone.id).await.unwrap());
+    events.delete_session(&gone.id).await.unwrap();
+    assert_eq!(
+        sessions
+            .open_standalone(&gone.id, &gone.standalone_stream, events)
+            .await,
+        Err(StoreError::StreamNotFound)
+    );
+    assert_eq!(
+        events.tail(&gone.id, &gone.standalone_stream).await,
+        Err(StoreError::StreamNotFound),
+        "no stream was made for it"
+    );
 }
 
 /// Subscriptions change only through subscribe / unsubscribe, never beyond

@@ -52,6 +52,10 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
         .open_session(&Inbound::new(Transport::Stdio))
         .await
         .map_err(std::io::Error::other)?;
+    runtime
+        .open_standalone(&session)
+        .await
+        .map_err(std::io::Error::other)?;
     let mut follow = runtime
         .follow_new(&session, session.standalone_stream(), Vec::new())
         .await

@@ -661,7 +661,8 @@ impl Runtime {
         .map_err(RuntimeError::from)
     }
 
-    /// Follows the session's standalone stream from now on.
+    /// Follows the session's standalone stream from now on, opening it
+    /// first (a store may make it only now).
     ///
     /// # Errors
     /// As [`Self::follow`].
@@ -670,19 +671,31 @@ impl Runtime {
         session: &SessionHandle,
     ) -> Result<(Position, Follow), RuntimeError> {
         let stream = session.standalone_stream();
+        self.open_standalone(session).await?;
         let tail = self
-            .inner
-            .deps
-            .node
-            .store
+            .store()
             .events
             .tail(session.id(), stream)
             .await
-            .map_err(|err| match err {
-                StoreError::StreamNotFound => RuntimeError::SessionNotFound,
-                other => RuntimeError::from(other),
-            })?;
+            .map_err(gone_session)?;
         Ok((tail, self.follow(session, stream, tail).await?))
+    }
+
+    /// Makes sure the session's standalone stream exists in the store
+    /// (see [`mcp_cluster_store::SessionStore::open_standalone`]): every
+    /// first use of it (a GET, the legacy HTTP+SSE stream, stdio) calls
+    /// this.
+    ///
+    /// # Errors
+    /// [`RuntimeError::SessionNotFound`] when the session is gone; a store
+    /// failure.
+    pub async fn open_standalone(&self, session: &SessionHandle) -> Result<(), RuntimeError> {
+        let store = self.store();
+        store
+            .sessions
+            .open_standalone(session.id(), session.standalone_stream(), &*store.events)
+            .await
+            .map_err(gone_session)
     }
 
     /// Tells every session on this node about a server event.
@@ -773,5 +786,13 @@ impl Runtime {
     /// Cancels every in-flight request (end of the drain grace period).
     pub fn stop_requests(&self) {
         self.node().stop.cancel();
+    }
+}
+
+/// A standalone stream the store does not have: its session is gone.
+fn gone_session(err: StoreError) -> RuntimeError {
+    match err {
+        StoreError::StreamNotFound => RuntimeError::SessionNotFound,
+        other => RuntimeError::from(other),
     }
 }

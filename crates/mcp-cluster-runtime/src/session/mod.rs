@@ -511,8 +511,13 @@ impl Session {
         actix::spawn(async move {
             match store.sessions.touch(&id, ttl).await {
                 Ok(true) => {
-                    if let Err(err) = store.events.touch(&id, &standalone).await {
-                        tracing::warn!(session_id = %id, error = %err, "Stream retention renewal failed.");
+                    // A standalone stream no client opened yet may not
+                    // exist (see `SessionStore::open_standalone`).
+                    match store.events.touch(&id, &standalone).await {
+                        Ok(()) | Err(StoreError::StreamNotFound) => {}
+                        Err(err) => {
+                            tracing::warn!(session_id = %id, error = %err, "Stream retention renewal failed.");
+                        }
                     }
                     if let Some(owner) = owner {
                         quotas.renew_session(&owner, &id, ttl).await;
@@ -1244,8 +1249,8 @@ fn mailbox_error<M>(err: SendError<M>) -> RuntimeError {
     }
 }
 
-/// Writes a new session: its standalone stream and its record, at once (on
-/// one Redis, in one round trip).
+/// Writes a new session: its record, and its standalone stream now or at
+/// its first use (on Redis, the record alone, in one round trip).
 ///
 /// # Errors
 /// The store's.
