@@ -211,40 +211,40 @@ async fn creating_with_a_stream_takes_the_lease_and_a_conflict_leaves_all_as_it_
         .await
         .unwrap();
 
-    // B creates under the same id, with a stream of its own.
+    // B creates under the same id, with a stream of its own: while A holds
+    // the lease, then with no lease on the session.
     let mut again = r.clone();
     again.standalone_stream = mcp_cluster_store::StreamId::random();
-    assert_eq!(
-        b.sessions
-            .create_with_stream(&again, TTL, &*b.events)
+    for a_holds_the_lease in [true, false] {
+        if !a_holds_the_lease {
+            let () = raw.del(keys.lease(&r.id)).await.unwrap();
+        }
+        assert_eq!(
+            b.sessions
+                .create_with_stream(&again, TTL, &*b.events)
+                .await
+                .unwrap_err(),
+            mcp_cluster_store::StoreError::Conflict
+        );
+        assert!(!b.sessions.leased(&r.id));
+        let lease: Option<String> = raw.get(keys.lease(&r.id)).await.unwrap();
+        if a_holds_the_lease {
+            assert_eq!(lease, Some(holder.clone()), "the lease stays A's");
+        } else {
+            assert_eq!(
+                lease, None,
+                "B's lease on a session it did not create is gone"
+            );
+        }
+        let streams: Vec<String> = raw.smembers(keys.streams(&r.id)).await.unwrap();
+        assert_eq!(streams, vec![r.standalone_stream.to_string()]);
+        let meta: bool = raw
+            .exists(keys.meta(&r.id, &again.standalone_stream))
             .await
-            .unwrap_err(),
-        mcp_cluster_store::StoreError::Conflict
-    );
-    assert!(!b.sessions.leased(&r.id));
-    let still: String = raw.get(keys.lease(&r.id)).await.unwrap();
-    assert_eq!(still, holder, "the lease stays A's");
-    let streams: Vec<String> = raw.smembers(keys.streams(&r.id)).await.unwrap();
-    assert_eq!(streams, vec![r.standalone_stream.to_string()]);
-    let meta: bool = raw
-        .exists(keys.meta(&r.id, &again.standalone_stream))
-        .await
-        .unwrap();
-    assert!(!meta, "B made no stream");
-    assert_eq!(a.sessions.load(&r.id).await.unwrap(), Some(r.clone()));
-
-    // The same with no lease on the session: B's is given back.
-    let () = raw.del(keys.lease(&r.id)).await.unwrap();
-    assert_eq!(
-        b.sessions
-            .create_with_stream(&again, TTL, &*b.events)
-            .await
-            .unwrap_err(),
-        mcp_cluster_store::StoreError::Conflict
-    );
-    assert!(!b.sessions.leased(&r.id));
-    let lease: bool = raw.exists(keys.lease(&r.id)).await.unwrap();
-    assert!(!lease, "B's lease on a session it did not create is gone");
+            .unwrap();
+        assert!(!meta, "B made no stream");
+        assert_eq!(a.sessions.load(&r.id).await.unwrap(), Some(r.clone()));
+    }
 
     // A lease key already under a new id (a node's, for a session that
     // never was): the session is created, and its lease not trusted.
