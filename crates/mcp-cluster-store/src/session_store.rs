@@ -148,9 +148,9 @@ pub trait SessionStore: Send + Sync + Debug + 'static {
     /// same backend may write only the record and leave the stream to
     /// [`Self::open_standalone`], which every first use of the stream calls
     /// (`events` is then that store's own event log): most sessions never
-    /// open a standalone stream. Either all that is written now is written
-    /// or the session is not; on a conflict, nothing of the existing
-    /// session is touched.
+    /// open a standalone stream. On a conflict, nothing of the existing
+    /// session is touched; a call that fails answers no session id, and
+    /// whatever it wrote expires with its TTL.
     ///
     /// # Errors
     /// As [`Self::create`] and [`EventLog::create_stream_as`].
