@@ -294,8 +294,9 @@ impl SessionStore for RedisSessionStore {
     /// One round trip on one Redis (on a Redis Cluster, two requests at
     /// once): the record, this node's lease on it and its expiry index
     /// entry, each of which only creates (`SET … NX`, `ZADD NX`). The
-    /// three need no transaction: each carries its own expiry, and a lease
-    /// or index entry without its record harms no one.
+    /// three need no transaction: each carries its own expiry. A lease or
+    /// index entry without its record harms no one; a record left without
+    /// them by a failed call was answered with no session id, and expires.
     async fn create(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<(), StoreError> {
         let id = &record.id;
         let sent = Instant::now();
