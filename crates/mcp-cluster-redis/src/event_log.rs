@@ -91,6 +91,29 @@ return 1
     )
 });
 
+/// KEYS: the session's record, the stream's meta, the session's stream
+/// set. ARGV: stream id, idle TTL ms. Creates a session's standalone
+/// stream, open and empty, unless it exists (open or closed), as `CREATE`
+/// does but only while the session's record exists. Returns the stream's
+/// last position (`0-0` for none yet), or 0 when the session is gone
+/// (nothing is created). Run by the session store, at the stream's first
+/// use.
+pub(crate) static OPEN_STANDALONE: LazyLock<Script> = LazyLock::new(|| {
+    script(
+        r"
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+if redis.call('HSETNX', KEYS[2], CLOSED, '0') == 1 then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  redis.call('SADD', KEYS[3], ARGV[1])
+  extend(KEYS[3], ARGV[2])
+end
+return redis.call('HGET', KEYS[2], LAST) or '0-0'
+",
+    )
+});
+
 /// KEYS: stream, meta, set. ARGV: data, max events, idle TTL ms, wake
 /// channel, max bytes, the position (`<ms>-<seq>`, `0-0` for none yet)
 /// that must be the stream's last or `''`, and the publish command

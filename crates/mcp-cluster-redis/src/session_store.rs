@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use mcp_cluster_store::{
-    EventLog, SessionId, SessionRecord, SessionStore, StoreError, StreamId, Subscribed,
+    EventLog, Position, SessionId, SessionRecord, SessionStore, StoreError, StreamId, Subscribed,
 };
 use redis::{Cmd, Script, Value};
 use tokio::time::Instant;
@@ -18,7 +18,8 @@ use crate::bus::Publisher;
 use crate::config::millis;
 use crate::connection::Redis;
 use crate::error::corrupt;
-use crate::keys::{Keys, META_CLOSED};
+use crate::event_log::OPEN_STANDALONE;
+use crate::keys::Keys;
 use crate::lease::{HELD_ELSEWHERE, LEASE_TTL, Leases, written};
 use crate::pubsub::PubSub;
 use crate::reply;
@@ -105,28 +106,6 @@ redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return 1
 ",
     )
-});
-
-/// KEYS: session, the stream's meta, the session's stream set. ARGV: stream
-/// id, stream idle TTL ms. Creates the session's standalone stream, open
-/// and empty, unless it exists (open or closed): 1; 0 when the session is
-/// gone (nothing is created).
-static OPEN_STANDALONE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        r"
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
-end
-if redis.call('HSETNX', KEYS[2], '{META_CLOSED}', '0') == 1 then
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  redis.call('SADD', KEYS[3], ARGV[1])
-  if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  end
-end
-return 1
-"
-    ))
 });
 
 /// `SUBSCRIBE` replies.
@@ -338,16 +317,17 @@ impl SessionStore for RedisSessionStore {
         self.create(record, idle_ttl).await
     }
 
-    /// One script on the session's slot: refuses a session whose record is
-    /// gone, so no stream outlives its session (a session deleted at the
-    /// same moment, by another node, may leave one, which expires after
-    /// the stream idle TTL). `events` is this store's own.
+    /// One script on the session's slot ([`OPEN_STANDALONE`]), which also
+    /// answers the tail: refuses a session whose record is gone, so no
+    /// stream outlives its session (a session deleted at the same moment,
+    /// by another node, may leave one, which expires after the stream idle
+    /// TTL). `events` is this store's own.
     async fn open_standalone(
         &self,
         id: &SessionId,
         stream: &StreamId,
         _events: &dyn EventLog,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Position, StoreError> {
         let reply = self
             .redis
             .script(
@@ -360,9 +340,9 @@ impl SessionStore for RedisSessionStore {
                     .arg(self.stream_idle_ttl_ms),
             )
             .await?;
-        match reply::int(&reply)? {
-            0 => Err(StoreError::StreamNotFound),
-            _ => Ok(()),
+        match reply {
+            Value::Int(0) => Err(StoreError::StreamNotFound),
+            tail => reply::position(tail),
         }
     }
 

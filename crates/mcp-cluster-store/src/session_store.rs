@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::{EventLog, NodeId, SessionId, StoreError, StreamId};
+use crate::{EventLog, NodeId, Position, SessionId, StoreError, StreamId};
 
 /// Serializes an id newtype as its string form and validates on the way in.
 macro_rules! serde_plain_id {
@@ -174,9 +174,9 @@ pub trait SessionStore: Send + Sync + Debug + 'static {
     /// Makes sure the standalone stream `stream` of the live session `id`
     /// exists in `events`, before it is first followed: creates it open and
     /// empty if it is missing, leaves it as it is (open or closed, with its
-    /// events) if not. This default, for stores whose
-    /// [`Self::create_with_stream`] wrote the stream already, checks that
-    /// it is there.
+    /// events) if not. Returns its tail, as [`EventLog::tail`]. This
+    /// default, for stores whose [`Self::create_with_stream`] wrote the
+    /// stream already, reads that tail.
     ///
     /// # Errors
     /// [`StoreError::StreamNotFound`] when the session is gone (no stream
@@ -187,8 +187,8 @@ pub trait SessionStore: Send + Sync + Debug + 'static {
         id: &SessionId,
         stream: &StreamId,
         events: &dyn EventLog,
-    ) -> Result<(), StoreError> {
-        events.tail(id, stream).await.map(drop)
+    ) -> Result<Position, StoreError> {
+        events.tail(id, stream).await
     }
 
     /// Loads a live session; `None` when it never existed, ended or expired.

@@ -525,24 +525,26 @@ pub async fn the_standalone_stream_opens_once_and_only_for_a_live_session(store:
     let r = record();
     let stream = &r.standalone_stream;
     sessions.create_with_stream(&r, TTL, events).await.unwrap();
-    sessions
-        .open_standalone(&r.id, stream, events)
-        .await
-        .unwrap();
+    assert_eq!(
+        sessions.open_standalone(&r.id, stream, events).await,
+        Ok(Position::START),
+        "opened empty"
+    );
     let first = events
         .append(&r.id, stream, Arc::from("first"))
         .await
         .unwrap();
-    sessions
-        .open_standalone(&r.id, stream, events)
-        .await
-        .unwrap();
+    assert_eq!(
+        sessions.open_standalone(&r.id, stream, events).await,
+        Ok(first.position),
+        "its tail"
+    );
     assert_eq!(events.tail(&r.id, stream).await.unwrap(), first.position);
     events.close_stream(&r.id, stream).await.unwrap();
-    sessions
-        .open_standalone(&r.id, stream, events)
-        .await
-        .unwrap();
+    assert_eq!(
+        sessions.open_standalone(&r.id, stream, events).await,
+        Ok(first.position)
+    );
     assert_eq!(
         events.append(&r.id, stream, Arc::from("x")).await,
         Err(StoreError::StreamNotFound),

@@ -670,26 +670,22 @@ impl Runtime {
         &self,
         session: &SessionHandle,
     ) -> Result<(Position, Follow), RuntimeError> {
-        let stream = session.standalone_stream();
-        self.open_standalone(session).await?;
-        let tail = self
-            .store()
-            .events
-            .tail(session.id(), stream)
-            .await
-            .map_err(gone_session)?;
-        Ok((tail, self.follow(session, stream, tail).await?))
+        let tail = self.open_standalone(session).await?;
+        let follow = self
+            .follow(session, session.standalone_stream(), tail)
+            .await?;
+        Ok((tail, follow))
     }
 
     /// Makes sure the session's standalone stream exists in the store
-    /// (see [`mcp_cluster_store::SessionStore::open_standalone`]): every
-    /// first use of it (a GET, the legacy HTTP+SSE stream, stdio) calls
-    /// this.
+    /// (see [`mcp_cluster_store::SessionStore::open_standalone`]) and
+    /// returns its tail: every first use of it (a GET, the legacy HTTP+SSE
+    /// stream, stdio) calls this.
     ///
     /// # Errors
     /// [`RuntimeError::SessionNotFound`] when the session is gone; a store
     /// failure.
-    pub async fn open_standalone(&self, session: &SessionHandle) -> Result<(), RuntimeError> {
+    pub async fn open_standalone(&self, session: &SessionHandle) -> Result<Position, RuntimeError> {
         let store = self.store();
         store
             .sessions
