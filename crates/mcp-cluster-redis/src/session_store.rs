@@ -317,7 +317,7 @@ impl SessionStore for RedisSessionStore {
         self.create(record, idle_ttl).await
     }
 
-    /// One script on the session's slot ([`OPEN_STANDALONE`]), which also
+    /// One script on the session's slot (`OPEN_STANDALONE`), which also
     /// answers the tail: refuses a session whose record is gone, so no
     /// stream outlives its session (a session deleted at the same moment,
     /// by another node, may leave one, which expires after the stream idle
