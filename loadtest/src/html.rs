@@ -12,7 +12,6 @@ use plotters::style::{BLACK, RGBColor};
 
 use crate::chart::{Chart, Line, Merge, PALETTE, Scale, group_size};
 use crate::report::{Report, mib};
-use crate::scenario::OpKind;
 use crate::series::{IntervalOp, Percentiles, Point, Series};
 
 /// Picks one percentile out of an interval's.
@@ -54,6 +53,7 @@ pub(crate) fn render(report: &Report) -> anyhow::Result<String> {
     head(&mut page, report)?;
     run_section(&mut page, report)?;
     operations_section(&mut page, report)?;
+    thresholds_section(&mut page, report)?;
     errors_section(&mut page, report)?;
     rss_section(&mut page, report)?;
     charts_section(&mut page, &report.series)?;
@@ -152,6 +152,30 @@ fn operations_section(page: &mut String, report: &Report) -> std::fmt::Result {
     )
 }
 
+fn thresholds_section(page: &mut String, report: &Report) -> std::fmt::Result {
+    if report.thresholds.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        page,
+        "<section id=\"thresholds\">\n<h2>Thresholds</h2>\n<table>\n<tr><th>threshold</th><th>the run</th><th>verdict</th></tr>"
+    )?;
+    for verdict in &report.thresholds {
+        let (class, word) = if verdict.passed {
+            ("", "passed")
+        } else {
+            (" class=\"violation\"", "broken")
+        };
+        writeln!(
+            page,
+            "<tr{class}><td><code>{}</code></td><td>{}</td><td>{word}</td></tr>",
+            escape(&verdict.threshold),
+            escape(&verdict.actual)
+        )?;
+    }
+    writeln!(page, "</table>\n</section>")
+}
+
 fn errors_section(page: &mut String, report: &Report) -> std::fmt::Result {
     writeln!(page, "<section id=\"errors\">\n<h2>Errors</h2>")?;
     writeln!(
@@ -186,7 +210,23 @@ fn errors_section(page: &mut String, report: &Report) -> std::fmt::Result {
             escape(key)
         )?;
     }
-    writeln!(page, "</table>\n</section>")
+    writeln!(page, "</table>")?;
+    if !report.failure_samples.is_empty() {
+        writeln!(
+            page,
+            "<p>The first answer that failed each check:</p>\n<table id=\"samples\">\n<tr><th>error</th><th>operation: result</th></tr>"
+        )?;
+        for (key, sample) in &report.failure_samples {
+            writeln!(
+                page,
+                "<tr><td>{}</td><td><code>{}</code></td></tr>",
+                escape(key),
+                escape(sample)
+            )?;
+        }
+        writeln!(page, "</table>")?;
+    }
+    writeln!(page, "</section>")
 }
 
 fn rss_section(page: &mut String, report: &Report) -> std::fmt::Result {
@@ -292,7 +332,7 @@ fn charts(series: &Series) -> Vec<(&'static str, &'static str, Chart)> {
 fn throughput(series: &Series) -> Chart {
     let mut lines: Vec<Line> = kinds_seen(series)
         .into_iter()
-        .map(|kind| {
+        .map(|(kind, color)| {
             let points = series
                 .points
                 .iter()
@@ -303,7 +343,7 @@ fn throughput(series: &Series) -> Chart {
                     )
                 })
                 .collect();
-            line(kind.name(), kind_color(kind), points, Merge::Mean)
+            line(kind, color, points, Merge::Mean)
         })
         .collect();
     let all = series
@@ -350,7 +390,7 @@ fn latency_all(series: &Series) -> Chart {
 fn latency_by_kind(series: &Series, name: &str, value: PercentileOf) -> Chart {
     let lines = kinds_seen(series)
         .into_iter()
-        .map(|kind| {
+        .map(|(kind, color)| {
             let points = series
                 .points
                 .iter()
@@ -359,7 +399,7 @@ fn latency_by_kind(series: &Series, name: &str, value: PercentileOf) -> Chart {
                     (p.t_secs, latency.map(value))
                 })
                 .collect();
-            line(kind.name(), kind_color(kind), points, Merge::Max)
+            line(kind, color, points, Merge::Max)
         })
         .collect();
     Chart {
@@ -460,27 +500,29 @@ fn rss(series: &Series) -> Chart {
     }
 }
 
-/// Kinds that ran at least once, in report order.
-fn kinds_seen(series: &Series) -> Vec<OpKind> {
-    OpKind::ALL
-        .into_iter()
-        .filter(|kind| series.points.iter().any(|p| find(p, *kind).is_some()))
+/// Operations that ran at least once, in order of first appearance, each
+/// with its colour (the same in every chart).
+fn kinds_seen(series: &Series) -> Vec<(&str, RGBColor)> {
+    let mut seen: Vec<&str> = Vec::new();
+    for op in series.points.iter().flat_map(|p| &p.ops) {
+        if !seen.contains(&op.kind.as_str()) {
+            seen.push(&op.kind);
+        }
+    }
+    seen.into_iter()
+        .enumerate()
+        .map(|(i, kind)| (kind, PALETTE[i % PALETTE.len()]))
         .collect()
 }
 
-fn find(point: &Point, kind: OpKind) -> Option<&IntervalOp> {
-    point.ops.iter().find(|op| op.kind == kind.name())
+fn find<'a>(point: &'a Point, kind: &str) -> Option<&'a IntervalOp> {
+    point.ops.iter().find(|op| op.kind == kind)
 }
 
 /// Per second over the point's interval.
 fn rate(point: &Point, count: u64) -> f64 {
     // The last interval can be very short; never divide by zero.
     count as f64 / point.dt_secs.max(1e-3)
-}
-
-/// One colour per kind, the same in every chart.
-fn kind_color(kind: OpKind) -> RGBColor {
-    PALETTE[kind.index() % PALETTE.len()]
 }
 
 fn line(label: &str, color: RGBColor, points: Vec<(f64, Option<f64>)>, merge: Merge) -> Line {
@@ -523,9 +565,9 @@ mod tests {
 
     const URL: &str = "http://127.0.0.1:18450/mcp";
 
-    fn op(kind: OpKind, ok: u64, failed: u64, p50_ms: f64) -> IntervalOp {
+    fn op(kind: &str, ok: u64, failed: u64, p50_ms: f64) -> IntervalOp {
         IntervalOp {
-            kind: kind.name(),
+            kind: kind.to_owned(),
             ok,
             failed,
             latency: (ok > 0).then_some(Percentiles {
@@ -538,16 +580,13 @@ mod tests {
     }
 
     fn point(t: f64, errors: &[(&str, u64)], rss: Option<u64>) -> Point {
-        let ops = vec![
-            op(OpKind::EchoCall, 900, 0, 1.5),
-            op(OpKind::LongCall, 40, 2, 510.0),
-        ];
+        let ops = vec![op("echo_call", 900, 0, 1.5), op("long_call", 40, 2, 510.0)];
         Point {
             t_secs: t,
             dt_secs: 1.0,
             active_sessions: 200,
             server_rss_bytes: rss,
-            all: op(OpKind::EchoCall, 940, 2, 1.6),
+            all: op("all", 940, 2, 1.6),
             ops,
             errors: errors.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect(),
         }
@@ -578,7 +617,7 @@ mod tests {
             ops_per_sec: 865.4,
             protocol_violations: 1,
             unfinished_sessions: 0,
-            operations: BTreeMap::from([("echo_call", echo)]),
+            operations: BTreeMap::from([("echo_call".to_owned(), echo)]),
             errors: BTreeMap::from([
                 ("timeout".to_owned(), 2),
                 ("protocol:wrong_id".to_owned(), 1),
@@ -588,6 +627,15 @@ mod tests {
                 unauthorized_401: 4,
                 ..Refusals::default()
             },
+            failure_samples: BTreeMap::from([(
+                "check:equals".to_owned(),
+                "call_tool:add: {\"sum\":<5>}".to_owned(),
+            )]),
+            thresholds: vec![crate::threshold::Verdict {
+                threshold: "p99<5ms".to_owned(),
+                passed: false,
+                actual: "6.000ms".to_owned(),
+            }],
             series,
         }
     }
@@ -626,12 +674,25 @@ mod tests {
         let page = render(&report(series(true))).unwrap();
         assert!(page.starts_with("<!DOCTYPE html>"));
         assert!(page.trim_end().ends_with("</html>"));
-        for id in ["run", "operations", "errors", "server-rss", "charts"] {
+        for id in [
+            "run",
+            "operations",
+            "thresholds",
+            "errors",
+            "server-rss",
+            "charts",
+        ] {
             assert!(page.contains(&format!("<section id=\"{id}\">")), "{id}");
         }
         assert!(page.contains("<td>echo_call</td><td>9000</td><td>9000</td><td>0</td>"));
         assert!(page.contains("<tr class=\"violation\"><td>protocol:wrong_id</td><td>1</td>"));
         assert!(page.contains("1 protocol violations."));
+        assert!(page.contains(
+            "<tr><td>check:equals</td><td><code>call_tool:add: {&quot;sum&quot;:&lt;5&gt;}</code></td></tr>"
+        ));
+        assert!(page.contains(
+            "<tr class=\"violation\"><td><code>p99&lt;5ms</code></td><td>6.000ms</td><td>broken</td></tr>"
+        ));
         // Refusals: a table of their own, and failures among the errors.
         assert!(page.contains("<table id=\"refusals\">"));
         assert!(page.contains("<tr><td>401 Unauthorized</td><td>4</td></tr>"));

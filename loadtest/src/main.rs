@@ -4,6 +4,10 @@
 //!
 //! # Layout
 //! - [`scenario`]: the TOML scenario, a weighted mix of operations.
+//! - [`template`], [`data`]: placeholders in a scenario's values and the
+//!   data files they draw from.
+//! - [`expect`]: a scenario's checks on answers.
+//! - [`threshold`]: pass/fail rules on the run's figures.
 //! - [`session`]: one virtual session and the operations it runs.
 //! - [`check`]: response and progress rules, free of I/O.
 //! - [`initialize`]: opening a session, its answer checked like any other.
@@ -16,6 +20,8 @@
 
 mod chart;
 mod check;
+mod data;
+mod expect;
 mod hold;
 mod html;
 mod initialize;
@@ -27,11 +33,14 @@ mod series;
 mod session;
 mod stats;
 mod target;
+mod template;
+mod threshold;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
@@ -253,10 +262,20 @@ struct RunArgs {
     /// Errors the run may have and still pass: failed operations and other failed
     /// requests (refusals such as 401 or 429, other 4xx and 5xx answers, JSON-RPC
     /// errors, failed checks, transport errors). With more, the run exits 1 and says
-    /// how many of each kind. Default 0: a run whose requests are refused is no
-    /// measurement of the server.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    max_errors: u64,
+    /// how many of each kind. Default 0 (a run whose requests are refused is no
+    /// measurement of the server), unless a threshold on all operations' errors is
+    /// given (`errors<0.1%`): that one then decides.
+    #[arg(long, value_name = "N")]
+    max_errors: Option<u64>,
+
+    /// Pass/fail rule on the run (repeatable), added to the scenario's:
+    /// `[OPERATION ]METRIC<VALUE` with METRIC p50, p90, p95, p99, p999, max, mean
+    /// (units us, ms, s), errors (a share `0.1%` or a count) or rate (`100/s`); the
+    /// comparison `<`, `<=`, `>` or `>=`. Examples: 'p99<200ms', 'errors<0.1%',
+    /// 'call_tool:search p95<1s', 'rate>500/s'. A broken one fails the run (exit 1)
+    /// and the summary and the report say which.
+    #[arg(long = "threshold", value_name = "RULE")]
+    thresholds: Vec<String>,
 
     /// PID of the server process: its resident memory (VmRSS from /proc, Linux) is
     /// sampled every interval. If the process goes away, sampling stops and one
@@ -370,7 +389,12 @@ fn run(args: RunArgs) -> anyhow::Result<u64> {
         args.concurrency_per_session >= 1,
         "--concurrency-per-session must be at least 1"
     );
-    let scenario = Scenario::load(args.scenario.as_deref())?;
+    let mut scenario = Scenario::load(args.scenario.as_deref())?;
+    for text in &args.thresholds {
+        let threshold = threshold::Threshold::parse(text)?;
+        scenario.check_names(&threshold)?;
+        scenario.thresholds.push(threshold);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -380,7 +404,7 @@ fn run(args: RunArgs) -> anyhow::Result<u64> {
 
 async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
     let pools = http_pools(&args.url, &args.http)?;
-    let stats = Arc::new(Stats::new()?);
+    let stats = Arc::new(Stats::new(&scenario.names)?);
     let start = Instant::now();
     let duration = Duration::from_secs(args.duration);
     let plan = Arc::new(Plan {
@@ -391,8 +415,13 @@ async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
         end: start + duration,
         hard_deadline: start + duration + HARD_DEADLINE_GRACE,
         concurrency: args.concurrency_per_session,
+        seq: AtomicU64::new(0),
     });
-    let interval = series::interval(args.interval_ms, duration + HARD_DEADLINE_GRACE)?;
+    let interval = series::interval(
+        args.interval_ms,
+        duration + HARD_DEADLINE_GRACE,
+        series::max_points(plan.scenario.names.len() + 1),
+    )?;
     let sampler = series::Sampler::start(Arc::clone(&stats), start, interval, args.server_pid)?;
     let live = report::Live::start(Arc::clone(&stats), args.sessions);
 
@@ -417,8 +446,15 @@ async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
     let series = sampler.finish().await?;
     live.finish();
 
-    let report =
-        report::Report::new(&args_echo(), &plan, &args, elapsed, unfinished).with_series(series);
+    let verdicts = threshold::verdicts(
+        &plan.scenario.thresholds,
+        stats.names(),
+        &stats.figures(),
+        elapsed.as_secs_f64(),
+    )?;
+    let report = report::Report::new(&args_echo(), &plan, &args, elapsed, unfinished)
+        .with_series(series)
+        .with_thresholds(verdicts);
     report.print();
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report)?;
@@ -429,7 +465,20 @@ async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
         html::write(&report, path)?;
         println!("HTML report written to {}", path.display());
     }
-    let failures = report.failures(args.max_errors);
+    // An overall error threshold takes over from --max-errors' default.
+    let max_errors = match args.max_errors {
+        Some(max) => Some(max),
+        None if plan
+            .scenario
+            .thresholds
+            .iter()
+            .any(|t| t.is_overall_errors()) =>
+        {
+            None
+        }
+        None => Some(0),
+    };
+    let failures = report.failures(max_errors);
     for failure in &failures {
         eprintln!("mcp-loadtest: run failed: {failure}");
     }

@@ -15,6 +15,7 @@ use crate::RunArgs;
 use crate::series::{RssSummary, Series};
 use crate::session::Plan;
 use crate::stats::{OpReport, Refusal, Stats};
+use crate::threshold::Verdict;
 
 /// How often the live line is refreshed.
 const LIVE_REFRESH: Duration = Duration::from_millis(500);
@@ -79,11 +80,17 @@ pub(crate) struct Report {
     pub(crate) protocol_violations: u64,
     /// Sessions aborted at the hard deadline.
     pub(crate) unfinished_sessions: usize,
-    pub(crate) operations: BTreeMap<&'static str, OpReport>,
+    pub(crate) operations: BTreeMap<String, OpReport>,
     pub(crate) errors: BTreeMap<String, u64>,
     /// The 401, 403 and 429 answers among `errors`, by kind: failures
     /// counted apart, so that credentials or a rate limit show at a glance.
     pub(crate) refusals: Refusals,
+    /// The first answer that failed each check, by error key.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) failure_samples: BTreeMap<String, String>,
+    /// Each threshold held against the run, set by
+    /// [`Report::with_thresholds`]; one that did not pass fails the run.
+    pub(crate) thresholds: Vec<Verdict>,
     /// The run over time, set by [`Report::with_series`].
     pub(crate) series: Series,
 }
@@ -114,20 +121,24 @@ impl Report {
             operations: plan.stats.operations(elapsed),
             refusals: Refusals::from_errors(&plan.stats.errors()),
             errors: plan.stats.errors(),
+            failure_samples: plan.stats.samples(),
+            thresholds: Vec::new(),
             series: Series::default(),
         }
     }
 
-    /// Why the run failed, one line each: protocol violations, or more
-    /// errors than `max_errors` (with the most frequent kinds). Empty: it
-    /// passed.
-    pub(crate) fn failures(&self, max_errors: u64) -> Vec<String> {
+    /// Why the run failed, one line each: protocol violations, more errors
+    /// than `max_errors` (with the most frequent kinds; `None`: no limit),
+    /// broken thresholds. Empty: it passed.
+    pub(crate) fn failures(&self, max_errors: Option<u64>) -> Vec<String> {
         let mut failures = Vec::new();
         if self.protocol_violations > 0 {
             failures.push(format!("{} protocol violations", self.protocol_violations));
         }
         let errors: u64 = self.errors.values().sum();
-        if errors > max_errors {
+        if let Some(max_errors) = max_errors
+            && errors > max_errors
+        {
             let mut kinds: Vec<(&String, &u64)> = self.errors.iter().collect();
             kinds.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
             let top: Vec<String> = kinds
@@ -141,7 +152,19 @@ impl Report {
                 top.join(", ")
             ));
         }
+        for verdict in self.thresholds.iter().filter(|v| !v.passed) {
+            failures.push(format!(
+                "threshold {:?} broken: the run had {}",
+                verdict.threshold, verdict.actual
+            ));
+        }
         failures
+    }
+
+    /// The report with the thresholds' verdicts.
+    pub(crate) fn with_thresholds(mut self, verdicts: Vec<Verdict>) -> Self {
+        self.thresholds = verdicts;
+        self
     }
 
     /// The report with the sampler's time series (and server RSS).
@@ -161,13 +184,20 @@ impl Report {
             self.concurrency_per_session,
             self.elapsed_secs
         );
+        let width = self
+            .operations
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(0)
+            .max(16);
         println!(
-            "{:<16} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "{:<width$} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
             "operation", "ok", "failed", "ops/s", "p50 ms", "p90 ms", "p99 ms", "max ms"
         );
         for (name, op) in &self.operations {
             println!(
-                "{name:<16} {:>9} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+                "{name:<width$} {:>9} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
                 op.ok, op.failed, op.per_sec, op.p50_ms, op.p90_ms, op.p99_ms, op.max_ms
             );
         }
@@ -190,8 +220,19 @@ impl Report {
         if self.refusals.total() > 0 {
             println!("{}", self.refusals.line());
         }
+        for (key, sample) in &self.failure_samples {
+            println!("first {key}: {sample}");
+        }
         if let Some(rss) = &self.series.server_rss {
             println!("{}", rss_line(rss));
+        }
+        for verdict in &self.thresholds {
+            println!(
+                "threshold {}: {} (the run: {})",
+                verdict.threshold,
+                if verdict.passed { "passed" } else { "BROKEN" },
+                verdict.actual
+            );
         }
         println!(
             "time series: {} intervals of {} ms{}",

@@ -4,10 +4,17 @@
 //! how long, come from the command line (`main.rs`). Running an operation
 //! is `session.rs`'s job.
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::data::{DataSet, DataSpec, MAX_DATA_SETS};
+use crate::expect::{Check, CheckSpec};
+use crate::template::Template;
+use crate::threshold::Threshold;
 
 /// Protocol version offered in `initialize` unless the scenario names one.
 pub(crate) const DEFAULT_PROTOCOL_VERSION: &str = "2025-11-25";
@@ -23,61 +30,240 @@ kind = "echo_call"
 weight = 3
 "#;
 
-/// A parsed, validated scenario.
+/// Most operation names (report rows) a scenario may have.
+pub(crate) const MAX_OPERATION_NAMES: usize = 64;
+/// The report row of every `initialize`.
+pub(crate) const INITIALIZE: OpId = OpId(0);
+
+/// The scenario file as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct ScenarioFile {
+    #[serde(default)]
+    name: String,
+    #[serde(default = "default_protocol_version")]
+    protocol_version: String,
+    #[serde(default)]
+    think_time_ms: u64,
+    /// Pass/fail rules on the whole run (`threshold.rs`).
+    #[serde(default)]
+    thresholds: Vec<String>,
+    /// Data files templates draw from.
+    #[serde(default)]
+    data: Vec<DataSpec>,
+    #[serde(rename = "operation")]
+    operations: Vec<toml::Table>,
+}
+
+/// A parsed, validated scenario.
+#[derive(Debug)]
 pub(crate) struct Scenario {
     /// Shown in the summary and the report.
-    #[serde(default)]
     pub(crate) name: String,
     /// Offered in `initialize`; the server may answer with another.
-    #[serde(default = "default_protocol_version")]
     pub(crate) protocol_version: String,
     /// Pause between two operations of a lane, in milliseconds, drawn
     /// uniformly from 0..=2×this (mean this); 0 runs operations back to
     /// back. Real clients think: without a pause every session is always
     /// busy, which measures saturation rather than a population of users.
-    #[serde(default)]
     pub(crate) think_time_ms: u64,
     /// The mix; each virtual session picks from it by weight.
-    #[serde(rename = "operation")]
     pub(crate) operations: Vec<Weighted>,
-    /// Sum of the weights, set by [`Scenario::parse`].
-    #[serde(skip)]
+    /// The report's rows: `initialize`, then each operation name in the
+    /// order of first appearance. [`OpId`] indexes it.
+    pub(crate) names: Vec<String>,
+    /// The thresholds of the scenario file (its own and its operations').
+    pub(crate) thresholds: Vec<Threshold>,
+    /// The data files, loaded.
+    pub(crate) data: Vec<DataSet>,
+    /// Sum of the weights.
     total_weight: u64,
 }
+
+/// A row of the report: an index into [`Scenario::names`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct OpId(pub(crate) usize);
 
 fn default_protocol_version() -> String {
     DEFAULT_PROTOCOL_VERSION.to_owned()
 }
 
-/// One entry of the mix: `weight` beside the operation's own fields.
-#[derive(Debug, Deserialize)]
-#[serde(try_from = "toml::Table")]
+/// One entry of the mix: the operation and what is expected of it.
+#[derive(Debug)]
 pub(crate) struct Weighted {
     /// Relative frequency (0 disables the entry).
     pub(crate) weight: u32,
     /// What to do.
     pub(crate) op: Operation,
+    /// Its report row.
+    pub(crate) id: OpId,
+    /// The request of a generic operation (`call_tool`, `read_resource`,
+    /// ...), compiled; `None` for the built-in ones.
+    pub(crate) request: Option<Request>,
+    /// `[[operation.check]]`: tests on the result.
+    pub(crate) checks: Vec<Check>,
+    /// Slower than this is a failure (`check:latency`).
+    pub(crate) max_latency: Option<Duration>,
 }
 
-impl TryFrom<toml::Table> for Weighted {
-    type Error = anyhow::Error;
+/// The fields every operation entry may have besides its kind's own.
+const COMMON_FIELDS: [&str; 5] = ["weight", "name", "check", "max_latency_ms", "thresholds"];
 
-    // Not `#[serde(flatten)]`: it would let unknown fields (typos) pass.
-    fn try_from(mut table: toml::Table) -> anyhow::Result<Self> {
+impl Weighted {
+    /// Parses one `[[operation]]` table; `thresholds` collects its own
+    /// rules (scoped to its name).
+    fn parse(
+        mut table: toml::Table,
+        data: &[DataSet],
+        names: &mut Vec<String>,
+        thresholds: &mut Vec<Threshold>,
+    ) -> anyhow::Result<Self> {
         let weight = table
             .remove("weight")
             .context("every operation needs a weight")?;
         let weight = u32::try_from(weight.as_integer().context("weight must be an integer")?)
             .context("weight must be 0 or more")?;
+        let name = match table.remove("name") {
+            Some(name) => Some(name.as_str().context("name must be a string")?.to_owned()),
+            None => None,
+        };
+        let checks: Vec<CheckSpec> = match table.remove("check") {
+            Some(checks) => checks
+                .try_into()
+                .context("check: a list of tables ([[operation.check]])")?,
+            None => Vec::new(),
+        };
+        let max_latency = match table.remove("max_latency_ms") {
+            Some(ms) => Some(Duration::from_millis(
+                u64::try_from(
+                    ms.as_integer()
+                        .context("max_latency_ms must be an integer")?,
+                )
+                .context("max_latency_ms must be 0 or more")?,
+            )),
+            None => None,
+        };
+        let own_thresholds: Vec<String> = match table.remove("thresholds") {
+            Some(list) => list.try_into().context("thresholds: a list of strings")?,
+            None => Vec::new(),
+        };
         let has_fields = table.len() > 1;
         let op = Operation::deserialize(table)?;
         // Serde lets a unit variant of a tagged enum ignore extra fields.
         if has_fields && matches!(op, Operation::ToolsList | Operation::DeleteSession) {
-            bail!("{} takes no fields besides weight", op.kind().name());
+            bail!(
+                "{} takes no fields besides {}",
+                op.kind_name(),
+                COMMON_FIELDS.join(", ")
+            );
         }
-        Ok(Self { weight, op })
+        op.validate()?;
+        let name = match name {
+            Some(name) => {
+                ensure!(
+                    !name.is_empty() && name.len() <= 64 && !name.contains(char::is_whitespace),
+                    "name {name:?}: 1 to 64 characters, no spaces"
+                );
+                name
+            }
+            None => op.default_name(),
+        };
+        ensure!(
+            name != "initialize" && name != "all",
+            "name {name:?} is taken by the report"
+        );
+        let id = match names.iter().position(|n| *n == name) {
+            Some(index) => OpId(index),
+            None => {
+                ensure!(
+                    names.len() <= MAX_OPERATION_NAMES,
+                    "more than {MAX_OPERATION_NAMES} operation names"
+                );
+                names.push(name.clone());
+                OpId(names.len() - 1)
+            }
+        };
+        for text in own_thresholds {
+            let threshold = Threshold::parse(&text)?;
+            ensure!(
+                threshold.operation.is_none(),
+                "threshold {text:?} inside operation {name:?} names an operation; write it without"
+            );
+            thresholds.push(threshold.on(&name));
+        }
+        let request = op.request(data)?;
+        ensure!(
+            checks.is_empty()
+                || request.is_some()
+                || matches!(op, Operation::EchoCall { .. } | Operation::ToolsList),
+            "{}: checks are for operations with one answer",
+            op.kind_name()
+        );
+        let checks = checks
+            .iter()
+            .enumerate()
+            .map(|(n, spec)| Check::compile(spec, data, n + 1))
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Self {
+            weight,
+            op,
+            id,
+            request,
+            checks,
+            max_latency,
+        })
+    }
+}
+
+/// A generic operation's request, compiled.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub(crate) method: &'static str,
+    /// `params`, with placeholders.
+    pub(crate) params: Template,
+    /// Where the result's main array is (`/content`, `/tools`, ...): it
+    /// must be there for the answer to count.
+    pub(crate) shape: &'static str,
+    /// A tool call that must answer `isError: true` (`is_error = true`).
+    pub(crate) expect_tool_error: bool,
+}
+
+/// What `list` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Listed {
+    Tools,
+    Resources,
+    ResourceTemplates,
+    Prompts,
+}
+
+impl Listed {
+    fn method(self) -> &'static str {
+        match self {
+            Listed::Tools => "tools/list",
+            Listed::Resources => "resources/list",
+            Listed::ResourceTemplates => "resources/templates/list",
+            Listed::Prompts => "prompts/list",
+        }
+    }
+
+    fn shape(self) -> &'static str {
+        match self {
+            Listed::Tools => "/tools",
+            Listed::Resources => "/resources",
+            Listed::ResourceTemplates => "/resourceTemplates",
+            Listed::Prompts => "/prompts",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Listed::Tools => "tools",
+            Listed::Resources => "resources",
+            Listed::ResourceTemplates => "resource_templates",
+            Listed::Prompts => "prompts",
+        }
     }
 }
 
@@ -121,74 +307,140 @@ pub(crate) enum Operation {
     },
     /// DELETE the session, then initialize a new one.
     DeleteSession,
+    /// `tools/call` of any tool; `arguments` is a template. The result must
+    /// carry `content`, and `isError` must be `is_error` (default false).
+    CallTool {
+        tool: String,
+        #[serde(default = "empty_object")]
+        arguments: Value,
+        #[serde(default)]
+        is_error: bool,
+    },
+    /// `resources/read`; `uri` is a template. The result must carry
+    /// `contents`.
+    ReadResource { uri: String },
+    /// `prompts/get`; `arguments` is a template. The result must carry
+    /// `messages`.
+    GetPrompt {
+        prompt: String,
+        #[serde(default = "empty_object")]
+        arguments: Value,
+    },
+    /// The first page of `tools/list`, `resources/list`,
+    /// `resources/templates/list` or `prompts/list`.
+    List { what: Listed },
+    /// `completion/complete`: `ref` (`{type = "ref/prompt", name = ...}` or
+    /// `{type = "ref/resource", uri = ...}`) and `argument` (`{name, value}`,
+    /// a template). The result must carry `completion.values`.
+    Complete {
+        #[serde(rename = "ref")]
+        reference: Value,
+        argument: Value,
+    },
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
 }
 
 fn default_message() -> String {
     "hello".to_owned()
 }
 
-/// The operation kinds, for statistics; `Initialize` is measured too.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OpKind {
-    Initialize,
-    ToolsList,
-    EchoCall,
-    LongCall,
-    CancelCall,
-    GetStream,
-    DropAndResume,
-    PollResume,
-    DeleteSession,
-}
-
-impl OpKind {
-    /// Every kind, in report order.
-    pub(crate) const ALL: [OpKind; 9] = [
-        OpKind::Initialize,
-        OpKind::ToolsList,
-        OpKind::EchoCall,
-        OpKind::LongCall,
-        OpKind::CancelCall,
-        OpKind::GetStream,
-        OpKind::DropAndResume,
-        OpKind::PollResume,
-        OpKind::DeleteSession,
-    ];
-
-    /// The name used in scenario files and reports.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            OpKind::Initialize => "initialize",
-            OpKind::ToolsList => "tools_list",
-            OpKind::EchoCall => "echo_call",
-            OpKind::LongCall => "long_call",
-            OpKind::CancelCall => "cancel_call",
-            OpKind::GetStream => "get_stream",
-            OpKind::DropAndResume => "drop_and_resume",
-            OpKind::PollResume => "poll_resume",
-            OpKind::DeleteSession => "delete_session",
-        }
-    }
-
-    /// Index into per-kind tables.
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
-}
-
 impl Operation {
-    /// Its statistics bucket.
-    pub(crate) fn kind(&self) -> OpKind {
+    /// The `kind` as written in scenario files.
+    pub(crate) fn kind_name(&self) -> &'static str {
         match self {
-            Operation::ToolsList => OpKind::ToolsList,
-            Operation::EchoCall { .. } => OpKind::EchoCall,
-            Operation::LongCall { .. } => OpKind::LongCall,
-            Operation::CancelCall { .. } => OpKind::CancelCall,
-            Operation::GetStream { .. } => OpKind::GetStream,
-            Operation::DropAndResume { .. } => OpKind::DropAndResume,
-            Operation::PollResume { .. } => OpKind::PollResume,
-            Operation::DeleteSession => OpKind::DeleteSession,
+            Operation::ToolsList => "tools_list",
+            Operation::EchoCall { .. } => "echo_call",
+            Operation::LongCall { .. } => "long_call",
+            Operation::CancelCall { .. } => "cancel_call",
+            Operation::GetStream { .. } => "get_stream",
+            Operation::DropAndResume { .. } => "drop_and_resume",
+            Operation::PollResume { .. } => "poll_resume",
+            Operation::DeleteSession => "delete_session",
+            Operation::CallTool { .. } => "call_tool",
+            Operation::ReadResource { .. } => "read_resource",
+            Operation::GetPrompt { .. } => "get_prompt",
+            Operation::List { .. } => "list",
+            Operation::Complete { .. } => "complete",
         }
+    }
+
+    /// The report row of an operation without a `name`: its kind, and the
+    /// tool's or prompt's name or what it lists.
+    fn default_name(&self) -> String {
+        let name = match self {
+            Operation::CallTool { tool, .. } => format!("call_tool:{tool}"),
+            Operation::GetPrompt { prompt, .. } => format!("get_prompt:{prompt}"),
+            Operation::List { what } => format!("list:{}", what.name()),
+            other => other.kind_name().to_owned(),
+        };
+        // A row name has no spaces (thresholds name rows before a space).
+        name.replace(char::is_whitespace, "_")
+    }
+
+    /// The request of a generic operation, its templates compiled.
+    fn request(&self, data: &[DataSet]) -> anyhow::Result<Option<Request>> {
+        let (method, params, shape, expect_tool_error) = match self {
+            Operation::CallTool {
+                tool,
+                arguments,
+                is_error,
+            } => {
+                ensure!(
+                    arguments.is_object(),
+                    "call_tool: arguments must be a table"
+                );
+                (
+                    "tools/call",
+                    json!({"name": tool, "arguments": arguments}),
+                    "/content",
+                    *is_error,
+                )
+            }
+            Operation::ReadResource { uri } => {
+                ("resources/read", json!({"uri": uri}), "/contents", false)
+            }
+            Operation::GetPrompt { prompt, arguments } => {
+                ensure!(
+                    arguments.is_object(),
+                    "get_prompt: arguments must be a table"
+                );
+                (
+                    "prompts/get",
+                    json!({"name": prompt, "arguments": arguments}),
+                    "/messages",
+                    false,
+                )
+            }
+            Operation::List { what } => (what.method(), json!({}), what.shape(), false),
+            Operation::Complete {
+                reference,
+                argument,
+            } => {
+                ensure!(
+                    reference.get("type").and_then(Value::as_str).is_some()
+                        && argument.get("name").and_then(Value::as_str).is_some()
+                        && argument.get("value").is_some(),
+                    "complete: ref needs a type, argument a name and a value"
+                );
+                (
+                    "completion/complete",
+                    json!({"ref": reference, "argument": argument}),
+                    "/completion/values",
+                    false,
+                )
+            }
+            _ => return Ok(None),
+        };
+        let params = Template::compile(&params, data, self.kind_name())?;
+        Ok(Some(Request {
+            method,
+            params,
+            shape,
+            expect_tool_error,
+        }))
     }
 
     /// How long the operation takes on a healthy server (its timeout adds slack).
@@ -231,7 +483,7 @@ impl Operation {
         if let Some(steps) = self.steps() {
             // The node's long_running_operation clamps to this; more would
             // make the exact 1..=steps check fail for the wrong reason.
-            ensure!(steps <= 10_000, "{}: steps <= 10000", self.kind().name());
+            ensure!(steps <= 10_000, "{}: steps <= 10000", self.kind_name());
         }
         Ok(())
     }
@@ -248,53 +500,108 @@ impl Operation {
 }
 
 impl Scenario {
-    /// Parses and validates TOML text.
+    /// Parses and validates TOML text; data files are read relative to
+    /// `dir`.
     ///
     /// # Errors
-    /// Bad TOML, an unknown operation or field, or values out of range.
-    pub(crate) fn parse(text: &str) -> anyhow::Result<Self> {
-        let mut scenario: Scenario = toml::from_str(text)?;
-        for entry in &scenario.operations {
-            entry.op.validate()?;
+    /// Bad TOML, an unknown operation or field, values out of range, a data
+    /// file that cannot be read, a template or threshold that does not
+    /// compile.
+    pub(crate) fn parse(text: &str, dir: &Path) -> anyhow::Result<Self> {
+        let file: ScenarioFile = toml::from_str(text)?;
+        ensure!(
+            file.data.len() <= MAX_DATA_SETS,
+            "more than {MAX_DATA_SETS} [[data]] files"
+        );
+        let mut data: Vec<DataSet> = Vec::with_capacity(file.data.len());
+        for spec in &file.data {
+            ensure!(
+                data.iter().all(|d| d.name != spec.name),
+                "two [[data]] named {:?}",
+                spec.name
+            );
+            data.push(DataSet::load(spec, dir)?);
         }
-        scenario.total_weight = scenario
-            .operations
-            .iter()
-            .map(|entry| u64::from(entry.weight))
-            .sum();
-        if scenario.total_weight == 0 {
+        let mut names = vec!["initialize".to_owned()];
+        let mut thresholds = Vec::new();
+        let mut operations = Vec::with_capacity(file.operations.len());
+        for (n, table) in file.operations.into_iter().enumerate() {
+            let kind = table
+                .get("kind")
+                .and_then(toml::Value::as_str)
+                .unwrap_or("?")
+                .to_owned();
+            operations.push(
+                Weighted::parse(table, &data, &mut names, &mut thresholds)
+                    .with_context(|| format!("operation {} ({kind})", n + 1))?,
+            );
+        }
+        for text in &file.thresholds {
+            thresholds.push(Threshold::parse(text)?);
+        }
+        let total_weight = operations.iter().map(|entry| u64::from(entry.weight)).sum();
+        if total_weight == 0 {
             bail!("the scenario needs at least one operation with a weight above 0");
         }
+        let scenario = Self {
+            name: file.name,
+            protocol_version: file.protocol_version,
+            think_time_ms: file.think_time_ms,
+            operations,
+            names,
+            thresholds,
+            data,
+            total_weight,
+        };
+        for threshold in &scenario.thresholds {
+            scenario.check_names(threshold)?;
+        }
         Ok(scenario)
+    }
+
+    /// A threshold names an operation of this scenario, if any.
+    ///
+    /// # Errors
+    /// It names one the scenario does not have (the names are listed).
+    pub(crate) fn check_names(&self, threshold: &Threshold) -> anyhow::Result<()> {
+        match &threshold.operation {
+            Some(name) if !self.names.contains(name) => bail!(
+                "threshold {:?}: no operation named {name:?} (there are: {})",
+                threshold.text,
+                self.names.join(", ")
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// Reads a scenario file, or the built-in default mix.
     ///
     /// # Errors
     /// The file cannot be read or does not parse.
-    pub(crate) fn load(path: Option<&std::path::Path>) -> anyhow::Result<Self> {
+    pub(crate) fn load(path: Option<&Path>) -> anyhow::Result<Self> {
         match path {
-            None => Self::parse(DEFAULT_SCENARIO),
+            None => Self::parse(DEFAULT_SCENARIO, Path::new(".")),
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading {}", path.display()))?;
-                Self::parse(&text).with_context(|| format!("scenario {}", path.display()))
+                let dir = path.parent().unwrap_or(Path::new("."));
+                Self::parse(&text, dir).with_context(|| format!("scenario {}", path.display()))
             }
         }
     }
 
-    /// The operation for a roll in `0..total_weight`.
-    pub(crate) fn pick_with(&self, roll: u64) -> &Operation {
+    /// The entry for a roll in `0..total_weight`.
+    pub(crate) fn pick_with(&self, roll: u64) -> &Weighted {
         let mut left = roll % self.total_weight;
         for entry in &self.operations {
             let weight = u64::from(entry.weight);
             if left < weight {
-                return &entry.op;
+                return entry;
             }
             left -= weight;
         }
         // unreachable: roll < total_weight, the sum of the weights.
-        &self.operations[self.operations.len() - 1].op
+        &self.operations[self.operations.len() - 1]
     }
 
     /// A random pause before the next operation (see `think_time_ms`).
@@ -302,30 +609,34 @@ impl Scenario {
         Duration::from_millis(fastrand::u64(0..=self.think_time_ms.saturating_mul(2)))
     }
 
-    /// A random operation, by weight.
-    pub(crate) fn pick(&self) -> &Operation {
+    /// A random entry, by weight.
+    pub(crate) fn pick(&self) -> &Weighted {
         self.pick_with(fastrand::u64(0..self.total_weight))
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn parse(text: &str) -> anyhow::Result<Scenario> {
+        Scenario::parse(text, Path::new("."))
+    }
+
     #[test]
     fn checked_in_scenarios_parse() {
-        for file in ["smoke.toml", "mixed.toml", "sessions-10k.toml"] {
-            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("scenarios")
-                .join(file);
-            Scenario::load(Some(&path)).unwrap();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Scenario::load(Some(&path)).unwrap();
+            }
         }
         Scenario::load(None).unwrap();
     }
 
     #[test]
     fn picks_follow_the_weights() {
-        let s = Scenario::parse(
+        let s = parse(
             r#"
             [[operation]]
             kind = "tools_list"
@@ -342,28 +653,149 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.protocol_version, DEFAULT_PROTOCOL_VERSION);
-        assert_eq!(s.pick_with(0), &Operation::ToolsList);
+        assert_eq!(s.pick_with(0).op, Operation::ToolsList);
         let long = Operation::LongCall {
             duration_ms: 100,
             steps: 4,
         };
-        assert_eq!(s.pick_with(1), &long);
-        assert_eq!(s.pick_with(2), &long);
-        assert_eq!(s.pick_with(3), &Operation::ToolsList);
+        assert_eq!(s.pick_with(1).op, long);
+        assert_eq!(s.pick_with(2).op, long);
+        assert_eq!(s.pick_with(3).op, Operation::ToolsList);
+        assert_eq!(
+            s.names,
+            ["initialize", "tools_list", "delete_session", "long_call"]
+        );
+    }
+
+    #[test]
+    fn generic_operations_get_names_requests_and_thresholds() {
+        let s = parse(
+            r#"
+            thresholds = ["p99<1s", "call_tool:get_forecast errors<1%"]
+            [[operation]]
+            kind = "call_tool"
+            weight = 3
+            tool = "get_forecast"
+            arguments = { city = "Paris", days = "{{random_int 1 7}}" }
+            max_latency_ms = 250
+            thresholds = ["p95<200ms"]
+            [[operation.check]]
+            pointer = "/content/0/text"
+            contains = "Paris"
+            [[operation]]
+            kind = "call_tool"
+            name = "forecast_again"
+            weight = 1
+            tool = "get_forecast"
+            [[operation]]
+            kind = "list"
+            weight = 1
+            what = "resource_templates"
+            [[operation]]
+            kind = "read_resource"
+            weight = 1
+            uri = "file:///{{seq}}.txt"
+            [[operation]]
+            kind = "get_prompt"
+            weight = 1
+            prompt = "summary"
+            [[operation]]
+            kind = "complete"
+            weight = 1
+            ref = { type = "ref/prompt", name = "summary" }
+            argument = { name = "topic", value = "ra" }
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            s.names,
+            [
+                "initialize",
+                "call_tool:get_forecast",
+                "forecast_again",
+                "list:resource_templates",
+                "read_resource",
+                "get_prompt:summary",
+                "complete"
+            ]
+        );
+        let forecast = &s.operations[0];
+        let request = forecast.request.as_ref().unwrap();
+        assert_eq!((request.method, request.shape), ("tools/call", "/content"));
+        assert_eq!(forecast.checks.len(), 1);
+        assert_eq!(forecast.max_latency, Some(Duration::from_millis(250)));
+        let list = s.operations[2].request.as_ref().unwrap();
+        assert_eq!(
+            (list.method, list.shape),
+            ("resources/templates/list", "/resourceTemplates")
+        );
+        let scoped: Vec<Option<&str>> = s
+            .thresholds
+            .iter()
+            .map(|t| t.operation.as_deref())
+            .collect();
+        assert_eq!(
+            scoped,
+            [
+                Some("call_tool:get_forecast"),
+                None,
+                Some("call_tool:get_forecast")
+            ]
+        );
     }
 
     #[test]
     fn rejects_bad_scenarios() {
-        for bad in [
-            "",
-            "[[operation]]\nkind = \"tools_list\"\nweight = 0\n",
-            "[[operation]]\nkind = \"teleport\"\nweight = 1\n",
-            "[[operation]]\nkind = \"tools_list\"\nweight = 1\nsteps = 3\n",
-            "[[operation]]\nkind = \"drop_and_resume\"\nweight = 1\nduration_ms = 1\nsteps = 3\ndrop_after = 3\n",
-            "[[operation]]\nkind = \"cancel_call\"\nweight = 1\nduration_ms = 1\nsteps = 1\n",
-            "[[operation]]\nkind = \"poll_resume\"\nweight = 1\nduration_ms = 1\nsteps = 2\nclose_after = 0\n",
+        for (bad, says) in [
+            ("", "missing field `operation`"),
+            (
+                "[[operation]]\nkind = \"tools_list\"\nweight = 0\n",
+                "weight above 0",
+            ),
+            (
+                "[[operation]]\nkind = \"teleport\"\nweight = 1\n",
+                "teleport",
+            ),
+            (
+                "[[operation]]\nkind = \"tools_list\"\nweight = 1\nsteps = 3\n",
+                "no fields",
+            ),
+            (
+                "[[operation]]\nkind = \"drop_and_resume\"\nweight = 1\nduration_ms = 1\nsteps = 3\ndrop_after = 3\n",
+                "drop_after",
+            ),
+            (
+                "[[operation]]\nkind = \"cancel_call\"\nweight = 1\nduration_ms = 1\nsteps = 1\n",
+                "steps >= 2",
+            ),
+            (
+                "[[operation]]\nkind = \"poll_resume\"\nweight = 1\nduration_ms = 1\nsteps = 2\nclose_after = 0\n",
+                "close_after",
+            ),
+            (
+                "[[operation]]\nkind = \"call_tool\"\nweight = 1\ntool = \"t\"\narguments = { a = \"{{nope}}\" }\n",
+                "unknown placeholder",
+            ),
+            (
+                "[[operation]]\nkind = \"call_tool\"\nweight = 1\ntool = \"t\"\nname = \"initialize\"\n",
+                "taken by the report",
+            ),
+            (
+                "thresholds = [\"call_tool:x p99<1s\"]\n[[operation]]\nkind = \"call_tool\"\nweight = 1\ntool = \"t\"\n",
+                "no operation named \"call_tool:x\"",
+            ),
+            (
+                "[[operation]]\nkind = \"get_stream\"\nweight = 1\nhold_ms = 5\n[[operation.check]]\nexists = true\n",
+                "checks are for operations with one answer",
+            ),
+            (
+                "[[data]]\nname = \"d\"\nfile = \"missing.csv\"\n[[operation]]\nkind = \"tools_list\"\nweight = 1\n",
+                "missing.csv",
+            ),
         ] {
-            assert!(Scenario::parse(bad).is_err(), "{bad}");
+            let err = parse(bad).err().unwrap_or_else(|| panic!("{bad} parsed"));
+            let text = format!("{err:#}");
+            assert!(text.contains(says), "{bad}: {text}");
         }
     }
 }

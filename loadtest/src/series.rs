@@ -10,10 +10,12 @@
 //! task owns until then. A `Sampler` dropped without `finish` ends its task
 //! at the next tick.
 //!
-//! Memory bound: at most [`MAX_POINTS`] points. A point with every kind
-//! active holds under 1 KB (about 2 KB as pretty JSON), so the series stays
-//! below 20 MB; the interval is made coarser up front when the longest
-//! possible run would need more points (see [`interval`]).
+//! Memory bound: at most [`MAX_POINTS`] points, and at most
+//! [`MAX_POINT_ROWS`] operation rows over all points (a scenario with many
+//! named operations gets fewer points, see [`max_points`]). A row holds
+//! about 100 bytes (200 as pretty JSON), so the series stays below 20 MB;
+//! the interval is made coarser up front when the longest possible run
+//! would need more points (see [`interval`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,26 +30,37 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::rss::rss_bytes;
-use crate::scenario::OpKind;
 use crate::stats::{ErrorKind, IntervalCounts, Stats, latency_histogram};
 
 /// Most points a series keeps: 5.5 hours at the default 1 s interval.
 pub(crate) const MAX_POINTS: usize = 20_000;
+/// Most operation rows (`all` included) over all points of a series.
+pub(crate) const MAX_POINT_ROWS: usize = 200_000;
 /// Shortest interval accepted: each tick resets a histogram per kind and reads
 /// `/proc`, which is cheap once a second but not a thousand times.
 const MIN_INTERVAL_MS: u64 = 100;
 
+/// The most points a series of `operations` rows per point (the
+/// scenario's operation names and `all`) keeps.
+pub(crate) fn max_points(operations: usize) -> usize {
+    (MAX_POINT_ROWS / operations.max(1)).min(MAX_POINTS)
+}
+
 /// The interval to sample at: the requested one, made coarser when a run
-/// of `longest_run` would otherwise need more than [`MAX_POINTS`] points.
+/// of `longest_run` would otherwise need more than `max_points` points.
 ///
 /// # Errors
 /// `requested_ms` is below the minimum.
-pub(crate) fn interval(requested_ms: u64, longest_run: Duration) -> anyhow::Result<Duration> {
+pub(crate) fn interval(
+    requested_ms: u64,
+    longest_run: Duration,
+    max_points: usize,
+) -> anyhow::Result<Duration> {
     ensure!(
         requested_ms >= MIN_INTERVAL_MS,
         "--interval-ms must be at least {MIN_INTERVAL_MS}"
     );
-    let needed_ms = longest_run.as_millis().div_ceil(MAX_POINTS as u128);
+    let needed_ms = longest_run.as_millis().div_ceil(max_points.max(1) as u128);
     let needed_ms = u64::try_from(needed_ms).unwrap_or(u64::MAX);
     Ok(Duration::from_millis(requested_ms.max(needed_ms)))
 }
@@ -87,10 +100,11 @@ pub(crate) struct Point {
     pub(crate) errors: BTreeMap<String, u64>,
 }
 
-/// One operation kind (or `all`) within one interval.
+/// One operation (or `all`) within one interval.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct IntervalOp {
-    pub(crate) kind: &'static str,
+    /// The operation's name (`call_tool:search`, `echo_call`, `all`).
+    pub(crate) kind: String,
     pub(crate) ok: u64,
     pub(crate) failed: u64,
     /// Latency of the successful operations; absent when none succeeded.
@@ -216,14 +230,14 @@ impl SamplerState {
             None => None,
         };
         Ok(Self {
+            counts: IntervalCounts::new(stats.names().len())?,
+            max_points: max_points(stats.names().len() + 1),
             stats,
             start,
             interval,
             last: Duration::ZERO,
-            counts: IntervalCounts::new()?,
             all_us: latency_histogram()?,
             server_pid,
-            max_points: MAX_POINTS,
             series: Series {
                 interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
                 points: Vec::new(),
@@ -276,14 +290,15 @@ impl SamplerState {
         self.series.points.push(point);
     }
 
-    /// Each kind that did anything in the interval.
+    /// Each operation that did anything in the interval.
     fn per_kind(&self) -> Vec<IntervalOp> {
-        OpKind::ALL
+        self.stats
+            .names()
             .iter()
             .zip(&self.counts.ops)
             .filter(|(_, op)| op.ok + op.failed > 0)
-            .map(|(kind, op)| IntervalOp {
-                kind: kind.name(),
+            .map(|(name, op)| IntervalOp {
+                kind: name.clone(),
                 ok: op.ok,
                 failed: op.failed,
                 latency: Percentiles::of(&op.latency_us),
@@ -302,7 +317,7 @@ impl SamplerState {
             let _ = self.all_us.add(&op.latency_us);
         }
         IntervalOp {
-            kind: "all",
+            kind: "all".to_owned(),
             ok,
             failed,
             latency: Percentiles::of(&self.all_us),
@@ -333,9 +348,20 @@ impl SamplerState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::OpId;
+
+    const LIST: OpId = OpId(1);
+    const ECHO: OpId = OpId(2);
+    const LONG: OpId = OpId(3);
+
+    fn names() -> Vec<String> {
+        ["initialize", "tools_list", "echo_call", "long_call"]
+            .map(str::to_owned)
+            .to_vec()
+    }
 
     fn state(server_pid: Option<u32>) -> (Arc<Stats>, SamplerState, Instant) {
-        let stats = Arc::new(Stats::new().unwrap());
+        let stats = Arc::new(Stats::new(&names()).unwrap());
         let start = Instant::now();
         let state = SamplerState::new(
             Arc::clone(&stats),
@@ -347,20 +373,20 @@ mod tests {
         (stats, state, start)
     }
 
-    fn op(point: &Point, kind: OpKind) -> Option<&IntervalOp> {
-        point.ops.iter().find(|op| op.kind == kind.name())
+    fn op(point: &Point, id: OpId) -> Option<&IntervalOp> {
+        point.ops.iter().find(|op| op.kind == names()[id.0])
     }
 
     #[test]
     fn operations_land_in_the_interval_they_finished_in() {
         let (stats, mut state, start) = state(None);
         for ms in 1..=100 {
-            stats.ok(OpKind::EchoCall, Duration::from_millis(ms));
+            stats.ok(ECHO, Duration::from_millis(ms));
         }
-        stats.failed(OpKind::LongCall, &ErrorKind::Timeout);
+        stats.failed(LONG, &ErrorKind::Timeout);
         state.sample(start + Duration::from_secs(1));
         for _ in 0..10 {
-            stats.ok(OpKind::EchoCall, Duration::from_millis(500));
+            stats.ok(ECHO, Duration::from_millis(500));
         }
         stats.error(&ErrorKind::HttpStatus(503));
         state.sample(start + Duration::from_millis(2500));
@@ -371,23 +397,23 @@ mod tests {
         assert_eq!((first.t_secs, first.dt_secs), (1.0, 1.0));
         assert_eq!((second.t_secs, second.dt_secs), (2.5, 1.5));
 
-        let echo = op(first, OpKind::EchoCall).unwrap();
+        let echo = op(first, ECHO).unwrap();
         assert_eq!((echo.ok, echo.failed), (100, 0));
         let p = echo.latency.unwrap();
         // 3 significant figures: within 0.1 %.
         assert!((p.p50_ms - 50.0).abs() < 0.1, "{p:?}");
         assert!((p.p99_ms - 99.0).abs() < 0.1, "{p:?}");
         assert!((p.max_ms - 100.0).abs() < 0.1, "{p:?}");
-        let long = op(first, OpKind::LongCall).unwrap();
+        let long = op(first, LONG).unwrap();
         assert_eq!((long.ok, long.failed, long.latency), (0, 1, None));
         assert_eq!(first.errors.get("timeout"), Some(&1));
         assert_eq!((first.all.ok, first.all.failed), (100, 1));
 
         // The second interval holds only its own operations.
-        let echo = op(second, OpKind::EchoCall).unwrap();
+        let echo = op(second, ECHO).unwrap();
         assert_eq!(echo.ok, 10);
         assert!((echo.latency.unwrap().p50_ms - 500.0).abs() < 0.5);
-        assert!(op(second, OpKind::LongCall).is_none());
+        assert!(op(second, LONG).is_none());
         assert_eq!(second.errors.len(), 1);
         assert_eq!(second.errors.get("http_status:503"), Some(&1));
         // The whole-run figures still see everything.
@@ -399,10 +425,10 @@ mod tests {
     fn all_merges_the_kinds_latencies() {
         let (stats, mut state, start) = state(None);
         for _ in 0..98 {
-            stats.ok(OpKind::EchoCall, Duration::from_millis(1));
+            stats.ok(ECHO, Duration::from_millis(1));
         }
-        stats.ok(OpKind::LongCall, Duration::from_millis(1000));
-        stats.ok(OpKind::LongCall, Duration::from_millis(2000));
+        stats.ok(LONG, Duration::from_millis(1000));
+        stats.ok(LONG, Duration::from_millis(2000));
         state.sample(start + Duration::from_secs(1));
         let all = &state.series.points[0].all;
         let p = all.latency.unwrap();
@@ -430,7 +456,7 @@ mod tests {
         let (stats, mut state, start) = state(None);
         state.max_points = 5;
         for s in 1..=8 {
-            stats.ok(OpKind::EchoCall, Duration::from_millis(1));
+            stats.ok(ECHO, Duration::from_millis(1));
             state.sample(start + Duration::from_secs(s));
         }
         assert_eq!(state.series.points.len(), 5);
@@ -438,7 +464,7 @@ mod tests {
         assert_eq!(state.series.dropped_points, 3);
         // Intervals left out are still taken: nothing piles up for later.
         state.max_points = 6;
-        stats.ok(OpKind::EchoCall, Duration::from_millis(1));
+        stats.ok(ECHO, Duration::from_millis(1));
         state.sample(start + Duration::from_secs(9));
         assert_eq!(state.series.points[5].all.ok, 1);
     }
@@ -493,7 +519,7 @@ mod tests {
 
     #[test]
     fn missing_server_pid_is_refused_at_start() {
-        let stats = Arc::new(Stats::new().unwrap());
+        let stats = Arc::new(Stats::new(&names()).unwrap());
         let err = SamplerState::new(
             stats,
             Instant::now(),
@@ -507,24 +533,37 @@ mod tests {
     #[test]
     fn interval_is_coarsened_for_long_runs_only() {
         let hour = Duration::from_secs(3600);
-        assert_eq!(interval(1000, hour).unwrap(), Duration::from_secs(1));
-        assert_eq!(interval(250, hour).unwrap(), Duration::from_millis(250));
+        assert_eq!(
+            interval(1000, hour, MAX_POINTS).unwrap(),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            interval(250, hour, MAX_POINTS).unwrap(),
+            Duration::from_millis(250)
+        );
         let day = Duration::from_secs(86_400);
-        let coarse = interval(1000, day).unwrap();
+        let coarse = interval(1000, day, MAX_POINTS).unwrap();
         assert_eq!(coarse, Duration::from_millis(4320));
         assert!(day.as_millis() / coarse.as_millis() <= MAX_POINTS as u128);
-        assert!(interval(10, hour).is_err());
+        assert!(interval(10, hour, MAX_POINTS).is_err());
+        // Many named operations: fewer, longer intervals.
+        assert_eq!(max_points(4), MAX_POINTS);
+        assert_eq!(max_points(65), 3076);
+        assert_eq!(
+            interval(1000, hour, max_points(65)).unwrap(),
+            Duration::from_millis(1171)
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn sampler_task_ticks_and_closes_the_last_interval() {
-        let stats = Arc::new(Stats::new().unwrap());
+        let stats = Arc::new(Stats::new(&names()).unwrap());
         let start = Instant::now();
         let sampler =
             Sampler::start(Arc::clone(&stats), start, Duration::from_secs(1), None).unwrap();
-        stats.ok(OpKind::ToolsList, Duration::from_millis(3));
+        stats.ok(LIST, Duration::from_millis(3));
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        stats.ok(OpKind::ToolsList, Duration::from_millis(3));
+        stats.ok(LIST, Duration::from_millis(3));
         let series = sampler.finish().await.unwrap();
         let oks: Vec<u64> = series.points.iter().map(|p| p.all.ok).collect();
         assert_eq!(oks, [1, 0, 1]);

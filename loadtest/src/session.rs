@@ -10,7 +10,7 @@
 //! themselves.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -22,8 +22,9 @@ use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 use crate::check::{CallCheck, Seen, Violation, has_tool_content, is_echo_of};
 use crate::initialize;
 use crate::pools::Pools;
-use crate::scenario::{OpKind, Operation, Scenario};
+use crate::scenario::{INITIALIZE, OpId, Operation, Request, Scenario, Weighted};
 use crate::stats::{ErrorKind, Stats};
+use crate::template::Draw;
 
 /// Added to an operation's nominal duration to get its timeout.
 const OP_TIMEOUT_SLACK: Duration = Duration::from_secs(15);
@@ -52,6 +53,8 @@ pub(crate) struct Plan {
     pub(crate) hard_deadline: Instant,
     /// Operations in flight at once per session.
     pub(crate) concurrency: usize,
+    /// The templates' `seq`: operations that used it so far.
+    pub(crate) seq: AtomicU64,
 }
 
 /// The `index`-th virtual session, from its start time to its DELETE.
@@ -65,7 +68,8 @@ pub(crate) async fn run(plan: Arc<Plan>, index: usize, start_at: Instant) {
     let client = RwLock::new(client);
     // The server allows one standalone GET stream per session.
     let standalone_taken = AtomicBool::new(false);
-    join_all((0..plan.concurrency).map(|_| lane(&client, &plan, http, &standalone_taken))).await;
+    join_all((0..plan.concurrency).map(|_| lane(&client, &plan, index, http, &standalone_taken)))
+        .await;
     let client = client.into_inner();
     if client.session_id().is_some() {
         match timeout(SESSION_CALL_TIMEOUT, client.delete()).await {
@@ -85,13 +89,13 @@ async fn initialize(plan: &Plan, http: &reqwest::Client) -> Option<Client> {
         let started = Instant::now();
         let error = match timeout(SESSION_CALL_TIMEOUT, open_session(plan, http)).await {
             Ok(Ok(client)) => {
-                plan.stats.ok(OpKind::Initialize, started.elapsed());
+                plan.stats.ok(INITIALIZE, started.elapsed());
                 return Some(client);
             }
             Ok(Err(error)) => error,
             Err(_) => ErrorKind::Timeout,
         };
-        plan.stats.failed(OpKind::Initialize, &error);
+        plan.stats.failed(INITIALIZE, &error);
         sleep(INITIALIZE_RETRY_PAUSE).await;
     }
     None
@@ -107,6 +111,7 @@ async fn open_session(plan: &Plan, http: &reqwest::Client) -> Result<Client, Err
 async fn lane(
     client: &RwLock<Client>,
     plan: &Plan,
+    session: usize,
     http: &reqwest::Client,
     standalone_taken: &AtomicBool,
 ) {
@@ -118,16 +123,15 @@ async fn lane(
                 break;
             }
         }
-        let op = plan.scenario.pick();
-        let kind = op.kind();
-        let deadline =
-            (Instant::now() + op.nominal_duration() + OP_TIMEOUT_SLACK).min(plan.hard_deadline);
-        let outcome = match op {
+        let entry = plan.scenario.pick();
+        let deadline = (Instant::now() + entry.op.nominal_duration() + OP_TIMEOUT_SLACK)
+            .min(plan.hard_deadline);
+        let outcome = match &entry.op {
             Operation::DeleteSession => {
                 let mut client = client.write().await;
                 let outcome = timeout_at(deadline, delete_session(&mut client, plan, http)).await;
                 let failed = !matches!(outcome, Ok(Ok(_)));
-                record(plan, kind, outcome);
+                record(plan, entry, outcome);
                 if failed {
                     let Some(fresh) = initialize(plan, http).await else {
                         return;
@@ -150,31 +154,49 @@ async fn lane(
                 standalone_taken.store(false, Ordering::Release);
                 outcome
             }
-            op => {
+            _ => {
                 let client = client.read().await;
-                timeout_at(deadline, run_op(&client, op)).await
+                timeout_at(deadline, run_op(&client, plan, entry, session)).await
             }
         };
-        record(plan, kind, outcome);
+        record(plan, entry, outcome);
     }
 }
 
+/// Counts an operation's outcome under its name; a success slower than
+/// the entry's `max_latency_ms` is a failure (`check:latency`).
 fn record(
     plan: &Plan,
-    kind: OpKind,
+    entry: &Weighted,
     outcome: Result<Result<Duration, ErrorKind>, tokio::time::error::Elapsed>,
 ) {
+    let id: OpId = entry.id;
     match outcome {
-        Ok(Ok(latency)) => plan.stats.ok(kind, latency),
-        Ok(Err(error)) => plan.stats.failed(kind, &error),
-        Err(_) => plan.stats.failed(kind, &ErrorKind::Timeout),
+        Ok(Ok(latency)) if entry.max_latency.is_some_and(|max| latency > max) => {
+            plan.stats.failed(id, &ErrorKind::Check("check:latency"));
+        }
+        Ok(Ok(latency)) => plan.stats.ok(id, latency),
+        Ok(Err(error)) => plan.stats.failed(id, &error),
+        Err(_) => plan.stats.failed(id, &ErrorKind::Timeout),
     }
 }
 
 /// Runs one request-style operation; returns the latency to record.
-async fn run_op(client: &Client, op: &Operation) -> Result<Duration, ErrorKind> {
+async fn run_op(
+    client: &Client,
+    plan: &Plan,
+    entry: &Weighted,
+    session: usize,
+) -> Result<Duration, ErrorKind> {
     let started = Instant::now();
-    match op {
+    let mut draw = Draw::new(&plan.scenario.data, session, &plan.seq);
+    if let Some(request) = &entry.request {
+        let result = generic_request(client, plan, entry, request, &mut draw).await?;
+        let latency = started.elapsed();
+        expectations(plan, entry, &result, &mut draw)?;
+        return Ok(latency);
+    }
+    match &entry.op {
         Operation::ToolsList => {
             let response = simple_request(client, "tools/list", json!({})).await?;
             if response
@@ -183,6 +205,9 @@ async fn run_op(client: &Client, op: &Operation) -> Result<Duration, ErrorKind> 
             {
                 return Err(violation(Violation::WrongResult));
             }
+            let latency = started.elapsed();
+            expectations(plan, entry, &response["result"], &mut draw)?;
+            return Ok(latency);
         }
         Operation::EchoCall { message } => {
             let params = json!({"name": "echo", "arguments": {"message": message}});
@@ -190,6 +215,9 @@ async fn run_op(client: &Client, op: &Operation) -> Result<Duration, ErrorKind> 
             if !is_echo_of(&response, message) {
                 return Err(violation(Violation::WrongResult));
             }
+            let latency = started.elapsed();
+            expectations(plan, entry, &response["result"], &mut draw)?;
+            return Ok(latency);
         }
         Operation::LongCall { duration_ms, steps } => {
             long_call(client, *duration_ms, *steps).await?;
@@ -207,20 +235,97 @@ async fn run_op(client: &Client, op: &Operation) -> Result<Duration, ErrorKind> 
             steps,
             close_after,
         } => poll_resume(client, *duration_ms, *steps, *close_after).await?,
-        // Handled by the lane, which needs the lock or the flag.
-        Operation::GetStream { .. } | Operation::DeleteSession => {}
+        // Handled by the lane, which needs the lock or the flag; the
+        // generic ones above.
+        Operation::GetStream { .. }
+        | Operation::DeleteSession
+        | Operation::CallTool { .. }
+        | Operation::ReadResource { .. }
+        | Operation::GetPrompt { .. }
+        | Operation::List { .. }
+        | Operation::Complete { .. } => {}
     }
     Ok(started.elapsed())
 }
 
-/// A request without progress; returns its (non-error) response.
+/// A generic operation's request, its params drawn; returns the result,
+/// which has the shape its method promises and the `isError` asked for.
+async fn generic_request(
+    client: &Client,
+    plan: &Plan,
+    entry: &Weighted,
+    request: &Request,
+    draw: &mut Draw<'_>,
+) -> Result<Value, ErrorKind> {
+    let params = request.params.render(draw);
+    let mut response = checked_request(client, request.method, params).await?;
+    let mut result = response
+        .get_mut("result")
+        .map(Value::take)
+        .ok_or(violation(Violation::WrongResult))?;
+    if result
+        .pointer(request.shape)
+        .is_none_or(|found| !found.is_array())
+    {
+        return Err(violation(Violation::WrongResult));
+    }
+    let tool_error = result.get("isError") == Some(&Value::Bool(true));
+    let error = match (tool_error, request.expect_tool_error) {
+        (true, false) => ErrorKind::ToolError,
+        (false, true) => ErrorKind::Check("check:is_error"),
+        _ => return Ok(result.take()),
+    };
+    plan.stats
+        .sample(operation_name(plan, entry), &error, &result);
+    Err(error)
+}
+
+/// The entry's checks on an operation's `result`; the first answer that
+/// fails each kind of check is kept for the report.
+fn expectations(
+    plan: &Plan,
+    entry: &Weighted,
+    result: &Value,
+    draw: &mut Draw<'_>,
+) -> Result<(), ErrorKind> {
+    for check in &entry.checks {
+        if let Err(key) = check.holds(result, draw) {
+            let error = ErrorKind::Check(key);
+            plan.stats
+                .sample(operation_name(plan, entry), &error, result);
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+fn operation_name<'a>(plan: &'a Plan, entry: &Weighted) -> &'a str {
+    &plan.scenario.names[entry.id.0]
+}
+
+/// A request without progress; returns its response, neither a JSON-RPC
+/// error nor a tool error.
 async fn simple_request(client: &Client, method: &str, params: Value) -> Result<Value, ErrorKind> {
+    let response = checked_request(client, method, params).await?;
+    if is_tool_error(&response) {
+        return Err(ErrorKind::ToolError);
+    }
+    Ok(response)
+}
+
+/// A request without progress, every protocol rule checked; returns its
+/// response, which is not a JSON-RPC error (but may be a tool error).
+async fn checked_request(client: &Client, method: &str, params: Value) -> Result<Value, ErrorKind> {
     let id = client.next_id();
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     let mut check = CallCheck::new(id, None);
     read_reply(client, post(client, &body).await?, &mut check).await?;
     check.finish(false).map_err(violation)?;
-    response_ok(&check)
+    let response = check
+        .response()
+        .ok_or(violation(Violation::MissingResponse))?;
+    not_an_error(response)?;
+    Ok(response.clone())
 }
 
 /// A long call with progress requested, read to its end.
@@ -524,15 +629,25 @@ pub(crate) fn response_ok(check: &CallCheck) -> Result<Value, ErrorKind> {
     let response = check
         .response()
         .ok_or(violation(Violation::MissingResponse))?;
-    if let Some(error) = response.get("error") {
-        return Err(ErrorKind::JsonRpc(
-            error.get("code").and_then(Value::as_i64).unwrap_or(0),
-        ));
-    }
-    if response.pointer("/result/isError") == Some(&Value::Bool(true)) {
+    not_an_error(response)?;
+    if is_tool_error(response) {
         return Err(ErrorKind::ToolError);
     }
     Ok(response.clone())
+}
+
+/// A JSON-RPC error response as an [`ErrorKind`].
+fn not_an_error(response: &Value) -> Result<(), ErrorKind> {
+    match response.get("error") {
+        Some(error) => Err(ErrorKind::JsonRpc(
+            error.get("code").and_then(Value::as_i64).unwrap_or(0),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn is_tool_error(response: &Value) -> bool {
+    response.pointer("/result/isError") == Some(&Value::Bool(true))
 }
 
 pub(crate) fn violation(v: Violation) -> ErrorKind {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::scenario::OpKind;
+use crate::scenario::OpId;
 
 /// Highest latency the histograms track exactly (longer ones saturate).
 const MAX_TRACKED_LATENCY_US: u64 = 3_600_000_000;
@@ -39,6 +39,9 @@ pub(crate) enum ErrorKind {
     ToolError,
     /// The server broke a protocol rule.
     Protocol(&'static str),
+    /// The answer failed one of the scenario's checks (`check:equals`,
+    /// `check:latency`, ...).
+    Check(&'static str),
     /// The `--server-pid` process could no longer be read (it exited); counted
     /// once, after which the run goes on without RSS samples.
     ServerRssLost,
@@ -65,7 +68,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout".to_owned(),
             ErrorKind::Transport => "transport".to_owned(),
             ErrorKind::ToolError => "tool_error".to_owned(),
-            ErrorKind::Protocol(name) => (*name).to_owned(),
+            ErrorKind::Protocol(name) | ErrorKind::Check(name) => (*name).to_owned(),
             ErrorKind::ServerRssLost => "server_rss_lost".to_owned(),
         }
     }
@@ -114,6 +117,11 @@ impl Refusal {
     }
 }
 
+/// Most failure samples kept (one per error key).
+const MAX_SAMPLES: usize = 32;
+/// Longest failure sample, in characters.
+const MAX_SAMPLE_CHARS: usize = 600;
+
 /// Counters of one operation kind.
 #[derive(Debug)]
 struct OpStats {
@@ -150,7 +158,7 @@ struct ErrorCounts {
 /// allocates a histogram.
 #[derive(Debug)]
 pub(crate) struct IntervalCounts {
-    /// Indexed by [`OpKind::index`].
+    /// Indexed by [`OpId`].
     pub(crate) ops: Vec<IntervalOpCounts>,
     pub(crate) errors: BTreeMap<String, u64>,
 }
@@ -169,9 +177,9 @@ impl IntervalCounts {
     ///
     /// # Errors
     /// The histogram bounds are rejected (they are constants, so never).
-    pub(crate) fn new() -> anyhow::Result<Self> {
-        let mut ops = Vec::with_capacity(OpKind::ALL.len());
-        for _ in OpKind::ALL {
+    pub(crate) fn new(operations: usize) -> anyhow::Result<Self> {
+        let mut ops = Vec::with_capacity(operations);
+        for _ in 0..operations {
             ops.push(IntervalOpCounts {
                 ok: 0,
                 failed: 0,
@@ -212,18 +220,25 @@ pub(crate) fn latency_histogram() -> anyhow::Result<Histogram<u64>> {
 /// session; dropped after the report is written.
 #[derive(Debug)]
 pub(crate) struct Stats {
+    /// The report's rows ([`crate::scenario::Scenario::names`]).
+    names: Vec<String>,
+    /// Indexed by [`OpId`].
     ops: Vec<OpStats>,
     /// Errors are rare, so one lock is enough.
     errors: Mutex<ErrorCounts>,
     violations: AtomicU64,
+    /// The first answer that failed each check (`check:*`, `tool_error`),
+    /// cut to [`MAX_SAMPLE_CHARS`]: what the server said, for the report.
+    samples: Mutex<BTreeMap<String, String>>,
     /// Sessions between their first initialize and their end.
     pub(crate) active_sessions: AtomicU64,
 }
 
 impl Stats {
-    pub(crate) fn new() -> anyhow::Result<Self> {
-        let mut ops = Vec::with_capacity(OpKind::ALL.len());
-        for _ in OpKind::ALL {
+    /// Figures for the operations `names` (`initialize` first).
+    pub(crate) fn new(names: &[String]) -> anyhow::Result<Self> {
+        let mut ops = Vec::with_capacity(names.len());
+        for _ in names {
             ops.push(OpStats {
                 ok: AtomicU64::new(0),
                 failed: AtomicU64::new(0),
@@ -236,16 +251,18 @@ impl Stats {
             });
         }
         Ok(Self {
+            names: names.to_vec(),
             ops,
             errors: Mutex::new(ErrorCounts::default()),
             violations: AtomicU64::new(0),
+            samples: Mutex::new(BTreeMap::new()),
             active_sessions: AtomicU64::new(0),
         })
     }
 
     /// A successful operation and its latency.
-    pub(crate) fn ok(&self, kind: OpKind, latency: Duration) {
-        let op = &self.ops[kind.index()];
+    pub(crate) fn ok(&self, id: OpId, latency: Duration) {
+        let op = &self.ops[id.0];
         op.ok.fetch_add(1, Ordering::Relaxed);
         let us = u64::try_from(latency.as_micros())
             .unwrap_or(u64::MAX)
@@ -258,8 +275,8 @@ impl Stats {
     }
 
     /// A failed operation.
-    pub(crate) fn failed(&self, kind: OpKind, error: &ErrorKind) {
-        let op = &self.ops[kind.index()];
+    pub(crate) fn failed(&self, id: OpId, error: &ErrorKind) {
+        let op = &self.ops[id.0];
         op.failed.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut latency) = op.latency.lock() {
             latency.interval_failed += 1;
@@ -277,6 +294,29 @@ impl Stats {
             *errors.interval.entry(key.clone()).or_default() += 1;
             *errors.total.entry(key).or_default() += 1;
         }
+    }
+
+    /// Keeps `answer` as the sample of `error` if it is the first of its
+    /// key (and there is room).
+    pub(crate) fn sample(&self, operation: &str, error: &ErrorKind, answer: &serde_json::Value) {
+        let Ok(mut samples) = self.samples.lock() else {
+            return;
+        };
+        let key = error.key();
+        if samples.len() >= MAX_SAMPLES || samples.contains_key(&key) {
+            return;
+        }
+        let mut text = format!("{operation}: {answer}");
+        if let Some((cut, _)) = text.char_indices().nth(MAX_SAMPLE_CHARS) {
+            text.truncate(cut);
+            text.push_str("...");
+        }
+        samples.insert(key, text);
+    }
+
+    /// The failure samples by error key.
+    pub(crate) fn samples(&self) -> BTreeMap<String, String> {
+        self.samples.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     /// Swaps the current interval's figures into `into` and starts a new
@@ -307,24 +347,23 @@ impl Stats {
         (ok, failed, self.violations.load(Ordering::Relaxed))
     }
 
-    /// Per-kind results, kinds that never ran left out.
-    pub(crate) fn operations(&self, elapsed: Duration) -> BTreeMap<&'static str, OpReport> {
+    /// The report's rows, [`OpId`] order.
+    pub(crate) fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Per-operation results, operations that never ran left out.
+    pub(crate) fn operations(&self, elapsed: Duration) -> BTreeMap<String, OpReport> {
         let secs = elapsed.as_secs_f64().max(1e-9);
         let mut out = BTreeMap::new();
-        for kind in OpKind::ALL {
-            let op = &self.ops[kind.index()];
-            let ok = op.ok.load(Ordering::Relaxed);
-            let failed = op.failed.load(Ordering::Relaxed);
+        for (name, figures) in self.names.iter().zip(self.figures()) {
+            let (ok, failed, hist) = figures;
             if ok + failed == 0 {
                 continue;
             }
-            let Ok(latency) = op.latency.lock() else {
-                continue;
-            };
-            let hist = &latency.total_us;
             let ms = |us: u64| us as f64 / 1000.0;
             out.insert(
-                kind.name(),
+                name.clone(),
                 OpReport {
                     ok,
                     failed,
@@ -338,6 +377,24 @@ impl Stats {
             );
         }
         out
+    }
+
+    /// (ok, failed, latency of the successes) of each operation, in
+    /// [`OpId`] order: copies, taken one operation at a time.
+    pub(crate) fn figures(&self) -> Vec<(u64, u64, Histogram<u64>)> {
+        self.ops
+            .iter()
+            .map(|op| {
+                let ok = op.ok.load(Ordering::Relaxed);
+                let failed = op.failed.load(Ordering::Relaxed);
+                let hist = op
+                    .latency
+                    .lock()
+                    .map(|l| l.total_us.clone())
+                    .unwrap_or_else(|poisoned| poisoned.into_inner().total_us.clone());
+                (ok, failed, hist)
+            })
+            .collect()
     }
 
     /// Error counts by key.
@@ -366,6 +423,7 @@ pub(crate) struct OpReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::INITIALIZE;
 
     #[test]
     fn refusals_are_counted_apart_and_as_failures() {
@@ -390,9 +448,9 @@ mod tests {
         );
         assert_eq!(ErrorKind::status(404).key(), "http_status:404");
 
-        let stats = Stats::new().unwrap();
+        let stats = Stats::new(&["initialize".to_owned()]).unwrap();
         for code in [401, 401, 403, 429] {
-            stats.failed(OpKind::Initialize, &ErrorKind::status(code));
+            stats.failed(INITIALIZE, &ErrorKind::status(code));
         }
         let (ok, failed, violations) = stats.totals();
         assert_eq!((ok, failed, violations), (0, 4, 0));

@@ -1,0 +1,256 @@
+//! Scenarios of your own tools, run by the `mcp-loadtest` process against a
+//! real `mcp-node` process: named tools, resources, prompts, lists and
+//! completions with arguments drawn from data files; checks on each answer
+//! that fail the operation (never count it as a success) when the answer is
+//! wrong; thresholds that fail the run and say which.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use mcp_cluster_testkit::{NodeProcess, loadtest_binary, node_binary};
+use serde_json::Value;
+
+fn scenarios() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../loadtest/scenarios")
+}
+
+fn loadtest(args: &[&str]) -> Output {
+    let output = Command::new(loadtest_binary())
+        .args(args)
+        .output()
+        .expect("running mcp-loadtest");
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    output
+}
+
+/// A scratch directory of this test process.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "mcp-loadtest-scenarios-{name}-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `scenario` against `node` for 2 s with 8 sessions; returns the
+/// output and the JSON report.
+fn run(node: &NodeProcess, scenario: &Path, extra: &[&str], dir: &Path) -> (Output, Value) {
+    let json = dir.join("report.json");
+    let _ = std::fs::remove_file(&json);
+    let mut args = vec![
+        "run",
+        "--url",
+        node.url(),
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--sessions",
+        "8",
+        "--duration",
+        "2",
+        "--report",
+        json.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let output = loadtest(&args);
+    let report = std::fs::read(&json)
+        .map(|bytes| serde_json::from_slice(&bytes).unwrap())
+        .unwrap_or(Value::Null);
+    (output, report)
+}
+
+#[test]
+fn your_own_tools_run_with_data_templates_and_checks() {
+    let node = NodeProcess::spawn(&node_binary(), &["--log", "warn"]).unwrap();
+    let dir = scratch("tools");
+    let (output, report) = run(&node, &scenarios().join("tools.toml"), &[], &dir);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert_eq!(report["protocol_violations"], 0, "{stdout}");
+    assert_eq!(report["total_failed"], 0, "{stdout}");
+    // Every operation of the scenario ran, under its own name, and each
+    // success passed its checks: the sums of `add` are the data file's.
+    for name in [
+        "initialize",
+        "call_tool:add",
+        "echo_seq",
+        "read_resource",
+        "get_prompt:test_prompt_with_arguments",
+        "list:prompts",
+        "complete",
+        "add_refuses_text",
+    ] {
+        let op = &report["operations"][name];
+        assert!(op["ok"].as_u64().is_some_and(|ok| ok > 0), "{name}: {op}");
+        assert_eq!(op["failed"], 0, "{name}: {op}");
+    }
+    let verdicts: Vec<(&str, bool)> = report["thresholds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["threshold"].as_str().unwrap(), v["passed"] == true))
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            ("call_tool:add p99<500ms", true),
+            ("errors<1%", true),
+            ("p99<2s", true)
+        ]
+    );
+    assert!(stdout.contains("threshold errors<1%: passed"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Wrong answers on purpose (checks that cannot hold): every such answer
+/// is a failure under its check's key, none a success, the run fails, and
+/// the report keeps the first failing answer.
+#[test]
+fn answers_that_fail_their_checks_are_failures_never_successes() {
+    let node = NodeProcess::spawn(&node_binary(), &["--log", "warn"]).unwrap();
+    let dir = scratch("wrong");
+    let pairs = scenarios().join("data/pairs.csv");
+    let scenario = dir.join("wrong.toml");
+    std::fs::write(
+        &scenario,
+        format!(
+            r#"
+name = "wrong"
+[[data]]
+name = "pairs"
+file = {pairs:?}
+[[operation]]
+kind = "call_tool"
+weight = 1
+tool = "add"
+arguments = {{ a = "{{{{pairs.a | number}}}}", b = "{{{{pairs.b | number}}}}" }}
+[[operation.check]]
+pointer = "/structuredContent/sum"
+equals = "{{{{pairs.a | number}}}}"
+[[operation]]
+kind = "call_tool"
+name = "echo_contains"
+weight = 1
+tool = "echo"
+arguments = {{ message = "hello" }}
+[[operation.check]]
+pointer = "/content/0/text"
+contains = "goodbye"
+[[operation]]
+kind = "list"
+weight = 1
+what = "tools"
+max_latency_ms = 0
+[[operation]]
+kind = "call_tool"
+name = "add_ok_but_error_expected"
+weight = 1
+tool = "add"
+arguments = {{ a = 1, b = 2 }}
+is_error = true
+"#
+        ),
+    )
+    .unwrap();
+    let (output, report) = run(&node, &scenario, &[], &dir);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stderr.contains("more than --max-errors 0 allows"),
+        "{stderr}"
+    );
+    // No protocol rule was broken: the server answered, only not as the
+    // scenario expects.
+    assert_eq!(report["protocol_violations"], 0, "{stdout}");
+    for (name, key) in [
+        ("call_tool:add", "check:equals"),
+        ("echo_contains", "check:contains"),
+        ("list:tools", "check:latency"),
+        ("add_ok_but_error_expected", "check:is_error"),
+    ] {
+        let op = &report["operations"][name];
+        assert_eq!(op["ok"], 0, "{name}: {op}");
+        let failed = op["failed"].as_u64().unwrap();
+        assert!(failed > 0, "{name}: {op}");
+        assert_eq!(
+            report["errors"][key], failed,
+            "{name}: {}",
+            report["errors"]
+        );
+    }
+    let sample = report["failure_samples"]["check:equals"].as_str().unwrap();
+    assert!(sample.starts_with("call_tool:add: {"), "{sample}");
+    assert!(sample.contains("\"sum\""), "{sample}");
+
+    // An error threshold on the whole run takes over from --max-errors' 0.
+    let (output, report) = run(&node, &scenario, &["--threshold", "errors<=100%"], &dir);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert_eq!(report["thresholds"][0]["passed"], true);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A broken threshold fails the run (exit 1) and the summary, stderr and
+/// the report say which; a threshold on an operation the scenario does not
+/// have is refused before the run (exit 64).
+#[test]
+fn broken_thresholds_fail_the_run_and_say_which() {
+    let node = NodeProcess::spawn(&node_binary(), &["--log", "warn"]).unwrap();
+    let dir = scratch("thresholds");
+    let scenario = scenarios().join("smoke.toml");
+    let (output, report) = run(
+        &node,
+        &scenario,
+        &[
+            "--threshold",
+            "p99<1us",
+            "--threshold",
+            "echo_call p99<30s",
+            "--threshold",
+            "rate>1000000/s",
+        ],
+        &dir,
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stderr.contains("run failed: threshold \"p99<1us\" broken: the run had"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("threshold \"rate>1000000/s\" broken"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("echo_call p99<30s"), "{stderr}");
+    assert!(stdout.contains("threshold p99<1us: BROKEN"), "{stdout}");
+    let passed: Vec<bool> = report["thresholds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["passed"] == true)
+        .collect();
+    assert_eq!(passed, [false, true, false], "{}", report["thresholds"]);
+    assert_eq!(report["total_failed"], 0);
+
+    let output = loadtest(&[
+        "run",
+        "--url",
+        node.url(),
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--threshold",
+        "call_tool:nope p99<1s",
+    ]);
+    assert_eq!(output.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no operation named \"call_tool:nope\""),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
