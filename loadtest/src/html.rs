@@ -627,6 +627,7 @@ mod tests {
                 unauthorized_401: 4,
                 ..Refusals::default()
             },
+            arrivals: None,
             failure_samples: BTreeMap::from([(
                 "check:equals".to_owned(),
                 "call_tool:add: {\"sum\":<5>}".to_owned(),

@@ -9,6 +9,7 @@
 //! - [`expect`]: a scenario's checks on answers.
 //! - [`threshold`]: pass/fail rules on the run's figures.
 //! - [`session`]: one virtual session and the operations it runs.
+//! - [`open`]: the open model, operations arriving at a rate.
 //! - [`check`]: response and progress rules, free of I/O.
 //! - [`initialize`]: opening a session, its answer checked like any other.
 //! - [`stats`]: counters, histograms and error counts, whole run and current interval.
@@ -25,6 +26,7 @@ mod expect;
 mod hold;
 mod html;
 mod initialize;
+mod open;
 mod pools;
 mod report;
 mod rss;
@@ -53,6 +55,8 @@ use crate::scenario::Scenario;
 use crate::session::Plan;
 use crate::stats::Stats;
 
+/// `--duration` when not given.
+const DEFAULT_DURATION_SECS: u64 = 30;
 /// How long past `--duration` anything may still run before it is aborted.
 const HARD_DEADLINE_GRACE: Duration = Duration::from_secs(30);
 /// How long an idle pooled connection is kept.
@@ -227,14 +231,40 @@ struct RunArgs {
     #[arg(long, value_name = "FILE.toml")]
     scenario: Option<PathBuf>,
 
-    /// Virtual sessions (each an MCP session with its own Mcp-Session-Id).
+    /// Virtual sessions (each an MCP session with its own Mcp-Session-Id). With
+    /// --rate or --stage: the pool of sessions arrivals run on (at most one operation
+    /// each at a time), opened before the clock starts.
     #[arg(long, default_value_t = 100)]
     sessions: usize,
 
     /// Seconds during which operations start; operations under way then finish, and
-    /// anything still running 30 s later is aborted.
-    #[arg(long, value_name = "SECS", default_value_t = 30)]
-    duration: u64,
+    /// anything still running 30 s later is aborted. Default 30; with --stage, the
+    /// stages' sum.
+    #[arg(long, value_name = "SECS", conflicts_with = "stages")]
+    duration: Option<u64>,
+
+    /// Open model: operations arrive at this rate (per second) for --duration,
+    /// whatever the server's speed, each on an idle session of the pool; an arrival
+    /// that finds every session busy is dropped and counted. Latency counts from each
+    /// arrival's intended time. Without --rate or --stage: closed loop (each session
+    /// runs its next operation when the last one ends).
+    #[arg(long, value_name = "PER_SEC", conflicts_with = "stages")]
+    rate: Option<f64>,
+
+    /// Open model with ramping rate (repeatable): `DURATION:RATE`, e.g. `30s:100
+    /// 1m:500 30s:0`: the rate moves linearly to RATE per second over DURATION (units
+    /// ms, s, m, h), from --start-rate for the first stage.
+    #[arg(long = "stage", value_name = "DURATION:RATE")]
+    stages: Vec<String>,
+
+    /// The rate at the start of the first --stage, per second.
+    #[arg(
+        long,
+        value_name = "PER_SEC",
+        default_value_t = 0.0,
+        requires = "stages"
+    )]
+    start_rate: f64,
 
     /// Seconds over which session starts are spread evenly (0: all at once); must be
     /// below --duration.
@@ -380,33 +410,75 @@ fn http_pools(url: &str, args: &HttpArgs) -> anyhow::Result<Pools> {
 fn run(args: RunArgs) -> anyhow::Result<u64> {
     target::check(&args.url, &args.allow_target)?;
     ensure!(args.sessions >= 1, "--sessions must be at least 1");
-    ensure!(args.duration >= 1, "--duration must be at least 1");
+    let duration = Duration::from_secs(args.duration.unwrap_or(DEFAULT_DURATION_SECS));
+    let schedule = match (args.rate, args.stages.is_empty()) {
+        (Some(rate), _) => Some(open::Schedule::constant(rate, duration)?),
+        (None, false) => Some(open::Schedule::ramping(args.start_rate, &args.stages)?),
+        (None, true) => None,
+    };
+    let duration = schedule.as_ref().map_or(duration, open::Schedule::duration);
     ensure!(
-        args.ramp_up < args.duration,
+        duration >= Duration::from_secs(1),
+        "--duration must be at least 1"
+    );
+    ensure!(
+        Duration::from_secs(args.ramp_up) < duration,
         "--ramp-up must be below --duration"
     );
     ensure!(
         args.concurrency_per_session >= 1,
         "--concurrency-per-session must be at least 1"
     );
+    if schedule.is_some() {
+        ensure!(
+            args.ramp_up == 0 && args.concurrency_per_session == 1,
+            "--ramp-up and --concurrency-per-session are for the closed loop; with --rate or --stage the arrivals set the pace"
+        );
+    }
     let mut scenario = Scenario::load(args.scenario.as_deref())?;
     for text in &args.thresholds {
         let threshold = threshold::Threshold::parse(text)?;
         scenario.check_names(&threshold)?;
         scenario.thresholds.push(threshold);
     }
+    if schedule.is_none()
+        && let Some(rule) = scenario.thresholds.iter().find(|t| t.is_dropped())
+    {
+        anyhow::bail!(
+            "threshold {:?} is on dropped arrivals: give --rate or --stage",
+            rule.text
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    runtime.block_on(drive(args, scenario))
+    runtime.block_on(drive(args, scenario, duration, schedule))
 }
 
-async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
+async fn drive(
+    args: RunArgs,
+    scenario: Scenario,
+    duration: Duration,
+    schedule: Option<open::Schedule>,
+) -> anyhow::Result<u64> {
     let pools = http_pools(&args.url, &args.http)?;
     let stats = Arc::new(Stats::new(&scenario.names)?);
+    // The open model's sessions are opened before its clock starts.
+    let pool = match &schedule {
+        Some(_) => Some(
+            open::SessionPool::open(
+                &args.url,
+                &scenario.protocol_version,
+                &pools,
+                &stats,
+                args.sessions,
+            )
+            .await,
+        ),
+        None => None,
+    };
     let start = Instant::now();
-    let duration = Duration::from_secs(args.duration);
     let plan = Arc::new(Plan {
         url: args.url.clone(),
         scenario,
@@ -425,23 +497,13 @@ async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
     let sampler = series::Sampler::start(Arc::clone(&stats), start, interval, args.server_pid)?;
     let live = report::Live::start(Arc::clone(&stats), args.sessions);
 
-    let ramp = Duration::from_secs(args.ramp_up);
-    let mut sessions = JoinSet::new();
-    for i in 0..args.sessions {
-        // Session i starts at i/n of the ramp-up.
-        let offset = ramp.mul_f64(i as f64 / args.sessions as f64);
-        sessions.spawn(session::run(Arc::clone(&plan), i, start + offset));
-    }
-    let mut unfinished = 0;
-    let all_done = async { while sessions.join_next().await.is_some() {} };
-    if tokio::time::timeout_at(plan.hard_deadline, all_done)
-        .await
-        .is_err()
-    {
-        unfinished = sessions.len();
-        sessions.abort_all();
-        while sessions.join_next().await.is_some() {}
-    }
+    let (arrivals, unfinished) = match (schedule, pool) {
+        (Some(schedule), Some(pool)) => {
+            let (arrivals, unfinished) = open::run(Arc::clone(&plan), &schedule, pool, start).await;
+            (Some(arrivals), unfinished)
+        }
+        _ => (None, closed_loop(&plan, &args, start).await),
+    };
     let elapsed = start.elapsed();
     let series = sampler.finish().await?;
     live.finish();
@@ -451,10 +513,12 @@ async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
         stats.names(),
         &stats.figures(),
         elapsed.as_secs_f64(),
+        arrivals.as_ref().map(|a| (a.scheduled, a.dropped)),
     )?;
-    let report = report::Report::new(&args_echo(), &plan, &args, elapsed, unfinished)
+    let report = report::Report::new(&args_echo(), &plan, &args, duration, elapsed, unfinished)
         .with_series(series)
-        .with_thresholds(verdicts);
+        .with_thresholds(verdicts)
+        .with_arrivals(arrivals);
     report.print();
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report)?;
@@ -483,6 +547,30 @@ async fn drive(args: RunArgs, scenario: Scenario) -> anyhow::Result<u64> {
         eprintln!("mcp-loadtest: run failed: {failure}");
     }
     Ok(u64::from(!failures.is_empty()))
+}
+
+/// The closed loop: `--sessions` sessions, each running operations back to
+/// back (with the scenario's think time); returns how many were aborted at
+/// the hard deadline.
+async fn closed_loop(plan: &Arc<Plan>, args: &RunArgs, start: Instant) -> usize {
+    let ramp = Duration::from_secs(args.ramp_up);
+    let mut sessions = JoinSet::new();
+    for i in 0..args.sessions {
+        // Session i starts at i/n of the ramp-up.
+        let offset = ramp.mul_f64(i as f64 / args.sessions as f64);
+        sessions.spawn(session::run(Arc::clone(plan), i, start + offset));
+    }
+    let all_done = async { while sessions.join_next().await.is_some() {} };
+    if tokio::time::timeout_at(plan.hard_deadline, all_done)
+        .await
+        .is_ok()
+    {
+        return 0;
+    }
+    let unfinished = sessions.len();
+    sessions.abort_all();
+    while sessions.join_next().await.is_some() {}
+    unfinished
 }
 
 /// The command line, for the report, without secrets.

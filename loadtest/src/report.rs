@@ -12,6 +12,7 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use crate::RunArgs;
+use crate::open::Arrivals;
 use crate::series::{RssSummary, Series};
 use crate::session::Plan;
 use crate::stats::{OpReport, Refusal, Stats};
@@ -91,6 +92,10 @@ pub(crate) struct Report {
     /// Each threshold held against the run, set by
     /// [`Report::with_thresholds`]; one that did not pass fails the run.
     pub(crate) thresholds: Vec<Verdict>,
+    /// The open model's arrivals (`--rate`, `--stage`); absent for the
+    /// closed loop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) arrivals: Option<Arrivals>,
     /// The run over time, set by [`Report::with_series`].
     pub(crate) series: Series,
 }
@@ -100,6 +105,7 @@ impl Report {
         command: &str,
         plan: &Plan,
         args: &RunArgs,
+        duration: Duration,
         elapsed: Duration,
         unfinished: usize,
     ) -> Self {
@@ -109,7 +115,7 @@ impl Report {
             url: plan.url.clone(),
             scenario: plan.scenario.name.clone(),
             sessions: args.sessions,
-            duration_secs: args.duration,
+            duration_secs: duration.as_secs(),
             ramp_up_secs: args.ramp_up,
             concurrency_per_session: args.concurrency_per_session,
             elapsed_secs: elapsed.as_secs_f64(),
@@ -123,6 +129,7 @@ impl Report {
             errors: plan.stats.errors(),
             failure_samples: plan.stats.samples(),
             thresholds: Vec::new(),
+            arrivals: None,
             series: Series::default(),
         }
     }
@@ -159,6 +166,12 @@ impl Report {
             ));
         }
         failures
+    }
+
+    /// The report with the open model's arrival figures.
+    pub(crate) fn with_arrivals(mut self, arrivals: Option<Arrivals>) -> Self {
+        self.arrivals = arrivals;
+        self
     }
 
     /// The report with the thresholds' verdicts.
@@ -219,6 +232,9 @@ impl Report {
         }
         if self.refusals.total() > 0 {
             println!("{}", self.refusals.line());
+        }
+        if let Some(arrivals) = &self.arrivals {
+            println!("{}", arrivals_line(arrivals));
         }
         for (key, sample) in &self.failure_samples {
             println!("first {key}: {sample}");
@@ -292,6 +308,30 @@ impl Refusals {
             .collect();
         format!("refused (failures): {}", parts.join(", "))
     }
+}
+
+/// `open model: 3000 arrivals, 12 dropped (0.40 %, every session busy: add
+/// --sessions), start lag at most 1.2 ms`.
+fn arrivals_line(arrivals: &Arrivals) -> String {
+    let share = 100.0 * arrivals.dropped as f64 / arrivals.scheduled.max(1) as f64;
+    let mut line = format!(
+        "open model: {} arrivals, {} dropped ({share:.2} %",
+        arrivals.scheduled, arrivals.dropped
+    );
+    if arrivals.dropped > 0 {
+        line.push_str(", every session busy: the load asked for was not offered; add --sessions");
+    }
+    line.push_str(&format!(
+        "), start lag at most {:.1} ms",
+        arrivals.max_start_lag_ms
+    ));
+    if arrivals.sessions_not_opened > 0 {
+        line.push_str(&format!(
+            "; {} sessions of the pool could not be opened",
+            arrivals.sessions_not_opened
+        ));
+    }
+    line
 }
 
 /// `server RSS (pid 42): start 10.0 MiB, peak 50.2 MiB, end 40.1 MiB`.

@@ -70,7 +70,12 @@ pub(crate) async fn run(plan: Arc<Plan>, index: usize, start_at: Instant) {
     let standalone_taken = AtomicBool::new(false);
     join_all((0..plan.concurrency).map(|_| lane(&client, &plan, index, http, &standalone_taken)))
         .await;
-    let client = client.into_inner();
+    close(&plan, client.into_inner()).await;
+}
+
+/// Ends a session of the run: DELETE (a failure is counted outside any
+/// operation), and one active session less.
+pub(crate) async fn close(plan: &Plan, client: Client) {
     if client.session_id().is_some() {
         match timeout(SESSION_CALL_TIMEOUT, client.delete()).await {
             Ok(Ok(status)) if status.is_success() => {}
@@ -84,18 +89,42 @@ pub(crate) async fn run(plan: Arc<Plan>, index: usize, start_at: Instant) {
 
 /// Opens a session (checked: see [`initialize::open`]), retrying until it
 /// works or the run ends; `None` if it never did.
-async fn initialize(plan: &Plan, http: &reqwest::Client) -> Option<Client> {
-    while Instant::now() < plan.end {
+pub(crate) async fn initialize(plan: &Plan, http: &reqwest::Client) -> Option<Client> {
+    initialize_until(
+        &plan.url,
+        &plan.scenario.protocol_version,
+        &plan.stats,
+        http,
+        plan.end,
+    )
+    .await
+}
+
+/// Opens a session, retrying until it works or `until`; each attempt
+/// counted under `initialize`.
+pub(crate) async fn initialize_until(
+    url: &str,
+    protocol_version: &str,
+    stats: &Stats,
+    http: &reqwest::Client,
+    until: Instant,
+) -> Option<Client> {
+    while Instant::now() < until {
         let started = Instant::now();
-        let error = match timeout(SESSION_CALL_TIMEOUT, open_session(plan, http)).await {
+        let error = match timeout(
+            SESSION_CALL_TIMEOUT,
+            initialize::open(http, url, protocol_version),
+        )
+        .await
+        {
             Ok(Ok(client)) => {
-                plan.stats.ok(INITIALIZE, started.elapsed());
+                stats.ok(INITIALIZE, started.elapsed());
                 return Some(client);
             }
             Ok(Err(error)) => error,
             Err(_) => ErrorKind::Timeout,
         };
-        plan.stats.failed(INITIALIZE, &error);
+        stats.failed(INITIALIZE, &error);
         sleep(INITIALIZE_RETRY_PAUSE).await;
     }
     None
@@ -161,6 +190,51 @@ async fn lane(
         };
         record(plan, entry, outcome);
     }
+}
+
+/// One operation on a session nobody else uses meanwhile (the open
+/// model's): counted with `late` (how far behind its intended start it
+/// began) added to its latency. Returns the session, or `None` when a
+/// failed `delete_session` left none and no new one could be opened.
+pub(crate) async fn exclusive_op(
+    plan: &Plan,
+    mut client: Client,
+    entry: &Weighted,
+    session: usize,
+    late: Duration,
+) -> Option<Client> {
+    let http = plan.pools.for_session(session);
+    let deadline =
+        (Instant::now() + entry.op.nominal_duration() + OP_TIMEOUT_SLACK).min(plan.hard_deadline);
+    let outcome = match &entry.op {
+        Operation::DeleteSession => {
+            let outcome = timeout_at(deadline, delete_session(&mut client, plan, http)).await;
+            let failed = !matches!(outcome, Ok(Ok(_)));
+            record(plan, entry, late_by(outcome, late));
+            if failed {
+                client = initialize(plan, http).await?;
+            }
+            return Some(client);
+        }
+        Operation::GetStream { hold_ms } => {
+            timeout_at(
+                deadline,
+                get_stream(&client, Duration::from_millis(*hold_ms)),
+            )
+            .await
+        }
+        _ => timeout_at(deadline, run_op(&client, plan, entry, session)).await,
+    };
+    record(plan, entry, late_by(outcome, late));
+    Some(client)
+}
+
+/// An outcome whose latency counts from its intended start.
+fn late_by(
+    outcome: Result<Result<Duration, ErrorKind>, tokio::time::error::Elapsed>,
+    late: Duration,
+) -> Result<Result<Duration, ErrorKind>, tokio::time::error::Elapsed> {
+    outcome.map(|result| result.map(|latency| latency + late))
 }
 
 /// Counts an operation's outcome under its name; a success slower than

@@ -9,7 +9,10 @@
 //!   successful operations, the value with a unit `us`, `ms` or `s`;
 //! - `errors`: failed operations, as a share of all (`errors<0.1%`) or a
 //!   count (`errors<5`);
-//! - `rate`: successful operations per second of the run (`rate>500/s`).
+//! - `rate`: successful operations per second of the run (`rate>500/s`);
+//! - `dropped`: arrivals of the open model (`--rate`, `--stage`) dropped
+//!   because every session was busy, as a share (`dropped<1%`) or a count;
+//!   on the whole run only.
 //!
 //! `CMP` is `<`, `<=`, `>` or `>=`; spaces are allowed anywhere between
 //! the parts (`p99 < 200 ms`).
@@ -40,6 +43,8 @@ enum Metric {
     ErrorShare,
     ErrorCount,
     Rate,
+    DroppedShare,
+    DroppedCount,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +64,8 @@ pub(crate) struct Figures<'a> {
     pub(crate) failed: u64,
     /// The run's length.
     pub(crate) secs: f64,
+    /// The open model's (scheduled, dropped) arrivals.
+    pub(crate) arrivals: Option<(u64, u64)>,
 }
 
 /// A threshold held against the run.
@@ -70,8 +77,8 @@ pub(crate) struct Verdict {
     pub(crate) actual: String,
 }
 
-const METRICS: [&str; 9] = [
-    "p50", "p90", "p95", "p99", "p999", "max", "mean", "errors", "rate",
+const METRICS: [&str; 10] = [
+    "p50", "p90", "p95", "p99", "p999", "max", "mean", "errors", "rate", "dropped",
 ];
 
 impl Threshold {
@@ -100,7 +107,9 @@ impl Threshold {
                 Some((op, rule)) if starts_with_metric(rule.trim_start()) => {
                     (Some(op.to_owned()), rule.trim_start())
                 }
-                _ => bail!("no metric (p50, p90, p95, p99, p999, max, mean, errors, rate)"),
+                _ => {
+                    bail!("no metric (p50, p90, p95, p99, p999, max, mean, errors, rate, dropped)")
+                }
             }
         };
         let compact: String = rule.chars().filter(|c| !c.is_whitespace()).collect();
@@ -131,6 +140,17 @@ impl Threshold {
                 }
                 None => (Metric::ErrorCount, number(value)?),
             },
+            "dropped" => {
+                ensure!(operation.is_none(), "dropped is on the whole run only");
+                match value.strip_suffix('%') {
+                    Some(share) => {
+                        let share = number(share)?;
+                        ensure!(share <= 100.0, "a share above 100%");
+                        (Metric::DroppedShare, share / 100.0)
+                    }
+                    None => (Metric::DroppedCount, number(value)?),
+                }
+            }
             "rate" => (
                 Metric::Rate,
                 number(value.strip_suffix("/s").unwrap_or(value))?,
@@ -198,6 +218,19 @@ impl Threshold {
                 let rate = figures.ok as f64 / figures.secs.max(1e-9);
                 (rate, format!("{rate:.1}/s"))
             }
+            Metric::DroppedShare | Metric::DroppedCount => {
+                let Some((scheduled, dropped)) = figures.arrivals else {
+                    return self.verdict(false, "no arrivals (not an open-model run)".to_owned());
+                };
+                if self.metric == Metric::DroppedCount {
+                    (dropped as f64, dropped.to_string())
+                } else if scheduled == 0 {
+                    return self.verdict(false, "no arrivals".to_owned());
+                } else {
+                    let share = dropped as f64 / scheduled as f64;
+                    (share, format!("{:.4}%", share * 100.0))
+                }
+            }
         };
         let passed = match self.cmp {
             Cmp::Lt => actual < self.limit,
@@ -206,6 +239,11 @@ impl Threshold {
             Cmp::Ge => actual >= self.limit,
         };
         self.verdict(passed, shown)
+    }
+
+    /// Whether this is a rule on the open model's dropped arrivals.
+    pub(crate) fn is_dropped(&self) -> bool {
+        matches!(self.metric, Metric::DroppedShare | Metric::DroppedCount)
     }
 
     /// Whether this is an error rule on all operations (which then takes
@@ -232,6 +270,7 @@ pub(crate) fn verdicts(
     names: &[String],
     figures: &[(u64, u64, Histogram<u64>)],
     secs: f64,
+    arrivals: Option<(u64, u64)>,
 ) -> anyhow::Result<Vec<Verdict>> {
     let mut all = crate::stats::latency_histogram()?;
     let (mut ok, mut failed) = (0, 0);
@@ -258,6 +297,7 @@ pub(crate) fn verdicts(
                 ok,
                 failed,
                 secs,
+                arrivals,
             }))
         })
         .collect()
@@ -326,6 +366,7 @@ mod tests {
             "rate>fast",
             "echo_call",
             "a b p99<1ms",
+            "echo_call dropped<1%",
             "",
         ] {
             let err = Threshold::parse(bad).unwrap_err();
@@ -344,6 +385,7 @@ mod tests {
             ok: 5,
             failed: 1,
             secs: 2.0,
+            arrivals: Some((200, 3)),
         };
         assert!(holds("p50<31ms", &figures));
         assert!(!holds("p99<200ms", &figures));
@@ -354,6 +396,9 @@ mod tests {
         assert!(holds("errors<=1", &figures));
         assert!(holds("rate>=2.5/s", &figures));
         assert!(!holds("rate>2.5", &figures));
+        assert!(holds("dropped<2%", &figures));
+        assert!(!holds("dropped<1%", &figures));
+        assert!(holds("dropped<=3", &figures));
         let verdict = Threshold::parse("p99 < 200 ms").unwrap().evaluate(&figures);
         assert_eq!(verdict.threshold, "p99 < 200 ms");
         assert!(verdict.actual.ends_with("ms"), "{}", verdict.actual);
@@ -365,9 +410,12 @@ mod tests {
             ok: 0,
             failed: 3,
             secs: 1.0,
+            arrivals: None,
         };
         assert!(!holds("p99<1s", &nothing));
         assert!(!holds("errors<100%", &nothing));
         assert!(holds("errors<=100%", &nothing));
+        // A closed-loop run has no arrivals to hold a dropped rule against.
+        assert!(!holds("dropped<1%", &nothing));
     }
 }

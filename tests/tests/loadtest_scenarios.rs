@@ -254,3 +254,98 @@ fn broken_thresholds_fail_the_run_and_say_which() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The open model offers the rate asked for, whatever the server's speed:
+/// every arrival runs exactly one operation or is dropped (every session
+/// busy) and counted, and a `dropped` threshold gates on it.
+#[test]
+fn the_open_model_offers_its_rate_and_counts_dropped_arrivals() {
+    let node = NodeProcess::spawn(&node_binary(), &["--log", "warn"]).unwrap();
+    let dir = scratch("open");
+    let json = dir.join("open.json");
+    let output = loadtest(&[
+        "run",
+        "--url",
+        node.url(),
+        "--scenario",
+        scenarios().join("tools.toml").to_str().unwrap(),
+        "--sessions",
+        "10",
+        "--rate",
+        "100",
+        "--duration",
+        "3",
+        "--report",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    // 100/s for 3 s: arrivals at 5 ms, 15 ms, ... 2995 ms.
+    assert_eq!(
+        report["arrivals"]["scheduled"], 300,
+        "{}",
+        report["arrivals"]
+    );
+    assert_eq!(report["arrivals"]["dropped"], 0, "{}", report["arrivals"]);
+    let operations = report["operations"].as_object().unwrap();
+    let ran: u64 = operations
+        .iter()
+        .filter(|(name, _)| *name != "initialize")
+        .map(|(_, op)| op["ok"].as_u64().unwrap() + op["failed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(ran, 300, "{stdout}");
+    assert_eq!(report["operations"]["initialize"]["ok"], 10);
+    assert!(
+        stdout.contains("open model: 300 arrivals, 0 dropped"),
+        "{stdout}"
+    );
+
+    // Two sessions, calls of about 500 ms, 20 arrivals a second: most find
+    // both sessions busy.
+    let slow = dir.join("slow.toml");
+    std::fs::write(
+        &slow,
+        "[[operation]]\nkind = \"long_call\"\nweight = 1\nduration_ms = 500\nsteps = 2\n",
+    )
+    .unwrap();
+    let output = loadtest(&[
+        "run",
+        "--url",
+        node.url(),
+        "--scenario",
+        slow.to_str().unwrap(),
+        "--sessions",
+        "2",
+        "--stage",
+        "1s:20",
+        "--stage",
+        "1s:20",
+        "--start-rate",
+        "20",
+        "--threshold",
+        "dropped<1%",
+        "--report",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        stderr.contains("threshold \"dropped<1%\" broken"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let scheduled = report["arrivals"]["scheduled"].as_u64().unwrap();
+    let dropped = report["arrivals"]["dropped"].as_u64().unwrap();
+    let long = &report["operations"]["long_call"];
+    assert_eq!(scheduled, 40, "{}", report["arrivals"]);
+    assert!(dropped >= 20, "{}", report["arrivals"]);
+    assert_eq!(long["failed"], 0, "{long}");
+    assert_eq!(long["ok"].as_u64().unwrap() + dropped, scheduled, "{long}");
+
+    // A dropped rule needs arrivals.
+    let output = loadtest(&["run", "--url", node.url(), "--threshold", "dropped<1%"]);
+    assert_eq!(output.status.code(), Some(64));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
