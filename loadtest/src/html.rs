@@ -618,6 +618,7 @@ mod tests {
             protocol_violations: 1,
             unfinished_sessions: 0,
             operations: BTreeMap::from([("echo_call".to_owned(), echo)]),
+            histograms: BTreeMap::new(),
             errors: BTreeMap::from([
                 ("timeout".to_owned(), 2),
                 ("protocol:wrong_id".to_owned(), 1),

@@ -10,8 +10,11 @@
 //! - [`threshold`]: pass/fail rules on the run's figures.
 //! - [`session`]: one virtual session and the operations it runs.
 //! - [`open`]: the open model, operations arriving at a rate.
+//! - [`merge`]: reports of several generators made one.
+//! - [`metrics`]: the generator's figures as Prometheus text.
 //! - [`check`]: response and progress rules, free of I/O.
 //! - [`initialize`]: opening a session, its answer checked like any other.
+//! - [`init`]: a starting scenario from what a live server offers.
 //! - [`stats`]: counters, histograms and error counts, whole run and current interval.
 //! - [`series`]: the sampler task and the time series (with the server's RSS).
 //! - [`report`]: the live progress line, the summary and the JSON report.
@@ -25,7 +28,10 @@ mod data;
 mod expect;
 mod hold;
 mod html;
+mod init;
 mod initialize;
+mod merge;
+mod metrics;
 mod open;
 mod pools;
 mod report;
@@ -93,6 +99,67 @@ enum Command {
     /// rss_after_bytes=B per_session_bytes=C` (the RSS fields are `na` without
     /// --server-pid). Exits 1 if any session could not be opened.
     Hold(HoldArgs),
+    /// Combines the JSON reports (--report) of runs made at the same time by several
+    /// generators into one: counts and errors added, latency histograms merged (not
+    /// percentiles averaged), every report's thresholds held again against the whole.
+    /// Prints the summary; exits 1, saying why, if the whole broke a protocol rule, a
+    /// threshold, or had more errors than --max-errors allows.
+    Merge(MergeArgs),
+    /// Writes a starting scenario for a live server: lists its tools, resources,
+    /// resource templates and prompts, and writes one operation for each, arguments
+    /// filled in from the tools' input schemas. Tools not marked read-only get weight
+    /// 0: review their arguments before giving them one.
+    Init(InitArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct InitArgs {
+    /// The server's MCP endpoint (same rules as for `run`).
+    #[arg(long)]
+    url: String,
+
+    #[command(flatten)]
+    http: HttpArgs,
+
+    /// Also allow this non-loopback host as a target (repeatable).
+    #[arg(long = "allow-target", value_name = "HOST")]
+    allow_target: Vec<String>,
+
+    /// The scenario file to write (refused if it exists, unless --force).
+    #[arg(long, value_name = "FILE.toml")]
+    output: PathBuf,
+
+    /// Overwrite --output if it exists.
+    #[arg(long)]
+    force: bool,
+
+    /// Protocol version offered in `initialize`.
+    #[arg(long, default_value = scenario::DEFAULT_PROTOCOL_VERSION)]
+    protocol_version: String,
+}
+
+#[derive(Debug, clap::Args)]
+struct MergeArgs {
+    /// The reports, written by `mcp-loadtest run --report`.
+    #[arg(required = true, value_name = "REPORT.json")]
+    reports: Vec<PathBuf>,
+
+    /// Where to write the merged JSON report.
+    #[arg(long, value_name = "FILE.json")]
+    report: PathBuf,
+
+    /// Also write the merged report as an HTML page.
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<PathBuf>,
+
+    /// More thresholds to hold against the whole (same rules as `run --threshold`).
+    #[arg(long = "threshold", value_name = "RULE")]
+    thresholds: Vec<String>,
+
+    /// Errors the whole may have (default: 0, unless a threshold on all operations'
+    /// errors decides).
+    #[arg(long, value_name = "N")]
+    max_errors: Option<u64>,
 }
 
 /// How requests reach the server: which CA to trust for `https://`, the
@@ -307,6 +374,12 @@ struct RunArgs {
     #[arg(long = "threshold", value_name = "RULE")]
     thresholds: Vec<String>,
 
+    /// Serve the generator's figures so far as Prometheus text at
+    /// http://ADDR/metrics while the run goes on (operations by outcome, latency
+    /// quantiles, errors by key, sessions, arrivals), e.g. 127.0.0.1:9464.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
+
     /// PID of the server process: its resident memory (VmRSS from /proc, Linux) is
     /// sampled every interval. If the process goes away, sampling stops and one
     /// `server_rss_lost` error is counted.
@@ -332,6 +405,8 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => run(args),
         Command::Hold(args) => hold(args),
+        Command::Merge(args) => merge_reports(&args),
+        Command::Init(args) => init_scenario(&args),
     };
     match outcome {
         Ok(0) => ExitCode::SUCCESS,
@@ -387,6 +462,78 @@ fn hold(args: HoldArgs) -> anyhow::Result<u64> {
             Ok(1)
         }
     }
+}
+
+/// `init`: writes the starting scenario; a server that cannot be listed
+/// is an error (exit 64, said on stderr).
+fn init_scenario(args: &InitArgs) -> anyhow::Result<u64> {
+    target::check(&args.url, &args.allow_target)?;
+    ensure!(
+        args.force || !args.output.exists(),
+        "{} exists (--force to overwrite it)",
+        args.output.display()
+    );
+    let http = args.http.options()?.client()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let listing = runtime.block_on(init::discover(&http, &args.url, &args.protocol_version))?;
+    let text = init::scenario_toml(&listing, &args.url);
+    // What was written must run: checked before it is written.
+    let dir = args.output.parent().unwrap_or(std::path::Path::new("."));
+    Scenario::parse(&text, dir).context("the scenario written for this server does not load")?;
+    std::fs::write(&args.output, &text)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    println!(
+        "{} written: {} tools, {} resources, {} resource templates, {} prompts",
+        args.output.display(),
+        listing.tools.len(),
+        listing.resources.len(),
+        listing.resource_templates.len(),
+        listing.prompts.len()
+    );
+    Ok(0)
+}
+
+/// `merge`: writes the merged report; returns 1 when the whole failed.
+fn merge_reports(args: &MergeArgs) -> anyhow::Result<u64> {
+    let report = merge::merge(&args_echo(), &args.reports, &args.thresholds)?;
+    report.print();
+    write_report(&report, &args.report)?;
+    if let Some(path) = &args.html {
+        html::write(&report, path)?;
+        println!("HTML report written to {}", path.display());
+    }
+    let overall_errors_rule = report
+        .thresholds
+        .iter()
+        .any(|v| threshold::Threshold::parse(&v.threshold).is_ok_and(|t| t.is_overall_errors()));
+    Ok(failed(&report, args.max_errors, overall_errors_rule))
+}
+
+/// Writes the JSON report.
+fn write_report(report: &report::Report, path: &std::path::Path) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(report)?;
+    std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    println!("report written to {}", path.display());
+    Ok(())
+}
+
+/// 1 when the run failed (said on stderr, a line each), else 0. Without
+/// `--max-errors`, an overall error threshold decides on errors, else 0
+/// errors are allowed.
+fn failed(report: &report::Report, max_errors: Option<u64>, overall_errors_rule: bool) -> u64 {
+    let max_errors = match max_errors {
+        Some(max) => Some(max),
+        None if overall_errors_rule => None,
+        None => Some(0),
+    };
+    let failures = report.failures(max_errors);
+    for failure in &failures {
+        eprintln!("mcp-loadtest: run failed: {failure}");
+    }
+    u64::from(!failures.is_empty())
 }
 
 /// The connection pools the virtual sessions share (one per source
@@ -464,6 +611,14 @@ async fn drive(
 ) -> anyhow::Result<u64> {
     let pools = http_pools(&args.url, &args.http)?;
     let stats = Arc::new(Stats::new(&scenario.names)?);
+    let _metrics = match args.metrics_listen {
+        Some(addr) => {
+            let endpoint = metrics::Endpoint::start(addr, Arc::clone(&stats)).await?;
+            eprintln!("mcp-loadtest: figures at http://{}/metrics", endpoint.addr);
+            Some(endpoint)
+        }
+        None => None,
+    };
     // The open model's sessions are opened before its clock starts.
     let pool = match &schedule {
         Some(_) => Some(
@@ -495,7 +650,7 @@ async fn drive(
         series::max_points(plan.scenario.names.len() + 1),
     )?;
     let sampler = series::Sampler::start(Arc::clone(&stats), start, interval, args.server_pid)?;
-    let live = report::Live::start(Arc::clone(&stats), args.sessions);
+    let live = report::Live::start(Arc::clone(&stats), args.sessions, duration);
 
     let (arrivals, unfinished) = match (schedule, pool) {
         (Some(schedule), Some(pool)) => {
@@ -515,38 +670,24 @@ async fn drive(
         elapsed.as_secs_f64(),
         arrivals.as_ref().map(|a| (a.scheduled, a.dropped)),
     )?;
-    let report = report::Report::new(&args_echo(), &plan, &args, duration, elapsed, unfinished)
+    let report = report::Report::new(&args_echo(), &plan, &args, duration, elapsed, unfinished)?
         .with_series(series)
         .with_thresholds(verdicts)
         .with_arrivals(arrivals);
     report.print();
     if let Some(path) = &args.report {
-        let json = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
-        println!("report written to {}", path.display());
+        write_report(&report, path)?;
     }
     if let Some(path) = &args.html {
         html::write(&report, path)?;
         println!("HTML report written to {}", path.display());
     }
-    // An overall error threshold takes over from --max-errors' default.
-    let max_errors = match args.max_errors {
-        Some(max) => Some(max),
-        None if plan
-            .scenario
-            .thresholds
-            .iter()
-            .any(|t| t.is_overall_errors()) =>
-        {
-            None
-        }
-        None => Some(0),
-    };
-    let failures = report.failures(max_errors);
-    for failure in &failures {
-        eprintln!("mcp-loadtest: run failed: {failure}");
-    }
-    Ok(u64::from(!failures.is_empty()))
+    let overall_errors_rule = plan
+        .scenario
+        .thresholds
+        .iter()
+        .any(|t| t.is_overall_errors());
+    Ok(failed(&report, args.max_errors, overall_errors_rule))
 }
 
 /// The closed loop: `--sessions` sessions, each running operations back to

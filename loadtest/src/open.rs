@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use mcp_cluster_client::Client;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep_until};
 
@@ -156,7 +156,7 @@ fn parse_stage(stage: &str) -> anyhow::Result<(Duration, f64)> {
 }
 
 /// What the open model reports besides the operations' figures.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub(crate) struct Arrivals {
     /// Arrivals the schedule asked for until the end.
     pub(crate) scheduled: u64,
@@ -243,10 +243,12 @@ pub(crate) async fn run(
         sleep_until(due).await;
         while running.try_join_next().is_some() {}
         arrivals.scheduled += 1;
+        plan.stats.arrivals.fetch_add(1, Ordering::Relaxed);
         let lag = Instant::now().saturating_duration_since(due);
         arrivals.max_start_lag_ms = arrivals.max_start_lag_ms.max(lag.as_secs_f64() * 1000.0);
         let Some((index, client)) = pool.lock().ok().and_then(|mut p| p.pop()) else {
             arrivals.dropped += 1;
+            plan.stats.dropped_arrivals.fetch_add(1, Ordering::Relaxed);
             continue;
         };
         let (plan, pool) = (Arc::clone(&plan), Arc::clone(&pool));

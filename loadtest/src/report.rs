@@ -3,25 +3,30 @@
 //! page is `html.rs`'s).
 
 use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
 use crate::RunArgs;
 use crate::open::Arrivals;
 use crate::series::{RssSummary, Series};
 use crate::session::Plan;
-use crate::stats::{OpReport, Refusal, Stats};
+use crate::stats::{OpReport, Refusal, Stats, encode_histogram};
 use crate::threshold::Verdict;
 
 /// How often the live line is refreshed.
 const LIVE_REFRESH: Duration = Duration::from_millis(500);
+/// How often progress is written as a line when stderr is not a terminal.
+const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
-/// The live progress line. Owned by `drive`; its task stops in `finish`.
+/// The generator's progress on stderr: a bar over the run's duration on a
+/// terminal, else a plain line every [`PLAIN_PROGRESS_EVERY`] (for CI
+/// logs). Owned by `drive`; its task stops in `finish`.
 #[derive(Debug)]
 pub(crate) struct Live {
     bar: ProgressBar,
@@ -30,26 +35,48 @@ pub(crate) struct Live {
 }
 
 impl Live {
-    /// Starts the spinner (drawn on stderr, hidden when it is not a terminal).
-    pub(crate) fn start(stats: Arc<Stats>, sessions: usize) -> Self {
-        let bar = ProgressBar::new_spinner();
-        if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}") {
+    /// Starts showing progress over a run of `duration`.
+    pub(crate) fn start(stats: Arc<Stats>, sessions: usize, duration: Duration) -> Self {
+        let terminal = std::io::stderr().is_terminal();
+        let bar = if terminal {
+            ProgressBar::new(duration.as_secs().max(1))
+        } else {
+            ProgressBar::hidden()
+        };
+        if let Ok(style) = ProgressStyle::with_template("{bar:30} {elapsed_precise}/{len}s {msg}") {
             bar.set_style(style);
         }
-        bar.enable_steady_tick(Duration::from_millis(100));
         let line = bar.clone();
+        let started = tokio::time::Instant::now();
+        let every = if terminal {
+            LIVE_REFRESH
+        } else {
+            PLAIN_PROGRESS_EVERY
+        };
         let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(LIVE_REFRESH);
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
             let mut last_ok = 0;
             loop {
                 tick.tick().await;
                 let (ok, failed, violations) = stats.totals();
-                let rate = (ok - last_ok) as f64 / LIVE_REFRESH.as_secs_f64();
+                let rate = (ok - last_ok) as f64 / every.as_secs_f64();
                 last_ok = ok;
-                line.set_message(format!(
+                let message = format!(
                     "sessions {}/{sessions}  ops {ok} ({rate:.0}/s)  errors {failed}  violations {violations}",
                     stats.active_sessions.load(Ordering::Relaxed),
-                ));
+                );
+                let elapsed = started.elapsed();
+                if terminal {
+                    line.set_position(elapsed.as_secs());
+                    line.set_message(message);
+                } else {
+                    eprintln!(
+                        "mcp-loadtest: {} s of {} s: {message}",
+                        elapsed.as_secs(),
+                        duration.as_secs()
+                    );
+                }
             }
         });
         Self { bar, task }
@@ -63,7 +90,7 @@ impl Live {
 }
 
 /// The JSON report.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Report {
     pub(crate) command: String,
     pub(crate) url: String,
@@ -82,12 +109,16 @@ pub(crate) struct Report {
     /// Sessions aborted at the hard deadline.
     pub(crate) unfinished_sessions: usize,
     pub(crate) operations: BTreeMap<String, OpReport>,
+    /// Each operation's latency histogram of the whole run (microseconds;
+    /// HdrHistogram V2 deflated, base64), so that `mcp-loadtest merge`
+    /// adds runs up instead of averaging their percentiles.
+    pub(crate) histograms: BTreeMap<String, String>,
     pub(crate) errors: BTreeMap<String, u64>,
     /// The 401, 403 and 429 answers among `errors`, by kind: failures
     /// counted apart, so that credentials or a rate limit show at a glance.
     pub(crate) refusals: Refusals,
     /// The first answer that failed each check, by error key.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) failure_samples: BTreeMap<String, String>,
     /// Each threshold held against the run, set by
     /// [`Report::with_thresholds`]; one that did not pass fails the run.
@@ -108,9 +139,15 @@ impl Report {
         duration: Duration,
         elapsed: Duration,
         unfinished: usize,
-    ) -> Self {
+    ) -> anyhow::Result<Self> {
         let (total_ok, total_failed, protocol_violations) = plan.stats.totals();
-        Self {
+        let mut histograms = BTreeMap::new();
+        for (name, (ok, failed, hist)) in plan.stats.names().iter().zip(plan.stats.figures()) {
+            if ok + failed > 0 {
+                histograms.insert(name.clone(), encode_histogram(&hist)?);
+            }
+        }
+        Ok(Self {
             command: command.to_owned(),
             url: plan.url.clone(),
             scenario: plan.scenario.name.clone(),
@@ -125,13 +162,14 @@ impl Report {
             protocol_violations,
             unfinished_sessions: unfinished,
             operations: plan.stats.operations(elapsed),
+            histograms,
             refusals: Refusals::from_errors(&plan.stats.errors()),
             errors: plan.stats.errors(),
             failure_samples: plan.stats.samples(),
             thresholds: Vec::new(),
             arrivals: None,
             series: Series::default(),
-        }
+        })
     }
 
     /// Why the run failed, one line each: protocol violations, more errors
@@ -264,7 +302,7 @@ impl Report {
 
 /// Answers that refused a request for who sent it or how often (see
 /// [`Refusal`]), by kind. Every one is also a failure under `errors`.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Refusals {
     /// 401 Unauthorized.
     pub(crate) unauthorized_401: u64,

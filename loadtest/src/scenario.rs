@@ -31,7 +31,7 @@ weight = 3
 "#;
 
 /// Most operation names (report rows) a scenario may have.
-pub(crate) const MAX_OPERATION_NAMES: usize = 64;
+pub(crate) const MAX_OPERATION_NAMES: usize = 256;
 /// The report row of every `initialize`.
 pub(crate) const INITIALIZE: OpId = OpId(0);
 

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -66,7 +66,7 @@ pub(crate) fn interval(
 }
 
 /// The time series of one run.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Series {
     /// Nominal interval length; each point carries its actual one.
     pub(crate) interval_ms: u64,
@@ -80,7 +80,7 @@ pub(crate) struct Series {
 }
 
 /// One interval.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Point {
     /// End of the interval, seconds since the run's start.
     pub(crate) t_secs: f64,
@@ -96,12 +96,12 @@ pub(crate) struct Point {
     /// Kinds that finished at least one operation in the interval.
     pub(crate) ops: Vec<IntervalOp>,
     /// Errors by key, those of the measured operations and the others.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) errors: BTreeMap<String, u64>,
 }
 
 /// One operation (or `all`) within one interval.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct IntervalOp {
     /// The operation's name (`call_tool:search`, `echo_call`, `all`).
     pub(crate) kind: String,
@@ -113,7 +113,7 @@ pub(crate) struct IntervalOp {
 }
 
 /// Latency percentiles of one interval, milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Percentiles {
     pub(crate) p50_ms: f64,
     pub(crate) p90_ms: f64,
@@ -138,7 +138,7 @@ impl Percentiles {
 }
 
 /// The server's resident memory over the run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct RssSummary {
     pub(crate) pid: u32,
     /// Read when the sampler started, before the first session.

@@ -12,8 +12,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use anyhow::Context;
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::scenario::OpId;
 
@@ -232,6 +233,9 @@ pub(crate) struct Stats {
     samples: Mutex<BTreeMap<String, String>>,
     /// Sessions between their first initialize and their end.
     pub(crate) active_sessions: AtomicU64,
+    /// The open model's arrivals so far, and those dropped.
+    pub(crate) arrivals: AtomicU64,
+    pub(crate) dropped_arrivals: AtomicU64,
 }
 
 impl Stats {
@@ -257,6 +261,8 @@ impl Stats {
             violations: AtomicU64::new(0),
             samples: Mutex::new(BTreeMap::new()),
             active_sessions: AtomicU64::new(0),
+            arrivals: AtomicU64::new(0),
+            dropped_arrivals: AtomicU64::new(0),
         })
     }
 
@@ -361,20 +367,7 @@ impl Stats {
             if ok + failed == 0 {
                 continue;
             }
-            let ms = |us: u64| us as f64 / 1000.0;
-            out.insert(
-                name.clone(),
-                OpReport {
-                    ok,
-                    failed,
-                    per_sec: ok as f64 / secs,
-                    p50_ms: ms(hist.value_at_quantile(0.50)),
-                    p90_ms: ms(hist.value_at_quantile(0.90)),
-                    p99_ms: ms(hist.value_at_quantile(0.99)),
-                    max_ms: ms(hist.max()),
-                    mean_ms: hist.mean() / 1000.0,
-                },
-            );
+            out.insert(name.clone(), OpReport::of(ok, failed, &hist, secs));
         }
         out
     }
@@ -407,7 +400,7 @@ impl Stats {
 }
 
 /// One operation kind in the report.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct OpReport {
     pub(crate) ok: u64,
     pub(crate) failed: u64,
@@ -418,6 +411,57 @@ pub(crate) struct OpReport {
     pub(crate) p99_ms: f64,
     pub(crate) max_ms: f64,
     pub(crate) mean_ms: f64,
+}
+
+impl OpReport {
+    /// The figures of `ok` successes with latencies `hist` (microseconds)
+    /// and `failed` failures over `secs` seconds.
+    pub(crate) fn of(ok: u64, failed: u64, hist: &Histogram<u64>, secs: f64) -> Self {
+        let ms = |us: u64| us as f64 / 1000.0;
+        Self {
+            ok,
+            failed,
+            per_sec: ok as f64 / secs.max(1e-9),
+            p50_ms: ms(hist.value_at_quantile(0.50)),
+            p90_ms: ms(hist.value_at_quantile(0.90)),
+            p99_ms: ms(hist.value_at_quantile(0.99)),
+            max_ms: ms(hist.max()),
+            mean_ms: hist.mean() / 1000.0,
+        }
+    }
+}
+
+/// A latency histogram as text for the JSON report: HdrHistogram's V2
+/// deflated encoding, in base64 (what other HdrHistogram tools read).
+///
+/// # Errors
+/// Encoding failed (it does not for histograms made here).
+pub(crate) fn encode_histogram(hist: &Histogram<u64>) -> anyhow::Result<String> {
+    use base64::Engine;
+    use hdrhistogram::serialization::Serializer;
+    let mut bytes = Vec::new();
+    hdrhistogram::serialization::V2DeflateSerializer::new()
+        .serialize(hist, &mut bytes)
+        .map_err(|err| anyhow::anyhow!("encoding a histogram: {err:?}"))?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+/// The histogram of [`encode_histogram`]'s text.
+///
+/// # Errors
+/// Not base64, or not an HdrHistogram encoding.
+pub(crate) fn decode_histogram(text: &str) -> anyhow::Result<Histogram<u64>> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .context("a histogram that is not base64")?;
+    let hist: Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .map_err(|err| anyhow::anyhow!("a histogram that does not decode: {err:?}"))?;
+    // Re-bounded like every histogram here, so that they add up.
+    let mut out = latency_histogram()?;
+    out.add(&hist)?;
+    Ok(out)
 }
 
 #[cfg(test)]

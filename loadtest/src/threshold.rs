@@ -19,7 +19,7 @@
 
 use anyhow::{Context, bail, ensure};
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One rule, parsed.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,7 +69,7 @@ pub(crate) struct Figures<'a> {
 }
 
 /// A threshold held against the run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Verdict {
     pub(crate) threshold: String,
     pub(crate) passed: bool,

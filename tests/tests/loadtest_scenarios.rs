@@ -349,3 +349,206 @@ fn the_open_model_offers_its_rate_and_counts_dropped_arrivals() {
     assert_eq!(output.status.code(), Some(64));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Two generators at once, their reports merged into one: counts add up,
+/// the thresholds are held again on the whole, HTML included; a broken one
+/// fails the merge.
+#[test]
+fn reports_of_several_generators_merge_into_one() {
+    let node = NodeProcess::spawn(&node_binary(), &["--log", "warn"]).unwrap();
+    let dir = scratch("merge");
+    let scenario = scenarios().join("tools.toml");
+    let paths: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("g{i}.json"))).collect();
+    let children: Vec<_> = paths
+        .iter()
+        .map(|path| {
+            Command::new(loadtest_binary())
+                .args([
+                    "run",
+                    "--url",
+                    node.url(),
+                    "--scenario",
+                    scenario.to_str().unwrap(),
+                    "--sessions",
+                    "4",
+                    "--duration",
+                    "2",
+                    "--report",
+                    path.to_str().unwrap(),
+                ])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("running mcp-loadtest")
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+    }
+    let reports: Vec<Value> = paths
+        .iter()
+        .map(|p| serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap())
+        .collect();
+    let (all, html) = (dir.join("all.json"), dir.join("all.html"));
+    let mut args = vec!["merge"];
+    args.extend(paths.iter().map(|p| p.to_str().unwrap()));
+    args.extend([
+        "--report",
+        all.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    let output = loadtest(&args);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let merged: Value = serde_json::from_slice(&std::fs::read(&all).unwrap()).unwrap();
+    let sum = |name: &str| -> u64 {
+        reports
+            .iter()
+            .map(|r| r["operations"][name]["ok"].as_u64().unwrap())
+            .sum()
+    };
+    for name in ["initialize", "call_tool:add", "echo_seq", "read_resource"] {
+        assert_eq!(merged["operations"][name]["ok"], sum(name), "{name}");
+    }
+    assert_eq!(merged["sessions"], 8);
+    assert_eq!(merged["thresholds"].as_array().unwrap().len(), 3);
+    assert!(std::fs::read_to_string(&html).unwrap().contains("<svg"));
+
+    args.extend(["--threshold", "call_tool:add p50<1us"]);
+    let output = loadtest(&args);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("threshold \"call_tool:add p50<1us\" broken"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `init` writes a starting scenario from a live server's lists; it loads
+/// and runs as written: the read-only tools, the resources and the prompts
+/// are called, tools that may change state wait with weight 0.
+#[test]
+fn init_writes_a_scenario_that_runs_against_the_server_it_listed() {
+    let node = NodeProcess::spawn(&node_binary(), &["--log", "warn"]).unwrap();
+    let dir = scratch("init");
+    let file = dir.join("server.toml");
+    let output = loadtest(&[
+        "init",
+        "--url",
+        node.url(),
+        "--output",
+        file.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("written: 4"), "{stdout}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let scenario: toml::Table = toml::from_str(&text).unwrap();
+    let operations = scenario["operation"].as_array().unwrap();
+    let tool = |name: &str| {
+        operations
+            .iter()
+            .find(|op| op.get("tool").and_then(toml::Value::as_str) == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    // Read-only: weight 1, its required argument filled in.
+    assert_eq!(tool("echo")["weight"].as_integer(), Some(1));
+    assert!(tool("echo")["arguments"]["message"].is_str());
+    // Not marked read-only: weight 0 until reviewed.
+    assert_eq!(tool("add")["weight"].as_integer(), Some(0));
+    assert!(tool("add")["arguments"]["a"].is_float());
+
+    let again = loadtest(&[
+        "init",
+        "--url",
+        node.url(),
+        "--output",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(again.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+
+    let (output, report) = run(&node, &file, &["--max-errors", "1000000"], &dir);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(report["protocol_violations"], 0, "{stdout}");
+    for name in [
+        "call_tool:echo",
+        "list:tools",
+        "read_resource",
+        "get_prompt:test_prompt_with_arguments",
+    ] {
+        let op = &report["operations"][name];
+        assert!(
+            op["ok"].as_u64().is_some_and(|ok| ok > 0),
+            "{name}: {stdout}"
+        );
+        assert_eq!(op["failed"], 0, "{name}: {stdout}");
+    }
+    assert!(
+        report["operations"].get("call_tool:add").is_none(),
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--metrics-listen` serves the generator's figures as Prometheus text
+/// while the run goes on.
+#[test]
+fn the_generator_serves_its_figures_as_prometheus_text_during_the_run() {
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    let node = NodeProcess::spawn(&node_binary(), &["--log", "warn"]).unwrap();
+    let mut child = Command::new(loadtest_binary())
+        .args([
+            "run",
+            "--url",
+            node.url(),
+            "--sessions",
+            "2",
+            "--duration",
+            "4",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("mcp-loadtest: figures at http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let ok = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("mcp_loadtest_operations_total{operation=\"echo_call\",outcome=\"ok\"} ")
+        })
+        .and_then(|n| n.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(ok > 0.0, "{text}");
+    assert!(text.contains("mcp_loadtest_active_sessions 2"), "{text}");
+    assert!(child.wait().unwrap().success());
+}
