@@ -143,7 +143,12 @@ async fn open(
 ) -> anyhow::Result<(Client, Option<SseStream>)> {
     let client = timeout(
         OPEN_TIMEOUT,
-        initialize::open(&http, &plan.url, &plan.protocol_version),
+        initialize::open(
+            &http,
+            &plan.url,
+            &plan.protocol_version,
+            &serde_json::json!({}),
+        ),
     )
     .await
     .context("initialize timed out")?

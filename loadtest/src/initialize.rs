@@ -36,10 +36,11 @@ pub(crate) async fn open(
     http: &reqwest::Client,
     url: &str,
     protocol_version: &str,
+    capabilities: &Value,
 ) -> Result<Client, ErrorKind> {
     let body = json!({
         "jsonrpc": "2.0", "id": INITIALIZE_ID, "method": "initialize",
-        "params": {"protocolVersion": protocol_version, "capabilities": {},
+        "params": {"protocolVersion": protocol_version, "capabilities": capabilities,
                    "clientInfo": {"name": "mcp-loadtest", "version": env!("CARGO_PKG_VERSION")}}
     });
     let response = http

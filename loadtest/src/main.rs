@@ -10,6 +10,7 @@
 //! - [`threshold`]: pass/fail rules on the run's figures.
 //! - [`session`]: one virtual session and the operations it runs.
 //! - [`open`]: the open model, operations arriving at a rate.
+//! - [`stateless`]: the 2026-07-28 era's requests, results and streams.
 //! - [`merge`]: reports of several generators made one.
 //! - [`metrics`]: the generator's figures as Prometheus text.
 //! - [`check`]: response and progress rules, free of I/O.
@@ -39,6 +40,7 @@ mod rss;
 mod scenario;
 mod series;
 mod session;
+mod stateless;
 mod stats;
 mod target;
 mod template;
@@ -621,16 +623,9 @@ async fn drive(
     };
     // The open model's sessions are opened before its clock starts.
     let pool = match &schedule {
-        Some(_) => Some(
-            open::SessionPool::open(
-                &args.url,
-                &scenario.protocol_version,
-                &pools,
-                &stats,
-                args.sessions,
-            )
-            .await,
-        ),
+        Some(_) => {
+            Some(open::SessionPool::open(&args.url, &scenario, &pools, &stats, args.sessions).await)
+        }
         None => None,
     };
     let start = Instant::now();

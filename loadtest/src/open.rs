@@ -27,7 +27,9 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep_until};
 
 use crate::pools::Pools;
+use crate::scenario::{Era, Scenario};
 use crate::session::{self, Plan};
+use crate::stateless;
 use crate::stats::Stats;
 
 /// Sessions opened (and closed) at once around the run.
@@ -183,35 +185,26 @@ impl SessionPool {
     /// retried until [`POOL_OPEN_LIMIT`] from now.
     pub(crate) async fn open(
         url: &str,
-        protocol_version: &str,
+        scenario: &Scenario,
         pools: &Pools,
         stats: &Arc<Stats>,
         sessions: usize,
     ) -> Self {
+        use futures_util::StreamExt;
+
         let until = Instant::now() + POOL_OPEN_LIMIT;
-        let mut opened = Vec::with_capacity(sessions);
-        let mut opening = JoinSet::new();
-        let mut take = |done: Option<Result<Option<(usize, Client)>, _>>| {
-            if let Some(Ok(Some(session))) = done {
-                opened.push(session);
-            }
-        };
-        for index in 0..sessions {
-            if opening.len() >= OPEN_CONCURRENCY {
-                take(opening.join_next().await);
-            }
-            let (url, version) = (url.to_owned(), protocol_version.to_owned());
-            let (http, stats) = (pools.for_session(index).clone(), Arc::clone(stats));
-            opening.spawn(async move {
-                let client =
-                    session::initialize_until(&url, &version, &stats, &http, until).await?;
+        let opened: Vec<(usize, Client)> = futures_util::stream::iter(0..sessions)
+            .map(|index| async move {
+                let http = pools.for_session(index);
+                let era = scenario.era_of(index);
+                let client = session::connect_until(url, scenario, era, stats, http, until).await?;
                 stats.active_sessions.fetch_add(1, Ordering::Relaxed);
                 Some((index, client))
-            });
-        }
-        while !opening.is_empty() {
-            take(opening.join_next().await);
-        }
+            })
+            .buffer_unordered(OPEN_CONCURRENCY)
+            .filter_map(std::future::ready)
+            .collect()
+            .await;
         Self {
             not_opened: (sessions - opened.len()) as u64,
             sessions: opened,
@@ -253,7 +246,12 @@ pub(crate) async fn run(
         };
         let (plan, pool) = (Arc::clone(&plan), Arc::clone(&pool));
         running.spawn(async move {
-            let entry = plan.scenario.pick();
+            let era = if stateless::is_stateless(&client) {
+                Era::Stateless
+            } else {
+                Era::Session
+            };
+            let entry = plan.scenario.pick(era);
             let late = Instant::now().saturating_duration_since(due);
             if let Some(client) = session::exclusive_op(&plan, client, entry, index, late).await
                 && let Ok(mut pool) = pool.lock()

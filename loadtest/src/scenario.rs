@@ -18,6 +18,8 @@ use crate::threshold::Threshold;
 
 /// Protocol version offered in `initialize` unless the scenario names one.
 pub(crate) const DEFAULT_PROTOCOL_VERSION: &str = "2025-11-25";
+/// The stateless revision: no session, `_meta` on every request.
+pub(crate) const STATELESS_VERSION: &str = "2026-07-28";
 
 /// The built-in mix used when no `--scenario` is given: cheap requests only.
 const DEFAULT_SCENARIO: &str = r#"
@@ -34,6 +36,8 @@ weight = 3
 pub(crate) const MAX_OPERATION_NAMES: usize = 256;
 /// The report row of every `initialize`.
 pub(crate) const INITIALIZE: OpId = OpId(0);
+/// The report row of every `server/discover` (2026-07-28 clients).
+pub(crate) const DISCOVER: OpId = OpId(1);
 
 /// The scenario file as written.
 #[derive(Debug, Deserialize)]
@@ -45,6 +49,9 @@ struct ScenarioFile {
     protocol_version: String,
     #[serde(default)]
     think_time_ms: u64,
+    /// Share of the virtual clients that speak 2026-07-28 (stateless);
+    /// default 1 when `protocol_version` is 2026-07-28, else 0.
+    stateless_share: Option<f64>,
     /// Pass/fail rules on the whole run (`threshold.rs`).
     #[serde(default)]
     thresholds: Vec<String>,
@@ -67,7 +74,11 @@ pub(crate) struct Scenario {
     /// back. Real clients think: without a pause every session is always
     /// busy, which measures saturation rather than a population of users.
     pub(crate) think_time_ms: u64,
-    /// The mix; each virtual session picks from it by weight.
+    /// Share of the virtual clients that are 2026-07-28 (stateless)
+    /// clients, in 0..=1; the others open sessions with `protocol_version`.
+    pub(crate) stateless_share: f64,
+    /// The mix; each virtual session picks from it by weight, among the
+    /// operations of its era.
     pub(crate) operations: Vec<Weighted>,
     /// The report's rows: `initialize`, then each operation name in the
     /// order of first appearance. [`OpId`] indexes it.
@@ -76,8 +87,18 @@ pub(crate) struct Scenario {
     pub(crate) thresholds: Vec<Threshold>,
     /// The data files, loaded.
     pub(crate) data: Vec<DataSet>,
-    /// Sum of the weights.
-    total_weight: u64,
+    /// Sum of the weights of each era's operations: session era, then
+    /// stateless.
+    total_weight: [u64; 2],
+}
+
+/// Which revisions a virtual client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Era {
+    /// 2024-11-05 … 2025-11-25: `initialize`, `Mcp-Session-Id`.
+    Session,
+    /// 2026-07-28: no session, `_meta` and routing headers on every request.
+    Stateless,
 }
 
 /// A row of the report: an index into [`Scenario::names`].
@@ -104,10 +125,22 @@ pub(crate) struct Weighted {
     pub(crate) checks: Vec<Check>,
     /// Slower than this is a failure (`check:latency`).
     pub(crate) max_latency: Option<Duration>,
+    /// `[operation.inputs]`: answers to the server's questions (an
+    /// `input_required` round of 2026-07-28), by the question's key or by
+    /// its method (`elicitation/create`, `sampling/createMessage`,
+    /// `roots/list`); values are templates.
+    pub(crate) inputs: Option<Template>,
 }
 
 /// The fields every operation entry may have besides its kind's own.
-const COMMON_FIELDS: [&str; 5] = ["weight", "name", "check", "max_latency_ms", "thresholds"];
+const COMMON_FIELDS: [&str; 6] = [
+    "weight",
+    "name",
+    "check",
+    "max_latency_ms",
+    "thresholds",
+    "inputs",
+];
 
 impl Weighted {
     /// Parses one `[[operation]]` table; `thresholds` collects its own
@@ -143,6 +176,14 @@ impl Weighted {
             )),
             None => None,
         };
+        let inputs = match table.remove("inputs") {
+            Some(inputs) => {
+                let inputs = Value::deserialize(inputs).context("inputs")?;
+                ensure!(inputs.is_object(), "inputs must be a table");
+                Some(Template::compile(&inputs, data, "inputs")?)
+            }
+            None => None,
+        };
         let own_thresholds: Vec<String> = match table.remove("thresholds") {
             Some(list) => list.try_into().context("thresholds: a list of strings")?,
             None => Vec::new(),
@@ -169,7 +210,7 @@ impl Weighted {
             None => op.default_name(),
         };
         ensure!(
-            name != "initialize" && name != "all",
+            !["initialize", "server_discover", "all"].contains(&name.as_str()),
             "name {name:?} is taken by the report"
         );
         let id = match names.iter().position(|n| *n == name) {
@@ -204,6 +245,16 @@ impl Weighted {
             .enumerate()
             .map(|(n, spec)| Check::compile(spec, data, n + 1))
             .collect::<anyhow::Result<_>>()?;
+        ensure!(
+            inputs.is_none()
+                || matches!(
+                    op,
+                    Operation::CallTool { .. }
+                        | Operation::GetPrompt { .. }
+                        | Operation::ReadResource { .. }
+                ),
+            "inputs are for call_tool, get_prompt and read_resource (the requests a server may ask questions of)"
+        );
         Ok(Self {
             weight,
             op,
@@ -211,6 +262,7 @@ impl Weighted {
             request,
             checks,
             max_latency,
+            inputs,
         })
     }
 }
@@ -329,6 +381,14 @@ pub(crate) enum Operation {
     /// The first page of `tools/list`, `resources/list`,
     /// `resources/templates/list` or `prompts/list`.
     List { what: Listed },
+    /// 2026-07-28 `subscriptions/listen`, held open `hold_ms`: the first
+    /// message must acknowledge the subscription and every message carry
+    /// its id. The latency is the time to the acknowledgement.
+    Listen {
+        hold_ms: u64,
+        #[serde(default = "every_notification")]
+        notifications: Value,
+    },
     /// `completion/complete`: `ref` (`{type = "ref/prompt", name = ...}` or
     /// `{type = "ref/resource", uri = ...}`) and `argument` (`{name, value}`,
     /// a template). The result must carry `completion.values`.
@@ -337,6 +397,10 @@ pub(crate) enum Operation {
         reference: Value,
         argument: Value,
     },
+}
+
+fn every_notification() -> Value {
+    json!({"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true})
 }
 
 fn empty_object() -> Value {
@@ -364,6 +428,21 @@ impl Operation {
             Operation::GetPrompt { .. } => "get_prompt",
             Operation::List { .. } => "list",
             Operation::Complete { .. } => "complete",
+            Operation::Listen { .. } => "listen",
+        }
+    }
+
+    /// Whether a client of `era` can run it: resumption, the GET stream and
+    /// DELETE are the session era's, `subscriptions/listen` the stateless
+    /// era's.
+    pub(crate) fn runs_in(&self, era: Era) -> bool {
+        match self {
+            Operation::GetStream { .. }
+            | Operation::DropAndResume { .. }
+            | Operation::PollResume { .. }
+            | Operation::DeleteSession => era == Era::Session,
+            Operation::Listen { .. } => era == Era::Stateless,
+            _ => true,
         }
     }
 
@@ -452,6 +531,10 @@ impl Operation {
             | Operation::PollResume { duration_ms, .. }
             | Operation::GetStream {
                 hold_ms: duration_ms,
+            }
+            | Operation::Listen {
+                hold_ms: duration_ms,
+                ..
             } => Duration::from_millis(*duration_ms),
             _ => Duration::ZERO,
         }
@@ -522,7 +605,7 @@ impl Scenario {
             );
             data.push(DataSet::load(spec, dir)?);
         }
-        let mut names = vec!["initialize".to_owned()];
+        let mut names = vec!["initialize".to_owned(), "server_discover".to_owned()];
         let mut thresholds = Vec::new();
         let mut operations = Vec::with_capacity(file.operations.len());
         for (n, table) in file.operations.into_iter().enumerate() {
@@ -539,14 +622,39 @@ impl Scenario {
         for text in &file.thresholds {
             thresholds.push(Threshold::parse(text)?);
         }
-        let total_weight = operations.iter().map(|entry| u64::from(entry.weight)).sum();
-        if total_weight == 0 {
-            bail!("the scenario needs at least one operation with a weight above 0");
+        let all_stateless = file.protocol_version == STATELESS_VERSION;
+        let stateless_share = file
+            .stateless_share
+            .unwrap_or(if all_stateless { 1.0 } else { 0.0 });
+        ensure!(
+            (0.0..=1.0).contains(&stateless_share),
+            "stateless_share must be in 0..=1"
+        );
+        ensure!(
+            !all_stateless || stateless_share == 1.0,
+            "protocol_version {STATELESS_VERSION} makes every client stateless; name a session-era version to mix eras with stateless_share"
+        );
+        let weight_in = |era: Era| -> u64 {
+            operations
+                .iter()
+                .filter(|entry| entry.op.runs_in(era))
+                .map(|entry| u64::from(entry.weight))
+                .sum()
+        };
+        let total_weight = [weight_in(Era::Session), weight_in(Era::Stateless)];
+        if stateless_share < 1.0 && total_weight[0] == 0 {
+            bail!("the scenario needs at least one session-era operation with a weight above 0");
+        }
+        if stateless_share > 0.0 && total_weight[1] == 0 {
+            bail!(
+                "the scenario needs at least one operation with a weight above 0 that 2026-07-28 clients can run (not get_stream, drop_and_resume, poll_resume, delete_session)"
+            );
         }
         let scenario = Self {
             name: file.name,
             protocol_version: file.protocol_version,
             think_time_ms: file.think_time_ms,
+            stateless_share,
             operations,
             names,
             thresholds,
@@ -590,10 +698,10 @@ impl Scenario {
         }
     }
 
-    /// The entry for a roll in `0..total_weight`.
-    pub(crate) fn pick_with(&self, roll: u64) -> &Weighted {
-        let mut left = roll % self.total_weight;
-        for entry in &self.operations {
+    /// The entry of `era` for a roll in `0..total_weight`.
+    pub(crate) fn pick_with(&self, era: Era, roll: u64) -> &Weighted {
+        let mut left = roll % self.total_weight[era as usize].max(1);
+        for entry in self.operations.iter().filter(|e| e.op.runs_in(era)) {
             let weight = u64::from(entry.weight);
             if left < weight {
                 return entry;
@@ -609,9 +717,34 @@ impl Scenario {
         Duration::from_millis(fastrand::u64(0..=self.think_time_ms.saturating_mul(2)))
     }
 
-    /// A random entry, by weight.
-    pub(crate) fn pick(&self) -> &Weighted {
-        self.pick_with(fastrand::u64(0..self.total_weight))
+    /// The capabilities a session declares in `initialize`: elicitation,
+    /// sampling and roots when some operation answers questions
+    /// (`inputs`), none otherwise.
+    pub(crate) fn session_capabilities(&self) -> Value {
+        if self.operations.iter().any(|e| e.inputs.is_some()) {
+            json!({"elicitation": {}, "sampling": {}, "roots": {}})
+        } else {
+            json!({})
+        }
+    }
+
+    /// A random entry of `era`, by weight.
+    pub(crate) fn pick(&self, era: Era) -> &Weighted {
+        self.pick_with(
+            era,
+            fastrand::u64(0..self.total_weight[era as usize].max(1)),
+        )
+    }
+
+    /// The era of virtual client `index`, spread evenly: of the first n
+    /// clients, `stateless_share * n` (rounded down) are stateless.
+    pub(crate) fn era_of(&self, index: usize) -> Era {
+        let share = self.stateless_share;
+        if ((index + 1) as f64 * share).floor() > (index as f64 * share).floor() {
+            Era::Stateless
+        } else {
+            Era::Session
+        }
     }
 }
 #[cfg(test)]
@@ -653,17 +786,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.protocol_version, DEFAULT_PROTOCOL_VERSION);
-        assert_eq!(s.pick_with(0).op, Operation::ToolsList);
+        assert_eq!(s.pick_with(Era::Session, 0).op, Operation::ToolsList);
         let long = Operation::LongCall {
             duration_ms: 100,
             steps: 4,
         };
-        assert_eq!(s.pick_with(1).op, long);
-        assert_eq!(s.pick_with(2).op, long);
-        assert_eq!(s.pick_with(3).op, Operation::ToolsList);
+        assert_eq!(s.pick_with(Era::Session, 1).op, long);
+        assert_eq!(s.pick_with(Era::Session, 2).op, long);
+        assert_eq!(s.pick_with(Era::Session, 3).op, Operation::ToolsList);
         assert_eq!(
             s.names,
-            ["initialize", "tools_list", "delete_session", "long_call"]
+            [
+                "initialize",
+                "server_discover",
+                "tools_list",
+                "delete_session",
+                "long_call"
+            ]
         );
     }
 
@@ -711,6 +850,7 @@ mod tests {
             s.names,
             [
                 "initialize",
+                "server_discover",
                 "call_tool:get_forecast",
                 "forecast_again",
                 "list:resource_templates",

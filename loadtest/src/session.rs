@@ -22,7 +22,10 @@ use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 use crate::check::{CallCheck, Seen, Violation, has_tool_content, is_echo_of};
 use crate::initialize;
 use crate::pools::Pools;
-use crate::scenario::{INITIALIZE, OpId, Operation, Request, Scenario, Weighted};
+use crate::scenario::{
+    DISCOVER, Era, INITIALIZE, OpId, Operation, Request, STATELESS_VERSION, Scenario, Weighted,
+};
+use crate::stateless::{self, Outcome};
 use crate::stats::{ErrorKind, Stats};
 use crate::template::Draw;
 
@@ -57,19 +60,25 @@ pub(crate) struct Plan {
     pub(crate) seq: AtomicU64,
 }
 
-/// The `index`-th virtual session, from its start time to its DELETE.
+/// The `index`-th virtual session (or 2026-07-28 client), from its start
+/// time to its DELETE.
 pub(crate) async fn run(plan: Arc<Plan>, index: usize, start_at: Instant) {
     sleep_until(start_at).await;
     let http = plan.pools.for_session(index);
-    let Some(client) = initialize(&plan, http).await else {
+    let era = plan.scenario.era_of(index);
+    let Some(client) =
+        connect_until(&plan.url, &plan.scenario, era, &plan.stats, http, plan.end).await
+    else {
         return;
     };
     plan.stats.active_sessions.fetch_add(1, Ordering::Relaxed);
     let client = RwLock::new(client);
     // The server allows one standalone GET stream per session.
     let standalone_taken = AtomicBool::new(false);
-    join_all((0..plan.concurrency).map(|_| lane(&client, &plan, index, http, &standalone_taken)))
-        .await;
+    join_all(
+        (0..plan.concurrency).map(|_| lane(&client, &plan, index, era, http, &standalone_taken)),
+    )
+    .await;
     close(&plan, client.into_inner()).await;
 }
 
@@ -90,9 +99,10 @@ pub(crate) async fn close(plan: &Plan, client: Client) {
 /// Opens a session (checked: see [`initialize::open`]), retrying until it
 /// works or the run ends; `None` if it never did.
 pub(crate) async fn initialize(plan: &Plan, http: &reqwest::Client) -> Option<Client> {
-    initialize_until(
+    connect_until(
         &plan.url,
-        &plan.scenario.protocol_version,
+        &plan.scenario,
+        Era::Session,
         &plan.stats,
         http,
         plan.end,
@@ -100,38 +110,72 @@ pub(crate) async fn initialize(plan: &Plan, http: &reqwest::Client) -> Option<Cl
     .await
 }
 
-/// Opens a session, retrying until it works or `until`; each attempt
-/// counted under `initialize`.
-pub(crate) async fn initialize_until(
+/// A client of `era`, retrying until it works or `until`: a session opened
+/// with `protocol_version` (each attempt counted under `initialize`), or a
+/// 2026-07-28 client that began with `server/discover` (counted under
+/// `server_discover`).
+pub(crate) async fn connect_until(
     url: &str,
-    protocol_version: &str,
+    scenario: &Scenario,
+    era: Era,
     stats: &Stats,
     http: &reqwest::Client,
     until: Instant,
 ) -> Option<Client> {
+    let row = match era {
+        Era::Session => INITIALIZE,
+        Era::Stateless => DISCOVER,
+    };
     while Instant::now() < until {
         let started = Instant::now();
-        let error = match timeout(
-            SESSION_CALL_TIMEOUT,
-            initialize::open(http, url, protocol_version),
-        )
-        .await
-        {
+        let attempt = async {
+            match era {
+                Era::Session => {
+                    let capabilities = scenario.session_capabilities();
+                    initialize::open(http, url, &scenario.protocol_version, &capabilities).await
+                }
+                Era::Stateless => discover(http, url).await,
+            }
+        };
+        let error = match timeout(SESSION_CALL_TIMEOUT, attempt).await {
             Ok(Ok(client)) => {
-                stats.ok(INITIALIZE, started.elapsed());
+                stats.ok(row, started.elapsed());
                 return Some(client);
             }
             Ok(Err(error)) => error,
             Err(_) => ErrorKind::Timeout,
         };
-        stats.failed(INITIALIZE, &error);
+        stats.failed(row, &error);
         sleep(INITIALIZE_RETRY_PAUSE).await;
     }
     None
 }
 
+/// A 2026-07-28 client's start: `server/discover`, whose result must be
+/// complete and list the version among `supportedVersions`.
+async fn discover(http: &reqwest::Client, url: &str) -> Result<Client, ErrorKind> {
+    let client = Client::with_http(http.clone(), url, STATELESS_VERSION);
+    let response = checked_request(&client, "server/discover", json!({}), None).await?;
+    let result = complete_result(&client, response)?;
+    let supported = result
+        .get("supportedVersions")
+        .and_then(Value::as_array)
+        .is_some_and(|v| v.iter().any(|v| v == STATELESS_VERSION));
+    if !supported {
+        return Err(violation(Violation::WrongResult));
+    }
+    Ok(client)
+}
+
 async fn open_session(plan: &Plan, http: &reqwest::Client) -> Result<Client, ErrorKind> {
-    initialize::open(http, &plan.url, &plan.scenario.protocol_version).await
+    let capabilities = plan.scenario.session_capabilities();
+    initialize::open(
+        http,
+        &plan.url,
+        &plan.scenario.protocol_version,
+        &capabilities,
+    )
+    .await
 }
 
 /// Runs operations until the run ends. Ops share the session under a read
@@ -141,6 +185,7 @@ async fn lane(
     client: &RwLock<Client>,
     plan: &Plan,
     session: usize,
+    era: Era,
     http: &reqwest::Client,
     standalone_taken: &AtomicBool,
 ) {
@@ -152,7 +197,7 @@ async fn lane(
                 break;
             }
         }
-        let entry = plan.scenario.pick();
+        let entry = plan.scenario.pick(era);
         let deadline = (Instant::now() + entry.op.nominal_duration() + OP_TIMEOUT_SLACK)
             .min(plan.hard_deadline);
         let outcome = match &entry.op {
@@ -182,6 +227,14 @@ async fn lane(
                 .await;
                 standalone_taken.store(false, Ordering::Release);
                 outcome
+            }
+            Operation::Listen {
+                hold_ms,
+                notifications,
+            } => {
+                let client = client.read().await;
+                let hold = Duration::from_millis(*hold_ms);
+                timeout_at(deadline, stateless::listen(&client, notifications, hold)).await
             }
             _ => {
                 let client = client.read().await;
@@ -222,6 +275,13 @@ pub(crate) async fn exclusive_op(
                 get_stream(&client, Duration::from_millis(*hold_ms)),
             )
             .await
+        }
+        Operation::Listen {
+            hold_ms,
+            notifications,
+        } => {
+            let hold = Duration::from_millis(*hold_ms);
+            timeout_at(deadline, stateless::listen(&client, notifications, hold)).await
         }
         _ => timeout_at(deadline, run_op(&client, plan, entry, session)).await,
     };
@@ -317,7 +377,8 @@ async fn run_op(
         | Operation::ReadResource { .. }
         | Operation::GetPrompt { .. }
         | Operation::List { .. }
-        | Operation::Complete { .. } => {}
+        | Operation::Complete { .. }
+        | Operation::Listen { .. } => {}
     }
     Ok(started.elapsed())
 }
@@ -331,12 +392,41 @@ async fn generic_request(
     request: &Request,
     draw: &mut Draw<'_>,
 ) -> Result<Value, ErrorKind> {
-    let params = request.params.render(draw);
-    let mut response = checked_request(client, request.method, params).await?;
-    let mut result = response
-        .get_mut("result")
-        .map(Value::take)
-        .ok_or(violation(Violation::WrongResult))?;
+    let mut params = request.params.render(draw);
+    // Session era: questions come on the call's stream, answered by method.
+    let answers = entry.inputs.as_ref().map(|inputs| inputs.render(draw));
+    let mut rounds = 0;
+    let mut result = loop {
+        let response =
+            checked_request(client, request.method, params.clone(), answers.as_ref()).await?;
+        let result = response
+            .get("result")
+            .cloned()
+            .ok_or(violation(Violation::WrongResult))?;
+        if !stateless::is_stateless(client) {
+            break result;
+        }
+        match stateless::outcome(result)? {
+            Outcome::Complete(result) => break result,
+            Outcome::InputRequired { requests, state } => {
+                rounds += 1;
+                if rounds > stateless::MAX_INPUT_ROUNDS {
+                    return Err(ErrorKind::Check("input:too_many_rounds"));
+                }
+                let answers = stateless::answers(entry.inputs.as_ref(), &requests, draw)
+                    .inspect_err(|error| {
+                        plan.stats.sample(
+                            operation_name(plan, entry),
+                            error,
+                            &Value::Object(requests.clone()),
+                        );
+                    })?;
+                // The same request again (a new id), with the answers.
+                params["inputResponses"] = answers;
+                params["requestState"] = state;
+            }
+        }
+    };
     if result
         .pointer(request.shape)
         .is_none_or(|found| !found.is_array())
@@ -380,20 +470,49 @@ fn operation_name<'a>(plan: &'a Plan, entry: &Weighted) -> &'a str {
 /// A request without progress; returns its response, neither a JSON-RPC
 /// error nor a tool error.
 async fn simple_request(client: &Client, method: &str, params: Value) -> Result<Value, ErrorKind> {
-    let response = checked_request(client, method, params).await?;
+    let mut response = checked_request(client, method, params, None).await?;
     if is_tool_error(&response) {
         return Err(ErrorKind::ToolError);
+    }
+    if stateless::is_stateless(client) {
+        // The era's own rule: a result says what it is, and this request
+        // asked no question.
+        let result = complete_result(client, response.clone())?;
+        response["result"] = result;
     }
     Ok(response)
 }
 
+/// The result of a response that must be complete: in the stateless era
+/// its `resultType` says so (a question here is a wrong answer).
+fn complete_result(client: &Client, mut response: Value) -> Result<Value, ErrorKind> {
+    let result = response
+        .get_mut("result")
+        .map(Value::take)
+        .ok_or(violation(Violation::WrongResult))?;
+    if !stateless::is_stateless(client) {
+        return Ok(result);
+    }
+    match stateless::outcome(result)? {
+        Outcome::Complete(result) => Ok(result),
+        Outcome::InputRequired { .. } => Err(ErrorKind::Check("input:unanswered")),
+    }
+}
+
 /// A request without progress, every protocol rule checked; returns its
 /// response, which is not a JSON-RPC error (but may be a tool error).
-async fn checked_request(client: &Client, method: &str, params: Value) -> Result<Value, ErrorKind> {
+async fn checked_request(
+    client: &Client,
+    method: &str,
+    params: Value,
+    answers: Option<&Value>,
+) -> Result<Value, ErrorKind> {
+    let answers_questions = answers.is_some();
     let id = client.next_id();
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     let mut check = CallCheck::new(id, None);
-    read_reply(client, post(client, &body).await?, &mut check).await?;
+    let reply = post_as(client, &body, answers_questions).await?;
+    read_reply(client, reply, &mut check, answers).await?;
     check.finish(false).map_err(violation)?;
     let response = check
         .response()
@@ -410,14 +529,16 @@ async fn long_call(client: &Client, duration_ms: u64, steps: u64) -> Result<(), 
         client,
         post(client, &long_call_body(id, duration_ms, steps)).await?,
         &mut check,
+        None,
     )
     .await?;
-    complete(&check)
+    complete(client, &check)
 }
 
 /// A long call cancelled after its first progress. The latency recorded is
 /// from the cancellation to the end of the stream.
 async fn cancel_call(client: &Client, duration_ms: u64, steps: u64) -> Result<Duration, ErrorKind> {
+    let started = Instant::now();
     let id = client.next_id();
     let mut check = CallCheck::new(id, Some(steps));
     let body = long_call_body(id, duration_ms, steps);
@@ -426,10 +547,16 @@ async fn cancel_call(client: &Client, duration_ms: u64, steps: u64) -> Result<Du
         check.finish(false).map_err(violation)?;
         return Err(violation(Violation::ProgressGap));
     };
-    if read_stream(&mut stream, &mut check, Some(1)).await? == StreamEnd::Closed {
+    if read_stream(client, &mut stream, &mut check, Some(1), None).await? == StreamEnd::Closed {
         // Over before its first progress: it must have completed properly.
         check.finish(false).map_err(violation)?;
         return Ok(Duration::ZERO);
+    }
+    if stateless::is_stateless(client) {
+        // 2026-07-28: closing the response stream is the cancellation; the
+        // latency recorded is the time to the first progress.
+        drop(stream);
+        return Ok(started.elapsed());
     }
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                         "params": {"requestId": id, "reason": "load test"}});
@@ -438,7 +565,7 @@ async fn cancel_call(client: &Client, duration_ms: u64, steps: u64) -> Result<Du
     // 2025-11-25 cancellation: the server should not answer a cancelled
     // request, but may have sent the result already (a race); either way
     // the stream ends, and progress stays in order until it does.
-    read_stream(&mut stream, &mut check, None).await?;
+    read_stream(client, &mut stream, &mut check, None, None).await?;
     check.finish(true).map_err(violation)?;
     Ok(cancelled_at.elapsed())
 }
@@ -455,17 +582,20 @@ async fn drop_and_resume(
     let mut check = CallCheck::new(id, Some(steps));
     let body = long_call_body(id, duration_ms, steps);
     let Some(mut stream) = call_stream(client, &body, &mut check).await? else {
-        return complete(&check);
+        return complete(client, &check);
     };
-    if read_stream(&mut stream, &mut check, Some(drop_after)).await? == StreamEnd::Closed {
+    if read_stream(client, &mut stream, &mut check, Some(drop_after), None).await?
+        == StreamEnd::Closed
+    {
         // Closed by the server first (a draining node, say): resume as on
         // any early close.
         if check.response().is_none()
             && let Some(last_event_id) = stream.last_event_id.take()
         {
-            resume_until_response(client, &mut check, last_event_id, retry_wait(&stream)).await?;
+            resume_until_response(client, &mut check, last_event_id, retry_wait(&stream), None)
+                .await?;
         }
-        return complete(&check);
+        return complete(client, &check);
     }
     let last_event_id = stream
         .last_event_id
@@ -474,8 +604,8 @@ async fn drop_and_resume(
     drop(stream);
     // Stay away for about one step so that events pile up in the log.
     let away = Duration::from_millis(duration_ms / steps.max(1));
-    resume_until_response(client, &mut check, last_event_id, away).await?;
-    complete(&check)
+    resume_until_response(client, &mut check, last_event_id, away, None).await?;
+    complete(client, &check)
 }
 
 /// A long call whose connection the server closes after `close_after`
@@ -491,18 +621,18 @@ async fn poll_resume(
     let mut body = long_call_body(id, duration_ms, steps);
     body["params"]["arguments"]["close_stream_after"] = json!(close_after);
     let Some(mut stream) = call_stream(client, &body, &mut check).await? else {
-        return complete(&check);
+        return complete(client, &check);
     };
-    read_stream(&mut stream, &mut check, None).await?;
+    read_stream(client, &mut stream, &mut check, None, None).await?;
     if check.response().is_none() {
         // Closed before the response: the server must have announced where
         // to resume from (priming event id) and when (retry).
         if stream.last_event_id.is_none() {
             return Err(violation(Violation::NoEventId));
         }
-        read_until_response(client, stream, &mut check).await?;
+        read_until_response(client, stream, &mut check, None).await?;
     }
-    complete(&check)
+    complete(client, &check)
 }
 
 /// POSTs a request and returns its SSE stream, or `None` when the server
@@ -514,7 +644,7 @@ async fn call_stream(
 ) -> Result<Option<SseStream>, ErrorKind> {
     match post(client, body).await? {
         Reply::Sse(stream) => Ok(Some(stream)),
-        other => read_reply(client, other, check).await.map(|()| None),
+        other => read_reply(client, other, check, None).await.map(|()| None),
     }
 }
 
@@ -525,8 +655,9 @@ async fn read_until_response(
     client: &Client,
     mut stream: SseStream,
     check: &mut CallCheck,
+    answers: Option<&Value>,
 ) -> Result<(), ErrorKind> {
-    read_stream(&mut stream, check, None).await?;
+    read_stream(client, &mut stream, check, None, answers).await?;
     if check.response().is_some() {
         return Ok(());
     }
@@ -534,7 +665,7 @@ async fn read_until_response(
         // Nothing to resume from: the check reports the missing response.
         return Ok(());
     };
-    resume_until_response(client, check, last_event_id, retry_wait(&stream)).await
+    resume_until_response(client, check, last_event_id, retry_wait(&stream), answers).await
 }
 
 /// The wait a closed stream asked for (its last `retry`), bounded.
@@ -550,6 +681,7 @@ async fn resume_until_response(
     check: &mut CallCheck,
     mut last_event_id: String,
     mut pause: Duration,
+    answers: Option<&Value>,
 ) -> Result<(), ErrorKind> {
     for _ in 0..MAX_RESUMES {
         sleep(pause).await;
@@ -558,7 +690,7 @@ async fn resume_until_response(
             Reply::Status(status, _) => return Err(ErrorKind::status(status.as_u16())),
             _ => return Err(ErrorKind::Protocol("protocol:resume_not_sse")),
         };
-        read_stream(&mut resumed, check, None).await?;
+        read_stream(client, &mut resumed, check, None, answers).await?;
         if check.response().is_some() {
             return Ok(());
         }
@@ -627,7 +759,25 @@ fn long_call_body(id: i64, duration_ms: u64, steps: u64) -> Value {
 }
 
 async fn post(client: &Client, body: &Value) -> Result<Reply, ErrorKind> {
-    match client.post(body).await.map_err(classify)? {
+    post_as(client, body, false).await
+}
+
+/// POSTs `body`; a 2026-07-28 client dresses it with the era's `_meta`
+/// and headers, declaring the capabilities to answer questions when
+/// `answers_questions`.
+async fn post_as(
+    client: &Client,
+    body: &Value,
+    answers_questions: bool,
+) -> Result<Reply, ErrorKind> {
+    let reply = if stateless::is_stateless(client) {
+        let mut body = body.clone();
+        let headers = stateless::dress(&mut body, stateless::capabilities(answers_questions));
+        client.post_with(&body, headers).await
+    } else {
+        client.post(body).await
+    };
+    match reply.map_err(classify)? {
         Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
         reply => Ok(reply),
     }
@@ -643,10 +793,15 @@ fn expect_accepted(reply: Reply) -> Result<(), ErrorKind> {
 
 /// Feeds a request's whole reply (JSON body or SSE stream, resumed until
 /// the response) to `check`.
-async fn read_reply(client: &Client, reply: Reply, check: &mut CallCheck) -> Result<(), ErrorKind> {
+async fn read_reply(
+    client: &Client,
+    reply: Reply,
+    check: &mut CallCheck,
+    answers: Option<&Value>,
+) -> Result<(), ErrorKind> {
     match reply {
         Reply::Json(message, _) => check.observe(message).map(drop).map_err(violation),
-        Reply::Sse(stream) => read_until_response(client, stream, check).await,
+        Reply::Sse(stream) => read_until_response(client, stream, check, answers).await,
         Reply::Accepted => Err(ErrorKind::Protocol("protocol:request_answered_202")),
         Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
     }
@@ -662,10 +817,17 @@ enum StreamEnd {
 
 /// Reads messages into `check` until the stream ends or, with
 /// `stop_after`, that many progress events have been seen.
+///
+/// A request the server sends on the stream (session era: elicitation,
+/// sampling, roots) is answered from `answers` (the scenario's `inputs`,
+/// by method); without one for its method the operation fails
+/// (`input:unanswered`).
 async fn read_stream(
+    client: &Client,
     stream: &mut SseStream,
     check: &mut CallCheck,
     stop_after: Option<u64>,
+    answers: Option<&Value>,
 ) -> Result<StreamEnd, ErrorKind> {
     loop {
         let Some(event) = stream.next_event().await.map_err(classify)? else {
@@ -678,8 +840,16 @@ async fn read_stream(
         if let Some(id) = &event.id {
             check.event_id(id).map_err(violation)?;
         }
-        let message =
+        let message: Value =
             serde_json::from_str(&event.data).map_err(|_| violation(Violation::Malformed))?;
+        if let (Some(answers), Some(id), Some(method)) = (
+            answers,
+            message.get("id"),
+            message.get("method").and_then(Value::as_str),
+        ) {
+            answer_server_request(client, id, method, answers).await?;
+            continue;
+        }
         let seen = check.observe(message).map_err(violation)?;
         if seen != Seen::Other && stop_after.is_some_and(|n| check.progress_count() >= n) {
             return Ok(StreamEnd::Stopped);
@@ -687,11 +857,31 @@ async fn read_stream(
     }
 }
 
+/// Answers a server's request `id` of `method` with the scenario's answer
+/// for that method (POSTed; the server must accept it with 202).
+async fn answer_server_request(
+    client: &Client,
+    id: &Value,
+    method: &str,
+    answers: &Value,
+) -> Result<(), ErrorKind> {
+    let Some(answer) = answers.get(method) else {
+        let refusal = json!({"jsonrpc": "2.0", "id": id,
+            "error": {"code": -32601, "message": "the load test scenario has no answer for this"}});
+        let _ = post(client, &refusal).await;
+        return Err(ErrorKind::Check("input:unanswered"));
+    };
+    let response = json!({"jsonrpc": "2.0", "id": id, "result": answer});
+    expect_accepted(post(client, &response).await?)
+}
+
 /// A call read to its end: every rule checked, and its response a success
 /// that carries a tool result.
-fn complete(check: &CallCheck) -> Result<(), ErrorKind> {
+fn complete(client: &Client, check: &CallCheck) -> Result<(), ErrorKind> {
     check.finish(false).map_err(violation)?;
-    if has_tool_content(&response_ok(check)?) {
+    let response = response_ok(check)?;
+    let result = complete_result(client, response)?;
+    if has_tool_content(&json!({"result": result})) {
         Ok(())
     } else {
         Err(violation(Violation::WrongResult))

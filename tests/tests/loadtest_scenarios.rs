@@ -36,6 +36,18 @@ fn scratch(name: &str) -> PathBuf {
 /// Runs `scenario` against `node` for 2 s with 8 sessions; returns the
 /// output and the JSON report.
 fn run(node: &NodeProcess, scenario: &Path, extra: &[&str], dir: &Path) -> (Output, Value) {
+    run_with(node, scenario, "8", "2", extra, dir)
+}
+
+/// [`run`] with `sessions` and `duration`.
+fn run_with(
+    node: &NodeProcess,
+    scenario: &Path,
+    sessions: &str,
+    duration: &str,
+    extra: &[&str],
+    dir: &Path,
+) -> (Output, Value) {
     let json = dir.join("report.json");
     let _ = std::fs::remove_file(&json);
     let mut args = vec![
@@ -45,9 +57,9 @@ fn run(node: &NodeProcess, scenario: &Path, extra: &[&str], dir: &Path) -> (Outp
         "--scenario",
         scenario.to_str().unwrap(),
         "--sessions",
-        "8",
+        sessions,
         "--duration",
-        "2",
+        duration,
         "--report",
         json.to_str().unwrap(),
     ];
@@ -551,4 +563,42 @@ fn the_generator_serves_its_figures_as_prometheus_text_during_the_run() {
     assert!(ok > 0.0, "{text}");
     assert!(text.contains("mcp_loadtest_active_sessions 2"), "{text}");
     assert!(child.wait().unwrap().success());
+}
+
+/// Both eras in one run: half the clients open sessions, half speak
+/// 2026-07-28 (`server/discover`, `_meta` and routing headers on every
+/// request, questions answered by retrying with the request state,
+/// `subscriptions/listen`); each runs its era's operations and every
+/// answer passes its era's checks.
+#[test]
+fn both_eras_run_side_by_side_with_their_own_operations_and_checks() {
+    let node = NodeProcess::spawn(&node_binary(), &["--log", "warn"]).unwrap();
+    let dir = scratch("eras");
+    // Long enough that each rare operation (weight 2 in about 50) comes up:
+    // about 500 picks per era.
+    let scenario = scenarios().join("mixed-eras.toml");
+    let (output, report) = run_with(&node, &scenario, "16", "3", &[], &dir);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert_eq!(report["protocol_violations"], 0, "{stdout}");
+    assert_eq!(report["total_failed"], 0, "{stdout}");
+    // 16 clients: 8 sessions, 8 stateless clients.
+    assert_eq!(report["operations"]["initialize"]["ok"], 8, "{stdout}");
+    assert_eq!(report["operations"]["server_discover"]["ok"], 8, "{stdout}");
+    for name in [
+        "echo_call",
+        "call_tool:add",
+        "long_call",
+        "elicit",
+        "listen",
+        "get_stream",
+        "drop_and_resume",
+    ] {
+        let op = &report["operations"][name];
+        assert!(
+            op["ok"].as_u64().is_some_and(|ok| ok > 0),
+            "{name}: {stdout}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

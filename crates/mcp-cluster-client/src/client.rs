@@ -90,6 +90,11 @@ impl Client {
         self.session = id;
     }
 
+    /// The protocol version it speaks (sent as `MCP-Protocol-Version`).
+    pub fn protocol_version(&self) -> &str {
+        &self.protocol_version
+    }
+
     /// The endpoint URL.
     pub fn url(&self) -> &str {
         &self.url
