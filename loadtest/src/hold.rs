@@ -24,7 +24,7 @@ use tokio::time::{Instant, sleep, timeout};
 
 use crate::initialize;
 use crate::pools::Pools;
-use crate::rss::rss_bytes;
+use crate::rss::{OwnUsage, own_usage, rss_bytes};
 
 /// Bound on opening one session (initialize, initialized, GET).
 const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -55,6 +55,8 @@ pub(crate) struct HoldResult {
     pub(crate) rss_before: Option<u64>,
     pub(crate) rss_after: Option<u64>,
     pub(crate) open_time: Duration,
+    /// The generator's own CPU time and memory with every session open.
+    pub(crate) generator: Option<OwnUsage>,
 }
 
 impl HoldResult {
@@ -69,14 +71,17 @@ impl HoldResult {
     pub(crate) fn line(&self) -> String {
         let show = |v: Option<i64>| v.map_or_else(|| "na".to_owned(), |v| v.to_string());
         let as_i64 = |v: Option<u64>| v.and_then(|v| i64::try_from(v).ok());
+        let own = self.generator.unwrap_or_default();
         format!(
-            "hold sessions={} streams={} open_secs={:.2} rss_before_bytes={} rss_after_bytes={} per_session_bytes={}",
+            "hold sessions={} streams={} open_secs={:.2} rss_before_bytes={} rss_after_bytes={} per_session_bytes={} generator_cpu_secs={:.2} generator_rss_bytes={}",
             self.sessions,
             self.streams,
             self.open_time.as_secs_f64(),
             show(as_i64(self.rss_before)),
             show(as_i64(self.rss_after)),
             show(self.per_session_bytes()),
+            own.cpu_secs,
+            own.rss_bytes,
         )
     }
 }
@@ -114,6 +119,7 @@ pub(crate) async fn run(plan: HoldPlan, pools: Pools) -> anyhow::Result<HoldResu
         rss_before,
         rss_after,
         open_time,
+        generator: own_usage().ok(),
     };
     if failures.is_empty() {
         eprintln!(
@@ -203,12 +209,18 @@ mod tests {
             rss_before: Some(10_000_000),
             rss_after: Some(22_000_000),
             open_time: Duration::from_millis(1500),
+            generator: Some(OwnUsage {
+                cpu_secs: 2.5,
+                rss_bytes: 40_000_000,
+                peak_rss_bytes: 41_000_000,
+            }),
         };
         assert_eq!(result.per_session_bytes(), Some(12_000));
         assert_eq!(
             result.line(),
             "hold sessions=1000 streams=1000 open_secs=1.50 rss_before_bytes=10000000 \
-             rss_after_bytes=22000000 per_session_bytes=12000"
+             rss_after_bytes=22000000 per_session_bytes=12000 generator_cpu_secs=2.50 \
+             generator_rss_bytes=40000000"
         );
         let no_pid = HoldResult {
             rss_before: None,
@@ -216,6 +228,6 @@ mod tests {
             ..result
         };
         assert_eq!(no_pid.per_session_bytes(), None);
-        assert!(no_pid.line().ends_with("per_session_bytes=na"));
+        assert!(no_pid.line().contains("per_session_bytes=na "));
     }
 }

@@ -629,6 +629,7 @@ mod tests {
                 ..Refusals::default()
             },
             arrivals: None,
+            generator: None,
             failure_samples: BTreeMap::from([(
                 "check:equals".to_owned(),
                 "call_tool:add: {\"sum\":<5>}".to_owned(),

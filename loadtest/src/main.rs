@@ -98,8 +98,10 @@ enum Command {
     /// server's extra resident memory per session, holds them, then DELETEs them.
     ///
     /// Prints one line: `hold sessions=N streams=M open_secs=T rss_before_bytes=A
-    /// rss_after_bytes=B per_session_bytes=C` (the RSS fields are `na` without
-    /// --server-pid). Exits 1 if any session could not be opened.
+    /// rss_after_bytes=B per_session_bytes=C generator_cpu_secs=S generator_rss_bytes=G`
+    /// (the server's RSS fields are `na` without --server-pid; the generator's are its
+    /// own CPU time so far and resident memory with every session open). Exits 1 if
+    /// any session could not be opened.
     Hold(HoldArgs),
     /// Combines the JSON reports (--report) of runs made at the same time by several
     /// generators into one: counts and errors added, latency histograms merged (not

@@ -126,6 +126,7 @@ fn combine(command: &str, reports: &[Report], extra: &[String]) -> anyhow::Resul
         errors,
         failure_samples,
         thresholds,
+        generator: None,
         arrivals,
         series: merged_series(reports),
     })
@@ -339,6 +340,7 @@ mod tests {
                     actual: String::new(),
                 })
                 .collect(),
+            generator: None,
             arrivals: None,
             series: Series {
                 interval_ms: 1000,

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::RunArgs;
 use crate::open::Arrivals;
+use crate::rss::{OwnUsage, own_usage};
 use crate::series::{RssSummary, Series};
 use crate::session::Plan;
 use crate::stats::{OpReport, Refusal, Stats, encode_histogram};
@@ -123,6 +124,10 @@ pub(crate) struct Report {
     /// Each threshold held against the run, set by
     /// [`Report::with_thresholds`]; one that did not pass fails the run.
     pub(crate) thresholds: Vec<Verdict>,
+    /// What the generator itself spent (CPU, memory), when `/proc` could
+    /// tell; absent in a merged report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) generator: Option<OwnUsage>,
     /// The open model's arrivals (`--rate`, `--stage`); absent for the
     /// closed loop.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -167,6 +172,7 @@ impl Report {
             errors: plan.stats.errors(),
             failure_samples: plan.stats.samples(),
             thresholds: Vec::new(),
+            generator: own_usage().ok(),
             arrivals: None,
             series: Series::default(),
         })
@@ -273,6 +279,14 @@ impl Report {
         }
         if let Some(arrivals) = &self.arrivals {
             println!("{}", arrivals_line(arrivals));
+        }
+        if let Some(own) = &self.generator {
+            println!(
+                "generator: {:.1} s of CPU ({:.2} cores on average), peak RSS {}",
+                own.cpu_secs,
+                own.cpu_secs / self.elapsed_secs.max(1e-9),
+                mib(own.peak_rss_bytes)
+            );
         }
         for (key, sample) in &self.failure_samples {
             println!("first {key}: {sample}");

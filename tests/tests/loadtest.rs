@@ -149,6 +149,9 @@ fn hold_reports_memory_per_session_with_open_streams() {
         field("rss_after_bytes") > field("rss_before_bytes"),
         "{line}"
     );
+    // The generator reports its own cost beside the server's.
+    assert!(field("generator_rss_bytes") > 1 << 20, "{line}");
+    assert!(line.contains(" generator_cpu_secs="), "{line}");
 }
 
 #[test]
