@@ -153,6 +153,10 @@ echo "== cargo test --workspace"
 # `cargo build --all-targets` builds each test under another profile than
 # `cargo test` does, a second copy of every test binary (about 8 GB).
 cargo build --workspace --bins --examples --quiet
+# The rmcp echo server the load generator is checked against
+# (tests/tests/loadtest_third_party.rs): a crate of its own, pinned by its lock.
+cargo build --quiet --locked --manifest-path loadtest/peers/rmcp-echo/Cargo.toml \
+  --target-dir target/peers-cargo
 set +e
 cargo test --workspace 2>&1 | tee "$LOG_DIR/cargo-test.log"
 cargo_status=${PIPESTATUS[0]}

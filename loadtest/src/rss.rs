@@ -88,6 +88,9 @@ mod tests {
         assert_ne!(x, 1);
         let own = own_usage().unwrap();
         assert!(own.cpu_secs > 0.0, "{own:?}");
-        assert!(own.peak_rss_bytes >= own.rss_bytes && own.rss_bytes > 1 << 20, "{own:?}");
+        assert!(
+            own.peak_rss_bytes >= own.rss_bytes && own.rss_bytes > 1 << 20,
+            "{own:?}"
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! The load generator against servers that are not ours, with counts that
 //! must be exactly right: the official TypeScript SDK's example server
 //! (`simpleStreamableHttp`), an echo server on the official Python SDK
-//! (`loadtest/peers/py-echo`), and a server that answers wrongly on purpose
+//! (`loadtest/peers/py-echo`), one on rmcp (`loadtest/peers/rmcp-echo`), and a
+//! server that answers wrongly on purpose
 //! (`loadtest/examples/faulty_server.rs`), whose every wrong answer must be
 //! a failure and every right one a success. The SDKs come from `npm ci
 //! --prefix tests/js` and the virtualenv `tests/py/.venv`
@@ -317,5 +318,27 @@ fn the_k6_script_of_the_readme_is_its_file_and_parses() {
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn an_echo_server_on_rmcp_is_measured_with_no_false_errors() {
+    let binary = root().join("target/peers-cargo/debug/rmcp-echo");
+    assert!(
+        binary.exists(),
+        "{} missing: tests/run-all.sh builds it (cargo build --manifest-path loadtest/peers/rmcp-echo/Cargo.toml --target-dir target/peers-cargo)",
+        binary.display()
+    );
+    let port = free_port().unwrap();
+    let mut command = Command::new(binary);
+    command.arg(format!("127.0.0.1:{port}")).arg("1");
+    let server = Server::start(command, port);
+    let (output, report) = run(&server.url, &scenario("echo-tool.toml"), &[]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    all_ok(
+        &report,
+        &["initialize", "echo", "echo_call", "tools_list"],
+        &stdout,
     );
 }
