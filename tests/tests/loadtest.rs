@@ -88,7 +88,9 @@ fn mixed_scenario_runs_every_operation_without_violations_and_reports_over_time(
 
 /// The same mix through nginx (round robin, no stickiness) in front of three
 /// nodes sharing Redis: every request may land on another node, resumption
-/// included, and nothing is lost or duplicated.
+/// included, and nothing is lost or duplicated. Then both eras at once
+/// (`mixed-eras.toml`): a 2026-07-28 client's retry with its answers and
+/// request state lands on any node, and so do listen streams.
 #[test]
 fn mixed_scenario_through_a_load_balancer_in_front_of_a_cluster() {
     let cluster = Cluster::start(3, &[]).unwrap();
@@ -110,6 +112,29 @@ fn mixed_scenario_through_a_load_balancer_in_front_of_a_cluster() {
         stdout.contains("0 failed") && stdout.contains(" 0 protocol violations"),
         "{stdout}"
     );
+
+    let output = loadtest(&[
+        "run",
+        "--url",
+        &url,
+        "--scenario",
+        &scenario("mixed-eras.toml"),
+        "--sessions",
+        "16",
+        "--duration",
+        "3",
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    for row in ["server_discover ", "elicit ", "listen "] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no {row}row: {stdout}"));
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert!(fields[1].parse::<u64>().unwrap() > 0, "{line}");
+        assert_eq!(fields[2], "0", "{line}");
+    }
 }
 
 #[test]
