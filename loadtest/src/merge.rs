@@ -23,6 +23,8 @@ use crate::threshold::{self, Threshold};
 
 /// Most reports merged at once.
 pub(crate) const MAX_REPORTS: usize = 1024;
+/// Largest report read (a report with the longest series is under 20 MB).
+const MAX_REPORT_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Reads and merges the reports at `paths`; `extra` thresholds are held
 /// besides those the reports carry.
@@ -39,6 +41,14 @@ pub(crate) fn merge(command: &str, paths: &[PathBuf], extra: &[String]) -> anyho
     let reports = paths
         .iter()
         .map(|path| {
+            let size = std::fs::metadata(path)
+                .with_context(|| format!("reading {}", path.display()))?
+                .len();
+            ensure!(
+                size <= MAX_REPORT_BYTES,
+                "{} holds {size} bytes, more than a report may ({MAX_REPORT_BYTES})",
+                path.display()
+            );
             let bytes =
                 std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
             serde_json::from_slice::<Report>(&bytes)
