@@ -92,7 +92,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Runs a load test and prints a summary; exits 1, saying why on stderr, if any
-    /// protocol rule was broken or more requests failed than --max-errors allows.
+    /// protocol rule was broken, a threshold was broken, or more requests failed than
+    /// --max-errors allows.
     Run(RunArgs),
     /// Opens idle sessions (optionally each with its standalone GET stream), prints the
     /// server's extra resident memory per session, holds them, then DELETEs them.
@@ -118,16 +119,8 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct InitArgs {
-    /// The server's MCP endpoint (same rules as for `run`).
-    #[arg(long)]
-    url: String,
-
     #[command(flatten)]
-    http: HttpArgs,
-
-    /// Also allow this non-loopback host as a target (repeatable).
-    #[arg(long = "allow-target", value_name = "HOST")]
-    allow_target: Vec<String>,
+    target: TargetArgs,
 
     /// The scenario file to write (refused if it exists, unless --force).
     #[arg(long, value_name = "FILE.toml")]
@@ -164,6 +157,33 @@ struct MergeArgs {
     /// errors decides).
     #[arg(long, value_name = "N")]
     max_errors: Option<u64>,
+}
+
+/// The server under test and how to reach it (every command but `merge`).
+#[derive(Debug, clap::Args)]
+struct TargetArgs {
+    /// The server's MCP endpoint, e.g. http://127.0.0.1:18400/mcp. Only 127.0.0.1, ::1 and
+    /// localhost are accepted unless the host is named with --allow-target.
+    #[arg(long)]
+    url: String,
+
+    #[command(flatten)]
+    http: HttpArgs,
+
+    /// Also allow this non-loopback host as a target (repeatable). Only name servers you
+    /// run yourself: this tool generates heavy load.
+    #[arg(long = "allow-target", value_name = "HOST")]
+    allow_target: Vec<String>,
+}
+
+impl TargetArgs {
+    /// Refuses a target that is not allowed here.
+    ///
+    /// # Errors
+    /// See [`target::check`].
+    fn check(&self) -> anyhow::Result<()> {
+        target::check(&self.url, &self.allow_target)
+    }
 }
 
 /// How requests reach the server: which CA to trust for `https://`, the
@@ -245,16 +265,8 @@ impl HttpArgs {
 
 #[derive(Debug, clap::Args)]
 struct HoldArgs {
-    /// The server's MCP endpoint (same rules as for `run`).
-    #[arg(long)]
-    url: String,
-
     #[command(flatten)]
-    http: HttpArgs,
-
-    /// Also allow this non-loopback host as a target (repeatable).
-    #[arg(long = "allow-target", value_name = "HOST")]
-    allow_target: Vec<String>,
+    target: TargetArgs,
 
     /// Sessions to open and hold.
     #[arg(long, default_value_t = 1000)]
@@ -284,18 +296,8 @@ struct HoldArgs {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// The server's MCP endpoint, e.g. http://127.0.0.1:18400/mcp. Only 127.0.0.1, ::1 and
-    /// localhost are accepted unless the host is named with --allow-target.
-    #[arg(long)]
-    url: String,
-
     #[command(flatten)]
-    http: HttpArgs,
-
-    /// Also allow this non-loopback host as a target (repeatable). Only name servers you
-    /// run yourself: this tool generates heavy load.
-    #[arg(long = "allow-target", value_name = "HOST")]
-    allow_target: Vec<String>,
+    target: TargetArgs,
 
     /// Scenario TOML file: the weighted operation mix (see loadtest/scenarios/).
     /// Without it: tools/list and echo calls only.
@@ -371,8 +373,9 @@ struct RunArgs {
 
     /// Pass/fail rule on the run (repeatable), added to the scenario's:
     /// `[OPERATION ]METRIC<VALUE` with METRIC p50, p90, p95, p99, p999, max, mean
-    /// (units us, ms, s), errors (a share `0.1%` or a count) or rate (`100/s`); the
-    /// comparison `<`, `<=`, `>` or `>=`. Examples: 'p99<200ms', 'errors<0.1%',
+    /// (units us, ms, s), errors (a share `0.1%` or a count), rate (`100/s`) or dropped
+    /// (the open model's dropped arrivals, a share or a count); the comparison `<`,
+    /// `<=`, `>` or `>=`. Examples: 'p99<200ms', 'errors<0.1%',
     /// 'call_tool:search p95<1s', 'rate>500/s'. A broken one fails the run (exit 1)
     /// and the summary and the report say which.
     #[arg(long = "threshold", value_name = "RULE")]
@@ -433,7 +436,7 @@ fn raise_fd_limit() {
 /// `hold`: prints the measurement line; returns 1 if sessions could not be
 /// opened (bad arguments are errors: exit 64).
 fn hold(args: HoldArgs) -> anyhow::Result<u64> {
-    target::check(&args.url, &args.allow_target)?;
+    args.target.check()?;
     ensure!(args.sessions >= 1, "--sessions must be at least 1");
     ensure!(
         args.open_concurrency >= 1,
@@ -442,9 +445,9 @@ fn hold(args: HoldArgs) -> anyhow::Result<u64> {
     if let Some(pid) = args.server_pid {
         rss::rss_bytes(pid).context("--server-pid")?;
     }
-    let pools = http_pools(&args.url, &args.http)?;
+    let pools = http_pools(&args.target.url, &args.target.http)?;
     let plan = hold::HoldPlan {
-        url: args.url,
+        url: args.target.url,
         protocol_version: args.protocol_version,
         sessions: args.sessions,
         get_stream: args.get_stream,
@@ -471,19 +474,23 @@ fn hold(args: HoldArgs) -> anyhow::Result<u64> {
 /// `init`: writes the starting scenario; a server that cannot be listed
 /// is an error (exit 64, said on stderr).
 fn init_scenario(args: &InitArgs) -> anyhow::Result<u64> {
-    target::check(&args.url, &args.allow_target)?;
+    args.target.check()?;
     ensure!(
         args.force || !args.output.exists(),
         "{} exists (--force to overwrite it)",
         args.output.display()
     );
-    let http = args.http.options()?.client()?;
+    let http = args.target.http.options()?.client()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    let listing = runtime.block_on(init::discover(&http, &args.url, &args.protocol_version))?;
-    let text = init::scenario_toml(&listing, &args.url);
+    let listing = runtime.block_on(init::discover(
+        &http,
+        &args.target.url,
+        &args.protocol_version,
+    ))?;
+    let text = init::scenario_toml(&listing, &args.target.url);
     // What was written must run: checked before it is written.
     let dir = args.output.parent().unwrap_or(std::path::Path::new("."));
     Scenario::parse(&text, dir).context("the scenario written for this server does not load")?;
@@ -559,7 +566,7 @@ fn http_pools(url: &str, args: &HttpArgs) -> anyhow::Result<Pools> {
 /// Runs the test; returns 1 when it failed (a protocol violation, or more
 /// errors than `--max-errors`), said on stderr, else 0.
 fn run(args: RunArgs) -> anyhow::Result<u64> {
-    target::check(&args.url, &args.allow_target)?;
+    args.target.check()?;
     ensure!(args.sessions >= 1, "--sessions must be at least 1");
     let duration = Duration::from_secs(args.duration.unwrap_or(DEFAULT_DURATION_SECS));
     let schedule = match (args.rate, args.stages.is_empty()) {
@@ -613,7 +620,7 @@ async fn drive(
     duration: Duration,
     schedule: Option<open::Schedule>,
 ) -> anyhow::Result<u64> {
-    let pools = http_pools(&args.url, &args.http)?;
+    let pools = http_pools(&args.target.url, &args.target.http)?;
     let stats = Arc::new(Stats::new(&scenario.names)?);
     let _metrics = match args.metrics_listen {
         Some(addr) => {
@@ -625,14 +632,15 @@ async fn drive(
     };
     // The open model's sessions are opened before its clock starts.
     let pool = match &schedule {
-        Some(_) => {
-            Some(open::SessionPool::open(&args.url, &scenario, &pools, &stats, args.sessions).await)
-        }
+        Some(_) => Some(
+            open::SessionPool::open(&args.target.url, &scenario, &pools, &stats, args.sessions)
+                .await,
+        ),
         None => None,
     };
     let start = Instant::now();
     let plan = Arc::new(Plan {
-        url: args.url.clone(),
+        url: args.target.url.clone(),
         scenario,
         stats: Arc::clone(&stats),
         pools,
@@ -800,7 +808,7 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!("not run");
         };
-        let options = args.http.options().unwrap();
+        let options = args.target.http.options().unwrap();
         assert_eq!(options.ca_file, Some(PathBuf::from("/etc/ca.pem")));
         assert_eq!(options.bearer_token.as_deref(), Some("abc"));
         assert_eq!(options.headers.len(), 2);
