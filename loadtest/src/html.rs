@@ -290,7 +290,7 @@ fn charts(series: &Series) -> Vec<(&'static str, &'static str, Chart)> {
     let mut charts = vec![
         (
             "throughput",
-            "Operations that succeeded per second, per kind and in all.",
+            "Operations that succeeded per second, per operation and in all.",
             throughput(series),
         ),
         (
@@ -300,12 +300,12 @@ fn charts(series: &Series) -> Vec<(&'static str, &'static str, Chart)> {
         ),
         (
             "latency-p50",
-            "Median latency per kind; gaps are intervals in which no operation of that kind succeeded.",
+            "Median latency per operation; gaps are intervals in which that operation had no success.",
             latency_by_kind(series, "p50", |p| p.p50_ms),
         ),
         (
             "latency-p99",
-            "99th-percentile latency per kind; gaps are intervals in which no operation of that kind succeeded.",
+            "99th-percentile latency per operation; gaps are intervals in which that operation had no success.",
             latency_by_kind(series, "p99", |p| p.p99_ms),
         ),
         (

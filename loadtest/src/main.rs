@@ -1,6 +1,6 @@
-//! `mcp-loadtest`: drives many concurrent MCP sessions against one
-//! Streamable HTTP server, checks every answer, and reports latency per
-//! operation kind.
+//! `mcp-loadtest`: drives many concurrent MCP sessions (or 2026-07-28
+//! clients) against one Streamable HTTP server, checks every answer, and
+//! reports latency per operation.
 //!
 //! # Layout
 //! - [`scenario`]: the TOML scenario, a weighted mix of operations.

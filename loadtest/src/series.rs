@@ -1,6 +1,6 @@
 //! The run over time. A sampler task swaps the current interval out of
 //! [`Stats`] every tick and turns it into a [`Point`]: counts and latency
-//! percentiles per operation kind, errors by key, active sessions and,
+//! percentiles per operation, errors by key, active sessions and,
 //! with `--server-pid`, the server's resident memory. The points make up
 //! the [`Series`] of the JSON report and the HTML charts.
 //!
@@ -36,7 +36,7 @@ use crate::stats::{ErrorKind, IntervalCounts, Stats, latency_histogram};
 pub(crate) const MAX_POINTS: usize = 20_000;
 /// Most operation rows (`all` included) over all points of a series.
 pub(crate) const MAX_POINT_ROWS: usize = 200_000;
-/// Shortest interval accepted: each tick resets a histogram per kind and reads
+/// Shortest interval accepted: each tick resets a histogram per operation and reads
 /// `/proc`, which is cheap once a second but not a thousand times.
 const MIN_INTERVAL_MS: u64 = 100;
 
@@ -91,7 +91,7 @@ pub(crate) struct Point {
     /// The server's RSS at the end of the interval.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) server_rss_bytes: Option<u64>,
-    /// All operation kinds together.
+    /// All operations together.
     pub(crate) all: IntervalOp,
     /// Kinds that finished at least one operation in the interval.
     pub(crate) ops: Vec<IntervalOp>,
@@ -200,7 +200,7 @@ struct SamplerState {
     last: Duration,
     /// Reused every tick so that sampling allocates no histograms.
     counts: IntervalCounts,
-    /// All kinds merged, reused every tick.
+    /// All operations merged, reused every tick.
     all_us: Histogram<u64>,
     /// `None` without `--server-pid` and once the process is gone.
     server_pid: Option<u32>,

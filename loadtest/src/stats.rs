@@ -123,7 +123,7 @@ const MAX_SAMPLES: usize = 32;
 /// Longest failure sample, in characters.
 const MAX_SAMPLE_CHARS: usize = 600;
 
-/// Counters of one operation kind.
+/// Counters of one operation (a row of the report).
 #[derive(Debug)]
 struct OpStats {
     /// Whole-run totals, also read by the live line without a lock.
@@ -134,7 +134,7 @@ struct OpStats {
     latency: Mutex<OpLatency>,
 }
 
-/// Latencies of one operation kind, whole run and current interval.
+/// Latencies of one operation, whole run and current interval.
 #[derive(Debug)]
 struct OpLatency {
     /// Latency of successful operations over the whole run, microseconds.
@@ -164,7 +164,7 @@ pub(crate) struct IntervalCounts {
     pub(crate) errors: BTreeMap<String, u64>,
 }
 
-/// One operation kind within one interval.
+/// One operation within one interval.
 #[derive(Debug)]
 pub(crate) struct IntervalOpCounts {
     pub(crate) ok: u64,
@@ -399,7 +399,7 @@ impl Stats {
     }
 }
 
-/// One operation kind in the report.
+/// One operation in the report.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct OpReport {
     pub(crate) ok: u64,

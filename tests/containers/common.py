@@ -9,6 +9,7 @@ import base64
 import http.client
 import json
 import os
+import random
 import shutil
 import socket
 import ssl
@@ -57,11 +58,24 @@ def podman(*args, check=True, timeout=300, input=None):
     return run(["podman", *args], check=check, timeout=timeout, input=input)
 
 
+# Ports for published container ports: below Linux's ephemeral range
+# (32768-60999), from which every outgoing connection takes its local port.
+# A port bound to 0 and released comes from that range, and an outgoing
+# connection may take it before podman binds it ("address already in use").
+FREE_PORTS = range(10000, 32768)
+
+
 def free_port():
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port that was free a moment ago, outside the ephemeral range."""
+    for _ in range(500):
+        port = random.choice(FREE_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {FREE_PORTS.start}-{FREE_PORTS.stop - 1}")
 
 
 def wait_until(what, probe, timeout=60, interval=0.25):
