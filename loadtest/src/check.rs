@@ -216,11 +216,11 @@ pub(crate) fn is_echo_of(response: &Value, message: &str) -> bool {
         && text.is_some_and(|t| t == message || t.strip_prefix(ECHO_PREFIX) == Some(message))
 }
 
-/// Whether a tool call's response carries a tool result: `result.content`
-/// is an array with at least one item.
-pub(crate) fn has_tool_content(response: &Value) -> bool {
-    response
-        .pointer("/result/content")
+/// Whether a tool call's result carries content: `content` is an array
+/// with at least one item.
+pub(crate) fn has_tool_content(result: &Value) -> bool {
+    result
+        .pointer("/content")
         .and_then(Value::as_array)
         .is_some_and(|content| !content.is_empty())
 }
@@ -342,12 +342,10 @@ mod tests {
 
     #[test]
     fn a_tool_result_needs_content() {
-        assert!(has_tool_content(&echoed(
-            json!([{"type": "text", "text": "done"}])
-        )));
-        assert!(!has_tool_content(&echoed(json!([]))));
-        assert!(!has_tool_content(
-            &json!({"jsonrpc": "2.0", "id": 1, "result": {}})
+        assert!(has_tool_content(
+            &echoed(json!([{"type": "text", "text": "done"}]))["result"]
         ));
+        assert!(!has_tool_content(&echoed(json!([]))["result"]));
+        assert!(!has_tool_content(&json!({})));
     }
 }

@@ -668,17 +668,26 @@ async fn drive(
     let series = sampler.finish().await?;
     live.finish();
 
+    let figures = stats.figures();
     let verdicts = threshold::verdicts(
         &plan.scenario.thresholds,
         stats.names(),
-        &stats.figures(),
+        &figures,
         elapsed.as_secs_f64(),
         arrivals.as_ref().map(|a| (a.scheduled, a.dropped)),
     )?;
-    let report = report::Report::new(&args_echo(), &plan, &args, duration, elapsed, unfinished)?
-        .with_series(series)
-        .with_thresholds(verdicts)
-        .with_arrivals(arrivals);
+    let report = report::Report::new(
+        &args_echo(),
+        &plan,
+        &args,
+        &figures,
+        duration,
+        elapsed,
+        unfinished,
+    )?
+    .with_series(series)
+    .with_thresholds(verdicts)
+    .with_arrivals(arrivals);
     report.print();
     if let Some(path) = &args.report {
         write_report(&report, path)?;

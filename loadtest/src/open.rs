@@ -292,16 +292,12 @@ pub(crate) async fn run(
 }
 
 /// DELETEs the pool's sessions, [`OPEN_CONCURRENCY`] at a time.
-async fn close_pool(plan: &Arc<Plan>, pool: Vec<(usize, Client)>) {
-    let mut closing = JoinSet::new();
-    for (_, client) in pool {
-        if closing.len() >= OPEN_CONCURRENCY {
-            closing.join_next().await;
-        }
-        let plan = Arc::clone(plan);
-        closing.spawn(async move { session::close(&plan, client).await });
-    }
-    while closing.join_next().await.is_some() {}
+async fn close_pool(plan: &Plan, pool: Vec<(usize, Client)>) {
+    use futures_util::StreamExt;
+
+    futures_util::stream::iter(pool)
+        .for_each_concurrent(OPEN_CONCURRENCY, |(_, client)| session::close(plan, client))
+        .await;
 }
 
 #[cfg(test)]

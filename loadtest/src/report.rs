@@ -17,6 +17,8 @@ use crate::open::Arrivals;
 use crate::rss::{OwnUsage, own_usage};
 use crate::series::{RssSummary, Series};
 use crate::session::Plan;
+use hdrhistogram::Histogram;
+
 use crate::stats::{OpReport, Refusal, Stats, encode_histogram};
 use crate::threshold::Verdict;
 
@@ -137,21 +139,29 @@ pub(crate) struct Report {
 }
 
 impl Report {
+    /// The report of a run whose per-operation `figures` (as
+    /// [`Stats::figures`] gives them) were taken at its end.
     pub(crate) fn new(
         command: &str,
         plan: &Plan,
         args: &RunArgs,
+        figures: &[(u64, u64, Histogram<u64>)],
         duration: Duration,
         elapsed: Duration,
         unfinished: usize,
     ) -> anyhow::Result<Self> {
         let (total_ok, total_failed, protocol_violations) = plan.stats.totals();
+        let secs = elapsed.as_secs_f64();
+        let mut operations = BTreeMap::new();
         let mut histograms = BTreeMap::new();
-        for (name, (ok, failed, hist)) in plan.stats.names().iter().zip(plan.stats.figures()) {
+        for (name, (ok, failed, hist)) in plan.stats.names().iter().zip(figures) {
+            // Operations that never ran are left out.
             if ok + failed > 0 {
-                histograms.insert(name.clone(), encode_histogram(&hist)?);
+                operations.insert(name.clone(), OpReport::of(*ok, *failed, hist, secs));
+                histograms.insert(name.clone(), encode_histogram(hist)?);
             }
         }
+        let errors = plan.stats.errors();
         Ok(Self {
             command: command.to_owned(),
             url: plan.url.clone(),
@@ -166,10 +176,10 @@ impl Report {
             ops_per_sec: total_ok as f64 / elapsed.as_secs_f64().max(1e-9),
             protocol_violations,
             unfinished_sessions: unfinished,
-            operations: plan.stats.operations(elapsed),
+            operations,
             histograms,
-            refusals: Refusals::from_errors(&plan.stats.errors()),
-            errors: plan.stats.errors(),
+            refusals: Refusals::from_errors(&errors),
+            errors,
             failure_samples: plan.stats.samples(),
             thresholds: Vec::new(),
             generator: own_usage().ok(),

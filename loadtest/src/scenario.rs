@@ -721,11 +721,7 @@ impl Scenario {
     /// sampling and roots when some operation answers questions
     /// (`inputs`), none otherwise.
     pub(crate) fn session_capabilities(&self) -> Value {
-        if self.operations.iter().any(|e| e.inputs.is_some()) {
-            json!({"elicitation": {}, "sampling": {}, "roots": {}})
-        } else {
-            json!({})
-        }
+        crate::stateless::capabilities(self.operations.iter().any(|e| e.inputs.is_some()))
     }
 
     /// A random entry of `era`, by weight.

@@ -228,14 +228,6 @@ async fn lane(
                 standalone_taken.store(false, Ordering::Release);
                 outcome
             }
-            Operation::Listen {
-                hold_ms,
-                notifications,
-            } => {
-                let client = client.read().await;
-                let hold = Duration::from_millis(*hold_ms);
-                timeout_at(deadline, stateless::listen(&client, notifications, hold)).await
-            }
             _ => {
                 let client = client.read().await;
                 timeout_at(deadline, run_op(&client, plan, entry, session)).await
@@ -275,13 +267,6 @@ pub(crate) async fn exclusive_op(
                 get_stream(&client, Duration::from_millis(*hold_ms)),
             )
             .await
-        }
-        Operation::Listen {
-            hold_ms,
-            notifications,
-        } => {
-            let hold = Duration::from_millis(*hold_ms);
-            timeout_at(deadline, stateless::listen(&client, notifications, hold)).await
         }
         _ => timeout_at(deadline, run_op(&client, plan, entry, session)).await,
     };
@@ -369,6 +354,13 @@ async fn run_op(
             steps,
             close_after,
         } => poll_resume(client, *duration_ms, *steps, *close_after).await?,
+        Operation::Listen {
+            hold_ms,
+            notifications,
+        } => {
+            let hold = Duration::from_millis(*hold_ms);
+            return stateless::listen(client, notifications, hold).await;
+        }
         // Handled by the lane, which needs the lock or the flag; the
         // generic ones above.
         Operation::GetStream { .. }
@@ -377,8 +369,7 @@ async fn run_op(
         | Operation::ReadResource { .. }
         | Operation::GetPrompt { .. }
         | Operation::List { .. }
-        | Operation::Complete { .. }
-        | Operation::Listen { .. } => {}
+        | Operation::Complete { .. } => {}
     }
     Ok(started.elapsed())
 }
@@ -881,7 +872,7 @@ fn complete(client: &Client, check: &CallCheck) -> Result<(), ErrorKind> {
     check.finish(false).map_err(violation)?;
     let response = response_ok(check)?;
     let result = complete_result(client, response)?;
-    if has_tool_content(&json!({"result": result})) {
+    if has_tool_content(&result) {
         Ok(())
     } else {
         Err(violation(Violation::WrongResult))

@@ -35,9 +35,10 @@ pub(crate) fn is_stateless(client: &Client) -> bool {
     client.protocol_version() == STATELESS_VERSION
 }
 
-/// The client capabilities a request declares: elicitation, sampling and
-/// roots when the scenario answers questions for it, none otherwise (a
-/// server asks only for what is declared).
+/// The client capabilities a client declares (in each request's `_meta`
+/// in this era, in `initialize` in a session): elicitation, sampling and
+/// roots when the scenario answers questions, none otherwise (a server
+/// asks only for what is declared).
 pub(crate) fn capabilities(answers_questions: bool) -> Value {
     if answers_questions {
         json!({"elicitation": {}, "sampling": {}, "roots": {}})

@@ -131,25 +131,22 @@ impl Threshold {
             ensure!(n.is_finite() && n >= 0.0, "{s:?} is not a number >= 0");
             Ok(n)
         };
-        let (metric, limit) = match name {
-            "errors" => match value.strip_suffix('%') {
-                Some(share) => {
-                    let share = number(share)?;
-                    ensure!(share <= 100.0, "a share above 100%");
-                    (Metric::ErrorShare, share / 100.0)
+        // `0.1%` is a share (of 1), `5` a count.
+        let share_or_count = |share: Metric, count: Metric| -> anyhow::Result<(Metric, f64)> {
+            match value.strip_suffix('%') {
+                Some(percent) => {
+                    let percent = number(percent)?;
+                    ensure!(percent <= 100.0, "a share above 100%");
+                    Ok((share, percent / 100.0))
                 }
-                None => (Metric::ErrorCount, number(value)?),
-            },
+                None => Ok((count, number(value)?)),
+            }
+        };
+        let (metric, limit) = match name {
+            "errors" => share_or_count(Metric::ErrorShare, Metric::ErrorCount)?,
             "dropped" => {
                 ensure!(operation.is_none(), "dropped is on the whole run only");
-                match value.strip_suffix('%') {
-                    Some(share) => {
-                        let share = number(share)?;
-                        ensure!(share <= 100.0, "a share above 100%");
-                        (Metric::DroppedShare, share / 100.0)
-                    }
-                    None => (Metric::DroppedCount, number(value)?),
-                }
+                share_or_count(Metric::DroppedShare, Metric::DroppedCount)?
             }
             "rate" => (
                 Metric::Rate,
