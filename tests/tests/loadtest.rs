@@ -4,28 +4,8 @@
 //! `hold` measures the memory of idle sessions with open GET streams.
 //! Small numbers: this checks the tool works, it does not measure speed.
 
-use std::path::Path;
-use std::process::{Command, Output};
-
-use mcp_cluster_testkit::{Cluster, NodeProcess, loadtest_binary, node_binary};
+use mcp_cluster_testkit::{Cluster, NodeProcess, loadtest, loadtest_scenario, node_binary};
 use serde_json::Value;
-
-fn scenario(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../loadtest/scenarios")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-fn loadtest(args: &[&str]) -> Output {
-    let output = Command::new(loadtest_binary())
-        .args(args)
-        .output()
-        .expect("running mcp-loadtest");
-    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
-    output
-}
 
 #[test]
 fn mixed_scenario_runs_every_operation_without_violations_and_reports_over_time() {
@@ -39,7 +19,7 @@ fn mixed_scenario_runs_every_operation_without_violations_and_reports_over_time(
         "--url",
         node.url(),
         "--scenario",
-        &scenario("mixed.toml"),
+        &loadtest_scenario("mixed.toml"),
         "--sessions",
         "20",
         "--duration",
@@ -100,7 +80,7 @@ fn mixed_scenario_through_a_load_balancer_in_front_of_a_cluster() {
         "--url",
         &url,
         "--scenario",
-        &scenario("mixed.toml"),
+        &loadtest_scenario("mixed.toml"),
         "--sessions",
         "20",
         "--duration",
@@ -118,7 +98,7 @@ fn mixed_scenario_through_a_load_balancer_in_front_of_a_cluster() {
         "--url",
         &url,
         "--scenario",
-        &scenario("mixed-eras.toml"),
+        &loadtest_scenario("mixed-eras.toml"),
         "--sessions",
         "16",
         "--duration",

@@ -11,16 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use auth_support::{RESOURCE, config_file, node};
-use mcp_cluster_testkit::{TestIssuer, TestPki, loadtest_binary};
+use mcp_cluster_testkit::{
+    TestIssuer, TestPki, loadtest_binary, loadtest_output, loadtest_scenario,
+};
 use serde_json::Value;
-
-fn scenario(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../loadtest/scenarios")
-        .join(name)
-        .display()
-        .to_string()
-}
 
 /// A directory of this test binary's, for one use (`name`); the caller
 /// removes it.
@@ -33,15 +27,13 @@ fn temp_dir(name: &str) -> PathBuf {
 
 /// Runs the load generator with `args` (and `env`); its output.
 fn loadtest(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let output = Command::new(loadtest_binary())
-        .args(args)
-        // Only the token a test gives, never one of the environment.
-        .env_remove("MCP_LOADTEST_BEARER_TOKEN")
-        .envs(env.iter().copied())
-        .output()
-        .expect("running mcp-loadtest");
-    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
-    output
+    loadtest_output(
+        Command::new(loadtest_binary())
+            .args(args)
+            // Only the token a test gives, never one of the environment.
+            .env_remove("MCP_LOADTEST_BEARER_TOKEN")
+            .envs(env.iter().copied()),
+    )
 }
 
 /// A scenario of cheap requests with a pause between them (a few
@@ -104,7 +96,7 @@ fn the_load_generator_runs_against_an_https_node_with_its_ca_file() {
     let node = tls_support::https_node(&pki, &["--log", "warn"], &[]);
     let ca = pki.ca_cert();
     let ca = ca.to_str().unwrap();
-    let mixed = scenario("mixed.toml");
+    let mixed = loadtest_scenario("mixed.toml");
     let (report, stdout) = run(
         node.url(),
         "https",

@@ -6,16 +6,14 @@
 
 use std::process::{Command, Output};
 
-use mcp_cluster_testkit::{NodeProcess, loadtest_binary, node_binary};
+use mcp_cluster_testkit::{NodeProcess, loadtest_binary, loadtest_output, node_binary};
 
 fn loadtest(url: &str, extra: &[&str]) -> Output {
-    let output = Command::new(loadtest_binary())
-        .args(["run", "--url", url, "--sessions", "10", "--duration", "2"])
-        .args(extra)
-        .output()
-        .expect("running mcp-loadtest");
-    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
-    output
+    loadtest_output(
+        Command::new(loadtest_binary())
+            .args(["run", "--url", url, "--sessions", "10", "--duration", "2"])
+            .args(extra),
+    )
 }
 
 #[test]

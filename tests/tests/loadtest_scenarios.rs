@@ -7,20 +7,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use mcp_cluster_testkit::{NodeProcess, loadtest_binary, node_binary};
+use mcp_cluster_testkit::{NodeProcess, loadtest, loadtest_binary, node_binary};
 use serde_json::Value;
 
 fn scenarios() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../loadtest/scenarios")
-}
-
-fn loadtest(args: &[&str]) -> Output {
-    let output = Command::new(loadtest_binary())
-        .args(args)
-        .output()
-        .expect("running mcp-loadtest");
-    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
-    output
 }
 
 /// A scratch directory of this test process.

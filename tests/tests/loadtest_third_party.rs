@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use mcp_cluster_testkit::{example_binary, free_port, loadtest_binary, raw_http};
+use mcp_cluster_testkit::{example_binary, free_port, loadtest, loadtest_scenario, raw_http};
 use serde_json::Value;
 
 /// A server process, killed when dropped.
@@ -53,23 +53,6 @@ impl Server {
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn scenario(name: &str) -> String {
-    root()
-        .join("loadtest/scenarios")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-fn loadtest(args: &[&str]) -> Output {
-    let output = Command::new(loadtest_binary())
-        .args(args)
-        .output()
-        .expect("running mcp-loadtest");
-    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
-    output
 }
 
 /// `run` of `scenario` against `url`; returns the output and the report.
@@ -138,7 +121,7 @@ fn the_typescript_sdk_example_server_is_measured_with_no_false_errors() {
         .env("MCP_PORT", port.to_string());
     let server = Server::start(command, port);
 
-    let (output, report) = run(&server.url, &scenario("ts-sdk-example.toml"), &[]);
+    let (output, report) = run(&server.url, &loadtest_scenario("ts-sdk-example.toml"), &[]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}");
     all_ok(
@@ -194,7 +177,7 @@ fn an_echo_server_on_the_python_sdk_is_measured_with_no_false_errors() {
         .arg(root().join("loadtest/peers/py-echo/server.py"))
         .arg(format!("127.0.0.1:{port}"));
     let server = Server::start(command, port);
-    let (output, report) = run(&server.url, &scenario("echo-tool.toml"), &[]);
+    let (output, report) = run(&server.url, &loadtest_scenario("echo-tool.toml"), &[]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}");
     all_ok(
@@ -241,7 +224,7 @@ fn counter(port: u16, path: &str) -> u64 {
 
 #[test]
 fn every_wrong_answer_is_a_failure_and_every_right_one_a_success() {
-    let echo = scenario("echo-tool.toml");
+    let echo = loadtest_scenario("echo-tool.toml");
     // (fault, the error keys its wrong answers must be counted under: the
     // scenario's check for `echo`, the built-in rule for `echo_call`)
     for (fault, keys) in [
@@ -333,7 +316,7 @@ fn an_echo_server_on_rmcp_is_measured_with_no_false_errors() {
     let mut command = Command::new(binary);
     command.arg(format!("127.0.0.1:{port}")).arg("1");
     let server = Server::start(command, port);
-    let (output, report) = run(&server.url, &scenario("echo-tool.toml"), &[]);
+    let (output, report) = run(&server.url, &loadtest_scenario("echo-tool.toml"), &[]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}");
     all_ok(

@@ -140,6 +140,32 @@ pub fn loadtest_binary() -> PathBuf {
     path
 }
 
+/// `loadtest/scenarios/<name>` of this repository, as an argument.
+pub fn loadtest_scenario(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../loadtest/scenarios")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// Runs an `mcp-loadtest` command (made from [`loadtest_binary`]) to its
+/// end; its stderr is echoed into the test's output, which then shows why
+/// a run failed.
+///
+/// # Panics
+/// When it does not start.
+pub fn loadtest_output(command: &mut Command) -> std::process::Output {
+    let output = command.output().expect("running mcp-loadtest");
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    output
+}
+
+/// `mcp-loadtest ARGS` to its end (see [`loadtest_output`]).
+pub fn loadtest(args: &[&str]) -> std::process::Output {
+    loadtest_output(Command::new(loadtest_binary()).args(args))
+}
+
 /// `mcp-loadtest run` of `loadtest/scenarios/mixed.toml` in the
 /// background (calls with progress, cancellations, standalone streams,
 /// resumptions, session churn); killed on drop.

@@ -579,8 +579,8 @@ mod prometheus;
 mod redis;
 
 pub use cluster::{
-    Cluster, MixedLoad, NODE_BIN_ENV, NodeCommand, REDIS_KIND_ENV, example_binary, loadtest_binary,
-    node_binary, program_binary,
+    Cluster, MixedLoad, NODE_BIN_ENV, NodeCommand, REDIS_KIND_ENV, example_binary, loadtest,
+    loadtest_binary, loadtest_output, loadtest_scenario, node_binary, program_binary,
 };
 pub use issuer::{Discovery, IssuerOptions, KeyAlg, PublicKeyForm, TestIssuer, TokenBuilder};
 pub use nginx::Nginx;
