@@ -10,7 +10,7 @@ mod hostile_support;
 mod stateless_support;
 
 use futures_util::StreamExt;
-use hostile_support::{MIB, node};
+use hostile_support::MIB;
 use mcp_cluster_client::Client;
 use mcp_cluster_testkit::within;
 use serde_json::json;
@@ -21,6 +21,19 @@ const BUDGET: u64 = 256 * MIB;
 
 /// Floods run this many requests at once.
 const CONCURRENCY: usize = 8;
+
+/// These floods come from one address and measure what outlives their
+/// requests: the bytes their requests hold while they run get a share
+/// large enough for `CONCURRENCY` of them (the in-flight share is
+/// `hostile_retained_owners.rs`'s).
+const IN_FLIGHT_SHARE: [&str; 2] = ["--quota-in-flight-bytes-per-client", "67108864"];
+
+/// A node with `args` and [`IN_FLIGHT_SHARE`].
+fn node(args: &[&str]) -> mcp_cluster_testkit::NodeProcess {
+    let mut all = IN_FLIGHT_SHARE.to_vec();
+    all.extend_from_slice(args);
+    hostile_support::node(&all)
+}
 
 /// One flood at a time: each measures its own node, and three at once on
 /// a small machine only measure the machine.

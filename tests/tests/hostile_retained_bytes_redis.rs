@@ -44,7 +44,16 @@ fn redis_and_node(args: &[&str]) -> (RedisServer, mcp_cluster_testkit::NodeProce
     )
     .unwrap();
     let config = config.to_str().unwrap().to_owned();
-    let mut all = vec!["--config", config.as_str()];
+    // These floods come from one address and measure what outlives their
+    // requests: the bytes their requests hold while they run get a share
+    // large enough for eight at once (the in-flight share is
+    // `hostile_retained_owners.rs`'s).
+    let mut all = vec![
+        "--config",
+        config.as_str(),
+        "--quota-in-flight-bytes-per-client",
+        "67108864",
+    ];
     all.extend_from_slice(args);
     let node = node(&all);
     (redis, node)

@@ -97,17 +97,22 @@ pub async fn message(
         .ok_or(HttpError::MissingSession)?
         .parse()
         .map_err(|_| HttpError::MalformedSession)?;
-    let bytes = read_body(&req, payload, &state.config).await?;
     let runtime = &state.runtime;
+    // Answers travel on the SSE stream, errors for the body's members too.
+    let mut inbound = crate::streamable::inbound(&req, Transport::LegacySse, principal);
+    let mut counted = runtime.body_bytes(&inbound);
+    let bytes = read_body(&req, payload, &state.config, &mut counted).await?;
     let body = decode_body_with_limit(&bytes, runtime.config().max_batch_items)
         .map_err(HttpError::Decode)?;
+    drop(bytes);
+    inbound.held_body(counted);
     if let mcp_cluster_protocol::jsonrpc::Body::Single(message) = &body {
         crate::observe::note_method(&req, message.method().unwrap_or("response"));
     }
-    crate::auth::check_tool_scopes(&state, principal.as_deref(), &body)?;
-    let session = runtime.session_as(&id, principal.as_deref()).await?;
-    // Answers travel on the SSE stream, errors for the body's members too.
-    let inbound = crate::streamable::inbound(&req, Transport::LegacySse, principal);
+    crate::auth::check_tool_scopes(&state, inbound.principal.as_deref(), &body)?;
+    let session = runtime
+        .session_as(&id, inbound.principal.as_deref())
+        .await?;
     runtime
         .submit(&session, body, Answers::SessionStream, &inbound)
         .await?;

@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 use mcp_cluster_protocol::jsonrpc::{Body, decode_body_with_limit};
 use mcp_cluster_protocol::{Message, ProtocolVersion, Request, methods};
 use mcp_cluster_runtime::{
-    Answers, ExchangeReply, Inbound, RuntimeError, SessionHandle, Submitted, Transport,
+    Answers, BodyBytes, ExchangeReply, Inbound, RuntimeError, SessionHandle, Submitted, Transport,
 };
 use mcp_cluster_store::{EventId, Position};
 
@@ -28,17 +28,26 @@ pub(crate) async fn read_body(
     req: &HttpRequest,
     payload: web::Payload,
     config: &HttpConfig,
+    counted: &mut BodyBytes,
 ) -> Result<Bytes, HttpError> {
     let timeout = config.request_body_timeout();
-    tokio::time::timeout(timeout, read_limited(req, payload, config.max_body_bytes))
-        .await
-        .map_err(|_| HttpError::BodyTimeout(timeout.as_secs()))?
+    tokio::time::timeout(
+        timeout,
+        read_limited(req, payload, config.max_body_bytes, counted),
+    )
+    .await
+    .map_err(|_| HttpError::BodyTimeout(timeout.as_secs()))?
 }
 
+/// Reads the body within `limit`, counting it in the node's in-flight
+/// bytes as it comes: its declared length before any of it is read, or
+/// each chunk of a body without one. A client whose running requests hold
+/// its share is refused before its body is read.
 async fn read_limited(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,
+    counted: &mut BodyBytes,
 ) -> Result<Bytes, HttpError> {
     let declared = req
         .headers()
@@ -48,11 +57,18 @@ async fn read_limited(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(HttpError::PayloadTooLarge(limit));
     }
+    if let Some(declared) = declared {
+        // unwrap_or: within `limit`, a usize.
+        counted.add(usize::try_from(declared).unwrap_or(limit))?;
+    }
     let mut body = BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|_| HttpError::BodyRead)?;
         if body.len() + chunk.len() > limit {
             return Err(HttpError::PayloadTooLarge(limit));
+        }
+        if declared.is_none() {
+            counted.add(chunk.len())?;
         }
         body.extend_from_slice(&chunk);
     }
@@ -69,9 +85,14 @@ pub async fn post(
     let principal = auth::authorize(&req, &state).await?;
     headers::check_content_type(req.headers())?;
     headers::check_post_accept(req.headers())?;
-    let bytes = read_body(&req, payload, &state.config).await?;
+    let mut inbound = inbound(&req, Transport::StreamableHttp, principal);
+    let mut counted = state.runtime.body_bytes(&inbound);
+    let bytes = read_body(&req, payload, &state.config, &mut counted).await?;
     let body = decode_body_with_limit(&bytes, state.runtime.config().max_batch_items)
         .map_err(HttpError::Decode)?;
+    // The decoded body is what the requests hold from here on.
+    drop(bytes);
+    inbound.held_body(counted);
     // Every error answering a single request carries its id.
     let id = match &body {
         Body::Single(Message::Request(request)) => Some(request.id.clone()),
@@ -87,8 +108,7 @@ pub async fn post(
         Body::Single(Message::Response(_)) => observe::note_method(&req, "response"),
         Body::Batch(_) => observe::note_method(&req, "batch"),
     }
-    auth::check_tool_scopes(&state, principal.as_deref(), &body)?;
-    let inbound = inbound(&req, Transport::StreamableHttp, principal);
+    auth::check_tool_scopes(&state, inbound.principal.as_deref(), &body)?;
     let answered = if stateless {
         crate::stateless::post(&req, body, &state, inbound).await
     } else {
@@ -176,6 +196,8 @@ pub(crate) fn inbound(
         client: req.peer_addr(),
         client_ip: client_ip(req),
         principal,
+        body_bytes: 0,
+        body_hold: mcp_cluster_runtime::BodyHold::default(),
     }
 }
 

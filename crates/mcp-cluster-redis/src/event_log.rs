@@ -16,10 +16,11 @@
 //! events a stream holds (`bytes`); past `max_stream_bytes` the oldest are
 //! dropped (the newest is always kept). A stream closed by this node
 //! counts against this node's closed-stream budget (a [`Ledger`], per node
-//! and per session); past it the oldest closed streams are deleted
-//! (`UNLINK`) before their TTL. Each node answers for the streams it
-//! closed, so Redis holds at most the nodes' budgets together, with no
-//! shared counter on the request path.
+//! and per owner, the client that made the stream); past it the oldest
+//! closed streams are deleted (`UNLINK`) before their TTL, as the ledger
+//! picks them. Each node answers for the streams it closed, so Redis holds
+//! at most the nodes' budgets together, with no shared counter on the
+//! request path.
 //!
 //! Reads follow the in-memory rules: `after` below the trimmed boundary is
 //! `Trimmed`; `after` equal to `0-0`, the boundary or an entry id is
@@ -301,7 +302,8 @@ pub struct RedisEventLog {
     closed_ttl_ms: u64,
     /// Bytes of events kept per stream.
     max_stream_bytes: u64,
-    /// The streams this node closed, their bytes and their sessions.
+    /// The streams this node closed, their bytes, their owners, grouped by
+    /// session.
     closed: Ledger<(SessionId, StreamId)>,
     /// Hands out wake-ups from the node's one pub/sub connection.
     pubsub: PubSub,
@@ -421,11 +423,12 @@ impl RedisEventLog {
 
     /// Accounts for a stream this node closed, and deletes the oldest
     /// closed streams beyond the budget.
-    async fn closed_now(&self, session: &SessionId, stream: &StreamId, bytes: u64) {
+    async fn closed_now(&self, session: &SessionId, stream: &StreamId, owner: &str, bytes: u64) {
         let ttl = std::time::Duration::from_millis(self.closed_ttl_ms);
         let dropped = self.closed.admit(
             (session.clone(), stream.clone()),
-            session.as_str(),
+            owner,
+            Some(session.as_str()),
             bytes,
             ttl,
         );
@@ -508,7 +511,12 @@ impl EventLog for RedisEventLog {
             .await
     }
 
-    async fn close_stream(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError> {
+    async fn close_stream(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        owner: &str,
+    ) -> Result<(), StoreError> {
         let reply = self
             .redis
             .script(
@@ -528,7 +536,7 @@ impl EventLog for RedisEventLog {
         }
         if n >= 2 {
             let bytes = u64::try_from(n - 2).unwrap_or(0);
-            self.closed_now(session, stream, bytes).await;
+            self.closed_now(session, stream, owner, bytes).await;
         }
         Ok(())
     }
@@ -629,8 +637,12 @@ impl EventLog for RedisEventLog {
                     .arg(self.redis.publish_command()),
             )
             .await?;
-        self.closed.forget_client(session.as_str());
+        self.closed.forget_group(session.as_str());
         Ok(())
+    }
+
+    fn over_budget(&self) -> bool {
+        self.closed.over_budget()
     }
 }
 

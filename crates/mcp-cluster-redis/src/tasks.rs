@@ -210,7 +210,9 @@ impl RedisTasks {
             .remove(id)
             .unwrap_or_default();
         let bytes = record.len() as u64 + answers;
-        let dropped = self.finished.admit(id.to_owned(), &client, bytes, ttl);
+        let dropped = self
+            .finished
+            .admit(id.to_owned(), &client, None, bytes, ttl);
         if dropped.is_empty() {
             return;
         }
@@ -416,6 +418,10 @@ impl TaskStore for RedisTasks {
             .script("task_cancel", &CANCEL.key(self.keys.task(id)))
             .await?;
         done(&reply)
+    }
+
+    fn over_budget(&self) -> bool {
+        self.finished.over_budget()
     }
 }
 

@@ -96,7 +96,7 @@ async fn closed_and_idle_streams_and_idle_sessions_expire() {
     let s = SessionId::random();
     let closed = log.create_stream(&s, &[]).await.unwrap();
     log.append(&s, &closed, Arc::from("x")).await.unwrap();
-    log.close_stream(&s, &closed).await.unwrap();
+    log.close_stream(&s, &closed, "owner").await.unwrap();
     let kept = log.create_stream(&s, &[]).await.unwrap();
     let idle = log.create_stream(&s, &[]).await.unwrap();
     for _ in 0..4 {

@@ -42,7 +42,7 @@ async fn append_on_one_node_wakes_a_reader_on_another() {
         assert!(id.position > last, "positions increase across nodes");
         last = id.position;
     }
-    a.events.close_stream(&s, &stream).await.unwrap();
+    a.events.close_stream(&s, &stream, "owner").await.unwrap();
     assert!(tokio::time::timeout(WAIT, wake.changed()).await.unwrap());
     let batch = b
         .events

@@ -79,8 +79,13 @@ impl EventLog for CountingLog {
         self.inner.append(session, stream, data).await
     }
 
-    async fn close_stream(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError> {
-        self.inner.close_stream(session, stream).await
+    async fn close_stream(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        owner: &str,
+    ) -> Result<(), StoreError> {
+        self.inner.close_stream(session, stream, owner).await
     }
 
     async fn read(

@@ -137,10 +137,28 @@ pub trait EventLog: Send + Sync + Debug + 'static {
     }
 
     /// Closes the stream: readers end after its last event. Idempotent.
+    /// From then on its events are kept for clients that resume late,
+    /// charged to `owner` (who made the stream: a principal's key, else
+    /// the client's address subject; see [`crate::budget`]) in the store's
+    /// closed-stream budget.
     ///
     /// # Errors
     /// [`StoreError::StreamNotFound`] for an unknown stream.
-    async fn close_stream(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError>;
+    async fn close_stream(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        owner: &str,
+    ) -> Result<(), StoreError>;
+
+    /// Whether the closed streams kept are over the store's budget with
+    /// nothing left to drop (every owner at or under its floor, see
+    /// [`crate::Ledger::over_budget`]): work that would close more streams
+    /// should be refused until it is not. `false` for stores that keep no
+    /// budget.
+    fn over_budget(&self) -> bool {
+        false
+    }
 
     /// Reads up to `max` events after `after` (exclusive).
     ///

@@ -7,7 +7,8 @@
 //! same [`suite`].
 //!
 //! # Layout
-//! - [`budget`]: [`ByteBudget`] and the [`Ledger`] that holds kept data to it.
+//! - [`budget`]: [`ByteBudget`], the [`Ledger`] that holds kept data to it,
+//!   and [`InFlightBytes`], what running work holds.
 //! - [`ids`]: [`SessionId`], [`StreamId`], [`Position`], [`EventId`].
 //! - [`event_log`]: the [`EventLog`] port, [`ReadBatch`], [`Wakeup`].
 //! - [`session_store`]: the [`SessionStore`] port and [`SessionRecord`].
@@ -33,7 +34,7 @@ pub mod task_store;
 
 use std::sync::Arc;
 
-pub use budget::{ByteBudget, Ledger};
+pub use budget::{ByteBudget, Hold, HoldRefused, InFlightBytes, Ledger};
 pub use bus::{ControlBus, ControlMessage};
 pub use error::StoreError;
 pub use event_log::{EventLog, ReadBatch, StoredEvent, Wakeup};

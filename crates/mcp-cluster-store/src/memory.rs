@@ -61,15 +61,17 @@ pub struct Retention {
     /// are dropped as by `max_events_per_stream` (the newest is always
     /// kept). Default 32 MiB.
     pub max_stream_bytes: u64,
-    /// Bytes of closed streams kept: per node, and per session (a session
-    /// is one client's). Beyond either the oldest closed streams (of the
-    /// session first) are dropped before their TTL. Default 64 MiB per
-    /// node, 16 MiB per session.
+    /// Bytes of closed streams kept: per node, and per client (the owner
+    /// of the request that made the stream: its principal, else its
+    /// address; never per session, which a client opens at will). Past a
+    /// client's share its own oldest closed streams go; past the node's
+    /// budget, the oldest of the clients above their floor. Default 64 MiB
+    /// per node, 16 MiB per client, a floor of 4 MiB.
     pub closed_streams: ByteBudget,
     /// Bytes of finished tasks (records, results and answers) kept: per
-    /// node, and per client (principal, or address without one). Beyond
-    /// either the oldest finished tasks (of the client first) are dropped
-    /// before their TTL. Default 64 MiB per node, 16 MiB per client.
+    /// node, and per client (principal, or address without one), as for
+    /// `closed_streams`. Default 64 MiB per node, 16 MiB per client, a
+    /// floor of 4 MiB.
     pub finished_tasks: ByteBudget,
 }
 
@@ -79,12 +81,19 @@ pub const MAX_STREAM_BYTES: u64 = 32 << 20;
 pub const CLOSED_STREAMS: ByteBudget = ByteBudget {
     per_node: 64 << 20,
     per_client: 16 << 20,
+    floor: RETAINED_FLOOR,
 };
 /// Default of [`Retention::finished_tasks`].
 pub const FINISHED_TASKS: ByteBudget = ByteBudget {
     per_node: 64 << 20,
     per_client: 16 << 20,
+    floor: RETAINED_FLOOR,
 };
+/// Default floor of [`CLOSED_STREAMS`] and [`FINISHED_TASKS`]: what no
+/// other client can push out of a client's kept bytes. 4 MiB keeps a
+/// few large unread answers of each client safe, while 16 clients at
+/// their floor still fit the node's 64 MiB before it refuses new work.
+pub const RETAINED_FLOOR: u64 = 4 << 20;
 
 impl Default for Retention {
     fn default() -> Self {
@@ -351,7 +360,12 @@ impl EventLog for MemoryEventLog {
         self.append_after(session, stream, data, Some(follows))
     }
 
-    async fn close_stream(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError> {
+    async fn close_stream(
+        &self,
+        session: &SessionId,
+        stream: &StreamId,
+        owner: &str,
+    ) -> Result<(), StoreError> {
         let log = self.stream(session, stream)?;
         let bytes = {
             let mut log = lock(&log);
@@ -365,7 +379,8 @@ impl EventLog for MemoryEventLog {
         };
         let dropped = self.closed.admit(
             stream.clone(),
-            session.as_str(),
+            owner,
+            Some(session.as_str()),
             bytes,
             self.retention.closed_stream_ttl,
         );
@@ -444,9 +459,13 @@ impl EventLog for MemoryEventLog {
                 // Dropping the log drops its watch sender: readers see the end.
                 self.streams.remove(&id);
             }
-            self.closed.forget_client(session.as_str());
+            self.closed.forget_group(session.as_str());
         }
         Ok(())
+    }
+
+    fn over_budget(&self) -> bool {
+        self.closed.over_budget()
     }
 }
 

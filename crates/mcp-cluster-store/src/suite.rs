@@ -77,11 +77,12 @@ pub async fn run_all(store: &Store) {
 
 /// The retention [`byte_budgets_hold`] needs of the store it runs on: a
 /// stream keeps 10 bytes of events; closed streams and finished tasks 30
-/// bytes per node and 20 per client.
+/// bytes per node, 20 per client and a floor of 8 per client.
 pub fn byte_budget_retention() -> crate::memory::Retention {
     let budget = crate::ByteBudget {
         per_node: 30,
         per_client: 20,
+        floor: 8,
     };
     crate::memory::Retention {
         max_stream_bytes: 10,
@@ -93,12 +94,21 @@ pub fn byte_budget_retention() -> crate::memory::Retention {
 
 /// On a store made with [`byte_budget_retention`]: a stream drops its
 /// oldest events past its bytes (keeping the newest, however large);
-/// closed streams and finished tasks go oldest first, the client's own
-/// first past its share, then anyone's past the node's budget; open
-/// streams and running tasks are never dropped.
+/// closed streams and finished tasks are charged to their owner, whatever
+/// the session: past an owner's share its own oldest go, past the node's
+/// budget the oldest of the owners above their floor; an owner at its
+/// floor loses nothing to others, and when only such owners are left the
+/// store says it is over budget; open streams and running tasks are never
+/// dropped.
 pub async fn byte_budgets_hold(store: &Store) {
     let log = &store.events;
-    let (a, b) = (SessionId::random(), SessionId::random());
+    let (a, a_too, v, b, c) = (
+        SessionId::random(),
+        SessionId::random(),
+        SessionId::random(),
+        SessionId::random(),
+        SessionId::random(),
+    );
     let stream = log.create_stream(&a, &[]).await.unwrap();
     for _ in 0..3 {
         log.append(&a, &stream, Arc::from("aaaa")).await.unwrap();
@@ -121,13 +131,13 @@ pub async fn byte_budgets_hold(store: &Store) {
     assert_eq!(kept.len(), 1, "an event over the bytes is kept alone");
     log.delete_session(&a).await.unwrap();
 
-    // Closed streams of 8 bytes each.
-    let closed = |session: SessionId| async move {
+    // Closed streams of 8 bytes each, charged to their owner.
+    let closed = |session: SessionId, owner: &'static str| async move {
         let stream = log.create_stream(&session, &[]).await.unwrap();
         log.append(&session, &stream, Arc::from("12345678"))
             .await
             .unwrap();
-        log.close_stream(&session, &stream).await.unwrap();
+        log.close_stream(&session, &stream, owner).await.unwrap();
         stream
     };
     let held = |session: &SessionId, stream: &StreamId| {
@@ -135,19 +145,38 @@ pub async fn byte_budgets_hold(store: &Store) {
         async move { log.tail(&session, &stream).await.is_ok() }
     };
     let open = log.create_stream(&a, &[]).await.unwrap();
-    let a1 = closed(a.clone()).await;
-    let a2 = closed(a.clone()).await;
-    let a3 = closed(a.clone()).await;
-    assert!(!held(&a, &a1).await, "a over its 20 bytes: its oldest went");
-    assert!(held(&a, &a2).await && held(&a, &a3).await);
-    let b1 = closed(b.clone()).await;
-    assert!(held(&a, &a2).await, "24 bytes: within the node's 30");
-    let b2 = closed(b.clone()).await;
-    assert!(!held(&a, &a2).await, "32 bytes: the oldest of anyone went");
-    assert!(held(&a, &a3).await && held(&b, &b1).await && held(&b, &b2).await);
+    let a1 = closed(a.clone(), "owner-a").await;
+    let a2 = closed(a_too.clone(), "owner-a").await;
+    let a3 = closed(a.clone(), "owner-a").await;
+    assert!(
+        !held(&a, &a1).await,
+        "owner a over its 20 bytes in two sessions: its oldest went"
+    );
+    assert!(held(&a_too, &a2).await && held(&a, &a3).await);
+    let v1 = closed(v.clone(), "victim").await;
+    assert!(held(&a_too, &a2).await, "24 bytes: within the node's 30");
+    let b1 = closed(b.clone(), "owner-b").await;
+    assert!(
+        !held(&a_too, &a2).await,
+        "32 bytes: the oldest of an owner above its floor went"
+    );
+    assert!(
+        held(&v, &v1).await,
+        "the victim, older, at its floor, stays"
+    );
+    assert!(!log.over_budget());
+    let c1 = closed(c.clone(), "owner-c").await;
+    assert!(
+        held(&a, &a3).await && held(&v, &v1).await && held(&b, &b1).await && held(&c, &c1).await,
+        "every owner at its floor keeps what it has"
+    );
+    assert!(log.over_budget(), "32 bytes, nothing to drop: over budget");
     assert!(held(&a, &open).await, "an open stream is never dropped");
     log.delete_session(&a).await.unwrap();
-    log.delete_session(&b).await.unwrap();
+    assert!(!log.over_budget(), "a's session gone: 24 bytes");
+    for session in [&a_too, &v, &b, &c] {
+        log.delete_session(session).await.unwrap();
+    }
 
     // Finished tasks of 8 bytes each.
     let tasks = &store.tasks;
@@ -175,11 +204,21 @@ pub async fn byte_budgets_hold(store: &Store) {
     let t3 = finished("a").await;
     assert!(!there(t1).await, "a over its 20 bytes: its oldest went");
     assert!(there(t2.clone()).await && there(t3.clone()).await);
-    let t4 = finished("b").await;
+    let tv = finished("victim").await;
     assert!(there(t2.clone()).await, "24 bytes: within the node's 30");
-    let t5 = finished("b").await;
-    assert!(!there(t2).await, "32 bytes: the oldest of anyone went");
-    assert!(there(t3).await && there(t4).await && there(t5).await);
+    let t4 = finished("b").await;
+    assert!(
+        !there(t2).await,
+        "32 bytes: the oldest of a client above its floor went"
+    );
+    assert!(there(tv.clone()).await, "the victim at its floor stays");
+    assert!(!tasks.over_budget());
+    let t5 = finished("c").await;
+    assert!(there(t3).await && there(t4).await && there(t5).await && there(tv).await);
+    assert!(
+        tasks.over_budget(),
+        "32 bytes, nothing to drop: over budget"
+    );
     assert!(there(running).await, "a running task is never dropped");
 }
 
@@ -360,7 +399,11 @@ pub async fn close_ends_readers_and_wakes_them(store: &Store) {
     tokio::time::timeout(Duration::from_secs(5), wake.changed())
         .await
         .expect("append wakes");
-    store.events.close_stream(&s, &stream).await.unwrap();
+    store
+        .events
+        .close_stream(&s, &stream, "owner")
+        .await
+        .unwrap();
     tokio::time::timeout(Duration::from_secs(5), wake.changed())
         .await
         .expect("close wakes");
@@ -385,7 +428,11 @@ pub async fn close_ends_readers_and_wakes_them(store: &Store) {
             .is_err(),
         "closed streams take no events"
     );
-    store.events.close_stream(&s, &stream).await.unwrap();
+    store
+        .events
+        .close_stream(&s, &stream, "owner")
+        .await
+        .unwrap();
 }
 
 /// Deleting a session deletes its streams.
@@ -540,7 +587,7 @@ pub async fn the_standalone_stream_opens_once_and_only_for_a_live_session(store:
         "its tail"
     );
     assert_eq!(events.tail(&r.id, stream).await.unwrap(), first.position);
-    events.close_stream(&r.id, stream).await.unwrap();
+    events.close_stream(&r.id, stream, "owner").await.unwrap();
     assert_eq!(
         sessions.open_standalone(&r.id, stream, events).await,
         Ok(first.position)

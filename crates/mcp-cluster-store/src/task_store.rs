@@ -110,4 +110,12 @@ pub trait TaskStore: Send + Sync + Debug + 'static {
 
     /// Sets the cancel flag; `false` when the task is gone.
     async fn cancel(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// Whether the finished tasks kept are over the store's budget with
+    /// nothing left to drop (every client at or under its floor, see
+    /// [`crate::Ledger::over_budget`]): new tasks should be refused until
+    /// it is not. `false` for stores that keep no budget.
+    fn over_budget(&self) -> bool {
+        false
+    }
 }

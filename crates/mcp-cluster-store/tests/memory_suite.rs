@@ -56,7 +56,7 @@ async fn closed_streams_and_idle_sessions_expire() {
     let log = MemoryEventLog::new(retention);
     let s = SessionId::random();
     let stream = log.create_stream(&s, &[]).await.unwrap();
-    log.close_stream(&s, &stream).await.unwrap();
+    log.close_stream(&s, &stream, "owner").await.unwrap();
     tokio::time::advance(Duration::from_secs(11)).await;
     log.create_stream(&s, &[]).await.unwrap(); // sweeps
     assert_eq!(
@@ -97,7 +97,7 @@ async fn the_oldest_closed_streams_go_first_when_the_stream_cap_is_reached() {
     let mut closed = Vec::new();
     for _ in 0..5 {
         let stream = log.create_stream(&s, &[]).await.unwrap();
-        log.close_stream(&s, &stream).await.unwrap();
+        log.close_stream(&s, &stream, "owner").await.unwrap();
         closed.push(stream);
     }
     let mut open = Vec::new();

@@ -120,15 +120,18 @@ pub struct Metrics {
     pub events_replayed: IntCounter,
     /// `mcp_event_log_trims_total`: appends that dropped old events.
     pub event_trims: IntCounter,
-    /// `mcp_retained_bytes` by kind (`closed_streams`, `finished_tasks`):
-    /// bytes this node keeps (embedded) or wrote to Redis and answers for,
-    /// against its byte budgets.
+    /// `mcp_retained_bytes` by kind (`closed_streams`, `finished_tasks`,
+    /// `in_flight`): bytes this node keeps (embedded) or wrote to Redis and
+    /// answers for, and bytes its running work holds, against its byte
+    /// budgets.
     pub retained_bytes: IntGaugeVec,
     /// `mcp_retention_evictions_total` by kind (`stream`, `task`): kept
     /// items dropped before their TTL to hold a byte budget.
     pub retention_evictions: IntCounterVec,
     /// `mcp_retention_refusals_total` by kind (`task_answer`,
-    /// `task_result`): data refused, or replaced by an error, for its size.
+    /// `task_result`, `node_budget`): data refused, or replaced by an
+    /// error, for its size; requests refused because the node holds its
+    /// byte budget for clients.
     pub retention_refusals: IntCounterVec,
     /// `mcp_redis_command_duration_seconds` by operation.
     pub redis_duration: HistogramVec,
@@ -190,6 +193,7 @@ pub const QUOTAS: &[&str] = &[
     "listen_streams_per_address",
     "tasks_per_principal",
     "tasks_per_address",
+    "in_flight_bytes_per_client",
 ];
 
 /// The node's phases: the drain's, in order, then `starting` (waiting for
@@ -348,7 +352,7 @@ impl Metrics {
             ),
             retained_bytes: gauges(
                 "mcp_retained_bytes",
-                "Bytes kept for clients after they are done (closed_streams, finished_tasks), held by this node or written by it to Redis, against the byte budgets.",
+                "Bytes kept for clients after they are done (closed_streams, finished_tasks), held by this node or written by it to Redis, and held by running work (in_flight), against the byte budgets.",
                 &["kind"],
             ),
             retention_evictions: counters(
@@ -358,7 +362,7 @@ impl Metrics {
             ),
             retention_refusals: counters(
                 "mcp_retention_refusals_total",
-                "Client data refused, or a task result replaced by an error, for its size (task_answer, task_result).",
+                "Client data refused, or a task result replaced by an error, for its size (task_answer, task_result); requests refused because the node holds its byte budget (node_budget).",
                 &["kind"],
             ),
             redis_duration: histogram(
@@ -551,11 +555,14 @@ impl Metrics {
                 vec.with_label_values(&[value]);
             }
         };
-        for kind in ["closed_streams", "finished_tasks"] {
+        for kind in ["closed_streams", "finished_tasks", "in_flight"] {
             self.retained_bytes.with_label_values(&[kind]).set(0);
         }
         zero(&self.retention_evictions, &["stream", "task"]);
-        zero(&self.retention_refusals, &["task_answer", "task_result"]);
+        zero(
+            &self.retention_refusals,
+            &["task_answer", "task_result", "node_budget"],
+        );
         zero(
             &self.sse_resumptions,
             &["ok", "other_node", "gap", "unknown", "failed"],

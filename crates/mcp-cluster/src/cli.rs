@@ -209,6 +209,11 @@ struct Cli {
     /// principal, cluster-wide, 0 for no limit [default: 100].
     #[arg(long, env = "MCP_QUOTA_TASKS_PER_ADDRESS")]
     quota_tasks_per_address: Option<u32>,
+    /// Bytes one client's running requests may hold on this node (their
+    /// parameters, their open answer streams), per principal, else per
+    /// client address; more gets 429; 0 for no limit [default: 16777216].
+    #[arg(long, env = "MCP_QUOTA_IN_FLIGHT_BYTES_PER_CLIENT")]
+    quota_in_flight_bytes_per_client: Option<u64>,
     /// Items per page of tools/list, resources/list, resources/templates/list
     /// and prompts/list [default: 100].
     #[arg(long, env = "MCP_PAGE_SIZE")]
@@ -367,6 +372,9 @@ impl Cli {
         }
         if let Some(v) = self.quota_tasks_per_address {
             c.quotas.tasks_per_address = v;
+        }
+        if let Some(v) = self.quota_in_flight_bytes_per_client {
+            c.quotas.in_flight_bytes_per_client = v;
         }
         c.validate()?;
         Ok((c, unknown))

@@ -30,18 +30,33 @@ pub struct RetentionConfig {
     /// are dropped (the newest is always kept). Default 32 MiB.
     pub max_stream_bytes: u64,
     /// Bytes of closed streams a node keeps (embedded) or keeps in Redis of
-    /// those it closed; beyond it the oldest closed streams are dropped
-    /// before their TTL. Default 64 MiB.
+    /// those it closed; beyond it the oldest closed streams of the clients
+    /// above their floor are dropped before their TTL, and when only
+    /// clients at their floor are left, new requests are refused (503)
+    /// instead. Default 64 MiB.
     pub closed_stream_bytes: u64,
-    /// The same, per session. Default 16 MiB.
-    pub closed_stream_bytes_per_session: u64,
+    /// The same, per client (the principal, else the client address, of
+    /// the request that made the stream; whatever its session): past it
+    /// the client's own oldest go. Default 16 MiB. (Named
+    /// `closed_stream_bytes_per_session` before it was charged per client;
+    /// the old name is still read from files.)
+    #[serde(alias = "closed_stream_bytes_per_session")]
+    pub closed_stream_bytes_per_client: u64,
+    /// Bytes of each client's closed streams that no other client can push
+    /// out. Default 4 MiB: 16 clients at their floor fit the default
+    /// node budget.
+    pub closed_stream_bytes_floor: u64,
     /// Bytes of finished tasks (records, results, answers) a node keeps
-    /// (embedded) or keeps in Redis of those it ended; beyond it the
-    /// oldest finished tasks are dropped before their TTL. Default 64 MiB.
+    /// (embedded) or keeps in Redis of those it ended; beyond it, as for
+    /// closed streams, the oldest of the clients above their floor go, and
+    /// new tasks are refused when none is. Default 64 MiB.
     pub finished_task_bytes: u64,
     /// The same, per client (principal, or address without one). Default
     /// 16 MiB.
     pub finished_task_bytes_per_client: u64,
+    /// Bytes of each client's finished tasks that no other client can push
+    /// out. Default 4 MiB.
+    pub finished_task_bytes_floor: u64,
 }
 
 impl Default for RetentionConfig {
@@ -54,9 +69,11 @@ impl Default for RetentionConfig {
             max_streams: r.max_streams,
             max_stream_bytes: r.max_stream_bytes,
             closed_stream_bytes: r.closed_streams.per_node,
-            closed_stream_bytes_per_session: r.closed_streams.per_client,
+            closed_stream_bytes_per_client: r.closed_streams.per_client,
+            closed_stream_bytes_floor: r.closed_streams.floor,
             finished_task_bytes: r.finished_tasks.per_node,
             finished_task_bytes_per_client: r.finished_tasks.per_client,
+            finished_task_bytes_floor: r.finished_tasks.floor,
         }
     }
 }
@@ -72,11 +89,13 @@ impl RetentionConfig {
             max_stream_bytes: self.max_stream_bytes,
             closed_streams: mcp_cluster_store::ByteBudget {
                 per_node: self.closed_stream_bytes,
-                per_client: self.closed_stream_bytes_per_session,
+                per_client: self.closed_stream_bytes_per_client,
+                floor: self.closed_stream_bytes_floor,
             },
             finished_tasks: mcp_cluster_store::ByteBudget {
                 per_node: self.finished_task_bytes,
                 per_client: self.finished_task_bytes_per_client,
+                floor: self.finished_task_bytes_floor,
             },
         }
     }
@@ -583,19 +602,29 @@ impl NodeConfig {
         if [
             t.max_stream_bytes,
             t.closed_stream_bytes,
-            t.closed_stream_bytes_per_session,
+            t.closed_stream_bytes_per_client,
             t.finished_task_bytes,
             t.finished_task_bytes_per_client,
             r.max_task_result_bytes,
             r.max_task_answer_bytes,
             r.max_task_answers_bytes,
+            r.max_in_flight_bytes,
         ]
         .contains(&0)
         {
             return bad(
-                "retention.max_stream_bytes, closed_stream_bytes, closed_stream_bytes_per_session, \
+                "retention.max_stream_bytes, closed_stream_bytes, closed_stream_bytes_per_client, \
                  finished_task_bytes, finished_task_bytes_per_client and runtime.max_task_result_bytes, \
-                 max_task_answer_bytes, max_task_answers_bytes must be positive",
+                 max_task_answer_bytes, max_task_answers_bytes, max_in_flight_bytes must be positive",
+            );
+        }
+        if t.closed_stream_bytes_floor > t.closed_stream_bytes_per_client
+            || t.finished_task_bytes_floor > t.finished_task_bytes_per_client
+        {
+            return bad(
+                "retention.closed_stream_bytes_floor and finished_task_bytes_floor must not exceed \
+                 the per-client share they protect (closed_stream_bytes_per_client, \
+                 finished_task_bytes_per_client)",
             );
         }
         crate::features::check(self)?;

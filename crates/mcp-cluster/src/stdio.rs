@@ -76,7 +76,7 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
         Ok::<_, std::io::Error>(())
     });
 
-    let inbound = Inbound::new(Transport::Stdio);
+    let mut inbound = Inbound::new(Transport::Stdio);
     let limit = max_line(&config);
     let mut unanswered = Unanswered::default();
     let mut stdin = BufReader::new(tokio::io::stdin());
@@ -101,6 +101,7 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
+        inbound.body_bytes = line.len();
         match decode_body_with_limit(&line, runtime.config().max_batch_items) {
             Ok(body) => match runtime
                 .submit(&session, body, Answers::SessionStream, &inbound)
@@ -127,7 +128,7 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
     let _ = tokio::time::timeout(grace, unanswered.settled()).await;
     let events = &runtime.store().events;
     if events
-        .close_stream(session.id(), session.standalone_stream())
+        .close_stream(session.id(), session.standalone_stream(), "stdio")
         .await
         .is_err()
     {

@@ -60,7 +60,17 @@ pub async fn send(
     body: &Value,
     overrides: &[(&str, Option<&str>)],
 ) -> reqwest::Response {
-    let mut builder = reqwest::Client::new()
+    send_with(&reqwest::Client::new(), url, body, overrides).await
+}
+
+/// As [`send`], on `http` (a client bound to a source address, say).
+pub async fn send_with(
+    http: &reqwest::Client,
+    url: &str,
+    body: &Value,
+    overrides: &[(&str, Option<&str>)],
+) -> reqwest::Response {
+    let mut builder = http
         .post(url)
         .header("Content-Type", "application/json")
         .header("Accept", "application/json, text/event-stream");
@@ -93,7 +103,17 @@ pub struct Answer {
 /// POSTs `body` and reads the whole answer (JSON, or SSE up to the
 /// response with the request's id).
 pub async fn call(url: &str, body: &Value, overrides: &[(&str, Option<&str>)]) -> Answer {
-    let res = send(url, body, overrides).await;
+    call_with(&reqwest::Client::new(), url, body, overrides).await
+}
+
+/// As [`call`], on `http` (a client bound to a source address, say).
+pub async fn call_with(
+    http: &reqwest::Client,
+    url: &str,
+    body: &Value,
+    overrides: &[(&str, Option<&str>)],
+) -> Answer {
+    let res = send_with(http, url, body, overrides).await;
     let status = res.status().as_u16();
     let session_header = res.headers().contains_key("mcp-session-id");
     let sse = res

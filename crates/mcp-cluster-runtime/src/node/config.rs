@@ -118,6 +118,14 @@ pub struct RuntimeConfig {
     /// blocking run (`ToolDef::blocking`); calls beyond wait for a thread.
     /// Default 64.
     pub blocking_threads: usize,
+    /// Bytes all running work on this node may hold: the parameters of
+    /// requests while their handlers run, the events of open answer
+    /// streams and the questions on them (each client's share is
+    /// `quotas.in_flight_bytes_per_client`). A request that would go past
+    /// it gets HTTP 503 with `Retry-After` before it runs. Default
+    /// 128 MiB: eight clients at their share, beside the 64 MiB budgets of
+    /// closed streams and finished tasks.
+    pub max_in_flight_bytes: u64,
     /// Quotas per client address and per principal. Not read from the
     /// runtime's section: a node sets it from its own `[quotas]` section.
     #[serde(skip)]
@@ -156,6 +164,7 @@ impl std::fmt::Debug for RuntimeConfig {
             max_task_answers_bytes,
             executor_threads,
             blocking_threads,
+            max_in_flight_bytes,
             quotas: _,
         } = self;
         f.debug_struct("RuntimeConfig")
@@ -192,6 +201,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("max_task_answers_bytes", max_task_answers_bytes)
             .field("executor_threads", executor_threads)
             .field("blocking_threads", blocking_threads)
+            .field("max_in_flight_bytes", max_in_flight_bytes)
             .finish()
     }
 }
@@ -226,6 +236,7 @@ impl Default for RuntimeConfig {
             max_task_answers_bytes: 1 << 20,
             executor_threads: 0,
             blocking_threads: 64,
+            max_in_flight_bytes: 128 << 20,
             quotas: QuotaConfig::default(),
         }
     }

@@ -31,6 +31,11 @@ pub enum RuntimeError {
     /// The store failed (HTTP 503).
     #[error("store unavailable")]
     Store(#[source] StoreError),
+    /// The node holds its byte budget for clients (in-flight bytes, or
+    /// kept streams or tasks that nothing can be dropped from): new work
+    /// waits (HTTP 503 with `Retry-After`).
+    #[error("node holds its byte budget")]
+    NodeBudget,
     /// A quota refused (HTTP 429 with `Retry-After`).
     #[error("quota {} exceeded", .quota.name())]
     QuotaExceeded {
@@ -52,6 +57,7 @@ impl RuntimeError {
             Self::UnknownEvent => "unknown Last-Event-ID",
             Self::EventsExpired => "events after Last-Event-ID are no longer retained",
             Self::Store(_) => "session store unavailable",
+            Self::NodeBudget => "the server holds all the bytes it keeps for clients, retry later",
             Self::QuotaExceeded { quota, .. } => quota.client_message(),
         }
     }

@@ -14,11 +14,12 @@ pub(crate) mod registry;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use mcp_cluster_store::{ControlMessage, NodeId, Store};
+use mcp_cluster_store::{ControlMessage, Hold, HoldRefused, InFlightBytes, NodeId, Store};
 use tokio_util::sync::CancellationToken;
 
+use crate::node::error::RuntimeError;
 use crate::node::follow::Attachments;
-use crate::node::quota::Quotas;
+use crate::node::quota::{Quota, Quotas};
 
 /// What every part of the runtime on this node shares: its identity in the
 /// cluster, the store, and which streams it is reading.
@@ -42,6 +43,11 @@ pub(crate) struct NodeContext {
     pub(crate) membership: tokio::sync::Mutex<bool>,
     /// Quota checks, and the stream slots this node's connections hold.
     pub(crate) quotas: Arc<Quotas>,
+    /// The bytes this node's running work holds, per owner and in all:
+    /// held by admission ([`NodeContext::admit_bytes`]) for a request's
+    /// parameters, grown by an exchange for its stream's events; each
+    /// [`Hold`] gives its bytes back when dropped.
+    pub(crate) in_flight_bytes: Arc<InFlightBytes>,
     /// Parent of every request's token: tripped when in-flight requests
     /// must stop (end of the drain grace period).
     pub(crate) stop: CancellationToken,
@@ -100,7 +106,11 @@ impl NodeContext {
     }
 
     /// A node with nothing running yet.
-    pub(crate) fn new(store: Store, quotas: Arc<Quotas>) -> Self {
+    pub(crate) fn new(
+        store: Store,
+        quotas: Arc<Quotas>,
+        in_flight_bytes: Arc<InFlightBytes>,
+    ) -> Self {
         Self {
             id: NodeId::random(),
             store,
@@ -109,6 +119,7 @@ impl NodeContext {
             open_exchanges: AtomicUsize::new(0),
             membership: tokio::sync::Mutex::new(false),
             quotas,
+            in_flight_bytes,
             stop: CancellationToken::new(),
             drain: CancellationToken::new(),
             draining: AtomicBool::new(false),
@@ -135,4 +146,95 @@ impl NodeContext {
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Acquire)
     }
+
+    /// Admits new work of `owner` holding `bytes` (its parameters): held
+    /// until the returned [`Hold`] is dropped. Refused, before anything
+    /// runs, when the owner holds its share of in-flight bytes (a quota:
+    /// 429), when the node holds its in-flight budget, or when what it
+    /// keeps for clients (closed streams, or, for a task, finished tasks)
+    /// is over budget with nothing left to drop (503): the node takes no
+    /// new work rather than drop what a client within its floor kept.
+    ///
+    /// # Errors
+    /// [`RuntimeError::QuotaExceeded`] (`in_flight_bytes_per_client`);
+    /// [`RuntimeError::NodeBudget`].
+    pub(crate) fn admit_bytes(
+        &self,
+        owner: Option<&str>,
+        bytes: u64,
+        work: Work,
+    ) -> Result<Hold, RuntimeError> {
+        self.kept_room(work)?;
+        self.in_flight_bytes
+            .try_hold(owner, bytes)
+            .map_err(|refused| self.refused(refused))
+    }
+
+    /// As [`Self::admit_bytes`], for bytes already held (a body counted
+    /// while it was read): refused when its owner, or the node, holds more
+    /// than its budget beside it.
+    ///
+    /// # Errors
+    /// As [`Self::admit_bytes`]; the hold is dropped.
+    pub(crate) fn admit_hold(&self, hold: Hold, work: Work) -> Result<Hold, RuntimeError> {
+        self.kept_room(work)?;
+        hold.check().map_err(|refused| self.refused(refused))?;
+        Ok(hold)
+    }
+
+    /// Whether the budget that `work` will keep its outcome in has room.
+    fn kept_room(&self, work: Work) -> Result<(), RuntimeError> {
+        let full = match work {
+            Work::Stream => self.store.events.over_budget(),
+            Work::Task => self.store.tasks.over_budget(),
+            Work::Direct => false,
+        };
+        if full {
+            return Err(self.refused(HoldRefused::Node));
+        }
+        Ok(())
+    }
+
+    /// The refusal of new work for its bytes, counted and logged.
+    pub(crate) fn refused(&self, refused: HoldRefused) -> RuntimeError {
+        let metrics = mcp_cluster_telemetry::metrics::metrics();
+        match refused {
+            HoldRefused::Client => {
+                metrics
+                    .quota_rejections
+                    .with_label_values(&[Quota::InFlightBytesPerClient.name()])
+                    .inc();
+                tracing::debug!("Request refused: the client holds its in-flight share.");
+                RuntimeError::QuotaExceeded {
+                    quota: Quota::InFlightBytesPerClient,
+                    retry_after: IN_FLIGHT_RETRY_AFTER,
+                }
+            }
+            _ => {
+                metrics
+                    .retention_refusals
+                    .with_label_values(&["node_budget"])
+                    .inc();
+                tracing::debug!("Request refused: the node holds its byte budget.");
+                RuntimeError::NodeBudget
+            }
+        }
+    }
 }
+
+/// What new work will keep once done, which decides the kept budget that
+/// must have room for it ([`NodeContext::admit_bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Work {
+    /// A session-era request: its answer may become a stream of the
+    /// event log, kept once closed.
+    Stream,
+    /// A stateless request that may become a task, kept once finished.
+    Task,
+    /// A stateless request answered directly: nothing kept once done.
+    Direct,
+}
+
+/// `Retry-After` of a request refused for the client's in-flight bytes:
+/// they come back as its running requests end, which is not known ahead.
+const IN_FLIGHT_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);

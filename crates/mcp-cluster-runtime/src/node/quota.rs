@@ -11,6 +11,7 @@
 //! | `listen_streams_per_address` | the client address of a request without a principal | open `subscriptions/listen` streams, leases as above | 100 |
 //! | `tasks_per_principal` | a principal | running tasks (task-eligible `tools/call`s while their handler runs), leases renewed by the node that runs them | 100 |
 //! | `tasks_per_address` | the client address of a request without a principal | running tasks, as above | 100 |
+//! | `in_flight_bytes_per_client` | the request's owner: its principal, else its client address | bytes running work holds on this node (request parameters while the handler runs, the events of its open answer stream, the questions on it); per node, not cluster-wide: the bytes are held where the request runs | 16 MiB |
 //!
 //! The last three are each principal's (or address's) share of the node
 //! bounds `runtime.max_listen_streams` and `runtime.max_running_tasks`:
@@ -93,6 +94,15 @@ pub struct QuotaConfig {
     /// Tasks one client address runs at once, cluster-wide, for requests
     /// without a principal. IPv6 addresses count per /64. Default 100.
     pub tasks_per_address: u32,
+    /// Bytes the running work of one client (its principal, else its
+    /// address; IPv6 per /64) holds on this node: the parameters of its
+    /// requests while their handlers run, the events of their open answer
+    /// streams and the questions on them. A request that would go past it
+    /// gets 429 before it runs (a client holding nothing is always
+    /// admitted). Default 16 MiB: four requests at the 4 MiB body limit,
+    /// a quarter of the node's `runtime.max_in_flight_bytes`, so that one
+    /// client's dropped connections cannot hold the node's memory.
+    pub in_flight_bytes_per_client: u64,
     /// Seconds a slot held by a node (a stream it serves, a task it runs)
     /// outlives the node's last renewal (renewed every third of it): how
     /// long the slots of a node that died stay taken. Default 30. At
@@ -112,6 +122,7 @@ impl Default for QuotaConfig {
             listen_streams_per_address: 100,
             tasks_per_principal: 100,
             tasks_per_address: 100,
+            in_flight_bytes_per_client: 16 << 20,
             stream_lease_secs: 30,
         }
     }
@@ -128,6 +139,7 @@ impl QuotaConfig {
             listen_streams_per_address: 0,
             tasks_per_principal: 0,
             tasks_per_address: 0,
+            in_flight_bytes_per_client: 0,
             ..Self::default()
         }
     }
@@ -181,11 +193,13 @@ pub enum Quota {
     TasksPerPrincipal,
     /// Running tasks per client address without a principal.
     TasksPerAddress,
+    /// Bytes held by one client's running work on this node.
+    InFlightBytesPerClient,
 }
 
 impl Quota {
     /// Every quota, in the order of [`mcp_cluster_telemetry::metrics::QUOTAS`].
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::InitializePerAddress,
         Self::RequestsPerPrincipal,
         Self::SessionsPerPrincipal,
@@ -193,6 +207,7 @@ impl Quota {
         Self::ListenStreamsPerAddress,
         Self::TasksPerPrincipal,
         Self::TasksPerAddress,
+        Self::InFlightBytesPerClient,
     ];
 
     /// Its name: the setting, the label of `mcp_quota_rejections_total`,
@@ -207,6 +222,7 @@ impl Quota {
             Self::ListenStreamsPerAddress => "listen_streams_per_address",
             Self::TasksPerPrincipal => "tasks_per_principal",
             Self::TasksPerAddress => "tasks_per_address",
+            Self::InFlightBytesPerClient => "in_flight_bytes_per_client",
         }
     }
 
@@ -234,6 +250,10 @@ impl Quota {
                 "too many running tasks from this address: wait for one to end or cancel one \
                  (quota tasks_per_address)"
             }
+            Self::InFlightBytesPerClient => {
+                "your running requests hold too many bytes on this server: wait for one to end \
+                 (quota in_flight_bytes_per_client)"
+            }
         }
     }
 
@@ -241,7 +261,9 @@ impl Quota {
     /// are lease sets (0: off); `None` for the rates.
     fn slots(self, config: &QuotaConfig) -> Option<u32> {
         match self {
-            Self::InitializePerAddress | Self::RequestsPerPrincipal => None,
+            Self::InitializePerAddress
+            | Self::RequestsPerPrincipal
+            | Self::InFlightBytesPerClient => None,
             Self::SessionsPerPrincipal => Some(config.sessions_per_principal),
             Self::StreamsPerPrincipal => Some(config.streams_per_principal),
             Self::ListenStreamsPerAddress => Some(config.listen_streams_per_address),

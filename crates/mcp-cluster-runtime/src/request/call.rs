@@ -5,10 +5,12 @@
 use std::sync::Arc;
 
 use mcp_cluster_protocol::{ProtocolVersion, Request, RequestId, Response, methods};
-use mcp_cluster_store::SessionId;
+use mcp_cluster_store::{Hold, SessionId};
 use mcp_cluster_telemetry::metrics::{self, OTHER, OperationLabels};
 use tokio::time::Instant;
 
+use crate::node::error::RuntimeError;
+use crate::node::{NodeContext, Work};
 use crate::request::method_table;
 use crate::request::service::McpService;
 
@@ -68,6 +70,77 @@ pub struct Inbound {
     /// Who the body acts for: the principal of its validated access token
     /// (`None` when authorization is off, and on stdio).
     pub principal: Option<Arc<mcp_cluster_store::Principal>>,
+    /// Bytes of the body as received (its JSON): what its requests hold
+    /// while they run, charged to their owner ([`Inbound::owner`]) in the
+    /// node's in-flight bytes. 0 when unknown.
+    pub body_bytes: usize,
+    /// The body's bytes as counted while it was read ([`BodyBytes`]),
+    /// handed to its requests by the pipeline; empty when the transport
+    /// counted nothing (the pipeline then counts `body_bytes`).
+    pub body_hold: BodyHold,
+}
+
+/// The bytes of a body being read, counted in the node's in-flight account
+/// from its first byte (made by [`crate::Runtime::body_bytes`]): a client
+/// whose running requests hold its share gets its refusal before its large
+/// body is read, not after. Each transport adds what arrives
+/// ([`Self::add`]), then hands the count to the body's [`Inbound`]
+/// ([`Inbound::held_body`]).
+#[derive(Debug)]
+pub struct BodyBytes {
+    hold: Hold,
+    node: Arc<NodeContext>,
+}
+
+/// Bytes of a body counted without asking: a cancellation, an answer to
+/// the server or a small request is always read, so that a client at its
+/// share can still stop its work or answer what it was asked.
+pub const SMALL_BODY_BYTES: usize = 16 * 1024;
+
+impl BodyBytes {
+    pub(crate) fn new(node: Arc<NodeContext>, owner: Option<&str>) -> Self {
+        Self {
+            hold: node.in_flight_bytes.empty_hold(owner),
+            node,
+        }
+    }
+
+    /// Counts `bytes` more of the body (its declared length up front, or
+    /// each chunk as it arrives). Past [`SMALL_BODY_BYTES`], refused when
+    /// the owner holds its share of in-flight bytes beside this body, or
+    /// the node its budget.
+    ///
+    /// # Errors
+    /// [`RuntimeError::QuotaExceeded`] (`in_flight_bytes_per_client`, 429)
+    /// or [`RuntimeError::NodeBudget`] (503): stop reading.
+    pub fn add(&mut self, bytes: usize) -> Result<(), RuntimeError> {
+        let bytes = bytes as u64;
+        if self.hold.bytes().saturating_add(bytes) <= SMALL_BODY_BYTES as u64 {
+            self.hold.grow(bytes);
+            return Ok(());
+        }
+        self.hold
+            .try_grow(bytes)
+            .map_err(|refused| self.node.refused(refused))
+    }
+}
+
+/// A body's counted bytes, shared by the clones of its [`Inbound`] until
+/// the pipeline hands them to the body's requests; what is left goes
+/// when the last clone is dropped.
+#[derive(Debug, Clone, Default)]
+pub struct BodyHold(Arc<std::sync::Mutex<Option<Hold>>>);
+
+impl BodyHold {
+    /// Takes `bytes` of the body's count for one of its requests (`None`
+    /// when the transport counted nothing).
+    fn take(&self, bytes: usize) -> Option<Hold> {
+        let mut slot = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slot.as_mut().map(|hold| hold.split(bytes as u64))
+    }
 }
 
 impl Inbound {
@@ -79,6 +152,46 @@ impl Inbound {
             client: None,
             client_ip: None,
             principal: None,
+            body_bytes: 0,
+            body_hold: BodyHold::default(),
+        }
+    }
+
+    /// Hands the counted bytes of the body that came with this inbound to
+    /// it (and sets `body_bytes`).
+    pub fn held_body(&mut self, body: BodyBytes) {
+        self.body_bytes = usize::try_from(body.hold.bytes()).unwrap_or(usize::MAX);
+        self.body_hold = BodyHold(Arc::new(std::sync::Mutex::new(Some(body.hold))));
+    }
+
+    /// Admits one request of this body holding `bytes` of it, charged to
+    /// the owner ([`NodeContext::admit_hold`] on the bytes counted while
+    /// the body was read, else [`NodeContext::admit_bytes`]).
+    ///
+    /// # Errors
+    /// As [`NodeContext::admit_bytes`].
+    pub(crate) fn admit(
+        &self,
+        node: &NodeContext,
+        bytes: usize,
+        work: Work,
+    ) -> Result<Hold, RuntimeError> {
+        match self.body_hold.take(bytes) {
+            Some(hold) => node.admit_hold(hold, work),
+            None => node.admit_bytes(self.owner().as_deref(), bytes as u64, work),
+        }
+    }
+
+    /// Who the body's requests are charged to, for what they hold and
+    /// leave behind on the node: the principal's key, else the client's
+    /// address subject (IPv6 per /64); `None` when neither is known
+    /// (stdio, or a trusted proxy's own request), which counts against the
+    /// node's budgets only.
+    pub fn owner(&self) -> Option<Arc<str>> {
+        match (&self.principal, self.client_ip) {
+            (Some(principal), _) => Some(Arc::from(principal.key())),
+            (None, Some(ip)) => Some(Arc::from(mcp_cluster_store::quota::address_subject(ip))),
+            (None, None) => None,
         }
     }
 
@@ -154,6 +267,14 @@ pub(crate) struct Call {
     pub(crate) span: tracing::Span,
     /// Who the request acts for (its handler's context tells).
     pub(crate) principal: Option<Arc<mcp_cluster_store::Principal>>,
+    /// Who the request is charged to ([`Inbound::owner`]).
+    pub(crate) owner: Option<Arc<str>>,
+    /// The bytes of the request's parameters in the node's in-flight
+    /// account: taken by its handler's job ([`Exchange::take_hold`]) and
+    /// given back when the handler ends; otherwise when the call ends.
+    ///
+    /// [`Exchange::take_hold`]: crate::request::exchange::Exchange::take_hold
+    pub(crate) hold: Option<mcp_cluster_store::Hold>,
 }
 
 impl Call {
@@ -220,7 +341,16 @@ impl Call {
             recorded: false,
             span,
             principal: inbound.principal.clone(),
+            owner: inbound.owner(),
+            hold: None,
         }
+    }
+
+    /// The call holding `hold` (its parameters' bytes) while it runs.
+    #[must_use]
+    pub(crate) fn holding(mut self, hold: mcp_cluster_store::Hold) -> Self {
+        self.hold = Some(hold);
+        self
     }
 
     /// Records the call with the outcome of `response`.

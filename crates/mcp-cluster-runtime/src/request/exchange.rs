@@ -13,10 +13,10 @@
 //! the event log.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, OnceLock, PoisonError};
 
 use mcp_cluster_protocol::{ErrorObject, Message, RequestId, Response};
-use mcp_cluster_store::{OpenStream, Position, SessionId, StoreError, StreamId};
+use mcp_cluster_store::{Hold, OpenStream, Position, SessionId, StoreError, StreamId};
 use tokio::sync::{Mutex, oneshot};
 
 use crate::node::config::ResponseMode;
@@ -103,6 +103,14 @@ pub struct Exchange {
     /// Redis failover before the replica had them). Its readers cannot see
     /// a gap, so the responses written after it are errors that say so.
     lost: AtomicBool,
+    /// Who its stream is charged to: the owner of the first request
+    /// tracked here (every request of a POST has the same).
+    owner: OnceLock<Option<Arc<str>>>,
+    /// The bytes of its own stream's events while the stream is open, in
+    /// the node's in-flight account (made by the first append, grown by
+    /// each): given back once the stream is closed (its events are then
+    /// kept in the store's closed-stream budget) or the exchange dropped.
+    stream_bytes: std::sync::Mutex<Option<Hold>>,
 }
 
 /// How long a response waits for a store that is away (a Redis failover
@@ -149,6 +157,8 @@ impl Exchange {
             calls: std::sync::Mutex::default(),
             appended: std::sync::Mutex::default(),
             lost: AtomicBool::new(false),
+            owner: OnceLock::new(),
+            stream_bytes: std::sync::Mutex::default(),
         };
         (Arc::new(exchange), rx)
     }
@@ -168,6 +178,8 @@ impl Exchange {
             calls: std::sync::Mutex::default(),
             appended: std::sync::Mutex::default(),
             lost: AtomicBool::new(false),
+            owner: OnceLock::new(),
+            stream_bytes: std::sync::Mutex::default(),
         })
     }
 
@@ -193,6 +205,8 @@ impl Exchange {
             calls: std::sync::Mutex::default(),
             appended: std::sync::Mutex::default(),
             lost: AtomicBool::new(false),
+            owner: OnceLock::new(),
+            stream_bytes: std::sync::Mutex::default(),
         };
         (Arc::new(exchange), rx)
     }
@@ -281,10 +295,20 @@ impl Exchange {
                 }
                 if let (true, Some(session)) = (last, &self.session) {
                     self.node.attachments.forget(&stream);
+                    let owner = self.owner_key();
                     let closed = patiently(&self.node, session, &stream, || {
-                        self.node.store.events.close_stream(session, &stream)
+                        self.node.store.events.close_stream(session, &stream, owner)
                     });
-                    if let Err(err) = closed.await {
+                    let closed = closed.await;
+                    // Kept by the store's closed-stream budget from now on
+                    // (or gone with the store's failure).
+                    drop(
+                        self.stream_bytes
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .take(),
+                    );
+                    if let Err(err) = closed {
                         self.node.attachments.fail(&stream);
                         return Err(err);
                     }
@@ -325,11 +349,47 @@ impl Exchange {
         }
     }
 
-    /// Measures a request answered here.
+    /// Measures a request answered here; the first one tracked names the
+    /// owner its stream is charged to.
     pub(crate) fn track(&self, call: Call) {
+        let _ = self.owner.set(call.owner.clone());
         if let Ok(mut calls) = self.calls.lock() {
             calls.push(call);
         }
+    }
+
+    /// The bytes request `id`'s parameters hold in the node's in-flight
+    /// account, taken by its handler (which holds them while it runs).
+    pub(crate) fn take_hold(&self, id: &RequestId) -> Option<Hold> {
+        self.calls.lock().ok().and_then(|mut calls| {
+            calls
+                .iter_mut()
+                .find(|c| c.id == *id)
+                .and_then(|c| c.hold.take())
+        })
+    }
+
+    /// Who this exchange's stream is charged to, as the store's budgets
+    /// name owners ([`NO_OWNER`] when unknown).
+    fn owner_key(&self) -> &str {
+        self.owner
+            .get()
+            .and_then(Option::as_deref)
+            .unwrap_or(NO_OWNER)
+    }
+
+    /// Counts `bytes` more of this exchange's own stream in the node's
+    /// in-flight account.
+    fn count_stream_bytes(&self, bytes: u64) {
+        let mut held = self
+            .stream_bytes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        held.get_or_insert_with(|| {
+            let owner = self.owner.get().and_then(Option::as_deref);
+            self.node.in_flight_bytes.empty_hold(owner)
+        })
+        .grow(bytes);
     }
 
     /// The span of request `id` answered here (a disabled span if none).
@@ -503,6 +563,7 @@ impl Exchange {
             .event_appends
             .inc();
         let data: Arc<str> = Arc::from(message.to_json());
+        let bytes = data.len() as u64;
         let events = &self.node.store.events;
         let follows = if own && !self.lost.load(Ordering::Acquire) {
             *self.appended.lock().unwrap_or_else(PoisonError::into_inner)
@@ -522,6 +583,7 @@ impl Exchange {
                 if own {
                     *self.appended.lock().unwrap_or_else(PoisonError::into_inner) =
                         Some(id.position);
+                    self.count_stream_bytes(bytes);
                 }
                 Ok(())
             }
@@ -582,6 +644,11 @@ impl Exchange {
         }
     }
 }
+
+/// The owner a stream is charged to when its requests' is not known (stdio,
+/// a trusted proxy's own request, a dead node's stream finalized): one
+/// account for all of them.
+pub(crate) const NO_OWNER: &str = "-";
 
 /// The error that answers a request whose response the store refused.
 const NOT_STORED: &str = "the response could not be stored for delivery";

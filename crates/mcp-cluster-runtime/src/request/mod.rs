@@ -62,7 +62,15 @@ pub(crate) fn handler_job(
 ) -> Job {
     let service = Arc::clone(service);
     let span = exchange.span_of(&request.id);
-    Box::pin(async move { service.handle(request, context).await }.instrument(span))
+    // The parameters' bytes stay counted while the handler holds them.
+    let hold = exchange.take_hold(&request.id);
+    Box::pin(
+        async move {
+            let _hold = hold;
+            service.handle(request, context).await
+        }
+        .instrument(span),
+    )
 }
 
 /// An in-flight request actor stopped: told to whoever started it (the

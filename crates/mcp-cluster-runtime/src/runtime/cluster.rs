@@ -298,7 +298,14 @@ pub(crate) async fn finalize(store: &Store, open: &OpenStream) -> Result<(), Sto
             .append(&open.session, &open.stream, Arc::from(response.to_json()))
             .await?;
     }
-    store.events.close_stream(&open.session, &open.stream).await
+    store
+        .events
+        .close_stream(
+            &open.session,
+            &open.stream,
+            crate::request::exchange::NO_OWNER,
+        )
+        .await
 }
 
 #[cfg(test)]

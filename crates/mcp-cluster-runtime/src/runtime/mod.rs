@@ -26,7 +26,7 @@ use crate::node::error::RuntimeError;
 use crate::node::follow::Follow;
 use crate::node::quota::Quotas;
 use crate::node::registry::{Registry, Sweeper};
-use crate::request::call::Inbound;
+use crate::request::call::{BodyBytes, Inbound};
 use crate::request::exchange::{Exchange, ExchangeReply};
 use crate::request::executor::Executor;
 use crate::request::service::McpService;
@@ -69,7 +69,16 @@ impl Runtime {
             Executor::new(config.executor_threads, config.blocking_threads)
                 .expect("the request executor's threads could not be started"),
         );
-        let node = Arc::new(NodeContext::new(store, quotas));
+        let in_flight = mcp_cluster_store::InFlightBytes::new(mcp_cluster_store::ByteBudget {
+            per_node: config.max_in_flight_bytes,
+            per_client: match config.quotas.in_flight_bytes_per_client {
+                0 => u64::MAX,
+                share => share,
+            },
+            floor: 0,
+        })
+        .reporting();
+        let node = Arc::new(NodeContext::new(store, quotas, Arc::new(in_flight)));
         let config = Arc::new(config);
         let stateless = Stateless::new(
             Arc::clone(&service),
@@ -177,6 +186,13 @@ impl Runtime {
     /// The result of `server/discover`.
     pub fn discover_result(&self) -> serde_json::Value {
         self.inner.stateless.discover_result()
+    }
+
+    /// A count of the bytes of a body about to be read from the client of
+    /// `inbound`, in this node's in-flight account: the transport adds
+    /// what arrives and stops at a refusal; see [`BodyBytes`].
+    pub fn body_bytes(&self, inbound: &Inbound) -> BodyBytes {
+        BodyBytes::new(Arc::clone(self.node()), inbound.owner().as_deref())
     }
 
     /// The settings.

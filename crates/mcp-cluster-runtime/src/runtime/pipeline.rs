@@ -17,6 +17,7 @@ use mcp_cluster_protocol::{
     DecodeError, ErrorCode, ErrorObject, Message, ProtocolVersion, Request, RequestId, Response,
     methods,
 };
+use mcp_cluster_store::Hold;
 use mcp_cluster_telemetry::metrics;
 use tokio::sync::oneshot;
 
@@ -227,15 +228,18 @@ impl Runtime {
             .open_session_as(inbound, false)
             .await
             .map_err(|err| Refusal::runtime(err, Some(id.clone())))?;
+        let hold = match self.hold_params(inbound, inbound.body_bytes) {
+            Ok(hold) => hold,
+            Err(err) => {
+                let _ = self.end_session(session.id(), None).await;
+                return Err(Refusal::runtime(err, Some(id)));
+            }
+        };
         let (exchange, reply) =
             self.exchange_with_mode(&session, vec![request.id.clone()], ResponseMode::Auto);
-        exchange.track(Call::new(
-            self.service(),
-            &request,
-            Some(session.label()),
-            "",
-            inbound,
-        ));
+        exchange.track(
+            Call::new(self.service(), &request, Some(session.label()), "", inbound).holding(hold),
+        );
         session
             .dispatch(request, exchange)
             .map_err(|err| Refusal::runtime(err, Some(id.clone())))?;
@@ -386,16 +390,30 @@ impl Runtime {
         inbound: &Inbound,
     ) -> Result<(), Refusal> {
         let id = request.id.clone();
-        exchange.track(Call::new(
-            self.service(),
-            &request,
-            Some(session.label()),
-            version_label(session),
-            inbound,
-        ));
+        let hold = self
+            .hold_params(inbound, inbound.body_bytes)
+            .map_err(|err| Refusal::runtime(err, Some(id.clone())))?;
+        exchange.track(
+            Call::new(
+                self.service(),
+                &request,
+                Some(session.label()),
+                version_label(session),
+                inbound,
+            )
+            .holding(hold),
+        );
         session
             .dispatch(request, Arc::clone(exchange))
             .map_err(|err| Refusal::runtime(err, Some(id)))
+    }
+
+    /// Admits a session-era request's parameters (`bytes` of its body)
+    /// into the node's in-flight bytes, charged to its owner, until its
+    /// handler ends (`NodeContext::admit_bytes`: refused past the owner's
+    /// share, the node's budget, or a full closed-stream budget).
+    fn hold_params(&self, inbound: &Inbound, bytes: usize) -> Result<Hold, RuntimeError> {
+        inbound.admit(self.node(), bytes, crate::node::Work::Stream)
     }
 
     fn submit_batch(
@@ -420,6 +438,33 @@ impl Runtime {
         let mut ids = Vec::new();
         let mut errors = Vec::new();
         let mut calls = Vec::new();
+        // The body's bytes, shared out among the requests that will run,
+        // each admitted before any runs: a batch runs whole or not at all,
+        // and one refusal refuses it (the holds taken so far go with it).
+        let runs = |item: &Result<Message, DecodeError>| matches!(item, Ok(Message::Request(r)) if r.method != methods::INITIALIZE);
+        let share = inbound
+            .body_bytes
+            .div_ceil(items.iter().filter(|item| runs(item)).count().max(1));
+        let mut holds = Vec::new();
+        for _ in items.iter().filter(|item| runs(item)) {
+            match self.hold_params(inbound, share) {
+                Ok(hold) => holds.push(hold),
+                Err(error) => {
+                    return Err(Refusal::Runtime {
+                        error,
+                        id: None,
+                        batch: items
+                            .iter()
+                            .filter_map(|item| match item {
+                                Ok(Message::Request(r)) => Some(r.id.clone()),
+                                _ => None,
+                            })
+                            .collect(),
+                    });
+                }
+            }
+        }
+        let mut holds = holds.into_iter();
         for item in items {
             match item {
                 // 2025-03-26, lifecycle: initialize is never part of a batch.
@@ -434,13 +479,17 @@ impl Runtime {
                 }
                 Ok(Message::Request(r)) => {
                     ids.push(r.id.clone());
-                    calls.push(Call::new(
+                    let call = Call::new(
                         self.service(),
                         &r,
                         Some(session.label()),
                         version.as_str(),
                         inbound,
-                    ));
+                    );
+                    calls.push(match holds.next() {
+                        Some(hold) => call.holding(hold),
+                        None => call,
+                    });
                     messages.push(Message::Request(r));
                 }
                 Ok(message) => messages.push(message),

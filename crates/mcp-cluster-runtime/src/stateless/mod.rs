@@ -661,6 +661,17 @@ impl Stateless {
         {
             return StatelessReply::Refused(RuntimeError::Overloaded, id);
         }
+        // The parameters' bytes, held by the handler while it runs (a
+        // task's whole life).
+        let work = if task_eligible {
+            crate::node::Work::Task
+        } else {
+            crate::node::Work::Direct
+        };
+        let hold = match inbound.admit(self.node(), inbound.body_bytes, work) {
+            Ok(hold) => hold,
+            Err(err) => return StatelessReply::Refused(err, id),
+        };
         // The client's share of the running tasks, held while the handler
         // runs (a task's whole life).
         let task_slot = if task_eligible {
@@ -692,13 +703,16 @@ impl Stateless {
             self.config().response_mode,
             id.clone(),
         );
-        exchange.track(Call::new(
-            self.service(),
-            &request,
-            None,
-            ProtocolVersion::STATELESS.as_str(),
-            inbound,
-        ));
+        exchange.track(
+            Call::new(
+                self.service(),
+                &request,
+                None,
+                ProtocolVersion::STATELESS.as_str(),
+                inbound,
+            )
+            .holding(hold),
+        );
         let output = Arc::new(RequestOutput::new(Arc::clone(&exchange)));
         let task = if task_eligible {
             TaskSlot::Eligible(Box::new(Eligible {

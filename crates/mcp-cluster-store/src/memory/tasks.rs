@@ -174,7 +174,9 @@ impl TaskStore for MemoryTasks {
             }
             (entry.client.clone(), entry.bytes())
         };
-        let dropped = self.finished.admit(id.to_owned(), &client, bytes, ttl);
+        let dropped = self
+            .finished
+            .admit(id.to_owned(), &client, None, bytes, ttl);
         for old in dropped {
             self.tasks.remove(&old);
         }
@@ -214,5 +216,9 @@ impl TaskStore for MemoryTasks {
         };
         entry.cancelled = true;
         Ok(true)
+    }
+
+    fn over_budget(&self) -> bool {
+        self.finished.over_budget()
     }
 }
