@@ -30,6 +30,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// The owner of what a request whose client cannot be told apart keeps
+/// (stdio; a trusted proxy's own request): one account, held to the
+/// node's budget only (it has no share of its own: it may be many
+/// clients), and whose floor, like any owner's, others cannot take.
+pub const UNKNOWN_OWNER: &str = "-";
+
 /// Bytes one kind of data may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ByteBudget {
@@ -211,8 +217,10 @@ impl<K: Hash + Eq + Clone> Ledger<K> {
         books.relist(&owner);
 
         let mut dropped = Vec::new();
-        // The owner's own oldest, down to its share.
-        while let Some(account) = books.owners.get(&owner)
+        // The owner's own oldest, down to its share (clients that cannot
+        // be told apart have none).
+        while &*owner != UNKNOWN_OWNER
+            && let Some(account) = books.owners.get(&owner)
             && account.bytes > books.budget.per_client
             && let Some(&oldest) = account.order.first()
             && oldest != seq
@@ -689,6 +697,20 @@ mod tests {
         );
         assert_eq!(ledger.len(), 2);
         assert_eq!(ledger.bytes_of("a"), 40);
+    }
+
+    #[test]
+    fn unknown_clients_have_no_share_but_the_nodes() {
+        let ledger = Ledger::new(budget(100, 20, 10));
+        for key in ["u1", "u2", "u3"] {
+            assert!(ledger.admit(key, UNKNOWN_OWNER, None, 10, TTL).is_empty());
+        }
+        assert_eq!(ledger.bytes_of(UNKNOWN_OWNER), 30);
+        ledger.admit("a1", "a", None, 10, TTL);
+        // Past the node's budget, their oldest go like anyone's above a floor.
+        assert_eq!(ledger.admit("u4", UNKNOWN_OWNER, None, 70, TTL), vec!["u1"]);
+        assert_eq!(ledger.bytes_of(UNKNOWN_OWNER), 90);
+        assert_eq!(ledger.bytes_of("a"), 10);
     }
 
     #[test]

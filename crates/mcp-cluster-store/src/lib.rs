@@ -34,7 +34,7 @@ pub mod task_store;
 
 use std::sync::Arc;
 
-pub use budget::{ByteBudget, Hold, HoldRefused, InFlightBytes, Ledger};
+pub use budget::{ByteBudget, Hold, HoldRefused, InFlightBytes, Ledger, UNKNOWN_OWNER};
 pub use bus::{ControlBus, ControlMessage};
 pub use error::StoreError;
 pub use event_log::{EventLog, ReadBatch, StoredEvent, Wakeup};

@@ -128,7 +128,11 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
     let _ = tokio::time::timeout(grace, unanswered.settled()).await;
     let events = &runtime.store().events;
     if events
-        .close_stream(session.id(), session.standalone_stream(), "stdio")
+        .close_stream(
+            session.id(),
+            session.standalone_stream(),
+            mcp_cluster_store::UNKNOWN_OWNER,
+        )
         .await
         .is_err()
     {

@@ -139,7 +139,12 @@ impl BodyHold {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        slot.as_mut().map(|hold| hold.split(bytes as u64))
+        match slot.as_mut() {
+            // The whole body (one request): no split.
+            Some(hold) if hold.bytes() <= bytes as u64 => slot.take(),
+            Some(hold) => Some(hold.split(bytes as u64)),
+            None => None,
+        }
     }
 }
 

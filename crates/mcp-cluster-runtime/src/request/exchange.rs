@@ -646,9 +646,8 @@ impl Exchange {
 }
 
 /// The owner a stream is charged to when its requests' is not known (stdio,
-/// a trusted proxy's own request, a dead node's stream finalized): one
-/// account for all of them.
-pub(crate) const NO_OWNER: &str = "-";
+/// a trusted proxy's own request, a dead node's stream finalized).
+pub(crate) const NO_OWNER: &str = mcp_cluster_store::UNKNOWN_OWNER;
 
 /// The error that answers a request whose response the store refused.
 const NOT_STORED: &str = "the response could not be stored for delivery";

@@ -720,12 +720,10 @@ impl Stateless {
                 output: Arc::clone(&output),
                 request_id: id.clone(),
                 principal: principal_key.clone().unwrap_or_default(),
-                client: principal_key.clone().unwrap_or_else(|| {
-                    inbound
-                        .client_ip
-                        .map(crate::node::quota::address_subject)
-                        .unwrap_or_default()
-                }),
+                client: inbound.owner().map_or_else(
+                    || mcp_cluster_store::UNKNOWN_OWNER.to_owned(),
+                    |o| o.to_string(),
+                ),
                 job: job.clone(),
                 cancelled: Arc::clone(&client_gone),
             }))
