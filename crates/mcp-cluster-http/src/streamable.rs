@@ -57,9 +57,11 @@ async fn read_limited(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(HttpError::PayloadTooLarge(limit));
     }
-    if let Some(declared) = declared {
+    if let Some(declared) = declared
         // unwrap_or: within `limit`, a usize.
-        counted.add(usize::try_from(declared).unwrap_or(limit))?;
+        && let Err(refused) = counted.add(usize::try_from(declared).unwrap_or(limit))
+    {
+        return Err(discard(payload, limit, refused.into()).await);
     }
     let mut body = BytesMut::new();
     while let Some(chunk) = payload.next().await {
@@ -67,12 +69,34 @@ async fn read_limited(
         if body.len() + chunk.len() > limit {
             return Err(HttpError::PayloadTooLarge(limit));
         }
-        if declared.is_none() {
-            counted.add(chunk.len())?;
+        if declared.is_none()
+            && let Err(refused) = counted.add(chunk.len())
+        {
+            drop(body);
+            return Err(discard(payload, limit, refused.into()).await);
         }
         body.extend_from_slice(&chunk);
     }
     Ok(body.freeze())
+}
+
+/// Reads the rest of a refused body without keeping it (within `limit`,
+/// under the body timeout of the caller), then gives `refusal` back: the
+/// client has sent its whole request when it reads the answer, so it sees
+/// the refusal (429 or 503 with `Retry-After`) rather than a connection
+/// reset mid-upload, and the connection stays usable.
+async fn discard(mut payload: web::Payload, limit: usize, refusal: HttpError) -> HttpError {
+    let mut read = 0;
+    while let Some(chunk) = payload.next().await {
+        let Ok(chunk) = chunk else {
+            return HttpError::BodyRead;
+        };
+        read += chunk.len();
+        if read > limit {
+            return HttpError::PayloadTooLarge(limit);
+        }
+    }
+    refusal
 }
 
 /// POST: one JSON-RPC message (or a 2025-03-26 batch).
