@@ -102,7 +102,12 @@ pub async fn message(
     let body = decode_body_with_limit(&bytes, runtime.config().max_batch_items)
         .map_err(HttpError::Decode)?;
     if let mcp_cluster_protocol::jsonrpc::Body::Single(message) = &body {
-        crate::observe::note_method(&req, message.method().unwrap_or("response"));
+        crate::observe::note_method(
+            &req,
+            message
+                .method()
+                .map_or("response", crate::observe::method_label),
+        );
     }
     crate::auth::check_tool_scopes(&state, principal.as_deref(), &body)?;
     let session = runtime.session_as(&id, principal.as_deref()).await?;

@@ -81,12 +81,15 @@ pub async fn post(
     if !stateless {
         headers::protocol_version(req.headers()).map_err(|err| err.for_request(id.clone()))?;
     }
-    match &body {
-        Body::Single(Message::Request(r)) => observe::note_method(&req, &r.method),
-        Body::Single(Message::Notification(n)) => observe::note_method(&req, &n.method),
-        Body::Single(Message::Response(_)) => observe::note_method(&req, "response"),
-        Body::Batch(_) => observe::note_method(&req, "batch"),
-    }
+    observe::note_method(
+        &req,
+        match &body {
+            Body::Single(Message::Request(r)) => observe::method_label(&r.method),
+            Body::Single(Message::Notification(n)) => observe::method_label(&n.method),
+            Body::Single(Message::Response(_)) => "response",
+            Body::Batch(_) => "batch",
+        },
+    );
     auth::check_tool_scopes(&state, principal.as_deref(), &body)?;
     let inbound = inbound(&req, Transport::StreamableHttp, principal);
     let answered = if stateless {
