@@ -1,16 +1,18 @@
 //! A client cannot fill the node's disk through its log (issue 31): the
 //! access log writes only bounded, well-formed values of what a client
-//! sent, also for requests the node refuses. A real node logs to a file;
-//! clients on an address the quotas count (sockets bound to 127.0.0.2)
-//! send JSON-RPC methods of 4 MB, session ids and request ids of 4 KB,
-//! paths of 4 KB: the log grows by a line of a few hundred bytes per
-//! request.
+//! sent, also for requests the node refuses, and refused requests count
+//! against the address's request rate (`quotas.requests_per_address`), so
+//! that a flood of them meets 429 and then costs the node neither its body
+//! nor a log line each. A real node logs to a file; clients on addresses
+//! the quotas count (sockets bound to 127.0.0.2, …) send JSON-RPC methods
+//! of 4 MB, session ids and request ids of 4 KB, paths of 4 KB, malformed
+//! bodies.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mcp_cluster_testkit::{NodeProcess, node_binary, within};
+use mcp_cluster_testkit::{NodeProcess, metric, node_binary, raw_http_from, within};
 use reqwest::StatusCode;
 
 /// Requests of the flood (as in the issue).
@@ -63,7 +65,7 @@ async fn access_lines_at_least(log: &Path, n: usize) -> Vec<String> {
 #[tokio::test]
 async fn megabyte_method_names_grow_the_log_by_a_short_line_each() {
     let log = log_file("methods");
-    let node = NodeProcess::spawn_logging_to(&node_binary(), &["--log", "info"], &log)
+    let node = NodeProcess::spawn_logging_to(&node_binary(), &["--log", "info"], &[], &log)
         .unwrap_or_else(|err| panic!("{err:#}"));
     let url = node.url().to_owned();
     let base = url.trim_end_matches("/mcp").to_owned();
@@ -109,4 +111,101 @@ async fn megabyte_method_names_grow_the_log_by_a_short_line_each() {
     println!(
         "{FLOOD} requests with methods of {METHOD_BYTES} bytes: the log grew by {grown} bytes"
     );
+}
+
+#[tokio::test]
+async fn refused_requests_count_against_the_address_and_then_cost_no_body_and_no_line() {
+    // 64 requests, then one more every 562 s: nothing here races a clock.
+    const LIMIT: usize = 64;
+    const SENT: usize = 200;
+    let log = log_file("refused");
+    let node = NodeProcess::spawn_logging_to(
+        &node_binary(),
+        &["--log", "info"],
+        &[
+            ("MCP_QUOTAS__REQUESTS_PER_ADDRESS", "64"),
+            ("MCP_QUOTAS__REQUESTS_WINDOW_SECS", "36000"),
+        ],
+        &log,
+    )
+    .unwrap_or_else(|err| panic!("{err:#}"));
+    let url = node.url().to_owned();
+    let base = url.trim_end_matches("/mcp").to_owned();
+    let flooder = client_from("127.0.0.4");
+    let mut statuses = Vec::new();
+    for _ in 0..SENT {
+        let response = within(
+            "POST",
+            flooder
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json, text/event-stream")
+                .body("{not json")
+                .send(),
+        )
+        .await
+        .unwrap();
+        statuses.push(response.status());
+    }
+    assert!(
+        statuses[..LIMIT]
+            .iter()
+            .all(|s| *s == StatusCode::BAD_REQUEST),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses[LIMIT..]
+            .iter()
+            .all(|s| *s == StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+    // Refused by the store once, then by what the node knows: one line of
+    // 429 for the whole flood.
+    let lines = access_lines_at_least(&log, LIMIT + 1).await;
+    let answered = |status: u16| {
+        lines
+            .iter()
+            .filter(|l| l.contains(&format!("status={status} ")) && l.contains("127.0.0.4"))
+            .count()
+    };
+    assert_eq!(answered(400), LIMIT, "{lines:#?}");
+    assert_eq!(answered(429), 1, "{lines:#?}");
+    assert_eq!(
+        metric(
+            &base,
+            "mcp_quota_rejections_total{quota=\"requests_per_address\"}"
+        )
+        .await,
+        (SENT - LIMIT) as f64
+    );
+
+    // A large body from the address is refused before it is sent: the
+    // node does not wait for it (it would for 30 s, its body timeout).
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: {METHOD_BYTES}"
+    );
+    let addr = node.addr();
+    let (status, body) = tokio::task::spawn_blocking(move || {
+        raw_http_from("127.0.0.4".parse().unwrap(), addr, head.as_bytes(), "")
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("requests_per_address"), "{body}");
+    // Another address is served as before.
+    let other = within(
+        "POST",
+        client_from("127.0.0.5")
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body("{not json")
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(other.status(), StatusCode::BAD_REQUEST);
 }

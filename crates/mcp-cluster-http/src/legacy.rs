@@ -58,7 +58,7 @@ pub async fn connect(
         runtime: runtime.clone(),
         session: session.id().clone(),
     };
-    let (_, follow) = runtime.follow_standalone(&session).await?;
+    let (_, follow) = runtime.follow_standalone_as(&session, &inbound).await?;
     let endpoint = format!("{MESSAGES_PATH}?sessionId={}", session.id());
     let framing = Framing {
         preamble: Some(sse::named("endpoint", &endpoint)),
@@ -113,6 +113,7 @@ pub async fn message(
     let session = runtime.session_as(&id, principal.as_deref()).await?;
     // Answers travel on the SSE stream, errors for the body's members too.
     let inbound = crate::streamable::inbound(&req, Transport::LegacySse, principal);
+    crate::address_quota::mark_counted(&req);
     runtime
         .submit(&session, body, Answers::SessionStream, &inbound)
         .await?;

@@ -6,7 +6,10 @@
 //! method this server knows (or `other`, `response`, `batch`), a session
 //! id only when the header is one (1 to 128 visible ASCII characters), a
 //! request id only when the client's is one, else the node's own. So a
-//! line is a few hundred bytes whatever the request.
+//! line is a few hundred bytes whatever the request, and a client filling
+//! the log must send as many requests, which its rate quota bounds
+//! ([`crate::address_quota`]): refusals of an address this node already
+//! knows to be over its rate are not logged one by one.
 
 use std::sync::Arc;
 
@@ -45,7 +48,9 @@ pub struct RpcInfo {
 }
 
 /// Who the request acted for: the principal of its valid access token.
-/// Set by authorization whenever there is one; read by the access log.
+/// Set by authorization whenever there is one; read by the access log and
+/// by the request rate of addresses ([`crate::address_quota`], which
+/// counts only requests without one).
 #[derive(Debug, Clone)]
 pub struct PrincipalInfo(pub Arc<mcp_cluster_store::Principal>);
 
@@ -159,7 +164,10 @@ pub async fn access_log(
         .http_duration
         .with_label_values(&[request.method().as_str(), route(request), status.as_str()])
         .observe(elapsed.as_secs_f64());
-    if tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO) {
+    let quiet = request
+        .extensions()
+        .contains::<crate::address_quota::Unlogged>();
+    if !quiet && tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO) {
         // The client's header only when it is a session id; else the one
         // the node gave (its own).
         let session = crate::headers::session_id(request.headers())

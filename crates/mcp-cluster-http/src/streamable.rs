@@ -120,6 +120,7 @@ async fn post_body(
     if let Body::Single(message) = &body {
         headers::check_standard_headers(req.headers(), message, runtime.service().as_ref())?;
     }
+    crate::address_quota::mark_counted(req);
     match runtime
         .submit(&session, body, Answers::Reply, &inbound)
         .await?
@@ -152,6 +153,7 @@ async fn initialize(
         &Message::Request(request.clone()),
         state.runtime.service().as_ref(),
     )?;
+    crate::address_quota::mark_counted(req);
     let (session, reply, succeeded) = state.runtime.initialize(request, inbound).await?;
     let mut response = respond(state, &session, reply, false).await?;
     if succeeded {
@@ -290,6 +292,9 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
     // `moved`: this node started serving the session for this GET (the
     // client came from another node).
     let (session, moved) = runtime.locate_as(&id, principal.as_deref()).await?;
+    // Who reads: the stream counts against its address when the session
+    // has no principal.
+    let reader = inbound(&req, Transport::StreamableHttp, principal);
     let retry_ms = runtime.config().sse_retry_ms;
     if let Some(value) = req.headers().get(LAST_EVENT_ID) {
         let id: EventId = value
@@ -297,9 +302,8 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .ok_or(HttpError::BadLastEventId("malformed Last-Event-ID"))?;
-        let trace = inbound(&req, Transport::StreamableHttp, None).trace;
         let followed = runtime
-            .follow_traced(&session, &id.stream, id.position, Some(&trace))
+            .follow_as(&session, &id.stream, id.position, &reader)
             .await;
         let outcome = match &followed {
             Ok(_) if moved => "other_node",
@@ -320,7 +324,7 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
         let follow = followed?;
         return Ok(sse::response(sse::body(follow, framing)));
     }
-    let (tail, follow) = runtime.follow_standalone(&session).await?;
+    let (tail, follow) = runtime.follow_standalone_as(&session, &reader).await?;
     let primes = session
         .protocol_version()
         .is_some_and(ProtocolVersion::primes_sse);
