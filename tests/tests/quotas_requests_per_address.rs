@@ -4,15 +4,21 @@
 //! session-era calls and malformed requests; once an address has sent
 //! `quotas.requests_per_address`, whatever it sends gets 429 with
 //! `Retry-After` and -32029 naming the quota, while other addresses are
-//! served. The count is the cluster's: two nodes on one Redis share it.
+//! served. With authorization on, requests refused for their token count
+//! too, and a valid token's principal is counted as a principal, not by
+//! its address. The count is the cluster's: two nodes on one Redis share
+//! it.
 //!
 //! A small limit and a long window (one more request every ten hours):
 //! nothing in these tests depends on how fast the machine is.
 
 mod address_support;
+mod auth_support;
 
 use address_support::{Answer, client_from, discover, post, session};
-use mcp_cluster_testkit::{Cluster, NodeCommand, NodeProcess, metric, node_binary, within};
+use mcp_cluster_testkit::{
+    Cluster, NodeCommand, NodeProcess, TestIssuer, metric, node_binary, within,
+};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -156,4 +162,62 @@ async fn the_request_rate_of_an_address_holds_across_nodes_refusals_included() {
     for url in [&a, &b] {
         assert_eq!(discover(&other, url, 1).await.status, StatusCode::OK);
     }
+}
+
+/// POSTs `initialize` from `http` with `authorization` (when given).
+async fn initialize_with(http: &reqwest::Client, url: &str, authorization: Option<&str>) -> Answer {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "address-quota-e2e", "version": "0"}}});
+    let mut request = http
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    if let Some(authorization) = authorization {
+        request = request.header("Authorization", authorization);
+    }
+    Answer::read(within("initialize", request.send()).await.unwrap()).await
+}
+
+#[tokio::test]
+async fn requests_refused_for_their_token_count_against_the_address_and_a_principal_does_not() {
+    let issuer = TestIssuer::start().await.unwrap();
+    let config = auth_support::config_file(
+        "requests-per-address",
+        &issuer,
+        auth_support::RESOURCE,
+        "",
+        &format!(
+            "[quotas]\nrequests_per_address = {LIMIT}\nrequests_window_secs = {WINDOW_SECS}\n"
+        ),
+    );
+    let node = auth_support::node(&config);
+    let url = node.url().to_owned();
+    let flooder = client_from("127.0.0.2");
+    // Without a token, and with one that is no token: 401, counted.
+    for n in 0..limit() {
+        let authorization = (n % 2 == 1).then_some("Bearer not-a-token");
+        let answer = initialize_with(&flooder, &url, authorization).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::UNAUTHORIZED,
+            "#{n}: {:?}",
+            answer.body
+        );
+    }
+    for authorization in [None, Some("Bearer not-a-token")] {
+        initialize_with(&flooder, &url, authorization)
+            .await
+            .assert_refused_by("requests_per_address");
+    }
+    // A valid token from the same address has a principal: counted as
+    // the principal's, not the address's.
+    let token = issuer
+        .token()
+        .audience(auth_support::RESOURCE)
+        .subject("alice")
+        .sign();
+    let answer = initialize_with(&flooder, &url, Some(&format!("Bearer {token}"))).await;
+    assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
 }
