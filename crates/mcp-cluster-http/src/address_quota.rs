@@ -9,7 +9,7 @@
 //! - a POST whose body reaches the runtime's pipeline is counted there, by
 //!   its JSON-RPC requests and notifications (cancellations and responses
 //!   free, a batch by its members), as a principal's requests are; the
-//!   handler marks such a request ([`mark_counted`]);
+//!   handler marks such a request (`mark_counted`);
 //! - every other request without a principal from a counted address is
 //!   counted here: GETs, DELETEs and requests to no route before they run,
 //!   POSTs after their answer (they were refused before the pipeline, or
@@ -25,7 +25,7 @@
 //! never buffered (a POST of a few kilobytes excepted: it is read and
 //! decoded, so that a cancellation or an answer to the server still goes
 //! through, as for a principal over its quota), and such refusals are not
-//! written to the access log one by one ([`Unlogged`]): per node and
+//! written to the access log one by one (`Unlogged`): per node and
 //! address, the log gets at most one refusal each time the store is asked
 //! again (when one more request would fit), besides the requests admitted.
 

@@ -27,7 +27,7 @@
 //! on this node until one more request would fit (the store's answer
 //! cannot change sooner: other nodes' requests only push it further), so
 //! that a flood from it is refused without a store call each
-//! ([`Quotas::address_over_rate`]); the transport refuses such requests
+//! (`Runtime::over_request_rate`); the transport refuses such requests
 //! before reading their bodies, and does not log each.
 //!
 //! Owner: the runtime's `NodeContext` holds the node's `Quotas`; the
