@@ -129,7 +129,7 @@ fn request_id(req: &ServiceRequest) -> HeaderValue {
 
 /// The `http_route` label and the access log's `path`: one of the node's
 /// routes, or `other` (never the path a client sent).
-pub(crate) fn route(req: &HttpRequest) -> &str {
+fn route(req: &HttpRequest) -> &str {
     let path = req.path();
     let endpoint = req
         .app_data::<web::Data<HttpState>>()
