@@ -111,6 +111,8 @@ async fn megabyte_method_names_grow_the_log_by_a_short_line_each() {
     println!(
         "{FLOOD} requests with methods of {METHOD_BYTES} bytes: the log grew by {grown} bytes"
     );
+    drop(node);
+    let _ = std::fs::remove_file(&log);
 }
 
 #[tokio::test]
@@ -208,4 +210,6 @@ async fn refused_requests_count_against_the_address_and_then_cost_no_body_and_no
     .await
     .unwrap();
     assert_eq!(other.status(), StatusCode::BAD_REQUEST);
+    drop(node);
+    let _ = std::fs::remove_file(&log);
 }
