@@ -59,7 +59,8 @@ start_node() {
   local port
   port=$(free_port)
   "$NODE" --bind "127.0.0.1:$port" --max-sessions "$((SESSIONS + 1000))" \
-    --quota-initialize-per-address 0 --connection-limit-exempt 127.0.0.0/8 --log error "$@" \
+    --quota-initialize-per-address 0 --quota-requests-per-address 0 --quota-streams-per-address 0 \
+    --connection-limit-exempt 127.0.0.0/8 --log error "$@" \
     >"$DIR/node.out" 2>"$DIR/node.err" &
   NODE_PID=$!
   pids+=("$NODE_PID")

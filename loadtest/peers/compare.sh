@@ -360,7 +360,8 @@ start_server() {
   # Quotas off (the peers have none, and one load generator on one address
   # is not the many clients they are for); ours-base predates the flags.
   local current=("${node_flags[@]}" --quota-initialize-per-address 0 --quota-requests-per-principal 0
-    --quota-sessions-per-principal 0 --quota-streams-per-principal 0)
+    --quota-sessions-per-principal 0 --quota-streams-per-principal 0
+    --quota-requests-per-address 0 --quota-streams-per-address 0)
   case $target in
     ours | ours-2026) cmd=("$OURS_BIN" "${current[@]}") ;;
     ours-redis | ours-redis-2026)

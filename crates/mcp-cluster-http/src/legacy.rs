@@ -58,7 +58,7 @@ pub async fn connect(
         runtime: runtime.clone(),
         session: session.id().clone(),
     };
-    let (_, follow) = runtime.follow_standalone(&session).await?;
+    let (_, follow) = runtime.follow_standalone_as(&session, &inbound).await?;
     let endpoint = format!("{MESSAGES_PATH}?sessionId={}", session.id());
     let framing = Framing {
         preamble: Some(sse::named("endpoint", &endpoint)),
@@ -107,12 +107,18 @@ pub async fn message(
     drop(bytes);
     inbound.held_body(counted);
     if let mcp_cluster_protocol::jsonrpc::Body::Single(message) = &body {
-        crate::observe::note_method(&req, message.method().unwrap_or("response"));
+        crate::observe::note_method(
+            &req,
+            message
+                .method()
+                .map_or("response", crate::observe::method_label),
+        );
     }
     crate::auth::check_tool_scopes(&state, inbound.principal.as_deref(), &body)?;
     let session = runtime
         .session_as(&id, inbound.principal.as_deref())
         .await?;
+    crate::address_quota::mark_counted(&req);
     runtime
         .submit(&session, body, Answers::SessionStream, &inbound)
         .await?;

@@ -8,6 +8,8 @@
 //! [`mcp_cluster_runtime::Runtime`] calls and runtime follows into SSE.
 //!
 //! # Layout
+//! - [`address_quota`]: the request rate of clients without a principal,
+//!   refused requests included, at the edge.
 //! - [`auth`]: bearer tokens at the edge, protected resource metadata.
 //! - [`config`]: transport settings ([`HttpConfig`]).
 //! - [`connections`]: connection limits, in all and per client address.
@@ -19,6 +21,7 @@
 //! - [`legacy`]: the HTTP+SSE transport (2024-11-05).
 //! - [`observe`]: `/metrics`, the access log and `X-Request-Id`.
 
+pub mod address_quota;
 pub mod auth;
 pub mod config;
 pub mod connections;

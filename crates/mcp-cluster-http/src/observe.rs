@@ -1,5 +1,17 @@
 //! What an operator sees of the HTTP side: `/metrics`, the access log
 //! (one line per request) and `X-Request-Id`.
+//!
+//! An access-log line holds only bounded, well-formed values, whatever the
+//! client sent: its route (one of the node's, or `other`), a JSON-RPC
+//! method this server knows (or `other`, `response`, `batch`), a session
+//! id only when the header is one (1 to 128 visible ASCII characters), a
+//! request id only when the client's is one, else the node's own. So a
+//! line is a few hundred bytes whatever the request, and a client filling
+//! the log must send as many requests, which its rate quota bounds
+//! ([`crate::address_quota`]): refusals of an address this node already
+//! knows to be over its rate are not logged one by one.
+
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
@@ -8,10 +20,10 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use mcp_cluster_store::SessionId;
 use mcp_cluster_telemetry::metrics::{self, NodeGauges};
 
 use crate::HttpState;
-use crate::headers::SESSION_ID;
 
 /// The request id header: taken from the client (or the proxy before it)
 /// when it is 1–128 visible ASCII characters, generated otherwise, and
@@ -22,32 +34,44 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// `--log info,mcp_access=off`).
 pub const ACCESS_TARGET: &str = "mcp_access";
 
+/// The `rpc_method` of a message whose method this server does not know,
+/// and the `path` of a request to none of its routes.
+pub const OTHER: &str = "other";
+
 /// What a handler learned about the request, for the access log.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct RpcInfo {
-    /// The JSON-RPC method of a single message (`batch` for a batch).
-    pub method: Option<String>,
+    /// The JSON-RPC method of a single message as the server names it
+    /// ([`mcp_cluster_runtime::known_client_method`]), else [`OTHER`];
+    /// `response` for a response, `batch` for a batch.
+    pub method: &'static str,
 }
 
-/// Who the request acted for (its principal's key), for the access log.
+/// Who the request acted for: the principal of its valid access token.
+/// Set by authorization whenever there is one; read by the access log and
+/// by the request rate of addresses ([`crate::address_quota`], which
+/// counts only requests without one).
 #[derive(Debug, Clone)]
-pub struct PrincipalInfo(pub String);
+pub struct PrincipalInfo(pub Arc<mcp_cluster_store::Principal>);
 
-/// Records the principal of the request for the access log (only when the
-/// access log is on).
-pub(crate) fn note_principal(req: &HttpRequest, principal: &mcp_cluster_store::Principal) {
-    if tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO) {
-        req.extensions_mut().insert(PrincipalInfo(principal.key()));
-    }
+/// Records the principal of the request.
+pub(crate) fn note_principal(req: &HttpRequest, principal: &Arc<mcp_cluster_store::Principal>) {
+    req.extensions_mut()
+        .insert(PrincipalInfo(Arc::clone(principal)));
 }
 
-/// Records the JSON-RPC method of the request for the access log (only
-/// when the access log is on: it costs an allocation).
-pub(crate) fn note_method(req: &HttpRequest, method: &str) {
+/// The `rpc_method` of a message's method: the method when this server
+/// knows it, else [`OTHER`].
+pub(crate) fn method_label(method: &str) -> &'static str {
+    mcp_cluster_runtime::known_client_method(method).unwrap_or(OTHER)
+}
+
+/// Records the JSON-RPC method of the request (a label from
+/// [`method_label`], or `response` / `batch`) for the access log (only
+/// when the access log is on).
+pub(crate) fn note_method(req: &HttpRequest, method: &'static str) {
     if tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO) {
-        req.extensions_mut().insert(RpcInfo {
-            method: Some(method.to_owned()),
-        });
+        req.extensions_mut().insert(RpcInfo { method });
     }
 }
 
@@ -103,8 +127,8 @@ fn request_id(req: &ServiceRequest) -> HeaderValue {
         })
 }
 
-/// The `http_route` label: one of the node's routes, or `other` (never
-/// the path a client sent).
+/// The `http_route` label and the access log's `path`: one of the node's
+/// routes, or `other` (never the path a client sent).
 fn route(req: &HttpRequest) -> &str {
     let path = req.path();
     let endpoint = req
@@ -115,7 +139,7 @@ fn route(req: &HttpRequest) -> &str {
         crate::legacy::SSE_PATH | crate::legacy::MESSAGES_PATH => path,
         "/healthz" | "/readyz" | "/metrics" => path,
         _ if path.starts_with(mcp_cluster_auth::WELL_KNOWN) => mcp_cluster_auth::WELL_KNOWN,
-        _ => "other",
+        _ => OTHER,
     }
 }
 
@@ -140,31 +164,32 @@ pub async fn access_log(
         .http_duration
         .with_label_values(&[request.method().as_str(), route(request), status.as_str()])
         .observe(elapsed.as_secs_f64());
-    if tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO) {
-        let session = request
-            .headers()
-            .get(SESSION_ID)
-            .or_else(|| res.headers().get(SESSION_ID))
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
+    let quiet = request
+        .extensions()
+        .contains::<crate::address_quota::Unlogged>();
+    if !quiet && tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO) {
+        // The client's header only when it is a session id; else the one
+        // the node gave (its own).
+        let session = crate::headers::session_id(request.headers())
+            .ok()
+            .flatten()
+            .or_else(|| crate::headers::session_id(res.headers()).ok().flatten());
         let rpc_method = request
             .extensions()
             .get::<RpcInfo>()
-            .and_then(|i| i.method.clone())
-            .unwrap_or_default();
+            .map_or("", |i| i.method);
         let principal = request
             .extensions()
             .get::<PrincipalInfo>()
-            .map(|p| p.0.clone())
+            .map(|p| p.0.key())
             .unwrap_or_default();
         tracing::info!(
             target: ACCESS_TARGET,
             method = %request.method(),
-            path = request.path(),
+            path = route(request),
             status = status.as_u16(),
             duration_ms = elapsed.as_secs_f64() * 1000.0,
-            session_id = session,
+            session_id = session.as_ref().map_or("", SessionId::as_str),
             rpc_method = rpc_method,
             principal = principal,
             request_id = id.to_str().unwrap_or(""),

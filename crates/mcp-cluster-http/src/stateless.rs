@@ -100,6 +100,7 @@ pub(crate) async fn post(
             .stream_room()
             .map_err(|err| err.for_request(Some(id.clone())))?;
     }
+    crate::address_quota::mark_counted(req);
     match state.runtime.stateless(request, meta, &inbound).await {
         StatelessReply::Now(response) => Ok(json(response)),
         StatelessReply::Refused(err, id) => Err(HttpError::from(err).for_request(Some(id))),

@@ -126,12 +126,15 @@ pub async fn post(
     if !stateless {
         headers::protocol_version(req.headers()).map_err(|err| err.for_request(id.clone()))?;
     }
-    match &body {
-        Body::Single(Message::Request(r)) => observe::note_method(&req, &r.method),
-        Body::Single(Message::Notification(n)) => observe::note_method(&req, &n.method),
-        Body::Single(Message::Response(_)) => observe::note_method(&req, "response"),
-        Body::Batch(_) => observe::note_method(&req, "batch"),
-    }
+    observe::note_method(
+        &req,
+        match &body {
+            Body::Single(Message::Request(r)) => observe::method_label(&r.method),
+            Body::Single(Message::Notification(n)) => observe::method_label(&n.method),
+            Body::Single(Message::Response(_)) => "response",
+            Body::Batch(_) => "batch",
+        },
+    );
     auth::check_tool_scopes(&state, inbound.principal.as_deref(), &body)?;
     let answered = if stateless {
         crate::stateless::post(&req, body, &state, inbound).await
@@ -161,6 +164,7 @@ async fn post_body(
     if let Body::Single(message) = &body {
         headers::check_standard_headers(req.headers(), message, runtime.service().as_ref())?;
     }
+    crate::address_quota::mark_counted(req);
     match runtime
         .submit(&session, body, Answers::Reply, &inbound)
         .await?
@@ -193,6 +197,7 @@ async fn initialize(
         &Message::Request(request.clone()),
         state.runtime.service().as_ref(),
     )?;
+    crate::address_quota::mark_counted(req);
     let (session, reply, succeeded) = state.runtime.initialize(request, inbound).await?;
     let mut response = respond(state, &session, reply, false).await?;
     if succeeded {
@@ -333,6 +338,9 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
     // `moved`: this node started serving the session for this GET (the
     // client came from another node).
     let (session, moved) = runtime.locate_as(&id, principal.as_deref()).await?;
+    // Who reads: the stream counts against its address when the session
+    // has no principal.
+    let reader = inbound(&req, Transport::StreamableHttp, principal);
     let retry_ms = runtime.config().sse_retry_ms;
     if let Some(value) = req.headers().get(LAST_EVENT_ID) {
         let id: EventId = value
@@ -340,9 +348,8 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .ok_or(HttpError::BadLastEventId("malformed Last-Event-ID"))?;
-        let trace = inbound(&req, Transport::StreamableHttp, None).trace;
         let followed = runtime
-            .follow_traced(&session, &id.stream, id.position, Some(&trace))
+            .follow_as(&session, &id.stream, id.position, &reader)
             .await;
         let outcome = match &followed {
             Ok(_) if moved => "other_node",
@@ -363,7 +370,7 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
         let follow = followed?;
         return Ok(sse::response(sse::body(follow, framing)));
     }
-    let (tail, follow) = runtime.follow_standalone(&session).await?;
+    let (tail, follow) = runtime.follow_standalone_as(&session, &reader).await?;
     let primes = session
         .protocol_version()
         .is_some_and(ProtocolVersion::primes_sse);

@@ -56,7 +56,9 @@ pub use node::config::{ResponseMode, RuntimeConfig};
 pub use node::error::RuntimeError;
 pub use node::follow::{Follow, FollowEnd, FollowItem};
 pub use node::quota::{Quota, QuotaConfig};
-pub use request::call::{BodyBytes, BodyHold, Inbound, SMALL_BODY_BYTES, Transport};
+pub use request::call::{
+    BodyBytes, BodyHold, Inbound, SMALL_BODY_BYTES, Transport, known_client_method,
+};
 pub use request::context::{AskError, NamedInput, RequestContext};
 pub use request::exchange::{Exchange, ExchangeReply};
 pub use request::service::{McpService, MirroredParam, ServerEvent, TaskSupport};

@@ -1,5 +1,6 @@
-//! Quotas in the pipeline: new sessions per client address (without a
-//! principal), requests, open sessions and open streams per principal.
+//! Quotas in the pipeline: new sessions, requests and open streams per
+//! client address (without a principal), requests, open sessions and open
+//! streams per principal.
 //! Each refusal is `QuotaExceeded` with a time to wait, before anything of
 //! the refused body runs; other addresses and principals are unaffected.
 //! (Cluster-wide counting and node death: `tests/tests/quotas_*.rs`.)
@@ -271,6 +272,120 @@ async fn requests_are_limited_per_principal_and_a_batch_is_refused_whole() {
 }
 
 #[actix_rt::test]
+async fn requests_without_a_principal_are_limited_per_address_and_a_batch_is_refused_whole() {
+    let (runtime, service) = runtime(QuotaConfig {
+        requests_per_address: 6,
+        requests_window_secs: 600,
+        ..QuotaConfig::default()
+    });
+    let ip: IpAddr = "192.0.2.1".parse().unwrap();
+    let anonymous = from("192.0.2.1", None);
+    // initialize: 1; a GET or a refused request, counted by the transport: 1.
+    let session = initialized(&runtime, &anonymous, "2025-03-26").await;
+    runtime.admit_request_from(ip).await.unwrap();
+    for id in 1..=2 {
+        let submitted = runtime
+            .submit(&session, Body::Single(list(id)), Answers::Reply, &anonymous)
+            .await
+            .unwrap();
+        assert_eq!(answered(submitted).await, 1);
+    }
+    // Two units left: a batch of three is refused whole, nothing runs, and
+    // the address is not taken to be over its rate for single requests.
+    let handled = service.handled.load(Ordering::SeqCst);
+    let batch = Body::Batch(vec![Ok(list(10)), Ok(list(11)), Ok(list(12))]);
+    let refusal = runtime
+        .submit(&session, batch, Answers::Reply, &anonymous)
+        .await
+        .unwrap_err();
+    let Refusal::Runtime { error, batch, .. } = &refusal else {
+        panic!("expected a runtime refusal, got {refusal:?}")
+    };
+    assert_eq!(quota_of(error).0, Quota::RequestsPerAddress);
+    assert_eq!(batch.len(), 3);
+    assert!(!runtime.is_over_request_rate(ip));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(service.handled.load(Ordering::SeqCst), handled);
+    for id in 20..22 {
+        runtime
+            .submit(&session, Body::Single(list(id)), Answers::Reply, &anonymous)
+            .await
+            .unwrap();
+    }
+    // Spent: refused by the store once, then known here until one more
+    // request fits (a tenth of the window).
+    let refusal = runtime
+        .submit(&session, Body::Single(list(30)), Answers::Reply, &anonymous)
+        .await
+        .unwrap_err();
+    assert_eq!(refusal.id(), Some(&RequestId::Number(30)));
+    assert!(runtime.is_over_request_rate(ip));
+    let known = runtime.over_request_rate(ip).expect("known to be over");
+    let (quota, wait) = quota_of(&known);
+    assert_eq!(quota, Quota::RequestsPerAddress);
+    assert!(wait <= Duration::from_secs(100), "{wait:?}");
+    assert_eq!(
+        quota_of(&runtime.admit_request_from(ip).await.unwrap_err()).0,
+        Quota::RequestsPerAddress
+    );
+    // A cancellation still passes.
+    let cancel = mcp_cluster_protocol::Notification::new(
+        "notifications/cancelled",
+        json!({"requestId": 30, "reason": "over quota"}),
+    );
+    let submitted = runtime
+        .submit(
+            &session,
+            Body::Single(Message::Notification(cancel)),
+            Answers::Reply,
+            &anonymous,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(submitted, Submitted::Accepted));
+
+    // Another address, a principal on the same address (counted as a
+    // principal) and a request without an address are not limited.
+    let other = from("192.0.2.2", None);
+    let theirs = initialized(&runtime, &other, "2025-03-26").await;
+    runtime
+        .submit(&theirs, Body::Single(list(1)), Answers::Reply, &other)
+        .await
+        .unwrap();
+    let alice = from("192.0.2.1", Some(principal("alice")));
+    let hers = initialized(&runtime, &alice, "2025-03-26").await;
+    runtime
+        .submit(&hers, Body::Single(list(1)), Answers::Reply, &alice)
+        .await
+        .unwrap();
+    let stdio = Inbound::new(Transport::Stdio);
+    for id in 0..10 {
+        runtime
+            .submit(&session, Body::Single(list(id)), Answers::Reply, &stdio)
+            .await
+            .unwrap();
+    }
+    // IPv6 addresses count per /64.
+    let six = from("2001:db8:0:1::1", None);
+    let sixth = initialized(&runtime, &six, "2025-03-26").await;
+    for id in 0..5 {
+        runtime
+            .submit(&sixth, Body::Single(list(id)), Answers::Reply, &six)
+            .await
+            .unwrap();
+    }
+    let neighbour = from("2001:db8:0:1:ffff::9", None);
+    let refusal = runtime
+        .submit(&sixth, Body::Single(list(9)), Answers::Reply, &neighbour)
+        .await
+        .unwrap_err();
+    let Refusal::Runtime { error, .. } = &refusal else {
+        panic!("expected a runtime refusal, got {refusal:?}")
+    };
+    assert_eq!(quota_of(error).0, Quota::RequestsPerAddress);
+}
+
+#[actix_rt::test]
 async fn open_sessions_are_limited_per_principal_until_one_ends() {
     let (runtime, _) = runtime(QuotaConfig {
         sessions_per_principal: 2,
@@ -342,5 +457,75 @@ async fn open_streams_are_limited_per_principal_and_come_back_when_they_close() 
     for _ in 0..4 {
         let session = runtime.open_session(&anonymous).await.unwrap();
         open.push(runtime.follow_standalone(&session).await.unwrap());
+    }
+}
+
+#[actix_rt::test]
+async fn open_streams_without_a_principal_are_limited_per_reader_address() {
+    let (runtime, _) = runtime(QuotaConfig {
+        streams_per_address: 2,
+        ..QuotaConfig::default()
+    });
+    let reader = from("192.0.2.1", None);
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        sessions.push(runtime.open_session(&reader).await.unwrap());
+    }
+    let (_, first) = runtime
+        .follow_standalone_as(&sessions[0], &reader)
+        .await
+        .unwrap();
+    let (_, second) = runtime
+        .follow_standalone_as(&sessions[1], &reader)
+        .await
+        .unwrap();
+    let err = runtime
+        .follow_standalone_as(&sessions[2], &reader)
+        .await
+        .unwrap_err();
+    let (quota, wait) = quota_of(&err);
+    assert_eq!(quota, Quota::StreamsPerAddress);
+    assert!(wait <= QuotaConfig::default().stream_lease(), "{wait:?}");
+    // Reconnecting to a stream the address already reads takes its slot
+    // over.
+    let (_, again) = runtime
+        .follow_standalone_as(&sessions[0], &reader)
+        .await
+        .unwrap();
+    drop(first);
+    // Another address, and a reader without one, are not counted.
+    let elsewhere = from("192.0.2.2", None);
+    let (_, theirs) = runtime
+        .follow_standalone_as(&sessions[2], &elsewhere)
+        .await
+        .unwrap();
+    drop(theirs);
+    let (_, local) = runtime.follow_standalone(&sessions[2]).await.unwrap();
+    drop(local);
+    // A closed stream gives its slot back (released in the background).
+    drop(second);
+    let third = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match runtime.follow_standalone_as(&sessions[2], &reader).await {
+                Ok(follow) => break follow,
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    })
+    .await
+    .expect("the closed stream's slot comes back");
+    drop((again, third));
+    // A principal's sessions count as the principal's, whatever the
+    // reader's address.
+    let alice = from("192.0.2.1", Some(principal("alice")));
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let session = runtime.open_session(&alice).await.unwrap();
+        held.push(
+            runtime
+                .follow_standalone_as(&session, &alice)
+                .await
+                .unwrap(),
+        );
     }
 }

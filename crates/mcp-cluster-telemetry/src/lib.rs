@@ -52,8 +52,8 @@ pub use init::{InitError, LogFormat, TelemetryGuard, init, init_logging, otel_en
 pub use opentelemetry::Context as TraceContext;
 pub use otel::{DEFAULT_SERVICE_NAME, OtelConfig, OtelConfigError, SamplerConfig};
 pub use request_span::{
-    JsonRpcId, RequestFailure, RequestSpanAttrs, Target, Transport, User, record_error,
-    request_span,
+    JsonRpcId, MAX_SHOWN_DESCRIPTION_BYTES, MAX_SHOWN_ID_CHARS, RequestFailure, RequestSpanAttrs,
+    Target, Transport, User, record_error, request_span,
 };
 pub use secret::{REDACTED, Secret};
 pub use trace_context::{

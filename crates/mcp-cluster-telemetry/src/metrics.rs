@@ -188,8 +188,10 @@ pub struct Metrics {
 pub const QUOTAS: &[&str] = &[
     "initialize_per_address",
     "requests_per_principal",
+    "requests_per_address",
     "sessions_per_principal",
     "streams_per_principal",
+    "streams_per_address",
     "listen_streams_per_address",
     "tasks_per_principal",
     "tasks_per_address",

@@ -15,7 +15,7 @@
 //! the method, request id and session id as fields: nothing else is
 //! formatted or allocated.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
 
 use opentelemetry::trace::TraceContextExt as _;
@@ -44,7 +44,21 @@ pub enum Target<'a> {
     Resource(&'a str),
 }
 
-/// A JSON-RPC id, recorded as its text (`7`, `req-7`).
+/// Most characters of a string request id that a span or a log line
+/// shows: an id is the client's text, up to the whole body (megabytes).
+/// Real ids are numbers, counters or UUIDs, far shorter.
+pub const MAX_SHOWN_ID_CHARS: usize = 128;
+
+/// Most bytes of an error message a span records as its status
+/// description (the message may quote what the client sent).
+pub const MAX_SHOWN_DESCRIPTION_BYTES: usize = 512;
+
+/// A JSON-RPC id, recorded as its text (`7`, `req-7`). A string id is
+/// shown as the client sent it when it is at most [`MAX_SHOWN_ID_CHARS`]
+/// visible ASCII characters (spaces allowed); otherwise its first
+/// [`MAX_SHOWN_ID_CHARS`] characters, every one but visible ASCII escaped
+/// (`\u{a}`), then `…`: a log line stays one line of bounded length
+/// whatever the id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JsonRpcId<'a> {
     /// A numeric id.
@@ -57,7 +71,26 @@ impl fmt::Display for JsonRpcId<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Number(n) => write!(f, "{n}"),
-            Self::Str(s) => f.write_str(s),
+            Self::Str(s)
+                if s.len() <= MAX_SHOWN_ID_CHARS
+                    && s.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) =>
+            {
+                f.write_str(s)
+            }
+            Self::Str(s) => {
+                let mut chars = s.chars();
+                for c in chars.by_ref().take(MAX_SHOWN_ID_CHARS) {
+                    if c == ' ' || c.is_ascii_graphic() {
+                        f.write_char(c)?;
+                    } else {
+                        write!(f, "{}", c.escape_unicode())?;
+                    }
+                }
+                if chars.next().is_some() {
+                    f.write_char('…')?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -220,8 +253,13 @@ pub fn record_error(span: &Span, failure: RequestFailure<'_>) {
         RequestFailure::JsonRpc { code, message } => {
             span.record("error.type", display(code));
             span.record("rpc.response.status_code", display(code));
-            // A description makes the status ERROR.
-            span.record("otel.status_description", message);
+            // A description makes the status ERROR. Bounded: a message may
+            // quote the client (`method not found: <its method>`).
+            let mut end = message.len().min(MAX_SHOWN_DESCRIPTION_BYTES);
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            span.record("otel.status_description", &message[..end]);
         }
         RequestFailure::ToolError => {
             span.record("error.type", "tool_error");
@@ -438,6 +476,40 @@ mod tests {
             assert_eq!(attr(span, "otel.status_code"), None);
             assert_eq!(attr(span, "otel.status_description"), None);
         }
+    }
+
+    #[test]
+    fn client_ids_and_messages_are_shown_bounded_on_one_line() {
+        assert_eq!(JsonRpcId::Number(-7).to_string(), "-7");
+        assert_eq!(JsonRpcId::Str("req 7").to_string(), "req 7");
+        let forged = "1\n2026-01-01T00:00:00Z  INFO forged";
+        let shown = JsonRpcId::Str(forged).to_string();
+        assert!(!shown.contains('\n'), "{shown}");
+        assert!(shown.starts_with("1\\u{a}2026"), "{shown}");
+        let huge = "x".repeat(4 << 20);
+        let shown = JsonRpcId::Str(&huge).to_string();
+        assert_eq!(shown, format!("{}…", "x".repeat(MAX_SHOWN_ID_CHARS)));
+
+        let message = format!("method not found: {}", "é".repeat(4 << 20));
+        let spans = capture_spans(|| {
+            let attrs = RequestSpanAttrs {
+                method: "_OTHER",
+                ..Default::default()
+            };
+            let span = request_span(&attrs, opentelemetry::Context::new());
+            record_error(
+                &span,
+                RequestFailure::JsonRpc {
+                    code: -32601,
+                    message: &message,
+                },
+            );
+        });
+        let Status::Error { description } = &spans[0].status else {
+            panic!("{:?}", spans[0].status)
+        };
+        assert!(description.len() <= MAX_SHOWN_DESCRIPTION_BYTES);
+        assert!(description.starts_with("method not found: é"));
     }
 
     #[test]

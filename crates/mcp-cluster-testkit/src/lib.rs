@@ -378,6 +378,30 @@ impl NodeProcess {
         Self::spawn_command(binary, command, args, Some("127.0.0.1:0"), false)
     }
 
+    /// As [`Self::spawn`], with `env` added to the node's environment and
+    /// what the node logs (its stderr) written to the file `log` (created,
+    /// or truncated), for tests that measure the log itself: its size,
+    /// lines of any length (through `sh -c`, which redirects and then runs
+    /// the node in its place).
+    ///
+    /// # Errors
+    /// As [`Self::spawn`].
+    pub fn spawn_logging_to(
+        binary: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> anyhow::Result<Self> {
+        let mut command = Command::new("sh");
+        command
+            .envs(env.iter().copied())
+            .arg("-c")
+            .arg("exec \"$0\" \"$@\" 2>\"$TESTKIT_NODE_LOG\"")
+            .arg(binary)
+            .env("TESTKIT_NODE_LOG", log);
+        Self::spawn_command(binary, command, args, Some("127.0.0.1:0"), false)
+    }
+
     pub(crate) fn spawn_command(
         binary: &Path,
         mut command: Command,

@@ -189,6 +189,11 @@ struct Cli {
     /// `quotas.requests_window_secs` (60 s), 0 for no limit [default: 1200].
     #[arg(long, env = "MCP_QUOTA_REQUESTS_PER_PRINCIPAL")]
     quota_requests_per_principal: Option<u32>,
+    /// Requests per client address per `quotas.requests_window_secs` (60
+    /// s) for requests without a principal, refused ones included,
+    /// cluster-wide, 0 for no limit [default: 1200].
+    #[arg(long, env = "MCP_QUOTA_REQUESTS_PER_ADDRESS")]
+    quota_requests_per_address: Option<u32>,
     /// Open sessions per principal, cluster-wide, 0 for no limit
     /// [default: 100].
     #[arg(long, env = "MCP_QUOTA_SESSIONS_PER_PRINCIPAL")]
@@ -197,6 +202,11 @@ struct Cli {
     /// cluster-wide, 0 for no limit [default: 100].
     #[arg(long, env = "MCP_QUOTA_STREAMS_PER_PRINCIPAL")]
     quota_streams_per_principal: Option<u32>,
+    /// Open SSE streams (GET, resumptions, legacy /sse) of sessions
+    /// without a principal per client address, cluster-wide, 0 for no
+    /// limit [default: 100].
+    #[arg(long, env = "MCP_QUOTA_STREAMS_PER_ADDRESS")]
+    quota_streams_per_address: Option<u32>,
     /// Open subscriptions/listen streams per client address, for requests
     /// without a principal, cluster-wide, 0 for no limit [default: 100].
     #[arg(long, env = "MCP_QUOTA_LISTEN_STREAMS_PER_ADDRESS")]
@@ -211,7 +221,7 @@ struct Cli {
     quota_tasks_per_address: Option<u32>,
     /// Bytes one client's running requests may hold on this node (their
     /// parameters, their open answer streams), per principal, else per
-    /// client address; more gets 429; 0 for no limit [default: 16777216].
+    /// client address; more gets 429; 0 for no limit [default: 8388608].
     #[arg(long, env = "MCP_QUOTA_IN_FLIGHT_BYTES_PER_CLIENT")]
     quota_in_flight_bytes_per_client: Option<u64>,
     /// Items per page of tools/list, resources/list, resources/templates/list
@@ -357,6 +367,12 @@ impl Cli {
         }
         if let Some(v) = self.quota_requests_per_principal {
             c.quotas.requests_per_principal = v;
+        }
+        if let Some(v) = self.quota_requests_per_address {
+            c.quotas.requests_per_address = v;
+        }
+        if let Some(v) = self.quota_streams_per_address {
+            c.quotas.streams_per_address = v;
         }
         if let Some(v) = self.quota_sessions_per_principal {
             c.quotas.sessions_per_principal = v;
@@ -766,6 +782,8 @@ mod tests {
             "9",
             "--quota-listen-streams-per-address",
             "11",
+            "--quota-requests-per-address",
+            "640",
         ]);
         // A flag's own variable is the flag's (clap reads it), not unknown.
         let (config, unknown) = cli
@@ -773,6 +791,7 @@ mod tests {
                 ("MCP_QUOTA_INITIALIZE_PER_ADDRESS", "8"),
                 ("MCP_QUOTAS__REQUESTS_PER_PRINCIPAL", "100"),
                 ("MCP_QUOTAS__TASKS_PER_ADDRESS", "12"),
+                ("MCP_QUOTAS__STREAMS_PER_ADDRESS", "13"),
             ]))
             .unwrap();
         assert_eq!(unknown, []);
@@ -795,6 +814,7 @@ mod tests {
             ),
             (9, 12, 11)
         );
+        assert_eq!((q.requests_per_address, q.streams_per_address), (640, 13));
         let bad = Cli::parse_from(["mcp-node", "--trusted-proxies", "proxy.example"]);
         assert!(bad.config(env(&[])).is_err(), "a host name is no address");
     }

@@ -494,6 +494,12 @@ fn serve_on(
             })
             .configure(|cfg| mcp_cluster_http::configure(cfg, state.clone()))
             .configure(|cfg| probes(cfg, metrics_on_main))
+            // Counts every request of a client without a principal that
+            // the pipeline does not, and refuses an address over its rate
+            // before its request runs.
+            .wrap(actix_web::middleware::from_fn(
+                mcp_cluster_http::address_quota::requests_per_address,
+            ))
             // Outermost: sees every request, and the final status.
             .wrap(actix_web::middleware::from_fn(
                 mcp_cluster_http::observe::access_log,

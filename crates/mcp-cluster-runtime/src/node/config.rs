@@ -123,8 +123,8 @@ pub struct RuntimeConfig {
     /// streams and the questions on them (each client's share is
     /// `quotas.in_flight_bytes_per_client`). A request that would go past
     /// it gets HTTP 503 with `Retry-After` before it runs. Default
-    /// 128 MiB: eight clients at their share, beside the 64 MiB budgets of
-    /// closed streams and finished tasks.
+    /// 128 MiB: sixteen clients at their share, beside the 64 MiB budgets
+    /// of closed streams and finished tasks.
     pub max_in_flight_bytes: u64,
     /// Quotas per client address and per principal. Not read from the
     /// runtime's section: a node sets it from its own `[quotas]` section.

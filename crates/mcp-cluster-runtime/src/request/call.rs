@@ -219,10 +219,7 @@ impl Inbound {
         id: Option<&RequestId>,
         params: Option<&serde_json::Map<String, serde_json::Value>>,
     ) -> tracing::Span {
-        let request_id = id.map(|id| match id {
-            RequestId::Number(n) => mcp_cluster_telemetry::JsonRpcId::Number(*n),
-            RequestId::String(s) => mcp_cluster_telemetry::JsonRpcId::Str(s),
-        });
+        let request_id = id.map(log_id);
         let meta = params.and_then(|p| p.get("_meta"));
         let version = match session {
             Some(session) => session.version.map(ProtocolVersion::as_str),
@@ -437,6 +434,28 @@ pub(crate) fn notification_label(method: &str) -> &'static str {
     known(KNOWN_NOTIFICATIONS, method)
 }
 
+/// A client-to-server method as this server names it: the request or
+/// notification method when the server knows it, `None` for any other
+/// text (which never reaches a log line or a label as the client sent it:
+/// a method name may be megabytes).
+pub fn known_client_method(method: &str) -> Option<&'static str> {
+    method_table::find(method).map(|m| m.name).or_else(|| {
+        KNOWN_NOTIFICATIONS
+            .iter()
+            .find(|known| **known == method)
+            .copied()
+    })
+}
+
+/// A request id as logs show it: bounded and escaped
+/// ([`mcp_cluster_telemetry::JsonRpcId`]), whatever the client sent.
+pub(crate) fn log_id(id: &RequestId) -> mcp_cluster_telemetry::JsonRpcId<'_> {
+    match id {
+        RequestId::Number(n) => mcp_cluster_telemetry::JsonRpcId::Number(*n),
+        RequestId::String(s) => mcp_cluster_telemetry::JsonRpcId::Str(s),
+    }
+}
+
 /// The label of a method: itself when known, else [`OTHER`].
 fn method_label(method: &str) -> &'static str {
     method_table::find(method).map_or(OTHER, |m| m.name)
@@ -461,5 +480,20 @@ mod tests {
             "notifications/cancelled"
         );
         assert_eq!(notification_label("notifications/anything"), OTHER);
+    }
+
+    #[test]
+    fn only_known_client_methods_are_named() {
+        assert_eq!(known_client_method("tools/call"), Some("tools/call"));
+        assert_eq!(
+            known_client_method("notifications/cancelled"),
+            Some("notifications/cancelled")
+        );
+        assert_eq!(
+            known_client_method("server/discover"),
+            Some("server/discover")
+        );
+        assert_eq!(known_client_method(&"x".repeat(1 << 20)), None);
+        assert_eq!(known_client_method("sampling/createMessage"), None);
     }
 }

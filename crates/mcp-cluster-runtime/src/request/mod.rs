@@ -181,21 +181,21 @@ pub(crate) async fn run_job(
             if client_cancelled.load(Ordering::Acquire) {
                 return None;
             }
-            tracing::info!(jsonrpc_id = %id, "Request stopped by the server.");
+            tracing::info!(jsonrpc_id = %call::log_id(id), "Request stopped by the server.");
             Err(ErrorObject::internal("request stopped: the server is shutting down"))
         }
         finished = tokio::time::timeout(timeout, running) => match finished {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(err)) if err.is_panic() => {
-                tracing::error!(jsonrpc_id = %id, "Handler panicked.");
+                tracing::error!(jsonrpc_id = %call::log_id(id), "Handler panicked.");
                 Err(ErrorObject::internal("internal error: the handler failed"))
             }
             Ok(Err(_)) => {
-                tracing::info!(jsonrpc_id = %id, "Handler stopped with the executor.");
+                tracing::info!(jsonrpc_id = %call::log_id(id), "Handler stopped with the executor.");
                 Err(ErrorObject::internal("request stopped: the server is shutting down"))
             }
             Err(_) => {
-                tracing::warn!(jsonrpc_id = %id, "Handler timed out.");
+                tracing::warn!(jsonrpc_id = %call::log_id(id), "Handler timed out.");
                 Err(ErrorObject::internal("request timed out"))
             }
         },

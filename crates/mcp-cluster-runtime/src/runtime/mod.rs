@@ -8,6 +8,7 @@
 pub mod cluster;
 pub mod pipeline;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -577,9 +578,9 @@ impl Runtime {
     }
 
     /// Follows a stream of the session after `after`, taking it over from
-    /// its reader anywhere in the cluster (resumption, standalone GET). A
-    /// principal's session counts it against `streams_per_principal` while
-    /// the follow lives.
+    /// its reader anywhere in the cluster (resumption, standalone GET), for
+    /// a reader with no address (stdio, a test). A principal's session
+    /// counts it against `streams_per_principal` while the follow lives.
     ///
     /// # Errors
     /// [`RuntimeError::UnknownEvent`] when the stream or position is not in
@@ -591,20 +592,40 @@ impl Runtime {
         stream: &StreamId,
         after: Position,
     ) -> Result<Follow, RuntimeError> {
-        self.follow_traced(session, stream, after, None).await
+        self.follow_for(session, stream, after, None, None).await
     }
 
-    /// As [`Self::follow`], for a request in the trace `trace` (the
-    /// caller's): the node whose reader it takes over links it.
+    /// As [`Self::follow`], for the reader that sent `reader`: the node
+    /// whose reader it takes over links its trace, and a session without a
+    /// principal counts the stream against the reader's address
+    /// (`streams_per_address`) while the follow lives.
     ///
     /// # Errors
     /// As [`Self::follow`].
-    pub async fn follow_traced(
+    pub async fn follow_as(
+        &self,
+        session: &SessionHandle,
+        stream: &StreamId,
+        after: Position,
+        reader: &Inbound,
+    ) -> Result<Follow, RuntimeError> {
+        self.follow_for(
+            session,
+            stream,
+            after,
+            Some(&reader.trace),
+            reader.client_ip,
+        )
+        .await
+    }
+
+    async fn follow_for(
         &self,
         session: &SessionHandle,
         stream: &StreamId,
         after: Position,
         trace: Option<&mcp_cluster_telemetry::TraceContext>,
+        client: Option<IpAddr>,
     ) -> Result<Follow, RuntimeError> {
         // A request stream names the requests it answers, so that this
         // follow can answer them should the stream's data be lost.
@@ -616,11 +637,14 @@ impl Runtime {
                 .stream_requests(session.id(), stream)
                 .await?
         };
-        // A principal's stream holds one of its slots while it is read; a
-        // reconnection to the same stream takes that stream's slot over.
-        let lease = match session.owner() {
-            Some(owner) => self.node().quotas.acquire_stream(owner, stream).await?,
-            None => None,
+        // A principal's stream holds one of its slots while it is read,
+        // else one of its reader's address; a reconnection to the same
+        // stream takes that stream's slot over.
+        let quotas = &self.node().quotas;
+        let lease = match (session.owner(), client) {
+            (Some(owner), _) => quotas.acquire_stream(owner, stream).await?,
+            (None, Some(ip)) => quotas.acquire_address_stream(ip, stream).await?,
+            (None, None) => None,
         };
         let mut follow = self.follow_here(session, stream, after, requests).await?;
         follow.hold(lease);
@@ -678,7 +702,8 @@ impl Runtime {
     }
 
     /// Follows the session's standalone stream from now on, opening it
-    /// first (a store may make it only now).
+    /// first (a store may make it only now), for a reader with no address
+    /// (stdio, a test).
     ///
     /// # Errors
     /// As [`Self::follow`].
@@ -689,6 +714,23 @@ impl Runtime {
         let tail = self.open_standalone(session).await?;
         let follow = self
             .follow(session, session.standalone_stream(), tail)
+            .await?;
+        Ok((tail, follow))
+    }
+
+    /// As [`Self::follow_standalone`], for the reader that sent `reader`
+    /// (as [`Self::follow_as`]: a GET, a legacy `/sse` connection).
+    ///
+    /// # Errors
+    /// As [`Self::follow`].
+    pub async fn follow_standalone_as(
+        &self,
+        session: &SessionHandle,
+        reader: &Inbound,
+    ) -> Result<(Position, Follow), RuntimeError> {
+        let tail = self.open_standalone(session).await?;
+        let follow = self
+            .follow_as(session, session.standalone_stream(), tail, reader)
             .await?;
         Ok((tail, follow))
     }

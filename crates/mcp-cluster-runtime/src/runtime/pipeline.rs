@@ -10,6 +10,7 @@
 //! its own: framing, HTTP status codes, SSE streams, and where answers go
 //! ([`Answers`]).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use mcp_cluster_protocol::jsonrpc::Body;
@@ -150,6 +151,41 @@ impl Runtime {
         self.open_session_as(inbound, true).await
     }
 
+    /// Whether the node counts requests per client address
+    /// (`quotas.requests_per_address` is on): a transport that sees every
+    /// request then counts those the pipeline does not
+    /// ([`Self::admit_request_from`]).
+    pub fn counts_address_requests(&self) -> bool {
+        self.node().quotas.counts_address_requests()
+    }
+
+    /// Counts one request of `client`, a request without a principal that
+    /// no body of reaches [`Self::submit`], [`Self::initialize`] or
+    /// [`Runtime::stateless`] (which count their own): a GET, a DELETE, a
+    /// request refused before its body was handed over. Against
+    /// `requests_per_address`, cluster-wide.
+    ///
+    /// # Errors
+    /// [`RuntimeError::QuotaExceeded`]; a store failure.
+    pub async fn admit_request_from(&self, client: IpAddr) -> Result<(), RuntimeError> {
+        self.node().quotas.admit_address_requests(client, 1).await
+    }
+
+    /// The refusal due to a request of `client` (without a principal)
+    /// while this node knows its address to be over `requests_per_address`
+    /// (the store refused it, and the wait it named has not passed), at no
+    /// store call; `None` otherwise. Counted in
+    /// `mcp_quota_rejections_total` when it refuses.
+    pub fn over_request_rate(&self, client: IpAddr) -> Option<RuntimeError> {
+        self.node().quotas.address_over_rate(client)
+    }
+
+    /// Whether this node knows `client` to be over `requests_per_address`
+    /// ([`Self::over_request_rate`], refusing and counting nothing).
+    pub fn is_over_request_rate(&self, client: IpAddr) -> bool {
+        self.node().quotas.address_wait(client).is_some()
+    }
+
     /// As [`Self::open_session`]; `store_now` as for
     /// [`Runtime::new_session`].
     async fn open_session_as(
@@ -209,12 +245,12 @@ impl Runtime {
         Refusal,
     > {
         let id = request.id.clone();
-        // The principal's request quota first: a refused `initialize`
-        // opens nothing.
+        // The client's request quota first: a refused `initialize` opens
+        // nothing.
         if let Err(err) = self
             .node()
             .quotas
-            .admit_requests(inbound.principal.as_deref(), 1)
+            .admit_requests(inbound.principal.as_deref(), inbound.client_ip, 1)
             .await
         {
             metrics::metrics()
@@ -269,7 +305,8 @@ impl Runtime {
     /// Hands a decoded body to `session`: one message, or a batch (2025-03-26
     /// sessions only) admitted whole or refused whole. Its requests and
     /// notifications (but cancellations) count against the principal's
-    /// `requests_per_principal` first (a batch all or nothing).
+    /// `requests_per_principal` first, or without one the client
+    /// address's `requests_per_address` (a batch all or nothing).
     ///
     /// Cancel safety: cancelled before it returns, nothing of the body ran
     /// (its quota units may have been counted).
@@ -333,13 +370,15 @@ impl Runtime {
         }
     }
 
-    /// Counts the body's requests and notifications against the principal's
-    /// request quota; a refusal names the request of a single-request body,
-    /// or every request of a batch (none of them runs).
+    /// Counts the body's requests and notifications against the request
+    /// quota of its principal, or of its address without one; a refusal
+    /// names the request of a single-request body, or every request of a
+    /// batch (none of them runs).
     async fn admit_body(&self, body: &Body, inbound: &Inbound) -> Result<(), Refusal> {
-        let Some(principal) = inbound.principal.as_deref() else {
+        let principal = inbound.principal.as_deref();
+        if principal.is_none() && inbound.client_ip.is_none() {
             return Ok(());
-        };
+        }
         // A cancellation is never counted: it frees what the client holds,
         // and a client over its quota must still be able to stop its work.
         let initiated = |m: &Message| match m {
@@ -360,7 +399,7 @@ impl Runtime {
         let Err(error) = self
             .node()
             .quotas
-            .admit_requests(Some(principal), count)
+            .admit_requests(principal, inbound.client_ip, count)
             .await
         else {
             return Ok(());

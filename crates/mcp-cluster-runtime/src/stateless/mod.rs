@@ -542,7 +542,7 @@ impl Stateless {
         if let Err(err) = self
             .node()
             .quotas
-            .admit_requests(inbound.principal.as_deref(), 1)
+            .admit_requests(inbound.principal.as_deref(), inbound.client_ip, 1)
             .await
         {
             return StatelessReply::Refused(err, id);
