@@ -131,7 +131,9 @@ pub struct NodeConfig {
     /// (a lone node). Default 5: a few readiness probes.
     pub drain_delay_secs: u64,
     /// A second listener for `/healthz`, `/readyz` and `/metrics` only,
-    /// not subject to the connection limits of the main one. The probes
+    /// not subject to the connection limits of the main one; it has a
+    /// small gate of its own (16 connections, 4 per address), inside the
+    /// descriptors the node keeps out of the main limit. The probes
     /// are served on the main listener too, always; `/metrics` is then
     /// served here only (the main listener answers it 404), so that the
     /// public port does not show the node's internals. Default none:
