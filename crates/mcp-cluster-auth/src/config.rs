@@ -287,7 +287,10 @@ impl AuthConfig {
             if parsed.query().is_some() {
                 return Err(invalid(
                     "issuers",
-                    format!("{issuer}: must not have a query"),
+                    format!(
+                        "{}: must not have a query",
+                        mcp_cluster_telemetry::redacted_url(issuer)
+                    ),
                 ));
             }
         }
@@ -421,7 +424,13 @@ impl IntrospectionConfig {
 /// An absolute HTTPS URL without fragment (HTTP on loopback hosts only:
 /// test issuers and local development).
 fn url(setting: &'static str, value: &str) -> Result<Url, ConfigError> {
-    let parsed = Url::parse(value).map_err(|err| invalid(setting, format!("{value}: {err}")))?;
+    // Shown without the password or query values it may hold; one that
+    // does not parse, as its scheme and host at most.
+    let parsed = Url::parse(value).map_err(|err| {
+        let shown = mcp_cluster_telemetry::url_scheme_and_host(value);
+        invalid(setting, format!("{shown}: {err}"))
+    })?;
+    let value = mcp_cluster_telemetry::redacted_url(value);
     if parsed.fragment().is_some() {
         return Err(invalid(
             setting,

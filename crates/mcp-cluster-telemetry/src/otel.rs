@@ -153,7 +153,8 @@ pub enum SamplerConfig {
 pub struct OtelConfigError {
     /// The variable (or flag).
     pub var: &'static str,
-    /// Its value.
+    /// Its value; a URL as [`crate::redacted_url`] shows it (the user
+    /// info and query may hold credentials), headers not at all.
     pub value: String,
     /// What is wrong with it.
     pub reason: &'static str,
@@ -283,7 +284,7 @@ fn signal_url(var: &'static str, base: &str) -> Result<String, OtelConfigError> 
 fn check_url(var: &'static str, url: &str) -> Result<(), OtelConfigError> {
     Err(OtelConfigError {
         var,
-        value: url.to_owned(),
+        value: crate::secret::redacted_url(url),
         reason: "this build exports no traces: it was built without the `otlp` feature \
                  (of mcp-cluster, or of mcp-cluster-telemetry)",
     })
@@ -291,12 +292,18 @@ fn check_url(var: &'static str, url: &str) -> Result<(), OtelConfigError> {
 
 #[cfg(feature = "otlp")]
 fn check_url(var: &'static str, url: &str) -> Result<(), OtelConfigError> {
+    // The URL may hold a password (user info, query): shown redacted, and
+    // one that does not parse as its scheme and host at most.
     let invalid = |reason| OtelConfigError {
         var,
-        value: url.to_owned(),
+        value: crate::secret::redacted_url(url),
         reason,
     };
-    let parsed = reqwest::Url::parse(url).map_err(|_| invalid("not a URL"))?;
+    let parsed = reqwest::Url::parse(url).map_err(|_| OtelConfigError {
+        var,
+        value: crate::secret::url_scheme_and_host(url),
+        reason: "not a URL",
+    })?;
     match parsed.scheme() {
         "http" if parsed.host().is_some() => Ok(()),
         "http" => Err(invalid("no host")),
