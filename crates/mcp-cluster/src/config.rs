@@ -232,6 +232,7 @@ fn skeleton() -> Result<toml::Value, ConfigError> {
                 endpoint: Some(String::new()),
                 client_secret: Some(Default::default()),
                 client_secret_file: Some(Default::default()),
+                reserved_calls_per_second: Some(0),
                 ..mcp_cluster_auth::IntrospectionConfig::default()
             }),
             ..AuthConfig::default()
@@ -960,6 +961,36 @@ mod tests {
             Some(PathBuf::from("/run/secrets/redis-password"))
         );
         assert_eq!(redis.client_cert_file, None);
+    }
+
+    #[test]
+    fn the_introspection_reserve_has_variables_of_its_own() {
+        let (c, unknown) = overridden(&[
+            ("MCP_AUTH__RESOURCE", "https://mcp.example.com/mcp"),
+            ("MCP_AUTH__ISSUERS", "https://idp.example.com"),
+            ("MCP_AUTH__INTROSPECTION__CLIENT_ID", "rs"),
+            ("MCP_AUTH__INTROSPECTION__CLIENT_SECRET", "s"),
+            ("MCP_AUTH__INTROSPECTION__RESERVED_CALLS_PER_SECOND", "20"),
+            ("MCP_AUTH__INTROSPECTION__RESERVED_CALLS_PER_ADDRESS", "3"),
+            ("MCP_AUTH__INTROSPECTION__NEGATIVE_CACHE_ENTRIES", "500"),
+        ])
+        .unwrap();
+        assert_eq!(unknown, []);
+        let introspection = c.auth.as_ref().unwrap().introspection.as_ref().unwrap();
+        assert_eq!(introspection.reserved_calls_per_second, Some(20));
+        assert_eq!(introspection.reserved_calls_per_address, 3);
+        assert_eq!(introspection.negative_cache_entries, 500);
+        c.validate().unwrap();
+        let (c, _) = overridden(&[
+            ("MCP_AUTH__RESOURCE", "https://mcp.example.com/mcp"),
+            ("MCP_AUTH__ISSUERS", "https://idp.example.com"),
+            ("MCP_AUTH__INTROSPECTION__CLIENT_ID", "rs"),
+            ("MCP_AUTH__INTROSPECTION__CLIENT_SECRET", "s"),
+            ("MCP_AUTH__INTROSPECTION__RESERVED_CALLS_PER_SECOND", "50"),
+        ])
+        .unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("reserved_calls_per_second"), "{err}");
     }
 
     #[test]
