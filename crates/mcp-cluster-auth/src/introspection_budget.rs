@@ -243,19 +243,20 @@ impl IntrospectionBudget {
         change: impl FnOnce(&mut Standing),
     ) -> bool {
         self.maybe_sweep(now, self.standings.len() >= MAX_STANDINGS);
-        if let Some(mut standing) = self.standings.get_mut(subject) {
-            change(&mut standing);
-            return true;
+        // Counted before the entry is taken: `len` reads every shard.
+        let full = self.standings.len() >= MAX_STANDINGS;
+        match self.standings.entry(subject.to_owned()) {
+            dashmap::Entry::Occupied(mut entry) => change(entry.get_mut()),
+            dashmap::Entry::Vacant(_) if full => return false,
+            dashmap::Entry::Vacant(entry) => {
+                let mut standing = Standing {
+                    refused_until: None,
+                    reserve_tat: now,
+                };
+                change(&mut standing);
+                entry.insert(standing);
+            }
         }
-        if self.standings.len() >= MAX_STANDINGS {
-            return false;
-        }
-        let mut standing = Standing {
-            refused_until: None,
-            reserve_tat: now,
-        };
-        change(&mut standing);
-        self.standings.insert(subject.to_owned(), standing);
         true
     }
 
