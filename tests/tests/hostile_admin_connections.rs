@@ -28,6 +28,9 @@ const IDLE: usize = 450;
 /// Descriptors the admin listener may hold beyond the node's own: its gate
 /// (16) and the connections accepted but not yet refused (4).
 const ADMIN_DESCRIPTORS: usize = 20;
+/// The node's other descriptors that come and go meanwhile (a probe's
+/// connection closing, a connection attempt to Redis).
+const SLACK: usize = 8;
 /// How often the attacker reopens what the node closed.
 const REOPEN_EVERY: Duration = Duration::from_millis(500);
 
@@ -186,7 +189,7 @@ async fn idle_admin_connections_leave_the_main_listener_serving() {
          descriptors"
     );
     assert!(
-        during <= before + ADMIN_DESCRIPTORS,
+        during <= before + ADMIN_DESCRIPTORS + SLACK,
         "{during} descriptors with the admin flood, {before} before"
     );
     assert_eq!(get(addr, "/healthz").await, 200);
@@ -207,7 +210,7 @@ async fn idle_admin_connections_leave_the_main_listener_serving() {
          {during} descriptors"
     );
     assert!(
-        during <= before + ADMIN_DESCRIPTORS,
+        during <= before + ADMIN_DESCRIPTORS + SLACK,
         "{during} descriptors with the admin flood, {before} before"
     );
     assert_eq!(get(addr, "/healthz").await, 200);
@@ -248,7 +251,7 @@ async fn idle_connections_while_waiting_for_redis_leave_the_probes_answering() {
          descriptors"
     );
     assert!(
-        during <= before + ADMIN_DESCRIPTORS,
+        during <= before + ADMIN_DESCRIPTORS + SLACK,
         "{during} descriptors with the admin flood, {before} before"
     );
     assert_eq!(get(addr, "/healthz").await, 200);
