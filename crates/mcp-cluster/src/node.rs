@@ -50,8 +50,8 @@ const LISTEN_BACKLOG: i32 = 2048;
 /// File descriptors kept out of the connection limit: the store's
 /// connections, the admin listener and its connections (at most
 /// [`ADMIN_MAX_CONNECTIONS`] + [`ADMIN_IN_TRANSIT`]), the runtime's own
-/// (epoll, wake-ups), log files. A node with two workers, Redis and
-/// authorization holds about 40 of its own.
+/// (epoll, wake-ups), log files. A node with two workers and Redis holds
+/// 38 of its own (eight workers: 61; the reserve does not grow with them).
 const FD_RESERVE: u64 = 64;
 /// Connections the admin listener holds at once: probes and scrapes come
 /// a few at a time (the kubelet's two or three probes, one or two
