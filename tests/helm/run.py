@@ -659,6 +659,8 @@ def expect_auth_introspection(docs):
         "MCP_AUTH__INTROSPECTION__CLIENT_SECRET": None,
         "MCP_AUTH__INTROSPECTION__CALLS_PER_ADDRESS": "20",
         "MCP_AUTH__INTROSPECTION__CALLS_PER_SECOND": "0",
+        "MCP_AUTH__INTROSPECTION__RESERVED_CALLS_PER_SECOND": "0",
+        "MCP_AUTH__INTROSPECTION__RESERVED_CALLS_PER_ADDRESS": "3",
         "MCP_AUTH__CA_FILE": "/etc/mcp/auth-ca/ca.crt"}, auth_values(docs)
     # The private CA: that key alone of the Secret, read-only.
     volume, key = mounted_file(*node_container(docs), "/etc/mcp/auth-ca/ca.crt")

@@ -4,7 +4,9 @@
 //! most `calls_per_address` times, a flood from many at most
 //! `calls_per_second` a second; the tokens it could not check are
 //! refused with 503 and `Retry-After` (never accepted), and a valid token
-//! from another address still works.
+//! from another address still works. Thirty addresses flooding within
+//! their shares leave the bound's reserve to a client with good tokens, and
+//! a refused token sent again is answered from the negative cache.
 
 mod auth_support;
 
@@ -184,4 +186,158 @@ async fn made_up_tokens_from_many_addresses_are_bounded_in_all() {
         }
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_refused_token_sent_again_costs_no_call() {
+    let issuer = TestIssuer::start().await.unwrap();
+    // No bound: only the negative cache keeps the calls down.
+    let node = node_with(
+        &issuer,
+        "introspection-negative-cache",
+        "calls_per_address = 0\ncalls_per_second = 0",
+    );
+    let url = node.url().to_owned();
+    let http = client_from("127.0.0.40");
+    let before = issuer.introspections();
+    for _ in 0..100 {
+        let (status, _, body) = initialize_from(&http, &url, "made-up-again").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    }
+    let revoked = issuer.opaque_token(false, json!({"aud": RESOURCE}));
+    for _ in 0..100 {
+        let (status, _, body) = initialize_from(&http, &url, &revoked).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    }
+    assert_eq!(issuer.introspections() - before, 2, "one call per token");
+}
+
+/// Pause between two made-up tokens of one attacking address.
+const ATTACK_PAUSE: Duration = Duration::from_millis(100);
+
+/// Pause between two new tokens of the honest client: at least the
+/// interval of the node's bound (1/10 s here), however busy the machine
+/// (a sleep lasts at least this long).
+const NEW_TOKEN_EVERY: Duration = Duration::from_millis(200);
+
+/// Sends one made-up token from `ip`, again after each 503's
+/// `Retry-After`, until it is introspected (answered 401).
+async fn made_up_until_checked(url: &str, ip: &str) {
+    let http = client_from(ip);
+    for n in 0.. {
+        let token = format!("made-up-{ip}-first-{n}");
+        let (status, retry_after, body) = initialize_from(&http, url, &token).await;
+        match status {
+            StatusCode::UNAUTHORIZED => return,
+            StatusCode::SERVICE_UNAVAILABLE => {
+                tokio::time::sleep(Duration::from_secs(retry_after.unwrap_or(1))).await;
+            }
+            other => panic!("a made-up token answered {other}: {body}"),
+        }
+    }
+}
+
+/// Sends made-up tokens from `ip` until `stop`, one at a time, as fast as
+/// [`ATTACK_PAUSE`] allows: the node's bound per address keeps it within
+/// its share, which it spends. Each 503 goes on `refused`.
+async fn made_up_until_stopped(
+    url: String,
+    ip: String,
+    refused: tokio::sync::mpsc::UnboundedSender<()>,
+    stop: Arc<tokio::sync::Notify>,
+) {
+    let http = client_from(&ip);
+    let stopped = stop.notified();
+    tokio::pin!(stopped);
+    for n in 0.. {
+        let token = format!("made-up-{ip}-{n}");
+        let (status, _, body) = tokio::select! {
+            answer = initialize_from(&http, &url, &token) => answer,
+            () = &mut stopped => return,
+        };
+        match status {
+            StatusCode::UNAUTHORIZED => {}
+            StatusCode::SERVICE_UNAVAILABLE => {
+                let _ = refused.send(());
+            }
+            other => panic!("a made-up token answered {other}: {body}"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(ATTACK_PAUSE) => {}
+            () = &mut stopped => return,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_addresses_spending_the_node_bound_leave_a_share_for_the_others() {
+    let issuer = TestIssuer::start().await.unwrap();
+    // The share per address as by default (60 a minute); the node's calls
+    // in all fewer than thirty addresses take at their share.
+    let node = node_with(&issuer, "introspection-reserve", "calls_per_second = 10");
+    let url = node.url().to_owned();
+    let attackers: Vec<String> = (100..130).map(|i| format!("127.0.0.{i}")).collect();
+    let before = issuer.introspections();
+    let started = Instant::now();
+
+    // Each of thirty addresses has a made-up token introspected, one
+    // address after the other...
+    for ip in &attackers {
+        within(
+            "a made-up token introspected",
+            made_up_until_checked(&url, ip),
+        )
+        .await;
+    }
+    // ...then all of them send made-up tokens at once, each within its
+    // share, until the node refuses them for its bound in all.
+    let (refused, mut refusals) = tokio::sync::mpsc::unbounded_channel();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let flood: Vec<_> = attackers
+        .iter()
+        .map(|ip| {
+            tokio::spawn(made_up_until_stopped(
+                url.clone(),
+                ip.clone(),
+                refused.clone(),
+                Arc::clone(&stop),
+            ))
+        })
+        .collect();
+    within("the flood refused for the bound", async {
+        for _ in 0..attackers.len() {
+            refusals.recv().await.unwrap();
+        }
+    })
+    .await;
+
+    // Meanwhile, a client at an address that sent none: each of its new
+    // tokens is introspected and accepted, none refused for the bound. (It
+    // is in good standing: the reserve's burst, 2 here, is its at once,
+    // then one call each 1/10 s, as the bucket drains; its share of the
+    // reserve is 5 a minute.)
+    let http = client_from("127.0.0.200");
+    let mut answers = Vec::new();
+    for n in 0..5 {
+        let claims = json!({"aud": RESOURCE, "sub": format!("real-{n}")});
+        let token = issuer.opaque_token(true, claims);
+        answers.push(initialize_from(&http, &url, &token).await);
+        tokio::time::sleep(NEW_TOKEN_EVERY).await;
+    }
+    stop.notify_waiters();
+    for task in flood {
+        task.await.unwrap();
+    }
+    let elapsed = started.elapsed().as_secs() + 1;
+    let calls = issuer.introspections() - before;
+    let statuses: Vec<u16> = answers.iter().map(|(s, _, _)| s.as_u16()).collect();
+    eprintln!(
+        "thirty addresses flooding made-up tokens: {calls} introspection calls in {elapsed} s; \
+         the real client's five new tokens: {statuses:?}"
+    );
+    for (status, _, body) in &answers {
+        assert_eq!(*status, StatusCode::OK, "{body}");
+    }
+    // The node's bound held: a burst of 10, then 10 a second.
+    assert!(calls <= 10 + 10 * elapsed, "{calls} calls in {elapsed} s");
 }

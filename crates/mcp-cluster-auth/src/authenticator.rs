@@ -8,20 +8,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use dashmap::DashMap;
 use jsonwebtoken::{Algorithm, Validation};
-use mcp_cluster_store::memory::MemoryQuotas;
-use mcp_cluster_store::{Principal, QuotaKey, QuotaStore as _, Rate, Verdict};
+use mcp_cluster_store::Principal;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::config::{AuthConfig, Checked, CheckedIntrospection, ConfigError};
 use crate::error::{AuthError, Rejection};
+use crate::introspection_budget::IntrospectionBudget;
 use crate::issuer::{Issuer, read_json};
 use crate::metadata::ResourceMetadata;
-
-/// The names under which introspection calls are counted (per client
-/// address, and in all).
-const INTROSPECTION_PER_ADDRESS: &str = "introspection_per_address";
-const INTROSPECTION_IN_ALL: &str = "introspection_in_all";
+use crate::negative_cache::NegativeCache;
 
 /// Longest token accepted, in bytes. Real access tokens are a few
 /// kilobytes at most; a longer header is refused before any work.
@@ -30,9 +26,9 @@ const MAX_TOKEN: usize = 16 * 1024;
 /// A remembered answer about one token.
 #[derive(Debug, Clone)]
 struct Known {
-    /// The principal, or why the token is refused (introspection's
-    /// inactive answers are remembered too).
-    outcome: Result<Arc<Principal>, Rejection>,
+    /// The principal (introspection answers that refuse a token are in
+    /// the [`NegativeCache`]).
+    principal: Arc<Principal>,
     /// Unix seconds after which the answer is not used.
     until: u64,
     /// The token's `exp` (Unix seconds), when it has one.
@@ -52,10 +48,13 @@ pub struct Authenticator {
     /// the token introspected) once, not per request. At most
     /// `token_cache_entries` entries.
     known: DashMap<[u8; 32], Known>,
-    /// Introspection calls counted per client address and in all, on this
-    /// node (a bounded in-memory rate store): a made-up token costs its
-    /// sender, not the authorization server.
-    introspection_calls: MemoryQuotas,
+    /// Introspection answers that refused a token, by SHA-256 of the
+    /// token, for `negative_cache_secs`; at most `negative_cache_entries`.
+    refused: NegativeCache,
+    /// Which introspection calls this node makes: per client address, in
+    /// all, and the reserve of the bound in all for addresses in good
+    /// standing (`None` without introspection).
+    introspection_calls: Option<IntrospectionBudget>,
     metadata: ResourceMetadata,
 }
 
@@ -168,6 +167,13 @@ impl Authenticator {
             })
             .collect();
         let introspection = checked.introspection.clone().map(|i| (i, http.clone()));
+        let introspection_calls = checked.introspection.as_ref().map(IntrospectionBudget::new);
+        let refused = NegativeCache::new(
+            checked
+                .introspection
+                .as_ref()
+                .map_or(0, |i| i.negative_cache_entries),
+        );
         let metadata = ResourceMetadata::new(&config, &checked.resource);
         Ok(Self {
             config,
@@ -175,7 +181,8 @@ impl Authenticator {
             issuers,
             introspection,
             known: DashMap::new(),
-            introspection_calls: MemoryQuotas::new(),
+            refused,
+            introspection_calls,
             metadata,
         })
     }
@@ -276,70 +283,60 @@ impl Authenticator {
                 {
                     return Err(AuthError::Invalid(Rejection::Expired));
                 }
-                return known.outcome.map_err(AuthError::Invalid);
+                return Ok(known.principal);
             }
             self.known.remove(&digest);
         }
-        let (outcome, until, expires) = if token.split('.').count() == 3 {
+        let (principal, until, expires) = if token.split('.').count() == 3 {
             let (principal, exp) = self.verify_jwt(token).await?;
-            (Ok(principal), exp + self.checked.leeway, Some(exp))
+            (principal, exp + self.checked.leeway, Some(exp))
         } else if let Some((introspection, http)) = &self.introspection {
-            self.admit_introspection(introspection, client).await?;
-            self.introspect(token, introspection, http, now).await?
+            let budget = self.introspection_calls.as_ref();
+            if let Some(rejection) = self.refused.get(&digest, now) {
+                // The same refused token again: no call, and its address
+                // stays off the reserve.
+                if let Some(budget) = budget {
+                    budget.refused(client);
+                }
+                return Err(AuthError::Invalid(rejection));
+            }
+            if let Some(budget) = budget {
+                budget.admit(client).await.map_err(|throttled| {
+                    tracing::debug!(
+                        ?client,
+                        retry_after = ?throttled.retry_after,
+                        "Introspection call refused: bound reached."
+                    );
+                    AuthError::Throttled {
+                        retry_after: throttled.retry_after,
+                    }
+                })?;
+            }
+            let (outcome, until, expires) =
+                self.introspect(token, introspection, http, now).await?;
+            match outcome {
+                Ok(principal) => (principal, until, expires),
+                Err(rejection) => {
+                    self.refused.insert(digest, rejection, until, now);
+                    if let Some(budget) = budget {
+                        budget.refused(client);
+                    }
+                    return Err(AuthError::Invalid(rejection));
+                }
+            }
         } else {
             return Err(AuthError::Invalid(Rejection::Malformed));
         };
         self.remember(
             digest,
             Known {
-                outcome: outcome.clone(),
+                principal: Arc::clone(&principal),
                 until,
                 expires,
             },
             now,
         );
-        outcome.map_err(AuthError::Invalid)
-    }
-
-    /// Counts one introspection call against `client`'s address, then
-    /// against the node's calls in all: the address first, so that one
-    /// address past its bound never uses up what the others may call.
-    ///
-    /// # Errors
-    /// [`AuthError::Throttled`] when either bound is reached.
-    async fn admit_introspection(
-        &self,
-        config: &CheckedIntrospection,
-        client: Option<IpAddr>,
-    ) -> Result<(), AuthError> {
-        let per_address = client.zip(config.per_address).map(|(ip, rate)| {
-            let subject = mcp_cluster_store::quota::address_subject(ip);
-            (QuotaKey::new(INTROSPECTION_PER_ADDRESS, subject), rate)
-        });
-        let in_all = config
-            .in_all
-            .map(|rate| (QuotaKey::new(INTROSPECTION_IN_ALL, ""), rate));
-        for (key, rate) in per_address.into_iter().chain(in_all) {
-            self.count_call(&key, rate).await?;
-        }
-        Ok(())
-    }
-
-    async fn count_call(&self, key: &QuotaKey, rate: Rate) -> Result<(), AuthError> {
-        // The in-memory store never fails; were it to, the call is refused
-        // rather than made unbounded.
-        match self.introspection_calls.hit(key, 1, rate).await {
-            Ok(Verdict::Admitted) => Ok(()),
-            Ok(Verdict::Limited { retry_after }) => {
-                tracing::debug!(
-                    ?key,
-                    ?retry_after,
-                    "Introspection call refused: bound reached."
-                );
-                Err(AuthError::Throttled { retry_after })
-            }
-            Err(err) => Err(AuthError::Unavailable(err.to_string())),
-        }
+        Ok(principal)
     }
 
     /// Remembers an answer, within the bound: when full, answers past their

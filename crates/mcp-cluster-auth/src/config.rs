@@ -192,6 +192,33 @@ pub struct IntrospectionConfig {
     /// ten thousand users whose tokens are cached for `cache_secs` (300)
     /// need about 33 a second.
     pub calls_per_second: u32,
+    /// Of `calls_per_second`, the calls a second kept for addresses in good
+    /// standing: the others (an address that presented a token found
+    /// inactive, or refused, within `calls_per_address_window_secs`, or
+    /// that used its `reserved_calls_per_address`) can fill the node's
+    /// bound only up to `calls_per_second` less this, so that addresses
+    /// flooding made-up tokens, each within its own share, never spend
+    /// what a client with a new token needs. Must be below
+    /// `calls_per_second`; 0: no reserve (first come, first served).
+    /// Default none: a fifth of `calls_per_second` (10 of 50), enough for
+    /// the new tokens of honest clients while most of the bound stays
+    /// open to all.
+    pub reserved_calls_per_second: Option<u32>,
+    /// Calls of the reserve one address may take per
+    /// `calls_per_address_window_secs`, counted only when the rest of the
+    /// bound is taken: one address (or a few) cannot spend the reserve
+    /// either. 0: no share per address (the standing alone decides).
+    /// Default 5 (a burst of 5, then one every 12 s): a NAT's new tokens
+    /// while the node is flooded, half of the default reserve's burst.
+    pub reserved_calls_per_address: u32,
+    /// Inactive (or otherwise refused) introspection answers remembered,
+    /// each for `negative_cache_secs`, by SHA-256 of the token (about
+    /// 100 bytes each: never the token), apart from the active ones so
+    /// that made-up tokens cannot push them out. When full of live
+    /// answers, a new one is not remembered. 0: none remembered. Default
+    /// 10,000 (about 1 MB): more than `calls_per_second` (50) ×
+    /// `negative_cache_secs` (10) answers can be live at once.
+    pub negative_cache_entries: usize,
 }
 
 impl Default for IntrospectionConfig {
@@ -206,6 +233,9 @@ impl Default for IntrospectionConfig {
             calls_per_address: 60,
             calls_per_address_window_secs: 60,
             calls_per_second: 50,
+            reserved_calls_per_second: None,
+            reserved_calls_per_address: 5,
+            negative_cache_entries: 10_000,
         }
     }
 }
@@ -254,6 +284,15 @@ pub(crate) struct CheckedIntrospection {
     pub(crate) per_address: Option<mcp_cluster_store::Rate>,
     /// Calls in all, `None` when unbounded.
     pub(crate) in_all: Option<mcp_cluster_store::Rate>,
+    /// Of `in_all`'s limit, the calls a second kept for addresses in good
+    /// standing (0: none).
+    pub(crate) reserved: u32,
+    /// An address's share of the reserve, `None` when unbounded.
+    pub(crate) reserved_per_address: Option<mcp_cluster_store::Rate>,
+    /// How long a refused token keeps its address off the reserve.
+    pub(crate) standing_window: Duration,
+    /// Refused answers remembered at most.
+    pub(crate) negative_cache_entries: usize,
 }
 
 impl AuthConfig {
@@ -287,7 +326,10 @@ impl AuthConfig {
             if parsed.query().is_some() {
                 return Err(invalid(
                     "issuers",
-                    format!("{issuer}: must not have a query"),
+                    format!(
+                        "{}: must not have a query",
+                        mcp_cluster_telemetry::redacted_url(issuer)
+                    ),
                 ));
             }
         }
@@ -377,6 +419,22 @@ impl IntrospectionConfig {
                 "must be positive",
             ));
         }
+        let reserved = match self.reserved_calls_per_second {
+            _ if self.calls_per_second == 0 => 0,
+            None if self.calls_per_second >= 2 => (self.calls_per_second / 5).max(1),
+            None => 0,
+            Some(reserved) if reserved >= self.calls_per_second => {
+                return Err(invalid(
+                    "introspection.reserved_calls_per_second",
+                    format!(
+                        "{reserved} must be below calls_per_second ({}): the rest is open to \
+                         every address",
+                        self.calls_per_second
+                    ),
+                ));
+            }
+            Some(reserved) => reserved,
+        };
         let client_secret = match (&self.client_secret, &self.client_secret_file) {
             (Some(secret), None) => secret.clone(),
             (None, Some(path)) => std::fs::read_to_string(path)
@@ -414,6 +472,15 @@ impl IntrospectionConfig {
                 limit: self.calls_per_second,
                 window: Duration::from_secs(1),
             }),
+            reserved,
+            reserved_per_address: (self.reserved_calls_per_address > 0).then(|| {
+                mcp_cluster_store::Rate {
+                    limit: self.reserved_calls_per_address,
+                    window: Duration::from_secs(self.calls_per_address_window_secs),
+                }
+            }),
+            standing_window: Duration::from_secs(self.calls_per_address_window_secs),
+            negative_cache_entries: self.negative_cache_entries,
         })
     }
 }
@@ -421,7 +488,13 @@ impl IntrospectionConfig {
 /// An absolute HTTPS URL without fragment (HTTP on loopback hosts only:
 /// test issuers and local development).
 fn url(setting: &'static str, value: &str) -> Result<Url, ConfigError> {
-    let parsed = Url::parse(value).map_err(|err| invalid(setting, format!("{value}: {err}")))?;
+    // Shown without the password or query values it may hold; one that
+    // does not parse, as its scheme and host at most.
+    let parsed = Url::parse(value).map_err(|err| {
+        let shown = mcp_cluster_telemetry::url_scheme_and_host(value);
+        invalid(setting, format!("{shown}: {err}"))
+    })?;
+    let value = mcp_cluster_telemetry::redacted_url(value);
     if parsed.fragment().is_some() {
         return Err(invalid(
             setting,
@@ -530,6 +603,32 @@ mod tests {
             c.validate().unwrap_err().setting,
             "introspection.client_secret"
         );
+    }
+
+    #[test]
+    fn the_reserve_is_a_fifth_of_the_node_bound_unless_set_below_it() {
+        let checked = |calls_per_second, reserved| {
+            IntrospectionConfig {
+                client_id: "rs".into(),
+                client_secret: Some("s".into()),
+                calls_per_second,
+                reserved_calls_per_second: reserved,
+                ..IntrospectionConfig::default()
+            }
+            .check(false)
+        };
+        let reserve = |calls, reserved| checked(calls, reserved).unwrap().reserved;
+        assert_eq!(reserve(50, None), 10);
+        assert_eq!(reserve(5, None), 1);
+        assert_eq!(reserve(1, None), 0, "nothing left to share");
+        assert_eq!(reserve(0, None), 0, "no bound, no reserve");
+        assert_eq!(reserve(0, Some(10)), 0);
+        assert_eq!(reserve(50, Some(0)), 0);
+        assert_eq!(reserve(50, Some(49)), 49);
+        let err = checked(50, Some(50)).unwrap_err();
+        assert_eq!(err.setting, "introspection.reserved_calls_per_second");
+        let share = checked(50, None).unwrap().reserved_per_address.unwrap();
+        assert_eq!((share.limit, share.window.as_secs()), (5, 60));
     }
 
     #[test]

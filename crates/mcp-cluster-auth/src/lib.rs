@@ -13,6 +13,9 @@
 //! - [`config`]: [`AuthConfig`], validated once.
 //! - [`authenticator`]: [`Authenticator`], header to principal.
 //! - `issuer`: discovery and key caching per authorization server.
+//! - `introspection_budget`: which introspection calls a node makes (per
+//!   address, in all, and the reserve for addresses in good standing).
+//! - `negative_cache`: introspection answers that refused a token.
 //! - [`metadata`]: [`ResourceMetadata`] and `WWW-Authenticate` challenges.
 //! - [`error`]: [`AuthError`], [`Rejection`].
 //! - `verify`: signatures checked with ring.
@@ -29,8 +32,12 @@ pub mod authenticator;
 pub mod config;
 pub mod error;
 #[cfg(feature = "verify")]
+mod introspection_budget;
+#[cfg(feature = "verify")]
 mod issuer;
 pub mod metadata;
+#[cfg(feature = "verify")]
+mod negative_cache;
 #[cfg(feature = "verify")]
 mod verify;
 

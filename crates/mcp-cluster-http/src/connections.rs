@@ -43,6 +43,10 @@ pub struct ConnectionGate {
     per_peer: DashMap<IpAddr, usize>,
     /// Connections refused so far (over either limit).
     refused: AtomicU64,
+    /// Whether `mcp_connections_open` and `mcp_connections_refused_total`
+    /// count this gate's connections: they describe the main listener, so
+    /// the admin listener's gate does not.
+    metered: bool,
 }
 
 /// One admitted connection; dropped with the connection's data.
@@ -56,9 +60,11 @@ pub struct Admitted {
 impl Drop for Admitted {
     fn drop(&mut self) {
         self.gate.open.fetch_sub(1, Ordering::AcqRel);
-        mcp_cluster_telemetry::metrics::metrics()
-            .connections_open
-            .dec();
+        if self.gate.metered {
+            mcp_cluster_telemetry::metrics::metrics()
+                .connections_open
+                .dec();
+        }
         if let Some(peer) = self.peer {
             self.gate.release_peer(peer);
         }
@@ -70,6 +76,18 @@ impl ConnectionGate {
     /// `exempt` at most `max_per_peer` (0: no limit of its own) and never
     /// more than a quarter of `max`: one address cannot fill the node.
     pub fn new(max: usize, max_per_peer: usize, exempt: Vec<IpNet>) -> Arc<Self> {
+        Self::build(max, max_per_peer, exempt, true)
+    }
+
+    /// As [`Self::new`], for a listener the connection metrics do not
+    /// describe (the admin listener's probes and scrapes): its connections
+    /// and refusals are not counted in `mcp_connections_open` and
+    /// `mcp_connections_refused_total`.
+    pub fn new_unmetered(max: usize, max_per_peer: usize, exempt: Vec<IpNet>) -> Arc<Self> {
+        Self::build(max, max_per_peer, exempt, false)
+    }
+
+    fn build(max: usize, max_per_peer: usize, exempt: Vec<IpNet>, metered: bool) -> Arc<Self> {
         let max = max.max(1);
         let quarter = (max / 4).max(1);
         let max_per_peer = match max_per_peer {
@@ -83,6 +101,7 @@ impl ConnectionGate {
             open: AtomicUsize::new(0),
             per_peer: DashMap::new(),
             refused: AtomicU64::new(0),
+            metered,
         })
     }
 
@@ -143,9 +162,11 @@ impl ConnectionGate {
             }
             *count += 1;
         }
-        mcp_cluster_telemetry::metrics::metrics()
-            .connections_open
-            .inc();
+        if self.metered {
+            mcp_cluster_telemetry::metrics::metrics()
+                .connections_open
+                .inc();
+        }
         Ok(Admitted {
             gate: Arc::clone(self),
             peer: limited,
@@ -173,10 +194,12 @@ impl ConnectionGate {
 
     fn refuse(&self, why: Refused) -> Refused {
         self.refused.fetch_add(1, Ordering::Relaxed);
-        mcp_cluster_telemetry::metrics::metrics()
-            .connections_refused
-            .with_label_values(&[why.as_str()])
-            .inc();
+        if self.metered {
+            mcp_cluster_telemetry::metrics::metrics()
+                .connections_refused
+                .with_label_values(&[why.as_str()])
+                .inc();
+        }
         why
     }
 
@@ -261,6 +284,18 @@ mod tests {
             ConnectionGate::new(400_000, 512, Vec::new()).max_per_peer(),
             512
         );
+    }
+
+    #[test]
+    fn an_unmetered_gate_holds_the_same_limits() {
+        let gate = ConnectionGate::new_unmetered(16, 0, Vec::new());
+        assert_eq!((gate.max(), gate.max_per_peer()), (16, 4));
+        let held: Vec<_> = (0..4)
+            .map(|_| gate.admit(ip("192.0.2.1")).unwrap())
+            .collect();
+        assert_eq!(gate.admit(ip("192.0.2.1")).unwrap_err(), Refused::PeerFull);
+        drop(held);
+        assert_eq!(gate.open(), 0);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use mcp_cluster_store::ByteBudget;
 use mcp_cluster_store::memory::Retention;
+use mcp_cluster_telemetry::Secret;
 #[cfg(feature = "client")]
 use redis::{ConnectionAddr, IntoConnectionInfo};
 use serde::{Deserialize, Serialize};
@@ -36,8 +37,10 @@ pub struct RedisConfig {
     /// node learns the cluster's layout from; keys then spread over its
     /// shards. Default
     /// `redis://127.0.0.1:6379`: a local Redis, nothing leaves the host
-    /// unless configured to. May hold a user (an ACL user) and a password:
-    /// redact it when logging.
+    /// unless configured to. May hold a user (an ACL user) and a password,
+    /// percent-encoded (`/` as `%2F`, `?` as `%3F`, `#` as `%23`, `@` as
+    /// `%40`); never `?password=`, which the Redis client ignores (refused).
+    /// Logs and errors show it as [`Self::redacted_url`] does.
     pub url: String,
     /// A file holding the password (the ACL user's, or `requirepass`'s),
     /// one trailing newline ignored; read by every [`crate::connect`] (a
@@ -101,25 +104,18 @@ impl fmt::Debug for RedisConfig {
 }
 
 impl RedisConfig {
-    /// The URL with any password replaced by `***`, for logs.
+    /// The URL for logs and errors: a URL the node accepts with its
+    /// password and query values as `***`
+    /// ([`mcp_cluster_telemetry::redacted_url`]); one it does not, as its
+    /// scheme and host only, or `(unparsable)`
+    /// ([`mcp_cluster_telemetry::url_scheme_and_host`]): a URL that does
+    /// not parse may have its password where the host should be.
     pub fn redacted_url(&self) -> String {
-        let url = &self.url;
-        let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-            return url.clone();
-        };
-        let authority_end = url[scheme_end..]
-            .find('/')
-            .map_or(url.len(), |i| scheme_end + i);
-        let Some(at) = url[scheme_end..authority_end]
-            .rfind('@')
-            .map(|i| scheme_end + i)
-        else {
-            return url.clone();
-        };
-        let password_start = url[scheme_end..at]
-            .find(':')
-            .map_or(scheme_end, |i| scheme_end + i + 1);
-        format!("{}***{}", &url[..password_start], &url[at..])
+        if self.url_facts().is_ok() {
+            mcp_cluster_telemetry::redacted_url(&self.url)
+        } else {
+            mcp_cluster_telemetry::url_scheme_and_host(&self.url)
+        }
     }
 
     /// [`RedisConfig::command_timeout_ms`] as a duration.
@@ -177,6 +173,52 @@ impl RedisConfig {
     }
 }
 
+/// Query keys that would carry a password: the Redis client reads none of
+/// them from a `redis://` or `rediss://` URL (only from `redis+unix://`'s
+/// `pass`), so the node would connect without it and fail, retrying.
+const PASSWORD_QUERY_KEYS: &[&str] = &["password", "pass", "requirepass"];
+
+/// Checks what every form of the URL needs before it is read, without
+/// quoting it (the errors show [`mcp_cluster_telemetry::url_scheme_and_host`]):
+/// a scheme, user info whose reserved characters are encoded, and no
+/// password in the query.
+fn check_url_text(url: &str) -> Result<(), ClusterError> {
+    let bad = |what: &str| {
+        Err(ClusterError::Config(format!(
+            "url {}: {what}",
+            mcp_cluster_telemetry::url_scheme_and_host(url)
+        )))
+    };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return bad(
+            "not a URL: it starts with redis://, rediss://, redis+sentinel://, \
+             rediss+sentinel://, redis+cluster:// or rediss+cluster://",
+        );
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if rest[end..].contains('@') {
+        return bad(
+            "an '@' after the host: a password holding '/', '?', '#' or '@' must have them \
+             percent-encoded (%2F, %3F, %23, %40)",
+        );
+    }
+    if matches!(scheme, "redis" | "rediss" | "valkey" | "valkeys")
+        && let Some((_, query)) = rest[end..].split_once('?')
+        && query.split(['&', '#']).any(|pair| {
+            let key = pair.split_once('=').map_or(pair, |(key, _)| key);
+            PASSWORD_QUERY_KEYS
+                .iter()
+                .any(|k| key.eq_ignore_ascii_case(k))
+        })
+    {
+        return bad(
+            "a password in the query is not read by the Redis client: give it in the user \
+             info (redis://[user]:<password>@host) or in password_file",
+        );
+    }
+    Ok(())
+}
+
 /// What validation reads of the URL.
 struct UrlFacts {
     /// `rediss://`.
@@ -189,6 +231,7 @@ impl RedisConfig {
     /// The URL parsed by the Redis client.
     #[cfg(feature = "client")]
     fn url_facts(&self) -> Result<UrlFacts, ClusterError> {
+        check_url_text(&self.url)?;
         if let Some(sentinel) = self.sentinel_url() {
             return sentinel.map(|url| UrlFacts {
                 tls: url.tls,
@@ -206,10 +249,7 @@ impl RedisConfig {
                 tls: is_tls(info.addr()),
                 password: info.redis_settings().password().is_some(),
             }),
-            Err(err) => Err(ClusterError::Config(format!(
-                "url {}: {err}",
-                self.redacted_url()
-            ))),
+            Err(err) => Err(self.url_error(&err.to_string())),
         }
     }
 
@@ -217,6 +257,7 @@ impl RedisConfig {
     /// client (feature `client`) no store can be opened anyway.
     #[cfg(not(feature = "client"))]
     fn url_facts(&self) -> Result<UrlFacts, ClusterError> {
+        check_url_text(&self.url)?;
         if let Some(sentinel) = self.sentinel_url() {
             return sentinel.map(|url| UrlFacts {
                 tls: url.tls,
@@ -230,10 +271,7 @@ impl RedisConfig {
             });
         }
         let Some((scheme, rest)) = self.url.split_once("://") else {
-            return Err(ClusterError::Config(format!(
-                "url {}: not a redis:// or rediss:// URL",
-                self.redacted_url()
-            )));
+            return Err(self.url_error("not a redis:// or rediss:// URL"));
         };
         let authority = rest.split('/').next().unwrap_or_default();
         Ok(UrlFacts {
@@ -343,8 +381,13 @@ impl RedisConfig {
         ClusterUrl::parse(&self.url).map(|parsed| parsed.map_err(|err| self.url_error(&err)))
     }
 
+    /// An error about a URL that does not parse: it may hold its password
+    /// where the host should be, so it shows as its scheme and host only.
     fn url_error(&self, err: &str) -> ClusterError {
-        ClusterError::Config(format!("url {}: {err}", self.redacted_url()))
+        ClusterError::Config(format!(
+            "url {}: {err}",
+            mcp_cluster_telemetry::url_scheme_and_host(&self.url)
+        ))
     }
 }
 
@@ -360,8 +403,8 @@ pub(crate) struct SentinelUrl {
     pub(crate) tls: bool,
     /// The primary's ACL user.
     pub(crate) username: Option<String>,
-    /// The primary's password.
-    pub(crate) password: Option<String>,
+    /// The primary's password (a `Secret`: these URLs derive `Debug`).
+    pub(crate) password: Option<Secret>,
     /// The Sentinels, in the order given (asked in that order).
     pub(crate) sentinels: Vec<(String, u16)>,
     /// The name the Sentinels monitor the primary under.
@@ -377,8 +420,8 @@ pub(crate) struct ClusterUrl {
     pub(crate) tls: bool,
     /// The members' ACL user.
     pub(crate) username: Option<String>,
-    /// The members' password.
-    pub(crate) password: Option<String>,
+    /// The members' password (a `Secret`: these URLs derive `Debug`).
+    pub(crate) password: Option<Secret>,
     /// Members to learn the cluster's layout from (any of them answers).
     pub(crate) seeds: Vec<(String, u16)>,
 }
@@ -471,7 +514,7 @@ impl SentinelUrl {
         Ok(Self {
             tls,
             username: authority.username,
-            password: authority.password,
+            password: authority.password.map(Secret::new),
             sentinels,
             master,
             db,
@@ -501,7 +544,7 @@ impl ClusterUrl {
             tls,
             seeds: authority.hosts("cluster member", REDIS_PORT)?,
             username: authority.username,
-            password: authority.password,
+            password: authority.password.map(Secret::new),
         })
     }
 }
@@ -719,6 +762,108 @@ mod tests {
         }
     }
 
+    #[test]
+    fn no_form_of_a_bad_url_shows_its_password() {
+        // Each form the node accepts, with a password holding a '/' (base64
+        // passwords do), with a mistyped scheme, and with `?password=`.
+        for (url, says) in [
+            (
+                "redis://:ab/cd+s3cret==@127.0.0.1:6379",
+                "url redis://127.0.0.1:6379: an '@' after the host",
+            ),
+            (
+                "rediss://mcp:ab/s3cret@redis.internal:6380/0",
+                "url rediss://redis.internal:6380: an '@'",
+            ),
+            (
+                "redis+sentinel://mcp:ab/s3cret@a:26379,b:26379/m",
+                "url redis+sentinel://a:26379,b:26379: an '@'",
+            ),
+            (
+                "rediss+sentinel://mcp:ab/s3cret@a/m",
+                "url rediss+sentinel://a: an '@'",
+            ),
+            (
+                "redis+cluster://mcp:ab/s3cret@a:7000,b:7001",
+                "url redis+cluster://a:7000,b:7001: an '@'",
+            ),
+            (
+                "rediss+cluster://:ab?s3cret@a:7000",
+                "url (unparsable): an '@'",
+            ),
+            ("redis://:ab#s3cret@h", "url (unparsable): an '@'"),
+            (
+                "redis//:s3cret@127.0.0.1:6379",
+                "url (unparsable): not a URL",
+            ),
+            (
+                "redis:/:s3cret@127.0.0.1:6379",
+                "url (unparsable): not a URL",
+            ),
+            (
+                "redis://:s3cret@127.0.0.1:port",
+                "url (unparsable): Redis URL did not parse",
+            ),
+            (
+                "redis://127.0.0.1:6379/?password=s3cret",
+                "url redis://127.0.0.1:6379: a password in the query",
+            ),
+            (
+                "rediss://h:6380?pass=s3cret&protocol=resp3",
+                "url rediss://h:6380: a password in the query",
+            ),
+            (
+                "redis+sentinel://h/m?password=s3cret",
+                "url redis+sentinel://h: takes no query",
+            ),
+            (
+                "redis+cluster://h?password=s3cret",
+                "url redis+cluster://h: takes no query",
+            ),
+        ] {
+            let c = RedisConfig {
+                url: url.into(),
+                ..RedisConfig::default()
+            };
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains(says), "{url}: {err}");
+            for shown in [err, c.redacted_url(), format!("{c:?}")] {
+                assert!(!shown.contains("s3cret"), "{url}: {shown}");
+            }
+        }
+        // A URL the node accepts shows everything but its secrets.
+        for (url, shown) in [
+            (
+                "redis+sentinel://mcp:ab%2Fs3cret@a:26379,b/m/1",
+                "redis+sentinel://mcp:***@a:26379,b/m/1",
+            ),
+            (
+                "redis+unix:///run/redis.sock?pass=s3cret",
+                "redis+unix:///run/redis.sock?pass=***",
+            ),
+            (
+                "rediss://h:6380/0?protocol=resp3",
+                "rediss://h:6380/0?protocol=resp3",
+            ),
+        ] {
+            let c = RedisConfig {
+                url: url.into(),
+                ..RedisConfig::default()
+            };
+            c.validate().unwrap();
+            assert_eq!(c.redacted_url(), shown);
+            assert!(!format!("{c:?}").contains("s3cret"));
+        }
+        let sentinel = SentinelUrl::parse("redis+sentinel://u:s3cret@h/m")
+            .unwrap()
+            .unwrap();
+        assert!(!format!("{sentinel:?}").contains("s3cret"));
+        let cluster = ClusterUrl::parse("redis+cluster://u:s3cret@h")
+            .unwrap()
+            .unwrap();
+        assert!(!format!("{cluster:?}").contains("s3cret"));
+    }
+
     fn temp_file(name: &str, content: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("mcp-cluster-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -851,7 +996,7 @@ mod tests {
             .unwrap();
         assert!(url.tls);
         assert_eq!(url.username.as_deref(), Some("mcp"));
-        assert_eq!(url.password.as_deref(), Some("p@ss"));
+        assert_eq!(url.password.as_ref().map(Secret::expose), Some("p@ss"));
         assert_eq!((url.master.as_str(), url.db), ("m", 0));
         assert!(SentinelUrl::parse("redis://h:1").is_none());
         for (bad, says) in [
@@ -873,7 +1018,10 @@ mod tests {
             ..RedisConfig::default()
         };
         let err = c.validate().unwrap_err().to_string();
-        assert!(!err.contains("s3cret") && err.contains("***"), "{err}");
+        assert!(
+            !err.contains("s3cret") && err.contains("url (unparsable)"),
+            "{err}"
+        );
         let c = RedisConfig {
             url: "rediss+sentinel://h:1/m".into(),
             ..RedisConfig::default()
@@ -908,7 +1056,7 @@ mod tests {
             .unwrap();
         assert!(url.tls);
         assert_eq!(url.username.as_deref(), Some("mcp"));
-        assert_eq!(url.password.as_deref(), Some("p@ss"));
+        assert_eq!(url.password.as_ref().map(Secret::expose), Some("p@ss"));
         assert!(ClusterUrl::parse("redis+sentinel://h:1/m").is_none());
         for (bad, says) in [
             ("redis+cluster://h:1/2", "database 0 only"),
@@ -924,7 +1072,10 @@ mod tests {
             ..RedisConfig::default()
         };
         let err = c.validate().unwrap_err().to_string();
-        assert!(!err.contains("s3cret") && err.contains("***"), "{err}");
+        assert!(
+            !err.contains("s3cret") && err.contains("url (unparsable)"),
+            "{err}"
+        );
         let c = RedisConfig {
             url: "rediss+cluster://h:1,h:2".into(),
             ..RedisConfig::default()

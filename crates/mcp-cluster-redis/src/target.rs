@@ -115,7 +115,7 @@ impl Target {
         if let Some(user) = &url.username {
             builder = builder.set_client_to_redis_username(user);
         }
-        if let Some(password) = password.or(url.password) {
+        if let Some(password) = password.or(url.password.map(|p| p.expose().to_owned())) {
             builder = builder.set_client_to_redis_password(password);
         }
         if url.tls {
@@ -157,7 +157,7 @@ impl Target {
         let seeds = ClusterSeeds {
             seeds,
             username: url.username,
-            password: password.or(url.password),
+            password: password.or(url.password.map(|p| p.expose().to_owned())),
             certificates,
             tls: url.tls,
             timeout,

@@ -131,6 +131,7 @@ pub fn init(
         .map_err(InitError::AlreadyInstalled)?;
     if let Some(endpoint) = &otel.traces_endpoint {
         OTEL_ON.store(true, Ordering::Relaxed);
+        let endpoint = crate::secret::redacted_url(endpoint);
         tracing::info!(
             %endpoint,
             service.name = %otel.service_name,

@@ -18,7 +18,8 @@
 //! - [`control_span()`] (`control_span`): handling a control-bus message
 //!   in the publisher's trace.
 //! - [`Secret`] (`secret`): a setting that prints and serializes as
-//!   `"<redacted>"`.
+//!   `"<redacted>"`; [`redacted_url`] and [`url_scheme_and_host`]: a URL
+//!   setting as logs and errors show it, without the secrets it may hold.
 
 pub mod metrics;
 
@@ -55,7 +56,7 @@ pub use request_span::{
     JsonRpcId, MAX_SHOWN_DESCRIPTION_BYTES, MAX_SHOWN_ID_CHARS, RequestFailure, RequestSpanAttrs,
     Target, Transport, User, record_error, request_span,
 };
-pub use secret::{REDACTED, Secret};
+pub use secret::{REDACTED, Secret, UNPARSABLE_URL, redacted_url, url_scheme_and_host};
 pub use trace_context::{
     RequestParent, TRACEPARENT, TRACESTATE, current_traceparent, link_from, parent_from_headers,
     parent_from_meta, traceparent_of, traceparent_of_context,

@@ -153,7 +153,8 @@ pub enum SamplerConfig {
 pub struct OtelConfigError {
     /// The variable (or flag).
     pub var: &'static str,
-    /// Its value.
+    /// Its value; a URL as [`crate::redacted_url`] shows it (the user
+    /// info and query may hold credentials), headers not at all.
     pub value: String,
     /// What is wrong with it.
     pub reason: &'static str,
@@ -283,7 +284,7 @@ fn signal_url(var: &'static str, base: &str) -> Result<String, OtelConfigError> 
 fn check_url(var: &'static str, url: &str) -> Result<(), OtelConfigError> {
     Err(OtelConfigError {
         var,
-        value: url.to_owned(),
+        value: shown_url(url, crate::secret::redacted_url),
         reason: "this build exports no traces: it was built without the `otlp` feature \
                  (of mcp-cluster, or of mcp-cluster-telemetry)",
     })
@@ -293,10 +294,14 @@ fn check_url(var: &'static str, url: &str) -> Result<(), OtelConfigError> {
 fn check_url(var: &'static str, url: &str) -> Result<(), OtelConfigError> {
     let invalid = |reason| OtelConfigError {
         var,
-        value: url.to_owned(),
+        value: shown_url(url, crate::secret::redacted_url),
         reason,
     };
-    let parsed = reqwest::Url::parse(url).map_err(|_| invalid("not a URL"))?;
+    let parsed = reqwest::Url::parse(url).map_err(|_| OtelConfigError {
+        var,
+        value: shown_url(url, crate::secret::url_scheme_and_host),
+        reason: "not a URL",
+    })?;
     match parsed.scheme() {
         "http" if parsed.host().is_some() => Ok(()),
         "http" => Err(invalid("no host")),
@@ -304,6 +309,17 @@ fn check_url(var: &'static str, url: &str) -> Result<(), OtelConfigError> {
             "https is not built in (no TLS client): export to a collector over http, which forwards over TLS",
         )),
         _ => Err(invalid("expected an http:// URL")),
+    }
+}
+
+/// An endpoint as an error shows it: as given when it has no `@`, `?` or
+/// `#` (nothing in it stands where a password goes: user info, query), else
+/// through `redact` (a password in it never shows).
+fn shown_url(url: &str, redact: fn(&str) -> String) -> String {
+    if url.contains(['@', '?', '#']) {
+        redact(url)
+    } else {
+        url.to_owned()
     }
 }
 
@@ -707,6 +723,30 @@ mod tests {
             c.traces_endpoint.as_deref(),
             Some("http://gw/otlp/v1/traces")
         );
+    }
+
+    #[test]
+    fn an_endpoint_error_never_shows_a_password() {
+        for (endpoint, shown) in [
+            (
+                "https://u:s3cret@collector:4318",
+                "https://u:***@collector:4318",
+            ),
+            (
+                "ftp://collector:4318/?token=s3cret",
+                "ftp://collector:4318/?token=***",
+            ),
+            ("http//u:s3cret@collector:4318", "(unparsable)"),
+            ("collector:4318", "collector:4318"),
+        ] {
+            let err = OtelConfig::from_env(
+                vars(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)]),
+                None,
+            )
+            .unwrap_err();
+            assert_eq!(err.value, shown, "{endpoint}");
+            assert!(!err.to_string().contains("s3cret"), "{err}");
+        }
     }
 
     #[test]

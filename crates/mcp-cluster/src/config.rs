@@ -150,7 +150,9 @@ pub struct NodeConfig {
     /// (a lone node). Default 5: a few readiness probes.
     pub drain_delay_secs: u64,
     /// A second listener for `/healthz`, `/readyz` and `/metrics` only,
-    /// not subject to the connection limits of the main one. The probes
+    /// not subject to the connection limits of the main one; it has a
+    /// small gate of its own (16 connections, 4 per address), inside the
+    /// descriptors the node keeps out of the main limit. The probes
     /// are served on the main listener too, always; `/metrics` is then
     /// served here only (the main listener answers it 404), so that the
     /// public port does not show the node's internals. Default none:
@@ -249,6 +251,7 @@ fn skeleton() -> Result<toml::Value, ConfigError> {
                 endpoint: Some(String::new()),
                 client_secret: Some(Default::default()),
                 client_secret_file: Some(Default::default()),
+                reserved_calls_per_second: Some(0),
                 ..mcp_cluster_auth::IntrospectionConfig::default()
             }),
             ..AuthConfig::default()
@@ -334,8 +337,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// A TOML error on one line, with the line and column it points at
 /// (toml's own rendering spans several lines, with a snippet of the file).
 fn toml_error(text: &str, err: &toml::de::Error) -> String {
-    let message = err
-        .message()
+    let message = without_quoted_strings(err.message())
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ");
@@ -348,6 +350,35 @@ fn toml_error(text: &str, err: &toml::de::Error) -> String {
         }
         None => message,
     }
+}
+
+/// A deserializer's message without the text values it quotes: serde names
+/// a string it could not take as `string "…"`, and that string may be a
+/// secret set where another type was expected (`request_state_keys =
+/// "k1:…"` for a list). The message keeps the kind (`invalid type: string,
+/// expected a sequence`); the line and column say where.
+fn without_quoted_strings(message: &str) -> String {
+    const QUOTED: &str = "string \"";
+    let mut kept = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(start) = rest.find(QUOTED) {
+        kept.push_str(&rest[..start]);
+        kept.push_str("string");
+        let quoted = &rest[start + QUOTED.len()..];
+        // The closing quote is the first one no backslash escapes.
+        let mut escaped = false;
+        let end = quoted
+            .char_indices()
+            .find(|&(_, c)| {
+                let closing = c == '"' && !escaped;
+                escaped = c == '\\' && !escaped;
+                closing
+            })
+            .map_or(quoted.len(), |(at, _)| at + 1);
+        rest = &quoted[end..];
+    }
+    kept.push_str(rest);
+    kept
 }
 
 /// Whether `raw` spells a boolean, generously: `true`/`false`, `1`/`0`,
@@ -508,7 +539,8 @@ impl NodeConfig {
                     toml::Value::Table(alone).try_into::<Self>().is_err()
                 })
                 .map_or("the MCP_ variables", |(name, _, _)| name.as_str());
-            let message = err.message().split_whitespace().collect::<Vec<_>>();
+            let message = without_quoted_strings(err.message());
+            let message = message.split_whitespace().collect::<Vec<_>>();
             ConfigError(format!("{culprit}: {}", message.join(" ")))
         })?;
         Ok((this, unknown))
@@ -672,6 +704,27 @@ mod tests {
         let short_streams =
             NodeConfig::from_toml("[retention]\nidle_stream_ttl_secs = 60\n").unwrap();
         assert!(short_streams.validate().is_err());
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_not_quoted_in_the_error() {
+        let key = "k1:c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTAx";
+        let err = NodeConfig::from_toml(&format!("[runtime]\nrequest_state_keys = \"{key}\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("c2VjcmV0"), "{err}");
+        assert!(
+            err.contains("line 2") && err.contains("invalid type: string, expected a sequence"),
+            "{err}"
+        );
+        assert_eq!(
+            without_quoted_strings(r#"invalid type: string "a \"b\" c", expected usize"#),
+            "invalid type: string, expected usize"
+        );
+        assert_eq!(
+            without_quoted_strings("invalid value: integer `-5`, expected usize"),
+            "invalid value: integer `-5`, expected usize"
+        );
     }
 
     fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -937,6 +990,36 @@ mod tests {
             Some(PathBuf::from("/run/secrets/redis-password"))
         );
         assert_eq!(redis.client_cert_file, None);
+    }
+
+    #[test]
+    fn the_introspection_reserve_has_variables_of_its_own() {
+        let (c, unknown) = overridden(&[
+            ("MCP_AUTH__RESOURCE", "https://mcp.example.com/mcp"),
+            ("MCP_AUTH__ISSUERS", "https://idp.example.com"),
+            ("MCP_AUTH__INTROSPECTION__CLIENT_ID", "rs"),
+            ("MCP_AUTH__INTROSPECTION__CLIENT_SECRET", "s"),
+            ("MCP_AUTH__INTROSPECTION__RESERVED_CALLS_PER_SECOND", "20"),
+            ("MCP_AUTH__INTROSPECTION__RESERVED_CALLS_PER_ADDRESS", "3"),
+            ("MCP_AUTH__INTROSPECTION__NEGATIVE_CACHE_ENTRIES", "500"),
+        ])
+        .unwrap();
+        assert_eq!(unknown, []);
+        let introspection = c.auth.as_ref().unwrap().introspection.as_ref().unwrap();
+        assert_eq!(introspection.reserved_calls_per_second, Some(20));
+        assert_eq!(introspection.reserved_calls_per_address, 3);
+        assert_eq!(introspection.negative_cache_entries, 500);
+        c.validate().unwrap();
+        let (c, _) = overridden(&[
+            ("MCP_AUTH__RESOURCE", "https://mcp.example.com/mcp"),
+            ("MCP_AUTH__ISSUERS", "https://idp.example.com"),
+            ("MCP_AUTH__INTROSPECTION__CLIENT_ID", "rs"),
+            ("MCP_AUTH__INTROSPECTION__CLIENT_SECRET", "s"),
+            ("MCP_AUTH__INTROSPECTION__RESERVED_CALLS_PER_SECOND", "50"),
+        ])
+        .unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("reserved_calls_per_second"), "{err}");
     }
 
     #[test]

@@ -48,9 +48,27 @@ const PAUSE_SETTLE: Duration = Duration::from_millis(50);
 /// Pending connections the kernel queues for the listener.
 const LISTEN_BACKLOG: i32 = 2048;
 /// File descriptors kept out of the connection limit: the store's
-/// connections, the admin listener and its probes, the runtime's own
-/// (epoll, wake-ups), log files.
+/// connections, the admin listener and its connections (at most
+/// [`ADMIN_MAX_CONNECTIONS`] + [`ADMIN_IN_TRANSIT`]), the runtime's own
+/// (epoll, wake-ups), log files. A node with two workers and Redis holds
+/// 38 of its own (eight workers: 61; the reserve does not grow with them).
 const FD_RESERVE: u64 = 64;
+/// Connections the admin listener holds at once: probes and scrapes come
+/// a few at a time (the kubelet's two or three probes, one or two
+/// Prometheus), and each takes milliseconds. Beyond it (and beyond a
+/// quarter of it from one address outside `connection_limit_exempt`) a
+/// connection is closed at once, so that connections to the admin port
+/// take their descriptors from [`FD_RESERVE`], never from the main
+/// listener's.
+const ADMIN_MAX_CONNECTIONS: usize = 16;
+/// Connections the admin listener's one worker may hold beyond
+/// [`ADMIN_MAX_CONNECTIONS`]: those accepted and not yet refused by its
+/// gate (each is shut down as soon as it is accepted).
+const ADMIN_IN_TRANSIT: usize = 4;
+/// How long an admin connection may take to send its request head, and
+/// stay idle between requests: a probe or a scrape sends at once, so an
+/// idle connection gives its slot back soon.
+const ADMIN_IDLE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Connections each worker may hold beyond its share of the limit: those
 /// accepted and not yet refused by the gate. Bounds the descriptors a
 /// flood can take between the accept and the refusal; kept out of the
@@ -437,11 +455,7 @@ fn serve_on(
     let exempt = http
         .exempt_networks()
         .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err))?;
-    let workers = if config.workers > 0 {
-        config.workers
-    } else {
-        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-    };
+    let workers = workers(&config);
     let gate = ConnectionGate::new(
         max_connections(http.max_connections, workers),
         http.max_connections_per_peer,
@@ -537,6 +551,7 @@ fn serve_on(
     let addrs = main.addrs();
     let (admin, admin_addrs) = match admin_socket {
         Some(admin_socket) => {
+            let gate = admin_gate(http)?;
             let admin = HttpServer::new(move || {
                 App::new()
                     .app_data(web::Data::new(state.clone()))
@@ -544,6 +559,10 @@ fn serve_on(
             })
             .disable_signals()
             .workers(1)
+            .keep_alive(ADMIN_IDLE_TIMEOUT)
+            .client_request_timeout(ADMIN_IDLE_TIMEOUT)
+            .max_connections(ADMIN_MAX_CONNECTIONS + ADMIN_IN_TRANSIT)
+            .on_connect(move |connection, data| gate.on_connect(connection, data))
             .listen(admin_socket)?;
             let admin_addrs = admin.addrs();
             (Some(admin.run()), admin_addrs)
@@ -564,6 +583,25 @@ fn serve_on(
         drain_grace,
         drain_delay: Duration::from_secs(config.drain_delay_secs),
     })
+}
+
+/// The admin listener's connection gate: [`ADMIN_MAX_CONNECTIONS`] in
+/// all, a quarter of them per address outside
+/// `http.connection_limit_exempt`. One per admin server: the placeholder's
+/// while the node waits for its store, then the node's.
+///
+/// # Errors
+/// `http.connection_limit_exempt` does not parse (validation said so
+/// first).
+fn admin_gate(http: &mcp_cluster_http::HttpConfig) -> std::io::Result<Arc<ConnectionGate>> {
+    let exempt = http
+        .exempt_networks()
+        .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err))?;
+    Ok(ConnectionGate::new_unmetered(
+        ADMIN_MAX_CONNECTIONS,
+        0,
+        exempt,
+    ))
 }
 
 /// `/healthz` (alive), `/readyz` (not draining, store reachable) and
@@ -608,6 +646,15 @@ fn listen(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     socket.bind(&addr.into())?;
     socket.listen(LISTEN_BACKLOG)?;
     Ok(socket.into())
+}
+
+/// The main listener's HTTP workers: as configured, else one per CPU.
+fn workers(config: &NodeConfig) -> usize {
+    if config.workers > 0 {
+        config.workers
+    } else {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    }
 }
 
 /// The connection limit: as configured, or the open-file limit less a

@@ -247,6 +247,12 @@ no variable can carry: see mcp-node.configToml.
 {{- if not (kindIs "invalid" $i.callsPerSecond) }}
 {{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__CALLS_PER_SECOND" "value" (toString (int64 $i.callsPerSecond))) }}
 {{- end }}
+{{- if not (kindIs "invalid" $i.reservedCallsPerSecond) }}
+{{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__RESERVED_CALLS_PER_SECOND" "value" (toString (int64 $i.reservedCallsPerSecond))) }}
+{{- end }}
+{{- if not (kindIs "invalid" $i.reservedCallsPerAddress) }}
+{{- $env = append $env (dict "name" "MCP_AUTH__INTROSPECTION__RESERVED_CALLS_PER_ADDRESS" "value" (toString (int64 $i.reservedCallsPerAddress))) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- toYaml $env }}

@@ -37,13 +37,18 @@ use std::time::Duration;
 use actix_web::dev::ServerHandle;
 use actix_web::http::header::CONTENT_TYPE;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, ResponseError, web};
+use mcp_cluster_http::connections::ConnectionGate;
 use mcp_cluster_http::headers::check_host_and_origin;
 use mcp_cluster_http::{HttpConfig, HttpError};
 use mcp_cluster_redis::{ClusterError, RedisConfig};
 use mcp_cluster_store::Store;
 use tokio::time::Instant;
 
-use super::{BoundNode, PAUSE_SETTLE, https, listen, redis_config, serve_on, wait_for_signal};
+use super::{
+    ADMIN_IDLE_TIMEOUT, ADMIN_IN_TRANSIT, ADMIN_MAX_CONNECTIONS, BoundNode, IN_TRANSIT_PER_WORKER,
+    PAUSE_SETTLE, admin_gate, https, listen, max_connections, redis_config, serve_on, tcp_stream,
+    wait_for_signal, workers,
+};
 use crate::{McpServer, NodeConfig};
 
 /// Delay before the second connection attempt; doubled after each failure.
@@ -150,14 +155,33 @@ pub async fn start(server: McpServer, config: NodeConfig) -> std::io::Result<Sta
         Role::Main
     };
     let http = Arc::new(config.http.clone());
+    // The main listener's limits as the node will apply them, so that a
+    // flood while the node waits cannot take the descriptors the admin
+    // listener and the store's connection need.
+    let exempt = http
+        .exempt_networks()
+        .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err))?;
+    let main_gate = ConnectionGate::new(
+        max_connections(http.max_connections, workers(&config)),
+        http.max_connections_per_peer,
+        exempt,
+    );
     let mut placeholders = vec![placeholder(
         socket.try_clone()?,
         main,
         tls.clone(),
         Arc::clone(&http),
+        main_gate,
     )?];
     if let Some(admin) = &admin_socket {
-        placeholders.push(placeholder(admin.try_clone()?, Role::Admin, None, http)?);
+        let gate = admin_gate(&http)?;
+        placeholders.push(placeholder(
+            admin.try_clone()?,
+            Role::Admin,
+            None,
+            http,
+            gate,
+        )?);
     }
     Ok(StartingNode {
         addrs,
@@ -383,13 +407,23 @@ enum Role {
 /// Starts a placeholder server on `socket`: `/healthz` 200, `/readyz` 503,
 /// and on the main listener 503 with `Retry-After` and a JSON-RPC error for
 /// anything else; over TLS when `tls` is given (the main listener of an
-/// HTTPS node). One worker, no keep-alive; the caller stops it.
+/// HTTPS node). One worker, no keep-alive, connections admitted by `gate`
+/// as the node's own server will (the admin listener's with its short
+/// idle timeout); the caller stops it.
 fn placeholder(
     socket: TcpListener,
     role: Role,
     tls: Option<crate::features::ServerTls>,
     http: Arc<HttpConfig>,
+    gate: Arc<ConnectionGate>,
 ) -> std::io::Result<ServerHandle> {
+    let (most, idle) = match role {
+        Role::Admin => (ADMIN_MAX_CONNECTIONS + ADMIN_IN_TRANSIT, ADMIN_IDLE_TIMEOUT),
+        Role::Main | Role::MainBesideAdmin => (
+            gate.max() + IN_TRANSIT_PER_WORKER,
+            Duration::from_secs(http.request_header_timeout_secs),
+        ),
+    };
     let server = HttpServer::new(move || {
         let http = Arc::clone(&http);
         let mut app = App::new()
@@ -453,6 +487,9 @@ fn placeholder(
     .disable_signals()
     .workers(1)
     .keep_alive(actix_web::http::KeepAlive::Disabled)
+    .client_request_timeout(idle)
+    .max_connections(most)
+    .on_connect(move |connection, data| gate.on_connect(tcp_stream(connection), data))
     .shutdown_timeout(PLACEHOLDER_SHUTDOWN_SECS);
     let server = match tls {
         #[cfg(feature = "tls")]
