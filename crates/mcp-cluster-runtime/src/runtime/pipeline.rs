@@ -114,6 +114,22 @@ impl Refusal {
         }
     }
 
+    /// The refusal of a whole batch: every request of it is answered with
+    /// `error` (none of them ran).
+    fn of_batch(error: RuntimeError, items: &[Result<Message, DecodeError>]) -> Self {
+        Self::Runtime {
+            error,
+            id: None,
+            batch: items
+                .iter()
+                .filter_map(|item| match item {
+                    Ok(Message::Request(r)) => Some(r.id.clone()),
+                    _ => None,
+                })
+                .collect(),
+        }
+    }
+
     fn runtime(error: RuntimeError, id: Option<RequestId>) -> Self {
         Self::Runtime {
             error,
@@ -406,17 +422,7 @@ impl Runtime {
         };
         Err(match body {
             Body::Single(Message::Request(r)) => Refusal::runtime(error, Some(r.id.clone())),
-            Body::Batch(items) => Refusal::Runtime {
-                error,
-                id: None,
-                batch: items
-                    .iter()
-                    .filter_map(|item| match item {
-                        Ok(Message::Request(r)) => Some(r.id.clone()),
-                        _ => None,
-                    })
-                    .collect(),
-            },
+            Body::Batch(items) => Refusal::of_batch(error, items),
             Body::Single(_) => Refusal::runtime(error, None),
         })
     }
@@ -488,19 +494,7 @@ impl Runtime {
         for _ in items.iter().filter(|item| runs(item)) {
             match self.hold_params(inbound, share) {
                 Ok(hold) => holds.push(hold),
-                Err(error) => {
-                    return Err(Refusal::Runtime {
-                        error,
-                        id: None,
-                        batch: items
-                            .iter()
-                            .filter_map(|item| match item {
-                                Ok(Message::Request(r)) => Some(r.id.clone()),
-                                _ => None,
-                            })
-                            .collect(),
-                    });
-                }
+                Err(error) => return Err(Refusal::of_batch(error, &items)),
             }
         }
         let mut holds = holds.into_iter();
