@@ -451,32 +451,15 @@ impl InFlightBytes {
         owner: Option<&str>,
         bytes: u64,
     ) -> Result<Hold, HoldRefused> {
-        let mut books = lock(&self.books);
-        if let Some(owner) = owner {
-            let held = books.owners.get(owner).copied().unwrap_or(0);
-            if held > 0 && held.saturating_add(bytes) > self.budget.per_client {
-                return Err(HoldRefused::Client);
-            }
-        }
-        if books.total > 0 && books.total.saturating_add(bytes) > self.budget.per_node {
-            return Err(HoldRefused::Node);
-        }
-        let owner = owner.map(|o| books.charge(o, bytes));
-        books.total += bytes;
-        let total = books.total;
-        drop(books);
-        self.report(total);
-        Ok(Hold {
-            account: Arc::clone(self),
-            owner,
-            bytes,
-        })
+        let mut hold = self.empty_hold(owner);
+        hold.try_grow(bytes)?;
+        Ok(hold)
     }
 
     /// An empty hold for `owner`, to [`Hold::grow`] as its work makes
     /// bytes.
     pub fn empty_hold(self: &Arc<Self>, owner: Option<&str>) -> Hold {
-        let owner = owner.map(|o| lock(&self.books).charge(o, 0));
+        let owner = owner.map(|o| lock(&self.books).account(o));
         Hold {
             account: Arc::clone(self),
             owner,
@@ -495,25 +478,33 @@ impl InFlightBytes {
     }
 
     /// Whether a hold of `own` bytes for `owner`, already counted, goes
-    /// past a budget: the owner's share, when it holds more than this
-    /// hold, or the node's, when it holds more than this hold.
+    /// past a budget with `adding` bytes more: the owner's share, when the
+    /// owner holds more than this hold, or the node's, when the node holds
+    /// more than this hold (so that any one piece of work can run).
     fn refuses(
         &self,
         books: &InFlightBooks,
         owner: Option<&Arc<str>>,
         own: u64,
+        adding: u64,
     ) -> Option<HoldRefused> {
         if let Some(owner) = owner {
             let held = books.owners.get(owner).copied().unwrap_or(0);
-            if held > own && held > self.budget.per_client {
+            if held > own && held.saturating_add(adding) > self.budget.per_client {
                 return Some(HoldRefused::Client);
             }
         }
-        (books.total > own && books.total > self.budget.per_node).then_some(HoldRefused::Node)
+        (books.total > own && books.total.saturating_add(adding) > self.budget.per_node)
+            .then_some(HoldRefused::Node)
     }
 
-    fn grow(&self, owner: Option<&Arc<str>>, bytes: u64) {
-        let mut books = lock(&self.books);
+    /// Counts `bytes` more for `owner` in `books` and publishes the total.
+    fn add(
+        &self,
+        mut books: std::sync::MutexGuard<'_, InFlightBooks>,
+        owner: Option<&Arc<str>>,
+        bytes: u64,
+    ) {
         if let Some(owner) = owner
             && let Some(held) = books.owners.get_mut(owner)
         {
@@ -536,18 +527,16 @@ impl InFlightBytes {
 }
 
 impl InFlightBooks {
-    /// Adds `bytes` and one holder to `owner`'s account (the count of
-    /// holders lives in the `Arc`s: an account whose last hold goes is
-    /// removed by [`Hold`]'s drop).
-    fn charge(&mut self, owner: &str, bytes: u64) -> Arc<str> {
-        if let Some((key, held)) = self.owners.get_key_value(owner) {
-            let key = Arc::clone(key);
-            let held = *held;
-            self.owners.insert(Arc::clone(&key), held + bytes);
-            return key;
+    /// The key of `owner`'s account, made (holding nothing) if it has
+    /// none, for one more holder (the count of holders lives in the
+    /// `Arc`s: an account whose last hold goes is removed by [`Hold`]'s
+    /// drop).
+    fn account(&mut self, owner: &str) -> Arc<str> {
+        if let Some((key, _)) = self.owners.get_key_value(owner) {
+            return Arc::clone(key);
         }
         let key: Arc<str> = Arc::from(owner);
-        self.owners.insert(Arc::clone(&key), bytes);
+        self.owners.insert(Arc::clone(&key), 0);
         key
     }
 }
@@ -565,7 +554,8 @@ impl Hold {
     /// Counts `bytes` more that the work made (never refused).
     pub fn grow(&mut self, bytes: u64) {
         self.bytes += bytes;
-        self.account.grow(self.owner.as_ref(), bytes);
+        let books = lock(&self.account.books);
+        self.account.add(books, self.owner.as_ref(), bytes);
     }
 
     /// Counts `bytes` more unless that takes the owner past its share or
@@ -575,28 +565,15 @@ impl Hold {
     /// # Errors
     /// [`HoldRefused`]: nothing more is counted.
     pub fn try_grow(&mut self, bytes: u64) -> Result<(), HoldRefused> {
-        let mut books = lock(&self.account.books);
-        if let Some(owner) = &self.owner {
-            let held = books.owners.get(owner).copied().unwrap_or(0);
-            if held > self.bytes && held.saturating_add(bytes) > self.account.budget.per_client {
-                return Err(HoldRefused::Client);
-            }
-        }
-        if books.total > self.bytes
-            && books.total.saturating_add(bytes) > self.account.budget.per_node
+        let books = lock(&self.account.books);
+        if let Some(refused) = self
+            .account
+            .refuses(&books, self.owner.as_ref(), self.bytes, bytes)
         {
-            return Err(HoldRefused::Node);
+            return Err(refused);
         }
-        if let Some(owner) = &self.owner
-            && let Some(held) = books.owners.get_mut(owner)
-        {
-            *held += bytes;
-        }
-        books.total += bytes;
         self.bytes += bytes;
-        let total = books.total;
-        drop(books);
-        self.account.report(total);
+        self.account.add(books, self.owner.as_ref(), bytes);
         Ok(())
     }
 
@@ -610,7 +587,7 @@ impl Hold {
         let books = lock(&self.account.books);
         match self
             .account
-            .refuses(&books, self.owner.as_ref(), self.bytes)
+            .refuses(&books, self.owner.as_ref(), self.bytes, 0)
         {
             Some(refused) => Err(refused),
             None => Ok(()),
@@ -638,6 +615,11 @@ impl Hold {
     /// Bytes it holds.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Who it is charged to (`None`: a client that cannot be told apart).
+    pub fn owner(&self) -> Option<&Arc<str>> {
+        self.owner.as_ref()
     }
 }
 

@@ -197,13 +197,9 @@ impl NodeContext {
 
     /// The refusal of new work for its bytes, counted and logged.
     pub(crate) fn refused(&self, refused: HoldRefused) -> RuntimeError {
-        let metrics = mcp_cluster_telemetry::metrics::metrics();
         match refused {
             HoldRefused::Client => {
-                metrics
-                    .quota_rejections
-                    .with_label_values(&[Quota::InFlightBytesPerClient.name()])
-                    .inc();
+                crate::node::quota::count_refusal(Quota::InFlightBytesPerClient);
                 tracing::debug!("Request refused: the client holds its in-flight share.");
                 RuntimeError::QuotaExceeded {
                     quota: Quota::InFlightBytesPerClient,
@@ -211,7 +207,7 @@ impl NodeContext {
                 }
             }
             _ => {
-                metrics
+                mcp_cluster_telemetry::metrics::metrics()
                     .retention_refusals
                     .with_label_values(&["node_budget"])
                     .inc();

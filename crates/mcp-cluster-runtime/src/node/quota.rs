@@ -712,7 +712,8 @@ fn refused(quota: Quota, verdict: Result<Verdict, StoreError>) -> Result<(), Run
     }
 }
 
-fn count_refusal(quota: Quota) {
+/// Counts a refusal by `quota` in `mcp_quota_rejections_total`.
+pub(crate) fn count_refusal(quota: Quota) {
     mcp_cluster_telemetry::metrics::metrics()
         .quota_rejections
         .with_label_values(&[quota.name()])

@@ -269,7 +269,8 @@ pub(crate) struct Call {
     pub(crate) span: tracing::Span,
     /// Who the request acts for (its handler's context tells).
     pub(crate) principal: Option<Arc<mcp_cluster_store::Principal>>,
-    /// Who the request is charged to ([`Inbound::owner`]).
+    /// Who the request is charged to ([`Inbound::owner`]), as its `hold`
+    /// names it; `None` until it holds bytes.
     pub(crate) owner: Option<Arc<str>>,
     /// The bytes of the request's parameters in the node's in-flight
     /// account: taken by its handler's job ([`Exchange::take_hold`]) and
@@ -343,14 +344,16 @@ impl Call {
             recorded: false,
             span,
             principal: inbound.principal.clone(),
-            owner: inbound.owner(),
+            owner: None,
             hold: None,
         }
     }
 
-    /// The call holding `hold` (its parameters' bytes) while it runs.
+    /// The call holding `hold` (its parameters' bytes) while it runs,
+    /// charged to the hold's owner.
     #[must_use]
     pub(crate) fn holding(mut self, hold: mcp_cluster_store::Hold) -> Self {
+        self.owner = hold.owner().cloned();
         self.hold = Some(hold);
         self
     }

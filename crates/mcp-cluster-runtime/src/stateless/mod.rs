@@ -703,6 +703,12 @@ impl Stateless {
             self.config().response_mode,
             id.clone(),
         );
+        // Whose budget a finished task counts against: the request's owner.
+        let client = task_eligible.then(|| {
+            hold.owner()
+                .map_or(mcp_cluster_store::UNKNOWN_OWNER, |o| &**o)
+                .to_owned()
+        });
         exchange.track(
             Call::new(
                 self.service(),
@@ -720,10 +726,7 @@ impl Stateless {
                 output: Arc::clone(&output),
                 request_id: id.clone(),
                 principal: principal_key.clone().unwrap_or_default(),
-                client: inbound.owner().map_or_else(
-                    || mcp_cluster_store::UNKNOWN_OWNER.to_owned(),
-                    |o| o.to_string(),
-                ),
+                client: client.unwrap_or_default(),
                 job: job.clone(),
                 cancelled: Arc::clone(&client_gone),
             }))
