@@ -8,10 +8,12 @@
 //! of 4 MB, session ids and request ids of 4 KB, paths of 4 KB, malformed
 //! bodies.
 
-use std::net::IpAddr;
+mod address_support;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use address_support::{client_from, post_malformed};
 use mcp_cluster_testkit::{NodeProcess, metric, node_binary, raw_http_from, within};
 use reqwest::StatusCode;
 
@@ -22,14 +24,6 @@ const FLOOD: usize = 32;
 const METHOD_BYTES: usize = 4 * 1024 * 1024 - 100;
 /// What the whole flood may add to the log.
 const MAX_GROWTH_BYTES: u64 = 1024 * 1024;
-
-/// A client whose connections come from `ip`.
-fn client_from(ip: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(ip.parse::<IpAddr>().unwrap())
-        .build()
-        .unwrap()
-}
 
 /// A fresh file for a node's log, in a directory of this test process.
 fn log_file(name: &str) -> PathBuf {
@@ -136,17 +130,7 @@ async fn refused_requests_count_against_the_address_and_then_cost_no_body_and_no
     let flooder = client_from("127.0.0.4");
     let mut statuses = Vec::new();
     for _ in 0..SENT {
-        let response = within(
-            "POST",
-            flooder
-                .post(&url)
-                .header("Content-Type", "application/json")
-                .header("Accept", "application/json, text/event-stream")
-                .body("{not json")
-                .send(),
-        )
-        .await
-        .unwrap();
+        let response = post_malformed(&flooder, &url).await;
         statuses.push(response.status());
     }
     assert!(
@@ -198,17 +182,7 @@ async fn refused_requests_count_against_the_address_and_then_cost_no_body_and_no
     assert_eq!(status, 429, "{body}");
     assert!(body.contains("requests_per_address"), "{body}");
     // Another address is served as before.
-    let other = within(
-        "POST",
-        client_from("127.0.0.5")
-            .post(&url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json, text/event-stream")
-            .body("{not json")
-            .send(),
-    )
-    .await
-    .unwrap();
+    let other = post_malformed(&client_from("127.0.0.5"), &url).await;
     assert_eq!(other.status(), StatusCode::BAD_REQUEST);
     drop(node);
     let _ = std::fs::remove_file(&log);

@@ -13,12 +13,13 @@
 //! connections dropped at once, grew the node by over 200 MiB and Redis by
 //! over 100 MB, in no budget.
 
+mod address_support;
 mod hostile_support;
 mod stateless_support;
 
-use std::net::IpAddr;
 use std::time::Duration;
 
+use address_support::client_from;
 use futures_util::StreamExt;
 use hostile_support::{MIB, VERSION};
 use mcp_cluster_client::{Client, Reply};
@@ -76,14 +77,6 @@ fn node(backing: Backing, args: &[&str]) -> (Option<RedisServer>, NodeProcess) {
     (redis, node)
 }
 
-/// An HTTP client whose connections come from `ip`.
-fn from(ip: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(ip.parse::<IpAddr>().unwrap())
-        .build()
-        .unwrap()
-}
-
 /// The address of attacker `i`.
 fn attacker(i: usize) -> String {
     format!("127.0.0.{}", 10 + i)
@@ -95,7 +88,7 @@ fn base(url: &str) -> String {
 
 /// A new session of a client at `ip`.
 async fn session(url: &str, ip: &str, capabilities: Value) -> Client {
-    let mut client = Client::with_http(from(ip), url, VERSION);
+    let mut client = Client::with_http(client_from(ip), url, VERSION);
     within("initialize", client.initialize(capabilities))
         .await
         .unwrap();
@@ -261,11 +254,11 @@ async fn finished_tasks_survive_five_clients(backing: Backing) {
     let _serial = SERIAL.lock().await;
     let (_redis, node) = node(backing, &[]);
     let url = node.url().to_owned();
-    let victim = finished_task(&from(VICTIM), &url, 1).await;
+    let victim = finished_task(&client_from(VICTIM), &url, 1).await;
 
     futures_util::stream::iter(1..=5)
         .for_each_concurrent(5, |i| {
-            let (http, url) = (from(&attacker(i)), url.clone());
+            let (http, url) = (client_from(&attacker(i)), url.clone());
             async move {
                 for n in 0..6 {
                     finished_task(&http, &url, 100 * i as u64 + n).await;
@@ -339,7 +332,7 @@ async fn dropped_connections_hold_a_share(backing: Backing) {
     let before = node.rss_bytes();
 
     let session_id = client.session_id().unwrap().to_owned();
-    let http = from(VICTIM);
+    let http = client_from(VICTIM);
     let message = "q".repeat(LARGE);
     let outcomes = futures_util::stream::iter(0..32)
         .map(|i| {

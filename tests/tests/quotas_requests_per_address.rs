@@ -15,7 +15,7 @@
 mod address_support;
 mod auth_support;
 
-use address_support::{Answer, client_from, discover, post, session};
+use address_support::{Answer, client_from, discover, post, post_malformed, session};
 use mcp_cluster_testkit::{
     Cluster, NodeCommand, NodeProcess, TestIssuer, metric, node_binary, within,
 };
@@ -137,17 +137,7 @@ async fn the_request_rate_of_an_address_holds_across_nodes_refusals_included() {
     let flooder = client_from("127.0.0.2");
     // Half the limit refused as malformed by node A, half served by B.
     for n in 0..limit() / 2 {
-        let malformed = within(
-            "POST",
-            flooder
-                .post(&a)
-                .header("Content-Type", "application/json")
-                .header("Accept", "application/json, text/event-stream")
-                .body("{not json")
-                .send(),
-        )
-        .await
-        .unwrap();
+        let malformed = post_malformed(&flooder, &a).await;
         assert_eq!(malformed.status(), StatusCode::BAD_REQUEST, "#{n}");
         let answer = discover(&flooder, &b, n).await;
         assert_eq!(answer.status, StatusCode::OK, "#{n}: {:?}", answer.body);

@@ -25,6 +25,21 @@ pub fn client_from(ip: &str) -> reqwest::Client {
         .unwrap()
 }
 
+/// POSTs a body that is not JSON to `url`: refused with 400 before any
+/// pipeline counts it (the HTTP edge counts it against the address).
+pub async fn post_malformed(http: &reqwest::Client, url: &str) -> reqwest::Response {
+    within(
+        "POST",
+        http.post(url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body("{not json")
+            .send(),
+    )
+    .await
+    .unwrap()
+}
+
 /// An answer read whole (JSON bodies; anything else as a string).
 #[derive(Debug)]
 pub struct Answer {
