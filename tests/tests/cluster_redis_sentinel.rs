@@ -297,3 +297,77 @@ async fn what_the_replica_never_received_is_lost_and_resuming_past_it_is_refused
         }
     }
 }
+
+#[tokio::test]
+async fn a_stream_open_through_a_failover_that_lost_its_events_ends_with_an_error() {
+    let redis = Sentinels::start();
+    let node = NodeProcess::spawn(
+        &node_binary(),
+        &["--redis-url", &redis.url(), "--log", "warn"],
+    )
+    .unwrap();
+    let client = session(node.url(), json!({})).await;
+
+    // A call with a progress step every second; its first step reaches the
+    // replica.
+    let reply = within(
+        "a long call",
+        client.post(&long_running(2, 20_000, 20, "through")),
+    )
+    .await
+    .unwrap();
+    let mut stream = expect_sse(reply);
+    priming(&mut stream).await;
+    let mut progress = vec![progress_of(&message(
+        &next_event(&mut stream).await.expect("progress"),
+    ))];
+    redis.primary.wait_replicated(1).unwrap();
+
+    // Then the replica stops receiving (well before the next step); the
+    // primary goes on acknowledging the next steps, which the client reads,
+    // and dies.
+    redis.replica.pause().unwrap();
+    let cut = redis
+        .primary
+        .command(&["CLIENT", "KILL", "TYPE", "replica"])
+        .unwrap();
+    assert_eq!(cut, "1", "the replica's connection");
+    while progress.len() < 3 {
+        let event = next_event(&mut stream).await.expect("progress");
+        progress.push(progress_of(&message(&event)));
+    }
+    redis.primary.kill();
+    redis.replica.resume().unwrap();
+    within("the promotion", async {
+        while !redis.replica_promoted() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+
+    // The same connection goes on, and ends: not in silence, and not with
+    // a `retry` that would lead the client to resume from an event the
+    // store no longer has, but with an error for the call saying its
+    // events were lost. Nothing after a gap before that.
+    let mut rest = Vec::new();
+    let ending = tokio::time::timeout(FAILOVER, async {
+        while let Some(event) = stream.next_event().await.unwrap() {
+            if event.has_data && !event.data.is_empty() {
+                rest.push(message(&event));
+            }
+        }
+    })
+    .await;
+    assert!(ending.is_ok(), "the stream did not end: {rest:?}");
+    assert_eq!(
+        rest.len(),
+        1,
+        "only the error after {progress:?}: {rest:?}"
+    );
+    assert_eq!(rest[0]["id"], 2, "{rest:?}");
+    let error = rest[0]["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        rest[0]["error"]["code"] == -32603 && error.contains("no longer in the store"),
+        "the call's answer says its events were lost: {rest:?}"
+    );
+}

@@ -250,6 +250,12 @@ pub struct Follow {
 const LOST: &str = "stream lost: the session's data is no longer in the store \
      (the session ended or expired, or the store lost it); start a new session";
 
+/// What a client reads when the store no longer holds events of its
+/// stream around what it read (an asynchronous replica promoted without
+/// them, or retention dropping them before this reader got them).
+const EVENTS_LOST: &str = "events of this stream are no longer in the store (lost in a \
+     failover, or dropped by retention); the request's outcome is unknown: retry it";
+
 /// What a client reads when the node could not keep a request's response
 /// (the store refused the write, e.g. Redis out of memory).
 const NOT_KEPT: &str = "the response could not be kept: the server's store \
@@ -357,6 +363,15 @@ impl Follow {
                 Ok(batch) if batch.closed => return Some(self.end(FollowEnd::Completed)),
                 Ok(_) => {}
                 Err(StoreError::StreamNotFound) => return self.lost().await,
+                // The stream no longer holds what this reader sent last or
+                // what follows it: the store lost events (a failover before
+                // the replica had them) or retention dropped them. Resuming
+                // could only be refused: the requests get an error that says
+                // so, never a gap.
+                Err(StoreError::EventNotFound | StoreError::Trimmed) => {
+                    tracing::warn!(stream = %self.stream, after = ?self.after, "Events a reader had were lost by the store.");
+                    return Some(self.unanswered(EVENTS_LOST, FollowEnd::Gone));
+                }
                 Err(err @ StoreError::Unavailable(_)) => {
                     let since = *self
                         .failing_since
