@@ -21,7 +21,8 @@ use std::time::Duration;
 use cluster_support::assert_rode_a_failover;
 
 use mcp_cluster_redis::RedisConfig;
-use mcp_cluster_testkit::{Cluster, MixedLoad, RedisCluster, TestPki};
+use mcp_cluster_store::{SessionId, StoreError, StreamId};
+use mcp_cluster_testkit::{Cluster, MixedLoad, RedisCluster, TestPki, within};
 
 /// Keys on a member (its `DBSIZE`).
 fn keys_on(member: &mcp_cluster_testkit::RedisServer) -> u64 {
@@ -52,6 +53,74 @@ fn is_primary(member: &mcp_cluster_testkit::RedisServer) -> bool {
     member
         .command(&["INFO", "replication"])
         .is_ok_and(|info| info.contains("role:master"))
+}
+
+/// Streams spread over every slot range: one per session.
+async fn streams(store: &mcp_cluster_store::Store, n: usize) -> Vec<(SessionId, StreamId)> {
+    let mut made = Vec::with_capacity(n);
+    for _ in 0..n {
+        let session = SessionId::random();
+        let stream = within("create a stream", store.events.create_stream(&session, &[]))
+            .await
+            .unwrap();
+        made.push((session, stream));
+    }
+    made
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_shard_failover_the_store_forgets_the_dead_member_and_every_shard_answers() {
+    let redis = tokio::task::spawn_blocking(|| RedisCluster::start(3, 1).unwrap())
+        .await
+        .unwrap();
+    let store = mcp_cluster_redis::connect(&RedisConfig {
+        url: redis.node_url(),
+        ..RedisConfig::default()
+    })
+    .await
+    .unwrap();
+    let made = streams(&store, 64).await;
+
+    // One shard's primary dies; its replica takes over.
+    let redis = std::sync::Arc::new(redis);
+    let dead = {
+        let redis = std::sync::Arc::clone(&redis);
+        tokio::task::spawn_blocking(move || {
+            let victim = redis.primary_of("mcp:ctl").unwrap();
+            let addr = victim.addr();
+            victim.kill();
+            redis.wait_ok(6).unwrap();
+            addr
+        })
+        .await
+        .unwrap()
+    };
+    // Something listens where the dead member was: a client still
+    // counting it as a member would connect there.
+    let listener = std::net::TcpListener::bind(dead).unwrap();
+    listener.set_nonblocking(true).unwrap();
+
+    // Two seconds after the layout settled, every shard answers every
+    // command, including the promoted one (what it holds was replicated
+    // before the kill: written, then read back, seconds earlier).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for round in 0..3 {
+        for (session, stream) in &made {
+            let tail = within("a tail read", store.events.tail(session, stream)).await;
+            assert!(
+                !matches!(tail, Err(StoreError::Unavailable(_))),
+                "round {round}: {tail:?} from the stream of {session}"
+            );
+        }
+    }
+    // A client that kept it would have tried again meanwhile (its repair
+    // loop retries at least every second).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut reached = 0;
+    while listener.accept().is_ok() {
+        reached += 1;
+    }
+    assert_eq!(reached, 0, "connections to the dead member's address");
 }
 
 #[test]

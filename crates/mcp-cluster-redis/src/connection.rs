@@ -18,6 +18,7 @@ use crate::bus::{Publisher, RedisBus};
 use crate::error::{connect_failed, timed_out, unavailable};
 use crate::event_log::RedisEventLog;
 use crate::keys::Keys;
+use crate::layout::{self, ClusterCommands};
 use crate::lease::Leases;
 use crate::nodes::RedisNodes;
 use crate::pubsub::PubSub;
@@ -72,8 +73,19 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
             .await
             .map_err(|_| ClusterError::Timeout(timeout))?
             .map_err(|err| connect_failed(err, tls))?;
+        let commands = Arc::new(ClusterCommands::new(connection));
+        // The layout the connections were made for, followed from now on.
+        if let Some(layout) = layout::read(&commands, timeout).await {
+            seeds.follow(&layout);
+        }
+        layout::spawn(
+            Arc::downgrade(&commands),
+            Arc::clone(seeds),
+            timeout,
+            Arc::clone(&trouble),
+        );
         Redis {
-            conn: Conn::Cluster(connection),
+            conn: Conn::Cluster(commands),
             timeout,
             trouble,
         }
@@ -228,9 +240,9 @@ enum Conn {
     /// One Redis, or the Sentinels' primary.
     Primary(Arc<Primary>),
     /// A Redis Cluster: the client routes each command to the shard of its
-    /// keys, follows `MOVED` and `ASK`, and learns the new layout after a
-    /// failover by itself.
-    Cluster(ClusterConnection),
+    /// keys and follows `MOVED` and `ASK`; the `layout` task replaces it
+    /// when a failover changed the layout.
+    Cluster(Arc<ClusterCommands>),
 }
 
 /// The connection one call goes out on: a clone of the manager or of the
@@ -530,7 +542,7 @@ impl Redis {
     async fn connection(&self) -> Connection {
         match &self.conn {
             Conn::Primary(primary) => Connection::One(primary.local(self.timeout).await),
-            Conn::Cluster(cluster) => Connection::Cluster(cluster.clone()),
+            Conn::Cluster(cluster) => Connection::Cluster(cluster.get()),
         }
     }
 

@@ -21,6 +21,8 @@
 //! - [`keys`]: every key and channel name.
 //! - [`event_log`]: the [`RedisEventLog`], Redis Streams driven by Lua scripts.
 //! - [`session_store`]: the [`RedisSessionStore`].
+//! - `layout`: following a Redis Cluster's layout (which member serves
+//!   which slots), so that no connection stays with a member that left.
 //! - `lease`: session leases, so the node serving a session need not read it
 //!   per request.
 //! - [`bus`]: the [`RedisBus`], one control channel.
@@ -42,6 +44,8 @@ pub mod error;
 #[cfg(feature = "client")]
 pub mod event_log;
 pub mod keys;
+#[cfg(feature = "client")]
+mod layout;
 #[cfg(feature = "client")]
 mod lease;
 #[cfg(feature = "client")]

@@ -29,7 +29,8 @@
 //! to any member replaces the whole pub/sub connection as above (the client
 //! would wait for the dead member instead of following its shard's
 //! failover): until every channel is subscribed again, on the member that
-//! holds its slot then, the node is not ready.
+//! holds its slot then, the node is not ready. So does a change of the
+//! cluster's layout (the `layout` module), made from its members then.
 //!
 //! Owner and stop path: the task runs until the last [`PubSub`] handle (held
 //! by the event log and the bus of one store) is dropped, then closes the
@@ -255,9 +256,13 @@ impl PubSub {
             }),
             trouble,
         });
+        let layout = shared
+            .target
+            .cluster_seeds()
+            .map(|seeds| seeds.layout_changes());
         let stream = shared.establish().await?;
         let (stop_tx, stop_rx) = oneshot::channel();
-        tokio::spawn(run(Arc::clone(&shared), stream, stop_rx));
+        tokio::spawn(run(Arc::clone(&shared), stream, stop_rx, layout));
         Ok(Self {
             inner: Arc::new(Handle {
                 shared,
@@ -454,8 +459,28 @@ impl Shared {
     }
 }
 
-/// The task owning the connection: see the module doc.
-async fn run(shared: Arc<Shared>, mut stream: Incoming, mut stop: oneshot::Receiver<()>) {
+/// Resolves when a Redis Cluster's layout changed (never for one Redis,
+/// or once the layout task is gone).
+async fn layout_changed(layout: &mut Option<watch::Receiver<u64>>) {
+    let changed = match layout {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => false,
+    };
+    if !changed {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The task owning the connection: see the module doc. `layout`, on a
+/// Redis Cluster: bumped when its layout changed, which replaces the
+/// connection (the client would keep the subscriptions of a shard that
+/// failed over with the member that left).
+async fn run(
+    shared: Arc<Shared>,
+    mut stream: Incoming,
+    mut stop: oneshot::Receiver<()>,
+    mut layout: Option<watch::Receiver<u64>>,
+) {
     let mut sweep = tokio::time::interval(SWEEP_INTERVAL);
     sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut ping = tokio::time::interval(PING_INTERVAL);
@@ -471,6 +496,7 @@ async fn run(shared: Arc<Shared>, mut stream: Incoming, mut stop: oneshot::Recei
                     Some(Event::MemberLost) => break "a Redis Cluster member's connection was lost".to_owned(),
                     None => break "connection closed".to_owned(),
                 },
+                () = layout_changed(&mut layout) => break "the Redis Cluster's layout changed".to_owned(),
                 _ = sweep.tick() => shared.sweep().await,
                 _ = ping.tick() => {
                     if let Err(err) = shared.ping().await {

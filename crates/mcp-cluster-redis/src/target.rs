@@ -17,6 +17,7 @@ use redis::{ConnectionInfo, IntoConnectionInfo, TlsMode};
 
 use crate::ClusterError;
 use crate::config::{ClusterUrl, SentinelUrl};
+use crate::layout::Layout;
 
 /// Where a node's connections go. Cloning is cheap; clones ask the same
 /// Sentinels.
@@ -44,7 +45,16 @@ enum Kind {
 
 /// What a Redis Cluster client is built from.
 pub(crate) struct ClusterSeeds {
-    seeds: Vec<ConnectionInfo>,
+    /// The members a client connects to first: those of the URL, then
+    /// those of the layout last followed ([`Self::follow`]), so that a
+    /// member that left the cluster is not asked again.
+    seeds: std::sync::RwLock<Vec<ConnectionInfo>>,
+    /// The layout the connections were made for; `None` before the first
+    /// read. Written by the layout task only.
+    layout: std::sync::Mutex<Option<Layout>>,
+    /// Bumped when the layout changed: the pub/sub connection replaces
+    /// itself. Receivers from [`Self::layout_changes`].
+    changes: tokio::sync::watch::Sender<u64>,
     username: Option<String>,
     password: Option<String>,
     certificates: Option<redis::TlsCertificates>,
@@ -71,6 +81,8 @@ impl fmt::Debug for Target {
                     "seeds",
                     &seeds
                         .seeds
+                        .read()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .iter()
                         .map(|s| s.addr().to_string())
                         .collect::<Vec<_>>(),
@@ -155,7 +167,9 @@ impl Target {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|err| ClusterError::Config(format!("cluster member address: {err}")))?;
         let seeds = ClusterSeeds {
-            seeds,
+            seeds: std::sync::RwLock::new(seeds),
+            layout: std::sync::Mutex::new(None),
+            changes: tokio::sync::watch::channel(0).0,
             username: url.username,
             password: password.or(url.password.map(|p| p.expose().to_owned())),
             certificates,
@@ -169,7 +183,7 @@ impl Target {
     }
 
     /// The Redis Cluster's members, `None` for one Redis or Sentinels.
-    pub(crate) fn cluster_seeds(&self) -> Option<&ClusterSeeds> {
+    pub(crate) fn cluster_seeds(&self) -> Option<&Arc<ClusterSeeds>> {
         match &self.0 {
             Kind::Cluster(seeds) => Some(seeds),
             _ => None,
@@ -225,6 +239,14 @@ impl Target {
     }
 }
 
+/// Times a Redis Cluster command is retried (a `MOVED` or `ASK`, a
+/// member's connection lost, a layout refresh) within its timeout.
+const CLUSTER_RETRIES: u32 = 8;
+/// Shortest pause before a Redis Cluster command is retried, in ms.
+const CLUSTER_MIN_RETRY_WAIT_MS: u64 = 25;
+/// Longest pause before a Redis Cluster command is retried, in ms.
+const CLUSTER_MAX_RETRY_WAIT_MS: u64 = 250;
+
 /// Every connection's TCP settings: `TCP_NODELAY`, which the client
 /// library leaves off. With Nagle's algorithm, a command written while an
 /// earlier one is unanswered waits for that answer's ACK: concurrent
@@ -245,6 +267,55 @@ fn connection_info(tls: bool, host: &str, port: u16) -> redis::RedisResult<Conne
 }
 
 impl ClusterSeeds {
+    /// Records `layout` as the one to follow: `true` when it differs from
+    /// the one recorded before, after which the seeds are its members and
+    /// the pub/sub connection is told. The first layout read is recorded
+    /// as it is (the connections were just made for it).
+    pub(crate) fn follow(&self, layout: &Layout) -> bool {
+        let mut current = self
+            .layout
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current.as_ref() == Some(layout) {
+            return false;
+        }
+        let first = current.is_none();
+        *current = Some(layout.clone());
+        drop(current);
+        let members: Result<Vec<ConnectionInfo>, _> = layout
+            .members()
+            .iter()
+            .map(|(host, port)| connection_info(self.tls, host, *port))
+            .collect();
+        if let Ok(members) = members
+            && !members.is_empty()
+        {
+            *self
+                .seeds
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = members;
+        }
+        if first {
+            return false;
+        }
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        true
+    }
+
+    /// Forgets the layout followed, when the connections could not be made
+    /// for it: the next read counts as a change again.
+    pub(crate) fn unfollow(&self) {
+        *self
+            .layout
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Layout(Vec::new()));
+    }
+
+    /// A receiver bumped each time the layout changed.
+    pub(crate) fn layout_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
     /// A client of the cluster; with `push`, RESP3 and the channel that
     /// receives its pub/sub messages (`SSUBSCRIBE`).
     ///
@@ -254,9 +325,23 @@ impl ClusterSeeds {
         &self,
         push: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
     ) -> Result<ClusterClient, ClusterError> {
-        let mut builder = ClusterClientBuilder::new(self.seeds.clone())
+        let seeds = self
+            .seeds
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut builder = ClusterClientBuilder::new(seeds)
             .connection_timeout(self.timeout)
             .response_timeout(self.timeout)
+            // The library's default pause before retrying a command whose
+            // shard moved is 1.28 s at least, longer than a command may
+            // take (`self.timeout`, 1 s by default, bounds the whole
+            // command with its retries): every command caught by a
+            // failover timed out, also the ones the new layout could have
+            // answered a moment later. Short pauses let them through.
+            .retries(CLUSTER_RETRIES)
+            .min_retry_wait(CLUSTER_MIN_RETRY_WAIT_MS)
+            .max_retry_wait(CLUSTER_MAX_RETRY_WAIT_MS)
             .tcp_settings(tcp_settings());
         if let Some(user) = &self.username {
             builder = builder.username(user);

@@ -138,7 +138,7 @@ pub struct Metrics {
     /// `mcp_redis_errors_total` by operation and kind.
     pub redis_errors: IntCounterVec,
     /// `mcp_redis_reconnects_total` by connection (`commands`, `pubsub`,
-    /// `failover`).
+    /// `failover`, `layout`).
     pub redis_reconnects: IntCounterVec,
     /// `mcp_event_log_lost_total`: appends refused because the stream no
     /// longer held an event the store had acknowledged (a Redis failover
@@ -380,7 +380,7 @@ impl Metrics {
             ),
             redis_reconnects: counters(
                 "mcp_redis_reconnects_total",
-                "Redis connections restored after they were lost (commands, pubsub), and failovers followed to a new primary (failover).",
+                "Redis connections restored after they were lost (commands, pubsub), failovers followed to a new primary (failover), and Redis Cluster layout changes followed with new connections (layout).",
                 &["connection"],
             ),
             event_log_lost: counter(
@@ -588,7 +588,10 @@ impl Metrics {
             &self.sessions_created,
             &["streamable_http", "legacy_sse", "stdio"],
         );
-        zero(&self.redis_reconnects, &["commands", "pubsub", "failover"]);
+        zero(
+            &self.redis_reconnects,
+            &["commands", "pubsub", "failover", "layout"],
+        );
         zero(&self.quota_rejections, QUOTAS);
         zero(&self.bus_published, BUS_MESSAGE_TYPES);
         zero(&self.bus_received, BUS_MESSAGE_TYPES);

@@ -1,0 +1,286 @@
+//! Following a Redis Cluster's layout: which member serves which slots.
+//!
+//! The cluster client learns a new layout only when a command of its own
+//! is redirected (`MOVED`). After a shard's failover it is not: a command
+//! for the dead primary's slots falls back to the other member of that
+//! shard, which is the new primary and answers, so the client goes on
+//! counting the dead member as the primary and tries to reconnect to it for
+//! as long as the process lives (each try a connection attempt and, when
+//! something else answers at that address, a command timeout), and its
+//! pub/sub client keeps that shard's subscriptions on it.
+//!
+//! So a task reads the layout (`CLUSTER SLOTS`, from any member) every
+//! [`LAYOUT_INTERVAL`]. When it differs from the one the connections were
+//! made for, the members it lists become the seeds
+//! ([`ClusterSeeds::follow`]), a new command connection made from them
+//! replaces the old one (commands already sent on the old one finish
+//! there), and the pub/sub connection, told through
+//! [`ClusterSeeds::layout_changes`], replaces itself. A member that left
+//! the layout is never connected to again.
+//!
+//! Owner and stop path: [`spawn`] starts the task with a weak reference to
+//! the command connection; it ends at the first tick after the store (the
+//! last [`crate::connection`] handle) is dropped.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
+use std::time::Duration;
+
+use redis::Value;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use tracing::{debug, info};
+
+use crate::target::ClusterSeeds;
+
+/// How often the layout is read.
+pub(crate) const LAYOUT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// One slot range and the members serving it, the primary first (as
+/// `CLUSTER SLOTS` lists them).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct SlotRange {
+    pub(crate) start: u16,
+    pub(crate) end: u16,
+    /// `host:port` of each member, the primary first.
+    pub(crate) members: Vec<(String, u16)>,
+}
+
+/// A Redis Cluster's layout: its slot ranges in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Layout(pub(crate) Vec<SlotRange>);
+
+impl Layout {
+    /// Parses a `CLUSTER SLOTS` reply. `None` for a reply of another shape,
+    /// or one naming a member without an address (a member that announces
+    /// none is reached at the address the client used; the layout is then
+    /// not followed).
+    pub(crate) fn parse(reply: &Value) -> Option<Self> {
+        let Value::Array(ranges) = reply else {
+            return None;
+        };
+        let mut layout = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            let Value::Array(fields) = range else {
+                return None;
+            };
+            let mut fields = fields.iter();
+            let start = int(fields.next()?)?;
+            let end = int(fields.next()?)?;
+            let mut members = Vec::new();
+            for member in fields {
+                let Value::Array(parts) = member else {
+                    return None;
+                };
+                let host = text(parts.first()?)?;
+                let port = int(parts.get(1)?)?;
+                if host.is_empty() || host == "?" {
+                    return None;
+                }
+                members.push((host, port));
+            }
+            if members.is_empty() {
+                return None;
+            }
+            layout.push(SlotRange {
+                start,
+                end,
+                members,
+            });
+        }
+        layout.sort();
+        Some(Self(layout))
+    }
+
+    /// Every member, each once, in order.
+    pub(crate) fn members(&self) -> Vec<(String, u16)> {
+        let mut members: Vec<(String, u16)> = self
+            .0
+            .iter()
+            .flat_map(|range| range.members.iter().cloned())
+            .collect();
+        members.sort();
+        members.dedup();
+        members
+    }
+}
+
+fn int(value: &Value) -> Option<u16> {
+    match value {
+        Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// The command connection on a Redis Cluster: replaced when the layout
+/// changes.
+pub(crate) struct ClusterCommands {
+    /// Read (a clone, no await under the lock) for each command; written
+    /// by the layout task.
+    current: RwLock<ClusterConnection>,
+}
+
+impl ClusterCommands {
+    pub(crate) fn new(connection: ClusterConnection) -> Self {
+        Self {
+            current: RwLock::new(connection),
+        }
+    }
+
+    /// The connection to send a command on (cheap: a handle).
+    pub(crate) fn get(&self) -> ClusterConnection {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn replace(&self, connection: ClusterConnection) {
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = connection;
+    }
+}
+
+/// Reads the layout through `commands`, bounded by `timeout`.
+pub(crate) async fn read(commands: &ClusterCommands, timeout: Duration) -> Option<Layout> {
+    let mut connection = commands.get();
+    let slots = connection.route_command(
+        redis::cmd("CLUSTER").arg("SLOTS").clone(),
+        RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+    );
+    match tokio::time::timeout(timeout, slots).await {
+        Ok(Ok(reply)) => Layout::parse(&reply),
+        Ok(Err(err)) => {
+            debug!(%err, "The Redis Cluster layout could not be read.");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// Starts the task that follows the layout (see the module doc); `trouble`
+/// is bumped when it changed (session leases granted before are not
+/// trusted then).
+pub(crate) fn spawn(
+    commands: Weak<ClusterCommands>,
+    seeds: Arc<ClusterSeeds>,
+    timeout: Duration,
+    trouble: Arc<AtomicU64>,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(LAYOUT_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(commands) = commands.upgrade() else {
+                return;
+            };
+            let Some(layout) = read(&commands, timeout).await else {
+                continue;
+            };
+            if !seeds.follow(&layout) {
+                continue;
+            }
+            trouble.fetch_add(1, Ordering::AcqRel);
+            let client = match seeds.client(None) {
+                Ok(client) => client,
+                Err(err) => {
+                    debug!(%err, "No client for the new Redis Cluster layout.");
+                    seeds.unfollow();
+                    continue;
+                }
+            };
+            match tokio::time::timeout(timeout, client.get_async_connection()).await {
+                Ok(Ok(connection)) => {
+                    commands.replace(connection);
+                    info!(
+                        members = layout.members().len(),
+                        "The Redis Cluster's layout changed; the connections follow it."
+                    );
+                    mcp_cluster_telemetry::metrics::metrics()
+                        .redis_reconnects
+                        .with_label_values(&["layout"])
+                        .inc();
+                }
+                Ok(Err(err)) => {
+                    debug!(%err, "A connection for the new Redis Cluster layout failed; trying again.");
+                    seeds.unfollow();
+                }
+                Err(_) => seeds.unfollow(),
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(host: &str, port: i64) -> Value {
+        Value::Array(vec![
+            Value::BulkString(host.as_bytes().to_vec()),
+            Value::Int(port),
+            Value::BulkString(b"id".to_vec()),
+        ])
+    }
+
+    fn range(start: i64, end: i64, members: Vec<Value>) -> Value {
+        let mut fields = vec![Value::Int(start), Value::Int(end)];
+        fields.extend(members);
+        Value::Array(fields)
+    }
+
+    #[test]
+    fn parses_ranges_in_order_and_lists_each_member_once() {
+        let reply = Value::Array(vec![
+            range(
+                8192,
+                16383,
+                vec![member("127.0.0.1", 7002), member("127.0.0.1", 7003)],
+            ),
+            range(
+                0,
+                8191,
+                vec![member("127.0.0.1", 7000), member("127.0.0.1", 7002)],
+            ),
+        ]);
+        let layout = Layout::parse(&reply).unwrap();
+        assert_eq!(layout.0[0].start, 0);
+        assert_eq!(layout.0[1].members[0], ("127.0.0.1".to_owned(), 7002));
+        assert_eq!(
+            layout.members(),
+            vec![
+                ("127.0.0.1".to_owned(), 7000),
+                ("127.0.0.1".to_owned(), 7002),
+                ("127.0.0.1".to_owned(), 7003)
+            ]
+        );
+        // A promoted replica is another layout.
+        let promoted = Value::Array(vec![
+            range(0, 8191, vec![member("127.0.0.1", 7002)]),
+            range(
+                8192,
+                16383,
+                vec![member("127.0.0.1", 7002), member("127.0.0.1", 7003)],
+            ),
+        ]);
+        assert_ne!(Layout::parse(&promoted).unwrap(), layout);
+    }
+
+    #[test]
+    fn refuses_replies_it_cannot_follow() {
+        assert_eq!(Layout::parse(&Value::Nil), None);
+        let no_host = Value::Array(vec![range(0, 16383, vec![member("", 7000)])]);
+        assert_eq!(Layout::parse(&no_host), None);
+        let no_member = Value::Array(vec![range(0, 16383, vec![])]);
+        assert_eq!(Layout::parse(&no_member), None);
+    }
+}
