@@ -232,9 +232,9 @@ pub struct Cluster {
     nodes: Vec<Option<NodeProcess>>,
     /// Node `i`'s fixed address, reused by [`Self::restart_node`].
     addrs: Vec<SocketAddr>,
-    /// Every node's arguments (`--redis-url`, the caller's extras), without
+    /// Node `i`'s arguments (`--redis-url`, the caller's extras), without
     /// `--bind`.
-    args: Vec<String>,
+    args: Vec<Vec<String>>,
     command: NodeCommand,
     /// The Redis this cluster started; `None` when the caller runs its own
     /// ([`Self::start_on_redis`]) or on a Redis Cluster.
@@ -298,14 +298,14 @@ impl Cluster {
         // what the command's own code was allowed).
         if std::env::var(REDIS_KIND_ENV).is_ok_and(|kind| kind == "cluster") {
             let redis = RedisCluster::start_with(3, 1, &command.redis_acl)?;
-            let url = redis.node_url();
-            let mut cluster = Self::start_nodes(n, command, None, &url, extra_args)?;
+            let urls = vec![redis.node_url(); n];
+            let mut cluster = Self::start_nodes(command, None, &urls, extra_args)?;
             cluster.redis_cluster = Some(redis);
             return Ok(cluster);
         }
         let redis = RedisServer::start_for_nodes_with(&command.redis_acl)?;
-        let url = redis.node_url();
-        Self::start_nodes(n, command, Some(redis), &url, extra_args)
+        let urls = vec![redis.node_url(); n];
+        Self::start_nodes(command, Some(redis), &urls, extra_args)
     }
 
     /// As [`Self::start`], on a Redis the caller runs: `redis_url` is every
@@ -322,18 +322,42 @@ impl Cluster {
                 binary.display()
             );
         }
-        Self::start_nodes(n, NodeCommand::new(binary), None, redis_url, |_| {
+        let urls = vec![redis_url.to_owned(); n];
+        Self::start_nodes(NodeCommand::new(binary), None, &urls, |_| {
             extra_args.iter().map(|a| (*a).to_owned()).collect()
         })
     }
 
+    /// As [`Self::start_on_redis`], node `i` on `redis_urls[i]`: one node
+    /// reaching Redis through a [`crate::TcpProxy`] that can partition it,
+    /// say.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_on_redis_per_node(
+        redis_urls: &[String],
+        extra_args: &[&str],
+    ) -> anyhow::Result<Self> {
+        let binary = node_binary();
+        if !binary.exists() {
+            bail!(
+                "{} not found: build it first (cargo build -p mcp-node) or set {NODE_BIN_ENV}",
+                binary.display()
+            );
+        }
+        Self::start_nodes(NodeCommand::new(binary), None, redis_urls, |_| {
+            extra_args.iter().map(|a| (*a).to_owned()).collect()
+        })
+    }
+
+    /// Node `i` on `redis_urls[i]`, as many nodes as URLs.
     fn start_nodes(
-        n: usize,
         command: NodeCommand,
         redis: Option<RedisServer>,
-        redis_url: &str,
+        redis_urls: &[String],
         extra_args: impl FnOnce(&str) -> Vec<String>,
     ) -> anyhow::Result<Self> {
+        let n = redis_urls.len();
         if n == 0 {
             bail!("a cluster needs at least one node");
         }
@@ -346,15 +370,21 @@ impl Cluster {
         // nginx needs no upstream up to start.
         let nginx = Nginx::start(&addrs)?;
         let extra_args = extra_args(&nginx.url());
-        let mut args = vec!["--redis-url".to_owned(), redis_url.to_owned()];
-        if !extra_args.iter().any(|arg| arg.starts_with("--log")) {
-            args.extend(["--log".to_owned(), "warn".to_owned()]);
-        }
-        args.extend(extra_args);
+        let args: Vec<Vec<String>> = redis_urls
+            .iter()
+            .map(|url| {
+                let mut args = vec!["--redis-url".to_owned(), url.clone()];
+                if !extra_args.iter().any(|arg| arg.starts_with("--log")) {
+                    args.extend(["--log".to_owned(), "warn".to_owned()]);
+                }
+                args.extend(extra_args.iter().cloned());
+                args
+            })
+            .collect();
         let mut nodes = Vec::with_capacity(n);
         for (i, addr) in addrs.iter().enumerate() {
             let node = command
-                .spawn(&args, *addr)
+                .spawn(&args[i], *addr)
                 .with_context(|| format!("node {i}"))?;
             nodes.push(Some(node));
         }
@@ -432,6 +462,16 @@ impl Cluster {
         self.nginx.url()
     }
 
+    /// The nodes that should run (not taken down by this cluster) but
+    /// exited on their own.
+    pub fn exited(&mut self) -> Vec<usize> {
+        self.nodes
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, node)| node.as_mut().is_some_and(|n| !n.is_running()).then_some(i))
+            .collect()
+    }
+
     /// Kills node `i` with SIGKILL (a crash: no drain, nothing flushed).
     /// Does nothing if it is down.
     ///
@@ -469,7 +509,7 @@ impl Cluster {
         self.kill_node(i);
         let node = self
             .command
-            .spawn(&self.args, self.addrs[i])
+            .spawn(&self.args[i], self.addrs[i])
             .with_context(|| format!("restarting node {i}"))?;
         self.nodes[i] = Some(node);
         Ok(())

@@ -10,6 +10,8 @@
 //! - [`TestPki`] (`pki`): a CA, server and client certificates made with the
 //!   real `openssl`, in a temporary directory.
 //! - [`Nginx`] (`nginx`): a real nginx, round robin over nodes, unbuffered.
+//! - [`TcpProxy`] (`proxy`): a loopback TCP proxy that can stop forwarding
+//!   (a node partitioned from its Redis).
 //! - [`Cluster`] (`cluster`): Redis + `mcp-node` processes (or a
 //!   provider's own binary, [`NodeCommand`]) + nginx.
 //! - [`fixtures`]: a server with test-only tools.
@@ -600,6 +602,7 @@ mod nginx;
 mod otlp;
 mod pki;
 mod prometheus;
+mod proxy;
 mod redis;
 
 pub use cluster::{
@@ -611,4 +614,5 @@ pub use nginx::Nginx;
 pub use otlp::{OtlpReceiver, ReceivedLink, ReceivedSpan};
 pub use pki::TestPki;
 pub use prometheus::{PROMETHEUS_JOB, Prometheus};
+pub use proxy::TcpProxy;
 pub use redis::{NODE_ACL_USER, RedisCluster, RedisServer, Sentinel, node_acl_rules};
