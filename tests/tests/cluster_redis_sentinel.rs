@@ -359,11 +359,7 @@ async fn a_stream_open_through_a_failover_that_lost_its_events_ends_with_an_erro
     })
     .await;
     assert!(ending.is_ok(), "the stream did not end: {rest:?}");
-    assert_eq!(
-        rest.len(),
-        1,
-        "only the error after {progress:?}: {rest:?}"
-    );
+    assert_eq!(rest.len(), 1, "only the error after {progress:?}: {rest:?}");
     assert_eq!(rest[0]["id"], 2, "{rest:?}");
     let error = rest[0]["error"]["message"].as_str().unwrap_or_default();
     assert!(
