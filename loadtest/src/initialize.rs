@@ -88,7 +88,7 @@ pub(crate) async fn open(
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     match client.post(&initialized).await.map_err(client_error)? {
         Reply::Accepted => Ok(client),
-        Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
+        Reply::Status(status, _, _) => Err(ErrorKind::status(status.as_u16())),
         _ => Err(ErrorKind::Protocol("protocol:notification_answered")),
     }
 }

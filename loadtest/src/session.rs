@@ -678,7 +678,7 @@ async fn resume_until_response(
         sleep(pause).await;
         let mut resumed = match client.get(Some(&last_event_id)).await.map_err(classify)? {
             Reply::Sse(stream) => stream,
-            Reply::Status(status, _) => return Err(ErrorKind::status(status.as_u16())),
+            Reply::Status(status, _, _) => return Err(ErrorKind::status(status.as_u16())),
             _ => return Err(ErrorKind::Protocol("protocol:resume_not_sse")),
         };
         read_stream(client, &mut resumed, check, None, answers).await?;
@@ -699,7 +699,7 @@ async fn get_stream(client: &Client, hold: Duration) -> Result<Duration, ErrorKi
     let started = Instant::now();
     let mut stream = match client.get(None).await.map_err(classify)? {
         Reply::Sse(stream) => stream,
-        Reply::Status(status, _) => return Err(ErrorKind::status(status.as_u16())),
+        Reply::Status(status, _, _) => return Err(ErrorKind::status(status.as_u16())),
         _ => return Err(ErrorKind::Protocol("protocol:standalone_not_sse")),
     };
     let opened = started.elapsed();
@@ -769,7 +769,7 @@ async fn post_as(
         client.post(body).await
     };
     match reply.map_err(classify)? {
-        Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
+        Reply::Status(status, _, _) => Err(ErrorKind::status(status.as_u16())),
         reply => Ok(reply),
     }
 }
@@ -777,7 +777,7 @@ async fn post_as(
 fn expect_accepted(reply: Reply) -> Result<(), ErrorKind> {
     match reply {
         Reply::Accepted => Ok(()),
-        Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
+        Reply::Status(status, _, _) => Err(ErrorKind::status(status.as_u16())),
         _ => Err(ErrorKind::Protocol("protocol:notification_answered")),
     }
 }
@@ -794,7 +794,7 @@ async fn read_reply(
         Reply::Json(message, _) => check.observe(message).map(drop).map_err(violation),
         Reply::Sse(stream) => read_until_response(client, stream, check, answers).await,
         Reply::Accepted => Err(ErrorKind::Protocol("protocol:request_answered_202")),
-        Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
+        Reply::Status(status, _, _) => Err(ErrorKind::status(status.as_u16())),
     }
 }
 
