@@ -86,9 +86,11 @@ pub(crate) async fn run(plan: Arc<Plan>, index: usize, start_at: Instant) {
 /// operation), and one active session less.
 pub(crate) async fn close(plan: &Plan, client: Client) {
     if client.session_id().is_some() {
-        match timeout(SESSION_CALL_TIMEOUT, client.delete()).await {
-            Ok(Ok(status)) if status.is_success() => {}
-            Ok(Ok(status)) => plan.stats.error(&ErrorKind::status(status.as_u16())),
+        match timeout(SESSION_CALL_TIMEOUT, client.delete_with_headers()).await {
+            Ok(Ok((status, _))) if status.is_success() => {}
+            Ok(Ok((status, headers))) => plan
+                .stats
+                .error(&ErrorKind::answer(status.as_u16(), &headers)),
             Ok(Err(err)) => plan.stats.error(&classify(err)),
             Err(_) => plan.stats.error(&ErrorKind::Timeout),
         }
@@ -678,7 +680,9 @@ async fn resume_until_response(
         sleep(pause).await;
         let mut resumed = match client.get(Some(&last_event_id)).await.map_err(classify)? {
             Reply::Sse(stream) => stream,
-            Reply::Status(status, _, _) => return Err(ErrorKind::status(status.as_u16())),
+            Reply::Status(status, _, headers) => {
+                return Err(ErrorKind::answer(status.as_u16(), &headers));
+            }
             _ => return Err(ErrorKind::Protocol("protocol:resume_not_sse")),
         };
         read_stream(client, &mut resumed, check, None, answers).await?;
@@ -699,7 +703,9 @@ async fn get_stream(client: &Client, hold: Duration) -> Result<Duration, ErrorKi
     let started = Instant::now();
     let mut stream = match client.get(None).await.map_err(classify)? {
         Reply::Sse(stream) => stream,
-        Reply::Status(status, _, _) => return Err(ErrorKind::status(status.as_u16())),
+        Reply::Status(status, _, headers) => {
+            return Err(ErrorKind::answer(status.as_u16(), &headers));
+        }
         _ => return Err(ErrorKind::Protocol("protocol:standalone_not_sse")),
     };
     let opened = started.elapsed();
@@ -733,9 +739,9 @@ async fn delete_session(
     http: &reqwest::Client,
 ) -> Result<Duration, ErrorKind> {
     let started = Instant::now();
-    let status = client.delete().await.map_err(classify)?;
+    let (status, headers) = client.delete_with_headers().await.map_err(classify)?;
     if !status.is_success() {
-        return Err(ErrorKind::status(status.as_u16()));
+        return Err(ErrorKind::answer(status.as_u16(), &headers));
     }
     client.set_session_id(None);
     *client = open_session(plan, http).await?;
@@ -769,7 +775,7 @@ async fn post_as(
         client.post(body).await
     };
     match reply.map_err(classify)? {
-        Reply::Status(status, _, _) => Err(ErrorKind::status(status.as_u16())),
+        Reply::Status(status, _, headers) => Err(ErrorKind::answer(status.as_u16(), &headers)),
         reply => Ok(reply),
     }
 }
@@ -777,7 +783,7 @@ async fn post_as(
 fn expect_accepted(reply: Reply) -> Result<(), ErrorKind> {
     match reply {
         Reply::Accepted => Ok(()),
-        Reply::Status(status, _, _) => Err(ErrorKind::status(status.as_u16())),
+        Reply::Status(status, _, headers) => Err(ErrorKind::answer(status.as_u16(), &headers)),
         _ => Err(ErrorKind::Protocol("protocol:notification_answered")),
     }
 }
@@ -794,7 +800,7 @@ async fn read_reply(
         Reply::Json(message, _) => check.observe(message).map(drop).map_err(violation),
         Reply::Sse(stream) => read_until_response(client, stream, check, answers).await,
         Reply::Accepted => Err(ErrorKind::Protocol("protocol:request_answered_202")),
-        Reply::Status(status, _, _) => Err(ErrorKind::status(status.as_u16())),
+        Reply::Status(status, _, headers) => Err(ErrorKind::answer(status.as_u16(), &headers)),
     }
 }
 

@@ -194,7 +194,9 @@ pub(crate) async fn listen(
     let started = Instant::now();
     let mut stream = match client.post_with(&body, headers).await {
         Ok(Reply::Sse(stream)) => stream,
-        Ok(Reply::Status(status, _, _)) => return Err(ErrorKind::status(status.as_u16())),
+        Ok(Reply::Status(status, _, headers)) => {
+            return Err(ErrorKind::answer(status.as_u16(), &headers));
+        }
         Ok(Reply::Json(message, _)) => {
             return Err(
                 match message.pointer("/error/code").and_then(Value::as_i64) {
