@@ -49,6 +49,13 @@ pub(crate) enum ErrorKind {
     /// The answer failed one of the scenario's checks (`check:equals`,
     /// `check:latency`, ...).
     Check(&'static str),
+    /// Every answer was well-formed, but the operation did not get what it
+    /// was for: a task that ended `failed` or `cancelled` (`task:failed`,
+    /// `task:cancelled`), a tool call not made a task (`task:not_a_task`),
+    /// no resource update after subscribing (`subscribe:no_update`), a
+    /// standalone stream that ended and could not be resumed
+    /// (`subscribe:stream_ended`).
+    NotDone(&'static str),
     /// The `--server-pid` process could no longer be read (it exited); counted
     /// once, after which the run goes on without RSS samples.
     ServerRssLost,
@@ -96,7 +103,9 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout".to_owned(),
             ErrorKind::Transport => "transport".to_owned(),
             ErrorKind::ToolError => "tool_error".to_owned(),
-            ErrorKind::Protocol(name) | ErrorKind::Check(name) => (*name).to_owned(),
+            ErrorKind::Protocol(name) | ErrorKind::Check(name) | ErrorKind::NotDone(name) => {
+                (*name).to_owned()
+            }
             ErrorKind::ServerRssLost => "server_rss_lost".to_owned(),
         }
     }
