@@ -168,7 +168,7 @@ async fn open(
         .context("GET")?;
     match reply {
         Reply::Sse(stream) => Ok((client, Some(stream))),
-        Reply::Status(status, body) => bail!("GET answered {status}: {body}"),
+        Reply::Status(status, body, _) => bail!("GET answered {status}: {body}"),
         other => bail!("GET did not open an event stream: {other:?}"),
     }
 }

@@ -612,6 +612,8 @@ mod tests {
             ramp_up_secs: 0,
             concurrency_per_session: 1,
             elapsed_secs: 10.4,
+            started_unix_ms: None,
+            ended_unix_ms: None,
             total_ok: 9000,
             total_failed: 3,
             ops_per_sec: 865.4,
@@ -628,6 +630,9 @@ mod tests {
                 unauthorized_401: 4,
                 ..Refusals::default()
             },
+            error_window: crate::failures::ErrorWindow::default(),
+            retry: crate::failures::Retry::default(),
+            lost_responses: 2,
             arrivals: None,
             generator: None,
             failure_samples: BTreeMap::from([(

@@ -53,7 +53,10 @@ pub(crate) async fn open(
         .await
         .map_err(transport)?;
     if response.status() != StatusCode::OK {
-        return Err(ErrorKind::status(response.status().as_u16()));
+        return Err(ErrorKind::answer(
+            response.status().as_u16(),
+            response.headers(),
+        ));
     }
     let session = response
         .headers()
@@ -88,7 +91,7 @@ pub(crate) async fn open(
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     match client.post(&initialized).await.map_err(client_error)? {
         Reply::Accepted => Ok(client),
-        Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
+        Reply::Status(status, _, headers) => Err(ErrorKind::answer(status.as_u16(), &headers)),
         _ => Err(ErrorKind::Protocol("protocol:notification_answered")),
     }
 }

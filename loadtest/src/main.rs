@@ -14,6 +14,8 @@
 //! - [`merge`]: reports of several generators made one.
 //! - [`metrics`]: the generator's figures as Prometheus text.
 //! - [`check`]: response and progress rules, free of I/O.
+//! - [`failures`]: when errors happened, whether they said when to retry,
+//!   which requests were lost.
 //! - [`initialize`]: opening a session, its answer checked like any other.
 //! - [`init`]: a starting scenario from what a live server offers.
 //! - [`stats`]: counters, histograms and error counts, whole run and current interval.
@@ -27,6 +29,7 @@ mod chart;
 mod check;
 mod data;
 mod expect;
+mod failures;
 mod hold;
 mod html;
 mod init;
@@ -639,6 +642,7 @@ async fn drive(
         None => None,
     };
     let start = Instant::now();
+    let started_unix_ms = failures::now_unix_ms();
     let plan = Arc::new(Plan {
         url: args.target.url.clone(),
         scenario,
@@ -665,6 +669,7 @@ async fn drive(
         _ => (None, closed_loop(&plan, &args, start).await),
     };
     let elapsed = start.elapsed();
+    let ended_unix_ms = failures::now_unix_ms();
     let series = sampler.finish().await?;
     live.finish();
 
@@ -685,6 +690,7 @@ async fn drive(
         elapsed,
         unfinished,
     )?
+    .with_wall_clock(started_unix_ms, ended_unix_ms)
     .with_series(series)
     .with_thresholds(verdicts)
     .with_arrivals(arrivals);

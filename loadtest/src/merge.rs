@@ -2,7 +2,8 @@
 //! several generators (machines) combined into one report, as if one
 //! generator had made them all: counts and errors added, latency
 //! histograms merged (never percentiles averaged), thresholds held again
-//! against the whole.
+//! against the whole. Wall-clock bounds widen: the earliest start and
+//! error, the latest end and error.
 //!
 //! The time series is merged interval by interval, counting each run's
 //! intervals from its own start (start the generators together): counts
@@ -15,6 +16,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, ensure};
 
+use crate::failures::{ErrorWindow, Retry, lost_responses};
 use crate::open::Arrivals;
 use crate::report::{Refusals, Report};
 use crate::series::{IntervalOp, Percentiles, Point, Series};
@@ -102,6 +104,12 @@ fn combine(command: &str, reports: &[Report], extra: &[String]) -> anyhow::Resul
                 .or_insert_with(|| sample.clone());
         }
     }
+    let mut error_window = ErrorWindow::default();
+    let mut retry = Retry::default();
+    for report in reports {
+        error_window.merge(&report.error_window);
+        retry.merge(&report.retry);
+    }
     let arrivals = merged_arrivals(reports);
     let thresholds = held_again(
         reports,
@@ -125,6 +133,8 @@ fn combine(command: &str, reports: &[Report], extra: &[String]) -> anyhow::Resul
             .max()
             .unwrap_or(1),
         elapsed_secs,
+        started_unix_ms: reports.iter().filter_map(|r| r.started_unix_ms).min(),
+        ended_unix_ms: reports.iter().filter_map(|r| r.ended_unix_ms).max(),
         total_ok,
         total_failed: reports.iter().map(|r| r.total_failed).sum(),
         ops_per_sec: total_ok as f64 / elapsed_secs.max(1e-9),
@@ -133,6 +143,9 @@ fn combine(command: &str, reports: &[Report], extra: &[String]) -> anyhow::Resul
         operations,
         histograms,
         refusals: Refusals::from_errors(&errors),
+        error_window,
+        retry,
+        lost_responses: lost_responses(&errors),
         errors,
         failure_samples,
         thresholds,
@@ -329,6 +342,8 @@ mod tests {
             ramp_up_secs: 0,
             concurrency_per_session: 1,
             elapsed_secs: 10.0,
+            started_unix_ms: Some(1_000_000),
+            ended_unix_ms: Some(1_010_000),
             total_ok: ok,
             total_failed: failed,
             ops_per_sec: ok as f64 / 10.0,
@@ -340,6 +355,9 @@ mod tests {
             )]),
             histograms: BTreeMap::from([("echo".to_owned(), encode_histogram(&hist).unwrap())]),
             errors: BTreeMap::from([("timeout".to_owned(), failed)]),
+            error_window: ErrorWindow::default(),
+            retry: Retry::default(),
+            lost_responses: failed,
             refusals: Refusals::default(),
             failure_samples: BTreeMap::new(),
             thresholds: thresholds
@@ -396,6 +414,66 @@ mod tests {
         // The merged report merges again.
         let twice = combine("merge", &[merged], &[]).unwrap();
         assert_eq!(twice.operations["echo"].ok, 100);
+    }
+
+    #[test]
+    fn merged_reports_widen_the_wall_clock_and_error_windows_and_add_retries() {
+        let mut early = report(&[1], 2, &[]);
+        early.started_unix_ms = Some(1_000);
+        early.ended_unix_ms = Some(11_000);
+        early.errors = BTreeMap::from([("http_status:503".to_owned(), 2)]);
+        early.error_window.record("http_status:503", 3_000);
+        early.error_window.record("http_status:503", 4_000);
+        early.retry.record("http_status:503", true);
+        early.retry.record("http_status:503", false);
+        let mut late = report(&[1], 3, &[]);
+        late.started_unix_ms = Some(1_500);
+        late.ended_unix_ms = Some(12_000);
+        late.errors =
+            BTreeMap::from([("http_status:503".to_owned(), 1), ("timeout".to_owned(), 2)]);
+        late.error_window.record("http_status:503", 2_500);
+        late.error_window.record("timeout", 9_000);
+        late.error_window.record("timeout", 9_500);
+        late.retry.record("http_status:503", true);
+        late.retry.record("timeout", false);
+        late.retry.record("timeout", false);
+        let mut clean = report(&[1], 0, &[]);
+        clean.started_unix_ms = Some(2_000);
+        clean.ended_unix_ms = Some(10_000);
+
+        let merged = combine("merge", &[early, clean, late], &[]).unwrap();
+        assert_eq!(merged.started_unix_ms, Some(1_000));
+        assert_eq!(merged.ended_unix_ms, Some(12_000));
+        let window = &merged.error_window;
+        assert_eq!(
+            (window.first_unix_ms, window.last_unix_ms),
+            (Some(2_500), Some(9_500))
+        );
+        let http = window.by_key["http_status:503"];
+        assert_eq!(
+            (http.first_unix_ms, http.last_unix_ms, http.count),
+            (2_500, 4_000, 3)
+        );
+        assert_eq!(window.by_key["timeout"].count, 2);
+        assert_eq!(merged.retry.said["http_status:503"], 2);
+        assert_eq!(merged.retry.not_said["http_status:503"], 1);
+        assert_eq!(merged.retry.not_said["timeout"], 2);
+        assert_eq!(merged.lost_responses, 2);
+        // A report from before these fields merges: nothing to widen by.
+        let mut json = serde_json::to_value(report(&[1], 0, &[])).unwrap();
+        for field in [
+            "started_unix_ms",
+            "ended_unix_ms",
+            "error_window",
+            "retry",
+            "lost_responses",
+        ] {
+            json.as_object_mut().unwrap().remove(field);
+        }
+        let old: Report = serde_json::from_value(json).unwrap();
+        let merged = combine("merge", &[old], &[]).unwrap();
+        assert_eq!(merged.started_unix_ms, None);
+        assert_eq!(merged.error_window, ErrorWindow::default());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
 use crate::RunArgs;
+use crate::failures::{ErrorWindow, Retry, lost_responses};
 use crate::open::Arrivals;
 use crate::rss::{OwnUsage, own_usage};
 use crate::series::{RssSummary, Series};
@@ -104,6 +105,16 @@ pub(crate) struct Report {
     pub(crate) concurrency_per_session: usize,
     /// Wall time, start to the last session's end.
     pub(crate) elapsed_secs: f64,
+    /// When the run's clock started (after the open model's sessions were
+    /// opened): Unix epoch milliseconds, the origin of the series'
+    /// `t_secs`. A merged report: the earliest start. Absent only in a
+    /// merge of reports written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) started_unix_ms: Option<u64>,
+    /// When the last session ended (Unix epoch milliseconds). A merged
+    /// report: the latest end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ended_unix_ms: Option<u64>,
     pub(crate) total_ok: u64,
     pub(crate) total_failed: u64,
     /// Successful operations per second of elapsed time.
@@ -117,6 +128,17 @@ pub(crate) struct Report {
     /// adds runs up instead of averaging their percentiles.
     pub(crate) histograms: BTreeMap<String, String>,
     pub(crate) errors: BTreeMap<String, u64>,
+    /// When the `errors` were counted, overall and per key (wall clock).
+    #[serde(default)]
+    pub(crate) error_window: ErrorWindow,
+    /// The `errors` per key that said when to retry (a 429 or 503 with
+    /// `Retry-After`), and those that did not.
+    #[serde(default)]
+    pub(crate) retry: Retry,
+    /// The `errors` that got neither an answer nor an error: `timeout` and
+    /// `protocol:missing_response`.
+    #[serde(default)]
+    pub(crate) lost_responses: u64,
     /// The 401, 403 and 429 answers among `errors`, by kind: failures
     /// counted apart, so that credentials or a rate limit show at a glance.
     pub(crate) refusals: Refusals,
@@ -171,6 +193,8 @@ impl Report {
             ramp_up_secs: args.ramp_up,
             concurrency_per_session: args.concurrency_per_session,
             elapsed_secs: elapsed.as_secs_f64(),
+            started_unix_ms: None,
+            ended_unix_ms: None,
             total_ok,
             total_failed,
             ops_per_sec: total_ok as f64 / elapsed.as_secs_f64().max(1e-9),
@@ -179,6 +203,9 @@ impl Report {
             operations,
             histograms,
             refusals: Refusals::from_errors(&errors),
+            error_window: plan.stats.error_window(),
+            retry: plan.stats.retry(),
+            lost_responses: lost_responses(&errors),
             errors,
             failure_samples: plan.stats.samples(),
             thresholds: Vec::new(),
@@ -220,6 +247,14 @@ impl Report {
             ));
         }
         failures
+    }
+
+    /// The report with the run's wall-clock start and end (Unix epoch
+    /// milliseconds).
+    pub(crate) fn with_wall_clock(mut self, started_unix_ms: u64, ended_unix_ms: u64) -> Self {
+        self.started_unix_ms = Some(started_unix_ms);
+        self.ended_unix_ms = Some(ended_unix_ms);
+        self
     }
 
     /// The report with the open model's arrival figures.
@@ -287,6 +322,13 @@ impl Report {
         if self.refusals.total() > 0 {
             println!("{}", self.refusals.line());
         }
+        println!(
+            "lost responses: {} (timed out, or the stream ended without the response)",
+            self.lost_responses
+        );
+        for line in self.window_lines() {
+            println!("{line}");
+        }
         if let Some(arrivals) = &self.arrivals {
             println!("{}", arrivals_line(arrivals));
         }
@@ -321,6 +363,44 @@ impl Report {
                 n => format!(" ({n} left out: the series was full)"),
             }
         );
+    }
+}
+
+impl Report {
+    /// When the errors happened (from the start, and as Unix epoch
+    /// milliseconds) and how many of each key said when to retry; nothing
+    /// when there was no error.
+    ///
+    /// ```text
+    /// errors from +3.104 s to +9.870 s (unix ms 1764000003104 to 1764000009870); 120 said when to retry
+    ///   http_status:503   120 from +3.104 s to +9.870 s, Retry-After on 120
+    /// ```
+    fn window_lines(&self) -> Vec<String> {
+        let window = &self.error_window;
+        let (Some(first), Some(last)) = (window.first_unix_ms, window.last_unix_ms) else {
+            return Vec::new();
+        };
+        let since = |t: u64| match self.started_unix_ms {
+            Some(start) => format!("{:+.3} s", (t as f64 - start as f64) / 1000.0),
+            None => format!("{t} unix ms"),
+        };
+        let mut lines = vec![format!(
+            "errors from {} to {} (unix ms {first} to {last}); {} said when to retry",
+            since(first),
+            since(last),
+            self.retry.said_total()
+        )];
+        let width = window.by_key.keys().map(String::len).max().unwrap_or(0);
+        for (key, w) in &window.by_key {
+            lines.push(format!(
+                "  {key:<width$} {:>7} from {} to {}, Retry-After on {}",
+                w.count,
+                since(w.first_unix_ms),
+                since(w.last_unix_ms),
+                self.retry.said.get(key).copied().unwrap_or(0)
+            ));
+        }
+        lines
     }
 }
 

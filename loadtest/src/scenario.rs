@@ -130,6 +130,10 @@ pub(crate) struct Weighted {
     /// its method (`elicitation/create`, `sampling/createMessage`,
     /// `roots/list`); values are templates.
     pub(crate) inputs: Option<Template>,
+    /// A `subscribe`'s templated fields, `{"uri": ..., "touch_arguments":
+    /// ...}` (the latter only when given), compiled; `None` for every other
+    /// kind.
+    pub(crate) subscription: Option<Template>,
 }
 
 /// The fields every operation entry may have besides its kind's own.
@@ -233,6 +237,7 @@ impl Weighted {
             thresholds.push(threshold.on(&name));
         }
         let request = op.request(data)?;
+        let subscription = op.subscription(data)?;
         ensure!(
             checks.is_empty()
                 || request.is_some()
@@ -250,10 +255,11 @@ impl Weighted {
                 || matches!(
                     op,
                     Operation::CallTool { .. }
+                        | Operation::TaskCall { .. }
                         | Operation::GetPrompt { .. }
                         | Operation::ReadResource { .. }
                 ),
-            "inputs are for call_tool, get_prompt and read_resource (the requests a server may ask questions of)"
+            "inputs are for call_tool, task_call, get_prompt and read_resource (the requests a server may ask questions of)"
         );
         Ok(Self {
             weight,
@@ -263,6 +269,7 @@ impl Weighted {
             checks,
             max_latency,
             inputs,
+            subscription,
         })
     }
 }
@@ -397,6 +404,38 @@ pub(crate) enum Operation {
         reference: Value,
         argument: Value,
     },
+    /// 2026-07-28 tasks extension (`io.modelcontextprotocol/tasks`,
+    /// declared in the request's capabilities): `tools/call` of `tool`,
+    /// which must be answered with a task (after any input rounds), then
+    /// `tasks/get` at the task's `pollIntervalMs` until it ends; questions
+    /// the task asks are answered with `tasks/update` from `inputs`. The
+    /// task must end `completed` with a result as `call_tool`'s (`content`,
+    /// `isError` as `is_error` says); the checks hold against that result.
+    TaskCall {
+        tool: String,
+        #[serde(default = "empty_object")]
+        arguments: Value,
+        #[serde(default)]
+        is_error: bool,
+    },
+    /// Session era: the session's standalone GET stream opened, then
+    /// `resources/subscribe` to `uri` (a template), then `touch_tool` (if
+    /// any) called with `touch_arguments` (a template; default `{uri =
+    /// <the uri>}`) to change the resource; at least one
+    /// `notifications/resources/updated` for `uri` must arrive on the
+    /// stream within `wait_ms`; then `resources/unsubscribe`. The latency
+    /// is from the subscription to the update.
+    Subscribe {
+        uri: String,
+        touch_tool: Option<String>,
+        touch_arguments: Option<Value>,
+        #[serde(default = "default_update_wait_ms")]
+        wait_ms: u64,
+    },
+}
+
+fn default_update_wait_ms() -> u64 {
+    5_000
 }
 
 fn every_notification() -> Value {
@@ -429,21 +468,33 @@ impl Operation {
             Operation::List { .. } => "list",
             Operation::Complete { .. } => "complete",
             Operation::Listen { .. } => "listen",
+            Operation::TaskCall { .. } => "task_call",
+            Operation::Subscribe { .. } => "subscribe",
         }
     }
 
-    /// Whether a client of `era` can run it: resumption, the GET stream and
-    /// DELETE are the session era's, `subscriptions/listen` the stateless
-    /// era's.
+    /// Whether a client of `era` can run it: resumption, the GET stream,
+    /// `resources/subscribe` and DELETE are the session era's,
+    /// `subscriptions/listen` and tasks the stateless era's.
     pub(crate) fn runs_in(&self, era: Era) -> bool {
         match self {
             Operation::GetStream { .. }
             | Operation::DropAndResume { .. }
             | Operation::PollResume { .. }
+            | Operation::Subscribe { .. }
             | Operation::DeleteSession => era == Era::Session,
-            Operation::Listen { .. } => era == Era::Stateless,
+            Operation::Listen { .. } | Operation::TaskCall { .. } => era == Era::Stateless,
             _ => true,
         }
+    }
+
+    /// Whether it holds the session's standalone GET stream, of which the
+    /// server allows one per session.
+    pub(crate) fn uses_standalone_stream(&self) -> bool {
+        matches!(
+            self,
+            Operation::GetStream { .. } | Operation::Subscribe { .. }
+        )
     }
 
     /// The report row of an operation without a `name`: its kind, and the
@@ -451,6 +502,7 @@ impl Operation {
     fn default_name(&self) -> String {
         let name = match self {
             Operation::CallTool { tool, .. } => format!("call_tool:{tool}"),
+            Operation::TaskCall { tool, .. } => format!("task_call:{tool}"),
             Operation::GetPrompt { prompt, .. } => format!("get_prompt:{prompt}"),
             Operation::List { what } => format!("list:{}", what.name()),
             other => other.kind_name().to_owned(),
@@ -466,10 +518,16 @@ impl Operation {
                 tool,
                 arguments,
                 is_error,
+            }
+            | Operation::TaskCall {
+                tool,
+                arguments,
+                is_error,
             } => {
                 ensure!(
                     arguments.is_object(),
-                    "call_tool: arguments must be a table"
+                    "{}: arguments must be a table",
+                    self.kind_name()
                 );
                 (
                     "tools/call",
@@ -522,6 +580,28 @@ impl Operation {
         }))
     }
 
+    /// A `subscribe`'s templated fields, compiled (see
+    /// [`Weighted::subscription`]).
+    fn subscription(&self, data: &[DataSet]) -> anyhow::Result<Option<Template>> {
+        let Operation::Subscribe {
+            uri,
+            touch_arguments,
+            ..
+        } = self
+        else {
+            return Ok(None);
+        };
+        let mut fields = json!({"uri": uri});
+        if let Some(arguments) = touch_arguments {
+            ensure!(
+                arguments.is_object(),
+                "subscribe: touch_arguments must be a table"
+            );
+            fields["touch_arguments"] = arguments.clone();
+        }
+        Ok(Some(Template::compile(&fields, data, "subscribe")?))
+    }
+
     /// How long the operation takes on a healthy server (its timeout adds slack).
     pub(crate) fn nominal_duration(&self) -> Duration {
         match self {
@@ -534,6 +614,10 @@ impl Operation {
             }
             | Operation::Listen {
                 hold_ms: duration_ms,
+                ..
+            }
+            | Operation::Subscribe {
+                wait_ms: duration_ms,
                 ..
             } => Duration::from_millis(*duration_ms),
             _ => Duration::ZERO,
@@ -561,6 +645,18 @@ impl Operation {
                 *close_after >= 1 && close_after < steps,
                 "poll_resume: 1 <= close_after < steps"
             ),
+            Operation::Subscribe {
+                touch_tool,
+                touch_arguments,
+                wait_ms,
+                ..
+            } => {
+                ensure!(*wait_ms >= 1, "subscribe: wait_ms >= 1");
+                ensure!(
+                    touch_arguments.is_none() || touch_tool.is_some(),
+                    "subscribe: touch_arguments without a touch_tool"
+                );
+            }
             _ => {}
         }
         if let Some(steps) = self.steps() {
@@ -647,7 +743,7 @@ impl Scenario {
         }
         if stateless_share > 0.0 && total_weight[1] == 0 {
             bail!(
-                "the scenario needs at least one operation with a weight above 0 that 2026-07-28 clients can run (not get_stream, drop_and_resume, poll_resume, delete_session)"
+                "the scenario needs at least one operation with a weight above 0 that 2026-07-28 clients can run (not get_stream, drop_and_resume, poll_resume, subscribe, delete_session)"
             );
         }
         let scenario = Self {
@@ -881,6 +977,64 @@ mod tests {
     }
 
     #[test]
+    fn tasks_are_the_stateless_eras_and_subscriptions_the_sessions() {
+        let s = parse(
+            r#"
+            stateless_share = 0.5
+            [[operation]]
+            kind = "task_call"
+            weight = 1
+            tool = "slow_compute"
+            arguments = { seconds = 0.1, label = "t{{seq}}" }
+            [[operation.check]]
+            pointer = "/content/0/text"
+            equals = "Computed t{{seq}} in 0.1 s."
+            [[operation]]
+            kind = "subscribe"
+            weight = 1
+            uri = "test://template/{{session}}/data"
+            touch_tool = "touch_resource"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            s.names,
+            [
+                "initialize",
+                "server_discover",
+                "task_call:slow_compute",
+                "subscribe"
+            ]
+        );
+        let (task, subscribe) = (&s.operations[0], &s.operations[1]);
+        assert!(task.op.runs_in(Era::Stateless) && !task.op.runs_in(Era::Session));
+        assert!(subscribe.op.runs_in(Era::Session) && !subscribe.op.runs_in(Era::Stateless));
+        assert_eq!(s.pick_with(Era::Stateless, 0).id, task.id);
+        assert_eq!(s.pick_with(Era::Session, 0).id, subscribe.id);
+        // The task's call is a tool call; its checks hold on the task's
+        // result.
+        let request = task.request.as_ref().unwrap();
+        assert_eq!((request.method, request.shape), ("tools/call", "/content"));
+        assert_eq!(task.checks.len(), 1);
+        // The subscription waits for its update 5 s unless told, and holds
+        // the standalone stream.
+        assert!(subscribe.request.is_none() && subscribe.subscription.is_some());
+        assert_eq!(subscribe.op.nominal_duration(), Duration::from_secs(5));
+        assert!(subscribe.op.uses_standalone_stream());
+        assert!(!task.op.uses_standalone_stream());
+
+        // A scenario of tasks alone has nothing for sessions, and one of
+        // subscriptions alone nothing for stateless clients.
+        let only_tasks = "stateless_share = 0.5\n[[operation]]\nkind = \"task_call\"\nweight = 1\ntool = \"t\"\n";
+        let err = parse(only_tasks).err().unwrap();
+        assert!(format!("{err:#}").contains("session-era"), "{err:#}");
+        let only_subscriptions =
+            "stateless_share = 0.5\n[[operation]]\nkind = \"subscribe\"\nweight = 1\nuri = \"u\"\n";
+        let err = parse(only_subscriptions).err().unwrap();
+        assert!(format!("{err:#}").contains("subscribe"), "{err:#}");
+    }
+
+    #[test]
     fn rejects_bad_scenarios() {
         for (bad, says) in [
             ("", "missing field `operation`"),
@@ -927,6 +1081,22 @@ mod tests {
             (
                 "[[data]]\nname = \"d\"\nfile = \"missing.csv\"\n[[operation]]\nkind = \"tools_list\"\nweight = 1\n",
                 "missing.csv",
+            ),
+            (
+                "[[operation]]\nkind = \"subscribe\"\nweight = 1\nuri = \"u\"\n[[operation.check]]\nexists = true\n",
+                "checks are for operations with one answer",
+            ),
+            (
+                "[[operation]]\nkind = \"subscribe\"\nweight = 1\nuri = \"u\"\ntouch_arguments = { uri = \"u\" }\n",
+                "touch_arguments without a touch_tool",
+            ),
+            (
+                "[[operation]]\nkind = \"subscribe\"\nweight = 1\nuri = \"u\"\nwait_ms = 0\n",
+                "wait_ms >= 1",
+            ),
+            (
+                "protocol_version = \"2026-07-28\"\n[[operation]]\nkind = \"task_call\"\nweight = 1\ntool = \"t\"\narguments = [1]\n",
+                "task_call: arguments must be a table",
             ),
         ] {
             let err = parse(bad).err().unwrap_or_else(|| panic!("{bad} parsed"));

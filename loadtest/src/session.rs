@@ -25,7 +25,7 @@ use crate::pools::Pools;
 use crate::scenario::{
     DISCOVER, Era, INITIALIZE, OpId, Operation, Request, STATELESS_VERSION, Scenario, Weighted,
 };
-use crate::stateless::{self, Outcome};
+use crate::stateless::{self, Outcome, TaskStatus};
 use crate::stats::{ErrorKind, Stats};
 use crate::template::Draw;
 
@@ -86,9 +86,11 @@ pub(crate) async fn run(plan: Arc<Plan>, index: usize, start_at: Instant) {
 /// operation), and one active session less.
 pub(crate) async fn close(plan: &Plan, client: Client) {
     if client.session_id().is_some() {
-        match timeout(SESSION_CALL_TIMEOUT, client.delete()).await {
-            Ok(Ok(status)) if status.is_success() => {}
-            Ok(Ok(status)) => plan.stats.error(&ErrorKind::status(status.as_u16())),
+        match timeout(SESSION_CALL_TIMEOUT, client.delete_with_headers()).await {
+            Ok(Ok((status, _))) if status.is_success() => {}
+            Ok(Ok((status, headers))) => plan
+                .stats
+                .error(&ErrorKind::answer(status.as_u16(), &headers)),
             Ok(Err(err)) => plan.stats.error(&classify(err)),
             Err(_) => plan.stats.error(&ErrorKind::Timeout),
         }
@@ -214,17 +216,13 @@ async fn lane(
                 }
                 continue;
             }
-            Operation::GetStream { hold_ms } => {
+            op if op.uses_standalone_stream() => {
                 if standalone_taken.swap(true, Ordering::AcqRel) {
                     sleep(GET_STREAM_BUSY_PAUSE).await;
                     continue;
                 }
                 let client = client.read().await;
-                let outcome = timeout_at(
-                    deadline,
-                    get_stream(&client, Duration::from_millis(*hold_ms)),
-                )
-                .await;
+                let outcome = timeout_at(deadline, run_op(&client, plan, entry, session)).await;
                 standalone_taken.store(false, Ordering::Release);
                 outcome
             }
@@ -260,13 +258,6 @@ pub(crate) async fn exclusive_op(
                 client = initialize(plan, http).await?;
             }
             return Some(client);
-        }
-        Operation::GetStream { hold_ms } => {
-            timeout_at(
-                deadline,
-                get_stream(&client, Duration::from_millis(*hold_ms)),
-            )
-            .await
         }
         _ => timeout_at(deadline, run_op(&client, plan, entry, session)).await,
     };
@@ -310,7 +301,12 @@ async fn run_op(
     let started = Instant::now();
     let mut draw = Draw::new(&plan.scenario.data, session, &plan.seq);
     if let Some(request) = &entry.request {
-        let result = generic_request(client, plan, entry, request, &mut draw).await?;
+        let result = match &entry.op {
+            Operation::TaskCall { .. } => {
+                task_call(client, plan, entry, request, &mut draw).await?
+            }
+            _ => generic_request(client, plan, entry, request, &mut draw).await?,
+        };
         let latency = started.elapsed();
         expectations(plan, entry, &result, &mut draw)?;
         return Ok(latency);
@@ -361,11 +357,22 @@ async fn run_op(
             let hold = Duration::from_millis(*hold_ms);
             return stateless::listen(client, notifications, hold).await;
         }
-        // Handled by the lane, which needs the lock or the flag; the
-        // generic ones above.
-        Operation::GetStream { .. }
-        | Operation::DeleteSession
+        Operation::GetStream { hold_ms } => {
+            return get_stream(client, Duration::from_millis(*hold_ms)).await;
+        }
+        Operation::Subscribe {
+            touch_tool,
+            wait_ms,
+            ..
+        } => {
+            let wait = Duration::from_millis(*wait_ms);
+            return subscribe(client, entry, touch_tool.as_deref(), wait, &mut draw).await;
+        }
+        // Handled by the lane, which needs the lock; the generic ones
+        // above.
+        Operation::DeleteSession
         | Operation::CallTool { .. }
+        | Operation::TaskCall { .. }
         | Operation::ReadResource { .. }
         | Operation::GetPrompt { .. }
         | Operation::List { .. }
@@ -387,7 +394,7 @@ async fn generic_request(
     // Session era: questions come on the call's stream, answered by method.
     let answers = entry.inputs.as_ref().map(|inputs| inputs.render(draw));
     let mut rounds = 0;
-    let mut result = loop {
+    let result = loop {
         let response =
             checked_request(client, request.method, params.clone(), answers.as_ref()).await?;
         let result = response
@@ -399,6 +406,8 @@ async fn generic_request(
         }
         match stateless::outcome(result)? {
             Outcome::Complete(result) => break result,
+            // Tasks were not declared: the server must answer at once.
+            Outcome::Task(_) => return Err(ErrorKind::Protocol("protocol:unexpected_task")),
             Outcome::InputRequired { requests, state } => {
                 rounds += 1;
                 if rounds > stateless::MAX_INPUT_ROUNDS {
@@ -418,6 +427,17 @@ async fn generic_request(
             }
         }
     };
+    as_asked(plan, entry, request, result)
+}
+
+/// A generic operation's `result` if it has the shape its method promises
+/// and the `isError` asked for.
+fn as_asked(
+    plan: &Plan,
+    entry: &Weighted,
+    request: &Request,
+    mut result: Value,
+) -> Result<Value, ErrorKind> {
     if result
         .pointer(request.shape)
         .is_none_or(|found| !found.is_array())
@@ -433,6 +453,203 @@ async fn generic_request(
     plan.stats
         .sample(operation_name(plan, entry), &error, &result);
     Err(error)
+}
+
+/// A tool called as a task (2026-07-28 tasks extension) and polled with
+/// `tasks/get` until it ends; the task's questions are answered with
+/// `tasks/update` from the entry's `inputs`. Returns the task's result,
+/// checked as a `call_tool`'s.
+///
+/// # Errors
+/// A call answered at once (`task:not_a_task`), a task that ended
+/// `failed` or `cancelled` (`task:failed`, `task:cancelled`; the first
+/// such answer is kept as the sample), more than
+/// [`stateless::MAX_INPUT_ROUNDS`] rounds of questions, or any failure of
+/// its requests.
+async fn task_call(
+    client: &Client,
+    plan: &Plan,
+    entry: &Weighted,
+    request: &Request,
+    draw: &mut Draw<'_>,
+) -> Result<Value, ErrorKind> {
+    let capabilities = stateless::task_capabilities(entry.inputs.is_some());
+    let request_as = |method: &'static str, params: Value| {
+        checked_request_as(client, method, params, None, capabilities.clone())
+    };
+    let failed = |error: ErrorKind, answer: &Value| {
+        plan.stats
+            .sample(operation_name(plan, entry), &error, answer);
+        error
+    };
+    let mut params = request.params.render(draw);
+    let mut rounds = 0;
+    let mut task = loop {
+        let response = request_as(request.method, params.clone()).await?;
+        let result = response
+            .get("result")
+            .cloned()
+            .ok_or(violation(Violation::WrongResult))?;
+        match stateless::outcome(result)? {
+            Outcome::Task(task) => break task,
+            Outcome::Complete(result) => {
+                return Err(failed(ErrorKind::NotDone("task:not_a_task"), &result));
+            }
+            Outcome::InputRequired { requests, state } => {
+                rounds += 1;
+                if rounds > stateless::MAX_INPUT_ROUNDS {
+                    return Err(ErrorKind::Check("input:too_many_rounds"));
+                }
+                let answers = stateless::answers(entry.inputs.as_ref(), &requests, draw)
+                    .map_err(|error| failed(error, &Value::Object(requests.clone())))?;
+                params["inputResponses"] = answers;
+                params["requestState"] = state;
+            }
+        }
+    };
+    let id = task.id.clone();
+    // The keys answered so far: a question shown again before the task
+    // picked up its answer is not answered twice.
+    let mut answered: Vec<String> = Vec::new();
+    loop {
+        match task.status {
+            TaskStatus::Working => {}
+            TaskStatus::InputRequired(mut requests) => {
+                requests.retain(|key, _| !answered.contains(key));
+                if !requests.is_empty() {
+                    rounds += 1;
+                    if rounds > stateless::MAX_INPUT_ROUNDS {
+                        return Err(ErrorKind::Check("input:too_many_rounds"));
+                    }
+                    let answers = stateless::answers(entry.inputs.as_ref(), &requests, draw)
+                        .map_err(|error| failed(error, &Value::Object(requests.clone())))?;
+                    answered.extend(requests.keys().cloned());
+                    let update = json!({"taskId": id, "inputResponses": answers});
+                    complete_result(client, request_as("tasks/update", update).await?)?;
+                }
+            }
+            TaskStatus::Completed(result) => return as_asked(plan, entry, request, result),
+            TaskStatus::Failed(error) => {
+                return Err(failed(ErrorKind::NotDone("task:failed"), &error));
+            }
+            TaskStatus::Cancelled => return Err(ErrorKind::NotDone("task:cancelled")),
+        }
+        sleep(task.poll).await;
+        let view = complete_result(
+            client,
+            request_as("tasks/get", json!({"taskId": id})).await?,
+        )?;
+        task = stateless::Task::of(&view)?;
+        if task.id != id {
+            return Err(ErrorKind::Protocol("protocol:wrong_task"));
+        }
+    }
+}
+
+/// `subscribe`: the standalone stream opened (2025-11-25 transports: what
+/// is not about a request, resource updates included, comes on it, and a
+/// session without it gets none), `resources/subscribe`, the touch tool
+/// called, an update for the URI awaited on the stream, then
+/// `resources/unsubscribe` whatever happened (so that no subscription
+/// outlives the operation). Returns the time from the subscription to the
+/// update.
+///
+/// # Errors
+/// No update within `wait` (`subscribe:no_update`), a standalone stream
+/// that ended and could not be resumed (`subscribe:stream_ended`), a
+/// response on the standalone stream, or any failure of the requests.
+async fn subscribe(
+    client: &Client,
+    entry: &Weighted,
+    touch_tool: Option<&str>,
+    wait: Duration,
+    draw: &mut Draw<'_>,
+) -> Result<Duration, ErrorKind> {
+    let fields = entry
+        .subscription
+        .as_ref()
+        .map(|t| t.render(draw))
+        .unwrap_or_default();
+    let uri = match fields.get("uri") {
+        Some(Value::String(uri)) => uri.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    };
+    let mut stream = open_standalone(client, None).await?;
+    let started = Instant::now();
+    simple_request(client, "resources/subscribe", json!({"uri": uri})).await?;
+    let updated = async {
+        if let Some(tool) = touch_tool {
+            let arguments = fields
+                .get("touch_arguments")
+                .cloned()
+                .unwrap_or_else(|| json!({"uri": uri}));
+            let call = json!({"name": tool, "arguments": arguments});
+            simple_request(client, "tools/call", call).await?;
+        }
+        match timeout(wait, resource_updated(client, &mut stream, &uri)).await {
+            Ok(seen) => seen.map(|()| started.elapsed()),
+            Err(_) => Err(ErrorKind::NotDone("subscribe:no_update")),
+        }
+    }
+    .await;
+    let unsubscribed = simple_request(client, "resources/unsubscribe", json!({"uri": uri})).await;
+    drop(stream);
+    let latency = updated?;
+    unsubscribed?;
+    Ok(latency)
+}
+
+/// Reads the standalone `stream` until a `notifications/resources/updated`
+/// for `uri`, resuming it with `Last-Event-ID` when the server ends it.
+///
+/// Cancel safety: not cancel safe (a message read but not yet looked at is
+/// lost); the caller drops the stream with it when it stops waiting.
+async fn resource_updated(
+    client: &Client,
+    stream: &mut SseStream,
+    uri: &str,
+) -> Result<(), ErrorKind> {
+    loop {
+        match stream.next_message().await.map_err(classify)? {
+            Some(message) if message.get("method").is_none() => {
+                // No request was sent on this stream.
+                return Err(ErrorKind::Protocol(
+                    "protocol:response_on_standalone_stream",
+                ));
+            }
+            Some(message) => {
+                if message.get("method").and_then(Value::as_str)
+                    == Some("notifications/resources/updated")
+                    && message.pointer("/params/uri").and_then(Value::as_str) == Some(uri)
+                {
+                    return Ok(());
+                }
+            }
+            None => {
+                // The server may end the standalone stream (a drain, a
+                // reader taken over): resumed after its `retry`, as a
+                // client would, so that what was written meanwhile comes.
+                let Some(last_event_id) = stream.last_event_id.take() else {
+                    return Err(ErrorKind::NotDone("subscribe:stream_ended"));
+                };
+                sleep(retry_wait(stream)).await;
+                *stream = open_standalone(client, Some(&last_event_id)).await?;
+            }
+        }
+    }
+}
+
+/// The standalone GET stream, or with `last_event_id` its resumption.
+async fn open_standalone(
+    client: &Client,
+    last_event_id: Option<&str>,
+) -> Result<SseStream, ErrorKind> {
+    match client.get(last_event_id).await.map_err(classify)? {
+        Reply::Sse(stream) => Ok(stream),
+        Reply::Status(status, _, headers) => Err(ErrorKind::answer(status.as_u16(), &headers)),
+        _ => Err(ErrorKind::Protocol("protocol:standalone_not_sse")),
+    }
 }
 
 /// The entry's checks on an operation's `result`; the first answer that
@@ -487,6 +704,8 @@ fn complete_result(client: &Client, mut response: Value) -> Result<Value, ErrorK
     match stateless::outcome(result)? {
         Outcome::Complete(result) => Ok(result),
         Outcome::InputRequired { .. } => Err(ErrorKind::Check("input:unanswered")),
+        // Tasks were not declared (or, for `tasks/*`, a task is no answer).
+        Outcome::Task(_) => Err(ErrorKind::Protocol("protocol:unexpected_task")),
     }
 }
 
@@ -498,11 +717,22 @@ async fn checked_request(
     params: Value,
     answers: Option<&Value>,
 ) -> Result<Value, ErrorKind> {
-    let answers_questions = answers.is_some();
+    let capabilities = stateless::capabilities(answers.is_some());
+    checked_request_as(client, method, params, answers, capabilities).await
+}
+
+/// [`checked_request`], a 2026-07-28 client declaring `capabilities`.
+async fn checked_request_as(
+    client: &Client,
+    method: &str,
+    params: Value,
+    answers: Option<&Value>,
+    capabilities: Value,
+) -> Result<Value, ErrorKind> {
     let id = client.next_id();
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     let mut check = CallCheck::new(id, None);
-    let reply = post_as(client, &body, answers_questions).await?;
+    let reply = post_as(client, &body, capabilities).await?;
     read_reply(client, reply, &mut check, answers).await?;
     check.finish(false).map_err(violation)?;
     let response = check
@@ -678,7 +908,9 @@ async fn resume_until_response(
         sleep(pause).await;
         let mut resumed = match client.get(Some(&last_event_id)).await.map_err(classify)? {
             Reply::Sse(stream) => stream,
-            Reply::Status(status, _) => return Err(ErrorKind::status(status.as_u16())),
+            Reply::Status(status, _, headers) => {
+                return Err(ErrorKind::answer(status.as_u16(), &headers));
+            }
             _ => return Err(ErrorKind::Protocol("protocol:resume_not_sse")),
         };
         read_stream(client, &mut resumed, check, None, answers).await?;
@@ -697,11 +929,7 @@ async fn resume_until_response(
 /// the time to open it.
 async fn get_stream(client: &Client, hold: Duration) -> Result<Duration, ErrorKind> {
     let started = Instant::now();
-    let mut stream = match client.get(None).await.map_err(classify)? {
-        Reply::Sse(stream) => stream,
-        Reply::Status(status, _) => return Err(ErrorKind::status(status.as_u16())),
-        _ => return Err(ErrorKind::Protocol("protocol:standalone_not_sse")),
-    };
+    let mut stream = open_standalone(client, None).await?;
     let opened = started.elapsed();
     let held = timeout(hold, async {
         loop {
@@ -733,9 +961,9 @@ async fn delete_session(
     http: &reqwest::Client,
 ) -> Result<Duration, ErrorKind> {
     let started = Instant::now();
-    let status = client.delete().await.map_err(classify)?;
+    let (status, headers) = client.delete_with_headers().await.map_err(classify)?;
     if !status.is_success() {
-        return Err(ErrorKind::status(status.as_u16()));
+        return Err(ErrorKind::answer(status.as_u16(), &headers));
     }
     client.set_session_id(None);
     *client = open_session(plan, http).await?;
@@ -750,26 +978,21 @@ fn long_call_body(id: i64, duration_ms: u64, steps: u64) -> Value {
 }
 
 async fn post(client: &Client, body: &Value) -> Result<Reply, ErrorKind> {
-    post_as(client, body, false).await
+    post_as(client, body, stateless::capabilities(false)).await
 }
 
 /// POSTs `body`; a 2026-07-28 client dresses it with the era's `_meta`
-/// and headers, declaring the capabilities to answer questions when
-/// `answers_questions`.
-async fn post_as(
-    client: &Client,
-    body: &Value,
-    answers_questions: bool,
-) -> Result<Reply, ErrorKind> {
+/// and headers, declaring `capabilities` (see [`stateless::capabilities`]).
+async fn post_as(client: &Client, body: &Value, capabilities: Value) -> Result<Reply, ErrorKind> {
     let reply = if stateless::is_stateless(client) {
         let mut body = body.clone();
-        let headers = stateless::dress(&mut body, stateless::capabilities(answers_questions));
+        let headers = stateless::dress(&mut body, capabilities);
         client.post_with(&body, headers).await
     } else {
         client.post(body).await
     };
     match reply.map_err(classify)? {
-        Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
+        Reply::Status(status, _, headers) => Err(ErrorKind::answer(status.as_u16(), &headers)),
         reply => Ok(reply),
     }
 }
@@ -777,7 +1000,7 @@ async fn post_as(
 fn expect_accepted(reply: Reply) -> Result<(), ErrorKind> {
     match reply {
         Reply::Accepted => Ok(()),
-        Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
+        Reply::Status(status, _, headers) => Err(ErrorKind::answer(status.as_u16(), &headers)),
         _ => Err(ErrorKind::Protocol("protocol:notification_answered")),
     }
 }
@@ -794,7 +1017,7 @@ async fn read_reply(
         Reply::Json(message, _) => check.observe(message).map(drop).map_err(violation),
         Reply::Sse(stream) => read_until_response(client, stream, check, answers).await,
         Reply::Accepted => Err(ErrorKind::Protocol("protocol:request_answered_202")),
-        Reply::Status(status, _) => Err(ErrorKind::status(status.as_u16())),
+        Reply::Status(status, _, headers) => Err(ErrorKind::answer(status.as_u16(), &headers)),
     }
 }
 

@@ -10,7 +10,8 @@
 //! (`complete`, `input_required`, `task`); an `input_required` result has
 //! `inputRequests` and a `requestState`; a listen stream opens with
 //! `notifications/subscriptions/acknowledged` and each of its messages
-//! carries the subscription's id.
+//! carries the subscription's id; a task handle has a `taskId`, and a task
+//! (`tasks/get`) a known `status` with what that status carries.
 
 use base64::Engine;
 use mcp_cluster_client::{Client, Reply};
@@ -27,6 +28,15 @@ const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 const META_CLIENT: &str = "io.modelcontextprotocol/clientInfo";
 const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
+/// The tasks extension, declared in `clientCapabilities.extensions`.
+const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// Bounds on the wait between two `tasks/get` of one task: the task's
+/// `pollIntervalMs` is honoured within them (a server's 0 would make a
+/// busy loop, a huge value would outlive the operation's bound).
+const MIN_TASK_POLL: Duration = Duration::from_millis(10);
+const MAX_TASK_POLL: Duration = Duration::from_secs(5);
+/// The wait between two `tasks/get` when the task does not say.
+const DEFAULT_TASK_POLL: Duration = Duration::from_millis(500);
 /// Rounds of questions one operation answers before it counts as failed.
 pub(crate) const MAX_INPUT_ROUNDS: usize = 8;
 
@@ -45,6 +55,14 @@ pub(crate) fn capabilities(answers_questions: bool) -> Value {
     } else {
         json!({})
     }
+}
+
+/// The capabilities of a client that runs tools as tasks: those of
+/// [`capabilities`] and the tasks extension.
+pub(crate) fn task_capabilities(answers_questions: bool) -> Value {
+    let mut caps = capabilities(answers_questions);
+    caps["extensions"] = json!({ TASKS_EXTENSION: {} });
+    caps
 }
 
 /// Puts the era's `_meta` fields into a request `body` (keeping what its
@@ -121,14 +139,85 @@ pub(crate) enum Outcome {
         requests: Map<String, Value>,
         state: Value,
     },
+    /// A task's handle (tasks extension): the request goes on as the task
+    /// it names.
+    Task(Task),
+}
+
+/// A task as the server describes it: its handle, or its state from
+/// `tasks/get`.
+#[derive(Debug)]
+pub(crate) struct Task {
+    pub(crate) id: String,
+    pub(crate) status: TaskStatus,
+    /// How long to wait before the next `tasks/get`: the task's
+    /// `pollIntervalMs`, within bounds.
+    pub(crate) poll: Duration,
+}
+
+/// Where a task is.
+#[derive(Debug, PartialEq)]
+pub(crate) enum TaskStatus {
+    Working,
+    /// Questions the task waits on (`inputRequests`, by key), answered
+    /// with `tasks/update`.
+    InputRequired(Map<String, Value>),
+    /// Ended with this result (a tool error is `completed` too, with
+    /// `isError`).
+    Completed(Value),
+    /// Ended with this JSON-RPC error.
+    Failed(Value),
+    Cancelled,
+}
+
+impl Task {
+    /// Reads a task handle (`resultType: "task"`) or a `tasks/get` result.
+    ///
+    /// # Errors
+    /// No `taskId`, an unknown `status`, or a status without what it
+    /// carries (`completed` without `result`, `failed` without `error`,
+    /// `input_required` without `inputRequests`): `protocol:*` violations.
+    pub(crate) fn of(view: &Value) -> Result<Self, ErrorKind> {
+        let id = view
+            .get("taskId")
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty())
+            .ok_or(ErrorKind::Protocol("protocol:task_without_id"))?
+            .to_owned();
+        let carried = |field: &str| {
+            view.get(field)
+                .filter(|v| v.is_object())
+                .cloned()
+                .ok_or(ErrorKind::Protocol("protocol:task_status_incomplete"))
+        };
+        let status = match view.get("status").and_then(Value::as_str) {
+            Some("working") => TaskStatus::Working,
+            Some("input_required") => match carried("inputRequests")? {
+                Value::Object(requests) if !requests.is_empty() => {
+                    TaskStatus::InputRequired(requests)
+                }
+                _ => return Err(ErrorKind::Protocol("protocol:task_status_incomplete")),
+            },
+            Some("completed") => TaskStatus::Completed(carried("result")?),
+            Some("failed") => TaskStatus::Failed(carried("error")?),
+            Some("cancelled") => TaskStatus::Cancelled,
+            _ => return Err(ErrorKind::Protocol("protocol:unknown_task_status")),
+        };
+        let poll = view
+            .get("pollIntervalMs")
+            .and_then(Value::as_u64)
+            .map_or(DEFAULT_TASK_POLL, Duration::from_millis)
+            .clamp(MIN_TASK_POLL, MAX_TASK_POLL);
+        Ok(Self { id, status, poll })
+    }
 }
 
 /// Reads a stateless result's `resultType`.
 ///
 /// # Errors
-/// No `resultType`, an unknown one, or an `input_required` result without
-/// its questions or state: `protocol:*` violations. A `task` result: the
-/// scenario did not ask for tasks (`protocol:unexpected_task`).
+/// No `resultType`, an unknown one, an `input_required` result without its
+/// questions or state, or a task handle without its id: `protocol:*`
+/// violations.
 pub(crate) fn outcome(result: Value) -> Result<Outcome, ErrorKind> {
     match result.get("resultType").and_then(Value::as_str) {
         Some("complete") => Ok(Outcome::Complete(result)),
@@ -147,7 +236,7 @@ pub(crate) fn outcome(result: Value) -> Result<Outcome, ErrorKind> {
                 .ok_or(ErrorKind::Protocol("protocol:input_required_without_state"))?;
             Ok(Outcome::InputRequired { requests, state })
         }
-        Some("task") => Err(ErrorKind::Protocol("protocol:unexpected_task")),
+        Some("task") => Task::of(&result).map(Outcome::Task),
         Some(_) => Err(ErrorKind::Protocol("protocol:unknown_result_type")),
         None => Err(ErrorKind::Protocol("protocol:no_result_type")),
     }
@@ -194,7 +283,9 @@ pub(crate) async fn listen(
     let started = Instant::now();
     let mut stream = match client.post_with(&body, headers).await {
         Ok(Reply::Sse(stream)) => stream,
-        Ok(Reply::Status(status, _)) => return Err(ErrorKind::status(status.as_u16())),
+        Ok(Reply::Status(status, _, headers)) => {
+            return Err(ErrorKind::answer(status.as_u16(), &headers));
+        }
         Ok(Reply::Json(message, _)) => {
             return Err(
                 match message.pointer("/error/code").and_then(Value::as_i64) {
@@ -284,6 +375,71 @@ mod tests {
         let headers = dress(&mut note, capabilities(false));
         assert!(note["params"].get("_meta").is_none());
         assert_eq!(headers["mcp-method"], "notifications/cancelled");
+    }
+
+    #[test]
+    fn task_handles_and_states_say_what_their_status_carries() {
+        let caps = task_capabilities(false);
+        assert!(caps["extensions"][TASKS_EXTENSION].is_object(), "{caps}");
+        assert!(caps.get("elicitation").is_none());
+        assert!(task_capabilities(true)["elicitation"].is_object());
+
+        let Ok(Outcome::Task(handle)) = outcome(json!({
+            "resultType": "task", "taskId": "t1", "status": "working",
+            "createdAt": "x", "lastUpdatedAt": "x", "ttlMs": 1000, "pollIntervalMs": 250
+        })) else {
+            panic!("not a task");
+        };
+        assert_eq!(handle.id, "t1");
+        assert_eq!(handle.status, TaskStatus::Working);
+        assert_eq!(handle.poll, Duration::from_millis(250));
+        assert_eq!(
+            outcome(json!({"resultType": "task", "status": "working"})).unwrap_err(),
+            ErrorKind::Protocol("protocol:task_without_id")
+        );
+
+        let view = |status: Value, extra: Value| {
+            let mut view = json!({"resultType": "complete", "taskId": "t1", "status": status});
+            view.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            Task::of(&view)
+        };
+        let done = view(json!("completed"), json!({"result": {"content": []}})).unwrap();
+        assert_eq!(done.status, TaskStatus::Completed(json!({"content": []})));
+        // Without a poll interval the default; out of bounds, the bound.
+        assert_eq!(done.poll, DEFAULT_TASK_POLL);
+        let eager = view(json!("working"), json!({"pollIntervalMs": 0})).unwrap();
+        assert_eq!(eager.poll, MIN_TASK_POLL);
+        let asking = view(
+            json!("input_required"),
+            json!({"inputRequests": {"confirm": {"method": "elicitation/create"}}}),
+        )
+        .unwrap();
+        assert!(
+            matches!(asking.status, TaskStatus::InputRequired(ref r) if r.contains_key("confirm"))
+        );
+        let failed = view(json!("failed"), json!({"error": {"code": -32603}})).unwrap();
+        assert_eq!(failed.status, TaskStatus::Failed(json!({"code": -32603})));
+        assert_eq!(
+            view(json!("cancelled"), json!({})).unwrap().status,
+            TaskStatus::Cancelled
+        );
+        for (status, extra) in [
+            (json!("completed"), json!({})),
+            (json!("failed"), json!({})),
+            (json!("input_required"), json!({"inputRequests": {}})),
+        ] {
+            assert_eq!(
+                view(status.clone(), extra).unwrap_err(),
+                ErrorKind::Protocol("protocol:task_status_incomplete"),
+                "{status}"
+            );
+        }
+        assert_eq!(
+            view(json!("sleeping"), json!({})).unwrap_err(),
+            ErrorKind::Protocol("protocol:unknown_task_status")
+        );
     }
 
     #[test]

@@ -14,8 +14,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hdrhistogram::Histogram;
+use reqwest::header::{HeaderMap, RETRY_AFTER};
 use serde::{Deserialize, Serialize};
 
+use crate::failures::{ErrorWindow, Retry, now_unix_ms};
 use crate::scenario::OpId;
 
 /// Highest latency the histograms track exactly (longer ones saturate).
@@ -30,6 +32,10 @@ pub(crate) enum ErrorKind {
     HttpStatus(u16),
     /// The server refused the request for who sent it or how often.
     Refused(Refusal),
+    /// A 429 or 503 answer that said when to retry (`Retry-After`):
+    /// counted under the same key as the status without it
+    /// ([`ErrorKind::status`]), and as `said` in the report's `retry`.
+    RetryAfter(u16),
     /// A JSON-RPC error response.
     JsonRpc(i64),
     /// The operation outlived its time bound.
@@ -43,6 +49,13 @@ pub(crate) enum ErrorKind {
     /// The answer failed one of the scenario's checks (`check:equals`,
     /// `check:latency`, ...).
     Check(&'static str),
+    /// Every answer was well-formed, but the operation did not get what it
+    /// was for: a task that ended `failed` or `cancelled` (`task:failed`,
+    /// `task:cancelled`), a tool call not made a task (`task:not_a_task`),
+    /// no resource update after subscribing (`subscribe:no_update`), a
+    /// standalone stream that ended and could not be resumed
+    /// (`subscribe:stream_ended`).
+    NotDone(&'static str),
     /// The `--server-pid` process could no longer be read (it exited); counted
     /// once, after which the run goes on without RSS samples.
     ServerRssLost,
@@ -59,17 +72,40 @@ impl ErrorKind {
         }
     }
 
+    /// The failure an HTTP answer of status `code` with `headers` stands
+    /// for: as [`ErrorKind::status`], but a 429 or 503 that carries a
+    /// `Retry-After` header is [`ErrorKind::RetryAfter`] (RFC 9110 10.2.3:
+    /// how long the client ought to wait before its next request).
+    pub(crate) fn answer(code: u16, headers: &HeaderMap) -> Self {
+        let says_when = headers
+            .get(RETRY_AFTER)
+            .is_some_and(|value| !value.as_bytes().trim_ascii().is_empty());
+        if says_when && RETRY_AFTER_STATUSES.contains(&code) {
+            ErrorKind::RetryAfter(code)
+        } else {
+            ErrorKind::status(code)
+        }
+    }
+
+    /// Whether the failure told the client when to retry.
+    pub(crate) fn retry_said(&self) -> bool {
+        matches!(self, ErrorKind::RetryAfter(_))
+    }
+
     /// The report key: `http_status:503`, `refused:401_unauthorized`,
     /// `jsonrpc:-32600`, `timeout`, ...
     pub(crate) fn key(&self) -> String {
         match self {
             ErrorKind::HttpStatus(code) => format!("http_status:{code}"),
             ErrorKind::Refused(refusal) => refusal.key().to_owned(),
+            ErrorKind::RetryAfter(code) => ErrorKind::status(*code).key(),
             ErrorKind::JsonRpc(code) => format!("jsonrpc:{code}"),
             ErrorKind::Timeout => "timeout".to_owned(),
             ErrorKind::Transport => "transport".to_owned(),
             ErrorKind::ToolError => "tool_error".to_owned(),
-            ErrorKind::Protocol(name) | ErrorKind::Check(name) => (*name).to_owned(),
+            ErrorKind::Protocol(name) | ErrorKind::Check(name) | ErrorKind::NotDone(name) => {
+                (*name).to_owned()
+            }
             ErrorKind::ServerRssLost => "server_rss_lost".to_owned(),
         }
     }
@@ -118,6 +154,11 @@ impl Refusal {
     }
 }
 
+/// The statuses whose `Retry-After` counts as saying when to retry: 429
+/// Too Many Requests and 503 Service Unavailable (RFC 9110 10.2.3, RFC 6585
+/// 4; a 3xx's `Retry-After` is about redirects).
+const RETRY_AFTER_STATUSES: [u16; 2] = [429, 503];
+
 /// Most failure samples kept (one per error key).
 const MAX_SAMPLES: usize = 32;
 /// Longest failure sample, in characters.
@@ -145,13 +186,18 @@ struct OpLatency {
     interval_failed: u64,
 }
 
-/// Error counts by key, whole run and current interval.
+/// Error counts by key, whole run and current interval, with when they
+/// happened and whether they said when to retry.
 #[derive(Debug, Default)]
 struct ErrorCounts {
     total: BTreeMap<String, u64>,
     /// Since the sampler's last tick; taken by `take_interval`. Keys come from
     /// [`ErrorKind::key`], a small set, so the map stays small.
     interval: BTreeMap<String, u64>,
+    /// The first and last of each key, wall clock (same keys as `total`).
+    window: ErrorWindow,
+    /// Said when to retry or not, per key (same keys as `total`).
+    retry: Retry,
 }
 
 /// One interval's raw figures, swapped out of [`Stats`] by the sampler. The
@@ -295,8 +341,11 @@ impl Stats {
         if matches!(error, ErrorKind::Protocol(_)) {
             self.violations.fetch_add(1, Ordering::Relaxed);
         }
+        let at = now_unix_ms();
         if let Ok(mut errors) = self.errors.lock() {
             let key = error.key();
+            errors.window.record(&key, at);
+            errors.retry.record(&key, error.retry_said());
             *errors.interval.entry(key.clone()).or_default() += 1;
             *errors.total.entry(key).or_default() += 1;
         }
@@ -381,6 +430,22 @@ impl Stats {
         self.errors
             .lock()
             .map(|e| e.total.clone())
+            .unwrap_or_default()
+    }
+
+    /// When the errors were counted, overall and by key.
+    pub(crate) fn error_window(&self) -> ErrorWindow {
+        self.errors
+            .lock()
+            .map(|e| e.window.clone())
+            .unwrap_or_default()
+    }
+
+    /// The errors that said when to retry, and those that did not, by key.
+    pub(crate) fn retry(&self) -> Retry {
+        self.errors
+            .lock()
+            .map(|e| e.retry.clone())
             .unwrap_or_default()
     }
 }
@@ -490,5 +555,51 @@ mod tests {
         assert_eq!(errors.get("refused:429_too_many_requests"), Some(&1));
         let (ok, failed, _) = &stats.figures()[INITIALIZE.0];
         assert_eq!((*ok, *failed), (0, 4));
+    }
+
+    #[test]
+    fn a_429_or_503_with_retry_after_said_when_to_retry() {
+        let mut told = HeaderMap::new();
+        told.insert(RETRY_AFTER, "1".parse().unwrap());
+        let mut blank = HeaderMap::new();
+        blank.insert(RETRY_AFTER, " ".parse().unwrap());
+        let silent = HeaderMap::new();
+        assert_eq!(ErrorKind::answer(503, &told), ErrorKind::RetryAfter(503));
+        assert_eq!(ErrorKind::answer(429, &told), ErrorKind::RetryAfter(429));
+        assert_eq!(ErrorKind::answer(503, &silent), ErrorKind::HttpStatus(503));
+        assert_eq!(ErrorKind::answer(503, &blank), ErrorKind::HttpStatus(503));
+        // Only 429 and 503 say when to retry with it.
+        assert_eq!(ErrorKind::answer(500, &told), ErrorKind::HttpStatus(500));
+        assert_eq!(
+            ErrorKind::answer(429, &silent),
+            ErrorKind::Refused(Refusal::TooManyRequests)
+        );
+        // The same key with or without it.
+        assert_eq!(ErrorKind::RetryAfter(503).key(), "http_status:503");
+        assert_eq!(
+            ErrorKind::RetryAfter(429).key(),
+            "refused:429_too_many_requests"
+        );
+
+        let stats = Stats::new(&["initialize".to_owned()]).unwrap();
+        stats.failed(INITIALIZE, &ErrorKind::answer(503, &told));
+        stats.failed(INITIALIZE, &ErrorKind::answer(503, &told));
+        stats.failed(INITIALIZE, &ErrorKind::answer(503, &silent));
+        stats.failed(INITIALIZE, &ErrorKind::JsonRpc(-32603));
+        stats.error(&ErrorKind::answer(429, &told));
+        let errors = stats.errors();
+        let retry = stats.retry();
+        assert_eq!(retry.said["http_status:503"], 2);
+        assert_eq!(retry.not_said["http_status:503"], 1);
+        assert_eq!(retry.not_said["jsonrpc:-32603"], 1);
+        assert_eq!(retry.said["refused:429_too_many_requests"], 1);
+        let window = stats.error_window();
+        for (key, n) in &errors {
+            let said = retry.said.get(key).copied().unwrap_or(0);
+            let not_said = retry.not_said.get(key).copied().unwrap_or(0);
+            assert_eq!(said + not_said, *n, "{key}");
+            assert_eq!(window.by_key[key].count, *n, "{key}");
+        }
+        assert!(window.first_unix_ms.unwrap() <= window.last_unix_ms.unwrap());
     }
 }

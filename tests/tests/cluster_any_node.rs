@@ -167,13 +167,13 @@ async fn delete_on_one_node_ends_the_session_on_every_node() {
     for (i, c) in clients.iter().enumerate() {
         let ping = json!({"jsonrpc": "2.0", "id": 100 + i, "method": "ping"});
         match within("POST after DELETE", c.post(&ping)).await.unwrap() {
-            Reply::Status(status, _) => {
+            Reply::Status(status, _, _) => {
                 assert_eq!(status, StatusCode::NOT_FOUND, "POST on node {i}")
             }
             other => panic!("POST on node {i} after DELETE: {other:?}"),
         }
         match within("GET after DELETE", c.get(None)).await.unwrap() {
-            Reply::Status(status, _) => {
+            Reply::Status(status, _, _) => {
                 assert_eq!(status, StatusCode::NOT_FOUND, "GET on node {i}")
             }
             other => panic!("GET on node {i} after DELETE: {other:?}"),

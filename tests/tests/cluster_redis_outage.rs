@@ -22,7 +22,7 @@ fn initialize_body() -> Value {
 /// Asserts a 503 whose body is a JSON-RPC error.
 fn assert_unavailable(reply: Reply, what: &str) {
     match reply {
-        Reply::Status(status, body) => {
+        Reply::Status(status, body, _) => {
             assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{what}: {body}");
             let body: Value = serde_json::from_str(&body)
                 .unwrap_or_else(|err| panic!("{what}: body is not JSON ({err}): {body}"));
@@ -76,8 +76,8 @@ async fn requests_fail_fast_while_redis_is_down_and_nodes_reconnect_after() {
     within("the old session is gone", async {
         loop {
             match before.post(&call).await.unwrap() {
-                Reply::Status(StatusCode::NOT_FOUND, _) => break,
-                Reply::Status(StatusCode::SERVICE_UNAVAILABLE, _) => {
+                Reply::Status(StatusCode::NOT_FOUND, _, _) => break,
+                Reply::Status(StatusCode::SERVICE_UNAVAILABLE, _, _) => {
                     tokio::time::sleep(Duration::from_millis(50)).await
                 }
                 other => panic!("a session Redis lost: {other:?}"),

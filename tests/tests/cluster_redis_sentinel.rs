@@ -94,7 +94,7 @@ fn echoed(reply: Reply) -> Result<String, String> {
             .as_str()
             .map(str::to_owned)
             .ok_or_else(|| format!("no text: {body}")),
-        Reply::Status(StatusCode::SERVICE_UNAVAILABLE, body) => {
+        Reply::Status(StatusCode::SERVICE_UNAVAILABLE, body, _) => {
             let body: Value = serde_json::from_str(&body)
                 .unwrap_or_else(|err| panic!("a 503 without a JSON-RPC body ({err}): {body}"));
             assert!(body["error"]["code"].is_i64(), "{body}");
@@ -286,11 +286,11 @@ async fn what_the_replica_never_received_is_lost_and_resuming_past_it_is_refused
             .await
             .unwrap()
         {
-            Reply::Status(StatusCode::BAD_REQUEST, body) => {
+            Reply::Status(StatusCode::BAD_REQUEST, body, _) => {
                 assert!(body.contains("unknown Last-Event-ID"), "{body}");
                 break;
             }
-            Reply::Status(StatusCode::SERVICE_UNAVAILABLE, _) => {
+            Reply::Status(StatusCode::SERVICE_UNAVAILABLE, _, _) => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             other => panic!("resuming from a lost event: {other:?}"),

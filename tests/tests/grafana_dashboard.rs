@@ -800,7 +800,7 @@ async fn redis_outage(cluster: &Cluster) {
     )
     .await;
     assert!(
-        matches!(&reply, Ok(Reply::Status(status, _)) if status.as_u16() == 503),
+        matches!(&reply, Ok(Reply::Status(status, _, _)) if status.as_u16() == 503),
         "{reply:?}"
     );
     let mut fresh = mcp_cluster_client::Client::new(&cluster.node_url(1), cluster_support::VERSION);

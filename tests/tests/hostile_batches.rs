@@ -79,7 +79,7 @@ async fn an_over_long_batch_is_refused_before_anything_runs() {
     )];
     batch.extend((2..=300).map(touch));
     match post_batch(&client, &batch).await {
-        Reply::Status(status, body) => {
+        Reply::Status(status, body, _) => {
             assert_eq!(status.as_u16(), 400, "{body}");
             let answer: Value = serde_json::from_str(&body).unwrap();
             assert_eq!(error_code(&answer), -32600, "{answer}");

@@ -84,7 +84,7 @@ async fn echo(client: &Client, message: &str) -> Result<Value, String> {
             Err("stream ended without the response".into())
         }
         Reply::Json(v, _) => Ok(v),
-        Reply::Status(status, body) => Err(format!("{status}: {body}")),
+        Reply::Status(status, body, _) => Err(format!("{status}: {body}")),
         Reply::Accepted => Err("202".into()),
     }
 }

@@ -122,7 +122,7 @@ async fn echo(client: &Client, message: &str) -> (String, String) {
                 }
                 panic!("the stream ended before the answer");
             }
-            Reply::Status(status, _) if status == 429 || status == 503 => {
+            Reply::Status(status, _, _) if status == 429 || status == 503 => {
                 // Retry-After is 1 s for both refusals.
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }

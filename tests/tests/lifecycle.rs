@@ -132,7 +132,7 @@ async fn a_second_initialize_on_a_session_is_an_error() {
     .await
     .unwrap()
     {
-        Reply::Status(status, body) => {
+        Reply::Status(status, body, _) => {
             assert_eq!(status, 400);
             let body: Value = serde_json::from_str(&body).unwrap();
             assert_eq!(body["error"]["code"], -32600, "{body}");

@@ -68,7 +68,7 @@ async fn expect_result(client: &Client, body: &Value, extra: HeaderMap) -> Value
 /// error for the body's id, and returns the error message.
 async fn expect_mismatch(client: &Client, body: &Value, extra: HeaderMap) -> String {
     match client.post_with(body, extra).await.unwrap() {
-        Reply::Status(status, text) => {
+        Reply::Status(status, text, _) => {
             assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
             assert_header_mismatch(&text, &body["id"])
         }
@@ -128,7 +128,7 @@ async fn mcp_method_on_a_notification_is_checked() {
         .await
         .unwrap()
     {
-        Reply::Status(status, text) => {
+        Reply::Status(status, text, _) => {
             assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
             assert_header_mismatch(&text, &Value::Null);
         }

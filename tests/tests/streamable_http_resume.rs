@@ -291,7 +291,7 @@ async fn last_event_id_of_another_session_is_refused() {
     read_to_end(&mut stream).await;
 
     match within("GET", other.get(Some(&priming_id))).await.unwrap() {
-        Reply::Status(status, _) => assert!(status.is_client_error(), "{status}"),
+        Reply::Status(status, _, _) => assert!(status.is_client_error(), "{status}"),
         Reply::Sse(mut s) => panic!(
             "another session's stream was served: {:?}",
             s.next_event().await

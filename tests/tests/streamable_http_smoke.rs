@@ -25,7 +25,7 @@ async fn session_lifecycle_from_initialize_to_delete() {
         .await
         .unwrap()
     {
-        Reply::Status(status, _) => assert_eq!(status, 404),
+        Reply::Status(status, _, _) => assert_eq!(status, 404),
         other => panic!("expected 404, got {other:?}"),
     }
 }

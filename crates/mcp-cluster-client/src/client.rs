@@ -49,8 +49,9 @@ pub enum Reply {
     Json(Value, HeaderMap),
     /// An SSE stream.
     Sse(SseStream),
-    /// Any other status, with its body.
-    Status(StatusCode, String),
+    /// Any other status, with its body and headers (a refusal's
+    /// `Retry-After`, say).
+    Status(StatusCode, String, HeaderMap),
 }
 
 /// One session with a Streamable HTTP MCP server.
@@ -142,7 +143,7 @@ impl Client {
                     }
                 }
             },
-            Reply::Status(status, body) => return Err(ClientError::Status { status, body }),
+            Reply::Status(status, body, _) => return Err(ClientError::Status { status, body }),
             Reply::Accepted => {
                 return Err(ClientError::Protocol("initialize answered with 202".into()));
             }
@@ -226,7 +227,8 @@ impl Client {
             return Ok(Reply::Accepted);
         }
         if status != StatusCode::OK {
-            return Ok(Reply::Status(status, response.text().await?));
+            let headers = response.headers().clone();
+            return Ok(Reply::Status(status, response.text().await?, headers));
         }
         if content_type.starts_with("text/event-stream") {
             return Ok(Reply::Sse(SseStream::new(response)));
@@ -264,7 +266,7 @@ impl Client {
                 ))
             }
             Reply::Accepted => Err(ClientError::Protocol("request answered with 202".into())),
-            Reply::Status(status, body) => Err(ClientError::Status { status, body }),
+            Reply::Status(status, body, _) => Err(ClientError::Status { status, body }),
         }
     }
 
@@ -292,15 +294,24 @@ impl Client {
     /// # Errors
     /// The HTTP exchange failed.
     pub async fn delete(&self) -> Result<StatusCode, ClientError> {
+        Ok(self.delete_with_headers().await?.0)
+    }
+
+    /// Ends the session (HTTP DELETE); returns the status and the response
+    /// headers (a refusal's `Retry-After`, say).
+    ///
+    /// # Errors
+    /// The HTTP exchange failed.
+    pub async fn delete_with_headers(&self) -> Result<(StatusCode, HeaderMap), ClientError> {
         let mut headers = self.headers(true);
         headers.remove(CONTENT_TYPE);
-        Ok(self
+        let response = self
             .http
             .delete(&self.url)
             .headers(headers)
             .timeout(Duration::from_secs(30))
             .send()
-            .await?
-            .status())
+            .await?;
+        Ok((response.status(), response.headers().clone()))
     }
 }

@@ -166,9 +166,10 @@ pub fn loadtest(args: &[&str]) -> std::process::Output {
     loadtest_output(Command::new(loadtest_binary()).args(args))
 }
 
-/// `mcp-loadtest run` of `loadtest/scenarios/mixed.toml` in the
-/// background (calls with progress, cancellations, standalone streams,
-/// resumptions, session churn); killed on drop.
+/// `mcp-loadtest run` of a scenario of `loadtest/scenarios/` in the
+/// background: by default `mixed.toml` (calls with progress,
+/// cancellations, standalone streams, resumptions, session churn); killed
+/// on drop.
 #[derive(Debug)]
 pub struct MixedLoad {
     child: std::process::Child,
@@ -176,20 +177,29 @@ pub struct MixedLoad {
 }
 
 impl MixedLoad {
-    /// Starts `sessions` sessions against `url`, ramped up over 2 s, for
-    /// `duration_secs`.
+    /// Starts `sessions` sessions of `mixed.toml` against `url`, ramped up
+    /// over 2 s, for `duration_secs`.
     ///
     /// # Panics
     /// When `mcp-loadtest` is not built or does not start.
     pub fn start(url: &str, sessions: u32, duration_secs: u32) -> Self {
+        Self::start_scenario(url, "mixed.toml", sessions, duration_secs)
+    }
+
+    /// Starts `sessions` sessions of `loadtest/scenarios/<scenario>` (say
+    /// `chaos.toml`) against `url`, ramped up over 2 s, for
+    /// `duration_secs`.
+    ///
+    /// # Panics
+    /// When `mcp-loadtest` is not built or does not start.
+    pub fn start_scenario(url: &str, scenario: &str, sessions: u32, duration_secs: u32) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "mcp-mixed-load-{}-{}",
             std::process::id(),
             crate::free_port().unwrap_or_default()
         ));
         std::fs::create_dir_all(&dir).expect("a directory for the report");
-        let scenario =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../loadtest/scenarios/mixed.toml");
+        let scenario = loadtest_scenario(scenario);
         let child = Command::new(loadtest_binary())
             .args(["run", "--url", url, "--scenario"])
             .arg(&scenario)
