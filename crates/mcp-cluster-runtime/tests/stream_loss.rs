@@ -1,6 +1,6 @@
 //! A stream whose data is gone ends with a JSON-RPC error, never in
-//! silence: one error per request it answers that got no response (one
-//! without id on a standalone stream). And a session's streams go when the
+//! silence: one error per request it answers that got no response (on a
+//! standalone stream, which may carry no response, an `error` log message). And a session's streams go when the
 //! session expires: the node's sweep deletes them.
 
 #![allow(clippy::unwrap_used)]
@@ -59,7 +59,7 @@ async fn a_lost_request_stream_answers_its_request_with_an_error() {
 }
 
 #[actix_rt::test]
-async fn a_lost_standalone_stream_ends_with_an_error_without_id() {
+async fn a_lost_standalone_stream_ends_with_an_error_log_message_not_a_response() {
     let runtime = runtime(RuntimeConfig::default());
     let session = initialized(&runtime).await;
     let (_, mut follow) = runtime.follow_standalone(&session).await.unwrap();
@@ -69,7 +69,20 @@ async fn a_lost_standalone_stream_ends_with_an_error_without_id() {
         .delete_session(session.id())
         .await
         .unwrap();
-    assert_eq!(lost(&mut follow).await, None);
+    let Some(FollowItem::Notice(data)) = follow.next().await else {
+        panic!("a notice, not silence");
+    };
+    let Message::Notification(n) = decode_message(data.as_bytes()).unwrap() else {
+        panic!("a standalone stream carries no response: {data}");
+    };
+    assert_eq!(n.method, "notifications/message");
+    let params = n.params.unwrap();
+    assert_eq!(params["level"], "error", "{data}");
+    assert!(
+        params["data"].as_str().unwrap().contains("stream lost"),
+        "{data}"
+    );
+    assert_eq!(follow.next().await, Some(FollowItem::End(FollowEnd::Gone)));
 }
 
 #[actix_rt::test]

@@ -15,10 +15,12 @@ use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use futures_util::Stream;
 use mcp_cluster_protocol::jsonrpc::decode_message;
-use mcp_cluster_protocol::{ErrorObject, Message, RequestId, Response};
+use mcp_cluster_protocol::types::{LoggingLevel, LoggingMessageParams};
+use mcp_cluster_protocol::{ErrorObject, Message, Notification, RequestId, Response, methods};
 use mcp_cluster_store::{
     EventId, EventLog, Position, SessionId, SessionStore, StoreError, StoredEvent, StreamId, Wakeup,
 };
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::node::quota::SlotLease;
@@ -45,8 +47,9 @@ pub enum FollowItem {
     KeepAlive,
     /// A message the server made up, sent without an event id: the error
     /// answering a request whose stream's data is gone (or, on a stream
-    /// that answers no request, one error without id), so that a client
-    /// can tell the loss from a cancellation. [`FollowEnd::Gone`] follows.
+    /// that answers no request, an `error` log message saying so), so that
+    /// a client can tell the loss from a cancellation. [`FollowEnd::Gone`]
+    /// follows.
     Notice(Arc<str>),
     /// The follow ended; nothing follows this item.
     End(FollowEnd),
@@ -249,6 +252,10 @@ pub struct Follow {
 /// deleted, expired, or the store lost it, e.g. Redis restarted empty).
 const LOST: &str = "stream lost: the session's data is no longer in the store \
      (the session ended or expired, or the store lost it); start a new session";
+
+/// The `logger` of the log message that tells a standalone stream's client
+/// its stream's data is gone.
+const NOTICE_LOGGER: &str = "mcp-cluster";
 
 /// What a client reads when the store no longer holds events of its
 /// stream around what it read (an asynchronous replica promoted without
@@ -453,24 +460,31 @@ impl Follow {
     }
 
     /// An error saying `why` for each request the stream answers that got
-    /// no response here (one without id on a stream that answers none),
-    /// then the end.
+    /// no response here, then the end. A stream that answers no request (a
+    /// session's standalone stream) may carry no response at all (2025-11-25
+    /// transports: a GET stream carries no JSON-RPC response unless it
+    /// resumes a request's stream): it gets `why` as an `error` log message
+    /// instead.
     fn unanswered(&mut self, why: &str, ending: FollowEnd) -> FollowItem {
-        let error = ErrorObject::internal(why);
-        let unanswered: Vec<Option<RequestId>> = if self.requests.is_empty() {
-            vec![None]
+        self.notices = if self.requests.is_empty() {
+            let params = LoggingMessageParams {
+                level: LoggingLevel::Error,
+                logger: Some(NOTICE_LOGGER.to_owned()),
+                data: Value::String(why.to_owned()),
+            };
+            let notice = Notification::new(methods::NOTIFICATION_MESSAGE, params);
+            VecDeque::from([Arc::from(Message::Notification(notice).to_json())])
         } else {
+            let error = ErrorObject::internal(why);
             self.requests
                 .iter()
                 .filter(|id| !self.answered.contains(*id))
-                .cloned()
-                .map(Some)
+                .map(|id| {
+                    let response = Response::error(Some(id.clone()), error.clone());
+                    Arc::from(Message::Response(response).to_json())
+                })
                 .collect()
         };
-        self.notices = unanswered
-            .into_iter()
-            .map(|id| Arc::from(Message::Response(Response::error(id, error.clone())).to_json()))
-            .collect();
         self.ending = Some(ending);
         match self.notices.pop_front() {
             Some(notice) => FollowItem::Notice(notice),
