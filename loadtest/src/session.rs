@@ -202,6 +202,8 @@ async fn lane(
         let entry = plan.scenario.pick(era);
         let deadline = (Instant::now() + entry.op.nominal_duration() + OP_TIMEOUT_SLACK)
             .min(plan.hard_deadline);
+        // The session this operation runs in (a 404 ends that one only).
+        let ran_in = client.read().await.session_id().map(str::to_owned);
         let outcome = match &entry.op {
             Operation::DeleteSession => {
                 let mut client = client.write().await;
@@ -231,8 +233,29 @@ async fn lane(
                 timeout_at(deadline, run_op(&client, plan, entry, session)).await
             }
         };
+        let gone = era == Era::Session && session_gone(&outcome);
         record(plan, entry, outcome);
+        if gone {
+            // 2025-11-25 transports, session management: a client that
+            // gets 404 for its session MUST start a new one. The first lane
+            // to see it does; the others find the new session in place.
+            let mut client = client.write().await;
+            if client.session_id().map(str::to_owned) == ran_in {
+                let Some(fresh) = initialize(plan, http).await else {
+                    return;
+                };
+                *client = fresh;
+            }
+        }
     }
+}
+
+/// Whether an operation's outcome says the server no longer knows the
+/// session (404).
+fn session_gone(
+    outcome: &Result<Result<Duration, ErrorKind>, tokio::time::error::Elapsed>,
+) -> bool {
+    matches!(outcome, Ok(Err(ErrorKind::HttpStatus(404))))
 }
 
 /// One operation on a session nobody else uses meanwhile (the open
@@ -261,7 +284,12 @@ pub(crate) async fn exclusive_op(
         }
         _ => timeout_at(deadline, run_op(&client, plan, entry, session)).await,
     };
+    let gone = client.session_id().is_some() && session_gone(&outcome);
     record(plan, entry, late_by(outcome, late));
+    if gone {
+        // A 404 for the session: start a new one (see `lane`).
+        client = initialize(plan, http).await?;
+    }
     Some(client)
 }
 
