@@ -168,8 +168,8 @@ struct Cli {
     /// before the node closes its connection [default: 30].
     #[arg(long, env = "MCP_SSE_WRITE_STALL_TIMEOUT_SECS")]
     sse_write_stall_timeout_secs: Option<u64>,
-    /// Most connections the node holds, 0 for the open-file limit less a
-    /// reserve [default: 0].
+    /// Most connections the node holds (two descriptors each), 0 for half
+    /// the open-file limit less a reserve [default: 0].
     #[arg(long, env = "MCP_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
     /// Most connections per client address, at most a quarter of the
@@ -607,14 +607,13 @@ fn check_files(config: &NodeConfig, stdio: bool) -> anyhow::Result<()> {
 /// Every session with an open stream holds a connection, and every
 /// connection two descriptors (its socket and the write-stall watch's
 /// handle on it): lift the soft limit on open files to the hard one, and
-/// say so when it still cannot hold `max_sessions` streams beside a
-/// connection each for their requests.
+/// say so when it still cannot hold `max_sessions` streams.
 fn raise_fd_limit(max_sessions: usize) {
     match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(limit) if limit < (max_sessions as u64).saturating_mul(4) => tracing::warn!(
+        Ok(limit) if limit < (max_sessions as u64).saturating_mul(2) => tracing::warn!(
             limit,
             max_sessions,
-            "The open-file limit is below four per session (two connections of two descriptors); raise it (ulimit -n) to serve max_sessions with streams."
+            "The open-file limit is below two per session (a stream's connection holds two descriptors); raise it (ulimit -n) to serve max_sessions with streams."
         ),
         Ok(limit) => tracing::debug!(limit, "Open-file limit."),
         Err(err) => tracing::warn!(%err, "Could not raise the open-file limit."),
