@@ -23,7 +23,10 @@
 //!
 //! A stream with nothing to send is never waiting, however long it stays
 //! quiet: its body is asked and answers "nothing yet". Keep-alive comments
-//! are bytes like any other. What the client missed stays where it was: a
+//! are bytes like any other. What the watch sees is actix's view: the
+//! socket becomes writable once the client has taken about a third of the
+//! kernel's send buffer, so a client with a backlog that takes less than
+//! that per timeout is stalled too (and, in the session era, resumes). What the client missed stays where it was: a
 //! session-era stream's events in the event log (the client resumes with
 //! `Last-Event-ID`), while a 2026-07-28 request's stream closing cancels the
 //! request and a legacy stream's ends its session, as any disconnection does.
