@@ -1,9 +1,9 @@
 //! Clients that open SSE streams and never read them cannot hold a node's
 //! memory or its connections. A node started with
 //! `--sse-write-stall-timeout-secs 2` gets 1,000 session-era answers of
-//! 192 KiB, each on a connection whose client reads the head and nothing
-//! more (a 4 KiB receive buffer): more than the kernel's buffers and
-//! actix's 32 KiB write buffer take, so each answer's bytes wait for a
+//! 256 KiB, each on a connection whose client reads the head and nothing
+//! more (a 4 KiB receive buffer): more than the kernel's buffers (about
+//! 100 KB, up to 160 KB seen) and actix's 32 KiB write buffer take, so each answer's bytes wait for a
 //! client that never takes them. Every one of those connections is reset
 //! within a bounded time after the timeout, each counted once in
 //! `mcp_sse_write_stalls_total{kind="request"}`; the node's resident memory
@@ -33,7 +33,7 @@ const STALLED: usize = 1_000;
 /// The node's write-stall timeout, in seconds.
 const TIMEOUT_SECS: u64 = 2;
 /// Bytes of each stalled stream's answer (an `echo` of that many).
-const ANSWER_BYTES: usize = 192 * 1024;
+const ANSWER_BYTES: usize = 256 * 1024;
 /// Threads opening the stalled streams, one session each.
 const OPENERS: usize = 16;
 /// How long after its head a stalled stream may take to be reset: the
@@ -47,8 +47,8 @@ const LOOK: Duration = Duration::from_millis(100);
 /// actix's write buffer, and as the event the stream's follow read ahead,
 /// which it keeps once the closed-stream budget drops it from the log) and
 /// the connection's own buffers. The bound holds however many are stalled
-/// at once: without the timeout all 1,000 were (RSS 72 to 499 MiB, in
-/// a debug build); with it, those of the last few seconds only.
+/// at once: without the timeout all 1,000 were; with it, those of the last
+/// few seconds only.
 const PER_STALLED_STREAM: u64 = 2 * ANSWER_BYTES as u64 + 64 * 1024;
 /// What it may hold besides: the closed streams it keeps for resumption
 /// (`retention.closed_stream_bytes`, 64 MiB) and room for the allocator.

@@ -23,9 +23,12 @@ use stateless_support as sl;
 
 /// The nodes' write-stall timeout, in seconds.
 const TIMEOUT_SECS: u64 = 2;
-/// Bytes of a stalled stream's answer: more than the kernel's buffers and
-/// actix's write buffer take.
-const ANSWER_BYTES: usize = 192 * 1024;
+/// Bytes of a stalled stream's answer: well beyond what the kernel's
+/// buffers (about 100 KB with the clients' segment size) and actix's write
+/// buffer take, so that the answer cannot all leave the node.
+const ANSWER_BYTES: usize = 384 * 1024;
+/// The same over TLS, where rustls buffers up to 64 KiB more of it.
+const TLS_ANSWER_BYTES: usize = 768 * 1024;
 /// How long a stalled stream may take to be reset: the timeout, a scan,
 /// and a generous margin for a loaded machine (a bound on a wait).
 const RESET_BOUND: Duration = Duration::from_secs(TIMEOUT_SECS + 20);
@@ -258,7 +261,7 @@ async fn a_stalled_stream_over_tls_is_reset() {
     let body = sl::tool_call(
         1,
         "echo",
-        json!({"message": "x".repeat(ANSWER_BYTES)}),
+        json!({"message": "x".repeat(TLS_ANSWER_BYTES)}),
         json!({}),
         json!({}),
     );
