@@ -7,7 +7,8 @@
 #
 #   SESSIONS   sessions without streams (default 100000), embedded and on Redis
 #   STREAMS    stream counts to measure, each a session with its standalone GET
-#              stream (default "10000 19000"), embedded
+#              stream (default "5000 9500": each connection holds two
+#              descriptors, and this machine's limit is 20,000), embedded
 #   OPEN       sessions opened at once (default 64)
 #   SOURCES    local addresses the generator connects from, taken in turn
 #              (default "127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5"): one source
@@ -29,7 +30,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 NODE=${NODE:-$ROOT/target/release/mcp-node}
 LOADTEST=${LOADTEST:-$ROOT/target/release/mcp-loadtest}
 SESSIONS=${SESSIONS:-100000}
-STREAMS=${STREAMS:-10000 19000}
+STREAMS=${STREAMS:-5000 9500}
 OPEN=${OPEN:-64}
 SOURCES=${SOURCES:-127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5}
 source_args=()

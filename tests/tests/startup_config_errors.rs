@@ -51,6 +51,17 @@ fn a_bad_flag_value_exits_64_naming_the_flag() {
         &[],
         &["http.max_body_bytes", "1024"],
     );
+    // A write-stall timeout of 0 would close every stream a moment behind.
+    refused(
+        &["--sse-write-stall-timeout-secs", "0"],
+        &[],
+        &["http.sse_write_stall_timeout_secs", "positive"],
+    );
+    refused(
+        &[],
+        &[("MCP_HTTP__SSE_WRITE_STALL_TIMEOUT_SECS", "0")],
+        &["http.sse_write_stall_timeout_secs", "positive"],
+    );
 }
 
 #[test]

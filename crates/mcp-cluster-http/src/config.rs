@@ -37,10 +37,28 @@ pub struct HttpConfig {
     /// `keepalive_timeout` in the upstream block), so that it never sends a
     /// request on a connection the node is closing.
     pub keep_alive_secs: u64,
+    /// Seconds an SSE stream may hold bytes its client does not make room
+    /// for (actix's 32 KiB write buffer full, the socket not writable);
+    /// then the node resets the connection and counts it in
+    /// `mcp_sse_write_stalls_total`. A stream with nothing to send is not
+    /// stalled, however long it stays quiet. The kernel says a socket is
+    /// writable again once its client has taken about a third of the
+    /// socket's send buffer (some 30 KB to 1 MB, as the kernel sizes it for
+    /// the path), so a client that has a backlog and takes less than that
+    /// per timeout counts as stalled too. Must be positive. Default 30:
+    /// a client that reads at all, even over a slow link, takes that much
+    /// in far less; a client that never reads holds a connection, its
+    /// buffers and, for a 2026-07-28 request, its running handler for half
+    /// a minute rather than for ever. A session-era client loses nothing:
+    /// the events wait in the event log and it resumes with
+    /// `Last-Event-ID` ([`crate::write_stall`]).
+    pub sse_write_stall_timeout_secs: u64,
     /// Most connections the node holds; beyond it a new connection is
-    /// closed at once. 0 (default): the open-file limit less a reserve
-    /// (64, plus 32 per worker for connections being refused), so that the
-    /// node never runs out of descriptors.
+    /// closed at once. Each connection holds two descriptors (its socket,
+    /// and the write-stall watch's handle on it). 0 (default): half of the
+    /// open-file limit less a reserve (64, plus 32 per worker for
+    /// connections being refused), so that the node never runs out of
+    /// descriptors.
     pub max_connections: usize,
     /// Most connections one client address holds; beyond it its new
     /// connections are closed at once. Never more than a quarter of the
@@ -80,6 +98,7 @@ impl Default for HttpConfig {
             request_header_timeout_secs: 5,
             request_body_timeout_secs: 30,
             keep_alive_secs: 5,
+            sse_write_stall_timeout_secs: 30,
             max_connections: 0,
             max_connections_per_peer: 512,
             connection_limit_exempt: vec!["127.0.0.1".to_owned(), "::1".to_owned()],
@@ -92,6 +111,11 @@ impl HttpConfig {
     /// The body timeout.
     pub fn request_body_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.request_body_timeout_secs)
+    }
+
+    /// The write-stall timeout of SSE streams.
+    pub fn sse_write_stall_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.sse_write_stall_timeout_secs)
     }
 
     /// The exempt networks, parsed.

@@ -71,7 +71,12 @@ pub async fn connect(
         let _keep = &guard;
         chunk
     });
-    Ok(sse::response(body))
+    Ok(sse::watched_response(
+        &req,
+        &state,
+        StreamKind::Legacy,
+        body,
+    ))
 }
 
 /// Query of the message endpoint.

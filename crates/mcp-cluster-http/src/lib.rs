@@ -17,6 +17,7 @@
 //! - [`forwarded`]: the client's address behind trusted proxies.
 //! - [`headers`]: header names and checks.
 //! - [`sse`]: SSE framing of followed streams.
+//! - [`write_stall`]: SSE streams whose client takes nothing are closed.
 //! - [`streamable`]: the Streamable HTTP endpoint.
 //! - [`legacy`]: the HTTP+SSE transport (2024-11-05).
 //! - [`observe`]: `/metrics`, the access log and `X-Request-Id`.
@@ -33,6 +34,7 @@ pub mod observe;
 pub mod sse;
 mod stateless;
 pub mod streamable;
+pub mod write_stall;
 
 use std::sync::Arc;
 
@@ -55,6 +57,12 @@ pub struct HttpState {
     /// streams are refused (503) when they would leave too few
     /// connections for requests ([`connections::ConnectionGate::stream_room`]).
     pub connections: Option<Arc<connections::ConnectionGate>>,
+    /// The watch that closes SSE streams whose client takes none of their
+    /// bytes for `config.sse_write_stall_timeout_secs`. Its scanner
+    /// ([`write_stall::StallWatch::run`]) is spawned by whoever builds the
+    /// state and stops once every clone of the state is dropped; without it
+    /// streams are watched but never closed.
+    pub stalls: Arc<write_stall::StallWatch>,
 }
 
 impl HttpState {

@@ -7,12 +7,14 @@
 
 use std::convert::Infallible;
 
-use actix_web::HttpResponse;
 use actix_web::http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt, stream};
 use mcp_cluster_runtime::{Follow, FollowEnd, FollowItem};
 use mcp_cluster_store::EventId;
+
+use crate::HttpState;
 
 /// How a followed stream is framed.
 #[derive(Debug, Clone, Default)]
@@ -29,7 +31,8 @@ pub struct Framing {
     pub kind: StreamKind,
 }
 
-/// What an SSE stream carries (label of `mcp_sse_streams_open`).
+/// What an SSE stream carries (label of `mcp_sse_streams_open` and
+/// `mcp_sse_write_stalls_total`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum StreamKind {
     /// The answer to a POST.
@@ -43,16 +46,32 @@ pub enum StreamKind {
     Legacy,
     /// A stateless (2026-07-28) request's stream: not resumable.
     Live,
+    /// A 2026-07-28 `subscriptions/listen` stream (the runtime counts it
+    /// in `mcp_sse_streams_open`).
+    Listen,
 }
 
 impl StreamKind {
-    fn label(self) -> &'static str {
+    /// Every kind, in the order of
+    /// [`mcp_cluster_telemetry::metrics::SSE_STREAM_KINDS`].
+    pub const ALL: [Self; 6] = [
+        Self::Request,
+        Self::Standalone,
+        Self::Resumption,
+        Self::Legacy,
+        Self::Live,
+        Self::Listen,
+    ];
+
+    /// Its label value.
+    pub fn label(self) -> &'static str {
         match self {
             Self::Request => "request",
             Self::Standalone => "standalone",
             Self::Resumption => "resumption",
             Self::Legacy => "legacy",
             Self::Live => "live",
+            Self::Listen => "listen",
         }
     }
 }
@@ -175,6 +194,21 @@ pub fn live_body<G: 'static>(
     })
 }
 
+/// An SSE response whose body the write-stall watch sees: closed when its
+/// client takes none of its bytes for the timeout
+/// ([`crate::write_stall`]).
+pub fn watched_response<S>(
+    req: &HttpRequest,
+    state: &HttpState,
+    kind: StreamKind,
+    body: S,
+) -> HttpResponse
+where
+    S: Stream<Item = Result<Bytes, Infallible>> + 'static,
+{
+    response(state.stalls.watch(req, kind, body))
+}
+
 /// An SSE response (with `X-Accel-Buffering: no` so proxies do not hold
 /// events back).
 pub fn response<S>(body: S) -> HttpResponse
@@ -210,6 +244,15 @@ mod tests {
         assert_eq!(
             priming(&id, 500),
             Bytes::from(format!("id: {id}\nretry: 500\ndata: \n\n"))
+        );
+    }
+
+    #[test]
+    fn kinds_are_labelled_as_the_metrics_list_them() {
+        let labels = StreamKind::ALL.map(StreamKind::label);
+        assert_eq!(
+            labels.as_slice(),
+            mcp_cluster_telemetry::metrics::SSE_STREAM_KINDS
         );
     }
 }

@@ -112,7 +112,9 @@ pub(crate) async fn post(
                 .ok_or(HttpError::Unavailable("no response")),
             Ok(ExchangeReply::Live(rx)) => {
                 let keep_alive = state.runtime.config().sse_keep_alive();
-                Ok(sse::response(sse::live_body(rx, guard, kind, keep_alive)))
+                let body = sse::live_body(rx, guard, kind, keep_alive);
+                let watched = kind.unwrap_or(StreamKind::Listen);
+                Ok(sse::watched_response(req, state, watched, body))
             }
             Ok(ExchangeReply::Empty) => Ok(sse::response(futures_util::stream::empty())),
             Ok(ExchangeReply::Stream(..) | ExchangeReply::Failed(_)) | Err(_) => Err(

@@ -169,7 +169,7 @@ async fn post_body(
         .submit(&session, body, Answers::Reply, &inbound)
         .await?
     {
-        Submitted::Reply { reply, batch } => answer(state, &session, reply, batch).await,
+        Submitted::Reply { reply, batch } => answer(req, state, &session, reply, batch).await,
         Submitted::Accepted | Submitted::Stream(_) => {
             count_answer(AnswerKind::Accepted);
             Ok(HttpResponse::Accepted().finish())
@@ -199,7 +199,7 @@ async fn initialize(
     )?;
     crate::address_quota::mark_counted(req);
     let (session, reply, succeeded) = state.runtime.initialize(request, inbound).await?;
-    let mut response = respond(state, &session, reply, false).await?;
+    let mut response = respond(req, state, &session, reply, false).await?;
     if succeeded {
         response.headers_mut().insert(
             SESSION_ID,
@@ -256,16 +256,18 @@ fn count_answer(kind: AnswerKind) {
 }
 
 async fn answer(
+    req: &HttpRequest,
     state: &HttpState,
     session: &SessionHandle,
     reply: tokio::sync::oneshot::Receiver<ExchangeReply>,
     batch: bool,
 ) -> Result<HttpResponse, HttpError> {
-    respond(state, session, reply.await, batch).await
+    respond(req, state, session, reply.await, batch).await
 }
 
 /// Turns the exchange's reply into the HTTP answer.
 async fn respond(
+    req: &HttpRequest,
     state: &HttpState,
     session: &SessionHandle,
     reply: Result<ExchangeReply, tokio::sync::oneshot::error::RecvError>,
@@ -301,7 +303,8 @@ async fn respond(
                 retry_ms: state.runtime.config().sse_retry_ms,
                 ..Framing::default()
             };
-            Ok(sse::response(sse::body(follow, framing)))
+            let body = sse::body(follow, framing);
+            Ok(sse::watched_response(req, state, StreamKind::Request, body))
         }
         // Cancelled before anything was sent: an empty stream, no event id,
         // so the client does not try to resume it.
@@ -367,8 +370,13 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
             kind: StreamKind::Resumption,
             ..Framing::default()
         };
-        let follow = followed?;
-        return Ok(sse::response(sse::body(follow, framing)));
+        let body = sse::body(followed?, framing);
+        return Ok(sse::watched_response(
+            &req,
+            &state,
+            StreamKind::Resumption,
+            body,
+        ));
     }
     let (tail, follow) = runtime.follow_standalone_as(&session, &reader).await?;
     let primes = session
@@ -383,7 +391,13 @@ pub async fn get(req: HttpRequest, state: web::Data<HttpState>) -> Result<HttpRe
         kind: StreamKind::Standalone,
         ..Framing::default()
     };
-    Ok(sse::response(sse::body(follow, framing)))
+    let body = sse::body(follow, framing);
+    Ok(sse::watched_response(
+        &req,
+        &state,
+        StreamKind::Standalone,
+        body,
+    ))
 }
 
 /// DELETE: ends the session.

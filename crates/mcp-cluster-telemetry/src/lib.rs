@@ -6,6 +6,9 @@
 //!
 //! # Layout
 //! - [`spans`]: span names.
+//! - [`metrics`]: the Prometheus metrics, registered once.
+//! - [`events`]: notable happenings, each logged and counted by one
+//!   `emit()`.
 //! - [`init`] (`init`): the `tracing` subscriber (text or JSON, env filter)
 //!   plus, when configured, the OpenTelemetry layer; [`TelemetryGuard`].
 //! - [`OtelConfig`] (`otel`): OTLP export from the standard `OTEL_*`
@@ -21,6 +24,7 @@
 //!   `"<redacted>"`; [`redacted_url`] and [`url_scheme_and_host`]: a URL
 //!   setting as logs and errors show it, without the secrets it may hold.
 
+pub mod events;
 pub mod metrics;
 
 pub mod spans {

@@ -70,6 +70,17 @@ pub const BUS_MESSAGE_TYPES: &[&str] = &[
     "kick",
 ];
 
+/// Every `kind` of `mcp_sse_streams_open` and `mcp_sse_write_stalls_total`
+/// (mcp-cluster-http's `StreamKind` labels; its tests check the two agree).
+pub const SSE_STREAM_KINDS: &[&str] = &[
+    "request",
+    "standalone",
+    "resumption",
+    "legacy",
+    "live",
+    "listen",
+];
+
 /// The label value of a method, tool or prompt outside the known set.
 pub const OTHER: &str = "_OTHER";
 
@@ -113,6 +124,9 @@ pub struct Metrics {
     /// `mcp_sse_takeovers_total`: readers of a stream told to let go (a
     /// client resumed it elsewhere).
     pub sse_takeovers: IntCounter,
+    /// `mcp_sse_write_stalls_total` by kind: streams closed because their
+    /// client took none of their bytes for the write-stall timeout.
+    pub sse_write_stalls: IntCounterVec,
     /// `mcp_event_log_appends_total`.
     pub event_appends: IntCounter,
     /// `mcp_event_log_replayed_events_total`: events read back for a
@@ -336,6 +350,11 @@ impl Metrics {
                 "Last-Event-ID resumptions by outcome: ok, other_node (this node started serving the session for it), gap (events no longer retained), unknown (no such event), failed (store error).",
                 &["outcome"],
             ),
+            sse_write_stalls: counters(
+                "mcp_sse_write_stalls_total",
+                "SSE streams this node closed because their client took none of their bytes for http.sse_write_stall_timeout_secs, by kind.",
+                &["kind"],
+            ),
             sse_takeovers: counter(
                 "mcp_sse_takeovers_total",
                 "Stream readers on this node told to let go because the client resumed the stream elsewhere.",
@@ -491,6 +510,7 @@ impl Metrics {
             Box::new(self.sse_streams_open.clone()),
             Box::new(self.sse_resumptions.clone()),
             Box::new(self.sse_takeovers.clone()),
+            Box::new(self.sse_write_stalls.clone()),
             Box::new(self.event_appends.clone()),
             Box::new(self.events_replayed.clone()),
             Box::new(self.event_trims.clone()),
@@ -540,14 +560,7 @@ impl Metrics {
         for phase in DRAIN_PHASES {
             self.drain_phase.with_label_values(&[phase]).set(0);
         }
-        for kind in [
-            "request",
-            "standalone",
-            "resumption",
-            "legacy",
-            "live",
-            "listen",
-        ] {
+        for kind in SSE_STREAM_KINDS {
             self.sse_streams_open.with_label_values(&[kind]).set(0);
         }
         // Every label value of counters known in advance, at zero: a series
@@ -561,6 +574,7 @@ impl Metrics {
             self.retained_bytes.with_label_values(&[kind]).set(0);
         }
         zero(&self.retention_evictions, &["stream", "task"]);
+        zero(&self.sse_write_stalls, SSE_STREAM_KINDS);
         zero(
             &self.retention_refusals,
             &["task_answer", "task_result", "node_budget"],

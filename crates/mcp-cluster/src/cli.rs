@@ -164,8 +164,12 @@ struct Cli {
     /// Seconds a request's whole body may take to arrive [default: 30].
     #[arg(long, env = "MCP_REQUEST_BODY_TIMEOUT_SECS")]
     request_body_timeout_secs: Option<u64>,
-    /// Most connections the node holds, 0 for the open-file limit less a
-    /// reserve [default: 0].
+    /// Seconds an SSE stream may hold bytes its client does not take
+    /// before the node closes its connection [default: 30].
+    #[arg(long, env = "MCP_SSE_WRITE_STALL_TIMEOUT_SECS")]
+    sse_write_stall_timeout_secs: Option<u64>,
+    /// Most connections the node holds (two descriptors each), 0 for half
+    /// the open-file limit less a reserve [default: 0].
     #[arg(long, env = "MCP_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
     /// Most connections per client address, at most a quarter of the
@@ -349,6 +353,9 @@ impl Cli {
         }
         if let Some(v) = self.request_body_timeout_secs {
             c.http.request_body_timeout_secs = v;
+        }
+        if let Some(v) = self.sse_write_stall_timeout_secs {
+            c.http.sse_write_stall_timeout_secs = v;
         }
         if let Some(v) = self.max_connections {
             c.http.max_connections = v;
@@ -597,15 +604,16 @@ fn check_files(config: &NodeConfig, stdio: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every session with an open stream holds a socket: lift the soft limit
-/// on open files to the hard one, and say so when it still cannot hold
-/// `max_sessions` streams.
+/// Every session with an open stream holds a connection, and every
+/// connection two descriptors (its socket and the write-stall watch's
+/// handle on it): lift the soft limit on open files to the hard one, and
+/// say so when it still cannot hold `max_sessions` streams.
 fn raise_fd_limit(max_sessions: usize) {
     match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) if limit < (max_sessions as u64).saturating_mul(2) => tracing::warn!(
             limit,
             max_sessions,
-            "The open-file limit is below two per session; raise it (ulimit -n) to serve max_sessions with streams."
+            "The open-file limit is below two per session (a stream's connection holds two descriptors); raise it (ulimit -n) to serve max_sessions with streams."
         ),
         Ok(limit) => tracing::debug!(limit, "Open-file limit."),
         Err(err) => tracing::warn!(%err, "Could not raise the open-file limit."),

@@ -573,6 +573,11 @@ impl NodeConfig {
                  must be positive",
             );
         }
+        if h.sse_write_stall_timeout_secs == 0 {
+            // 0 would close every stream whose client is a moment behind;
+            // a stream is never left to stall for ever.
+            return bad("http.sse_write_stall_timeout_secs must be positive");
+        }
         if let Err(err) = h.exempt_networks() {
             return Err(ConfigError(format!("http.connection_limit_exempt: {err}")));
         }
@@ -704,6 +709,16 @@ mod tests {
         let short_streams =
             NodeConfig::from_toml("[retention]\nidle_stream_ttl_secs = 60\n").unwrap();
         assert!(short_streams.validate().is_err());
+    }
+
+    #[test]
+    fn a_write_stall_timeout_of_zero_is_refused() {
+        assert_eq!(NodeConfig::default().http.sse_write_stall_timeout_secs, 30);
+        let c = NodeConfig::from_toml("[http]\nsse_write_stall_timeout_secs = 0\n").unwrap();
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.0, "http.sse_write_stall_timeout_secs must be positive");
+        let c = NodeConfig::from_toml("[http]\nsse_write_stall_timeout_secs = 2\n").unwrap();
+        c.validate().unwrap();
     }
 
     #[test]

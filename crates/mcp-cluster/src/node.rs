@@ -24,6 +24,7 @@ use actix_web::{App, HttpResponse, HttpServer, web};
 use mcp_cluster_auth::Authenticator;
 use mcp_cluster_http::HttpState;
 use mcp_cluster_http::connections::ConnectionGate;
+use mcp_cluster_http::write_stall::{ConnectionSocket, StallWatch};
 use mcp_cluster_runtime::Runtime;
 use mcp_cluster_store::Store;
 use tokio::sync::broadcast::error::RecvError;
@@ -53,6 +54,11 @@ const LISTEN_BACKLOG: i32 = 2048;
 /// (epoll, wake-ups), log files. A node with two workers and Redis holds
 /// 38 of its own (eight workers: 61; the reserve does not grow with them).
 const FD_RESERVE: u64 = 64;
+/// Descriptors each admitted connection of the main listener holds: its
+/// socket, and the write-stall watch's handle on it
+/// (`mcp_cluster_http::write_stall`). The default connection limit is the
+/// open-file limit, less [`FD_RESERVE`], divided by this.
+const DESCRIPTORS_PER_CONNECTION: u64 = 2;
 /// Connections the admin listener holds at once: probes and scrapes come
 /// a few at a time (the kubelet's two or three probes, one or two
 /// Prometheus), and each takes milliseconds. Beyond it (and beyond a
@@ -397,7 +403,7 @@ fn https(config: &NodeConfig) -> std::io::Result<Option<crate::features::ServerT
 
 /// The TCP stream under an accepted connection, plain or TLS: what the
 /// connection gate looks at (its peer address, and the socket it shuts
-/// down to refuse).
+/// down to refuse), and the socket the write-stall watch keeps.
 fn tcp_stream(connection: &dyn Any) -> &dyn Any {
     #[cfg(feature = "tls")]
     if let Some(tls) = connection.downcast_ref::<TlsStream<TcpStream>>() {
@@ -461,11 +467,16 @@ fn serve_on(
         http.max_connections_per_peer,
         exempt,
     );
+    let stalls = StallWatch::new(http.sse_write_stall_timeout());
+    // Ends once the servers, which hold the state and so the watch, are
+    // dropped.
+    actix_web::rt::spawn(StallWatch::run(Arc::downgrade(&stalls)));
     let state = HttpState {
         runtime: runtime.clone(),
         config: Arc::new(config.http.clone()),
         auth,
         connections: Some(Arc::clone(&gate)),
+        stalls,
     };
     tracing::info!(
         max_connections = gate.max(),
@@ -532,8 +543,13 @@ fn serve_on(
     // refused cannot take the descriptors the node needs.
     .max_connections(gate.max().div_ceil(workers) + IN_TRANSIT_PER_WORKER)
     // Over TLS this runs once the handshake is done (actix calls it with
-    // the TLS stream); the gate sees the TCP stream under it either way.
-    .on_connect(move |connection, data| admitted.on_connect(tcp_stream(connection), data))
+    // the TLS stream); the gate and the write-stall watch see the TCP
+    // stream under it either way.
+    .on_connect(move |connection, data| {
+        let tcp = tcp_stream(connection);
+        admitted.on_connect(tcp, data);
+        ConnectionSocket::keep(tcp, data);
+    })
     // Connections still open when the workers stop (after the drain) get
     // this long to end.
     .shutdown_timeout(drain_grace.as_secs().max(1));
@@ -658,7 +674,8 @@ fn workers(config: &NodeConfig) -> usize {
 }
 
 /// The connection limit: as configured, or the open-file limit less a
-/// reserve (the node's own descriptors, and the connections in transit).
+/// reserve (the node's own descriptors, and the connections in transit),
+/// shared by the [`DESCRIPTORS_PER_CONNECTION`] each connection holds.
 fn max_connections(configured: usize, workers: usize) -> usize {
     if configured > 0 {
         return configured;
@@ -666,7 +683,8 @@ fn max_connections(configured: usize, workers: usize) -> usize {
     let reserve = FD_RESERVE + (IN_TRANSIT_PER_WORKER * workers) as u64;
     match rlimit::getrlimit(rlimit::Resource::NOFILE) {
         Ok((soft, _)) => {
-            usize::try_from(soft.saturating_sub(reserve).max(16)).unwrap_or(usize::MAX)
+            usize::try_from((soft.saturating_sub(reserve) / DESCRIPTORS_PER_CONNECTION).max(16))
+                .unwrap_or(usize::MAX)
         }
         Err(err) => {
             tracing::warn!(error = %err, "Open-file limit unknown; connections limited to 1024.");

@@ -193,6 +193,7 @@ responseMode: MCP_RESPONSE_MODE
 workers: MCP_WORKERS
 keepAliveSecs: MCP_KEEP_ALIVE_SECS
 requestBodyTimeoutSecs: MCP_REQUEST_BODY_TIMEOUT_SECS
+sseWriteStallTimeoutSecs: MCP_SSE_WRITE_STALL_TIMEOUT_SECS
 maxConnections: MCP_MAX_CONNECTIONS
 maxConnectionsPerPeer: MCP_MAX_CONNECTIONS_PER_PEER
 quotaInitializePerAddress: MCP_QUOTA_INITIALIZE_PER_ADDRESS
