@@ -11,7 +11,8 @@
 //!
 //! So a task reads the layout (`CLUSTER SLOTS`, from any member) every
 //! [`LAYOUT_INTERVAL`]. When it differs from the one the connections were
-//! made for, the members it lists become the seeds
+//! made for, twice in a row (while a failover settles, members disagree),
+//! the members it lists become the seeds
 //! ([`ClusterSeeds::follow`]), a new command connection made from them
 //! replaces the old one (commands already sent on the old one finish
 //! there), and the pub/sub connection, told through
@@ -46,9 +47,23 @@ pub(crate) struct SlotRange {
     pub(crate) members: Vec<(String, u16)>,
 }
 
-/// A Redis Cluster's layout: its slot ranges in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A Redis Cluster's layout: its slot ranges in order. Two layouts are
+/// the same when each range has the same primary: a replica that joins,
+/// leaves or catches up changes where no command goes, and is no reason
+/// to make the connections again.
+#[derive(Debug, Clone)]
 pub(crate) struct Layout(pub(crate) Vec<SlotRange>);
+
+impl PartialEq for Layout {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self.0.iter().zip(&other.0).all(|(a, b)| {
+                a.start == b.start && a.end == b.end && a.members.first() == b.members.first()
+            })
+    }
+}
+
+impl Eq for Layout {}
 
 impl Layout {
     /// Parses a `CLUSTER SLOTS` reply. `None` for a reply of another shape,
@@ -82,6 +97,9 @@ impl Layout {
             if members.is_empty() {
                 return None;
             }
+            // Members list the replicas in no fixed order: two members'
+            // answers about one layout must compare equal.
+            members[1..].sort();
             layout.push(SlotRange {
                 start,
                 end,
@@ -178,6 +196,11 @@ pub(crate) fn spawn(
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(LAYOUT_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A new layout read once: while a failover settles, members answer
+        // with the old layout or the new one; it is followed only when read
+        // twice in a row, so the connections are not made again for each
+        // answer that disagrees.
+        let mut seen: Option<Layout> = None;
         loop {
             tick.tick().await;
             let Some(commands) = commands.upgrade() else {
@@ -186,6 +209,11 @@ pub(crate) fn spawn(
             let Some(layout) = read(&commands, timeout).await else {
                 continue;
             };
+            if !seeds.is_followed(&layout) && seen.as_ref() != Some(&layout) {
+                seen = Some(layout);
+                continue;
+            }
+            seen = None;
             if !seeds.follow(&layout) {
                 continue;
             }
@@ -263,6 +291,42 @@ mod tests {
                 ("127.0.0.1".to_owned(), 7003)
             ]
         );
+        // The replicas in another order: the same layout.
+        let reordered = Value::Array(vec![
+            range(
+                0,
+                8191,
+                vec![
+                    member("127.0.0.1", 7000),
+                    member("127.0.0.1", 7004),
+                    member("127.0.0.1", 7002),
+                ],
+            ),
+            range(
+                8192,
+                16383,
+                vec![member("127.0.0.1", 7002), member("127.0.0.1", 7003)],
+            ),
+        ]);
+        let with_two = Value::Array(vec![
+            range(
+                0,
+                8191,
+                vec![
+                    member("127.0.0.1", 7000),
+                    member("127.0.0.1", 7002),
+                    member("127.0.0.1", 7004),
+                ],
+            ),
+            range(
+                8192,
+                16383,
+                vec![member("127.0.0.1", 7002), member("127.0.0.1", 7003)],
+            ),
+        ]);
+        assert_eq!(Layout::parse(&reordered), Layout::parse(&with_two));
+        // A replica more or less: the same layout.
+        assert_eq!(Layout::parse(&with_two).unwrap(), layout);
         // A promoted replica is another layout.
         let promoted = Value::Array(vec![
             range(0, 8191, vec![member("127.0.0.1", 7002)]),

@@ -59,6 +59,8 @@ use crate::target::Target;
 /// Capacity of the control message broadcast; a subscriber that lags
 /// further loses the oldest messages and is told so by the channel.
 const CONTROL_CAPACITY: usize = 1024;
+/// Why the connection is replaced when a Redis Cluster's layout changed.
+const LAYOUT_CHANGED: &str = "the Redis Cluster's layout changed";
 /// First delay before reconnecting a lost pub/sub connection.
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(50);
 /// Cap of the reconnection backoff.
@@ -198,18 +200,29 @@ impl Incoming {
     async fn next(&mut self) -> Option<Event> {
         match self {
             Self::One(stream) => stream.next().await.map(Event::Message),
-            Self::Cluster(rx) => {
-                let push = rx.recv().await?;
-                Some(match push.kind {
-                    PushKind::SSubscribe | PushKind::Subscribe => push
-                        .data
-                        .first()
-                        .and_then(|channel| redis::from_redis_value::<String>(channel.clone()).ok())
-                        .map_or(Event::Other, Event::Subscribed),
-                    PushKind::Disconnection => Event::MemberLost,
-                    _ => Msg::from_push_info(push).map_or(Event::Other, Event::Message),
-                })
-            }
+            Self::Cluster(rx) => rx.recv().await.map(Self::event),
+        }
+    }
+
+    /// An event already received and not read yet, if any (a Redis
+    /// Cluster's connection only: the one being replaced after a layout
+    /// change).
+    fn buffered(&mut self) -> Option<Event> {
+        match self {
+            Self::One(_) => None,
+            Self::Cluster(rx) => rx.try_recv().ok().map(Self::event),
+        }
+    }
+
+    fn event(push: PushInfo) -> Event {
+        match push.kind {
+            PushKind::SSubscribe | PushKind::Subscribe => push
+                .data
+                .first()
+                .and_then(|channel| redis::from_redis_value::<String>(channel.clone()).ok())
+                .map_or(Event::Other, Event::Subscribed),
+            PushKind::Disconnection => Event::MemberLost,
+            _ => Msg::from_push_info(push).map_or(Event::Other, Event::Message),
         }
     }
 }
@@ -496,7 +509,7 @@ async fn run(
                     Some(Event::MemberLost) => break "a Redis Cluster member's connection was lost".to_owned(),
                     None => break "connection closed".to_owned(),
                 },
-                () = layout_changed(&mut layout) => break "the Redis Cluster's layout changed".to_owned(),
+                () = layout_changed(&mut layout) => break LAYOUT_CHANGED.to_owned(),
                 _ = sweep.tick() => shared.sweep().await,
                 _ = ping.tick() => {
                     if let Err(err) = shared.ping().await {
@@ -505,9 +518,17 @@ async fn run(
                 }
             }
         };
-        shared.lock().sink = None;
+        // A layout change leaves a working connection: it serves until the
+        // new one is subscribed (make before break), and what it received
+        // meanwhile is dispatched before it goes.
+        let moving = reason == LAYOUT_CHANGED;
+        if moving {
+            info!("The Redis Cluster's layout changed; moving the pub/sub connection.");
+        } else {
+            shared.lock().sink = None;
+            warn!(%reason, "Redis pub/sub connection lost; reconnecting.");
+        }
         shared.trouble.fetch_add(1, Ordering::AcqRel);
-        warn!(%reason, "Redis pub/sub connection lost; reconnecting.");
         let mut delay = RECONNECT_MIN_DELAY;
         stream = loop {
             tokio::select! {
@@ -515,7 +536,16 @@ async fn run(
                 () = tokio::time::sleep(delay) => {}
             }
             match shared.establish().await {
-                Ok(stream) => break stream,
+                Ok(fresh) => {
+                    if moving {
+                        while let Some(event) = stream.buffered() {
+                            if let Event::Message(msg) = event {
+                                shared.dispatch(&msg);
+                            }
+                        }
+                    }
+                    break fresh;
+                }
                 Err(err) => {
                     debug!(%err, ?delay, "Redis pub/sub reconnection failed.");
                     delay = (delay * 2).min(RECONNECT_MAX_DELAY);

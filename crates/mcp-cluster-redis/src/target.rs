@@ -302,6 +302,15 @@ impl ClusterSeeds {
         true
     }
 
+    /// Whether `layout` is the one followed now (or none is yet).
+    pub(crate) fn is_followed(&self, layout: &Layout) -> bool {
+        self.layout
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .is_none_or(|current| current == layout)
+    }
+
     /// Forgets the layout followed, when the connections could not be made
     /// for it: the next read counts as a change again.
     pub(crate) fn unfollow(&self) {
