@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use mcp_cluster_protocol::types::ClientCapabilities;
 use mcp_cluster_protocol::{ErrorCode, ErrorObject, Request, RequestId, Response};
+use mcp_cluster_store::StoreError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -41,6 +42,13 @@ pub const LEASE: Duration = Duration::from_secs(10);
 pub const RENEW: Duration = Duration::from_secs(2);
 /// How often a task waiting for input looks for the client's answers.
 pub const INPUT_POLL: Duration = Duration::from_millis(200);
+/// How long a task's end is tried again while the store is away: within
+/// its lease, so that no other node reads it as abandoned meanwhile.
+const FINISH_PATIENCE: Duration = Duration::from_secs(8);
+/// First pause before a task's end is written again.
+const WRITE_RETRY_MIN_DELAY: Duration = Duration::from_millis(100);
+/// Longest pause between two tries.
+const WRITE_RETRY_MAX_DELAY: Duration = Duration::from_secs(1);
 /// Most answers a task holds.
 pub const MAX_INPUTS: usize = 64;
 /// Longest task id accepted from a client.
@@ -192,24 +200,49 @@ impl TaskRun {
     }
 
     /// Changes the record and writes it; `false` when the store refused
-    /// (the task ended, or expired).
+    /// (the task ended, or expired) or is away.
     async fn write(&self, change: impl FnOnce(&mut TaskRecord)) -> bool {
+        self.write_within(Duration::ZERO, change)
+            .await
+            .unwrap_or(false)
+    }
+
+    /// As [`Self::write`], trying again while the store is away (a Redis
+    /// failover or restart) for up to `patience`: how a task ended is worth
+    /// waiting for, else the task would read as `failed` once its lease
+    /// lapsed, although it completed. `None` when the store stayed away.
+    async fn write_within(
+        &self,
+        patience: Duration,
+        change: impl FnOnce(&mut TaskRecord),
+    ) -> Option<bool> {
         let mut record = self.record.lock().await;
         change(&mut record);
-        record.last_updated_at = rfc3339(now_ms());
-        record.lease_until_ms = now_ms() + millis(LEASE);
-        let json = serde_json::to_string(&*record).unwrap_or_default();
-        match self
-            .stateless
-            .store()
-            .tasks
-            .put(&self.id, &record.status, &json, self.ttl())
-            .await
-        {
-            Ok(written) => written,
-            Err(err) => {
-                tracing::warn!(task = %self.id, error = %err, "Task state not written.");
-                false
+        let started = tokio::time::Instant::now();
+        let mut delay = WRITE_RETRY_MIN_DELAY;
+        loop {
+            record.last_updated_at = rfc3339(now_ms());
+            record.lease_until_ms = now_ms() + millis(LEASE);
+            let json = serde_json::to_string(&*record).unwrap_or_default();
+            match self
+                .stateless
+                .store()
+                .tasks
+                .put(&self.id, &record.status, &json, self.ttl())
+                .await
+            {
+                Ok(written) => return Some(written),
+                Err(StoreError::Unavailable(_)) if started.elapsed() + delay < patience => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(WRITE_RETRY_MAX_DELAY);
+                }
+                Err(err) => {
+                    tracing::warn!(task = %self.id, error = %err, "Task state not written.");
+                    return match err {
+                        StoreError::Unavailable(_) => None,
+                        _ => Some(false),
+                    };
+                }
             }
         }
     }
@@ -276,7 +309,7 @@ impl TaskRun {
         let cancelled = self.cancelled.load(Ordering::Acquire);
         let max = self.stateless.config().max_task_result_bytes;
         let outcome = outcome.map(|o| o.and_then(|result| within(result, max)));
-        self.write(|r| {
+        self.write_within(FINISH_PATIENCE, |r| {
             r.input_requests.clear();
             match outcome {
                 None => {
@@ -319,7 +352,9 @@ impl TaskRun {
                     return;
                 }
                 Ok(Some(_)) => {
-                    if !self.write(|_| {}).await {
+                    // Refused: the task ended elsewhere or expired. A store
+                    // that is away is tried again at the next renewal.
+                    if self.write_within(Duration::ZERO, |_| {}).await == Some(false) {
                         return;
                     }
                 }
