@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use cluster_support::*;
 use mcp_cluster_client::Reply;
-use mcp_cluster_testkit::within;
+use mcp_cluster_testkit::{GUARD, within};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -146,6 +146,54 @@ async fn resource_update_reaches_the_standalone_stream_on_another_node_once() {
     match event_within(&mut standalone, QUIET).await {
         None => {}
         Some(more) => panic!("a second delivery or an early end: {more:?}"),
+    }
+}
+
+/// Subscriptions made on one node while the standalone stream is read on
+/// another, each followed at once by an update made on a third: every
+/// update reaches the stream. The node holding the stream learns of a
+/// subscription on the control channel; the subscribe is answered only
+/// after that announcement went out, so an update the client causes next
+/// is announced after it.
+#[tokio::test]
+async fn an_update_right_after_a_subscribe_elsewhere_reaches_the_stream() {
+    const ROUNDS: usize = 40;
+    let cluster = start(3, &[]);
+    let a = session(&cluster.node_url(0), json!({})).await;
+    let id = a.session_id().unwrap().to_owned();
+    let b = client(&cluster.node_url(1), &id);
+    let c = client(&cluster.node_url(2), &id);
+    let mut standalone = expect_sse(within("GET on A", a.get(None)).await.unwrap());
+    priming(&mut standalone).await;
+
+    for round in 0..ROUNDS {
+        let uri = format!("test://template/round-{round}/data");
+        let (subscribed, _) = within(
+            "subscribe on B",
+            b.request("resources/subscribe", json!({"uri": uri})),
+        )
+        .await
+        .unwrap();
+        assert!(subscribed["result"].is_object(), "{subscribed}");
+        let (touched, _) = within(
+            "touch on C",
+            c.request(
+                "tools/call",
+                json!({"name": "touch_resource", "arguments": {"uri": uri}}),
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(touched["result"]["isError"], false, "{touched}");
+        let update = match event_within(&mut standalone, GUARD).await {
+            Some(Some(event)) => message(&event),
+            other => panic!("round {round}: no update for {uri}: {other:?}"),
+        };
+        assert_eq!(
+            update["params"]["uri"],
+            uri.as_str(),
+            "round {round}: {update}"
+        );
     }
 }
 

@@ -88,6 +88,18 @@ pub enum ControlMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         trace: Option<String>,
     },
+    /// The node writing `stream` could not write its response or close it
+    /// (its data was lost, or the store refused): a reader of it on another
+    /// node answers the stream's requests with an error and ends, instead
+    /// of waiting for a response that will never come.
+    StreamFailed {
+        /// The session.
+        session: SessionId,
+        /// The stream.
+        stream: StreamId,
+        /// The publishing node.
+        origin: NodeId,
+    },
 }
 
 impl ControlMessage {
@@ -98,7 +110,8 @@ impl ControlMessage {
             Self::SessionEnded { .. }
             | Self::SessionChanged { .. }
             | Self::ServerEvent { .. }
-            | Self::Release { .. } => None,
+            | Self::Release { .. }
+            | Self::StreamFailed { .. } => None,
         }
     }
 
@@ -113,6 +126,7 @@ impl ControlMessage {
             Self::ServerEvent { .. } => "server_event",
             Self::Release { .. } => "release",
             Self::Kick { .. } => "kick",
+            Self::StreamFailed { .. } => "stream_failed",
         }
     }
 
@@ -124,7 +138,8 @@ impl ControlMessage {
             | Self::SessionChanged { origin, .. }
             | Self::ServerEvent { origin, .. }
             | Self::Release { origin, .. }
-            | Self::Kick { origin, .. } => origin,
+            | Self::Kick { origin, .. }
+            | Self::StreamFailed { origin, .. } => origin,
         }
     }
 }

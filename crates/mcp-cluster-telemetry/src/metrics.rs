@@ -68,6 +68,7 @@ pub const BUS_MESSAGE_TYPES: &[&str] = &[
     "server_event",
     "release",
     "kick",
+    "stream_failed",
 ];
 
 /// Every `kind` of `mcp_sse_streams_open` and `mcp_sse_write_stalls_total`

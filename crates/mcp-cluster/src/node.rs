@@ -201,9 +201,11 @@ impl BoundNode {
 ///    with a connection here uses it once more at most, then connects
 ///    elsewhere. An idle one is closed by the keep-alive timeout, which
 ///    a load balancer's own (shorter) idle timeout pre-empts.
-/// 3. Once no connection is left and every admitted request is answered,
-///    or the grace period is over, no more work is admitted; what still
-///    runs then answers -32603 into its stream.
+/// 3. Once no connection is left, every admitted request is answered and
+///    every client whose standalone stream closed has resumed it elsewhere
+///    (its notifications are written here until then), or the grace
+///    period is over, no more work is admitted; what still runs then
+///    answers -32603 into its stream.
 ///
 /// Session actors live on the HTTP workers, which stop after this: every
 /// admitted request is answered before. Returns whether all were (else the
@@ -231,7 +233,13 @@ async fn drain(
     // A connection accepted just before the listener closed may still bring
     // its request: it is served like any other. Once no connection is left,
     // none can come.
-    while (runtime.open_exchanges() > 0 || connections.open() > 0)
+    // Until every client told to reconnect has done so elsewhere (or a few
+    // seconds passed), this node goes on writing what their standalone
+    // streams are sent (resource updates, list changes) into the log,
+    // where the resumption finds it.
+    while (runtime.open_exchanges() > 0
+        || connections.open() > 0
+        || runtime.streams_awaiting_resume() > 0)
         && tokio::time::Instant::now() < deadline
     {
         tokio::time::sleep(DRAIN_POLL).await;

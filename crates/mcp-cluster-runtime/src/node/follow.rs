@@ -85,13 +85,33 @@ enum Slot {
     /// (the POST's own connection attaches right after the stream is made);
     /// at most one per stream whose write failed.
     FailPending,
+    /// The reader here ended telling its client to reconnect (the node
+    /// drains, the server closed the connection to be polled, the store
+    /// failed): until `until`, or until a reader attaches here or elsewhere,
+    /// the stream counts as listened to, so that what is written for its
+    /// client meanwhile is in the log when it resumes.
+    Resuming {
+        until: tokio::time::Instant,
+    },
 }
+
+/// How long a stream whose reader ended with `retry` counts as listened to
+/// ([`Attachments::is_listening`]): the client's reconnect delay and a
+/// connection, with room to spare.
+const RESUME_WINDOW: Duration = Duration::from_secs(10);
+
+/// Every this many readers that end with `retry`, the resume marks that
+/// expired are swept (each is otherwise removed only when its stream is
+/// looked at again).
+const RESUMING_SWEEP_EVERY: u64 = 256;
 
 /// Which reader follows which stream on this node.
 #[derive(Debug, Default)]
 pub struct Attachments {
     slots: DashMap<StreamId, Slot>,
     next_generation: AtomicU64,
+    /// Resume marks set so far; every [`RESUMING_SWEEP_EVERY`]th sweeps.
+    resumes: AtomicU64,
 }
 
 impl Attachments {
@@ -118,7 +138,7 @@ impl Attachments {
             // The server asked to disconnect before this reader arrived.
             Some(Slot::KickPending) => kick.cancel(),
             Some(Slot::FailPending) => failed.cancel(),
-            None => {}
+            Some(Slot::Resuming { .. }) | None => {}
         }
         Attachment {
             attachments: Arc::clone(self),
@@ -126,6 +146,7 @@ impl Attachments {
             generation,
             kick,
             failed,
+            resume: false,
         }
     }
 
@@ -140,13 +161,22 @@ impl Attachments {
             Entry::Occupied(mut slot) => match slot.get() {
                 Slot::Reader { failed, .. } => failed.cancel(),
                 Slot::FailPending => {}
-                Slot::KickPending => {
+                Slot::KickPending | Slot::Resuming { .. } => {
                     slot.insert(Slot::FailPending);
                 }
             },
             Entry::Vacant(slot) => {
                 slot.insert(Slot::FailPending);
             }
+        }
+    }
+
+    /// As [`Self::fail`], for a stream written on another node: only a
+    /// reader here now is told (no mark is left for a later one, as this
+    /// node may never see the stream).
+    pub fn fail_reader(&self, stream: &StreamId) {
+        if let Some(Slot::Reader { failed, .. }) = self.slots.get(stream).as_deref() {
+            failed.cancel();
         }
     }
 
@@ -169,9 +199,13 @@ impl Attachments {
     }
 
     /// Ends the current reader of `stream` if there is one here (a reader
-    /// attached on another node took over).
+    /// attached on another node took over); the stream is then listened to
+    /// there, not here.
     pub fn kick_reader(&self, stream: &StreamId) {
-        if let Some(Slot::Reader { kick, .. }) = self.slots.get(stream).as_deref() {
+        if let Some((_, slot)) = self.slots.remove_if(stream, |_, slot| {
+            matches!(slot, Slot::Reader { .. } | Slot::Resuming { .. })
+        }) && let Slot::Reader { kick, .. } = slot
+        {
             mcp_cluster_telemetry::metrics::metrics()
                 .sse_takeovers
                 .inc();
@@ -189,6 +223,53 @@ impl Attachments {
     pub fn is_attached(&self, stream: &StreamId) -> bool {
         matches!(self.slots.get(stream).as_deref(), Some(Slot::Reader { .. }))
     }
+
+    /// Whether what is written for `stream`'s client goes to it: a reader
+    /// follows it here, or the one here ended moments ago telling its
+    /// client to reconnect and no reader took it since (here or elsewhere).
+    pub fn is_listening(&self, stream: &StreamId) -> bool {
+        let now = tokio::time::Instant::now();
+        match self.slots.get(stream).as_deref() {
+            Some(Slot::Reader { .. }) => true,
+            Some(Slot::Resuming { until }) if *until > now => true,
+            Some(Slot::Resuming { .. }) => {
+                self.slots.remove_if(
+                    stream,
+                    |_, slot| matches!(slot, Slot::Resuming { until } if *until <= now),
+                );
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// How many streams count as listened to only because their reader
+    /// here ended with `retry` moments ago (see [`Self::is_listening`]).
+    pub fn awaiting_resume(&self) -> usize {
+        let now = tokio::time::Instant::now();
+        self.slots
+            .iter()
+            .filter(|slot| matches!(slot.value(), Slot::Resuming { until } if *until > now))
+            .count()
+    }
+
+    /// The reader of `generation` ended telling its client to reconnect.
+    fn resuming(&self, stream: &StreamId, generation: u64) {
+        if let Entry::Occupied(mut slot) = self.slots.entry(stream.clone())
+            && matches!(slot.get(), Slot::Reader { generation: g, .. } if *g == generation)
+        {
+            slot.insert(Slot::Resuming {
+                until: tokio::time::Instant::now() + RESUME_WINDOW,
+            });
+        } else {
+            return;
+        }
+        if self.resumes.fetch_add(1, Ordering::Relaxed) % RESUMING_SWEEP_EVERY == 0 {
+            let now = tokio::time::Instant::now();
+            self.slots
+                .retain(|_, slot| !matches!(slot, Slot::Resuming { until } if *until <= now));
+        }
+    }
 }
 
 /// One reader's registration; dropping it detaches.
@@ -201,11 +282,18 @@ pub struct Attachment {
     kick: CancellationToken,
     /// Cancelled when the stream's writer could not finish it.
     failed: CancellationToken,
+    /// Set when the follow of a standalone stream ended telling its client
+    /// to reconnect: the detach leaves a resume mark ([`Slot::Resuming`]).
+    resume: bool,
 }
 
 impl Drop for Attachment {
     fn drop(&mut self) {
         let generation = self.generation;
+        if self.resume {
+            self.attachments.resuming(&self.stream, generation);
+            return;
+        }
         self.attachments.slots.remove_if(
             &self.stream,
             |_, slot| matches!(slot, Slot::Reader { generation: g, .. } if *g == generation),
@@ -497,6 +585,16 @@ impl Follow {
 
     fn end(&mut self, why: FollowEnd) -> FollowItem {
         self.done = true;
+        // The client of a stream that answers no request (a standalone
+        // stream: what it carries is written by whoever listens, not by an
+        // exchange) is told to reconnect (`retry`): its stream still counts
+        // as listened to until it is back. A takeover elsewhere removed
+        // this reader's slot already, so no mark is left then.
+        self.attachment.resume = self.requests.is_empty()
+            && matches!(
+                why,
+                FollowEnd::Kicked | FollowEnd::ShuttingDown | FollowEnd::Failed
+            );
         FollowItem::End(why)
     }
 }

@@ -290,8 +290,9 @@ impl Exchange {
                     None => Ok(()),
                 };
                 if written.is_err() {
-                    // The reader here would wait for it for ever.
-                    self.node.attachments.fail(&stream);
+                    // The reader here, or on the node the client resumed
+                    // on, would wait for it for ever.
+                    self.fail_readers(&stream);
                 }
                 if let (true, Some(session)) = (last, &self.session) {
                     self.node.attachments.forget(&stream);
@@ -309,7 +310,7 @@ impl Exchange {
                             .take(),
                     );
                     if let Err(err) = closed {
-                        self.node.attachments.fail(&stream);
+                        self.fail_readers(&stream);
                         return Err(err);
                     }
                     if let Err(err) = self
@@ -346,6 +347,22 @@ impl Exchange {
                 }
             }
             State::Done => Ok(()),
+        }
+    }
+
+    /// Tells the readers of `stream`, here and on every other node, that
+    /// its response will not come: each answers its requests with an error
+    /// and ends.
+    fn fail_readers(&self, stream: &StreamId) {
+        self.node.attachments.fail(stream);
+        if let Some(session) = &self.session {
+            let failed = mcp_cluster_store::ControlMessage::StreamFailed {
+                session: session.clone(),
+                stream: stream.clone(),
+                origin: self.node.id.clone(),
+            };
+            let node = Arc::clone(&self.node);
+            tokio::spawn(async move { node.publish(failed).await });
         }
     }
 

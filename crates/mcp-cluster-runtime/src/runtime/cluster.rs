@@ -139,6 +139,9 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
             Some(event) => rt.fan_out(&event),
             None => tracing::debug!(%name, "Unknown server event ignored."),
         },
+        ControlMessage::StreamFailed { stream, .. } if !own => {
+            rt.node().attachments.fail_reader(&stream);
+        }
         ControlMessage::Kick {
             session,
             stream,

@@ -818,6 +818,15 @@ impl Runtime {
         self.node().is_closing()
     }
 
+    /// Standalone streams whose reader here ended telling its client to
+    /// reconnect, whose client has not reconnected anywhere yet (for at
+    /// most a few seconds each): a draining node waits for them, writing
+    /// their notifications into the log meanwhile, so that none is lost
+    /// between its streams closing and their clients resuming elsewhere.
+    pub fn streams_awaiting_resume(&self) -> usize {
+        self.node().attachments.awaiting_resume()
+    }
+
     /// POSTs whose requests are not all answered yet: their exchanges are
     /// open until the last response is in the log (or in the JSON answer).
     pub fn open_exchanges(&self) -> usize {

@@ -457,11 +457,16 @@ impl Handler<Broadcast> for Session {
         // Written by the one node whose reader follows the standalone stream
         // (one reader per stream, cluster-wide), so it is written once; with
         // no reader, no client is listening and a new GET starts at the tail.
+        // A reader that ended with `retry` moments ago (a drain, a poll)
+        // still counts until its client is back, here or elsewhere: what is
+        // written meanwhile is replayed to it (twice at worst, in the
+        // moment between its new reader attaching and this node hearing of
+        // it, which an update notification tolerates).
         let listening = self
             .deps
             .node
             .attachments
-            .is_attached(&self.record.standalone_stream);
+            .is_listening(&self.record.standalone_stream);
         if !self.record.initialized || !listening {
             return;
         }
@@ -883,8 +888,9 @@ impl Session {
         let max = config.max_subscriptions_per_session;
         let guard = SaveGuard::begin(&self.shared);
         let stored_uri = uri.clone();
+        let node = Arc::clone(&self.deps.node);
         let change = async move {
-            if subscribe {
+            let outcome = if subscribe {
                 sessions.subscribe(&id, &stored_uri, max).await
             } else {
                 sessions.unsubscribe(&id, &stored_uri).await.map(|live| {
@@ -894,7 +900,23 @@ impl Session {
                         Subscribed::SessionGone
                     }
                 })
+            };
+            if matches!(
+                outcome,
+                Ok(Subscribed::Added | Subscribed::AlreadySubscribed)
+            ) {
+                // Announced before the client has its answer: a node
+                // holding this session's standalone stream reloads it (in
+                // order, on the one control channel) before any server
+                // event published after the answer, so an update the
+                // client causes next is not judged on the old list.
+                let changed = ControlMessage::SessionChanged {
+                    session: id.clone(),
+                    origin: node.id.clone(),
+                };
+                node.publish(changed).await;
             }
+            outcome
         };
         ctx.spawn(change.into_actor(self).map(move |outcome, act, _ctx| {
             drop(guard);
@@ -905,7 +927,6 @@ impl Session {
                     } else {
                         act.record.subscriptions.remove(&uri);
                     }
-                    act.announce_change();
                     Ok(empty_result())
                 }
                 Ok(Subscribed::Full) => Err(ErrorObject::invalid_params(format!(
@@ -927,16 +948,6 @@ impl Session {
             };
             respond(exchange, response);
         }));
-    }
-
-    /// Tells the other nodes holding this session to reload it.
-    fn announce_change(&self) {
-        let node = Arc::clone(&self.deps.node);
-        let changed = ControlMessage::SessionChanged {
-            session: self.record.id.clone(),
-            origin: node.id.clone(),
-        };
-        actix::spawn(async move { node.publish(changed).await });
     }
 
     fn start_request(
