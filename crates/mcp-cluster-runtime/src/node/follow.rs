@@ -96,9 +96,11 @@ enum Slot {
 }
 
 /// How long a stream whose reader ended with `retry` counts as listened to
-/// ([`Attachments::is_listening`]): the client's reconnect delay and a
-/// connection, with room to spare.
-const RESUME_WINDOW: Duration = Duration::from_secs(10);
+/// ([`Attachments::is_listening`]): the client's reconnect delay (the
+/// `retry` sent, 1 s by default) and a connection, with room to spare. A
+/// draining node waits this long at most for a client that does not come
+/// back.
+const RESUME_WINDOW: Duration = Duration::from_secs(5);
 
 /// Every this many readers that end with `retry`, the resume marks that
 /// expired are swept (each is otherwise removed only when its stream is
@@ -229,18 +231,20 @@ impl Attachments {
     /// client to reconnect and no reader took it since (here or elsewhere).
     pub fn is_listening(&self, stream: &StreamId) -> bool {
         let now = tokio::time::Instant::now();
-        match self.slots.get(stream).as_deref() {
-            Some(Slot::Reader { .. }) => true,
-            Some(Slot::Resuming { until }) if *until > now => true,
-            Some(Slot::Resuming { .. }) => {
-                self.slots.remove_if(
-                    stream,
-                    |_, slot| matches!(slot, Slot::Resuming { until } if *until <= now),
-                );
-                false
-            }
-            _ => false,
+        // The read guard goes before an expired mark is removed (removing
+        // locks the same shard for writing: holding both would deadlock).
+        let (listening, expired) = match self.slots.get(stream).as_deref() {
+            Some(Slot::Reader { .. }) => (true, false),
+            Some(Slot::Resuming { until }) => (*until > now, *until <= now),
+            _ => (false, false),
+        };
+        if expired {
+            self.slots.remove_if(
+                stream,
+                |_, slot| matches!(slot, Slot::Resuming { until } if *until <= now),
+            );
         }
+        listening
     }
 
     /// How many streams count as listened to only because their reader
@@ -596,5 +600,48 @@ impl Follow {
                 FollowEnd::Kicked | FollowEnd::ShuttingDown | FollowEnd::Failed
             );
         FollowItem::End(why)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader of `stream` that ended telling its client to reconnect.
+    fn ended_with_retry(attachments: &Arc<Attachments>, stream: &StreamId) {
+        let mut attachment = attachments.attach(stream);
+        attachment.resume = true;
+        drop(attachment);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_left_with_retry_is_listened_to_until_its_client_is_back_or_the_window_ends() {
+        let attachments = Arc::new(Attachments::default());
+        let (back, gone) = (StreamId::random(), StreamId::random());
+        ended_with_retry(&attachments, &back);
+        ended_with_retry(&attachments, &gone);
+        assert!(attachments.is_listening(&back) && attachments.is_listening(&gone));
+        assert_eq!(attachments.awaiting_resume(), 2);
+
+        // The first client resumed on another node.
+        attachments.kick_reader(&back);
+        assert!(!attachments.is_listening(&back));
+        assert_eq!(attachments.awaiting_resume(), 1);
+
+        // The other never came back: the mark lapses (and is removed while
+        // its look holds no lock on the map).
+        tokio::time::advance(RESUME_WINDOW + Duration::from_millis(1)).await;
+        assert!(!attachments.is_listening(&gone));
+        assert_eq!(attachments.awaiting_resume(), 0);
+        assert!(attachments.slots.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_ends_without_retry_leaves_no_mark() {
+        let attachments = Arc::new(Attachments::default());
+        let stream = StreamId::random();
+        drop(attachments.attach(&stream));
+        assert!(!attachments.is_listening(&stream));
+        assert!(attachments.slots.is_empty());
     }
 }

@@ -820,7 +820,7 @@ impl Runtime {
 
     /// Standalone streams whose reader here ended telling its client to
     /// reconnect, whose client has not reconnected anywhere yet (for at
-    /// most a few seconds each): a draining node waits for them, writing
+    /// most 5 s each): a draining node waits for them, writing
     /// their notifications into the log meanwhile, so that none is lost
     /// between its streams closing and their clients resuming elsewhere.
     pub fn streams_awaiting_resume(&self) -> usize {
