@@ -9,16 +9,13 @@
 //! - Over TLS (`rediss+cluster://`: clients, the cluster bus and
 //!   replication all TLS, client certificates required), two nodes serve
 //!   the mixed scenario without a failure.
-//! - Three nodes behind nginx under the load generator's mixed scenario
-//!   ride the failover of one shard (its primary killed, its replica
-//!   promoted): no protocol violation, no session lost, the failed
-//!   operations few and clean.
-
-mod cluster_support;
+//! - After the failover of one shard (its primary killed, its replica
+//!   promoted), the store connects no more to the dead member, and every
+//!   shard answers two seconds after the cluster is ok again. Three nodes
+//!   under load riding that failover are a fault of the chaos runner
+//!   (`tests/tests/chaos.rs`).
 
 use std::time::Duration;
-
-use cluster_support::assert_rode_a_failover;
 
 use mcp_cluster_redis::RedisConfig;
 use mcp_cluster_store::{SessionId, StoreError, StreamId};
@@ -121,21 +118,6 @@ async fn after_a_shard_failover_the_store_forgets_the_dead_member_and_every_shar
         reached += 1;
     }
     assert_eq!(reached, 0, "connections to the dead member's address");
-}
-
-#[test]
-fn three_nodes_under_load_ride_a_shard_failover_without_a_protocol_violation() {
-    let redis = RedisCluster::start(3, 1).unwrap();
-    let cluster = Cluster::start_on_redis(3, &redis.node_url(), &["--log", "warn"]).unwrap();
-    let load = MixedLoad::start(&cluster.lb_url(), 100, 24);
-
-    std::thread::sleep(Duration::from_secs(6));
-    // The shard of the control channel: every node listens there.
-    let victim = redis.primary_of("mcp:ctl").unwrap();
-    victim.kill();
-    redis.wait_ok(6).unwrap();
-    let (_, report) = load.finish();
-    assert_rode_a_failover("shard failover under load", &report);
 }
 
 #[test]

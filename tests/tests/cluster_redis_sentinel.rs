@@ -6,13 +6,13 @@
 //! - One node, one session calling through the failover: it goes on, and
 //!   the calls that failed meanwhile failed cleanly (503 with a JSON-RPC
 //!   error).
-//! - Three nodes behind nginx under the load generator's mixed scenario:
-//!   no protocol violation (no event id twice, no duplicate or missing
-//!   response), no session lost, the failed operations few.
+//! - Three nodes behind nginx under load riding the failover: a fault of
+//!   the chaos runner (`tests/tests/chaos.rs`).
 //! - What asynchronous replication loses: events the primary acknowledged
 //!   while the replica was not receiving are gone after the failover, and a
 //!   resumption from one of them is refused with 400 rather than answered
-//!   with other events.
+//!   with other events; a stream read live through the failover ends with
+//!   the call's error saying its events were lost.
 
 mod cluster_support;
 
@@ -20,9 +20,7 @@ use std::time::Duration;
 
 use cluster_support::*;
 use mcp_cluster_client::{Client, Reply};
-use mcp_cluster_testkit::{
-    Cluster, MixedLoad, NodeProcess, RedisServer, Sentinel, metric, node_binary, within,
-};
+use mcp_cluster_testkit::{NodeProcess, RedisServer, Sentinel, metric, node_binary, within};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -70,20 +68,6 @@ impl Sentinels {
         self.sentinels
             .iter()
             .all(|s| s.primary_port(MASTER).ok() == Some(self.replica.port()))
-    }
-
-    /// Waits (blocking) until every Sentinel names the replica.
-    fn wait_promoted(&self) {
-        let pause = Duration::from_millis(100);
-        let mut waited = Duration::ZERO;
-        while !self.replica_promoted() {
-            assert!(
-                waited < FAILOVER,
-                "the Sentinels did not promote the replica within {FAILOVER:?}"
-            );
-            std::thread::sleep(pause);
-            waited += pause;
-        }
     }
 }
 
@@ -192,19 +176,6 @@ async fn a_node_behind_sentinels_follows_a_failover_and_its_sessions_go_on() {
     .await;
     assert!(failovers >= 1.0, "{failovers}");
     assert_eq!(metric(&base, "mcp_redis_primary_known ").await, 1.0);
-}
-
-#[test]
-fn three_nodes_under_load_ride_a_failover_without_a_protocol_violation() {
-    let redis = Sentinels::start();
-    let cluster = Cluster::start_on_redis(3, &redis.url(), &["--log", "warn"]).unwrap();
-    let load = MixedLoad::start(&cluster.lb_url(), 100, 24);
-
-    std::thread::sleep(Duration::from_secs(6));
-    redis.primary.kill();
-    redis.wait_promoted();
-    let (_, report) = load.finish();
-    assert_rode_a_failover("failover under load", &report);
 }
 
 #[tokio::test]

@@ -268,7 +268,11 @@ impl Attachments {
         } else {
             return;
         }
-        if self.resumes.fetch_add(1, Ordering::Relaxed) % RESUMING_SWEEP_EVERY == 0 {
+        if self
+            .resumes
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(RESUMING_SWEEP_EVERY)
+        {
             let now = tokio::time::Instant::now();
             self.slots
                 .retain(|_, slot| !matches!(slot, Slot::Resuming { until } if *until <= now));
