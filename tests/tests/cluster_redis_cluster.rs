@@ -97,10 +97,20 @@ async fn after_a_shard_failover_the_store_forgets_the_dead_member_and_every_shar
     let listener = std::net::TcpListener::bind(dead).unwrap();
     listener.set_nonblocking(true).unwrap();
 
-    // Two seconds after the layout settled, every shard answers every
-    // command, including the promoted one (what it holds was replicated
-    // before the kill: written, then read back, seconds earlier).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The store follows a new layout once it read it twice, a second
+    // apart; until then its old connections may still try the dead member
+    // (each such connection is closed here at once). Five seconds is that
+    // and a margin for a busy machine.
+    let settled = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < settled {
+        while let Ok((early, _)) = listener.accept() {
+            drop(early);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Every shard answers every command, including the promoted one (what
+    // it holds was replicated before the kill: written seconds earlier).
     for round in 0..3 {
         for (session, stream) in &made {
             let tail = within("a tail read", store.events.tail(session, stream)).await;
@@ -110,9 +120,10 @@ async fn after_a_shard_failover_the_store_forgets_the_dead_member_and_every_shar
             );
         }
     }
-    // A client that kept it would have tried again meanwhile (its repair
-    // loop retries at least every second).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // And nothing connects to the dead member's address any more: a client
+    // that kept it would try again within this (its repair loop retries at
+    // least every second).
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let mut reached = 0;
     while listener.accept().is_ok() {
         reached += 1;
