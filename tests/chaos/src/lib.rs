@@ -1,6 +1,6 @@
 //! Faults injected into a real cluster under load, one at a time and as
 //! often as asked, and what the clients made of each: the chaos runner
-//! behind `mcp-chaos` and the `chaos_*` end-to-end tests.
+//! behind `mcp-chaos` and `tests/tests/chaos.rs`.
 //!
 //! A run starts three `mcp-node` processes behind nginx on the Redis the
 //! fault needs (one `redis-server`, a primary with a replica and three
