@@ -5,9 +5,9 @@
 //! fault's own window. `mcp-chaos --fault all --repeat 20` runs them twenty
 //! times each (README, "Chaos").
 //!
-//! Not here yet: `sentinel-failover` and `shard-failover`. About one run in
-//! three of each still loses something the primary acknowledged just before
-//! it died and never replicated (a response already written, a resource
+//! Not here yet: `sentinel-failover` and `shard-failover`. Some runs (three
+//! of five and two of eight when last measured) still lose something the
+//! primary acknowledged just before it died and never replicated (a response already written, a resource
 //! subscription, a session's `initialized` flag): the client sees it late,
 //! outside the fault's window, or waits for a response until its timeout
 //! (proto-docs/cluster.md, "What a failover can lose"). A test that fails
