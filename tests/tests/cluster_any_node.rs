@@ -9,7 +9,7 @@ mod cluster_support;
 use std::time::Duration;
 
 use cluster_support::*;
-use mcp_cluster_client::Reply;
+use mcp_cluster_client::{Client, Reply};
 use mcp_cluster_testkit::{GUARD, within};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -101,6 +101,20 @@ async fn log_level_set_on_one_node_filters_logs_on_another() {
     );
 }
 
+/// `touch_resource` of `uri` through `client`: the resource is updated.
+async fn touch(client: &Client, uri: &str) {
+    let (touched, _) = within(
+        "touch",
+        client.request(
+            "tools/call",
+            json!({"name": "touch_resource", "arguments": {"uri": uri}}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(touched["result"]["isError"], false, "{touched}");
+}
+
 #[tokio::test]
 async fn resource_update_reaches_the_standalone_stream_on_another_node_once() {
     let cluster = start(3, &[]);
@@ -121,16 +135,7 @@ async fn resource_update_reaches_the_standalone_stream_on_another_node_once() {
     let mut standalone = expect_sse(within("GET on B", b.get(None)).await.unwrap());
     priming(&mut standalone).await;
 
-    let (touched, _) = within(
-        "touch on C",
-        c.request(
-            "tools/call",
-            json!({"name": "touch_resource", "arguments": {"uri": uri}}),
-        ),
-    )
-    .await
-    .unwrap();
-    assert_eq!(touched["result"]["isError"], false, "{touched}");
+    touch(&c, uri).await;
 
     let event = next_event(&mut standalone)
         .await
@@ -175,16 +180,7 @@ async fn an_update_right_after_a_subscribe_elsewhere_reaches_the_stream() {
         .await
         .unwrap();
         assert!(subscribed["result"].is_object(), "{subscribed}");
-        let (touched, _) = within(
-            "touch on C",
-            c.request(
-                "tools/call",
-                json!({"name": "touch_resource", "arguments": {"uri": uri}}),
-            ),
-        )
-        .await
-        .unwrap();
-        assert_eq!(touched["result"]["isError"], false, "{touched}");
+        touch(&c, &uri).await;
         let update = match event_within(&mut standalone, GUARD).await {
             Some(Some(event)) => message(&event),
             other => panic!("round {round}: no update for {uri}: {other:?}"),

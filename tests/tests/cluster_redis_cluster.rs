@@ -28,15 +28,7 @@ fn keys_on(member: &mcp_cluster_testkit::RedisServer) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_passes_the_port_suite_on_a_redis_cluster() {
-    let redis = tokio::task::spawn_blocking(|| RedisCluster::start(3, 1).unwrap())
-        .await
-        .unwrap();
-    let store = mcp_cluster_redis::connect(&RedisConfig {
-        url: redis.node_url(),
-        ..RedisConfig::default()
-    })
-    .await
-    .unwrap();
+    let (redis, store) = store_on_a_redis_cluster().await;
     mcp_cluster_store::suite::run_all(&store).await;
     // Sessions, streams and the bucketed indexes landed on every shard.
     let primaries: Vec<_> = redis.members().iter().filter(|m| is_primary(m)).collect();
@@ -50,6 +42,21 @@ fn is_primary(member: &mcp_cluster_testkit::RedisServer) -> bool {
     member
         .command(&["INFO", "replication"])
         .is_ok_and(|info| info.contains("role:master"))
+}
+
+/// A Redis Cluster of three primaries with a replica each, and a store on
+/// it.
+async fn store_on_a_redis_cluster() -> (RedisCluster, mcp_cluster_store::Store) {
+    let redis = tokio::task::spawn_blocking(|| RedisCluster::start(3, 1).unwrap())
+        .await
+        .unwrap();
+    let store = mcp_cluster_redis::connect(&RedisConfig {
+        url: redis.node_url(),
+        ..RedisConfig::default()
+    })
+    .await
+    .unwrap();
+    (redis, store)
 }
 
 /// Streams spread over every slot range: one per session.
@@ -67,15 +74,7 @@ async fn streams(store: &mcp_cluster_store::Store, n: usize) -> Vec<(SessionId, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_shard_failover_the_store_forgets_the_dead_member_and_every_shard_answers() {
-    let redis = tokio::task::spawn_blocking(|| RedisCluster::start(3, 1).unwrap())
-        .await
-        .unwrap();
-    let store = mcp_cluster_redis::connect(&RedisConfig {
-        url: redis.node_url(),
-        ..RedisConfig::default()
-    })
-    .await
-    .unwrap();
+    let (redis, store) = store_on_a_redis_cluster().await;
     let made = streams(&store, 64).await;
 
     // One shard's primary dies; its replica takes over.

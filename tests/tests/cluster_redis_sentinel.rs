@@ -63,6 +63,17 @@ impl Sentinels {
         format!("redis+sentinel://{hosts}/{MASTER}")
     }
 
+    /// Freezes the replica and has the primary cut its replication
+    /// connection: nothing written from now on reaches it.
+    fn cut_off_replica(&self) {
+        self.replica.pause().unwrap();
+        let cut = self
+            .primary
+            .command(&["CLIENT", "KILL", "TYPE", "replica"])
+            .unwrap();
+        assert_eq!(cut, "1", "the replica's connection");
+    }
+
     /// Whether every Sentinel names the replica as the primary.
     fn replica_promoted(&self) -> bool {
         self.sentinels
@@ -193,12 +204,7 @@ async fn what_the_replica_never_received_is_lost_and_resuming_past_it_is_refused
     // cut by the primary, so nothing written from now on reaches it); the
     // primary goes on acknowledging. A call's events (its progress and its
     // answer) go to the primary only.
-    redis.replica.pause().unwrap();
-    let cut = redis
-        .primary
-        .command(&["CLIENT", "KILL", "TYPE", "replica"])
-        .unwrap();
-    assert_eq!(cut, "1", "the replica's connection");
+    redis.cut_off_replica();
     let reply = within(
         "a call while the replica hangs",
         client.post(&long_running(2, 300, 3, "lost")),
@@ -297,12 +303,7 @@ async fn a_stream_open_through_a_failover_that_lost_its_events_ends_with_an_erro
     // Then the replica stops receiving (well before the next step); the
     // primary goes on acknowledging the next steps, which the client reads,
     // and dies.
-    redis.replica.pause().unwrap();
-    let cut = redis
-        .primary
-        .command(&["CLIENT", "KILL", "TYPE", "replica"])
-        .unwrap();
-    assert_eq!(cut, "1", "the replica's connection");
+    redis.cut_off_replica();
     while progress.len() < 3 {
         let event = next_event(&mut stream).await.expect("progress");
         progress.push(progress_of(&message(&event)));

@@ -25,6 +25,18 @@ pub fn node_binary() -> PathBuf {
     }
 }
 
+/// [`node_binary`], or an error saying how to build it.
+fn built_node_binary() -> anyhow::Result<PathBuf> {
+    let binary = node_binary();
+    if !binary.exists() {
+        bail!(
+            "{} not found: build it first (cargo build -p mcp-node) or set {NODE_BIN_ENV}",
+            binary.display()
+        );
+    }
+    Ok(binary)
+}
+
 /// The example program `name` of a workspace crate,
 /// `target/debug/examples/<name>` (the test command builds every example
 /// first: `cargo build --workspace --all-targets`).
@@ -283,14 +295,7 @@ impl Cluster {
         n: usize,
         extra_args: impl FnOnce(&str) -> Vec<String>,
     ) -> anyhow::Result<Self> {
-        let binary = node_binary();
-        if !binary.exists() {
-            bail!(
-                "{} not found: build it first (cargo build -p mcp-node) or set {NODE_BIN_ENV}",
-                binary.display()
-            );
-        }
-        Self::start_command(n, NodeCommand::new(binary), extra_args)
+        Self::start_command(n, NodeCommand::new(built_node_binary()?), extra_args)
     }
 
     /// As [`Self::start_with`], with `command` as every node: a provider's
@@ -325,17 +330,7 @@ impl Cluster {
     /// # Errors
     /// As [`Self::start`].
     pub fn start_on_redis(n: usize, redis_url: &str, extra_args: &[&str]) -> anyhow::Result<Self> {
-        let binary = node_binary();
-        if !binary.exists() {
-            bail!(
-                "{} not found: build it first (cargo build -p mcp-node) or set {NODE_BIN_ENV}",
-                binary.display()
-            );
-        }
-        let urls = vec![redis_url.to_owned(); n];
-        Self::start_nodes(NodeCommand::new(binary), None, &urls, |_| {
-            extra_args.iter().map(|a| (*a).to_owned()).collect()
-        })
+        Self::start_on_redis_per_node(&vec![redis_url.to_owned(); n], extra_args)
     }
 
     /// As [`Self::start_on_redis`], node `i` on `redis_urls[i]`: one node
@@ -348,16 +343,12 @@ impl Cluster {
         redis_urls: &[String],
         extra_args: &[&str],
     ) -> anyhow::Result<Self> {
-        let binary = node_binary();
-        if !binary.exists() {
-            bail!(
-                "{} not found: build it first (cargo build -p mcp-node) or set {NODE_BIN_ENV}",
-                binary.display()
-            );
-        }
-        Self::start_nodes(NodeCommand::new(binary), None, redis_urls, |_| {
-            extra_args.iter().map(|a| (*a).to_owned()).collect()
-        })
+        Self::start_nodes(
+            NodeCommand::new(built_node_binary()?),
+            None,
+            redis_urls,
+            |_| extra_args.iter().map(|a| (*a).to_owned()).collect(),
+        )
     }
 
     /// Node `i` on `redis_urls[i]`, as many nodes as URLs.
