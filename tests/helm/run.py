@@ -492,7 +492,8 @@ def expect_full(docs):
     values = {e["name"]: e.get("value") for e in container["env"]}
     # Every config key reaches its variable.
     assert {k: values.get(k) for k in (
-        "MCP_REDIS__KEY_PREFIX", "MCP_REDIS__COMMAND_TIMEOUT_MS", "MCP_DRAIN_DELAY_SECS",
+        "MCP_REDIS__KEY_PREFIX", "MCP_REDIS__COMMAND_TIMEOUT_MS", "MCP_REDIS__REPLICA_ACKS",
+        "MCP_REDIS__REPLICA_ACK_TIMEOUT_MS", "MCP_DRAIN_DELAY_SECS",
         "MCP_DRAIN_GRACE_SECS", "MCP_SESSION_TTL_SECS", "MCP_MAX_SESSIONS",
         "MCP_MAX_IN_FLIGHT", "MCP_MAX_BODY_BYTES", "MCP_REQUEST_TIMEOUT_SECS",
         "MCP_RESPONSE_MODE", "MCP_WORKERS", "MCP_KEEP_ALIVE_SECS",
@@ -501,6 +502,7 @@ def expect_full(docs):
         "MCP_MAX_CONNECTIONS_PER_PEER", "MCP_CONNECTION_LIMIT_EXEMPT", "MCP_PAGE_SIZE",
         "MCP_LOG", "MCP_LOG_JSON", "MCP_RUNTIME__SSE_KEEP_ALIVE_SECS")} == {
         "MCP_REDIS__KEY_PREFIX": "mcp-prod", "MCP_REDIS__COMMAND_TIMEOUT_MS": "500",
+        "MCP_REDIS__REPLICA_ACKS": "1", "MCP_REDIS__REPLICA_ACK_TIMEOUT_MS": "250",
         "MCP_DRAIN_DELAY_SECS": "10", "MCP_DRAIN_GRACE_SECS": "60",
         "MCP_SESSION_TTL_SECS": "3600", "MCP_MAX_SESSIONS": "20000",
         "MCP_MAX_IN_FLIGHT": "32", "MCP_MAX_BODY_BYTES": "8388608",

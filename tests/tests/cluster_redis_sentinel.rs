@@ -8,11 +8,14 @@
 //!   error).
 //! - Three nodes behind nginx under load riding the failover: a fault of
 //!   the chaos runner (`tests/tests/chaos.rs`).
-//! - What asynchronous replication loses: events the primary acknowledged
-//!   while the replica was not receiving are gone after the failover, and a
-//!   resumption from one of them is refused with 400 rather than answered
-//!   with other events; a stream read live through the failover ends with
-//!   the call's error saying its events were lost.
+//! - What asynchronous replication loses when no replica takes the writes
+//!   (the first write waits `replica_ack_timeout_ms` for one, the next ones
+//!   go unwaited): events the primary acknowledged while the replica was not
+//!   receiving are gone after the failover, and a resumption from one of
+//!   them is refused with 400 rather than answered with other events; a
+//!   stream read live through the failover ends with the call's error
+//!   saying its events were lost. (With the replica there, what is waited
+//!   for is not lost: `tests/tests/redis_replica_wait.rs`.)
 
 mod cluster_support;
 

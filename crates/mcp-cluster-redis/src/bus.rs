@@ -4,7 +4,12 @@
 //! connection (`SPUBLISH` on a Redis Cluster: a sharded channel stays on the
 //! shard of its slot instead of going to every member); receiving shares the node's one pub/sub connection
 //! (`pubsub`). Delivery is Redis pub/sub's: every node connected at
-//! that moment, nothing kept for a node that is away or reconnecting.
+//! that moment, nothing kept for a node that is away or reconnecting. So
+//! each message (but a `kick` or a `release`, which must not arrive late,
+//! and one longer than [`LOG_ENTRY_MAX`]) also goes, first, into a short
+//! log (`mcp:{ctl}:log`, a stream of the last [`LOG_LEN`] messages, gone
+//! [`LOG_TTL`] after the last): a node whose pub/sub connection was down
+//! replays from it what it missed (`pubsub`).
 
 use async_trait::async_trait;
 use mcp_cluster_store::{ControlBus, ControlMessage, StoreError};
@@ -15,6 +20,17 @@ use crate::error::corrupt;
 use crate::keys::Keys;
 use crate::pubsub::PubSub;
 
+/// Messages the control log keeps (`MAXLEN ~`).
+pub(crate) const LOG_LEN: usize = 2048;
+/// Longest message the control log keeps, in bytes (a client's answer can
+/// be as long as a request body): the log holds at most about
+/// `LOG_LEN * LOG_ENTRY_MAX` (32 MiB).
+pub(crate) const LOG_ENTRY_MAX: usize = 16 * 1024;
+/// The control log goes this long after its last message.
+pub(crate) const LOG_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+/// The field of a log entry holding the message.
+pub(crate) const LOG_FIELD: &str = "m";
+
 /// Publishes control messages (the bus, and the stores that ask for a
 /// session's lease).
 #[derive(Debug, Clone)]
@@ -22,6 +38,8 @@ pub(crate) struct Publisher {
     redis: Redis,
     /// The control channel name.
     channel: String,
+    /// The control log's key.
+    log: String,
 }
 
 impl Publisher {
@@ -29,26 +47,57 @@ impl Publisher {
         Self {
             redis,
             channel: keys.ctl(),
+            log: keys.ctl_log(),
         }
     }
 
-    /// Publishes `message` to every node (this one included).
+    /// Publishes `message` to every node (this one included), logged
+    /// first (see the module doc).
     pub(crate) async fn publish(&self, message: &ControlMessage) -> Result<(), StoreError> {
         let json = serde_json::to_string(message).map_err(corrupt)?;
-        let published = self
-            .redis
-            .cmd(
-                "bus_publish",
-                redis::cmd(self.redis.publish_command())
-                    .arg(&self.channel)
-                    .arg(json),
-            )
-            .await
-            .map(drop);
-        let m = mcp_cluster_telemetry::metrics::metrics();
-        match &published {
-            Ok(()) => m.bus_published.with_label_values(&[message.kind()]).inc(),
-            Err(_) => m.bus_dropped.with_label_values(&["publish_failed"]).inc(),
+        let late_is_wrong = matches!(
+            message,
+            ControlMessage::Kick { .. } | ControlMessage::Release { .. }
+        );
+        let logged = async {
+            if late_is_wrong || json.len() > LOG_ENTRY_MAX {
+                return;
+            }
+            let mut log = redis::pipe();
+            log.cmd("XADD")
+                .arg(&self.log)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(LOG_LEN)
+                .arg("*")
+                .arg(LOG_FIELD)
+                .arg(&json)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(&self.log)
+                .arg(crate::config::millis(LOG_TTL))
+                .ignore();
+            // Best effort: the message itself still goes out.
+            if let Err(err) = self.redis.pipe("bus_log", &log).await {
+                tracing::debug!(error = %err, "Control message not logged.");
+            }
+        };
+        let publish = redis::cmd(self.redis.publish_command())
+            .arg(&self.channel)
+            .arg(&json)
+            .clone();
+        // Both at once: a Redis that is away costs one command timeout, not
+        // two. Which one Redis takes first does not matter: a node replays
+        // only what it did not receive live.
+        let ((), published) = tokio::join!(logged, self.redis.cmd("bus_publish", &publish));
+        let published = published.map(drop);
+        // A failure is counted as a drop by whoever gives up on the
+        // message (the runtime tries again while Redis is away).
+        if published.is_ok() {
+            mcp_cluster_telemetry::metrics::metrics()
+                .bus_published
+                .with_label_values(&[message.kind()])
+                .inc();
         }
         published
     }

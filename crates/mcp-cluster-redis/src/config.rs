@@ -67,6 +67,23 @@ pub struct RedisConfig {
     /// fails with `StoreError::Unavailable`. Default 1000: a request fails
     /// fast with a clear error while Redis is away instead of hanging.
     pub command_timeout_ms: u64,
+    /// Replicas that must hold a write a failover must not lose before the
+    /// node answers for it: an event of a stream (a response above all), a
+    /// stream's close, a session's record and subscriptions, a task. After
+    /// each such write the node sends `WAIT` on the same connection.
+    /// Replication is asynchronous: without it, the last writes a primary
+    /// acknowledged before it died can be missing from the replica
+    /// promoted in its place. Default none, which means 1 behind Sentinels
+    /// and on a Redis Cluster, 0 (no wait) on one Redis. See
+    /// `replica_ack_timeout_ms` for a replica that does not answer.
+    pub replica_acks: Option<u32>,
+    /// Milliseconds a write waits for `replica_acks` replicas. Default 200.
+    /// A wait that comes back short (no replica, or one far behind: the
+    /// write stands on the primary alone) makes the node stop waiting for
+    /// the next 5 s, so that a primary without replicas (just after a
+    /// failover) costs one such wait per 5 s, not one per write. Must be
+    /// below `command_timeout_ms`.
+    pub replica_ack_timeout_ms: u64,
     /// Event log retention. Not read from configuration files: a node sets
     /// it from its `[retention]` section, which governs both stores.
     #[serde(skip)]
@@ -83,6 +100,8 @@ impl Default for RedisConfig {
             client_key_file: None,
             key_prefix: DEFAULT_PREFIX.to_owned(),
             command_timeout_ms: 1000,
+            replica_acks: None,
+            replica_ack_timeout_ms: 200,
             retention: RedisRetention::default(),
         }
     }
@@ -98,6 +117,8 @@ impl fmt::Debug for RedisConfig {
             .field("client_key_file", &self.client_key_file)
             .field("key_prefix", &self.key_prefix)
             .field("command_timeout_ms", &self.command_timeout_ms)
+            .field("replica_acks", &self.replica_acks)
+            .field("replica_ack_timeout_ms", &self.replica_ack_timeout_ms)
             .field("retention", &self.retention)
             .finish()
     }
@@ -165,6 +186,13 @@ impl RedisConfig {
         }
         if self.command_timeout_ms == 0 {
             return bad("command_timeout_ms must be positive");
+        }
+        let waits = self.replica_acks != Some(0);
+        if waits
+            && (self.replica_ack_timeout_ms == 0
+                || self.replica_ack_timeout_ms >= self.command_timeout_ms)
+        {
+            return bad("replica_ack_timeout_ms must be positive and below command_timeout_ms");
         }
         if self.retention.closed_stream_ttl_ms == 0 || self.retention.idle_stream_ttl_ms == 0 {
             return bad("retention TTLs must be positive");
@@ -736,6 +764,17 @@ mod tests {
             };
             assert!(c.validate().is_err(), "{prefix:?}");
         }
+        // A replica wait as long as a whole command is refused; with no
+        // wait asked for, its timeout does not matter.
+        let wait = |acks, timeout| RedisConfig {
+            replica_acks: acks,
+            replica_ack_timeout_ms: timeout,
+            ..RedisConfig::default()
+        };
+        assert!(wait(None, 1000).validate().is_err());
+        assert!(wait(Some(1), 0).validate().is_err());
+        wait(Some(1), 999).validate().unwrap();
+        wait(Some(0), 0).validate().unwrap();
     }
 
     #[test]

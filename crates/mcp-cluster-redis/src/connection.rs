@@ -23,6 +23,7 @@ use crate::lease::Leases;
 use crate::nodes::RedisNodes;
 use crate::pubsub::PubSub;
 use crate::quota::RedisQuotas;
+use crate::replica_wait::{Barrier, ReplicaWait};
 use crate::session_store::RedisSessionStore;
 use crate::target::Target;
 use crate::tasks::RedisTasks;
@@ -62,10 +63,11 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
     let tls = target.is_tls();
     let timeout = config.command_timeout();
     let keys = Keys::new(&config.key_prefix);
+    let wait = ReplicaWait::configured(config, &target);
     // The pub/sub connection first: one plain attempt whose error says why
     // (the command connection's manager retries, and would only time out).
     let trouble = Arc::new(AtomicU64::new(0));
-    let pubsub = PubSub::start(target.clone(), keys.ctl(), timeout, Arc::clone(&trouble)).await?;
+    let pubsub = PubSub::start(target.clone(), &keys, timeout, Arc::clone(&trouble)).await?;
     let redis = if let Some(seeds) = target.cluster_seeds() {
         // A Redis Cluster: one client routes every command by its keys.
         let client = seeds.client(None)?;
@@ -88,6 +90,7 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
             conn: Conn::Cluster(commands),
             timeout,
             trouble,
+            wait,
         }
     } else {
         let manager_config = ConnectionManagerConfig::new()
@@ -114,11 +117,13 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
             })),
             timeout,
             trouble,
+            wait,
         }
     };
     mcp_cluster_telemetry::metrics::metrics()
         .redis_primary_known
         .set(1);
+    pubsub.replay_with(redis.clone());
     let publisher = Publisher::new(redis.clone(), &keys);
     let leases = Arc::new(Leases::new(redis.clone(), keys.clone()));
     Leases::start(&leases, &pubsub);
@@ -163,6 +168,7 @@ async fn open_manager(
     let manager = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
     Ok(Current {
         manager,
+        barrier: Arc::default(),
         addr,
         client,
         generation: 0,
@@ -233,6 +239,8 @@ pub(crate) struct Redis {
     /// out, a primary demoted) and the failovers followed: a session lease
     /// granted before is no longer trusted (see the `lease` module).
     trouble: Arc<AtomicU64>,
+    /// Sent after the writes a failover must not lose; `None`: no wait.
+    wait: Option<Arc<ReplicaWait>>,
 }
 
 #[derive(Clone)]
@@ -247,6 +255,7 @@ enum Conn {
 
 /// The connection one call goes out on: a clone of the manager or of the
 /// cluster connection (cheap: both share their sockets).
+#[derive(Clone)]
 enum Connection {
     One(ConnectionManager),
     Cluster(ClusterConnection),
@@ -309,6 +318,8 @@ struct Primary {
 
 struct Current {
     manager: ConnectionManager,
+    /// The group commit of the kept writes sent on `manager`.
+    barrier: Arc<Barrier>,
     /// The primary's address, as the Sentinels gave it.
     addr: String,
     /// Opens more connections to it (each thread's own).
@@ -597,6 +608,100 @@ impl Redis {
             }
         };
         crate::reply::array(self.bounded(op, call).await?)
+    }
+
+    /// The replica wait kept writes get now; `None`: none configured, or
+    /// paused.
+    fn waiting(&self) -> Option<&ReplicaWait> {
+        self.wait.as_deref().filter(|wait| !wait.paused())
+    }
+
+    /// Where kept writes go, and the group commit of their waits there: the
+    /// primary's shared connection (each thread's own serve the other
+    /// commands, which a wait in flight would hold up), or the cluster
+    /// connection.
+    fn kept_connection(&self) -> (Connection, Arc<Barrier>) {
+        match &self.conn {
+            Conn::Primary(primary) => {
+                let current = primary
+                    .current
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner);
+                (
+                    Connection::One(current.manager.clone()),
+                    Arc::clone(&current.barrier),
+                )
+            }
+            Conn::Cluster(cluster) => {
+                let (connection, barrier) = cluster.get_kept();
+                (Connection::Cluster(connection), barrier)
+            }
+        }
+    }
+
+    /// After a kept write answered on `con`: waits until a `WAIT` sent after
+    /// it on `con` ended (on a Redis Cluster, sent to every primary).
+    async fn cover(
+        wait: &ReplicaWait,
+        mut con: Connection,
+        barrier: &Barrier,
+    ) -> redis::RedisResult<()> {
+        let ticket = barrier.answered();
+        let command = wait.command();
+        wait.cover(barrier, ticket, move || async move {
+            command.query_async::<u32>(&mut con).await
+        })
+        .await
+    }
+
+    /// [`Self::each`] for writes a failover must not lose: answered once
+    /// the replicas [`RedisConfig::replica_acks`] asks for have them.
+    pub(crate) async fn each_kept(
+        &self,
+        op: &'static str,
+        cmds: &[Cmd],
+    ) -> Result<Vec<Value>, StoreError> {
+        let Some(wait) = self.waiting() else {
+            return self.each(op, cmds).await;
+        };
+        let call = async {
+            let (mut con, barrier) = self.kept_connection();
+            let replies = if self.is_cluster() {
+                let calls = cmds.iter().map(|cmd| {
+                    let mut con = con.clone();
+                    async move { cmd.query_async::<Value>(&mut con).await }
+                });
+                futures_util::future::try_join_all(calls).await?
+            } else {
+                let mut pipe = redis::pipe();
+                for cmd in cmds {
+                    pipe.add_command(cmd.clone());
+                }
+                pipe.query_async::<Vec<Value>>(&mut con).await?
+            };
+            Self::cover(wait, con, &barrier).await?;
+            Ok(Value::Array(replies))
+        };
+        crate::reply::array(self.bounded(op, call).await?)
+    }
+
+    /// [`Self::script`] for a write a failover must not lose: answered once
+    /// the replicas [`RedisConfig::replica_acks`] asks for have it.
+    pub(crate) async fn script_kept(
+        &self,
+        op: &'static str,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<Value, StoreError> {
+        let Some(wait) = self.waiting() else {
+            return self.script(op, invocation).await;
+        };
+        self.bounded(op, async {
+            let (mut con, barrier) = self.kept_connection();
+            let value = invocation.invoke_async(&mut con).await?;
+            Self::cover(wait, con, &barrier).await?;
+            Ok(value)
+        })
+        .await
     }
 
     /// One script; `op` names it in the Redis metrics.

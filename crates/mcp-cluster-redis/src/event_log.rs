@@ -377,7 +377,7 @@ impl RedisEventLog {
     ) -> Result<EventId, StoreError> {
         let reply = self
             .redis
-            .script(
+            .script_kept(
                 "stream_append",
                 APPEND
                     .key(self.keys.stream(session, stream))
@@ -465,7 +465,7 @@ impl EventLog for RedisEventLog {
             serde_json::to_string(requests).map_err(corrupt)?
         };
         self.redis
-            .script(
+            .script_kept(
                 "stream_create",
                 CREATE
                     .key(self.keys.meta(session, stream))
@@ -519,7 +519,7 @@ impl EventLog for RedisEventLog {
     ) -> Result<(), StoreError> {
         let reply = self
             .redis
-            .script(
+            .script_kept(
                 "stream_close",
                 CLOSE
                     .key(self.keys.stream(session, stream))

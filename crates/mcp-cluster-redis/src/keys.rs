@@ -246,6 +246,12 @@ impl Keys {
         format!("{}:{CTL}", self.prefix)
     }
 
+    /// The control bus's recent messages (a stream), replayed by a node
+    /// whose pub/sub connection was down.
+    pub fn ctl_log(&self) -> String {
+        format!("{}:{{{CTL}}}:log", self.prefix)
+    }
+
     /// `<prefix>:{nodes}:alive:`; a node id and [`Keys::node_alive_suffix`]
     /// complete it (the scripts build heartbeat keys from it).
     pub fn node_prefix(&self) -> String {

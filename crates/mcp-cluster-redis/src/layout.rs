@@ -32,6 +32,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use tracing::{debug, info};
 
+use crate::replica_wait::Barrier;
 use crate::target::ClusterSeeds;
 
 /// How often the layout is read.
@@ -143,14 +144,15 @@ fn text(value: &Value) -> Option<String> {
 /// changes.
 pub(crate) struct ClusterCommands {
     /// Read (a clone, no await under the lock) for each command; written
-    /// by the layout task.
-    current: RwLock<ClusterConnection>,
+    /// by the layout task. With the group commit of the kept writes sent
+    /// on it ([`crate::replica_wait`]), replaced with it.
+    current: RwLock<(ClusterConnection, Arc<Barrier>)>,
 }
 
 impl ClusterCommands {
     pub(crate) fn new(connection: ClusterConnection) -> Self {
         Self {
-            current: RwLock::new(connection),
+            current: RwLock::new((connection, Arc::default())),
         }
     }
 
@@ -159,11 +161,19 @@ impl ClusterCommands {
         self.current
             .read()
             .unwrap_or_else(PoisonError::into_inner)
+            .0
             .clone()
     }
 
+    /// The connection to send a kept write on, and its group commit.
+    pub(crate) fn get_kept(&self) -> (ClusterConnection, Arc<Barrier>) {
+        let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        (current.0.clone(), Arc::clone(&current.1))
+    }
+
     fn replace(&self, connection: ClusterConnection) {
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = connection;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) =
+            (connection, Arc::default());
     }
 }
 

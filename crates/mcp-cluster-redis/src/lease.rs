@@ -372,7 +372,12 @@ impl Leases {
                     origin: self.holder.clone(),
                 };
                 // Lost or not, the lease expires within its TTL.
-                let _ = bus.publish(&release).await;
+                if bus.publish(&release).await.is_err() {
+                    mcp_cluster_telemetry::metrics::metrics()
+                        .bus_dropped
+                        .with_label_values(&["publish_failed"])
+                        .inc();
+                }
             }
             if started.elapsed() >= WRITE_PATIENCE {
                 mcp_cluster_telemetry::metrics::metrics()

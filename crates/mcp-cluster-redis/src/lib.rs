@@ -55,6 +55,8 @@ mod pubsub;
 #[cfg(feature = "client")]
 pub mod quota;
 #[cfg(feature = "client")]
+mod replica_wait;
+#[cfg(feature = "client")]
 mod reply;
 #[cfg(feature = "client")]
 pub mod session_store;

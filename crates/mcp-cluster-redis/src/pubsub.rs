@@ -18,8 +18,11 @@
 //! exponential backoff, subscribes again to the control channel and every
 //! wake channel it held, then bumps every watch once: a wake-up may have
 //! been missed meanwhile, and readers re-read. Control messages published
-//! while the connection was down are lost (Redis pub/sub keeps nothing);
-//! meanwhile [`PubSub::wake`] fails fast with `StoreError::Unavailable`.
+//! while the connection was down are not delivered by Redis (pub/sub keeps
+//! nothing): the task replays them from the control log (`bus`), from a
+//! second before the last sign of life of the lost connection, skipping
+//! those it received live (it remembers the last [`SEEN`] messages).
+//! Meanwhile [`PubSub::wake`] fails fast with `StoreError::Unavailable`.
 //!
 //! On a Redis Cluster the channels are sharded (`SSUBSCRIBE`; the scripts
 //! and the bus `SPUBLISH`): the cluster client keeps one RESP3 connection
@@ -63,8 +66,21 @@ const CONTROL_CAPACITY: usize = 1024;
 const LAYOUT_CHANGED: &str = "the Redis Cluster's layout changed";
 /// First delay before reconnecting a lost pub/sub connection.
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(50);
-/// Cap of the reconnection backoff.
-const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(2);
+/// Cap of the reconnection backoff: a failover is followed within this of
+/// its end.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(500);
+/// Control messages remembered as dispatched (their hashes), so that a
+/// replay skips them: more than the control log holds.
+const SEEN: usize = 2 * crate::bus::LOG_LEN;
+/// How long after a replay the live copy of a message it handed out is
+/// expected (it was published between the new subscription and the read
+/// of the log); a message alike later is another one.
+const REPLAY_ECHO: Duration = Duration::from_secs(1);
+/// How long a replay tries to read the control log.
+const REPLAY_PATIENCE: Duration = Duration::from_secs(10);
+/// How far before the last sign of life of a lost connection the replay
+/// starts: messages can be in flight, and clocks differ.
+const REPLAY_MARGIN_MS: u64 = 1000;
 /// How often the connection is pinged, to notice one that died silently.
 const PING_INTERVAL: Duration = Duration::from_secs(5);
 /// How often channels without receivers are unsubscribed.
@@ -97,6 +113,16 @@ struct Shared {
     timeout: Duration,
     /// The control bus channel.
     ctl: String,
+    /// The control log's key.
+    log: String,
+    /// Reads the control log (set once the store's command connection
+    /// exists; no replay before).
+    commands: std::sync::OnceLock<crate::connection::Redis>,
+    /// The control messages dispatched lately.
+    seen: Mutex<Seen>,
+    /// When the connection last showed it was alive (a message, a pong,
+    /// its subscription), in ms since the epoch.
+    alive_ms: AtomicU64,
     /// Written by the task with each decoded control message; read by
     /// `RedisBus::subscribe` receivers.
     control: broadcast::Sender<ControlMessage>,
@@ -111,6 +137,55 @@ struct Shared {
     /// bumped when this connection is lost too: Redis may have restarted
     /// without the command connection noticing yet.
     trouble: Arc<AtomicU64>,
+}
+
+/// Hashes of the control messages dispatched lately: those received live
+/// (the last [`SEEN`], oldest first), which a replay skips, and those a
+/// replay handed out, whose live copy (a message published after the new
+/// subscription is both logged and received) is skipped if it comes within
+/// [`REPLAY_ECHO`]. Two messages alike (a session changed twice) are both
+/// dispatched when both arrive live, or one replayed and the other live
+/// later.
+#[derive(Default)]
+struct Seen {
+    order: std::collections::VecDeque<u64>,
+    live: std::collections::HashSet<u64>,
+    replayed: HashMap<u64, tokio::time::Instant>,
+}
+
+impl Seen {
+    /// Whether a message received live is to be dispatched; remembers it.
+    fn live(&mut self, hash: u64) -> bool {
+        if let Some(at) = self.replayed.remove(&hash)
+            && at.elapsed() < REPLAY_ECHO
+        {
+            return false;
+        }
+        if self.live.insert(hash) {
+            self.order.push_back(hash);
+            if self.order.len() > SEEN
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.live.remove(&oldest);
+            }
+        }
+        true
+    }
+
+    /// Whether a replayed message is to be dispatched (it was not received
+    /// live); remembers it for a while, for its live copy.
+    fn replayed(&mut self, hash: u64) -> bool {
+        if self.live.contains(&hash) {
+            return false;
+        }
+        self.replayed.retain(|_, at| at.elapsed() < REPLAY_ECHO);
+        if self.replayed.len() >= SEEN {
+            return true;
+        }
+        self.replayed
+            .insert(hash, tokio::time::Instant::now())
+            .is_none()
+    }
 }
 
 /// The connection and the wake channels.
@@ -251,7 +326,7 @@ impl PubSub {
     /// [`ClusterError::Timeout`] when the first connection fails.
     pub(crate) async fn start(
         target: Target,
-        ctl: String,
+        keys: &crate::keys::Keys,
         timeout: Duration,
         trouble: Arc<AtomicU64>,
     ) -> Result<Self, ClusterError> {
@@ -259,7 +334,11 @@ impl PubSub {
             tls: target.is_tls(),
             target,
             timeout,
-            ctl,
+            ctl: keys.ctl(),
+            log: keys.ctl_log(),
+            commands: std::sync::OnceLock::new(),
+            seen: Mutex::new(Seen::default()),
+            alive_ms: AtomicU64::new(0),
             control: broadcast::channel(CONTROL_CAPACITY).0,
             gate: RwLock::new(()),
             state: Mutex::new(State {
@@ -282,6 +361,12 @@ impl PubSub {
                 _stop: stop_tx,
             }),
         })
+    }
+
+    /// Lets the task read the control log through `commands` (the
+    /// store's command connection) after a reconnection.
+    pub(crate) fn replay_with(&self, commands: crate::connection::Redis) {
+        let _ = self.inner.shared.commands.set(commands);
     }
 
     /// Receives every control message decoded from now on.
@@ -381,6 +466,7 @@ impl Shared {
                 .map_err(|_| ClusterError::Timeout(self.timeout))?
                 .map_err(|err| connect_failed(err, self.tls))?;
         }
+        self.alive();
         let mut state = self.lock();
         state.generation += 1;
         let generation = state.generation;
@@ -401,30 +487,94 @@ impl Shared {
         }
     }
 
+    /// Notes that the connection is alive now.
+    fn alive(&self) {
+        self.alive_ms.store(now_ms(), Ordering::Release);
+    }
+
     /// Routes one message.
     fn dispatch(&self, msg: &Msg) {
+        self.alive();
         let channel = msg.get_channel_name();
         if channel == self.ctl {
-            match serde_json::from_slice::<ControlMessage>(msg.get_payload_bytes()) {
-                // No receiver is not an error: nobody needed to hear it.
-                Ok(message) => {
-                    mcp_cluster_telemetry::metrics::metrics()
-                        .bus_received
-                        .with_label_values(&[message.kind()])
-                        .inc();
-                    drop(self.control.send(message));
-                }
-                Err(err) => {
-                    mcp_cluster_telemetry::metrics::metrics()
-                        .bus_dropped
-                        .with_label_values(&["malformed"])
-                        .inc();
-                    warn!(%err, "Undecodable control message dropped.");
-                }
-            }
+            self.control_payload(msg.get_payload_bytes(), false);
         } else if let Some(wake) = self.lock().wakes.get(channel) {
             wake.tx.send_modify(|n| *n = n.wrapping_add(1));
         }
+    }
+
+    /// Decodes and hands out one control message, unless it was already
+    /// ([`Seen`]).
+    fn control_payload(&self, payload: &[u8], replayed: bool) {
+        let hash = {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            BuildHasherDefault::<std::hash::DefaultHasher>::default().hash_one(payload)
+        };
+        let dispatch = {
+            let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+            if replayed {
+                seen.replayed(hash)
+            } else {
+                seen.live(hash)
+            }
+        };
+        if !dispatch {
+            return;
+        }
+        let m = mcp_cluster_telemetry::metrics::metrics();
+        match serde_json::from_slice::<ControlMessage>(payload) {
+            // No receiver is not an error: nobody needed to hear it.
+            Ok(message) => {
+                m.bus_received.with_label_values(&[message.kind()]).inc();
+                if replayed {
+                    m.bus_replayed.inc();
+                }
+                drop(self.control.send(message));
+            }
+            Err(err) => {
+                m.bus_dropped.with_label_values(&["malformed"]).inc();
+                warn!(%err, "Undecodable control message dropped.");
+            }
+        }
+    }
+
+    /// Hands out the control messages of the log from `since_ms` on that
+    /// were not dispatched yet: those published while the connection was
+    /// down. `Err` when the log could not be read.
+    async fn replay_once(&self, since_ms: u64) -> Result<(), StoreError> {
+        let Some(commands) = self.commands.get() else {
+            return Ok(());
+        };
+        let read = redis::cmd("XRANGE")
+            .arg(&self.log)
+            .arg(format!("{since_ms}-0"))
+            .arg("+")
+            .arg("COUNT")
+            .arg(crate::bus::LOG_LEN)
+            .clone();
+        let redis::Value::Array(entries) = commands.cmd("bus_replay", &read).await? else {
+            return Ok(());
+        };
+        for entry in entries {
+            // [id, [field, value, ...]]
+            let redis::Value::Array(parts) = entry else {
+                continue;
+            };
+            let Some(redis::Value::Array(fields)) = parts.get(1) else {
+                continue;
+            };
+            for pair in fields.chunks(2) {
+                if let [
+                    redis::Value::BulkString(field),
+                    redis::Value::BulkString(value),
+                ] = pair
+                    && field.as_slice() == crate::bus::LOG_FIELD.as_bytes()
+                {
+                    self.control_payload(value, true);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Unsubscribes the channels nobody listens to any more.
@@ -468,8 +618,39 @@ impl Shared {
         let Some(Sink::One(mut sink)) = self.lock().sink.clone() else {
             return Ok(());
         };
-        self.bounded(sink.ping::<redis::Value>()).await.map(drop)
+        self.bounded(sink.ping::<redis::Value>()).await?;
+        self.alive();
+        Ok(())
     }
+}
+
+/// Replays the control log from `since_ms` ([`Shared::replay_once`]),
+/// trying again for a while: just after a failover, the log's shard may
+/// not answer yet.
+async fn replay(shared: Arc<Shared>, since_ms: u64) {
+    let mut delay = RECONNECT_MIN_DELAY;
+    let started = tokio::time::Instant::now();
+    loop {
+        match shared.replay_once(since_ms).await {
+            Ok(()) => return,
+            Err(err) if started.elapsed() + delay >= REPLAY_PATIENCE => {
+                warn!(%err, "Control messages missed while the pub/sub connection was down could not be replayed.");
+                return;
+            }
+            Err(err) => {
+                debug!(%err, "Control log not read yet; trying again.");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(RECONNECT_MAX_DELAY);
+            }
+        }
+    }
+}
+
+/// Milliseconds since the epoch (the control log's ids are Redis's).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Resolves when a Redis Cluster's layout changed (never for one Redis,
@@ -529,6 +710,10 @@ async fn run(
             warn!(%reason, "Redis pub/sub connection lost; reconnecting.");
         }
         shared.trouble.fetch_add(1, Ordering::AcqRel);
+        let since_ms = shared
+            .alive_ms
+            .load(Ordering::Acquire)
+            .saturating_sub(REPLAY_MARGIN_MS);
         let mut delay = RECONNECT_MIN_DELAY;
         stream = loop {
             tokio::select! {
@@ -552,10 +737,54 @@ async fn run(
                 }
             }
         };
+        // What was published meanwhile (read after the subscriptions, so
+        // that nothing falls between the replay and the live messages; in
+        // its own task: the log may not answer at once, just after a
+        // failover, and live messages go on meanwhile).
+        tokio::spawn(replay(Arc::clone(&shared), since_ms));
         info!("Redis pub/sub connection restored.");
         mcp_cluster_telemetry::metrics::metrics()
             .redis_reconnects
             .with_label_values(&["pubsub"])
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replay_skips_what_came_live_and_the_live_copy_of_what_it_replayed() {
+        let mut seen = Seen::default();
+        assert!(seen.live(1));
+        // The same message again, live: a session changed twice.
+        assert!(seen.live(1));
+        // Replayed: 1 came live; 2 did not, and its live copy is skipped once.
+        assert!(!seen.replayed(1));
+        assert!(seen.replayed(2));
+        assert!(!seen.live(2));
+        assert!(seen.live(2));
+        // A message alike long after a replay is another one.
+        assert!(seen.replayed(3));
+        let long_ago = tokio::time::Instant::now()
+            .checked_sub(REPLAY_ECHO)
+            .unwrap();
+        seen.replayed.insert(3, long_ago);
+        assert!(seen.live(3));
+    }
+
+    #[test]
+    fn what_is_remembered_is_bounded() {
+        let mut seen = Seen::default();
+        for hash in 0..(SEEN as u64 * 3) {
+            seen.live(hash);
+            seen.replayed(hash + 1_000_000);
+        }
+        assert_eq!(seen.live.len(), SEEN);
+        assert_eq!(seen.order.len(), SEEN);
+        assert!(seen.replayed.len() <= SEEN);
+        // The oldest live ones are forgotten: a replay would hand them out.
+        assert!(seen.replayed(0));
     }
 }

@@ -232,7 +232,7 @@ impl RedisSessionStore {
             .arg(self.leases.holder().as_str());
         self.leases
             .write(id, &self.publisher, || async {
-                written(self.redis.script(op, &invocation).await?)
+                written(self.redis.script_kept(op, &invocation).await?)
             })
             .await
     }
@@ -282,7 +282,7 @@ impl SessionStore for RedisSessionStore {
         let epoch = self.leases.epoch();
         let replies = self
             .redis
-            .each("session_create", &self.creation(record, idle_ttl)?)
+            .each_kept("session_create", &self.creation(record, idle_ttl)?)
             .await?;
         let (Some(record_set), Some(lease_set)) = (replies.first(), replies.get(1)) else {
             return Err(corrupt("short create reply"));
@@ -330,7 +330,7 @@ impl SessionStore for RedisSessionStore {
     ) -> Result<Position, StoreError> {
         let reply = self
             .redis
-            .script(
+            .script_kept(
                 "stream_open",
                 OPEN_STANDALONE
                     .key(self.keys.session(id))

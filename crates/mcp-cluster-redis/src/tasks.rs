@@ -303,7 +303,7 @@ impl TaskStore for RedisTasks {
     ) -> Result<bool, StoreError> {
         let reply = self
             .redis
-            .script(
+            .script_kept(
                 "task_create",
                 CREATE
                     .key(self.keys.task(id))
@@ -328,7 +328,7 @@ impl TaskStore for RedisTasks {
     async fn answer(&self, id: &str, key: &str) -> Result<Option<String>, StoreError> {
         let reply = self
             .redis
-            .script(
+            .script_kept(
                 "task_answer",
                 ANSWER
                     .key(self.keys.task(id))
@@ -369,7 +369,7 @@ impl TaskStore for RedisTasks {
         for terminal in TERMINAL {
             invocation.arg(terminal);
         }
-        let reply = self.redis.script("task_put", &invocation).await?;
+        let reply = self.redis.script_kept("task_put", &invocation).await?;
         let n = reply::int(&reply)?;
         if n < 1 {
             if TERMINAL.contains(&status) {
@@ -403,7 +403,10 @@ impl TaskStore for RedisTasks {
         for (key, answer) in inputs {
             invocation.arg(key).arg(answer);
         }
-        let reply = self.redis.script("task_add_inputs", &invocation).await?;
+        let reply = self
+            .redis
+            .script_kept("task_add_inputs", &invocation)
+            .await?;
         match reply::int(&reply)? {
             1 => Ok(AddedInputs::Added),
             0 => Ok(AddedInputs::Gone),
@@ -415,7 +418,7 @@ impl TaskStore for RedisTasks {
     async fn cancel(&self, id: &str) -> Result<bool, StoreError> {
         let reply = self
             .redis
-            .script("task_cancel", &CANCEL.key(self.keys.task(id)))
+            .script_kept("task_cancel", &CANCEL.key(self.keys.task(id)))
             .await?;
         done(&reply)
     }

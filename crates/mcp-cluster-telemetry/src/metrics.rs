@@ -155,6 +155,13 @@ pub struct Metrics {
     /// `mcp_redis_reconnects_total` by connection (`commands`, `pubsub`,
     /// `failover`, `layout`).
     pub redis_reconnects: IntCounterVec,
+    /// `mcp_bus_messages_replayed_total`: control messages a node missed
+    /// while its pub/sub connection was down, replayed from the control
+    /// log.
+    pub bus_replayed: IntCounter,
+    /// `mcp_redis_replica_waits_total` by outcome (`replicated`, `short`,
+    /// `unwaited`, `failed`).
+    pub redis_replica_waits: IntCounterVec,
     /// `mcp_event_log_lost_total`: appends refused because the stream no
     /// longer held an event the store had acknowledged (a Redis failover
     /// that lost the primary's last writes).
@@ -403,6 +410,15 @@ impl Metrics {
                 "Redis connections restored after they were lost (commands, pubsub), failovers followed to a new primary (failover), and Redis Cluster layout changes followed with new connections (layout).",
                 &["connection"],
             ),
+            bus_replayed: counter(
+                "mcp_bus_messages_replayed_total",
+                "Control messages this node missed while its pub/sub connection was down, replayed from the control log once it was back.",
+            ),
+            redis_replica_waits: counters(
+                "mcp_redis_replica_waits_total",
+                "Writes a failover must not lose, by how their wait for replicas (WAIT) ended: replicated, short (fewer replicas in time: the write stands on the primary alone, and writes go unwaited for 5 s), unwaited (sent during such a pause), failed (the wait itself failed: the write is reported failed).",
+                &["outcome"],
+            ),
             event_log_lost: counter(
                 "mcp_event_log_lost_total",
                 "Appends refused because the stream no longer held an event the store had acknowledged (a Redis failover that lost the primary's last writes); the request then answers with an error.",
@@ -521,6 +537,8 @@ impl Metrics {
             Box::new(self.redis_duration.clone()),
             Box::new(self.redis_errors.clone()),
             Box::new(self.redis_reconnects.clone()),
+            Box::new(self.redis_replica_waits.clone()),
+            Box::new(self.bus_replayed.clone()),
             Box::new(self.redis_primary_known.clone()),
             Box::new(self.event_log_lost.clone()),
             Box::new(self.bus_published.clone()),
@@ -606,6 +624,10 @@ impl Metrics {
         zero(
             &self.redis_reconnects,
             &["commands", "pubsub", "failover", "layout"],
+        );
+        zero(
+            &self.redis_replica_waits,
+            &["replicated", "short", "unwaited", "failed"],
         );
         zero(&self.quota_rejections, QUOTAS);
         zero(&self.bus_published, BUS_MESSAGE_TYPES);

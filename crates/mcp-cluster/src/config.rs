@@ -240,6 +240,7 @@ fn skeleton() -> Result<toml::Value, ConfigError> {
             ca_file: Some(PathBuf::new()),
             client_cert_file: Some(PathBuf::new()),
             client_key_file: Some(PathBuf::new()),
+            replica_acks: Some(0),
             ..RedisConfig::default()
         }),
         tls: Some(TlsConfig::default()),
@@ -948,6 +949,8 @@ mod tests {
             "MCP_RETENTION__MAX_STREAMS",
             "MCP_REDIS__URL",
             "MCP_REDIS__COMMAND_TIMEOUT_MS",
+            "MCP_REDIS__REPLICA_ACKS",
+            "MCP_REDIS__REPLICA_ACK_TIMEOUT_MS",
             "MCP_REDIS__PASSWORD_FILE",
             "MCP_REDIS__CA_FILE",
             "MCP_REDIS__CLIENT_CERT_FILE",

@@ -382,6 +382,12 @@ projecting that key alone, or nothing when neither is set.
 {{- if not (kindIs "invalid" .Values.redis.commandTimeoutMs) }}
 {{- $env = append $env (dict "name" "MCP_REDIS__COMMAND_TIMEOUT_MS" "value" (toString (int .Values.redis.commandTimeoutMs))) }}
 {{- end }}
+{{- if not (kindIs "invalid" .Values.redis.replicaAcks) }}
+{{- $env = append $env (dict "name" "MCP_REDIS__REPLICA_ACKS" "value" (toString (int .Values.redis.replicaAcks))) }}
+{{- end }}
+{{- if not (kindIs "invalid" .Values.redis.replicaAckTimeoutMs) }}
+{{- $env = append $env (dict "name" "MCP_REDIS__REPLICA_ACK_TIMEOUT_MS" "value" (toString (int .Values.redis.replicaAckTimeoutMs))) }}
+{{- end }}
 {{- $env = append $env (dict "name" "MCP_ALLOWED_HOSTS" "value" (include "mcp-node.allowedHosts" .)) }}
 {{- $env = append $env (dict "name" "MCP_ALLOWED_ORIGINS" "value" (include "mcp-node.allowedOrigins" .)) }}
 {{- with .Values.config.connectionLimitExempt }}
