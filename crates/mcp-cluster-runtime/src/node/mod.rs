@@ -14,7 +14,11 @@ pub(crate) mod registry;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use mcp_cluster_store::{ControlMessage, Hold, HoldRefused, InFlightBytes, NodeId, Store};
+use std::time::Duration;
+
+use mcp_cluster_store::{
+    ControlMessage, Hold, HoldRefused, InFlightBytes, NodeId, Store, StoreError,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::node::error::RuntimeError;
@@ -59,6 +63,8 @@ pub(crate) struct NodeContext {
     /// Set late in the drain: no new work is admitted, not even for
     /// existing sessions (503, the client retries elsewhere).
     pub(crate) closing: AtomicBool,
+    /// Control messages being published again while the store is away.
+    retrying_publishes: AtomicUsize,
 }
 
 /// Counts one open exchange on its node while it lives.
@@ -75,6 +81,37 @@ impl ExchangeTicket {
 impl Drop for ExchangeTicket {
     fn drop(&mut self) {
         self.0.open_exchanges.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How long a control message is published again while the store is
+/// away; a Redis failover takes a few seconds.
+pub(crate) const BUS_PATIENCE: Duration = Duration::from_secs(10);
+/// First pause between two tries of a control message.
+const BUS_RETRY_MIN: Duration = Duration::from_millis(50);
+/// Longest pause between two tries.
+const BUS_RETRY_MAX: Duration = Duration::from_millis(500);
+/// Control messages a node keeps trying at once; more are dropped at their
+/// first failure (each holds its message: a client's answer may be large).
+const MAX_RETRYING_PUBLISHES: usize = 1024;
+
+/// One control message being published again, counted on its node.
+struct RetryingPublish<'a>(&'a NodeContext);
+
+impl<'a> RetryingPublish<'a> {
+    fn take(node: &'a NodeContext) -> Option<Self> {
+        let taken =
+            node.retrying_publishes
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < MAX_RETRYING_PUBLISHES).then_some(n + 1)
+                });
+        taken.is_ok().then_some(Self(node))
+    }
+}
+
+impl Drop for RetryingPublish<'_> {
+    fn drop(&mut self) {
+        self.0.retrying_publishes.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -96,12 +133,54 @@ impl Drop for InFlightTicket {
 }
 
 impl NodeContext {
-    /// Publishes on the control bus; a failure is logged, not returned: the
-    /// messages are best effort (a missed one is caught by TTL renewal or a
-    /// re-read).
-    pub(crate) async fn publish(&self, message: ControlMessage) {
+    /// Publishes on the control bus once: for a message that must not
+    /// arrive late (a stream's new reader ends the others when it
+    /// attaches, not seconds later when a newer one may be reading). A
+    /// failure is logged and counted.
+    pub(crate) async fn publish_once(&self, message: ControlMessage) {
         if let Err(err) = self.store.bus.publish(&message).await {
-            tracing::warn!(error = %err, "Control message could not be published.");
+            tracing::warn!(error = %err, kind = message.kind(), "Control message could not be published.");
+            mcp_cluster_telemetry::metrics::metrics()
+                .bus_dropped
+                .with_label_values(&["publish_failed"])
+                .inc();
+        }
+    }
+
+    /// Publishes on the control bus. While the store is away (a failover,
+    /// a restart) it tries again for up to [`BUS_PATIENCE`]: a client's
+    /// answer to a server request, a cancellation, a session's change or a
+    /// stream's failure published during a Redis failover would otherwise
+    /// be dropped, and the request waiting for it would wait until its own
+    /// timeout. At most [`MAX_RETRYING_PUBLISHES`] wait at once on a node;
+    /// beyond that, and after the patience, a failure is logged and
+    /// counted, not returned (a missed message is caught by TTL renewal or
+    /// a re-read, or its request times out). Returns whether it went out.
+    pub(crate) async fn publish(&self, message: ControlMessage) -> bool {
+        let started = tokio::time::Instant::now();
+        let mut delay = BUS_RETRY_MIN;
+        let mut retrying = None;
+        loop {
+            let err = match self.store.bus.publish(&message).await {
+                Ok(()) => return true,
+                Err(err) => err,
+            };
+            let patient = matches!(err, StoreError::Unavailable(_))
+                && started.elapsed() + delay < BUS_PATIENCE
+                && !self.stop.is_cancelled();
+            if patient && retrying.is_none() {
+                retrying = RetryingPublish::take(self);
+            }
+            if !patient || retrying.is_none() {
+                tracing::warn!(error = %err, kind = message.kind(), "Control message could not be published.");
+                mcp_cluster_telemetry::metrics::metrics()
+                    .bus_dropped
+                    .with_label_values(&["publish_failed"])
+                    .inc();
+                return false;
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(BUS_RETRY_MAX);
         }
     }
 
@@ -124,6 +203,7 @@ impl NodeContext {
             drain: CancellationToken::new(),
             draining: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            retrying_publishes: AtomicUsize::new(0),
         }
     }
 
@@ -234,3 +314,97 @@ pub(crate) enum Work {
 /// `Retry-After` of a request refused for the client's in-flight bytes:
 /// they come back as its running requests end, which is not known ahead.
 const IN_FLIGHT_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use async_trait::async_trait;
+    use mcp_cluster_store::memory::{MemoryBus, Retention};
+    use mcp_cluster_store::{ByteBudget, ControlBus, SessionId};
+    use tokio::sync::broadcast;
+
+    use super::*;
+    use crate::node::quota::QuotaConfig;
+
+    /// The in-memory bus, away for its first `away` publishes.
+    #[derive(Debug)]
+    struct Away {
+        inner: MemoryBus,
+        away: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl ControlBus for Away {
+        async fn publish(&self, message: &ControlMessage) -> Result<(), StoreError> {
+            let failing = self
+                .away
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+            if failing.is_ok() {
+                return Err(StoreError::Unavailable("redis: failing over".into()));
+            }
+            self.inner.publish(message).await
+        }
+
+        fn subscribe(&self) -> broadcast::Receiver<ControlMessage> {
+            self.inner.subscribe()
+        }
+    }
+
+    fn node_on(bus: Arc<Away>) -> NodeContext {
+        let store = Store {
+            bus,
+            ..Store::memory(Retention::default())
+        };
+        let quotas = Arc::new(Quotas::new(
+            QuotaConfig::default(),
+            Arc::clone(&store.quotas),
+        ));
+        let budget = ByteBudget {
+            per_node: u64::MAX,
+            per_client: u64::MAX,
+            floor: 0,
+        };
+        NodeContext::new(store, quotas, Arc::new(InFlightBytes::new(budget)))
+    }
+
+    fn changed() -> ControlMessage {
+        ControlMessage::SessionChanged {
+            session: SessionId::random(),
+            origin: NodeId::random(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_published_while_the_store_is_away_goes_out_once_it_is_back() {
+        let bus = Arc::new(Away {
+            inner: MemoryBus::new(),
+            away: AtomicUsize::new(5),
+        });
+        let mut heard = bus.subscribe();
+        let node = node_on(Arc::clone(&bus));
+        let message = changed();
+        assert!(node.publish(message.clone()).await);
+        assert_eq!(heard.recv().await.unwrap(), message);
+        assert!(heard.try_recv().is_err(), "published once");
+        assert_eq!(node.retrying_publishes.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn past_its_patience_or_its_share_a_message_is_dropped() {
+        let bus = Arc::new(Away {
+            inner: MemoryBus::new(),
+            away: AtomicUsize::new(usize::MAX),
+        });
+        let node = node_on(bus);
+        let started = tokio::time::Instant::now();
+        assert!(!node.publish(changed()).await);
+        assert!(started.elapsed() <= BUS_PATIENCE);
+        // With every retry slot taken, a failure is not retried.
+        node.retrying_publishes
+            .store(MAX_RETRYING_PUBLISHES, Ordering::Release);
+        let started = tokio::time::Instant::now();
+        assert!(!node.publish(changed()).await);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+}

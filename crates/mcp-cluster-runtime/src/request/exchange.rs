@@ -96,7 +96,11 @@ pub struct Exchange {
     calls: std::sync::Mutex<Vec<Call>>,
     /// Where this exchange's own stream ended at its last append (only it
     /// writes that stream), so that a store that lost the event refuses the
-    /// next append instead of taking it after a gap. Written under `state`.
+    /// next append instead of taking it after a gap, and a retried append
+    /// that went in the first time is not written twice. `None` once that
+    /// is not known (a write failed without saying whether it went in, or
+    /// the store lost events): the next append follows the stream's tail
+    /// as the store holds it then. Written under `state`.
     appended: std::sync::Mutex<Option<Position>>,
     /// Set once this exchange's own stream has a gap: a message could not
     /// be written (the store failed), or the store lost written ones (a
@@ -230,8 +234,11 @@ impl Exchange {
             written => written,
         };
         if own && written.is_err() {
-            // A gap in the stream: the response will say so.
+            // A gap in the stream (or a message that went in after all: the
+            // store failed before it said so): the response will say so,
+            // after whatever the stream holds.
             self.lost.store(true, Ordering::Release);
+            self.forget_tail();
         }
         written
     }
@@ -582,8 +589,16 @@ impl Exchange {
         let data: Arc<str> = Arc::from(message.to_json());
         let bytes = data.len() as u64;
         let events = &self.node.store.events;
-        let follows = if own && !self.lost.load(Ordering::Acquire) {
-            *self.appended.lock().unwrap_or_else(PoisonError::into_inner)
+        let follows = if own {
+            let known = *self.appended.lock().unwrap_or_else(PoisonError::into_inner);
+            match known {
+                Some(position) => Some(position),
+                None => {
+                    let tail = events.tail(session, stream).await?;
+                    *self.appended.lock().unwrap_or_else(PoisonError::into_inner) = Some(tail);
+                    Some(tail)
+                }
+            }
         } else {
             None
         };
@@ -607,10 +622,16 @@ impl Exchange {
             Err(StoreError::EventsLost) => {
                 tracing::warn!(%stream, "The store lost events of this stream (a Redis failover); the responses after them become errors.");
                 self.lost.store(true, Ordering::Release);
+                self.forget_tail();
                 Err(StoreError::EventsLost)
             }
             Err(err) => Err(err),
         }
+    }
+
+    /// The stream's tail is no longer known: the next own append reads it.
+    fn forget_tail(&self) {
+        *self.appended.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     /// Appends a response to this exchange's own stream: as it is, or, when

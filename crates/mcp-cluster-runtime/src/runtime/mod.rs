@@ -658,7 +658,7 @@ impl Runtime {
             trace: trace.and_then(mcp_cluster_telemetry::traceparent_of_context),
         };
         let node = Arc::clone(self.node());
-        actix::spawn(async move { node.publish(kick).await });
+        actix::spawn(async move { node.publish_once(kick).await });
         Ok(follow)
     }
 
@@ -762,11 +762,11 @@ impl Runtime {
         };
         let runtime = self.clone();
         // Every node (this one included, through the bus) fans it out to its
-        // sessions and listen streams; if the bus is down, at least this
+        // sessions and listen streams; if the bus stays down, at least this
         // node's hear.
         actix::spawn(async move {
-            if let Err(err) = runtime.store().bus.publish(&message).await {
-                tracing::warn!(error = %err, "Server event not published; delivered on this node only.");
+            if !runtime.node().publish(message).await {
+                tracing::warn!("Server event not published; delivered on this node only.");
                 runtime.fan_out(&event);
             }
         });

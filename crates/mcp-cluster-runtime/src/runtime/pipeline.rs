@@ -363,10 +363,14 @@ impl Runtime {
                     // client's next request may reach another node, which
                     // must not find the session uninitialized (it would
                     // refuse to ask the client anything).
+                    // A save that failed is the client's 503: it sends the
+                    // notification again rather than go on believing it in.
                     let stored = session
                         .notify_stored(n, trace)
                         .map_err(|err| Refusal::runtime(err, None))?;
-                    let _ = stored.await;
+                    if let Ok(Err(err)) = stored.await {
+                        return Err(Refusal::runtime(RuntimeError::Store(err), None));
+                    }
                 } else {
                     session
                         .notify(n, trace)

@@ -51,6 +51,11 @@ use crate::request::service::ServerEvent;
 use crate::request::{Cancel, InFlightRequest, RequestFinished, handler_job};
 use crate::session::registry::Sessions;
 
+/// First pause before a server notification is written again (the store
+/// was away).
+const NOTIFY_RETRY_MIN: Duration = Duration::from_millis(50);
+/// Longest pause between two tries.
+const NOTIFY_RETRY_MAX: Duration = Duration::from_millis(500);
 /// How often a session checks whether it is idle.
 const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -88,8 +93,9 @@ pub(crate) struct Notify {
     /// node that acts on it.
     pub(crate) trace: Option<String>,
     /// Told once what the notification changed is stored and announced
-    /// (`notifications/initialized`); dropped at once for the others.
-    pub(crate) done: Option<oneshot::Sender<()>>,
+    /// (`notifications/initialized`), or that it could not be stored;
+    /// dropped at once for the others.
+    pub(crate) done: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
 
 /// Route the client's answer to a server request (`remote` as for
@@ -484,8 +490,25 @@ impl Handler<Broadcast> for Session {
             .event_appends
             .inc();
         actix::spawn(async move {
-            if let Err(err) = events.append(&session, &stream, data).await {
-                tracing::warn!(session_id = %session, error = %err, "Notification could not be written.");
+            // Tried again while the store is away (a failover of the
+            // session's shard): written twice at worst, which an update
+            // notification tolerates.
+            let started = tokio::time::Instant::now();
+            let mut delay = NOTIFY_RETRY_MIN;
+            loop {
+                match events.append(&session, &stream, Arc::clone(&data)).await {
+                    Ok(_) => return,
+                    Err(StoreError::Unavailable(_))
+                        if started.elapsed() + delay < crate::node::BUS_PATIENCE =>
+                    {
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(NOTIFY_RETRY_MAX);
+                    }
+                    Err(err) => {
+                        tracing::warn!(session_id = %session, error = %err, "Notification could not be written.");
+                        return;
+                    }
+                }
             }
         });
     }
@@ -592,7 +615,7 @@ impl Session {
     fn persist_then(
         &self,
         answer: Option<(Arc<Exchange>, Response)>,
-        done: Option<oneshot::Sender<()>>,
+        done: Option<oneshot::Sender<Result<(), StoreError>>>,
     ) {
         let node = Arc::clone(&self.deps.node);
         let record = self.record.clone();
@@ -614,7 +637,7 @@ impl Session {
                 }
             }
             if let Some(done) = done {
-                let _ = done.send(());
+                let _ = done.send(saved.as_ref().map(drop).map_err(Clone::clone));
             }
             if let Some((exchange, response)) = answer {
                 let response = match saved {
@@ -682,16 +705,18 @@ impl Session {
         n: Notification,
         remote: bool,
         trace: Option<String>,
-        done: Option<oneshot::Sender<()>>,
+        done: Option<oneshot::Sender<Result<(), StoreError>>>,
     ) {
         match n.method.as_str() {
             methods::NOTIFICATION_INITIALIZED => {
-                if self.record.protocol_version.is_some() && !self.record.initialized {
+                if self.record.protocol_version.is_some() {
                     self.record.initialized = true;
                     self.shared.initialized.store(true, Ordering::Release);
                     // The client's 202 waits for this save: its next request
                     // may go to another node, which must find the session
-                    // initialized (and may then ask the client).
+                    // initialized (and may then ask the client). Saved
+                    // again when repeated: a client whose first one failed
+                    // (503) sends it again.
                     self.persist_then(None, done);
                 }
             }
@@ -1137,7 +1162,7 @@ impl SessionHandle {
         &self,
         notification: Notification,
         trace: Option<String>,
-    ) -> Result<oneshot::Receiver<()>, RuntimeError> {
+    ) -> Result<oneshot::Receiver<Result<(), StoreError>>, RuntimeError> {
         let (done, stored) = oneshot::channel();
         self.addr
             .try_send(Notify {
