@@ -31,6 +31,25 @@ pub(crate) const LOG_TTL: std::time::Duration = std::time::Duration::from_secs(6
 /// The field of a log entry holding the message.
 pub(crate) const LOG_FIELD: &str = "m";
 
+/// `message` as JSON with a `nonce` field no other message has (a node
+/// that predates it ignores it): two messages alike (a session changed
+/// twice by one node) stay two for a node that replays the log and tells
+/// what it received live from what it missed by their text.
+fn with_nonce(message: &ControlMessage) -> Result<String, StoreError> {
+    static PROCESS: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| mcp_cluster_store::StreamId::random().to_string());
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut value = serde_json::to_value(message).map_err(corrupt)?;
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if let serde_json::Value::Object(fields) = &mut value {
+        fields.insert(
+            "nonce".to_owned(),
+            serde_json::Value::String(format!("{}.{n}", &*PROCESS)),
+        );
+    }
+    serde_json::to_string(&value).map_err(corrupt)
+}
+
 /// Publishes control messages (the bus, and the stores that ask for a
 /// session's lease).
 #[derive(Debug, Clone)]
@@ -54,7 +73,7 @@ impl Publisher {
     /// Publishes `message` to every node (this one included), logged
     /// first (see the module doc).
     pub(crate) async fn publish(&self, message: &ControlMessage) -> Result<(), StoreError> {
-        let json = serde_json::to_string(message).map_err(corrupt)?;
+        let json = with_nonce(message)?;
         let late_is_wrong = matches!(
             message,
             ControlMessage::Kick { .. } | ControlMessage::Release { .. }
@@ -125,5 +144,26 @@ impl ControlBus for RedisBus {
 
     fn subscribe(&self) -> broadcast::Receiver<ControlMessage> {
         self.pubsub.control()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mcp_cluster_store::{NodeId, SessionId};
+
+    use super::*;
+
+    #[test]
+    fn two_messages_alike_differ_on_the_wire_and_decode_the_same() {
+        let message = ControlMessage::SessionChanged {
+            session: SessionId::random(),
+            origin: NodeId::random(),
+        };
+        let (a, b) = (with_nonce(&message).unwrap(), with_nonce(&message).unwrap());
+        assert_ne!(a, b);
+        for wire in [a, b] {
+            let decoded: ControlMessage = serde_json::from_str(&wire).unwrap();
+            assert_eq!(decoded, message);
+        }
     }
 }

@@ -72,10 +72,11 @@ const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(500);
 /// Control messages remembered as dispatched (their hashes), so that a
 /// replay skips them: more than the control log holds.
 const SEEN: usize = 2 * crate::bus::LOG_LEN;
-/// How long after a replay the live copy of a message it handed out is
-/// expected (it was published between the new subscription and the read
-/// of the log); a message alike later is another one.
-const REPLAY_ECHO: Duration = Duration::from_secs(1);
+/// How long after a replay the live copy of a message it handed out may
+/// come (it was published between the new subscription and the read of
+/// the log); no two messages are alike (`bus`: each has a nonce), this
+/// only bounds what is remembered.
+const REPLAY_ECHO: Duration = Duration::from_secs(10);
 /// How long a replay tries to read the control log.
 const REPLAY_PATIENCE: Duration = Duration::from_secs(10);
 /// How far before the last sign of life of a lost connection the replay
@@ -143,9 +144,9 @@ struct Shared {
 /// (the last [`SEEN`], oldest first), which a replay skips, and those a
 /// replay handed out, whose live copy (a message published after the new
 /// subscription is both logged and received) is skipped if it comes within
-/// [`REPLAY_ECHO`]. Two messages alike (a session changed twice) are both
-/// dispatched when both arrive live, or one replayed and the other live
-/// later.
+/// [`REPLAY_ECHO`]. No two messages are alike (each has a nonce); one from
+/// a node that predates the nonce, alike another, is dispatched twice when
+/// both arrive live.
 #[derive(Default)]
 struct Seen {
     order: std::collections::VecDeque<u64>,
