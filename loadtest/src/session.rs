@@ -315,7 +315,15 @@ fn record(
         }
         Ok(Ok(latency)) => plan.stats.ok(id, latency),
         Ok(Err(error)) => plan.stats.failed(id, &error),
-        Err(_) => plan.stats.failed(id, &ErrorKind::Timeout),
+        Err(elapsed) => {
+            // Which operation went unanswered: the first one is the sample.
+            plan.stats.sample(
+                operation_name(plan, entry),
+                &ErrorKind::Timeout,
+                &Value::String(format!("no answer: {elapsed}")),
+            );
+            plan.stats.failed(id, &ErrorKind::Timeout);
+        }
     }
 }
 
