@@ -6,9 +6,9 @@
 //! (`pubsub`). Delivery is Redis pub/sub's: every node connected at
 //! that moment, nothing kept for a node that is away or reconnecting. So
 //! each message (but a `kick` or a `release`, which must not arrive late,
-//! and one longer than [`LOG_ENTRY_MAX`]) also goes, first, into a short
-//! log (`mcp:{ctl}:log`, a stream of the last [`LOG_LEN`] messages, gone
-//! [`LOG_TTL`] after the last): a node whose pub/sub connection was down
+//! and one longer than `LOG_ENTRY_MAX`) also goes, at the same time, into a
+//! short log (`mcp:{ctl}:log`, a stream of the last `LOG_LEN` messages,
+//! gone `LOG_TTL` after the last): a node whose pub/sub connection was down
 //! replays from it what it missed (`pubsub`).
 
 use async_trait::async_trait;
