@@ -209,7 +209,7 @@ async fn lane(
                 let mut client = client.write().await;
                 let outcome = timeout_at(deadline, delete_session(&mut client, plan, http)).await;
                 let failed = !matches!(outcome, Ok(Ok(_)));
-                record(plan, entry, outcome);
+                record(plan, entry, outcome, &|| where_ran(era, ran_in.as_deref()));
                 if failed {
                     let Some(fresh) = initialize(plan, http).await else {
                         return;
@@ -234,7 +234,7 @@ async fn lane(
             }
         };
         let gone = era == Era::Session && session_gone(&outcome);
-        record(plan, entry, outcome);
+        record(plan, entry, outcome, &|| where_ran(era, ran_in.as_deref()));
         if gone {
             // 2025-11-25 transports, session management: a client that
             // gets 404 for its session MUST start a new one. The first lane
@@ -247,6 +247,14 @@ async fn lane(
                 *client = fresh;
             }
         }
+    }
+}
+
+/// The era and session an operation ran in, for a failure's sample.
+fn where_ran(era: Era, session: Option<&str>) -> String {
+    match session {
+        Some(id) => format!("{era:?} era, session {id}"),
+        None => format!("{era:?} era"),
     }
 }
 
@@ -276,7 +284,10 @@ pub(crate) async fn exclusive_op(
         Operation::DeleteSession => {
             let outcome = timeout_at(deadline, delete_session(&mut client, plan, http)).await;
             let failed = !matches!(outcome, Ok(Ok(_)));
-            record(plan, entry, late_by(outcome, late));
+            let ran_in = client.session_id().map(str::to_owned);
+            record(plan, entry, late_by(outcome, late), &|| {
+                where_ran(plan.scenario.era_of(session), ran_in.as_deref())
+            });
             if failed {
                 client = initialize(plan, http).await?;
             }
@@ -285,7 +296,9 @@ pub(crate) async fn exclusive_op(
         _ => timeout_at(deadline, run_op(&client, plan, entry, session)).await,
     };
     let gone = client.session_id().is_some() && session_gone(&outcome);
-    record(plan, entry, late_by(outcome, late));
+    record(plan, entry, late_by(outcome, late), &|| {
+        where_ran(plan.scenario.era_of(session), client.session_id())
+    });
     if gone {
         // A 404 for the session: start a new one (see `lane`).
         client = initialize(plan, http).await?;
@@ -307,6 +320,7 @@ fn record(
     plan: &Plan,
     entry: &Weighted,
     outcome: Result<Result<Duration, ErrorKind>, tokio::time::error::Elapsed>,
+    context: &dyn Fn() -> String,
 ) {
     let id: OpId = entry.id;
     match outcome {
@@ -320,7 +334,7 @@ fn record(
             plan.stats.sample(
                 operation_name(plan, entry),
                 &ErrorKind::Timeout,
-                &Value::String(format!("no answer: {elapsed}")),
+                &Value::String(format!("no answer ({}): {elapsed}", context())),
             );
             plan.stats.failed(id, &ErrorKind::Timeout);
         }
