@@ -592,22 +592,28 @@ impl Redis {
             return Ok(Vec::new());
         }
         let call = async {
-            if self.is_cluster() {
-                let calls = cmds.iter().map(|cmd| async move {
-                    cmd.query_async::<Value>(&mut self.connection().await).await
-                });
-                futures_util::future::try_join_all(calls)
-                    .await
-                    .map(Value::Array)
-            } else {
-                let mut pipe = redis::pipe();
-                for cmd in cmds {
-                    pipe.add_command(cmd.clone());
-                }
-                pipe.query_async(&mut self.connection().await).await
-            }
+            let con = self.connection().await;
+            self.send_each(&con, cmds).await.map(Value::Array)
         };
         crate::reply::array(self.bounded(op, call).await?)
+    }
+
+    /// `cmds` on `con`, each answer in order: one pipeline on one Redis;
+    /// on a Redis Cluster, each command at once to its own shard.
+    async fn send_each(&self, con: &Connection, cmds: &[Cmd]) -> redis::RedisResult<Vec<Value>> {
+        if self.is_cluster() {
+            let calls = cmds.iter().map(|cmd| {
+                let mut con = con.clone();
+                async move { cmd.query_async::<Value>(&mut con).await }
+            });
+            futures_util::future::try_join_all(calls).await
+        } else {
+            let mut pipe = redis::pipe();
+            for cmd in cmds {
+                pipe.add_command(cmd.clone());
+            }
+            pipe.query_async(&mut con.clone()).await
+        }
     }
 
     /// The replica wait kept writes get now; `None`: none configured, or
@@ -665,20 +671,8 @@ impl Redis {
             return self.each(op, cmds).await;
         };
         let call = async {
-            let (mut con, barrier) = self.kept_connection();
-            let replies = if self.is_cluster() {
-                let calls = cmds.iter().map(|cmd| {
-                    let mut con = con.clone();
-                    async move { cmd.query_async::<Value>(&mut con).await }
-                });
-                futures_util::future::try_join_all(calls).await?
-            } else {
-                let mut pipe = redis::pipe();
-                for cmd in cmds {
-                    pipe.add_command(cmd.clone());
-                }
-                pipe.query_async::<Vec<Value>>(&mut con).await?
-            };
+            let (con, barrier) = self.kept_connection();
+            let replies = self.send_each(&con, cmds).await?;
             Self::cover(wait, con, &barrier).await?;
             Ok(Value::Array(replies))
         };

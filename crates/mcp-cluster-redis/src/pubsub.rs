@@ -490,7 +490,8 @@ impl Shared {
 
     /// Notes that the connection is alive now.
     fn alive(&self) {
-        self.alive_ms.store(now_ms(), Ordering::Release);
+        self.alive_ms
+            .store(crate::session_store::now_ms(), Ordering::Release);
     }
 
     /// Routes one message.
@@ -645,13 +646,6 @@ async fn replay(shared: Arc<Shared>, since_ms: u64) {
             }
         }
     }
-}
-
-/// Milliseconds since the epoch (the control log's ids are Redis's).
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Resolves when a Redis Cluster's layout changed (never for one Redis,

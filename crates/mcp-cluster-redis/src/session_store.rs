@@ -171,10 +171,11 @@ pub struct RedisSessionStore {
     stream_idle_ttl_ms: u64,
 }
 
-/// Milliseconds since the Unix epoch on this node's clock (expiry index
-/// scores; skew between nodes only delays a sweep, it never deletes a live
-/// session: the record's own TTL decides).
-fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch on this node's clock: expiry index
+/// scores (skew between nodes only delays a sweep, it never deletes a live
+/// session: the record's own TTL decides), and where a control log replay
+/// starts (`pubsub`).
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -84,13 +84,54 @@ impl Drop for ExchangeTicket {
     }
 }
 
-/// How long a control message is published again while the store is
-/// away; a Redis failover takes a few seconds.
+/// How long a control message (or a server notification) is written
+/// again while the store is away; a Redis failover takes a few seconds.
 pub(crate) const BUS_PATIENCE: Duration = Duration::from_secs(10);
-/// First pause between two tries of a control message.
-const BUS_RETRY_MIN: Duration = Duration::from_millis(50);
+/// First pause between two tries.
+const RETRY_MIN: Duration = Duration::from_millis(50);
 /// Longest pause between two tries.
-const BUS_RETRY_MAX: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_millis(500);
+
+/// Runs `op` again while it finds the store away (`Unavailable`: a
+/// failover, a restart), from [`RETRY_MIN`] doubling to [`RETRY_MAX`]
+/// apart, for up to [`BUS_PATIENCE`] and as long as `may_wait` lets it
+/// (asked before each pause); returns its last outcome.
+pub(crate) async fn while_store_away<T, Fut>(
+    mut may_wait: impl FnMut() -> bool,
+    mut op: impl FnMut() -> Fut,
+) -> Result<T, StoreError>
+where
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let started = tokio::time::Instant::now();
+    let mut delay = RETRY_MIN;
+    loop {
+        match op().await {
+            Err(StoreError::Unavailable(_))
+                if started.elapsed() + delay < BUS_PATIENCE && may_wait() =>
+            {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(RETRY_MAX);
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Whether a control message went out; a failure is logged and counted.
+fn went_out(published: Result<(), StoreError>, message: &ControlMessage) -> bool {
+    match published {
+        Ok(()) => true,
+        Err(err) => {
+            tracing::warn!(error = %err, kind = message.kind(), "Control message could not be published.");
+            mcp_cluster_telemetry::metrics::metrics()
+                .bus_dropped
+                .with_label_values(&["publish_failed"])
+                .inc();
+            false
+        }
+    }
+}
 /// Control messages a node keeps trying at once; more are dropped at their
 /// first failure (each holds its message: a client's answer may be large).
 const MAX_RETRYING_PUBLISHES: usize = 1024;
@@ -138,13 +179,8 @@ impl NodeContext {
     /// attaches, not seconds later when a newer one may be reading). A
     /// failure is logged and counted.
     pub(crate) async fn publish_once(&self, message: ControlMessage) {
-        if let Err(err) = self.store.bus.publish(&message).await {
-            tracing::warn!(error = %err, kind = message.kind(), "Control message could not be published.");
-            mcp_cluster_telemetry::metrics::metrics()
-                .bus_dropped
-                .with_label_values(&["publish_failed"])
-                .inc();
-        }
+        let published = self.store.bus.publish(&message).await;
+        went_out(published, &message);
     }
 
     /// Publishes on the control bus. While the store is away (a failover,
@@ -157,31 +193,18 @@ impl NodeContext {
     /// counted, not returned (a missed message is caught by TTL renewal or
     /// a re-read, or its request times out). Returns whether it went out.
     pub(crate) async fn publish(&self, message: ControlMessage) -> bool {
-        let started = tokio::time::Instant::now();
-        let mut delay = BUS_RETRY_MIN;
         let mut retrying = None;
-        loop {
-            let err = match self.store.bus.publish(&message).await {
-                Ok(()) => return true,
-                Err(err) => err,
-            };
-            let patient = matches!(err, StoreError::Unavailable(_))
-                && started.elapsed() + delay < BUS_PATIENCE
-                && !self.stop.is_cancelled();
-            if patient && retrying.is_none() {
-                retrying = RetryingPublish::take(self);
-            }
-            if !patient || retrying.is_none() {
-                tracing::warn!(error = %err, kind = message.kind(), "Control message could not be published.");
-                mcp_cluster_telemetry::metrics::metrics()
-                    .bus_dropped
-                    .with_label_values(&["publish_failed"])
-                    .inc();
+        let may_wait = || {
+            if self.stop.is_cancelled() {
                 return false;
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(BUS_RETRY_MAX);
-        }
+            if retrying.is_none() {
+                retrying = RetryingPublish::take(self);
+            }
+            retrying.is_some()
+        };
+        let published = while_store_away(may_wait, || self.store.bus.publish(&message)).await;
+        went_out(published, &message)
     }
 
     /// A node with nothing running yet.

@@ -50,12 +50,6 @@ use crate::request::service::McpService;
 use crate::request::service::ServerEvent;
 use crate::request::{Cancel, InFlightRequest, RequestFinished, handler_job};
 use crate::session::registry::Sessions;
-
-/// First pause before a server notification is written again (the store
-/// was away).
-const NOTIFY_RETRY_MIN: Duration = Duration::from_millis(50);
-/// Longest pause between two tries.
-const NOTIFY_RETRY_MAX: Duration = Duration::from_millis(500);
 /// How often a session checks whether it is idle.
 const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -493,22 +487,13 @@ impl Handler<Broadcast> for Session {
             // Tried again while the store is away (a failover of the
             // session's shard): written twice at worst, which an update
             // notification tolerates.
-            let started = tokio::time::Instant::now();
-            let mut delay = NOTIFY_RETRY_MIN;
-            loop {
-                match events.append(&session, &stream, Arc::clone(&data)).await {
-                    Ok(_) => return,
-                    Err(StoreError::Unavailable(_))
-                        if started.elapsed() + delay < crate::node::BUS_PATIENCE =>
-                    {
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(NOTIFY_RETRY_MAX);
-                    }
-                    Err(err) => {
-                        tracing::warn!(session_id = %session, error = %err, "Notification could not be written.");
-                        return;
-                    }
-                }
+            let written = crate::node::while_store_away(
+                || true,
+                || events.append(&session, &stream, Arc::clone(&data)),
+            )
+            .await;
+            if let Err(err) = written {
+                tracing::warn!(session_id = %session, error = %err, "Notification could not be written.");
             }
         });
     }
