@@ -3,7 +3,8 @@
 //! node whose connection came back replays what it missed, and nothing it
 //! already had. Real `redis-server` on loopback; node B reaches it through
 //! a proxy that stops forwarding (a partition neither side can tell from a
-//! hang).
+//! hang). The log itself holds about 2,048 messages of at most 16 KiB each
+//! and goes 60 s after the last.
 
 use std::time::Duration;
 
@@ -114,4 +115,52 @@ async fn what_was_published_while_a_node_was_cut_off_reaches_it_once_it_is_back(
         .parse()
         .unwrap();
     assert_eq!(log, 3, "each message logged once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_log_is_bounded_in_entries_in_bytes_and_in_time() {
+    let redis = RedisServer::start().unwrap();
+    let store = mcp_cluster_redis::connect(&RedisConfig {
+        url: redis.url(),
+        ..RedisConfig::default()
+    })
+    .await
+    .unwrap();
+    let origin = NodeId::random();
+    // A message over 16 KiB (a client's long answer) goes out, unlogged.
+    let long = ControlMessage::Deliver {
+        session: SessionId::random(),
+        message: "x".repeat(20 * 1024),
+        origin: origin.clone(),
+        trace: None,
+    };
+    store.bus.publish(&long).await.unwrap();
+    assert_eq!(redis.command(&["EXISTS", "mcp:{ctl}:log"]).unwrap(), "0");
+    for _ in 0..3_000 {
+        store
+            .bus
+            .publish(&changed(&SessionId::random(), &origin))
+            .await
+            .unwrap();
+    }
+    // MAXLEN ~ 2048 trims whole macro-nodes: a little over 2,048 at most.
+    let kept: u64 = redis
+        .command(&["XLEN", "mcp:{ctl}:log"])
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((2_048..=2_200).contains(&kept), "{kept} entries");
+    let stored: u64 = redis
+        .command(&["MEMORY", "USAGE", "mcp:{ctl}:log"])
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(stored < 2 * 1024 * 1024, "{stored} bytes for the log");
+    // And the log goes by itself once the bus is quiet.
+    let ttl: i64 = redis
+        .command(&["PTTL", "mcp:{ctl}:log"])
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
 }
