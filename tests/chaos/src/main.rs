@@ -71,6 +71,15 @@ fn main() -> ExitCode {
         slow_readers: args.slow_readers,
         ..RunOptions::default()
     };
+    // A `--log` of the caller's replaces the runner's quiet default (a
+    // node takes one).
+    if args
+        .node_args
+        .iter()
+        .any(|arg| arg == "--log" || arg.starts_with("--log="))
+    {
+        options.node_args.clear();
+    }
     options.node_args.extend(args.node_args);
 
     let mut summaries = Vec::new();

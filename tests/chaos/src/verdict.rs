@@ -55,6 +55,9 @@ pub struct Verdict {
     pub p99_after_ms: Option<f64>,
     /// Failed operations by operation (the load generator's rows).
     pub failed_ops: BTreeMap<String, u64>,
+    /// One failure of each kind as the client saw it (the load
+    /// generator's samples, by error key).
+    pub samples: BTreeMap<String, String>,
     /// Why the run failed; empty when it passed.
     pub problems: Vec<String>,
 }
@@ -137,6 +140,15 @@ impl Verdict {
                         .collect()
                 })
                 .unwrap_or_default(),
+            samples: report["failure_samples"]
+                .as_object()
+                .map(|samples| {
+                    samples
+                        .iter()
+                        .filter_map(|(key, text)| Some((key.clone(), text.as_str()?.to_owned())))
+                        .collect()
+                })
+                .unwrap_or_default(),
             problems,
         }
     }
@@ -158,6 +170,7 @@ impl Verdict {
             p99_during_ms: None,
             p99_after_ms: None,
             failed_ops: BTreeMap::new(),
+            samples: BTreeMap::new(),
             problems: vec![why],
         }
     }
@@ -186,6 +199,7 @@ impl Verdict {
             "p99_during_ms": self.p99_during_ms,
             "p99_after_ms": self.p99_after_ms,
             "failed_operations": self.failed_ops,
+            "failure_samples": self.samples,
             "problems": self.problems,
         })
     }
@@ -230,6 +244,11 @@ impl fmt::Display for Verdict {
                 .map(|(op, n)| format!("{op}={n}"))
                 .collect();
             write!(f, "\n  failed operations: {}", ops.join(" "))?;
+        }
+        if !self.passed() {
+            for (key, sample) in &self.samples {
+                write!(f, "\n  sample {key}: {sample}")?;
+            }
         }
         Ok(())
     }
