@@ -164,3 +164,60 @@ async fn the_control_log_is_bounded_in_entries_in_bytes_and_in_time() {
         .unwrap();
     assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
 }
+
+/// A replica takes a bare `PUBLISH` (a Redis Cluster replica a bare
+/// `SPUBLISH`) and answers as if it had been delivered; during a failover
+/// it reaches nobody. A node whose connection still points at one (a
+/// primary demoted while the node's view was stale, or a cluster client
+/// that tried the dead primary's replica) must see its publish fail, so
+/// that it publishes again on the new primary, not count it as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_refuses_a_control_message_instead_of_swallowing_it() {
+    let primary = RedisServer::start().unwrap();
+    let replica = RedisServer::start_replica_of(&primary).unwrap();
+    primary.wait_replicated(1).unwrap();
+    let config = |url: String| RedisConfig {
+        url,
+        command_timeout_ms: 500,
+        ..RedisConfig::default()
+    };
+    let listener = mcp_cluster_redis::connect(&config(primary.url()))
+        .await
+        .unwrap();
+    let mut heard = listener.bus.subscribe();
+    let stale = mcp_cluster_redis::connect(&config(replica.url()))
+        .await
+        .unwrap();
+    let origin = NodeId::random();
+
+    let lost = SessionId::random();
+    let published = stale.bus.publish(&changed(&lost, &origin)).await;
+    assert!(published.is_err(), "a replica took it: {published:?}");
+    assert_eq!(
+        next_about(&mut heard, &lost, Duration::from_secs(1)).await,
+        None
+    );
+    assert_eq!(
+        replica.command(&["EXISTS", "mcp:{ctl}:log"]).unwrap(),
+        "0",
+        "nothing half-done"
+    );
+
+    // The same message on the primary goes out, logged.
+    stale
+        .bus
+        .publish(&changed(&lost, &origin))
+        .await
+        .unwrap_err();
+    listener
+        .bus
+        .publish(&changed(&lost, &origin))
+        .await
+        .unwrap();
+    assert!(
+        next_about(&mut heard, &lost, Duration::from_secs(5))
+            .await
+            .is_some()
+    );
+    assert_eq!(primary.command(&["XLEN", "mcp:{ctl}:log"]).unwrap(), "1");
+}

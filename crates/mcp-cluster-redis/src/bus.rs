@@ -1,7 +1,7 @@
 //! [`RedisBus`]: the control bus as one Redis pub/sub channel (`mcp:ctl`).
 //!
-//! Publishing is one `PUBLISH` of the JSON message on the command
-//! connection (`SPUBLISH` on a Redis Cluster: a sharded channel stays on the
+//! Publishing is one `PUBLISH` of the JSON message, from a script, on the
+//! command connection (`SPUBLISH` on a Redis Cluster: a sharded channel stays on the
 //! shard of its slot instead of going to every member); receiving shares the node's one pub/sub connection
 //! (`pubsub`). Delivery is Redis pub/sub's: every node connected at
 //! that moment, nothing kept for a node that is away or reconnecting. So
@@ -70,8 +70,10 @@ impl Publisher {
         }
     }
 
-    /// Publishes `message` to every node (this one included), logged
-    /// first (see the module doc).
+    /// Publishes `message` to every node (this one included), and logs it
+    /// (see the module doc). `Err` unless both were done: the caller
+    /// publishes again (a node that heard the first copy hears a second,
+    /// which every control message tolerates).
     pub(crate) async fn publish(&self, message: &ControlMessage) -> Result<(), StoreError> {
         let json = with_nonce(message)?;
         let late_is_wrong = matches!(
@@ -80,7 +82,7 @@ impl Publisher {
         );
         let logged = async {
             if late_is_wrong || json.len() > LOG_ENTRY_MAX {
-                return;
+                return Ok(());
             }
             let mut log = redis::pipe();
             log.cmd("XADD")
@@ -96,20 +98,18 @@ impl Publisher {
                 .arg(&self.log)
                 .arg(crate::config::millis(LOG_TTL))
                 .ignore();
-            // Best effort: the message itself still goes out.
-            if let Err(err) = self.redis.pipe("bus_log", &log).await {
-                tracing::debug!(error = %err, "Control message not logged.");
-            }
+            self.redis.pipe("bus_log", &log).await.map(drop)
         };
-        let publish = redis::cmd(self.redis.publish_command())
-            .arg(&self.channel)
-            .arg(&json)
-            .clone();
+        let mut publish = PUBLISH.prepare_invoke();
+        publish
+            .key(&self.channel)
+            .arg(self.redis.publish_command())
+            .arg(&json);
         // Both at once: a Redis that is away costs one command timeout, not
         // two. Which one Redis takes first does not matter: a node replays
         // only what it did not receive live.
-        let ((), published) = tokio::join!(logged, self.redis.cmd("bus_publish", &publish));
-        let published = published.map(drop);
+        let (logged, published) = tokio::join!(logged, self.redis.script("bus_publish", &publish));
+        let published = logged.and(published.map(drop));
         // A failure is counted as a drop by whoever gives up on the
         // message (the runtime tries again while Redis is away).
         if published.is_ok() {
@@ -121,6 +121,23 @@ impl Publisher {
         published
     }
 }
+
+/// KEYS: the control channel. ARGV: the publish command (`PUBLISH`, or
+/// `SPUBLISH` on a Redis Cluster), the message.
+///
+/// A script for one command: its shebang makes a replica refuse it. A
+/// replica takes a bare `SPUBLISH` (a demoted primary a bare `PUBLISH`)
+/// and answers as if it had delivered it, while during a failover it
+/// reaches nobody; refused, the message is published again once the new
+/// primary answers. `allow-oom`: the bus carries what requests wait for
+/// (answers, cancellations), and a publish stores nothing.
+static PUBLISH: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "#!lua flags=allow-oom
+return redis.call(ARGV[1], KEYS[1], ARGV[2])
+",
+    )
+});
 
 /// The Redis [`ControlBus`].
 #[derive(Debug)]

@@ -540,15 +540,19 @@ impl RequestContext {
     ) -> Result<Value, AskError> {
         let from = self.inner.request_id.clone();
         let (id, answer) = asks
-            .send(RegisterAsk { from })
+            .send(RegisterAsk { from: from.clone() })
             .await
             .map_err(|_| AskError::Unavailable)??;
+        tracing::debug!(ask = %id, request = %from, %method, "Asking the client.");
         let request = Request::new(id, method, params);
         self.inner
             .output
             .emit(&Message::Request(request), None)
             .await
-            .map_err(|_| AskError::Unavailable)?;
+            .map_err(|err| {
+                tracing::debug!(request = %from, error = %err, "The question did not go out.");
+                AskError::Unavailable
+            })?;
         tokio::select! {
             answer = answer => match answer {
                 Ok(Ok(value)) => Ok(value),

@@ -742,14 +742,19 @@ impl Session {
             .id
             .as_ref()
             .and_then(|id| self.pending_asks.remove(id));
+        let id = response.id.clone().unwrap_or(RequestId::Number(0));
         match pending {
             Some(p) => {
+                tracing::debug!(session_id = %self.record.id, ask = %id, remote, "Answer handed to its question.");
                 let _ = p.tx.send(response.outcome);
             }
             // Asked by a request running on another node.
-            None if !remote => self.publish_deliver(Message::Response(response), trace),
+            None if !remote => {
+                tracing::debug!(session_id = %self.record.id, ask = %id, "Answer sent on to the other nodes.");
+                self.publish_deliver(Message::Response(response), trace);
+            }
             None => {
-                tracing::debug!(session_id = %self.record.id, "Answer to an unknown server request ignored.")
+                tracing::debug!(session_id = %self.record.id, ask = %id, "Answer to an unknown server request ignored.")
             }
         }
     }
