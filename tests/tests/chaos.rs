@@ -5,13 +5,6 @@
 //! fault's own window. `mcp-chaos --fault all --repeat 20` runs them twenty
 //! times each (README, "Chaos").
 //!
-//! Not here yet: `shard-failover`. After the fixes of 2026-12-02 it passed
-//! 13 of its last 16 runs; what still fails (about one run in five) is an
-//! elicitation whose answer, posted during the failover, never reaches its
-//! request (README, "Not there yet"). A test that fails by chance would
-//! stop other work from landing; `mcp-chaos --fault shard-failover
-//! --repeat 20` runs it.
-//!
 //! One run at a time: each starts its own cluster and load.
 
 use std::sync::{Mutex, PoisonError};
@@ -42,6 +35,11 @@ fn a_rolling_restart_under_load_shows_no_error() {
 #[test]
 fn a_sentinel_failover_under_load_loses_nothing() {
     rides(Fault::SentinelFailover);
+}
+
+#[test]
+fn a_shard_failover_under_load_loses_nothing() {
+    rides(Fault::ShardFailover);
 }
 
 #[test]
