@@ -102,14 +102,53 @@ pub async fn metric(base: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A loopback port that was free a moment ago (bound to port 0, then
-/// released), for servers that must be told their port.
+/// A loopback port that was free a moment ago, for servers that must be
+/// told their port (and keep it across restarts).
+///
+/// Drawn outside the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`): a port bound to port 0 and
+/// released comes from that range, where every outgoing connection (the
+/// load generator's, nginx's, a proxy's) takes its own port, and one of
+/// them took a node's between the draw and the node's bind ("Address
+/// already in use") while a chaos run's load was running. Outside it,
+/// only another listener can take it, and this one checks that none has.
 ///
 /// # Errors
-/// No port could be bound.
+/// No free port was found.
 pub fn free_port() -> anyhow::Result<u16> {
+    if let Some((low, high)) = listener_ports() {
+        for _ in 0..256 {
+            let port = fastrand::u16(low..high);
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
+    // No room outside the ephemeral range, or none free there: the
+    // kernel's choice, as a last resort.
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
     Ok(listener.local_addr()?.port())
+}
+
+/// The ports [`free_port`] draws from: the larger side of the ephemeral
+/// range, above 10000 (the usual `32768..=60999` gives `10000..32768`);
+/// `None` when the ephemeral range leaves fewer than 1,000.
+fn listener_ports() -> Option<(u16, u16)> {
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut bounds = text.split_whitespace().map(|n| n.parse::<u16>().ok());
+            Some((bounds.next()??, bounds.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    let below = (10_000, ephemeral.0.max(10_000));
+    let above = (ephemeral.1.saturating_add(1).max(10_000), u16::MAX);
+    let wider = if below.1 - below.0 >= above.1 - above.0 {
+        below
+    } else {
+        above
+    };
+    (wider.1 - wider.0 >= 1_000).then_some(wider)
 }
 
 /// Resident memory of process `pid` in bytes (`VmRSS` in
@@ -616,3 +655,27 @@ pub use pki::TestPki;
 pub use prometheus::{PROMETHEUS_JOB, Prometheus};
 pub use proxy::TcpProxy;
 pub use redis::{NODE_ACL_USER, RedisCluster, RedisServer, Sentinel, node_acl_rules};
+
+#[cfg(test)]
+mod tests {
+    use super::{free_port, listener_ports};
+
+    #[test]
+    fn free_ports_are_drawn_where_outgoing_connections_take_none() {
+        let range = listener_ports();
+        for _ in 0..20 {
+            let port = free_port().unwrap();
+            if let Some((low, high)) = range {
+                assert!((low..high).contains(&port), "{port} outside {low}..{high}");
+            }
+            // Free indeed (another listener could take it only now).
+            std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        }
+        // The usual ephemeral range leaves the ports below it.
+        if std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .is_ok_and(|r| r.split_whitespace().eq(["32768", "60999"]))
+        {
+            assert_eq!(range, Some((10_000, 32_768)));
+        }
+    }
+}
