@@ -38,21 +38,42 @@ impl SlowReaders {
         steps: u64,
         duration_ms: u64,
     ) -> anyhow::Result<Self> {
-        let mut sockets = Vec::with_capacity(count);
-        for i in 0..count {
-            let session = initialize(addr).with_context(|| format!("slow reader {i}"))?;
-            let call = format!(
-                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"long_running_operation","arguments":{{"duration_ms":{duration_ms},"steps":{steps}}},"_meta":{{"progressToken":"slow-{i}"}}}}}}"#
-            );
-            let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
-            socket.set_recv_buffer_size(RECEIVE_BUFFER)?;
-            socket.connect(&addr.into())?;
-            let mut stream: TcpStream = socket.into();
-            stream.write_all(request(addr, Some(&session), &call).as_bytes())?;
-            sockets.push(stream);
-        }
+        // All at once, as a crowd of them would come: one after the other,
+        // on a busy machine, opening them outlasted the load.
+        let sockets = std::thread::scope(|scope| {
+            let opening: Vec<_> = (0..count)
+                .map(|i| {
+                    scope.spawn(move || {
+                        open_one(addr, i, steps, duration_ms)
+                            .with_context(|| format!("slow reader {i}"))
+                    })
+                })
+                .collect();
+            opening
+                .into_iter()
+                .map(|thread| {
+                    thread
+                        .join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a slow reader's thread panicked")))
+                })
+                .collect::<anyhow::Result<Vec<TcpStream>>>()
+        })?;
         Ok(Self { sockets })
     }
+}
+
+/// One session with its call POSTed on a socket nobody reads.
+fn open_one(addr: SocketAddr, i: usize, steps: u64, duration_ms: u64) -> anyhow::Result<TcpStream> {
+    let session = initialize(addr)?;
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"long_running_operation","arguments":{{"duration_ms":{duration_ms},"steps":{steps}}},"_meta":{{"progressToken":"slow-{i}"}}}}}}"#
+    );
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    socket.set_recv_buffer_size(RECEIVE_BUFFER)?;
+    socket.connect(&addr.into())?;
+    let mut stream: TcpStream = socket.into();
+    stream.write_all(request(addr, Some(&session), &call).as_bytes())?;
+    Ok(stream)
 }
 
 impl Drop for SlowReaders {
