@@ -635,6 +635,7 @@ mod tests {
             lost_responses: 2,
             arrivals: None,
             generator: None,
+            tasks_answered_at_once: 0,
             failure_samples: BTreeMap::from([(
                 "check:equals".to_owned(),
                 "call_tool:add: {\"sum\":<5>}".to_owned(),

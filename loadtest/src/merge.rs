@@ -148,6 +148,7 @@ fn combine(command: &str, reports: &[Report], extra: &[String]) -> anyhow::Resul
         lost_responses: lost_responses(&errors),
         errors,
         failure_samples,
+        tasks_answered_at_once: reports.iter().map(|r| r.tasks_answered_at_once).sum(),
         thresholds,
         generator: None,
         arrivals,
@@ -360,6 +361,7 @@ mod tests {
             lost_responses: failed,
             refusals: Refusals::default(),
             failure_samples: BTreeMap::new(),
+            tasks_answered_at_once: 0,
             thresholds: thresholds
                 .iter()
                 .map(|t| Verdict {

@@ -145,6 +145,10 @@ pub(crate) struct Report {
     /// The first answer that failed each check, by error key.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) failure_samples: BTreeMap<String, String>,
+    /// Calls asked for as tasks that the server answered at once (counted
+    /// as successes when the answer passed its checks).
+    #[serde(default)]
+    pub(crate) tasks_answered_at_once: u64,
     /// Each threshold held against the run, set by
     /// [`Report::with_thresholds`]; one that did not pass fails the run.
     pub(crate) thresholds: Vec<Verdict>,
@@ -208,6 +212,10 @@ impl Report {
             lost_responses: lost_responses(&errors),
             errors,
             failure_samples: plan.stats.samples(),
+            tasks_answered_at_once: plan
+                .stats
+                .tasks_answered_at_once
+                .load(std::sync::atomic::Ordering::Relaxed),
             thresholds: Vec::new(),
             generator: own_usage().ok(),
             arrivals: None,
@@ -328,6 +336,12 @@ impl Report {
         );
         for line in self.window_lines() {
             println!("{line}");
+        }
+        if self.tasks_answered_at_once > 0 {
+            println!(
+                "calls asked for as tasks and answered at once (the server's choice): {}",
+                self.tasks_answered_at_once
+            );
         }
         if let Some(arrivals) = &self.arrivals {
             println!("{}", arrivals_line(arrivals));

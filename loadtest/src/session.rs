@@ -507,13 +507,13 @@ fn as_asked(
 
 /// A tool called as a task (2026-07-28 tasks extension) and polled with
 /// `tasks/get` until it ends; the task's questions are answered with
-/// `tasks/update` from the entry's `inputs`. Returns the task's result,
-/// checked as a `call_tool`'s.
+/// `tasks/update` from the entry's `inputs`. Returns the task's result (or
+/// the call's, when the server answered at once), checked as a
+/// `call_tool`'s.
 ///
 /// # Errors
-/// A call answered at once (`task:not_a_task`), a task that ended
-/// `failed` or `cancelled` (`task:failed`, `task:cancelled`; the first
-/// such answer is kept as the sample), more than
+/// A task that ended `failed` or `cancelled` (`task:failed`,
+/// `task:cancelled`; the first such answer is kept as the sample), more than
 /// [`stateless::MAX_INPUT_ROUNDS`] rounds of questions, or any failure of
 /// its requests.
 async fn task_call(
@@ -542,8 +542,13 @@ async fn task_call(
             .ok_or(violation(Violation::WrongResult))?;
         match stateless::outcome(result)? {
             Outcome::Task(task) => break task,
+            // Whether to make a task is the server's choice (tasks
+            // extension): an answer given at once is judged as the call's.
             Outcome::Complete(result) => {
-                return Err(failed(ErrorKind::NotDone("task:not_a_task"), &result));
+                plan.stats
+                    .tasks_answered_at_once
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return as_asked(plan, entry, request, result);
             }
             Outcome::InputRequired { requests, state } => {
                 rounds += 1;

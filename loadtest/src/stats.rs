@@ -51,7 +51,7 @@ pub(crate) enum ErrorKind {
     Check(&'static str),
     /// Every answer was well-formed, but the operation did not get what it
     /// was for: a task that ended `failed` or `cancelled` (`task:failed`,
-    /// `task:cancelled`), a tool call not made a task (`task:not_a_task`),
+    /// `task:cancelled`),
     /// no resource update after subscribing (`subscribe:no_update`), a
     /// standalone stream that ended and could not be resumed
     /// (`subscribe:stream_ended`).
@@ -282,6 +282,10 @@ pub(crate) struct Stats {
     /// The open model's arrivals so far, and those dropped.
     pub(crate) arrivals: AtomicU64,
     pub(crate) dropped_arrivals: AtomicU64,
+    /// Calls asked for as tasks that the server answered at once (it may:
+    /// whether to make a task is the server's choice, request by request),
+    /// counted as successes when the answer passed every check.
+    pub(crate) tasks_answered_at_once: AtomicU64,
 }
 
 impl Stats {
@@ -309,6 +313,7 @@ impl Stats {
             active_sessions: AtomicU64::new(0),
             arrivals: AtomicU64::new(0),
             dropped_arrivals: AtomicU64::new(0),
+            tasks_answered_at_once: AtomicU64::new(0),
         })
     }
 

@@ -41,6 +41,8 @@ fn the_chaos_scenario_runs_without_a_failure_on_a_healthy_cluster() {
         assert!(op["ok"].as_u64().is_some_and(|ok| ok > 0), "{name}: {op}");
         assert_eq!(op["failed"], 0, "{name}: {op}");
     }
+    // Healthy, the nodes make every task they are asked for.
+    assert_eq!(report["tasks_answered_at_once"], 0);
     let window = &report["error_window"];
     assert!(window["first_unix_ms"].is_null(), "{window}");
     assert_eq!(window["by_key"], serde_json::json!({}), "{window}");

@@ -593,3 +593,76 @@ fn both_eras_run_side_by_side_with_their_own_operations_and_checks() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Whether to make a task is the server's choice, request by request (the
+/// tasks extension): a call asked for as a task and answered at once is
+/// judged as the call it is, a success when its answer passes the checks,
+/// and counted apart so that a server that never makes tasks shows.
+#[test]
+fn a_call_asked_for_as_a_task_and_answered_at_once_is_judged_as_a_call() {
+    let node = NodeProcess::spawn(&node_binary(), &["--log", "warn"]).unwrap();
+    let dir = scratch("at-once");
+    let scenario = dir.join("at-once.toml");
+    // `echo` is not a task tool (mcp-node answers it at once); `slow_compute`
+    // is (it makes a task).
+    std::fs::write(
+        &scenario,
+        r#"
+name = "at-once"
+protocol_version = "2025-11-25"
+stateless_share = 1.0
+[[operation]]
+kind = "task_call"
+name = "echo_as_task"
+weight = 1
+tool = "echo"
+arguments = { message = "hello {{seq}}" }
+[[operation.check]]
+pointer = "/content/0/text"
+equals = "Echo: hello {{seq}}"
+[[operation]]
+kind = "task_call"
+name = "echo_wrong"
+weight = 1
+tool = "echo"
+arguments = { message = "hello" }
+[[operation.check]]
+pointer = "/content/0/text"
+equals = "goodbye"
+[[operation]]
+kind = "task_call"
+weight = 1
+tool = "slow_compute"
+arguments = { seconds = 0.1, label = "t{{seq}}" }
+"#,
+    )
+    .unwrap();
+    let (output, report) = run(&node, &scenario, &["--max-errors", "1000000"], &dir);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(report["protocol_violations"], 0, "{stdout}");
+    let ops = &report["operations"];
+    let at_once = ops["echo_as_task"]["ok"].as_u64().unwrap_or(0);
+    let wrong = ops["echo_wrong"]["failed"].as_u64().unwrap_or(0);
+    assert!(at_once > 0, "{stdout}");
+    assert_eq!(ops["echo_as_task"]["failed"], 0, "{stdout}");
+    // Answered at once, a wrong answer is still a failure.
+    assert!(wrong > 0, "{stdout}");
+    assert_eq!(ops["echo_wrong"]["ok"], 0, "{stdout}");
+    assert_eq!(
+        report["tasks_answered_at_once"].as_u64(),
+        Some(at_once + wrong),
+        "{stdout}"
+    );
+    // The tool that makes a task still does.
+    assert!(
+        ops["task_call:slow_compute"]["ok"]
+            .as_u64()
+            .is_some_and(|ok| ok > 0),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("calls asked for as tasks and answered at once"),
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -58,6 +58,9 @@ pub struct Verdict {
     /// One failure of each kind as the client saw it (the load
     /// generator's samples, by error key).
     pub samples: BTreeMap<String, String>,
+    /// Calls asked for as tasks that a node answered at once (a success:
+    /// it may, and does when it cannot store the task).
+    pub tasks_answered_at_once: u64,
     /// Why the run failed; empty when it passed.
     pub problems: Vec<String>,
 }
@@ -149,6 +152,7 @@ impl Verdict {
                         .collect()
                 })
                 .unwrap_or_default(),
+            tasks_answered_at_once: count(&report["tasks_answered_at_once"]),
             problems,
         }
     }
@@ -171,6 +175,7 @@ impl Verdict {
             p99_after_ms: None,
             failed_ops: BTreeMap::new(),
             samples: BTreeMap::new(),
+            tasks_answered_at_once: 0,
             problems: vec![why],
         }
     }
@@ -200,6 +205,7 @@ impl Verdict {
             "p99_after_ms": self.p99_after_ms,
             "failed_operations": self.failed_ops,
             "failure_samples": self.samples,
+            "tasks_answered_at_once": self.tasks_answered_at_once,
             "problems": self.problems,
         })
     }
