@@ -742,7 +742,11 @@ impl Session {
             .id
             .as_ref()
             .and_then(|id| self.pending_asks.remove(id));
-        let id = response.id.clone().unwrap_or(RequestId::Number(0));
+        // For the debug logs below (an answer per server request: rare).
+        let id = response
+            .id
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), ToString::to_string);
         match pending {
             Some(p) => {
                 tracing::debug!(session_id = %self.record.id, ask = %id, remote, "Answer handed to its question.");
