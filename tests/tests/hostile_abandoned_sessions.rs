@@ -21,6 +21,11 @@ const TTL_SECS: u64 = 2;
 /// room for a loaded machine.
 const RECLAIMED_AFTER: Duration = Duration::from_secs(TTL_SECS + 5 + 5 + 4);
 
+/// Idle TTL of the Redis key test's sessions: long enough that none of the
+/// 2,000 it opens expires before they are all open and counted (at 2 s, a
+/// busy machine opened them in more than 2 s and the first were gone).
+const KEYS_TTL_SECS: u64 = 10;
+
 /// Opens `n` sessions on `url` and abandons them (no DELETE).
 async fn abandon(url: &str, n: usize) {
     futures_util::stream::iter(0..n)
@@ -62,7 +67,7 @@ async fn abandoned_sessions_give_their_memory_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abandoned_sessions_leave_no_redis_key() {
-    let ttl = TTL_SECS.to_string();
+    let ttl = KEYS_TTL_SECS.to_string();
     let cluster = Cluster::start(1, &["--log", "warn", "--session-ttl-secs", &ttl]).unwrap();
     let url = cluster.node_url(0);
     // The control bus's log of recent messages (`mcp:{ctl}:log`) is not
@@ -88,7 +93,7 @@ async fn abandoned_sessions_leave_no_redis_key() {
         abandon(&url, 2_000).await;
         let during = keys();
         assert!(during >= baseline + 2_000, "round {round}: {during} keys");
-        tokio::time::sleep(RECLAIMED_AFTER).await;
+        tokio::time::sleep(RECLAIMED_AFTER + Duration::from_secs(KEYS_TTL_SECS - TTL_SECS)).await;
         // A loaded machine may take a few sweeps more; the streams' own TTL
         // (1 h) is far beyond this bound, so keys still left are a leak.
         let mut after = keys();
