@@ -61,7 +61,8 @@ pub use request::call::{
 };
 pub use request::context::{AskError, NamedInput, RequestContext};
 pub use request::exchange::{Exchange, ExchangeReply};
-pub use request::service::{McpService, MirroredParam, ServerEvent, TaskSupport};
+pub use request::link::{HostedEnd, SessionLink};
+pub use request::service::{McpService, MirroredParam, ServerEvent, SessionOpen, TaskSupport};
 pub use runtime::Runtime;
 pub use runtime::pipeline::{Answers, Refusal, Submitted};
 pub use session::SessionHandle;

@@ -65,6 +65,12 @@ pub struct SessionRecord {
     pub principal: Option<String>,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_at_ms: u64,
+    /// The node that runs this session's own server (a hosted MCP server's
+    /// child process), when it has one: the session lives exactly as long
+    /// as that server, and only that node can serve it. `None` for a
+    /// session served by handlers every node has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// A JSON value kept as its text: what the session only stores and passes
@@ -303,6 +309,7 @@ mod tests {
             standalone_stream: StreamId::random(),
             principal: None,
             created_at_ms: 1,
+            host: None,
         };
         let text = serde_json::to_string(&record).unwrap();
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -35,6 +35,7 @@ pub fn record() -> SessionRecord {
         standalone_stream: StreamId::random(),
         principal: None,
         created_at_ms: 1,
+        host: None,
     }
 }
 

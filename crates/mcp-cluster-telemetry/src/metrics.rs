@@ -203,7 +203,28 @@ pub struct Metrics {
     pub auth_jwks_fetches: IntCounterVec,
     /// `mcp_auth_introspections_total` by outcome.
     pub auth_introspections: IntCounterVec,
+    /// `mcp_upstream_children_spawned_total` by upstream.
+    pub upstream_spawned: IntCounterVec,
+    /// `mcp_upstream_children_running` by upstream.
+    pub upstream_running: IntGaugeVec,
+    /// `mcp_upstream_children_ended_total` by upstream and cause.
+    pub upstream_ended: IntCounterVec,
+    /// `mcp_upstream_children_refused_total` by upstream and reason.
+    pub upstream_refused: IntCounterVec,
+    /// `mcp_upstream_requests_total` by upstream and method.
+    pub upstream_requests: IntCounterVec,
+    /// `mcp_upstream_request_duration_seconds` by upstream.
+    pub upstream_duration: HistogramVec,
+    /// `mcp_upstream_relay_errors_total` by upstream and kind.
+    pub upstream_errors: IntCounterVec,
+    /// `mcp_upstream_spawn_duration_seconds` by upstream: from start to
+    /// the child's `initialize` answer.
+    pub upstream_spawn_duration: HistogramVec,
 }
+
+/// Every `cause` of `mcp_upstream_children_ended_total`: the node ended the
+/// child (its session ended), or it exited by itself (or broke a limit).
+pub const UPSTREAM_END_CAUSES: &[&str] = &["ended", "exited"];
 
 /// The quotas (label values of `mcp_quota_rejections_total`), as the
 /// runtime names them.
@@ -312,7 +333,7 @@ impl Metrics {
             ),
             sessions_ended: counters(
                 "mcp_sessions_ended_total",
-                "Sessions ended by this node, by reason (deleted, disconnected, expired).",
+                "Sessions ended by this node, by reason (deleted, disconnected, expired, upstream_exited).",
                 &["reason"],
             ),
             sessions_held: gauge("mcp_sessions_held", "Sessions with an actor on this node."),
@@ -503,6 +524,48 @@ impl Metrics {
                 "RFC 7662 introspection calls, by outcome: ok, failed.",
                 &["outcome"],
             ),
+            upstream_spawned: counters(
+                "mcp_upstream_children_spawned_total",
+                "Child processes of hosted MCP servers started on this node, by upstream.",
+                &["upstream"],
+            ),
+            upstream_running: gauges(
+                "mcp_upstream_children_running",
+                "Child processes of hosted MCP servers running on this node, by upstream.",
+                &["upstream"],
+            ),
+            upstream_ended: counters(
+                "mcp_upstream_children_ended_total",
+                "Child processes of hosted MCP servers ended, by upstream and cause (ended: by the node, its session over; exited: by itself, or for breaking a limit).",
+                &["upstream", "cause"],
+            ),
+            upstream_refused: counters(
+                "mcp_upstream_children_refused_total",
+                "Children not started, by upstream and reason (node_limit, principal_limit, spawn_rate, spawn_failed, initialize_failed).",
+                &["upstream", "reason"],
+            ),
+            upstream_requests: counters(
+                "mcp_upstream_requests_total",
+                "Client requests relayed to hosted MCP servers, by upstream and method.",
+                &["upstream", "mcp_method_name"],
+            ),
+            upstream_duration: histogram(
+                "mcp_upstream_request_duration_seconds",
+                "From relaying a client request to a hosted server to its answer, by upstream.",
+                &["upstream"],
+                DURATION_BUCKETS,
+            ),
+            upstream_errors: counters(
+                "mcp_upstream_relay_errors_total",
+                "What the relay could not carry, by upstream and kind (line_too_long, not_jsonrpc, ask_without_request, stderr_dropped).",
+                &["upstream", "kind"],
+            ),
+            upstream_spawn_duration: histogram(
+                "mcp_upstream_spawn_duration_seconds",
+                "From starting a hosted server's child to its initialize answer, by upstream.",
+                &["upstream"],
+                DURATION_BUCKETS,
+            ),
         };
         m.register_all();
         m
@@ -557,6 +620,14 @@ impl Metrics {
             Box::new(self.auth_failures.clone()),
             Box::new(self.auth_jwks_fetches.clone()),
             Box::new(self.auth_introspections.clone()),
+            Box::new(self.upstream_spawned.clone()),
+            Box::new(self.upstream_running.clone()),
+            Box::new(self.upstream_ended.clone()),
+            Box::new(self.upstream_refused.clone()),
+            Box::new(self.upstream_requests.clone()),
+            Box::new(self.upstream_duration.clone()),
+            Box::new(self.upstream_errors.clone()),
+            Box::new(self.upstream_spawn_duration.clone()),
         ];
         for c in collectors {
             self.registry.register(c).unwrap();
@@ -615,7 +686,7 @@ impl Metrics {
         );
         zero(
             &self.sessions_ended,
-            &["deleted", "disconnected", "expired"],
+            &["deleted", "disconnected", "expired", "upstream_exited"],
         );
         zero(
             &self.sessions_created,

@@ -32,7 +32,7 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use mcp_cluster_telemetry::{LogFormat, OtelConfig};
 
 use crate::config::UnknownVar;
-use crate::{McpServer, NodeConfig};
+use crate::{McpServer, NodeConfig, Served};
 
 /// Exit code for bad configuration (EX_USAGE).
 pub const EXIT_CONFIG: u8 = 64;
@@ -626,7 +626,18 @@ async fn serve(
     stdio: bool,
     config: NodeConfig,
 ) -> std::io::Result<()> {
-    let server = make(&config);
+    // A hosted server (`[[upstreams]]`) takes the endpoint in place of the
+    // binary's own; children inherit only what the upstream lists of the
+    // node's environment.
+    let server = match Served::hosted(&config, std::env::vars())
+        .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err.0))?
+    {
+        Some(hosted) => {
+            tracing::info!(upstream = %config.upstreams[0].name, "Hosting an MCP server: one child process per session.");
+            hosted
+        }
+        None => make(&config).into(),
+    };
     if stdio {
         return crate::stdio::run(server, config).await;
     }

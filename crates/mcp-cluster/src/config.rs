@@ -184,6 +184,10 @@ pub struct NodeConfig {
     /// absent (the default), plain HTTP (behind a proxy that ends TLS, or
     /// on loopback).
     pub tls: Option<TlsConfig>,
+    /// MCP servers hosted by the node (`[[upstreams]]`): with one, the node
+    /// serves it at its endpoint, a child process per session, in place of
+    /// the binary's own server. Default none.
+    pub upstreams: Vec<mcp_cluster_relay::UpstreamConfig>,
 }
 
 impl Default for NodeConfig {
@@ -202,6 +206,7 @@ impl Default for NodeConfig {
             redis: None,
             auth: None,
             tls: None,
+            upstreams: Vec::new(),
         }
     }
 }
@@ -630,6 +635,16 @@ impl NodeConfig {
         }
         if r.blocking_threads == 0 {
             return bad("runtime.blocking_threads must be positive");
+        }
+        if self.upstreams.len() > 1 {
+            return bad(
+                "several [[upstreams]] are configured; a node serves one hosted server at its endpoint",
+            );
+        }
+        for upstream in &self.upstreams {
+            upstream
+                .validate()
+                .map_err(|err| ConfigError(format!("[[upstreams]] {err}")))?;
         }
         if self.retention.max_events_per_stream == 0 || self.retention.max_streams == 0 {
             return bad(

@@ -45,6 +45,9 @@
 //! - [`uri_template`]: matching resource template URIs.
 //! - [`config`]: the node's composed configuration.
 //! - [`node`], [`stdio`]: running a server.
+//! - [`served`](mod@served): [`Served`], what a node serves: an [`McpServer`],
+//!   or another MCP server hosted through [`RelayService`]
+//!   (`[[upstreams]]`).
 //! - `tls`: the node's HTTPS certificate, reloaded when its files change
 //!   (feature `tls`).
 //!
@@ -69,6 +72,7 @@ pub mod node;
 pub mod prompt;
 pub mod provider;
 pub mod resource;
+pub mod served;
 pub mod server;
 pub mod stdio;
 #[cfg(feature = "tls")]
@@ -79,6 +83,7 @@ pub mod uri_template;
 pub use config::NodeConfig;
 pub use mcp_cluster_macros::{prompt, resource, server, tool};
 pub use mcp_cluster_protocol as protocol;
+pub use mcp_cluster_relay::{RelayService, UpstreamConfig};
 pub use mcp_cluster_runtime::{AskError, RequestContext, ServerEvent, TaskSupport};
 pub use mcp_cluster_store::Principal;
 pub use prompt::PromptDef;
@@ -86,6 +91,7 @@ pub use prompt::PromptDef;
 pub use provider::__private;
 pub use provider::{Args, HandlerError, Json, Provider};
 pub use resource::{ResourceDef, TemplateDef};
+pub use served::Served;
 pub use server::{McpServer, ServerBuilder};
 pub use tool::ToolDef;
 

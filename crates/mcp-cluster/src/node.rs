@@ -27,11 +27,10 @@ use mcp_cluster_http::connections::ConnectionGate;
 use mcp_cluster_http::write_stall::{ConnectionSocket, StallWatch};
 use mcp_cluster_runtime::Runtime;
 use mcp_cluster_store::Store;
-use tokio::sync::broadcast::error::RecvError;
 
 #[cfg(feature = "tls")]
 use crate::tls::{ReloadingCert, spawn_reload};
-use crate::{McpServer, NodeConfig};
+use crate::{NodeConfig, Served};
 
 mod startup;
 
@@ -164,6 +163,9 @@ impl BoundNode {
             if let Some(admin) = admin {
                 admin.stop(true).await;
             }
+            // Whatever the service started (a hosted server's children)
+            // ends before the node leaves.
+            runtime.service().shutdown().await;
             if answered {
                 runtime.leave().await;
             } else {
@@ -367,14 +369,14 @@ fn redis_config(config: &NodeConfig) -> Option<mcp_cluster_redis::RedisConfig> {
 /// # Errors
 /// The store cannot be opened, the configuration is invalid, or an address
 /// cannot be bound.
-pub async fn bind(server: McpServer, config: NodeConfig) -> std::io::Result<BoundNode> {
+pub async fn bind(server: impl Into<Served>, config: NodeConfig) -> std::io::Result<BoundNode> {
     // The addresses first: a node that cannot listen stops before it
     // starts anything (actors, cluster duties) it would have to unwind.
     let socket = listen(config.bind)?;
     let admin_socket = config.admin_bind.map(listen).transpose()?;
     let tls = https(&config)?;
     let store = open_store(&config).await?;
-    serve_on(server, config, socket, admin_socket, tls, store)
+    serve_on(server.into(), config, socket, admin_socket, tls, store)
 }
 
 /// The main listener's TLS configuration, when `[tls]` is set: the
@@ -455,7 +457,7 @@ fn authenticator(config: &NodeConfig) -> std::io::Result<Option<Arc<Authenticato
 /// Builds the runtime over an open store and the HTTP servers on bound
 /// sockets (not yet running).
 fn serve_on(
-    server: McpServer,
+    server: Served,
     config: NodeConfig,
     socket: std::net::TcpListener,
     admin_socket: Option<std::net::TcpListener>,
@@ -463,8 +465,8 @@ fn serve_on(
     store: Store,
 ) -> std::io::Result<BoundNode> {
     let auth = authenticator(&config)?;
-    let runtime = Runtime::new(Arc::new(server.clone()), store, config.runtime_config());
-    forward_events(&server, &runtime);
+    let runtime = Runtime::new(server.service(), store, config.runtime_config());
+    server.forward_events(&runtime);
     let http = &config.http;
     let exempt = http
         .exempt_networks()
@@ -713,20 +715,4 @@ async fn readyz(state: web::Data<HttpState>) -> HttpResponse {
             HttpResponse::ServiceUnavailable().body("store unavailable")
         }
     }
-}
-
-/// Forwards the server's events (list changes, resource updates) to every
-/// session of the node.
-fn forward_events(server: &McpServer, runtime: &Runtime) {
-    let mut events = server.subscribe_events();
-    let runtime = runtime.clone();
-    actix_web::rt::spawn(async move {
-        loop {
-            match events.recv().await {
-                Ok(event) => runtime.broadcast(event),
-                Err(RecvError::Lagged(missed)) => tracing::warn!(missed, "Server events dropped."),
-                Err(RecvError::Closed) => break,
-            }
-        }
-    });
 }

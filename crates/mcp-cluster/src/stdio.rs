@@ -10,7 +10,7 @@ use mcp_cluster_protocol::{ErrorCode, ErrorObject, Response};
 use mcp_cluster_runtime::{Answers, Exchange, FollowItem, Inbound, Runtime, Submitted, Transport};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use crate::{McpServer, NodeConfig};
+use crate::{NodeConfig, Served};
 
 /// How often, after stdin closed, the transport checks whether the requests
 /// already read have been answered.
@@ -45,9 +45,11 @@ fn max_line(config: &NodeConfig) -> usize {
 ///
 /// # Errors
 /// Reading stdin or writing stdout failed, or the session could not start.
-pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
+pub async fn run(server: impl Into<Served>, config: NodeConfig) -> std::io::Result<()> {
+    let server = server.into();
     let store = crate::node::open_store(&config).await?;
-    let runtime = Runtime::new(Arc::new(server), store, config.runtime.clone());
+    let runtime = Runtime::new(server.service(), store, config.runtime.clone());
+    server.forward_events(&runtime);
     let session = runtime
         .open_session(&Inbound::new(Transport::Stdio))
         .await
@@ -144,5 +146,6 @@ pub async fn run(server: McpServer, config: NodeConfig) -> std::io::Result<()> {
     let _ = runtime
         .end_disconnected(session.id(), Transport::Stdio)
         .await;
+    runtime.service().shutdown().await;
     Ok(())
 }

@@ -82,7 +82,7 @@ impl SessionShared {
         self.log_level.store(raw, Ordering::Relaxed);
     }
 
-    fn sends(&self, level: LoggingLevel) -> bool {
+    pub(crate) fn sends(&self, level: LoggingLevel) -> bool {
         let min = self.log_level.load(Ordering::Relaxed);
         min == LEVEL_UNSET || level as u8 >= min
     }

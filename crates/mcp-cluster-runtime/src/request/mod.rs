@@ -28,6 +28,7 @@ pub mod call;
 pub mod context;
 pub mod exchange;
 pub(crate) mod executor;
+pub mod link;
 pub(crate) mod method_table;
 pub mod service;
 

@@ -6,6 +6,9 @@ use mcp_cluster_protocol::{ErrorObject, Notification, Request, methods};
 use serde_json::{Map, Value};
 
 use crate::request::context::RequestContext;
+use crate::request::link::SessionLink;
+use mcp_cluster_protocol::types::LoggingLevel;
+use mcp_cluster_store::SessionId;
 
 /// A tool argument mirrored into an `Mcp-Param-<header>` HTTP header
 /// (`x-mcp-header` in the tool's input schema).
@@ -161,6 +164,91 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
     fn mirrored_params(&self, _tool: &str) -> Vec<MirroredParam> {
         Vec::new()
     }
+
+    /// The node is stopping, its drain over: end whatever the service
+    /// started (a hosted server's children). The node waits for it.
+    async fn shutdown(&self) {}
+
+    /// Whether the service runs a server per session
+    /// ([`Self::open_session`]). Default: no, and `open_session` is never
+    /// called.
+    fn runs_server_per_session(&self) -> bool {
+        false
+    }
+
+    /// Opens the server of one session, for a service that runs one per
+    /// session (a hosted MCP server's child process): called with the
+    /// client's `initialize` before it is answered. `Ok(Some(result))`:
+    /// the session is this server's, answered with `result` (its
+    /// `initialize` result, whose `protocolVersion` the session takes), and
+    /// it lives as long as the server: it ends when the server ends
+    /// ([`SessionLink::end`]) and the server ends when the session does
+    /// ([`Self::close_session`]). `Ok(None)`, the default: the service
+    /// serves every session alike.
+    ///
+    /// # Errors
+    /// The server could not be started; the client gets the error and the
+    /// session stays uninitialized.
+    async fn open_session(&self, _open: SessionOpen) -> Result<Option<Value>, ErrorObject> {
+        Ok(None)
+    }
+
+    /// Whether this node runs the server of `session` (opened by
+    /// [`Self::open_session`] and not closed since). A session whose server
+    /// runs nowhere is over: the runtime ends it rather than serve it
+    /// without its server.
+    fn hosts_session(&self, _session: &SessionId) -> bool {
+        false
+    }
+
+    /// Ends the server of `session` (opened by [`Self::open_session`]): the
+    /// session ended (DELETE, idle expiry, eviction, the node's shutdown).
+    async fn close_session(&self, _session: &SessionId) {}
+
+    /// A client notification of a session the session does not consume
+    /// (`notifications/roots/list_changed`, say). Default:
+    /// [`Self::notification`].
+    async fn session_notification(&self, _session: &SessionId, notification: Notification) {
+        self.notification(notification).await;
+    }
+
+    /// The client set the session's log level (`logging/setLevel`); the
+    /// session filters what it sends by it already. For a server opened by
+    /// [`Self::open_session`], which hears of it too.
+    async fn session_log_level(&self, _session: &SessionId, _level: LoggingLevel) {}
+
+    /// The client subscribes to `uri` (`subscribe`) or unsubscribes, in a
+    /// session whose server [`Self::open_session`] opened: asked before
+    /// the session records the change, which it does only if this accepts.
+    ///
+    /// # Errors
+    /// The server refused; the client gets the error.
+    async fn session_subscription(
+        &self,
+        _session: &SessionId,
+        _uri: &str,
+        _subscribe: bool,
+    ) -> Result<(), ErrorObject> {
+        Ok(())
+    }
+}
+
+/// What [`McpService::open_session`] gets: the session and its client's
+/// `initialize`.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct SessionOpen {
+    /// The session.
+    pub session: SessionId,
+    /// The key of the principal that created it
+    /// ([`mcp_cluster_store::Principal::key`]); `None` without
+    /// authorization.
+    pub principal: Option<String>,
+    /// The `initialize` params as the client sent them (every field, known
+    /// to this runtime or not).
+    pub params: Value,
+    /// The session's way to its client outside any request.
+    pub link: SessionLink,
 }
 
 #[cfg(test)]

@@ -277,6 +277,7 @@ impl Runtime {
             created_at_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
+            host: None,
         };
         if store_now
             && let Err(err) = crate::session::store_new(self.store(), &record, idle_ttl).await
@@ -392,6 +393,17 @@ impl Runtime {
         let record = loaded
             .filter(|r| crate::session::owned_by(r.principal.as_deref(), principal))
             .ok_or(RuntimeError::SessionNotFound)?;
+        if let Some(host) = &record.host {
+            // A session with its own server (a hosted MCP server's child)
+            // lives only with that server, on the node that runs it, and
+            // its actor there never left while the server ran. None here:
+            // this node cannot serve it, and never with a server that was
+            // not initialized. Left behind by this node, it is over.
+            if *host == self.node_id().to_string() {
+                let _ = self.end_session(id, Some(("expired", "tcp"))).await;
+            }
+            return Err(RuntimeError::SessionNotFound);
+        }
         // Held here by an actor that died, or not held here: started.
         let (handle, started) = self.inner.sessions.get_or_replace(id.clone(), || {
             Session::start_with(record, self.inner.deps.clone(), &self.node().stop)
@@ -475,52 +487,7 @@ impl Runtime {
         id: &SessionId,
         measured: Option<(&str, &str)>,
     ) -> Result<(), RuntimeError> {
-        let store = &self.inner.deps.node.store;
-        let local = self.inner.sessions.get(id);
-        // The session's age is in its record; read it only when no actor
-        // here has it (DELETE is rare).
-        let record = match (&local, measured) {
-            (None, Some(_)) => store.sessions.load(id).await.ok().flatten(),
-            _ => None,
-        };
-        // Whose session slot it held: its actor knows, or its record.
-        let owner: Option<String> = local
-            .as_ref()
-            .and_then(|h| h.owner().map(str::to_owned))
-            .or_else(|| record.as_ref().and_then(|r| r.principal.clone()));
-        let existed = store.sessions.delete(id).await?;
-        store.events.delete_session(id).await?;
-        if let Some(owner) = owner {
-            self.node().quotas.release_session(&owner, id).await;
-        }
-        let local = self.inner.sessions.remove(id);
-        if let Some(handle) = &local {
-            handle.terminate();
-        }
-        if let Some((reason, transport)) = measured {
-            match (&local, record) {
-                (Some(handle), _) => handle.record_end(reason, transport),
-                (None, Some(record)) if existed => crate::session::record_end(
-                    reason,
-                    transport,
-                    record.protocol_version.as_deref().unwrap_or(""),
-                    record.created_at_ms,
-                ),
-                _ => {}
-            }
-        }
-        // Every other node stops its actor of this session.
-        self.node()
-            .publish(ControlMessage::SessionEnded {
-                session: id.clone(),
-                origin: self.node_id().clone(),
-            })
-            .await;
-        if existed || local.is_some() {
-            Ok(())
-        } else {
-            Err(RuntimeError::SessionNotFound)
-        }
+        crate::session::end_session(&self.inner.deps, id, measured).await
     }
 
     /// Opens the exchange of a POST carrying `requests` (their ids).

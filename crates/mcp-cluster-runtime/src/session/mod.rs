@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use mcp_cluster_protocol::types::{
-    CancelledParams, InitializeParams, InitializeResult, LoggingLevel, SetLevelParams, UriParams,
-    empty_result,
+    CancelledParams, InitializeParams, InitializeResult, LoggingLevel, ServerCapabilities,
+    SetLevelParams, UriParams, empty_result,
 };
 use mcp_cluster_protocol::{
     ErrorCode, ErrorObject, Message, Notification, ProtocolVersion, Request, RequestId, Response,
@@ -45,9 +45,10 @@ use crate::request::context::{
 };
 use crate::request::exchange::Exchange;
 use crate::request::executor::Executor;
+use crate::request::link::{EndHosted, SessionLink};
 use crate::request::method_table::{self, By};
-use crate::request::service::McpService;
 use crate::request::service::ServerEvent;
+use crate::request::service::{McpService, SessionOpen};
 use crate::request::{Cancel, InFlightRequest, RequestFinished, handler_job};
 use crate::session::registry::Sessions;
 /// How often a session checks whether it is idle.
@@ -129,6 +130,10 @@ pub(crate) struct Terminate;
 #[rtype(result = "()")]
 pub(crate) struct Evict;
 
+/// How long a session whose own server ended waits for its in-flight
+/// requests to write the errors that server's end gave them.
+const HOSTED_END_GRACE: Duration = Duration::from_secs(5);
+
 /// A server-side happening to forward to the client if it concerns it.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
@@ -178,6 +183,13 @@ pub struct Session {
     /// The store has the session: false for a Streamable HTTP session until
     /// its `initialize`, which writes it whole.
     stored: bool,
+    /// The capabilities of the session's own server, when the service runs
+    /// one for it ([`McpService::open_session`]); the session lives as
+    /// long as that server, so it never has to find them again.
+    hosted: Option<ServerCapabilities>,
+    /// Set once the session's own server ended: the reason it is ended
+    /// under, once its in-flight requests are answered.
+    ending: Option<&'static str>,
 }
 
 impl std::fmt::Debug for Session {
@@ -243,6 +255,8 @@ impl Session {
             last_touch: now,
             terminated: false,
             stored,
+            hosted: None,
+            ending: None,
         };
         let addr = Session::create(|ctx| {
             ctx.set_mailbox_capacity(mailbox);
@@ -282,6 +296,27 @@ impl Actor for Session {
             .sessions
             .remove_if(&self.record.id, |handle| handle.addr == me);
         tracing::debug!(session_id = %self.record.id, terminated = self.terminated, "Session stopped.");
+        if self.hosted.is_some() {
+            // The session lives exactly as long as its own server: whatever
+            // stopped the actor (idle expiry, eviction, a DELETE, the
+            // node's end) ends both, everywhere.
+            let service = Arc::clone(&self.deps.service);
+            let id = self.record.id.clone();
+            let deps = self.deps.clone();
+            let ended = !self.terminated;
+            let reason = self.ending.unwrap_or("expired");
+            actix::spawn(async move {
+                service.close_session(&id).await;
+                if ended {
+                    let transport = "tcp";
+                    if let Err(err) = end_session(&deps, &id, Some((reason, transport))).await
+                        && !matches!(err, RuntimeError::SessionNotFound)
+                    {
+                        tracing::warn!(session_id = %id, error = %err, "Hosted session could not be ended in the store.");
+                    }
+                }
+            });
+        }
     }
 }
 
@@ -390,7 +425,7 @@ impl Handler<RegisterAsk> for Session {
 impl Handler<RequestFinished> for Session {
     type Result = ();
 
-    fn handle(&mut self, msg: RequestFinished, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: RequestFinished, ctx: &mut Self::Context) {
         if self
             .in_flight
             .get(&msg.id)
@@ -398,6 +433,9 @@ impl Handler<RequestFinished> for Session {
         {
             self.in_flight.remove(&msg.id);
             self.pending_asks.retain(|_, p| p.from != msg.id);
+        }
+        if self.ending.is_some() && self.in_flight.is_empty() {
+            ctx.stop();
         }
     }
 }
@@ -416,6 +454,23 @@ impl Handler<Evict> for Session {
 
     fn handle(&mut self, _msg: Evict, ctx: &mut Self::Context) {
         ctx.stop();
+    }
+}
+
+impl Handler<EndHosted> for Session {
+    type Result = ();
+
+    fn handle(&mut self, msg: EndHosted, ctx: &mut Self::Context) {
+        if self.ending.is_some() {
+            return;
+        }
+        self.ending = Some(msg.reason);
+        tracing::debug!(session_id = %self.record.id, reason = msg.reason, "The session's own server ended; ending the session.");
+        if self.in_flight.is_empty() {
+            ctx.stop();
+        } else {
+            ctx.run_later(HOSTED_END_GRACE, |_act, ctx| ctx.stop());
+        }
     }
 }
 
@@ -655,8 +710,12 @@ impl Session {
 
     fn dispatch(&mut self, request: Request, exchange: Arc<Exchange>, ctx: &mut Context<Self>) {
         let initialized = self.record.protocol_version.is_some();
+        if self.ending.is_some() {
+            let err = ErrorObject::internal("the session's server has ended; start a new session");
+            return respond(exchange, Response::error(Some(request.id), err));
+        }
         match request.method.as_str() {
-            methods::INITIALIZE => self.initialize(request, exchange),
+            methods::INITIALIZE => self.initialize(request, exchange, ctx),
             methods::PING => respond(exchange, Response::result(request.id, empty_result())),
             _ if !initialized => respond(
                 exchange,
@@ -703,6 +762,12 @@ impl Session {
                     // again when repeated: a client whose first one failed
                     // (503) sends it again.
                     self.persist_then(None, done);
+                    if self.hosted.is_some() {
+                        // The session's own server waits for it too.
+                        let service = Arc::clone(&self.deps.service);
+                        let id = self.record.id.clone();
+                        actix::spawn(async move { service.session_notification(&id, n).await });
+                    }
                 }
             }
             methods::NOTIFICATION_CANCELLED | methods::CANCEL_REQUEST_ALIAS => {
@@ -732,7 +797,8 @@ impl Session {
             methods::NOTIFICATION_PROGRESS => {}
             _ => {
                 let service = Arc::clone(&self.deps.service);
-                actix::spawn(async move { service.notification(n).await });
+                let id = self.record.id.clone();
+                actix::spawn(async move { service.session_notification(&id, n).await });
             }
         }
     }
@@ -763,7 +829,7 @@ impl Session {
         }
     }
 
-    fn initialize(&mut self, request: Request, exchange: Arc<Exchange>) {
+    fn initialize(&mut self, request: Request, exchange: Arc<Exchange>, ctx: &mut Context<Self>) {
         if self.record.protocol_version.is_some() {
             let err = ErrorObject::new(ErrorCode::INVALID_REQUEST, "session already initialized");
             return respond(exchange, Response::error(Some(request.id), err));
@@ -793,23 +859,87 @@ impl Session {
                 return respond(exchange, Response::error(Some(request.id), err));
             }
         }
-        let version = ProtocolVersion::negotiate(&params.protocol_version);
+        if !self.deps.service.runs_server_per_session() {
+            return self.initialized(
+                request.id,
+                params,
+                capabilities,
+                client_info,
+                None,
+                exchange,
+            );
+        }
+        // The session's own server starts now, with the client's own
+        // `initialize`; its answer is the session's. `wait`: nothing else
+        // of this session is handled before it has its server (or not).
+        let link = SessionLink::new(
+            self.record.id.clone(),
+            self.record.standalone_stream.clone(),
+            ctx.address().recipient::<EndHosted>().downgrade(),
+            Arc::clone(&self.shared),
+            Arc::clone(&self.deps.node),
+        );
+        let open = SessionOpen {
+            session: self.record.id.clone(),
+            principal: self.shared.owner.get().map(ToString::to_string),
+            params: request.params.clone().map_or(Value::Null, Value::Object),
+            link,
+        };
+        let service = Arc::clone(&self.deps.service);
+        let opening = async move { service.open_session(open).await };
+        ctx.wait(opening.into_actor(self).map(move |opened, act, _ctx| {
+            let id = request.id;
+            let hosted = match opened.and_then(|result| result.map(hosted_answer).transpose()) {
+                Ok(hosted) => hosted,
+                Err(err) => {
+                    if act.deps.service.hosts_session(&act.record.id) {
+                        let service = Arc::clone(&act.deps.service);
+                        let session = act.record.id.clone();
+                        actix::spawn(async move { service.close_session(&session).await });
+                    }
+                    return respond(exchange, Response::error(Some(id), err));
+                }
+            };
+            act.initialized(id, params, capabilities, client_info, hosted, exchange);
+        }));
+    }
+
+    /// Answers `initialize` and stores the new session: with the service's
+    /// own answer, or with the answer of the session's own server
+    /// (`hosted`: its version, capabilities and whole result).
+    fn initialized(
+        &mut self,
+        id: RequestId,
+        params: InitializeParams,
+        capabilities: RawJson,
+        client_info: RawJson,
+        hosted: Option<(ProtocolVersion, ServerCapabilities, Value)>,
+        exchange: Arc<Exchange>,
+    ) {
+        let service = &self.deps.service;
+        let (version, result) = match hosted {
+            Some((version, server_capabilities, result)) => {
+                self.hosted = Some(server_capabilities);
+                self.record.host = Some(self.deps.node.id.to_string());
+                (version, result)
+            }
+            None => {
+                let version = ProtocolVersion::negotiate(&params.protocol_version);
+                let result = InitializeResult {
+                    protocol_version: version.as_str().to_owned(),
+                    capabilities: service.capabilities(),
+                    server_info: service.server_info(),
+                    instructions: service.instructions(),
+                };
+                (version, serde_json::to_value(result).unwrap_or(Value::Null))
+            }
+        };
         self.record.protocol_version = Some(version.as_str().to_owned());
         self.record.client_capabilities = capabilities;
         self.record.client_info = client_info;
         let _ = self.shared.version.set(version);
         let _ = self.shared.client_capabilities.set(params.capabilities);
-        let service = &self.deps.service;
-        let result = InitializeResult {
-            protocol_version: version.as_str().to_owned(),
-            capabilities: service.capabilities(),
-            server_info: service.server_info(),
-            instructions: service.instructions(),
-        };
-        let response = Response::result(
-            request.id,
-            serde_json::to_value(result).unwrap_or(Value::Null),
-        );
+        let response = Response::result(id, result);
         tracing::debug!(session_id = %self.record.id, protocol_version = %version, "Session initialized.");
         // Saved before answering: the client's next request may reach
         // another node, which must see the negotiated version. A new
@@ -849,6 +979,12 @@ impl Session {
             Ok(p) => {
                 self.record.log_level = Some(p.level.as_str().to_owned());
                 self.shared.set_log_level(Some(p.level));
+                if self.hosted.is_some() {
+                    // The session's own server filters at its source too.
+                    let service = Arc::clone(&self.deps.service);
+                    let id = self.record.id.clone();
+                    actix::spawn(async move { service.session_log_level(&id, p.level).await });
+                }
                 let response = Response::result(request.id, empty_result());
                 return self.persist_then(Some((exchange, response)), None);
             }
@@ -864,9 +1000,9 @@ impl Session {
 
     fn subscription(&mut self, request: Request, exchange: Arc<Exchange>, ctx: &mut Context<Self>) {
         let subscribable = self
-            .deps
-            .service
-            .capabilities()
+            .hosted
+            .clone()
+            .unwrap_or_else(|| self.deps.service.capabilities())
             .resources
             .and_then(|r| r.subscribe)
             .unwrap_or(false);
@@ -887,7 +1023,7 @@ impl Session {
         let config = &self.deps.config;
         let refused = if let Err(err) = config.check_uri_len(&uri) {
             Some(err)
-        } else if subscribe && !self.deps.service.has_resource(&uri) {
+        } else if subscribe && self.hosted.is_none() && !self.deps.service.has_resource(&uri) {
             // 2025-11-25 resources, error handling: resource not found.
             Some(
                 ErrorObject::new(ErrorCode::RESOURCE_NOT_FOUND, "resource not found")
@@ -908,8 +1044,14 @@ impl Session {
         let guard = SaveGuard::begin(&self.shared);
         let stored_uri = uri.clone();
         let node = Arc::clone(&self.deps.node);
+        // A session's own server hears of the change first, and may refuse
+        // it (a resource it does not have).
+        let server = self
+            .hosted
+            .is_some()
+            .then(|| Arc::clone(&self.deps.service));
         let change = async move {
-            let outcome = if subscribe {
+            let stored = if subscribe {
                 sessions.subscribe(&id, &stored_uri, max).await
             } else {
                 sessions.unsubscribe(&id, &stored_uri).await.map(|live| {
@@ -919,6 +1061,25 @@ impl Session {
                         Subscribed::SessionGone
                     }
                 })
+            };
+            let outcome = match (stored, server) {
+                (Ok(done @ (Subscribed::Added | Subscribed::AlreadySubscribed)), Some(service)) => {
+                    match service
+                        .session_subscription(&id, &stored_uri, subscribe)
+                        .await
+                    {
+                        Ok(()) => Ok(done),
+                        Err(refused) => {
+                            // Never half-applied: what the server refused,
+                            // the session does not keep either.
+                            if subscribe && matches!(done, Subscribed::Added) {
+                                let _ = sessions.unsubscribe(&id, &stored_uri).await;
+                            }
+                            Err(SubscriptionError::Refused(refused))
+                        }
+                    }
+                }
+                (stored, _) => stored.map_err(SubscriptionError::Store),
             };
             if matches!(
                 outcome,
@@ -956,7 +1117,8 @@ impl Session {
                     ErrorCode::INVALID_REQUEST,
                     "session not found",
                 )),
-                Err(err) => {
+                Err(SubscriptionError::Refused(err)) => Err(err),
+                Err(SubscriptionError::Store(err)) => {
                     tracing::warn!(session_id = %act.record.id, error = %err, "Subscription could not be saved.");
                     Err(ErrorObject::internal("session store unavailable"))
                 }
@@ -1016,6 +1178,38 @@ impl Session {
         );
         self.in_flight.insert(id, (serial, actor.start()));
     }
+}
+
+/// Why a subscription change failed.
+enum SubscriptionError {
+    /// The store failed.
+    Store(StoreError),
+    /// The session's own server refused it.
+    Refused(ErrorObject),
+}
+
+/// Reads the `initialize` answer of a session's own server: the revision it
+/// chose (one this runtime speaks in the session era, which the client gets
+/// as the session's), its capabilities, and the answer itself, relayed as
+/// it is.
+fn hosted_answer(
+    result: Value,
+) -> Result<(ProtocolVersion, ServerCapabilities, Value), ErrorObject> {
+    let chosen = result.get("protocolVersion").and_then(Value::as_str);
+    let version = chosen
+        .and_then(|v| v.parse::<ProtocolVersion>().ok())
+        .filter(|v| ProtocolVersion::ALL.contains(v))
+        .ok_or_else(|| {
+            ErrorObject::internal(format!(
+                "the hosted server answered initialize with protocolVersion {}, which this node does not speak in a session",
+                chosen.unwrap_or("(none)")
+            ))
+        })?;
+    let capabilities = result
+        .get("capabilities")
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default();
+    Ok((version, capabilities, result))
 }
 
 /// Writes a response the session computed itself.
@@ -1270,6 +1464,67 @@ pub(crate) fn record_end(reason: &str, transport: &str, version: &str, created_a
     m.session_duration
         .with_label_values(&[version, transport])
         .observe(seconds);
+}
+
+/// Ends a session everywhere: deletes its state and streams, releases its
+/// quota slot, stops its actor here and tells the other nodes to stop
+/// theirs. `measured`: the reason and network transport it is counted under
+/// (`None`: a session that never started, not counted).
+///
+/// # Errors
+/// [`RuntimeError::SessionNotFound`] when it was already gone; a store
+/// failure.
+pub(crate) async fn end_session(
+    deps: &SessionDeps,
+    id: &SessionId,
+    measured: Option<(&str, &str)>,
+) -> Result<(), RuntimeError> {
+    let node = &deps.node;
+    let store = &node.store;
+    let local = deps.sessions.get(id);
+    // The session's age is in its record; read it only when no actor
+    // here has it (DELETE is rare).
+    let record = match (&local, measured) {
+        (None, Some(_)) => store.sessions.load(id).await.ok().flatten(),
+        _ => None,
+    };
+    // Whose session slot it held: its actor knows, or its record.
+    let owner: Option<String> = local
+        .as_ref()
+        .and_then(|h| h.owner().map(str::to_owned))
+        .or_else(|| record.as_ref().and_then(|r| r.principal.clone()));
+    let existed = store.sessions.delete(id).await?;
+    store.events.delete_session(id).await?;
+    if let Some(owner) = owner {
+        node.quotas.release_session(&owner, id).await;
+    }
+    let local = deps.sessions.remove(id);
+    if let Some(handle) = &local {
+        handle.terminate();
+    }
+    if let Some((reason, transport)) = measured {
+        match (&local, record) {
+            (Some(handle), _) => handle.record_end(reason, transport),
+            (None, Some(record)) if existed => record_end(
+                reason,
+                transport,
+                record.protocol_version.as_deref().unwrap_or(""),
+                record.created_at_ms,
+            ),
+            _ => {}
+        }
+    }
+    // Every other node stops its actor of this session.
+    node.publish(ControlMessage::SessionEnded {
+        session: id.clone(),
+        origin: node.id.clone(),
+    })
+    .await;
+    if existed || local.is_some() {
+        Ok(())
+    } else {
+        Err(RuntimeError::SessionNotFound)
+    }
 }
 
 fn mailbox_error<M>(err: SendError<M>) -> RuntimeError {

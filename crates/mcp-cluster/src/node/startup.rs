@@ -49,7 +49,7 @@ use super::{
     PAUSE_SETTLE, admin_gate, https, listen, max_connections, redis_config, serve_on, tcp_stream,
     wait_for_signal, workers,
 };
-use crate::{McpServer, NodeConfig};
+use crate::{NodeConfig, Served};
 
 /// Delay before the second connection attempt; doubled after each failure.
 const RETRY_FIRST_DELAY: Duration = Duration::from_millis(250);
@@ -87,7 +87,7 @@ enum Stage {
 /// A node waiting for Redis, with what it needs to be built once it
 /// answers.
 struct Waiting {
-    server: McpServer,
+    server: Served,
     config: NodeConfig,
     redis: RedisConfig,
     /// The main listener, handed to the real server once connected.
@@ -125,7 +125,8 @@ impl std::fmt::Debug for StartingNode {
 /// An address cannot be bound, or the configuration is invalid (a Redis URL
 /// that does not parse, a bad key prefix): those never get better by
 /// waiting.
-pub async fn start(server: McpServer, config: NodeConfig) -> std::io::Result<StartingNode> {
+pub async fn start(server: impl Into<Served>, config: NodeConfig) -> std::io::Result<StartingNode> {
+    let server = server.into();
     let socket = listen(config.bind)?;
     let admin_socket = config.admin_bind.map(listen).transpose()?;
     let tls = https(&config)?;

@@ -1,0 +1,199 @@
+//! [`UpstreamConfig`]: one hosted MCP server (`[[upstreams]]`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// One MCP server the node hosts: a stdio program started once per session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// The server's name in logs and metrics (`upstream` label):
+    /// `[A-Za-z0-9_-]`, 1 to 64 characters.
+    pub name: String,
+    /// The program and its arguments (argv): run as given, never through a
+    /// shell. The program is looked up on the child's `PATH`.
+    pub command: Vec<String>,
+    /// Variables the child gets, on top of those of `inherit_env`. The
+    /// child's environment comes from here alone: none of the node's own
+    /// variables (its Redis URL, its secrets) reaches it otherwise.
+    pub env: BTreeMap<String, String>,
+    /// Variables of the node's environment passed on to the child, when
+    /// set. Default `PATH`, `HOME`, `LANG`, `TMPDIR`: what interpreters and
+    /// package runners (`node`, `npx`, `python`, `uvx`) need to start.
+    pub inherit_env: Vec<String>,
+    /// The child's working directory. Default: the node's.
+    pub cwd: Option<PathBuf>,
+    /// Seconds the child gets to answer `initialize`; then it is ended and
+    /// the client gets -32603. Default 30: a runtime's cold start, not a
+    /// package download (install the server in the image).
+    pub initialize_timeout_secs: u64,
+    /// The longest line (one JSON-RPC message) read from the child's
+    /// stdout, in bytes; a longer one ends the child with an error for its
+    /// session. Default 8 MiB.
+    pub max_line_bytes: usize,
+    /// The longest stderr line logged, in bytes (the rest of the line is
+    /// dropped). Default 4 KiB.
+    pub stderr_line_bytes: usize,
+    /// Stderr lines logged per second per child; the rest are counted and
+    /// dropped (stderr is always read, so a chatty child never blocks on
+    /// it). Default 20.
+    pub stderr_lines_per_sec: u32,
+    /// Seconds a child gets to exit after its stdin closes, and again after
+    /// SIGTERM, before its process group is killed. Default 5.
+    pub end_grace_secs: u64,
+    /// The most children this node runs at once; past it, new sessions are
+    /// refused. Default 256.
+    pub max_children: usize,
+    /// The most children one principal has on this node at once (0: no
+    /// limit of its own). Default 16.
+    pub max_children_per_principal: usize,
+    /// Children started per second on this node at most (a burst of as
+    /// many is allowed); past it, new sessions are refused. Default 20.
+    pub spawns_per_sec: u32,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            inherit_env: ["PATH", "HOME", "LANG", "TMPDIR"]
+                .map(str::to_owned)
+                .to_vec(),
+            cwd: None,
+            initialize_timeout_secs: 30,
+            max_line_bytes: 8 * 1024 * 1024,
+            stderr_line_bytes: 4096,
+            stderr_lines_per_sec: 20,
+            end_grace_secs: 5,
+            max_children: 256,
+            max_children_per_principal: 16,
+            spawns_per_sec: 20,
+        }
+    }
+}
+
+/// A configuration the relay refuses, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("upstream {name:?}: {problem}")]
+pub struct UpstreamConfigError {
+    /// The upstream's name as configured.
+    pub name: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl UpstreamConfig {
+    /// An upstream running `command`, with the defaults otherwise.
+    pub fn new(name: &str, command: &[&str]) -> Self {
+        Self {
+            name: name.to_owned(),
+            command: command.iter().map(|s| (*s).to_owned()).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Checks the settings once, at start.
+    ///
+    /// # Errors
+    /// The first setting that cannot work.
+    pub fn validate(&self) -> Result<(), UpstreamConfigError> {
+        let fail = |problem: &str| {
+            Err(UpstreamConfigError {
+                name: self.name.clone(),
+                problem: problem.to_owned(),
+            })
+        };
+        let name_ok = (1..=64).contains(&self.name.len())
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !name_ok {
+            return fail("name must be 1 to 64 of A-Z, a-z, 0-9, - and _");
+        }
+        if self.command.first().is_none_or(String::is_empty) {
+            return fail("command must name a program (an argv array, never a shell line)");
+        }
+        if self
+            .env
+            .keys()
+            .chain(&self.inherit_env)
+            .any(|k| k.is_empty() || k.contains('=') || k.contains('\0'))
+        {
+            return fail("environment variable names must be non-empty, without = or NUL");
+        }
+        if self.max_line_bytes < 1024 {
+            return fail("max_line_bytes must be at least 1024");
+        }
+        if self.stderr_line_bytes == 0 {
+            return fail("stderr_line_bytes must be at least 1");
+        }
+        if self.initialize_timeout_secs == 0 {
+            return fail("initialize_timeout_secs must be at least 1");
+        }
+        if self.max_children == 0 {
+            return fail("max_children must be at least 1");
+        }
+        if self.spawns_per_sec == 0 {
+            return fail("spawns_per_sec must be at least 1");
+        }
+        Ok(())
+    }
+
+    pub(crate) fn initialize_timeout(&self) -> Duration {
+        Duration::from_secs(self.initialize_timeout_secs)
+    }
+
+    pub(crate) fn end_grace(&self) -> Duration {
+        Duration::from_secs(self.end_grace_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_without_a_program_or_a_good_name_is_refused() {
+        assert!(
+            UpstreamConfig::new("everything", &["npx", "x"])
+                .validate()
+                .is_ok()
+        );
+        let no_program = UpstreamConfig::new("everything", &[]);
+        assert!(
+            no_program
+                .validate()
+                .unwrap_err()
+                .problem
+                .contains("program")
+        );
+        let bad_name = UpstreamConfig::new("every thing", &["x"]);
+        assert!(bad_name.validate().unwrap_err().problem.contains("name"));
+        let mut bad_env = UpstreamConfig::new("e", &["x"]);
+        bad_env.env.insert("A=B".into(), "c".into());
+        assert!(bad_env.validate().is_err());
+        let mut tiny_lines = UpstreamConfig::new("e", &["x"]);
+        tiny_lines.max_line_bytes = 10;
+        assert!(tiny_lines.validate().is_err());
+    }
+
+    #[test]
+    fn an_upstream_reads_from_toml_with_defaults() {
+        let text = r#"
+            name = "everything"
+            command = ["npx", "-y", "@modelcontextprotocol/server-everything", "stdio"]
+            env = { API_BASE = "http://127.0.0.1:9" }
+        "#;
+        let config: UpstreamConfig = toml::from_str(text).unwrap();
+        assert_eq!(config.command.len(), 4);
+        assert_eq!(config.env["API_BASE"], "http://127.0.0.1:9");
+        assert_eq!(config.max_line_bytes, 8 * 1024 * 1024);
+        assert!(config.inherit_env.contains(&"PATH".to_owned()));
+    }
+}

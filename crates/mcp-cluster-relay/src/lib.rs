@@ -1,0 +1,34 @@
+//! Hosts other MCP servers on a node of the cluster: a stdio server (a
+//! program from npm or PyPI, say) runs as one child process per session,
+//! started with the client's own `initialize` and ended with the session.
+//! The relay is an [`mcp_cluster_runtime::McpService`]: the runtime serves
+//! its sessions, streams, resumption and cancellation as it serves a
+//! provider's own handlers, and the relay carries each request to the
+//! session's child and everything the child says back.
+//!
+//! What crosses: requests and answers with ids mapped (the child sees ids
+//! of the relay's own); the child's questions (sampling, elicitation,
+//! roots) asked of the client during the request that caused them, and
+//! the answers given back; progress under the client's token; a
+//! cancellation (the client's, or the request's timeout) to the child
+//! running that request only; log lines and list or resource changes to
+//! the request's stream or the session's. Children are bounded: no shell,
+//! a process group ended as a group, a parent-death signal, stderr always
+//! read and rate-limited into the log, stdout lines bounded, counts and
+//! starts per second limited.
+//!
+//! # Layout
+//! - [`config`]: [`UpstreamConfig`], one `[[upstreams]]` entry.
+//! - [`service`](mod@service): [`RelayService`], the service.
+//! - `upstream`: the conversation with one child.
+//! - `child`: the process: start, end, bounded lines.
+//! - `metrics`: `mcp_upstream_*`.
+
+mod child;
+pub mod config;
+mod metrics;
+pub mod service;
+mod upstream;
+
+pub use config::{UpstreamConfig, UpstreamConfigError};
+pub use service::RelayService;

@@ -1,0 +1,556 @@
+//! [`Upstream`]: the JSON-RPC conversation with one running child over its
+//! stdin and stdout, and the tasks that carry it.
+//!
+//! Owner: the relay's table of sessions holds the [`Upstream`] of each
+//! session from its `initialize` to its end. Three tasks per child run on
+//! the relay's runtime: the writer (stdin, fed by a bounded channel), the
+//! reader (stdout: answers to their requests, the child's own requests
+//! and notifications to where they belong) and the supervisor (stderr into
+//! the log, the process's end). Stop paths: [`Upstream::end`] closes stdin
+//! and ends the process group; the child's own exit, or a line over the
+//! limit, ends it too. Every request still waiting then gets -32603 naming
+//! the upstream, and the session is told ([`SessionLink::end`]).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mcp_cluster_protocol::{ErrorObject, Message, Notification, RequestId, methods};
+use mcp_cluster_runtime::{HostedEnd, SessionLink};
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+
+use crate::child::{self, Line, Spawned};
+use crate::config::UpstreamConfig;
+use crate::metrics;
+
+/// Lines waiting for the child's stdin. A child that stops reading holds
+/// its senders up (each a request's handler, bounded by the request
+/// timeout), never the node's memory.
+const STDIN_QUEUE: usize = 64;
+
+/// What the child sent for one request's handler, beyond the answer.
+/// Bounded per request: a child that floods progress for a client that
+/// does not read loses progress, never grows the node.
+const EVENTS_PER_REQUEST: usize = 64;
+
+/// How long the supervisor waits between two reports of dropped stderr
+/// lines.
+const STDERR_REPORT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// What the child sends that a request's handler relays to its client.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// A request of the child's (sampling, elicitation, roots): asked of the
+    /// client, answered back to the child under `id`.
+    Ask {
+        id: Value,
+        method: String,
+        params: Option<Map<String, Value>>,
+    },
+    /// Progress of the request, its token already the client's.
+    Progress {
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    },
+    /// Any other notification the child sent while the request ran.
+    Notify(Notification),
+}
+
+/// A request of ours the child has not answered yet.
+#[derive(Debug)]
+struct Pending {
+    answer: oneshot::Sender<Result<Value, ErrorObject>>,
+    /// Where its handler hears of the child's questions, progress and
+    /// logs; `None` for `initialize`.
+    events: Option<mpsc::Sender<Event>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// By the id the child sees (ours, increasing).
+    pending: BTreeMap<i64, Pending>,
+    /// Why the child is gone, once it is: requests fail at once with it.
+    gone: Option<String>,
+}
+
+/// One running child and the conversation with it.
+#[derive(Debug)]
+pub(crate) struct Upstream {
+    name: Arc<str>,
+    stdin: mpsc::Sender<String>,
+    state: Mutex<State>,
+    next_id: AtomicI64,
+    /// Where notifications that belong to no request go; set once the
+    /// session is open.
+    link: Mutex<Option<SessionLink>>,
+    /// Wakes the supervisor to end the child.
+    end: Notify,
+    /// Set when the node ends the child itself (the session ended): its
+    /// exit then ends nothing more.
+    ended_by_us: std::sync::atomic::AtomicBool,
+    /// Turns true once the child is gone.
+    gone_tx: watch::Sender<bool>,
+}
+
+/// A request on its way to the child: its answer, the events for its
+/// handler, and, when dropped before the answer, a cancellation for the
+/// child (the client cancelled, or went away).
+#[derive(Debug)]
+pub(crate) struct Call {
+    upstream: Arc<Upstream>,
+    id: i64,
+    pub(crate) answer: oneshot::Receiver<Result<Value, ErrorObject>>,
+    pub(crate) events: mpsc::Receiver<Event>,
+    answered: bool,
+}
+
+impl Call {
+    /// The answer arrived: nothing to cancel any more.
+    pub(crate) fn answered(&mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        let waiting = self.upstream.forget(self.id);
+        if !self.answered && waiting {
+            let cancel = json!({
+                "jsonrpc": "2.0",
+                "method": methods::NOTIFICATION_CANCELLED,
+                "params": { "requestId": self.id, "reason": "the client cancelled the request" },
+            });
+            // A full queue drops it: the child's answer is ignored anyway.
+            let _ = self.upstream.stdin.try_send(cancel.to_string());
+        }
+    }
+}
+
+impl Upstream {
+    /// Starts a child of `config` with the whole environment `env`, and its
+    /// tasks on the current runtime (the relay's).
+    pub(crate) fn start(
+        config: &UpstreamConfig,
+        env: &BTreeMap<String, String>,
+    ) -> std::io::Result<Arc<Self>> {
+        let Spawned {
+            mut child,
+            group,
+            stdin,
+            stdout,
+            stderr,
+        } = child::spawn(config, env)?;
+        let name: Arc<str> = Arc::from(config.name.as_str());
+        let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
+        let upstream = Arc::new(Self {
+            name: Arc::clone(&name),
+            stdin: stdin_tx,
+            state: Mutex::default(),
+            next_id: AtomicI64::new(1),
+            link: Mutex::new(None),
+            end: Notify::new(),
+            ended_by_us: std::sync::atomic::AtomicBool::new(false),
+            gone_tx: watch::Sender::new(false),
+        });
+        metrics::spawned(&name);
+        tokio::spawn(write_stdin(stdin, stdin_rx));
+        let max_line = config.max_line_bytes;
+        let reader = Arc::clone(&upstream);
+        let stdout_done = tokio::spawn(async move { reader.read_stdout(stdout, max_line).await });
+        let stderr_task = tokio::spawn(log_stderr(
+            Arc::clone(&name),
+            stderr,
+            config.stderr_line_bytes,
+            config.stderr_lines_per_sec,
+        ));
+        let grace = config.end_grace();
+        let supervisor = Arc::clone(&upstream);
+        tokio::spawn(async move {
+            let cause = tokio::select! {
+                status = child.wait() => {
+                    child::signal_group(group, rustix::process::Signal::KILL);
+                    match status {
+                        Ok(status) => format!("exited ({status})"),
+                        Err(err) => format!("could not be waited for ({err})"),
+                    }
+                }
+                too_long = stdout_done => {
+                    // stdout ended (the child closed it, or broke a limit):
+                    // the conversation is over either way.
+                    let why = too_long.ok().flatten();
+                    let _ = child::end(&mut child, group, grace).await;
+                    why.unwrap_or_else(|| "closed its stdout".to_owned())
+                }
+                () = supervisor.end.notified() => {
+                    // Closing stdin first: the polite end a stdio server
+                    // understands.
+                    supervisor.close_stdin();
+                    let status = child::end(&mut child, group, grace).await;
+                    format!("was ended by the node ({})", status.map_or_else(|e| e.to_string(), |s| s.to_string()))
+                }
+            };
+            stderr_task.abort();
+            supervisor.gone(&cause);
+        });
+        Ok(upstream)
+    }
+
+    /// The upstream's configured name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where notifications that belong to no request go from now on.
+    pub(crate) fn attach(&self, link: SessionLink) {
+        *lock(&self.link) = Some(link);
+    }
+
+    /// Sends a request to the child. `events`: whether the caller relays
+    /// the child's questions, progress and logs (a client request does;
+    /// `initialize` does not). `progress`: whether the child gets a
+    /// progress token (the request's id) in place of the client's.
+    pub(crate) async fn call(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<Map<String, Value>>,
+        events: bool,
+        progress: bool,
+    ) -> Result<Call, ErrorObject> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (answer_tx, answer) = oneshot::channel();
+        let (events_tx, events_rx) = mpsc::channel(EVENTS_PER_REQUEST);
+        {
+            let mut state = lock(&self.state);
+            if let Some(why) = &state.gone {
+                return Err(self.error(why));
+            }
+            state.pending.insert(
+                id,
+                Pending {
+                    answer: answer_tx,
+                    events: events.then_some(events_tx),
+                },
+            );
+        }
+        let call = Call {
+            upstream: Arc::clone(self),
+            id,
+            answer,
+            events: events_rx,
+            answered: false,
+        };
+        let mut params = params.unwrap_or_default();
+        let meta = params
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(meta) = meta {
+            meta.remove("progressToken");
+            if progress {
+                meta.insert("progressToken".into(), json!(id));
+            }
+            if meta.is_empty() {
+                params.remove("_meta");
+            }
+        }
+        let line = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        self.send(line.to_string()).await?;
+        metrics::request(&self.name, method);
+        Ok(call)
+    }
+
+    /// Sends a notification to the child.
+    pub(crate) async fn notify(&self, method: &str, params: Option<Map<String, Value>>) {
+        let mut line = json!({ "jsonrpc": "2.0", "method": method });
+        if let Some(params) = params {
+            line["params"] = Value::Object(params);
+        }
+        let _ = self.send(line.to_string()).await;
+    }
+
+    /// Answers one of the child's own requests.
+    pub(crate) async fn answer(&self, id: Value, outcome: Result<Value, ErrorObject>) {
+        let line = match outcome {
+            Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+            Err(error) => json!({ "jsonrpc": "2.0", "id": id, "error": error }),
+        };
+        let _ = self.send(line.to_string()).await;
+    }
+
+    /// Ends the child (the session ended): stdin closed, then its group
+    /// signalled after the grace period.
+    pub(crate) fn end(&self) {
+        self.ended_by_us.store(true, Ordering::Release);
+        self.end.notify_one();
+    }
+
+    /// Resolves once the child is gone (its process exited and was
+    /// reaped).
+    pub(crate) async fn gone_wait(&self) {
+        let mut gone = self.gone_tx.subscribe();
+        let _ = gone.wait_for(|gone| *gone).await;
+    }
+
+    async fn send(&self, line: String) -> Result<(), ErrorObject> {
+        if let Some(why) = &lock(&self.state).gone {
+            return Err(self.error(why));
+        }
+        self.stdin
+            .send(line)
+            .await
+            .map_err(|_| self.error("closed its stdin"))
+    }
+
+    fn error(&self, why: &str) -> ErrorObject {
+        ErrorObject::internal(format!("upstream {} {why}", self.name))
+    }
+
+    /// Takes the request out of the waiting table; whether it was there.
+    fn forget(&self, id: i64) -> bool {
+        lock(&self.state).pending.remove(&id).is_some()
+    }
+
+    fn close_stdin(&self) {
+        // The writer ends once every sender is gone; the last one is ours,
+        // but calls in flight hold none (they send through `self`). A
+        // marker line tells the writer to stop at once instead.
+        let _ = self.stdin.try_send(String::new());
+    }
+
+    /// The child is gone: every waiting request gets the error, new ones
+    /// fail at once, and the session ends unless the node ended the child.
+    fn gone(&self, cause: &str) {
+        let pending = {
+            let mut state = lock(&self.state);
+            state.gone = Some(cause.to_owned());
+            std::mem::take(&mut state.pending)
+        };
+        for (_, p) in pending {
+            let _ = p.answer.send(Err(self.error(cause)));
+        }
+        self.gone_tx.send_replace(true);
+        let ours = self.ended_by_us.load(Ordering::Acquire);
+        metrics::ended(&self.name, if ours { "ended" } else { "exited" });
+        if ours {
+            tracing::debug!(upstream = %self.name, cause, "Hosted server ended.");
+        } else {
+            tracing::warn!(upstream = %self.name, cause, "Hosted server ended by itself; its session ends.");
+            if let Some(link) = lock(&self.link).take() {
+                link.end(HostedEnd::Exited);
+            }
+        }
+    }
+
+    /// Reads the child's stdout until it ends; `Some(why)` when a line
+    /// broke the limit (the child must then end).
+    async fn read_stdout(
+        self: Arc<Self>,
+        stdout: tokio::process::ChildStdout,
+        max_line: usize,
+    ) -> Option<String> {
+        let mut reader = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        loop {
+            match child::read_line(&mut reader, &mut buf, max_line).await {
+                Ok(Line::Whole) => self.received(&buf).await,
+                Ok(Line::TooLong) => {
+                    metrics::relay_error(&self.name, "line_too_long");
+                    return Some(format!(
+                        "wrote a line over {max_line} bytes (max_line_bytes)"
+                    ));
+                }
+                Ok(Line::End) => return None,
+                Err(err) => return Some(format!("could not be read ({err})")),
+            }
+        }
+    }
+
+    /// One line from the child.
+    async fn received(&self, line: &[u8]) {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        let message = match mcp_cluster_protocol::jsonrpc::decode_message(line) {
+            Ok(message) => message,
+            Err(err) => {
+                // Servers that print to stdout are common; the line is not
+                // the protocol's, and the conversation goes on.
+                metrics::relay_error(&self.name, "not_jsonrpc");
+                tracing::debug!(upstream = %self.name, error = %err, "A line of the hosted server's stdout is not JSON-RPC; ignored.");
+                return;
+            }
+        };
+        match message {
+            Message::Response(response) => {
+                let Some(RequestId::Number(id)) = response.id else {
+                    return;
+                };
+                let pending = lock(&self.state).pending.remove(&id);
+                match pending {
+                    Some(p) => {
+                        let _ = p.answer.send(response.outcome);
+                    }
+                    None => {
+                        tracing::debug!(upstream = %self.name, id, "Answer to a request no longer waiting; ignored.")
+                    }
+                }
+            }
+            Message::Request(request) => {
+                let id = request.id.to_value();
+                if request.method == methods::PING {
+                    return self.answer(id, Ok(json!({}))).await;
+                }
+                let event = Event::Ask {
+                    id: id.clone(),
+                    method: request.method.clone(),
+                    params: request.params,
+                };
+                if let Err(event) = self.to_newest(event) {
+                    let Event::Ask { method, .. } = event else {
+                        return;
+                    };
+                    metrics::relay_error(&self.name, "ask_without_request");
+                    let err = ErrorObject::internal(format!(
+                        "{method} can only be relayed to the client during one of its requests"
+                    ));
+                    self.answer(id, Err(err)).await;
+                }
+            }
+            Message::Notification(n) => self.notification(n),
+        }
+    }
+
+    fn notification(&self, n: Notification) {
+        match n.method.as_str() {
+            methods::NOTIFICATION_PROGRESS => {
+                let params = n.params.unwrap_or_default();
+                let Some(token) = params.get("progressToken").and_then(Value::as_i64) else {
+                    return;
+                };
+                let Some(progress) = params.get("progress").and_then(Value::as_f64) else {
+                    return;
+                };
+                let event = Event::Progress {
+                    progress,
+                    total: params.get("total").and_then(Value::as_f64),
+                    message: params
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                };
+                let target = lock(&self.state)
+                    .pending
+                    .get(&token)
+                    .and_then(|p| p.events.clone());
+                if let Some(target) = target {
+                    let _ = target.try_send(event);
+                }
+            }
+            // The child gave up one of its own questions: the client's
+            // answer will be ignored when it comes.
+            methods::NOTIFICATION_CANCELLED => {}
+            // A log line goes with the request running (stdio says nothing
+            // of which one: the newest), or to the session.
+            methods::NOTIFICATION_MESSAGE => {
+                if let Err(Event::Notify(n)) = self.to_newest(Event::Notify(n)) {
+                    self.to_session(n);
+                }
+            }
+            // List changes, resource updates and the rest concern the
+            // session.
+            _ => self.to_session(n),
+        }
+    }
+
+    fn to_session(&self, n: Notification) {
+        if let Some(link) = lock(&self.link).as_ref() {
+            link.notify(n);
+        }
+    }
+
+    /// Hands an event to the handler of the newest request still waiting
+    /// (over stdio, a child's question or log names no request: the newest
+    /// is the one most likely to have caused it, and the only one when
+    /// requests of a session run one at a time). The event back when no
+    /// request waits, or its handler's queue is full.
+    fn to_newest(&self, event: Event) -> Result<(), Event> {
+        let target = lock(&self.state)
+            .pending
+            .values()
+            .rev()
+            .find_map(|p| p.events.clone());
+        match target {
+            Some(target) => target.try_send(event).map_err(|err| match err {
+                mpsc::error::TrySendError::Full(e) | mpsc::error::TrySendError::Closed(e) => e,
+            }),
+            None => Err(event),
+        }
+    }
+}
+
+/// Writes the queued lines to the child's stdin, each with its newline,
+/// until the queue closes, an empty line asks it to stop, or the pipe
+/// breaks. Dropping stdin closes it: the child reads the end of its input.
+async fn write_stdin(mut stdin: tokio::process::ChildStdin, mut lines: mpsc::Receiver<String>) {
+    while let Some(mut line) = lines.recv().await {
+        if line.is_empty() {
+            break;
+        }
+        line.push('\n');
+        if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Logs the child's stderr, line by line, each cut at `max_line` bytes, at
+/// most `per_sec` lines a second (the rest counted and reported). Always
+/// reading: a child blocked on a full stderr pipe would hang its session.
+async fn log_stderr(
+    name: Arc<str>,
+    stderr: tokio::process::ChildStderr,
+    max_line: usize,
+    per_sec: u32,
+) {
+    let mut reader = BufReader::new(stderr);
+    let mut buf = Vec::new();
+    let mut window = tokio::time::Instant::now();
+    let mut logged = 0u32;
+    let mut dropped = 0u64;
+    let mut reported = tokio::time::Instant::now();
+    loop {
+        match child::read_line(&mut reader, &mut buf, max_line).await {
+            Ok(Line::End) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let now = tokio::time::Instant::now();
+        if now.duration_since(window) >= Duration::from_secs(1) {
+            window = now;
+            logged = 0;
+        }
+        if logged < per_sec {
+            logged += 1;
+            tracing::info!(upstream = %name, line = %String::from_utf8_lossy(&buf), "stderr");
+        } else {
+            dropped += 1;
+            metrics::stderr_dropped(&name);
+        }
+        if dropped > 0 && now.duration_since(reported) >= STDERR_REPORT_INTERVAL {
+            tracing::warn!(upstream = %name, dropped, "Hosted server's stderr lines dropped (stderr_lines_per_sec).");
+            dropped = 0;
+            reported = now;
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind,
+    // still consistent (every critical section is a single insert, remove
+    // or take).
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

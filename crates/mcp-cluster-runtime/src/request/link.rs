@@ -1,0 +1,148 @@
+//! [`SessionLink`]: what a service that runs one server per session (a
+//! hosted MCP server's child) holds of that session, to reach its client
+//! outside any request and to end it.
+
+use std::sync::Arc;
+
+use actix::{Message as ActixMessage, WeakRecipient};
+use mcp_cluster_protocol::types::LoggingMessageParams;
+use mcp_cluster_protocol::{Message, Notification, methods};
+use mcp_cluster_store::{SessionId, StreamId};
+
+use crate::node::NodeContext;
+use crate::request::context::SessionShared;
+
+/// The session's own server ended ([`SessionLink::end`]): the session ends
+/// everywhere once its in-flight requests have had their answers (the
+/// server's failure already gave each its error), or after a grace period.
+#[derive(ActixMessage, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct EndHosted {
+    /// The label of `mcp_sessions_ended_total`.
+    pub(crate) reason: &'static str,
+}
+
+/// One session, as its own server holds it: notifications for the client
+/// that belong to no request go to the session's standalone stream (the GET
+/// stream), and the server's end ends the session.
+///
+/// Owner: the service's table of per-session servers, from
+/// [`crate::McpService::open_session`] until
+/// [`crate::McpService::close_session`]. It holds the session actor weakly:
+/// once the actor is gone, every call is a no-op.
+#[derive(Clone)]
+pub struct SessionLink {
+    id: SessionId,
+    stream: StreamId,
+    session: WeakRecipient<EndHosted>,
+    shared: Arc<SessionShared>,
+    node: Arc<NodeContext>,
+}
+
+impl std::fmt::Debug for SessionLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionLink")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a session's own server ended it: the label of
+/// `mcp_sessions_ended_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HostedEnd {
+    /// The server's process exited or failed (`upstream_exited`).
+    Exited,
+}
+
+impl HostedEnd {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Exited => "upstream_exited",
+        }
+    }
+}
+
+impl SessionLink {
+    pub(crate) fn new(
+        id: SessionId,
+        stream: StreamId,
+        session: WeakRecipient<EndHosted>,
+        shared: Arc<SessionShared>,
+        node: Arc<NodeContext>,
+    ) -> Self {
+        Self {
+            id,
+            stream,
+            session,
+            shared,
+            node,
+        }
+    }
+
+    /// The session.
+    pub fn session_id(&self) -> &SessionId {
+        &self.id
+    }
+
+    /// Sends a notification that belongs to no request on the session's
+    /// standalone stream, when a client listens to it on this node (as the
+    /// runtime's own list and resource events): with no GET stream open,
+    /// the client cannot be told, and a GET opened later starts at the
+    /// stream's tail. A `notifications/message` goes only when its level
+    /// passes the session's `logging/setLevel`.
+    pub fn notify(&self, notification: Notification) {
+        if notification.method == methods::NOTIFICATION_MESSAGE {
+            let level = notification
+                .params
+                .as_ref()
+                .and_then(|p| {
+                    serde_json::from_value::<LoggingMessageParams>(serde_json::Value::Object(
+                        p.clone(),
+                    ))
+                    .ok()
+                })
+                .map(|p| p.level);
+            if !level.is_some_and(|level| self.shared.sends(level)) {
+                return;
+            }
+        }
+        if !self
+            .shared
+            .initialized
+            .load(std::sync::atomic::Ordering::Acquire)
+            || !self.node.attachments.is_listening(&self.stream)
+        {
+            return;
+        }
+        let events = Arc::clone(&self.node.store.events);
+        let session = self.id.clone();
+        let stream = self.stream.clone();
+        let data: Arc<str> = Arc::from(Message::Notification(notification).to_json());
+        mcp_cluster_telemetry::metrics::metrics()
+            .event_appends
+            .inc();
+        actix::spawn(async move {
+            let written = crate::node::while_store_away(
+                || true,
+                || events.append(&session, &stream, Arc::clone(&data)),
+            )
+            .await;
+            if let Err(err) = written {
+                tracing::warn!(session_id = %session, error = %err, "Notification could not be written.");
+            }
+        });
+    }
+
+    /// Ends the session everywhere, as a DELETE would: its server is gone,
+    /// and a session must not outlive it. Its in-flight requests are
+    /// stopped; the client's next request gets 404 and starts again.
+    pub fn end(&self, why: HostedEnd) {
+        if let Some(session) = self.session.upgrade() {
+            session.do_send(EndHosted {
+                reason: why.label(),
+            });
+        }
+    }
+}

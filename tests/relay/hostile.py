@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""A stdio MCP server that misbehaves on purpose, for the relay's tests.
+
+Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
+`tools/call` of its one tool `act` as MODE says:
+
+  silent        never answers initialize
+  stderr-flood  writes 16 MiB to stderr before answering initialize
+  long-line     answers `act` with a 20 MiB line
+  exit-in-call  exits (status 3) when `act` is called
+  grandchild    on initialize, forks a grandchild that sleeps; both ignore
+                SIGTERM and stdin's end
+  well          behaves
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else "well"
+
+
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def answer(request, result):
+    send({"jsonrpc": "2.0", "id": request["id"], "result": result})
+
+
+def main():
+    if MODE == "grandchild":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        method = request.get("method")
+        if "id" not in request or method is None:
+            continue
+        if method == "initialize":
+            if MODE == "silent":
+                continue
+            if MODE == "stderr-flood":
+                chunk = "x" * 1023 + "\n"
+                for _ in range(16 * 1024):
+                    sys.stderr.write(chunk)
+                sys.stderr.flush()
+            if MODE == "grandchild":
+                if os.fork() == 0:
+                    # The grandchild: keeps the process group, ignores
+                    # SIGTERM, and outlives its parent's stdin.
+                    sys.stdin.close()
+                    while True:
+                        time.sleep(1)
+            answer(request, {
+                "protocolVersion": request["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "hostile-" + MODE, "version": "1"},
+            })
+        elif method == "tools/list":
+            answer(request, {"tools": [{"name": "act", "inputSchema": {"type": "object"}}]})
+        elif method == "tools/call":
+            if MODE == "long-line":
+                text = "y" * (20 * 1024 * 1024)
+                answer(request, {"content": [{"type": "text", "text": text}]})
+            elif MODE == "exit-in-call":
+                sys.exit(3)
+            else:
+                answer(request, {"content": [{"type": "text", "text": "acted"}]})
+        else:
+            send({"jsonrpc": "2.0", "id": request["id"],
+                  "error": {"code": -32601, "message": "method not found"}})
+    if MODE == "grandchild":
+        # stdin ended: stay anyway, as a server that ignores its end would.
+        while True:
+            time.sleep(1)
+
+
+main()
