@@ -824,7 +824,16 @@ async fn cancel_call(client: &Client, duration_ms: u64, steps: u64) -> Result<Du
         return Err(violation(Violation::ProgressGap));
     };
     if read_stream(client, &mut stream, &mut check, Some(1), None).await? == StreamEnd::Closed {
-        // Over before its first progress: it must have completed properly.
+        // Closed before its first progress: over (its response came), or
+        // closed early by the server (a draining node ends its streams with
+        // `retry`; the client resumes on another node, as for any early
+        // close). Either way it must complete properly, uncancelled.
+        if check.response().is_none()
+            && let Some(last_event_id) = stream.last_event_id.take()
+        {
+            resume_until_response(client, &mut check, last_event_id, retry_wait(&stream), None)
+                .await?;
+        }
         check.finish(false).map_err(violation)?;
         return Ok(Duration::ZERO);
     }
