@@ -518,6 +518,39 @@ set -e
 stop_node
 read -r sdk_passed sdk_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/sdk-e2e.log")
 
+# Hosted servers ([[upstreams]]): a node serving another MCP server, a child
+# process per session. The conformance suite against a node hosting
+# `mcp-node --stdio` (every scenario as against a node directly); then
+# @modelcontextprotocol/server-everything (npm, pinned in tests/js) hosted and
+# driven by the TypeScript SDK client, compared with the same server run
+# directly (tests/js/relay-everything.mjs).
+echo "== hosted servers: conformance through a node hosting mcp-node --stdio"
+cat >"$LOG_DIR/hosted-inner.toml" <<TOML
+[[upstreams]]
+name = "inner"
+command = ["$ROOT/target/debug/mcp-node", "--stdio"]
+TOML
+start_node hosted-inner --config "$LOG_DIR/hosted-inner.toml"
+set +e
+bash tests/js/conformance.sh "$NODE_URL" 2>&1 | tee "$LOG_DIR/conformance-hosted.log"
+hosted_conformance_status=${PIPESTATUS[0]}
+set -e
+stop_node
+echo "== hosted servers: server-everything (npm) through the relay, TypeScript SDK client"
+cat >"$LOG_DIR/hosted-everything.toml" <<TOML
+[[upstreams]]
+name = "everything"
+command = ["$ROOT/tests/js/node_modules/.bin/node", "$ROOT/tests/js/node_modules/@modelcontextprotocol/server-everything/dist/index.js", "stdio"]
+env = { RELAY_GIVEN = "given" }
+TOML
+RELAY_NODE_SECRET=not-for-children start_node hosted-everything --config "$LOG_DIR/hosted-everything.toml"
+set +e
+tests/js/node_modules/.bin/node tests/js/relay-everything.mjs "$NODE_URL" 2>&1 | tee "$LOG_DIR/relay-everything.log"
+relay_status=${PIPESTATUS[0]}
+set -e
+stop_node
+read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/relay-everything.log")
+
 # Two items per page, so every list a client walks spans several pages.
 echo "== client matrix against a node with --page-size 2"
 start_node matrix --page-size 2
@@ -559,8 +592,8 @@ containers_status=${PIPESTATUS[0]}
 set -e
 read -r containers_passed containers_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/containers.log")
 
-failed=$((rust_failed + release_failed + redis_cluster_failed + fuzz_failed + compose_failed + rules_failed + features_failed + conf_failed + cluster_failed + sdk_failed + matrix_failed + helm_failed + containers_failed))
-passed=$((rust_passed + release_passed + redis_cluster_passed + fuzz_passed + compose_passed + rules_passed + features_passed + conf_passed + cluster_passed + sdk_passed + matrix_passed + helm_passed + containers_passed))
+failed=$((rust_failed + release_failed + redis_cluster_failed + fuzz_failed + compose_failed + rules_failed + features_failed + conf_failed + cluster_failed + sdk_failed + relay_failed + matrix_failed + helm_failed + containers_failed))
+passed=$((rust_passed + release_passed + redis_cluster_passed + fuzz_passed + compose_passed + rules_passed + features_passed + conf_passed + cluster_passed + sdk_passed + relay_passed + matrix_passed + helm_passed + containers_passed))
 [ "$release_traces_status" = 0 ] || { echo "traces tests against the release build failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$redis_cluster_status" = 0 ] || { echo "cluster tests on a Redis Cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$fuzz_status" = 0 ] || { echo "fuzz targets failed" >&2; failed=$((failed > 0 ? failed : 1)); }
@@ -570,12 +603,14 @@ passed=$((rust_passed + release_passed + redis_cluster_passed + fuzz_passed + co
 [ "$conformance_status" = 0 ] || { echo "conformance suite failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$cluster_conformance_status" = 0 ] || { echo "conformance suite against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$sdk_status" = 0 ] || { echo "TypeScript SDK end-to-end test failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$hosted_conformance_status" = 0 ] || { echo "conformance suite against a hosted server failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$relay_status" = 0 ] || { echo "server-everything through the relay failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$matrix_node_status" = 0 ] || { echo "client matrix against a node failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$matrix_cluster_status" = 0 ] || { echo "client matrix against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$helm_status" = 0 ] || { echo "Helm chart tests failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$containers_status" = 0 ] || { echo "container tests failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 echo "client matrix:"
 grep -h '^matrix .* x .*: ' "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" | sed 's/^/  /'
-echo "rust: $rust_passed passed, $rust_failed failed; traces tests on the release build: $release_passed passed, $release_failed failed; cluster tests on a Redis Cluster: $redis_cluster_passed passed, $redis_cluster_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; alerting rule checks: $rules_passed passed, $rules_failed failed; crate feature and packaging checks: $features_passed passed, $features_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed; helm chart checks: $helm_passed passed, $helm_failed failed; container checks: $containers_passed passed, $containers_failed failed"
+echo "rust: $rust_passed passed, $rust_failed failed; traces tests on the release build: $release_passed passed, $release_failed failed; cluster tests on a Redis Cluster: $redis_cluster_passed passed, $redis_cluster_failed failed; fuzz targets: $fuzz_passed passed, $fuzz_failed failed; deployment checks: $compose_passed passed, $compose_failed failed; alerting rule checks: $rules_passed passed, $rules_failed failed; crate feature and packaging checks: $features_passed passed, $features_failed failed; conformance scenarios: $conf_passed passed, $conf_failed failed; cluster conformance scenarios: $cluster_passed passed, $cluster_failed failed; sdk steps: $sdk_passed passed, $sdk_failed failed; hosted servers (conformance scenarios and relay steps): $relay_passed passed, $relay_failed failed; client matrix runs: $matrix_passed passed, $matrix_failed failed; helm chart checks: $helm_passed passed, $helm_failed failed; container checks: $containers_passed passed, $containers_failed failed"
 echo "total: $passed passed, $failed failed"
 [ "$failed" = 0 ]

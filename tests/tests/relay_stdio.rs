@@ -227,6 +227,37 @@ async fn a_hosted_server_answers_as_itself_with_its_progress_and_its_questions()
 }
 
 #[tokio::test]
+async fn the_child_s_own_notifications_reach_the_get_stream() {
+    let (node, _dir) = hosting("inner", &argv(&inner_node()), "");
+    let (client, _) = session(&node, json!({})).await;
+    let Reply::Sse(mut get) = within("GET", client.get(None)).await.unwrap() else {
+        panic!("the GET stream is a stream");
+    };
+    let uri = "test://watched-resource";
+    let (subscribed, _) = within(
+        "subscribe",
+        client.request("resources/subscribe", json!({"uri": uri})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(subscribed["result"], json!({}), "{subscribed}");
+    // The child's tool marks the resource changed: the child tells its
+    // client (the relay), outside any request of the session's client.
+    let (touched, _) = call(&client, "touch_resource", json!({"uri": uri})).await;
+    assert!(touched["result"].is_object(), "{touched}");
+    let update = loop {
+        let message = next(&mut get).await.expect("the GET stream ended");
+        if message["method"] == "notifications/resources/updated" {
+            break message;
+        }
+    };
+    assert_eq!(update["params"]["uri"], uri);
+    // The session goes on (a notification outside a request is no fault).
+    let (echoed, _) = call(&client, "echo", json!({"message": "after"})).await;
+    assert_eq!(echoed["result"]["content"][0]["text"], "Echo: after");
+}
+
+#[tokio::test]
 async fn a_cancel_stops_the_request_in_its_own_child_only() {
     // The children log at debug level, every line kept: the node's log
     // shows which child heard the cancel.

@@ -358,14 +358,22 @@ impl McpService for RelayService {
             .await?;
         loop {
             tokio::select! {
+                // Events first: what the child sent before its answer goes
+                // to the client before the answer.
+                biased;
+                Some(event) = call.events.recv() => relay_event(&upstream, &ctx, event).await,
                 answer = &mut call.answer => {
                     call.answered();
+                    // The reader queued every event the child wrote before
+                    // its answer by the time the answer arrived.
+                    while let Ok(event) = call.events.try_recv() {
+                        relay_event(&upstream, &ctx, event).await;
+                    }
                     metrics::answered(upstream.name(), started.elapsed());
                     return answer.unwrap_or_else(|_| Err(ErrorObject::internal(format!(
                         "upstream {} ended before answering", upstream.name()
                     ))));
                 }
-                Some(event) = call.events.recv() => relay_event(&upstream, &ctx, event).await,
             }
         }
     }

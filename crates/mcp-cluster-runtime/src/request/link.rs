@@ -2,15 +2,9 @@
 //! hosted MCP server's child) holds of that session, to reach its client
 //! outside any request and to end it.
 
-use std::sync::Arc;
-
 use actix::{Message as ActixMessage, WeakRecipient};
-use mcp_cluster_protocol::types::LoggingMessageParams;
-use mcp_cluster_protocol::{Message, Notification, methods};
-use mcp_cluster_store::{SessionId, StreamId};
-
-use crate::node::NodeContext;
-use crate::request::context::SessionShared;
+use mcp_cluster_protocol::Notification;
+use mcp_cluster_store::SessionId;
 
 /// The session's own server ended ([`SessionLink::end`]): the session ends
 /// everywhere once its in-flight requests have had their answers (the
@@ -21,6 +15,12 @@ pub(crate) struct EndHosted {
     /// The label of `mcp_sessions_ended_total`.
     pub(crate) reason: &'static str,
 }
+
+/// A notification of the session's own server that belongs to no request
+/// ([`SessionLink::notify`]), for the session's standalone stream.
+#[derive(ActixMessage, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct HostedNotify(pub(crate) Notification);
 
 /// One session, as its own server holds it: notifications for the client
 /// that belong to no request go to the session's standalone stream (the GET
@@ -33,10 +33,8 @@ pub(crate) struct EndHosted {
 #[derive(Clone)]
 pub struct SessionLink {
     id: SessionId,
-    stream: StreamId,
-    session: WeakRecipient<EndHosted>,
-    shared: Arc<SessionShared>,
-    node: Arc<NodeContext>,
+    notify: WeakRecipient<HostedNotify>,
+    end: WeakRecipient<EndHosted>,
 }
 
 impl std::fmt::Debug for SessionLink {
@@ -67,18 +65,10 @@ impl HostedEnd {
 impl SessionLink {
     pub(crate) fn new(
         id: SessionId,
-        stream: StreamId,
-        session: WeakRecipient<EndHosted>,
-        shared: Arc<SessionShared>,
-        node: Arc<NodeContext>,
+        notify: WeakRecipient<HostedNotify>,
+        end: WeakRecipient<EndHosted>,
     ) -> Self {
-        Self {
-            id,
-            stream,
-            session,
-            shared,
-            node,
-        }
+        Self { id, notify, end }
     }
 
     /// The session.
@@ -91,55 +81,19 @@ impl SessionLink {
     /// runtime's own list and resource events): with no GET stream open,
     /// the client cannot be told, and a GET opened later starts at the
     /// stream's tail. A `notifications/message` goes only when its level
-    /// passes the session's `logging/setLevel`.
+    /// passes the session's `logging/setLevel`. Callable from any thread.
     pub fn notify(&self, notification: Notification) {
-        if notification.method == methods::NOTIFICATION_MESSAGE {
-            let level = notification
-                .params
-                .as_ref()
-                .and_then(|p| {
-                    serde_json::from_value::<LoggingMessageParams>(serde_json::Value::Object(
-                        p.clone(),
-                    ))
-                    .ok()
-                })
-                .map(|p| p.level);
-            if !level.is_some_and(|level| self.shared.sends(level)) {
-                return;
-            }
+        if let Some(session) = self.notify.upgrade() {
+            session.do_send(HostedNotify(notification));
         }
-        if !self
-            .shared
-            .initialized
-            .load(std::sync::atomic::Ordering::Acquire)
-            || !self.node.attachments.is_listening(&self.stream)
-        {
-            return;
-        }
-        let events = Arc::clone(&self.node.store.events);
-        let session = self.id.clone();
-        let stream = self.stream.clone();
-        let data: Arc<str> = Arc::from(Message::Notification(notification).to_json());
-        mcp_cluster_telemetry::metrics::metrics()
-            .event_appends
-            .inc();
-        actix::spawn(async move {
-            let written = crate::node::while_store_away(
-                || true,
-                || events.append(&session, &stream, Arc::clone(&data)),
-            )
-            .await;
-            if let Err(err) = written {
-                tracing::warn!(session_id = %session, error = %err, "Notification could not be written.");
-            }
-        });
     }
 
     /// Ends the session everywhere, as a DELETE would: its server is gone,
     /// and a session must not outlive it. Its in-flight requests are
     /// stopped; the client's next request gets 404 and starts again.
+    /// Callable from any thread.
     pub fn end(&self, why: HostedEnd) {
-        if let Some(session) = self.session.upgrade() {
+        if let Some(session) = self.end.upgrade() {
             session.do_send(EndHosted {
                 reason: why.label(),
             });

@@ -45,7 +45,7 @@ use crate::request::context::{
 };
 use crate::request::exchange::Exchange;
 use crate::request::executor::Executor;
-use crate::request::link::{EndHosted, SessionLink};
+use crate::request::link::{EndHosted, HostedNotify, SessionLink};
 use crate::request::method_table::{self, By};
 use crate::request::service::ServerEvent;
 use crate::request::service::{McpService, SessionOpen};
@@ -509,14 +509,46 @@ impl Handler<Broadcast> for Session {
     type Result = ();
 
     fn handle(&mut self, Broadcast(event): Broadcast, _ctx: &mut Self::Context) {
-        // Written by the one node whose reader follows the standalone stream
-        // (one reader per stream, cluster-wide), so it is written once; with
-        // no reader, no client is listening and a new GET starts at the tail.
-        // A reader that ended with `retry` moments ago (a drain, a poll)
-        // still counts until its client is back, here or elsewhere: what is
-        // written meanwhile is replayed to it (twice at worst, in the
-        // moment between its new reader attaching and this node hearing of
-        // it, which an update notification tolerates).
+        if let ServerEvent::ResourceUpdated { uri } = &event
+            && !self.record.subscriptions.contains(uri)
+        {
+            return;
+        }
+        self.to_standalone(event.notification(None));
+    }
+}
+
+impl Handler<HostedNotify> for Session {
+    type Result = ();
+
+    fn handle(&mut self, HostedNotify(notification): HostedNotify, _ctx: &mut Self::Context) {
+        if notification.method == methods::NOTIFICATION_MESSAGE {
+            let level = mcp_cluster_protocol::jsonrpc::parse_params::<
+                mcp_cluster_protocol::types::LoggingMessageParams,
+            >(notification.params.as_ref())
+            .ok()
+            .map(|p| p.level);
+            if !level.is_some_and(|level| self.shared.sends(level)) {
+                return;
+            }
+        }
+        self.to_standalone(notification);
+    }
+}
+
+impl Session {
+    /// Writes a notification that belongs to no request to the standalone
+    /// stream.
+    ///
+    /// Written by the one node whose reader follows the standalone stream
+    /// (one reader per stream, cluster-wide), so it is written once; with
+    /// no reader, no client is listening and a new GET starts at the tail.
+    /// A reader that ended with `retry` moments ago (a drain, a poll) still
+    /// counts until its client is back, here or elsewhere: what is written
+    /// meanwhile is replayed to it (twice at worst, in the moment between
+    /// its new reader attaching and this node hearing of it, which an
+    /// update notification tolerates).
+    fn to_standalone(&self, notification: Notification) {
         let listening = self
             .deps
             .node
@@ -525,12 +557,6 @@ impl Handler<Broadcast> for Session {
         if !self.record.initialized || !listening {
             return;
         }
-        if let ServerEvent::ResourceUpdated { uri } = &event
-            && !self.record.subscriptions.contains(uri)
-        {
-            return;
-        }
-        let notification = event.notification(None);
         let events = Arc::clone(&self.deps.node.store.events);
         let session = self.record.id.clone();
         let stream = self.record.standalone_stream.clone();
@@ -552,9 +578,7 @@ impl Handler<Broadcast> for Session {
             }
         });
     }
-}
 
-impl Session {
     fn active(&mut self, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
         self.maybe_touch(ctx);
@@ -874,10 +898,8 @@ impl Session {
         // of this session is handled before it has its server (or not).
         let link = SessionLink::new(
             self.record.id.clone(),
-            self.record.standalone_stream.clone(),
+            ctx.address().recipient::<HostedNotify>().downgrade(),
             ctx.address().recipient::<EndHosted>().downgrade(),
-            Arc::clone(&self.shared),
-            Arc::clone(&self.deps.node),
         );
         let open = SessionOpen {
             session: self.record.id.clone(),
