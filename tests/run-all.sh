@@ -523,7 +523,9 @@ read -r sdk_passed sdk_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f
 # `mcp-node --stdio` (every scenario as against a node directly); then
 # @modelcontextprotocol/server-everything (npm, pinned in tests/js) hosted and
 # driven by the TypeScript SDK client, compared with the same server run
-# directly (tests/js/relay-everything.mjs).
+# directly (tests/js/relay-everything.mjs); and a server on the Python SDK
+# (tests/py/hosted_server.py), the Python SDK client against it hosted and
+# run directly (tests/py/relay_client.py).
 echo "== hosted servers: conformance through a node hosting mcp-node --stdio"
 cat >"$LOG_DIR/hosted-inner.toml" <<TOML
 [[upstreams]]
@@ -549,7 +551,19 @@ tests/js/node_modules/.bin/node tests/js/relay-everything.mjs "$NODE_URL" 2>&1 |
 relay_status=${PIPESTATUS[0]}
 set -e
 stop_node
-read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/relay-everything.log")
+echo "== hosted servers: a Python SDK server (tests/py/hosted_server.py) through the relay, Python SDK client"
+cat >"$LOG_DIR/hosted-python.toml" <<TOML
+[[upstreams]]
+name = "python"
+command = ["$ROOT/tests/py/.venv/bin/python", "$ROOT/tests/py/hosted_server.py"]
+TOML
+start_node hosted-python --config "$LOG_DIR/hosted-python.toml"
+set +e
+tests/py/.venv/bin/python tests/py/relay_client.py "$NODE_URL" 2>&1 | tee "$LOG_DIR/relay-python.log"
+relay_python_status=${PIPESTATUS[0]}
+set -e
+stop_node
+read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/relay-everything.log" "$LOG_DIR/relay-python.log")
 
 # Two items per page, so every list a client walks spans several pages.
 echo "== client matrix against a node with --page-size 2"
@@ -605,6 +619,7 @@ passed=$((rust_passed + release_passed + redis_cluster_passed + fuzz_passed + co
 [ "$sdk_status" = 0 ] || { echo "TypeScript SDK end-to-end test failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$hosted_conformance_status" = 0 ] || { echo "conformance suite against a hosted server failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$relay_status" = 0 ] || { echo "server-everything through the relay failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$relay_python_status" = 0 ] || { echo "the Python SDK server through the relay failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$matrix_node_status" = 0 ] || { echo "client matrix against a node failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$matrix_cluster_status" = 0 ] || { echo "client matrix against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$helm_status" = 0 ] || { echo "Helm chart tests failed" >&2; failed=$((failed > 0 ? failed : 1)); }

@@ -1,0 +1,111 @@
+"""A Python SDK server (tests/py/hosted_server.py) hosted by a node
+(`[[upstreams]]`) and run directly, driven by the Python SDK client
+(`mcp.Client`, the session era): the same tools, results, resource and
+prompt; progress and an elicitation through the relay.
+
+    tests/py/.venv/bin/python tests/py/relay_client.py URL
+
+URL is the endpoint of a node hosting hosted_server.py. Prints `ok - <check>`
+/ `not ok - <check>: <reason>` and `N passed, M failed`; exits 1 if any failed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+STEP_TIMEOUT_S = 30
+SERVER = Path(__file__).with_name("hosted_server.py")
+
+
+class Run:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+        self.asked = 0
+
+    async def on_elicitation(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.asked += 1
+        return types.ElicitResult(action="accept", content={"name": "relay"})
+
+    async def check(self, name: str, fn: Any) -> None:
+        try:
+            with anyio.fail_after(STEP_TIMEOUT_S):
+                await fn()
+        except Exception as err:  # noqa: BLE001 - every failure is reported, then the next check runs
+            self.failed += 1
+            print(f"not ok - {name}: {err!r}", flush=True)
+            return
+        self.passed += 1
+        print(f"ok - {name}", flush=True)
+
+
+def dump(value: Any) -> Any:
+    return value.model_dump(mode="json", exclude_none=True) if hasattr(value, "model_dump") else value
+
+
+async def main(url: str) -> int:
+    run = Run()
+    direct_server = StdioServerParameters(command=sys.executable, args=[str(SERVER)])
+    async with (
+        Client(direct_server, mode="legacy", elicitation_callback=run.on_elicitation) as direct,
+        Client(url, mode="legacy", elicitation_callback=run.on_elicitation) as hosted,
+    ):
+
+        async def same_server() -> None:
+            assert dump(hosted.server_info) == dump(direct.server_info), (hosted.server_info, direct.server_info)
+            assert dump(hosted.server_capabilities) == dump(direct.server_capabilities)
+
+        async def same_lists() -> None:
+            assert dump(await hosted.list_tools()) == dump(await direct.list_tools())
+            assert dump(await hosted.list_resources()) == dump(await direct.list_resources())
+            assert dump(await hosted.list_prompts()) == dump(await direct.list_prompts())
+
+        async def same_calls() -> None:
+            for tool, args in [("add", {"a": 40, "b": 2}), ("shout", {"text": "relay"})]:
+                got, want = await hosted.call_tool(tool, args), await direct.call_tool(tool, args)
+                assert dump(got) == dump(want), (got, want)
+                assert not got.is_error, got
+
+        async def same_resource_and_prompt() -> None:
+            assert dump(await hosted.read_resource("note://today")) == dump(await direct.read_resource("note://today"))
+            got = await hosted.get_prompt("ask", {"topic": "relays"})
+            assert dump(got) == dump(await direct.get_prompt("ask", {"topic": "relays"}))
+
+        async def progress() -> None:
+            seen: list[float] = []
+
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                seen.append(progress)
+
+            result = await hosted.call_tool("count", {"n": 3}, progress_callback=on_progress)
+            assert seen == [1, 2, 3], seen
+            assert "counted to 3" in str(dump(result)), result
+
+        async def elicitation() -> None:
+            before = run.asked
+            result = await hosted.call_tool("greet", {})
+            assert run.asked == before + 1, run.asked
+            assert "hello relay" in str(dump(result)), result
+
+        await run.check("initialize: the hosted server is the server itself", same_server)
+        await run.check("tools/list, resources/list, prompts/list: the same", same_lists)
+        await run.check("tools/call add and shout: the same answers", same_calls)
+        await run.check("resources/read and prompts/get: the same", same_resource_and_prompt)
+        await run.check("progress through the relay, under the client token", progress)
+        await run.check("elicitation through the relay", elicitation)
+    print(f"{run.passed} passed, {run.failed} failed", flush=True)
+    return 1 if run.failed else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: relay_client.py URL", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(anyio.run(main, sys.argv[1]))
