@@ -420,7 +420,9 @@ def check_auth(docs, deployment, container, env, hosts):
     test_env = env_list(test_pod["spec"]["containers"][0])
     if "MCP_AUTH__RESOURCE" not in env:
         assert not [n for n in env if n.startswith("MCP_AUTH__")], sorted(env)
-        assert toml is None and "--config" not in args, args
+        assert "auth" not in (toml or {}), toml
+        # A file only for upstreams (checked with their value set).
+        assert (toml is None) == ("--config" not in args), args
         assert "MCP_RESOURCE" not in test_env
         return
     resource = env["MCP_AUTH__RESOURCE"]["value"]
@@ -440,7 +442,7 @@ def check_auth(docs, deployment, container, env, hosts):
     if toml is None:
         assert "--config" not in args, args
     else:
-        assert set(toml) == {"auth"} and set(toml["auth"]) == {"tool_scopes"}, toml
+        assert set(toml) - {"upstreams"} == {"auth"} and set(toml["auth"]) == {"tool_scopes"}, toml
         assert args[:2] == ["--config", f"{CONFIG_DIR}/mcp-node.toml"], args
         mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
         assert mounts["config"]["mountPath"] == CONFIG_DIR and mounts["config"]["readOnly"]
@@ -706,6 +708,22 @@ def expect_tls(docs):
     assert "https://mcp.example.com:*" in origins and "http://mcp.example.com:*" not in origins
 
 
+def expect_upstreams(docs):
+    """upstreams: one [[upstreams]] table in the node's configuration file,
+    every key as given (the node accepting it is check_binary_accepts)."""
+    deployment, container = node_container(docs)
+    assert config_map(docs, deployment) == {"upstreams": [{
+        "name": "everything",
+        "command": ["node", "/app/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+                    "stdio"],
+        "env": {"API_BASE": "https://api.example.com", "QUOTED": 'a "quoted" value'},
+        "inherit_env": ["PATH", "HOME"],
+        "max_children": 64,
+        "initialize_timeout_secs": 10,
+    }]}, config_map(docs, deployment)
+    assert "--config" in container["args"], container["args"]
+
+
 EXAMPLES = CHART / "examples"
 
 VALUE_SETS = [
@@ -718,6 +736,7 @@ VALUE_SETS = [
              expect=expect_extra_hosts),
     ValueSet("e2e-values", ["values-e2e.yaml"], expect=expect_e2e),
     ValueSet("tls", ["values-tls.yaml"], expect=expect_tls),
+    ValueSet("upstreams", ["values-upstreams.yaml"], expect=expect_upstreams),
     ValueSet("keycloak", [EXAMPLES / "keycloak.yaml"], expect=expect_keycloak),
     ValueSet("auth0", [EXAMPLES / "auth0.yaml"], namespace="mcp", expect=expect_auth0),
     ValueSet("entra-id", [EXAMPLES / "entra-id.yaml"], release="tools",
@@ -774,6 +793,8 @@ def expect_notes(vs, text):
                 "certificate and key of Secret mcp-node-cert\n(keys fullchain.pem, privkey.pem), read again every 5 s",
                 "The pods speak HTTPS only", "curl -si https://localhost:8080/mcp",
                 "--cacert ca.crt"],
+        "upstreams": ["The nodes host the MCP server everything (node /app/node_modules/",
+                      "so node must be in the image", "a session's request reaching another pod gets 404"],
         "auth-introspection": ["the introspection endpoint's server",
                                "https://tools.example.org/.well-known/oauth-protected-resource/mcp",
                                "test_simple_text: mcp:admin mcp:read"],

@@ -416,7 +416,9 @@ impl NodeConfig {
     /// e.g. `MCP_HTTP__MAX_BODY_BYTES=1048576` or
     /// `MCP_RUNTIME__RESPONSE_MODE=sse`; a top-level key has no section
     /// (`MCP__DRAIN_GRACE_SECS`). Values are TOML scalars, or text;
-    /// comma-separated for lists.
+    /// comma-separated for lists, or a JSON array (the only form for a
+    /// list of tables: `MCP__UPSTREAMS='[{"name": "everything", "command":
+    /// ["node", "server.js", "stdio"]}]'`).
     ///
     /// `flag_vars` are the variables of the caller's flags (`MCP_BIND`),
     /// which it reads itself. Every other `MCP_*` variable that names no
@@ -485,6 +487,16 @@ impl NodeConfig {
             // The kind of value the setting takes, from the skeleton: the
             // setting itself may be an absent option here.
             let value = match setting(&skeleton, &path) {
+                // A JSON array, for lists of tables (`MCP__UPSTREAMS`) or
+                // of values that hold commas.
+                Some(toml::Value::Array(_))
+                    if raw.trim_start().starts_with('[')
+                        && serde_json::from_str::<toml::Value>(&raw).is_ok() =>
+                {
+                    serde_json::from_str::<toml::Value>(&raw).map_err(|err| {
+                        ConfigError(format!("{name}: {raw:?} is not a JSON array: {err}"))
+                    })?
+                }
                 Some(toml::Value::Array(_)) => toml::Value::Array(
                     raw.split(',')
                         .map(str::trim)
@@ -895,6 +907,40 @@ mod tests {
         ] {
             assert!(overridden(&[bad]).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn upstreams_come_from_the_file_or_from_a_json_array_in_a_variable() {
+        let file = "[[upstreams]]\nname = \"everything\"\ncommand = [\"npx\", \"-y\", \"x\"]\n";
+        let (c, _) = NodeConfig::load(Some(file), vars(&[]), FLAG_VARS).unwrap();
+        assert_eq!(c.upstreams.len(), 1);
+        assert_eq!(c.upstreams[0].command, ["npx", "-y", "x"]);
+        // The variable replaces the file's list, as any variable does.
+        let json = r#"[{"name": "py", "command": ["python3", "server.py"], "env": {"A": "b"}, "max_children": 4}]"#;
+        let (c, _) =
+            NodeConfig::load(Some(file), vars(&[("MCP__UPSTREAMS", json)]), FLAG_VARS).unwrap();
+        assert_eq!(c.upstreams.len(), 1);
+        assert_eq!(c.upstreams[0].name, "py");
+        assert_eq!(c.upstreams[0].env["A"], "b");
+        assert_eq!(c.upstreams[0].max_children, 4);
+        c.validate().unwrap();
+        // A list that is no JSON stays a comma list; bad upstreams are refused.
+        let (c, _) = overridden(&[("MCP_HTTP__ALLOWED_HOSTS", "[::1]:*,localhost:*")]).unwrap();
+        assert_eq!(c.http.allowed_hosts, ["[::1]:*", "localhost:*"]);
+        assert!(
+            overridden(&[("MCP__UPSTREAMS", r#"[{"name": "x", "shell": "rm -rf /"}]"#)]).is_err()
+        );
+        let (two, _) = overridden(&[(
+            "MCP__UPSTREAMS",
+            r#"[{"name": "a", "command": ["a"]}, {"name": "b", "command": ["b"]}]"#,
+        )])
+        .unwrap();
+        assert!(
+            two.validate()
+                .unwrap_err()
+                .0
+                .contains("several [[upstreams]]")
+        );
     }
 
     #[test]

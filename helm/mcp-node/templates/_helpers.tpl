@@ -266,12 +266,28 @@ auth.toolScopes as [auth.tool_scopes]. Empty when there is none; keys and
 values as toJson writes them, which TOML reads as basic strings.
 */}}
 {{- define "mcp-node.configToml" -}}
-{{- if and .Values.auth.enabled .Values.auth.toolScopes -}}
-# Rendered by the mcp-node chart from auth.toolScopes; the other settings
-# come from MCP_* variables, which override this file.
+{{- $scopes := and .Values.auth.enabled .Values.auth.toolScopes }}
+{{- if or $scopes .Values.upstreams -}}
+# Rendered by the mcp-node chart from auth.toolScopes and upstreams; the
+# other settings come from MCP_* variables, which override this file.
+{{- end }}
+{{- if $scopes }}
 [auth.tool_scopes]
 {{- range $tool, $scopes := .Values.auth.toolScopes }}
 {{ toJson $tool }} = {{ toJson $scopes }}
+{{- end }}
+{{- end }}
+{{- /* Each upstream a TOML table; JSON strings, arrays and numbers are
+       TOML values, a map an inline table of quoted keys. */}}
+{{- range .Values.upstreams }}
+
+[[upstreams]]
+{{- range $key, $value := . }}
+{{- if kindIs "map" $value }}
+{{ $key }} = { {{- $first := true }}{{ range $k, $v := $value }}{{ if not $first }}, {{ end }}{{ $first = false }}{{ toJson $k }} = {{ toJson $v }}{{ end }} }
+{{- else }}
+{{ $key }} = {{ toJson $value }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -294,12 +310,12 @@ flag would override) would hide the chart's file: refused.
 {{- if include "mcp-node.configToml" . }}
 {{- range .Values.extraArgs }}
 {{- if or (eq . "--config") (hasPrefix "--config=" .) }}
-{{- fail "extraArgs --config: the chart passes its own --config file (auth.toolScopes); give node settings as MCP_* variables in extraEnv instead" }}
+{{- fail "extraArgs --config: the chart passes its own --config file (auth.toolScopes, upstreams); give node settings as MCP_* variables in extraEnv instead" }}
 {{- end }}
 {{- end }}
 {{- range .Values.extraEnv }}
 {{- if eq .name "MCP_CONFIG" }}
-{{- fail "extraEnv MCP_CONFIG: the chart passes its own --config file (auth.toolScopes); give node settings as MCP_* variables in extraEnv instead" }}
+{{- fail "extraEnv MCP_CONFIG: the chart passes its own --config file (auth.toolScopes, upstreams); give node settings as MCP_* variables in extraEnv instead" }}
 {{- end }}
 {{- end }}
 {{- $args = list "--config" (printf "%s/%s" (include "mcp-node.configDir" .) (include "mcp-node.configFile" .)) }}
