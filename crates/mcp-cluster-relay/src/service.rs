@@ -69,6 +69,25 @@ struct Child {
     principal: Option<String>,
 }
 
+/// A place among the children that [`RelayService::admit`] gave; given
+/// back when dropped unless a child took it.
+struct Place<'a> {
+    relay: &'a RelayService,
+    principal: Option<String>,
+    taken: bool,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if self.taken {
+            return;
+        }
+        let mut children = lock(&self.relay.children);
+        children.starting = children.starting.saturating_sub(1);
+        RelayService::release(&mut children, self.principal.as_deref());
+    }
+}
+
 /// Refills `rate` tokens a second up to `rate`.
 #[derive(Debug)]
 struct TokenBucket {
@@ -270,55 +289,72 @@ impl RelayService {
         let name = config.name.clone();
         let started = Instant::now();
         let timeout = config.initialize_timeout();
-        // On the relay's runtime: the child's pipes are driven there, and
-        // its parent-death signal follows one of its threads.
-        let starting = self.runtime.handle().spawn(async move {
-            let upstream = Upstream::start(&config, &env).map_err(|err| {
-                metrics::refused(&config.name, "spawn_failed");
-                ErrorObject::internal(format!(
-                    "upstream {} could not be started: {err}",
-                    config.name
-                ))
-            })?;
-            let params = match params {
-                Value::Object(map) => Some(map),
-                _ => None,
-            };
-            let answer = async {
-                let call = upstream
-                    .call(methods::INITIALIZE, params, false, false)
-                    .await?;
-                let mut call = call;
-                let outcome = (&mut call.answer)
-                    .await
-                    .map_err(|_| ErrorObject::internal("upstream ended during initialize"))?;
-                call.answered();
-                outcome
-            };
-            match tokio::time::timeout(timeout, answer).await {
-                Ok(Ok(result)) => Ok((upstream, result)),
-                Ok(Err(err)) => {
-                    upstream.end();
-                    metrics::refused(&config.name, "initialize_failed");
-                    Err(err)
-                }
-                Err(_) => {
-                    upstream.end();
-                    metrics::refused(&config.name, "initialize_failed");
-                    Err(ErrorObject::internal(format!(
-                        "upstream {} did not answer initialize within {} s",
-                        config.name, config.initialize_timeout_secs
-                    )))
-                }
+        // The caller (a session's `initialize`) may be dropped while the
+        // child starts (the session stopped): the child is then ended, not
+        // left running outside the table.
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        self.runtime.handle().spawn(async move {
+            let outcome = start_child(config, env, params, timeout).await;
+            if let Err(Ok((upstream, _))) = started_tx.send(outcome) {
+                upstream.end();
             }
         });
-        let outcome = starting
+        let outcome = started_rx
             .await
             .map_err(|_| ErrorObject::internal(format!("upstream {name} could not be started")))?;
         if outcome.is_ok() {
             metrics::started(&name, started.elapsed());
         }
         outcome
+    }
+}
+
+/// Starts a child of `config` and has it answer `initialize` with `params`
+/// within `timeout`; on the relay's runtime (its pipes are driven there,
+/// and its parent-death signal follows one of its threads).
+async fn start_child(
+    config: UpstreamConfig,
+    env: BTreeMap<String, String>,
+    params: Value,
+    timeout: Duration,
+) -> Result<(Arc<Upstream>, Value), ErrorObject> {
+    let upstream = Upstream::start(&config, &env).map_err(|err| {
+        metrics::refused(&config.name, "spawn_failed");
+        ErrorObject::internal(format!(
+            "upstream {} could not be started: {err}",
+            config.name
+        ))
+    })?;
+    let params = match params {
+        Value::Object(map) => Some(map),
+        _ => None,
+    };
+    let answer = async {
+        let call = upstream
+            .call(methods::INITIALIZE, params, false, false)
+            .await?;
+        let mut call = call;
+        let outcome = (&mut call.answer)
+            .await
+            .map_err(|_| ErrorObject::internal("upstream ended during initialize"))?;
+        call.answered();
+        outcome
+    };
+    match tokio::time::timeout(timeout, answer).await {
+        Ok(Ok(result)) => Ok((upstream, result)),
+        Ok(Err(err)) => {
+            upstream.end();
+            metrics::refused(&config.name, "initialize_failed");
+            Err(err)
+        }
+        Err(_) => {
+            upstream.end();
+            metrics::refused(&config.name, "initialize_failed");
+            Err(ErrorObject::internal(format!(
+                "upstream {} did not answer initialize within {} s",
+                config.name, config.initialize_timeout_secs
+            )))
+        }
     }
 }
 
@@ -387,28 +423,27 @@ impl McpService for RelayService {
     }
 
     async fn open_session(&self, open: SessionOpen) -> Result<Option<Value>, ErrorObject> {
-        let principal = open.principal.clone();
-        self.admit(principal.as_deref())?;
-        let started = self.start(open.params).await;
+        self.admit(open.principal.as_deref())?;
+        // Gives the place back however this ends, the caller dropping it
+        // included.
+        let mut place = Place {
+            relay: self,
+            principal: open.principal,
+            taken: false,
+        };
+        let (upstream, result) = self.start(open.params).await?;
+        upstream.attach(open.link);
         let mut children = lock(&self.children);
         children.starting = children.starting.saturating_sub(1);
-        match started {
-            Ok((upstream, result)) => {
-                upstream.attach(open.link);
-                children.by_session.insert(
-                    open.session,
-                    Child {
-                        upstream,
-                        principal,
-                    },
-                );
-                Ok(Some(result))
-            }
-            Err(err) => {
-                Self::release(&mut children, principal.as_deref());
-                Err(err)
-            }
-        }
+        children.by_session.insert(
+            open.session,
+            Child {
+                upstream,
+                principal: place.principal.take(),
+            },
+        );
+        place.taken = true;
+        Ok(Some(result))
     }
 
     fn hosts_session(&self, session: &SessionId) -> bool {
