@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # What a hosted session costs ([[upstreams]]: a child process per session):
-# one release node hosts a small stdio server (`mcp-node --stdio`, release),
+# one release node hosts a small stdio server (by default
+# tests/relay/hostile.py in its `well` mode: Python, standard library only;
+# SERVER="argv as a JSON array" names another),
 # `mcp-loadtest hold` opens N sessions (N children) and holds them; the
 # script reports the spawn latency the node measured
 # (mcp_upstream_spawn_duration_seconds: from starting a child to its
@@ -12,12 +14,17 @@
 # Usage (after `cargo build --release -p mcp-node -p mcp-loadtest`):
 #   bash loadtest/relay-cost.sh            # N=1000
 #   N=200 bash loadtest/relay-cost.sh
+#
+# Memory: every child is a process of its own; N of them need N times the
+# child's RSS (about 10 MiB for the default Python server; `mcp-node --stdio`
+# takes about 40 MiB, so 1,000 of it do not fit in 24 GiB).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 NODE=${NODE:-$ROOT/target/release/mcp-node}
 LOADTEST=${LOADTEST:-$ROOT/target/release/mcp-loadtest}
 N=${N:-1000}
+SERVER=${SERVER:-"[\"python3\", \"$ROOT/tests/relay/hostile.py\", \"well\"]"}
 for bin in "$NODE" "$LOADTEST"; do
   [ -x "$bin" ] || { echo "relay-cost.sh: $bin missing: cargo build --release -p mcp-node -p mcp-loadtest" >&2; exit 1; }
 done
@@ -35,7 +42,7 @@ cat >"$DIR/node.toml" <<TOML
 initialize_per_address = 0       # every session comes from one address here
 [[upstreams]]
 name = "small"
-command = ["$NODE", "--stdio", "--log", "warn"]
+command = $SERVER
 max_children = $N
 spawns_per_sec = 1000                # the cost, not the rate limit, is measured here
 TOML
@@ -51,7 +58,7 @@ done
 metrics=${url%/mcp}/metrics
 
 # The children: processes whose parent is the node.
-children() { ps -o pid= --ppid "$node_pid" | tr -d ' '; }
+children() { { ps -o pid= --ppid "$node_pid" || true; } | tr -d ' '; }
 # Sum of a /proc/PID/smaps_rollup field (kB) over the children.
 sum_kb() {
   local field=$1 total=0 pid value
