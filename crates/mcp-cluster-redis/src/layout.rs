@@ -19,6 +19,15 @@
 //! [`ClusterSeeds::layout_changes`], replaces itself. A member that left
 //! the layout is never connected to again.
 //!
+//! The layout is read through the command connection, so a connection
+//! that answers nothing cannot show that it should be made again: after a
+//! failover, a client whose members still named the dead primary for a
+//! moment can wedge in its own recovery, every command (the layout's read
+//! too) timing out for many seconds while the cluster is fine again. A
+//! connection that fails [`STUCK_READS`] reads in a row is therefore made
+//! again from the seeds (the members of the last layout followed), as a
+//! changed layout would make it.
+//!
 //! Owner and stop path: [`spawn`] starts the task with a weak reference to
 //! the command connection; it ends at the first tick after the store (the
 //! last [`crate::connection`] handle) is dropped.
@@ -37,6 +46,61 @@ use crate::target::ClusterSeeds;
 
 /// How often the layout is read.
 pub(crate) const LAYOUT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Layout reads failed in a row after which the command connection is
+/// made again.
+pub(crate) const STUCK_READS: u32 = 2;
+
+/// What the layout task does after one read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    /// Nothing: the layout is the one followed, or a new one was read once.
+    Wait,
+    /// Follow this new layout (read twice in a row).
+    Follow(Layout),
+    /// Make the command connection again: it failed [`STUCK_READS`] reads
+    /// in a row.
+    Reconnect,
+}
+
+/// The layout task's memory between reads.
+#[derive(Debug, Default)]
+struct Watch {
+    /// A new layout read once: while a failover settles, members answer
+    /// with the old layout or the new one; it is followed only when read
+    /// twice in a row, so the connections are not made again for each
+    /// answer that disagrees.
+    seen: Option<Layout>,
+    /// Reads failed in a row.
+    failed: u32,
+}
+
+impl Watch {
+    /// The step after a read that gave `read` (`None`: it failed or timed
+    /// out); `followed` tells whether a layout is the one followed.
+    fn after(&mut self, read: Option<Layout>, followed: impl Fn(&Layout) -> bool) -> Step {
+        let Some(layout) = read else {
+            self.failed += 1;
+            if self.failed >= STUCK_READS {
+                self.failed = 0;
+                self.seen = None;
+                return Step::Reconnect;
+            }
+            return Step::Wait;
+        };
+        self.failed = 0;
+        if followed(&layout) {
+            self.seen = None;
+            return Step::Wait;
+        }
+        if self.seen.as_ref() == Some(&layout) {
+            self.seen = None;
+            return Step::Follow(layout);
+        }
+        self.seen = Some(layout);
+        Step::Wait
+    }
+}
 
 /// One slot range and the members serving it, the primary first (as
 /// `CLUSTER SLOTS` lists them).
@@ -206,56 +270,65 @@ pub(crate) fn spawn(
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(LAYOUT_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // A new layout read once: while a failover settles, members answer
-        // with the old layout or the new one; it is followed only when read
-        // twice in a row, so the connections are not made again for each
-        // answer that disagrees.
-        let mut seen: Option<Layout> = None;
+        let mut watch = Watch::default();
         loop {
             tick.tick().await;
             let Some(commands) = commands.upgrade() else {
                 return;
             };
-            let Some(layout) = read(&commands, timeout).await else {
-                continue;
+            let read = read(&commands, timeout).await;
+            let reason = match watch.after(read, |layout| seeds.is_followed(layout)) {
+                Step::Wait => continue,
+                Step::Follow(layout) => {
+                    if !seeds.follow(&layout) {
+                        continue;
+                    }
+                    trouble.fetch_add(1, Ordering::AcqRel);
+                    "layout"
+                }
+                Step::Reconnect => "stuck",
             };
-            if !seeds.is_followed(&layout) && seen.as_ref() != Some(&layout) {
-                seen = Some(layout);
-                continue;
-            }
-            seen = None;
-            if !seeds.follow(&layout) {
-                continue;
-            }
-            trouble.fetch_add(1, Ordering::AcqRel);
-            let client = match seeds.client(None) {
-                Ok(client) => client,
-                Err(err) => {
-                    debug!(%err, "No client for the new Redis Cluster layout.");
-                    seeds.unfollow();
-                    continue;
-                }
-            };
-            match tokio::time::timeout(timeout, client.get_async_connection()).await {
-                Ok(Ok(connection)) => {
-                    commands.replace(connection);
-                    info!(
-                        members = layout.members().len(),
-                        "The Redis Cluster's layout changed; the connections follow it."
-                    );
-                    mcp_cluster_telemetry::metrics::metrics()
-                        .redis_reconnects
-                        .with_label_values(&["layout"])
-                        .inc();
-                }
-                Ok(Err(err)) => {
-                    debug!(%err, "A connection for the new Redis Cluster layout failed; trying again.");
-                    seeds.unfollow();
-                }
-                Err(_) => seeds.unfollow(),
-            }
+            reconnect(&commands, &seeds, timeout, reason).await;
         }
     });
+}
+
+/// Makes the command connection again from the seeds; `reason`: `layout`
+/// (a new layout is followed) or `stuck` (the connection answered no read
+/// of the layout [`STUCK_READS`] times in a row).
+async fn reconnect(
+    commands: &ClusterCommands,
+    seeds: &ClusterSeeds,
+    timeout: Duration,
+    reason: &'static str,
+) {
+    let client = match seeds.client(None) {
+        Ok(client) => client,
+        Err(err) => {
+            debug!(%err, "No client for the Redis Cluster's members.");
+            seeds.unfollow();
+            return;
+        }
+    };
+    match tokio::time::timeout(timeout, client.get_async_connection()).await {
+        Ok(Ok(connection)) => {
+            commands.replace(connection);
+            if reason == "layout" {
+                info!("The Redis Cluster's layout changed; the connections follow it.");
+            } else {
+                info!("The Redis Cluster connection answered nothing; it was made again.");
+            }
+            mcp_cluster_telemetry::metrics::metrics()
+                .redis_reconnects
+                .with_label_values(&[reason])
+                .inc();
+        }
+        Ok(Err(err)) => {
+            debug!(%err, "A connection to the Redis Cluster's members failed; trying again.");
+            seeds.unfollow();
+        }
+        Err(_) => seeds.unfollow(),
+    }
 }
 
 #[cfg(test)]
@@ -347,6 +420,52 @@ mod tests {
             ),
         ]);
         assert_ne!(Layout::parse(&promoted).unwrap(), layout);
+    }
+
+    fn one_range(primary: i64) -> Layout {
+        Layout::parse(&Value::Array(vec![range(
+            0,
+            16383,
+            vec![member("127.0.0.1", primary)],
+        )]))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_new_layout_is_followed_once_read_twice_in_a_row() {
+        let old = one_range(7000);
+        let new = one_range(7001);
+        let followed = |l: &Layout| *l == old;
+        let mut watch = Watch::default();
+        assert_eq!(watch.after(Some(old.clone()), followed), Step::Wait);
+        assert_eq!(watch.after(Some(new.clone()), followed), Step::Wait);
+        // Members still disagree: the old one again, then the new once.
+        assert_eq!(watch.after(Some(old.clone()), followed), Step::Wait);
+        assert_eq!(watch.after(Some(new.clone()), followed), Step::Wait);
+        assert_eq!(watch.after(Some(new.clone()), followed), Step::Follow(new));
+    }
+
+    #[test]
+    fn a_connection_that_answers_no_read_twice_is_made_again() {
+        let old = one_range(7000);
+        let followed = |l: &Layout| *l == old;
+        let mut watch = Watch::default();
+        // One failed read is a moment's trouble (a failover under way).
+        assert_eq!(watch.after(None, followed), Step::Wait);
+        assert_eq!(watch.after(Some(old.clone()), followed), Step::Wait);
+        assert_eq!(watch.after(None, followed), Step::Wait);
+        // Two in a row: the connection is wedged; made again, and again
+        // after two more if it still answers nothing.
+        assert_eq!(watch.after(None, followed), Step::Reconnect);
+        assert_eq!(watch.after(None, followed), Step::Wait);
+        assert_eq!(watch.after(None, followed), Step::Reconnect);
+        // A new layout read once before the trouble is read twice again.
+        let new = one_range(7001);
+        assert_eq!(watch.after(Some(new.clone()), followed), Step::Wait);
+        assert_eq!(watch.after(None, followed), Step::Wait);
+        assert_eq!(watch.after(None, followed), Step::Reconnect);
+        assert_eq!(watch.after(Some(new.clone()), followed), Step::Wait);
+        assert_eq!(watch.after(Some(new.clone()), followed), Step::Follow(new));
     }
 
     #[test]
