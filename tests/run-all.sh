@@ -520,7 +520,8 @@ read -r sdk_passed sdk_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f
 
 # Hosted servers ([[upstreams]]): a node serving another MCP server, a child
 # process per session. The conformance suite against a node hosting
-# `mcp-node --stdio` (every scenario as against a node directly); then
+# `mcp-node --stdio` (every scenario as against a node directly), and through
+# nginx in front of three such nodes; then
 # @modelcontextprotocol/server-everything (npm, pinned in tests/js) hosted and
 # driven by the TypeScript SDK client, compared with the same server run
 # directly (tests/js/relay-everything.mjs); and a server on the Python SDK
@@ -538,6 +539,15 @@ bash tests/js/conformance.sh "$NODE_URL" 2>&1 | tee "$LOG_DIR/conformance-hosted
 hosted_conformance_status=${PIPESTATUS[0]}
 set -e
 stop_node
+# No stickiness: a session's child runs on the node that took its initialize,
+# and the other two forward its requests there.
+echo "== hosted servers: conformance through nginx in front of 3 nodes hosting mcp-node --stdio"
+start_cluster --config "$LOG_DIR/hosted-inner.toml"
+set +e
+bash tests/js/conformance.sh "$LB_URL" 2>&1 | tee "$LOG_DIR/conformance-hosted-cluster.log"
+[ "${PIPESTATUS[0]}" = 0 ] || hosted_conformance_status=1
+set -e
+stop_cluster
 echo "== hosted servers: server-everything (npm) through the relay, TypeScript SDK client"
 cat >"$LOG_DIR/hosted-everything.toml" <<TOML
 [[upstreams]]
@@ -563,7 +573,8 @@ tests/py/.venv/bin/python tests/py/relay_client.py "$NODE_URL" 2>&1 | tee "$LOG_
 relay_python_status=${PIPESTATUS[0]}
 set -e
 stop_node
-read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/relay-everything.log" "$LOG_DIR/relay-python.log")
+read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/conformance-hosted-cluster.log" \
+  "$LOG_DIR/relay-everything.log" "$LOG_DIR/relay-python.log")
 
 # Two items per page, so every list a client walks spans several pages.
 echo "== client matrix against a node with --page-size 2"

@@ -794,7 +794,7 @@ def expect_notes(vs, text):
                 "The pods speak HTTPS only", "curl -si https://localhost:8080/mcp",
                 "--cacert ca.crt"],
         "upstreams": ["The nodes host the MCP server everything (node /app/node_modules/",
-                      "so node must be in the image", "a session's request reaching another pod gets 404"],
+                      "so node must be in the image", "the Service needs no session affinity"],
         "auth-introspection": ["the introspection endpoint's server",
                                "https://tools.example.org/.well-known/oauth-protected-resource/mcp",
                                "test_simple_text: mcp:admin mcp:read"],

@@ -204,6 +204,17 @@ impl NodeRegistry for RedisNodes {
             .map(drop)
     }
 
+    async fn alive(&self, node: &NodeId) -> Result<bool, StoreError> {
+        let reply = self
+            .redis
+            .cmd(
+                "node_alive",
+                redis::cmd("EXISTS").arg(self.keys.node_alive(node)),
+            )
+            .await?;
+        Ok(reply::int(&reply)? == 1)
+    }
+
     async fn dead_nodes(&self) -> Result<Vec<NodeId>, StoreError> {
         let reply = self
             .redis

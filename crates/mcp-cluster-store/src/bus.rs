@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use crate::{NodeId, SessionId, StoreError, StreamId};
+use crate::{NodeId, Principal, SessionId, StoreError, StreamId};
 
 /// One cluster-wide message. `origin` is the publishing node, so a node can
 /// skip what it already did locally.
@@ -100,13 +100,43 @@ pub enum ControlMessage {
         /// The publishing node.
         origin: NodeId,
     },
+    /// Requests of a session whose own server runs on `host` (a hosted MCP
+    /// server's child), received by `origin`: `host` runs them and writes
+    /// their answers into `stream`, which `origin` created, registered
+    /// under `host` and follows for the client. Every other node ignores
+    /// it.
+    Forward {
+        /// The session.
+        session: SessionId,
+        /// The stream that carries their answers.
+        stream: StreamId,
+        /// `stream` is the session's own stream (legacy HTTP+SSE), which
+        /// the answers go into and nobody closes; else a stream of their
+        /// own, closed after the last.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        attached: bool,
+        /// The node that runs the session's server.
+        host: NodeId,
+        /// The JSON-RPC requests, each encoded.
+        requests: Vec<String>,
+        /// Who they act for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        principal: Option<Principal>,
+        /// The publishing node.
+        origin: NodeId,
+        /// As for [`ControlMessage::Deliver`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<String>,
+    },
 }
 
 impl ControlMessage {
     /// The W3C `traceparent` the message carries, if any.
     pub fn trace(&self) -> Option<&str> {
         match self {
-            Self::Deliver { trace, .. } | Self::Kick { trace, .. } => trace.as_deref(),
+            Self::Deliver { trace, .. }
+            | Self::Kick { trace, .. }
+            | Self::Forward { trace, .. } => trace.as_deref(),
             Self::SessionEnded { .. }
             | Self::SessionChanged { .. }
             | Self::ServerEvent { .. }
@@ -127,6 +157,7 @@ impl ControlMessage {
             Self::Release { .. } => "release",
             Self::Kick { .. } => "kick",
             Self::StreamFailed { .. } => "stream_failed",
+            Self::Forward { .. } => "forward",
         }
     }
 
@@ -139,7 +170,8 @@ impl ControlMessage {
             | Self::ServerEvent { origin, .. }
             | Self::Release { origin, .. }
             | Self::Kick { origin, .. }
-            | Self::StreamFailed { origin, .. } => origin,
+            | Self::StreamFailed { origin, .. }
+            | Self::Forward { origin, .. } => origin,
         }
     }
 }

@@ -733,6 +733,11 @@ impl NodeRegistry for MemoryNodes {
         Ok(())
     }
 
+    async fn alive(&self, node: &NodeId) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        Ok(self.alive.get(node).is_some_and(|expiry| *expiry > now))
+    }
+
     async fn dead_nodes(&self) -> Result<Vec<NodeId>, StoreError> {
         let now = Instant::now();
         Ok(self

@@ -53,6 +53,14 @@ pub trait NodeRegistry: Send + Sync + Debug + 'static {
     /// [`StoreError::Unavailable`].
     async fn close_stream(&self, node: &NodeId, stream: &StreamId) -> Result<(), StoreError>;
 
+    /// Whether `node` is heartbeating (its heartbeat has not expired and it
+    /// has not left). A stream registered for a node ([`Self::open_stream`])
+    /// and then found alive here is one its claimer will see, should it die.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`].
+    async fn alive(&self, node: &NodeId) -> Result<bool, StoreError>;
+
     /// Known nodes whose heartbeat has expired.
     ///
     /// # Errors

@@ -8,13 +8,14 @@ use std::fmt;
 /// A session is bound to the [`Principal::key`] of the principal that
 /// created it; quotas are counted per key. Scopes and client id belong to
 /// one token: the next token of the same principal may carry others.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Principal {
     /// The token's issuer (`iss`), an HTTPS URL without query or fragment.
     pub issuer: String,
     /// The subject (`sub`) the issuer vouches for.
     pub subject: String,
     /// The OAuth client the token was issued to (`client_id` or `azp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
     /// The scopes granted (`scope`, space-separated, or `scp`).
     pub scopes: Vec<String>,

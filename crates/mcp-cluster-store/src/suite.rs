@@ -837,10 +837,23 @@ pub async fn dead_nodes_are_reported_and_claimed_once(store: &Store) {
         !store.nodes.dead_nodes().await.unwrap().contains(&dead),
         "not dead yet"
     );
+    assert!(
+        store.nodes.alive(&dead).await.unwrap(),
+        "alive until it lapses"
+    );
     tokio::time::sleep(Duration::from_millis(600)).await;
     let dead_now = store.nodes.dead_nodes().await.unwrap();
     assert!(dead_now.contains(&dead));
     assert!(!dead_now.contains(&alive));
+    assert!(
+        !store.nodes.alive(&dead).await.unwrap(),
+        "its heartbeat lapsed"
+    );
+    assert!(store.nodes.alive(&alive).await.unwrap());
+    assert!(
+        !store.nodes.alive(&NodeId::random()).await.unwrap(),
+        "a node never seen is not alive"
+    );
     assert!(
         store.nodes.claim_orphans(&alive).await.unwrap().is_empty(),
         "live nodes cannot be claimed"
@@ -862,6 +875,10 @@ pub async fn dead_nodes_are_reported_and_claimed_once(store: &Store) {
         "forgotten once claimed"
     );
     store.nodes.leave(&alive).await.unwrap();
+    assert!(
+        !store.nodes.alive(&alive).await.unwrap(),
+        "a node that left"
+    );
 }
 
 /// A subject no other test (or run) uses, with the characters that matter

@@ -29,6 +29,9 @@ pub enum ControlKind {
     Deliver,
     /// `kick`: a reader attached to a stream elsewhere; this node's ends.
     Kick,
+    /// `forward`: requests of a session whose server runs on this node,
+    /// received by another.
+    Forward,
 }
 
 impl ControlKind {
@@ -37,6 +40,7 @@ impl ControlKind {
         match self {
             Self::Deliver => "deliver",
             Self::Kick => "kick",
+            Self::Forward => "forward",
         }
     }
 
@@ -44,6 +48,7 @@ impl ControlKind {
         match self {
             Self::Deliver => "process deliver",
             Self::Kick => "process kick",
+            Self::Forward => "process forward",
         }
     }
 }

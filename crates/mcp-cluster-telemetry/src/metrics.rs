@@ -69,6 +69,7 @@ pub const BUS_MESSAGE_TYPES: &[&str] = &[
     "release",
     "kick",
     "stream_failed",
+    "forward",
 ];
 
 /// Every `kind` of `mcp_sse_streams_open` and `mcp_sse_write_stalls_total`
@@ -153,7 +154,7 @@ pub struct Metrics {
     /// `mcp_redis_errors_total` by operation and kind.
     pub redis_errors: IntCounterVec,
     /// `mcp_redis_reconnects_total` by connection (`commands`, `pubsub`,
-    /// `failover`, `layout`).
+    /// `failover`, `layout`, `stuck`).
     pub redis_reconnects: IntCounterVec,
     /// `mcp_bus_messages_replayed_total`: control messages a node missed
     /// while its pub/sub connection was down, replayed from the control
@@ -333,7 +334,7 @@ impl Metrics {
             ),
             sessions_ended: counters(
                 "mcp_sessions_ended_total",
-                "Sessions ended by this node, by reason (deleted, disconnected, expired, upstream_exited).",
+                "Sessions ended by this node, by reason (deleted, disconnected, expired, upstream_exited, host_lost).",
                 &["reason"],
             ),
             sessions_held: gauge("mcp_sessions_held", "Sessions with an actor on this node."),
@@ -428,7 +429,7 @@ impl Metrics {
             ),
             redis_reconnects: counters(
                 "mcp_redis_reconnects_total",
-                "Redis connections restored after they were lost (commands, pubsub), failovers followed to a new primary (failover), and Redis Cluster layout changes followed with new connections (layout).",
+                "Redis connections restored after they were lost (commands, pubsub), failovers followed to a new primary (failover), Redis Cluster layout changes followed with new connections (layout), and Redis Cluster connections made again after answering nothing (stuck).",
                 &["connection"],
             ),
             bus_replayed: counter(
@@ -686,7 +687,13 @@ impl Metrics {
         );
         zero(
             &self.sessions_ended,
-            &["deleted", "disconnected", "expired", "upstream_exited"],
+            &[
+                "deleted",
+                "disconnected",
+                "expired",
+                "upstream_exited",
+                "host_lost",
+            ],
         );
         zero(
             &self.sessions_created,
@@ -694,7 +701,7 @@ impl Metrics {
         );
         zero(
             &self.redis_reconnects,
-            &["commands", "pubsub", "failover", "layout"],
+            &["commands", "pubsub", "failover", "layout", "stuck"],
         );
         zero(
             &self.redis_replica_waits,

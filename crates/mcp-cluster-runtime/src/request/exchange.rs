@@ -43,6 +43,16 @@ pub enum ExchangeReply {
     Live(tokio::sync::mpsc::Receiver<Arc<str>>),
 }
 
+/// What [`Exchange::hand_on`] gives to the node that sends its requests
+/// on.
+#[derive(Debug)]
+pub(crate) enum HandedOn {
+    /// The responses known so far, and the transport's reply.
+    Reply(Vec<Response>, oneshot::Sender<ExchangeReply>),
+    /// The session's own stream, which the answers go into.
+    Attached(StreamId),
+}
+
 /// Messages a direct exchange's channel holds before a slow client holds up
 /// its handlers.
 const LIVE_BUFFER: usize = 64;
@@ -152,8 +162,22 @@ impl Exchange {
                 open: Some(ExchangeTicket::issue(&node)),
             }
         };
-        let exchange = Self {
-            session: Some(session),
+        let exchange = Self::with_state(Some(session), node, requests, mode, state);
+        (Arc::new(exchange), rx)
+    }
+
+    /// An exchange in `state`, nothing written or measured yet. Its first
+    /// append to a stream of its own follows that stream's tail as the
+    /// store holds it then (`appended` unknown).
+    fn with_state(
+        session: Option<SessionId>,
+        node: Arc<NodeContext>,
+        requests: Vec<RequestId>,
+        mode: ResponseMode,
+        state: State,
+    ) -> Self {
+        Self {
+            session,
             node,
             requests,
             mode,
@@ -163,8 +187,7 @@ impl Exchange {
             lost: AtomicBool::new(false),
             owner: OnceLock::new(),
             stream_bytes: std::sync::Mutex::default(),
-        };
-        (Arc::new(exchange), rx)
+        }
     }
 
     /// An exchange writing into an existing stream that it never closes.
@@ -173,18 +196,66 @@ impl Exchange {
         node: Arc<NodeContext>,
         stream: StreamId,
     ) -> Arc<Self> {
-        Arc::new(Self {
-            session: Some(session),
+        Arc::new(Self::with_state(
+            Some(session),
             node,
-            requests: Vec::new(),
-            mode: ResponseMode::Sse,
-            state: Mutex::new(State::Attached { stream }),
-            calls: std::sync::Mutex::default(),
-            appended: std::sync::Mutex::default(),
-            lost: AtomicBool::new(false),
-            owner: OnceLock::new(),
-            stream_bytes: std::sync::Mutex::default(),
-        })
+            Vec::new(),
+            ResponseMode::Sse,
+            State::Attached { stream },
+        ))
+    }
+
+    /// An exchange writing the answers to `requests` into `stream`, which
+    /// another node created for them, registered under this node and
+    /// follows for the client (a hosted session's requests, forwarded
+    /// here: see `runtime::forward`). Closes it after the last answer, as
+    /// its own.
+    pub(crate) fn streaming_into(
+        session: SessionId,
+        node: Arc<NodeContext>,
+        stream: StreamId,
+        requests: Vec<RequestId>,
+    ) -> Arc<Self> {
+        let state = State::Streaming {
+            stream,
+            remaining: requests.len(),
+            _open: Some(ExchangeTicket::issue(&node)),
+        };
+        // Whatever the other node wrote before handing the stream on is
+        // read as its tail at the first append.
+        Arc::new(Self::with_state(
+            Some(session),
+            node,
+            requests,
+            ResponseMode::Sse,
+            state,
+        ))
+    }
+
+    /// Takes the answers out of this exchange: another node runs its
+    /// requests and writes them, and measures them too. A pending exchange
+    /// gives the responses known so far and the transport's reply, and is
+    /// done; an attached one names its stream, which it goes on writing.
+    /// `None` once done.
+    pub(crate) async fn hand_on(&self) -> Option<HandedOn> {
+        let mut state = self.state.lock().await;
+        let handed = match &mut *state {
+            State::Pending {
+                responses, reply, ..
+            } => {
+                let reply = reply.take()?;
+                let handed = HandedOn::Reply(std::mem::take(responses), reply);
+                *state = State::Done;
+                handed
+            }
+            State::Attached { stream } => HandedOn::Attached(stream.clone()),
+            _ => return None,
+        };
+        for call in std::mem::take(&mut *self.calls.lock().unwrap_or_else(PoisonError::into_inner))
+        {
+            call.handed_on();
+        }
+        Some(handed)
     }
 
     /// A direct exchange answering one stateless request: JSON when the
@@ -195,23 +266,13 @@ impl Exchange {
         request: RequestId,
     ) -> (Arc<Self>, oneshot::Receiver<ExchangeReply>) {
         let (tx, rx) = oneshot::channel();
-        let exchange = Self {
-            session: None,
-            state: Mutex::new(State::Pending {
-                remaining: 1,
-                responses: Vec::new(),
-                reply: Some(tx),
-                open: Some(ExchangeTicket::issue(&node)),
-            }),
-            node,
-            requests: vec![request],
-            mode,
-            calls: std::sync::Mutex::default(),
-            appended: std::sync::Mutex::default(),
-            lost: AtomicBool::new(false),
-            owner: OnceLock::new(),
-            stream_bytes: std::sync::Mutex::default(),
+        let state = State::Pending {
+            remaining: 1,
+            responses: Vec::new(),
+            reply: Some(tx),
+            open: Some(ExchangeTicket::issue(&node)),
         };
+        let exchange = Self::with_state(None, node, vec![request], mode, state);
         (Arc::new(exchange), rx)
     }
 

@@ -123,6 +123,27 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
                 Err(err) => tracing::warn!(error = %err, "Undecodable message on the control bus."),
             }
         }
+        ControlMessage::Forward {
+            session,
+            stream,
+            attached,
+            host,
+            requests,
+            principal,
+            trace,
+            ..
+        } if host == *rt.node_id() => {
+            let span = control_span(ControlKind::Forward, session.as_str(), trace.as_deref());
+            let _entered = span.enter();
+            rt.run_forwarded(
+                session,
+                stream,
+                attached,
+                &requests,
+                principal,
+                trace.as_deref(),
+            );
+        }
         ControlMessage::SessionEnded { session, .. } if !own => {
             if let Some(handle) = rt.sessions().remove(&session) {
                 handle.terminate();

@@ -6,6 +6,7 @@
 //! exchanges, follow streams, broadcast server events, drain.
 
 pub mod cluster;
+pub(crate) mod forward;
 pub mod pipeline;
 
 use std::net::IpAddr;
@@ -348,11 +349,13 @@ impl Runtime {
         principal: Option<&Principal>,
     ) -> Result<(SessionHandle, bool), RuntimeError> {
         let located = self.locate_any(id, principal).await?;
-        if located.0.belongs_to(principal) {
-            Ok(located)
-        } else {
-            Err(RuntimeError::SessionNotFound)
+        if !located.0.belongs_to(principal) {
+            return Err(RuntimeError::SessionNotFound);
         }
+        if let Some(host) = located.0.host_elsewhere() {
+            self.host_alive(&located.0, host).await?;
+        }
+        Ok(located)
     }
 
     async fn locate_any(
@@ -393,15 +396,13 @@ impl Runtime {
         let record = loaded
             .filter(|r| crate::session::owned_by(r.principal.as_deref(), principal))
             .ok_or(RuntimeError::SessionNotFound)?;
-        if let Some(host) = &record.host {
+        if record.host.as_deref() == Some(self.node_id().as_str()) {
             // A session with its own server (a hosted MCP server's child)
-            // lives only with that server, on the node that runs it, and
-            // its actor there never left while the server ran. None here:
-            // this node cannot serve it, and never with a server that was
-            // not initialized. Left behind by this node, it is over.
-            if *host == self.node_id().to_string() {
-                let _ = self.end_session(id, Some(("expired", "tcp"))).await;
-            }
+            // lives only with that server, and its actor here never left
+            // while the server ran: left behind by this node, it is over
+            // (never served with a server that was not initialized). Held
+            // by another node, this node forwards its requests there.
+            let _ = self.end_session(id, Some(("expired", "tcp"))).await;
             return Err(RuntimeError::SessionNotFound);
         }
         // Held here by an actor that died, or not held here: started.
@@ -415,6 +416,20 @@ impl Runtime {
         }
         tracing::debug!(session_id = %id, "Session rehydrated.");
         Ok((handle, started))
+    }
+
+    /// Checks that `host`, the node running `session`'s own server, is
+    /// alive. A session whose host is gone is over: ended everywhere, and
+    /// the client starts a new one (404), never served by a server that
+    /// was not initialized with its `initialize`.
+    async fn host_alive(&self, session: &SessionHandle, host: &NodeId) -> Result<(), RuntimeError> {
+        if self.store().nodes.alive(host).await? {
+            return Ok(());
+        }
+        let id = session.id();
+        tracing::info!(session_id = %id, %host, "The node running this session's server is gone; session ended.");
+        let _ = self.end_session(id, Some(("host_lost", "tcp"))).await;
+        Err(RuntimeError::SessionNotFound)
     }
 
     /// Evicts a session from this node only: its actor stops, its state

@@ -12,6 +12,7 @@
 //! record stays in the store, so the next request rehydrates it),
 //! `Terminate` (DELETE: the session ends everywhere), or node shutdown.
 
+pub(crate) mod forward;
 pub(crate) mod registry;
 
 use std::collections::HashMap;
@@ -29,7 +30,8 @@ use mcp_cluster_protocol::{
     methods,
 };
 use mcp_cluster_store::{
-    ControlMessage, RawJson, SessionId, SessionRecord, Store, StoreError, StreamId, Subscribed,
+    ControlMessage, NodeId, RawJson, SessionId, SessionRecord, Store, StoreError, StreamId,
+    Subscribed,
 };
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -241,6 +243,7 @@ impl Session {
         let id = record.id.clone();
         let standalone = record.standalone_stream.clone();
         let created_at_ms = record.created_at_ms;
+        let host = host_elsewhere(&record, &deps.node.id);
         let mailbox = deps.config.session_mailbox;
         let now = Instant::now();
         let session = Self {
@@ -268,6 +271,7 @@ impl Session {
             shared,
             standalone,
             created_at_ms,
+            host,
         }
     }
 }
@@ -338,6 +342,22 @@ impl Handler<DispatchBatch> for Session {
         ctx: &mut Self::Context,
     ) {
         self.active(ctx);
+        if let Some(host) = self.host_elsewhere() {
+            // Its requests run on the host, together (admitted whole or
+            // refused whole there); the rest is this session's anywhere.
+            let mut requests = Vec::new();
+            for message in messages {
+                match message {
+                    Message::Request(r) => requests.push(r),
+                    Message::Notification(n) => self.notify(n, false, None, None),
+                    Message::Response(r) => self.client_answer(r, false, None),
+                }
+            }
+            if !requests.is_empty() {
+                self.forward(host, requests, exchange);
+            }
+            return;
+        }
         let requests = messages
             .iter()
             .filter(|m| matches!(m, Message::Request(_)))
@@ -548,12 +568,18 @@ impl Session {
     /// meanwhile is replayed to it (twice at worst, in the moment between
     /// its new reader attaching and this node hearing of it, which an
     /// update notification tolerates).
+    ///
+    /// A session with its own server is the exception: only this node
+    /// hears that server, and the client's reader may be on any node, so
+    /// its notifications are always written (into a stream that exists
+    /// once a client opened it; before, nobody listens).
     fn to_standalone(&self, notification: Notification) {
-        let listening = self
-            .deps
-            .node
-            .attachments
-            .is_listening(&self.record.standalone_stream);
+        let listening = self.hosted.is_some()
+            || self
+                .deps
+                .node
+                .attachments
+                .is_listening(&self.record.standalone_stream);
         if !self.record.initialized || !listening {
             return;
         }
@@ -573,8 +599,13 @@ impl Session {
                 || events.append(&session, &stream, Arc::clone(&data)),
             )
             .await;
-            if let Err(err) = written {
-                tracing::warn!(session_id = %session, error = %err, "Notification could not be written.");
+            match written {
+                Ok(_) => {}
+                // No client opened the GET stream yet.
+                Err(StoreError::StreamNotFound) => {}
+                Err(err) => {
+                    tracing::warn!(session_id = %session, error = %err, "Notification could not be written.");
+                }
             }
         });
     }
@@ -639,10 +670,31 @@ impl Session {
         }
         // The store record expires a TTL after its last renewal; the actor
         // goes with it, so the two never disagree about a live session.
-        if self.last_touch.elapsed() >= self.deps.config.session_idle_ttl() {
-            tracing::debug!(session_id = %self.record.id, "Session idle; evicted from this node.");
-            ctx.stop();
+        if self.last_touch.elapsed() < self.deps.config.session_idle_ttl() {
+            return;
         }
+        if self.hosted.is_some() {
+            // Its client may be busy on other nodes (a GET stream there),
+            // whose activity renews the record, not this actor: the session
+            // ends once the store let it expire.
+            self.last_touch = Instant::now();
+            let sessions = Arc::clone(&self.deps.node.store.sessions);
+            let id = self.record.id.clone();
+            let load = async move { sessions.load(&id).await };
+            ctx.spawn(load.into_actor(self).map(|loaded, act, ctx| match loaded {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    tracing::debug!(session_id = %act.record.id, "Hosted session expired.");
+                    ctx.stop();
+                }
+                Err(err) => {
+                    tracing::debug!(session_id = %act.record.id, error = %err, "Hosted session's expiry not checked.");
+                }
+            }));
+            return;
+        }
+        tracing::debug!(session_id = %self.record.id, "Session idle; evicted from this node.");
+        ctx.stop();
     }
 
     /// Saves the record (after a state change) in the background.
@@ -732,11 +784,43 @@ impl Session {
         actix::spawn(async move { node.publish(deliver).await });
     }
 
+    /// The node running the session's own server, when that is another
+    /// node.
+    fn host_elsewhere(&self) -> Option<NodeId> {
+        if self.hosted.is_some() {
+            return None;
+        }
+        host_elsewhere(&self.record, &self.deps.node.id)
+    }
+
+    /// Hands `requests` to `host`, which runs the session's own server;
+    /// their answers reach the client through `exchange`'s reply.
+    fn forward(&self, host: NodeId, requests: Vec<Request>, exchange: Arc<Exchange>) {
+        let first = requests.first().map(|r| r.id.clone());
+        let principal = first
+            .as_ref()
+            .and_then(|id| exchange.principal_of(id))
+            .map(|p| (*p).clone());
+        let trace = first
+            .as_ref()
+            .and_then(|id| mcp_cluster_telemetry::traceparent_of(&exchange.span_of(id)));
+        let node = Arc::clone(&self.deps.node);
+        let session = self.record.id.clone();
+        actix::spawn(forward::hand_on(
+            node, session, host, requests, exchange, principal, trace,
+        ));
+    }
+
     fn dispatch(&mut self, request: Request, exchange: Arc<Exchange>, ctx: &mut Context<Self>) {
         let initialized = self.record.protocol_version.is_some();
         if self.ending.is_some() {
             let err = ErrorObject::internal("the session's server has ended; start a new session");
             return respond(exchange, Response::error(Some(request.id), err));
+        }
+        if request.method != methods::PING
+            && let Some(host) = self.host_elsewhere()
+        {
+            return self.forward(host, vec![request], exchange);
         }
         match request.method.as_str() {
             methods::INITIALIZE => self.initialize(request, exchange, ctx),
@@ -791,6 +875,8 @@ impl Session {
                         let service = Arc::clone(&self.deps.service);
                         let id = self.record.id.clone();
                         actix::spawn(async move { service.session_notification(&id, n).await });
+                    } else if !remote && self.host_elsewhere().is_some() {
+                        self.publish_deliver(Message::Notification(n), trace);
                     }
                 }
             }
@@ -819,6 +905,12 @@ impl Session {
             }
             // Progress for server requests: nothing waits on it.
             methods::NOTIFICATION_PROGRESS => {}
+            // For the session's own server, which runs on another node.
+            _ if self.host_elsewhere().is_some() => {
+                if !remote {
+                    self.publish_deliver(Message::Notification(n), trace);
+                }
+            }
             _ => {
                 let service = Arc::clone(&self.deps.service);
                 let id = self.record.id.clone();
@@ -1252,6 +1344,9 @@ pub struct SessionHandle {
     standalone: StreamId,
     /// When the session was created (ms since the epoch, any node's clock).
     created_at_ms: u64,
+    /// The node running the session's own server, when that is another
+    /// node: its requests run there.
+    host: Option<NodeId>,
 }
 
 impl SessionHandle {
@@ -1301,6 +1396,12 @@ impl SessionHandle {
     pub(crate) fn record_end(&self, reason: &str, transport: &str) {
         let version = self.protocol_version().map_or("", ProtocolVersion::as_str);
         record_end(reason, transport, version, self.created_at_ms);
+    }
+
+    /// The node running the session's own server, when that is another
+    /// node (its requests are forwarded there).
+    pub(crate) fn host_elsewhere(&self) -> Option<&NodeId> {
+        self.host.as_ref()
     }
 
     /// Whether the actor is running.
@@ -1451,6 +1552,15 @@ impl SessionHandle {
         // mailbox; broadcasts are rare and bounded by the registry's rate.
         self.addr.do_send(Broadcast(event));
     }
+}
+
+/// The node running `record`'s own server, when that is not `here`.
+fn host_elsewhere(record: &SessionRecord, here: &NodeId) -> Option<NodeId> {
+    let host = record.host.as_deref()?;
+    if host == here.as_str() {
+        return None;
+    }
+    host.parse().ok()
 }
 
 /// Whether a session created by `owner` (a principal's key) may be used by

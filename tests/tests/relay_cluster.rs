@@ -1,0 +1,284 @@
+//! A hosted MCP server (`[[upstreams]]`) in a cluster: the node that
+//! started a session's child owns it, and every other node serves the
+//! session by forwarding its requests there over the control bus, their
+//! answers coming back through the event log. The load balancer needs no
+//! stickiness: each step below goes to a node chosen on purpose. The
+//! hosted server is `mcp-node --stdio` itself.
+
+mod cluster_support;
+
+use std::time::Duration;
+
+use cluster_support::*;
+use mcp_cluster_client::{Client, Reply};
+use mcp_cluster_testkit::{node_binary, within};
+use serde_json::{Value, json};
+
+/// A configuration file hosting `mcp-node --stdio`, in a directory removed
+/// with the returned guard.
+fn hosting_config() -> (String, Scratch) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("mcp-relay-cluster-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("node.toml");
+    let argv =
+        serde_json::to_string(&[node_binary().display().to_string(), "--stdio".into()]).unwrap();
+    std::fs::write(
+        &config,
+        format!("[[upstreams]]\nname = \"inner\"\ncommand = {argv}\n"),
+    )
+    .unwrap();
+    (config.display().to_string(), Scratch(dir))
+}
+
+/// A directory removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The live (not zombie) processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if is_running_child(child, Some(pid)) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// Whether `pid` runs (not a zombie), and has parent `parent` if given.
+fn is_running_child(pid: u32, parent: Option<u32>) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // pid (comm) state ppid ...; comm may hold spaces.
+    let Some((_, rest)) = stat.rsplit_once(") ") else {
+        return false;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields.len() > 1
+        && fields[0] != "Z"
+        && fields[0] != "X"
+        && parent.is_none_or(|p| fields[1] == p.to_string())
+}
+
+fn tool_names(listed: &Value) -> Vec<String> {
+    listed["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+async fn request(client: &Client, method: &str, params: Value) -> Value {
+    within(method, client.request(method, params))
+        .await
+        .unwrap()
+        .0
+}
+
+#[tokio::test]
+async fn every_node_serves_a_hosted_session_whose_child_runs_on_one() {
+    let (config, _dir) = hosting_config();
+    let cluster = start(3, &["--config", &config]);
+    let pids: Vec<u32> = (0..3).map(|i| cluster.node(i).unwrap().pid()).collect();
+    let owner = session(&cluster.node_url(0), json!({"elicitation": {}})).await;
+    let id = owner.session_id().unwrap().to_owned();
+    let b = client(&cluster.node_url(1), &id);
+    let c = client(&cluster.node_url(2), &id);
+    assert_eq!(children_of(pids[0]).len(), 1, "the child runs on node 0");
+
+    // Every node answers as the child does, and starts no child of its own.
+    let here = tool_names(&request(&owner, "tools/list", json!({})).await);
+    assert!(here.iter().any(|n| n == "echo"), "{here:?}");
+    assert_eq!(
+        tool_names(&request(&b, "tools/list", json!({})).await),
+        here
+    );
+    let echoed = request(
+        &c,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "from node 2"}}),
+    )
+    .await;
+    assert_eq!(echoed["result"]["content"][0]["text"], "Echo: from node 2");
+    assert!(children_of(pids[1]).is_empty() && children_of(pids[2]).is_empty());
+
+    // Progress under the client's token, through node 1.
+    let mut stream = post_sse(
+        &b,
+        &call_with_progress(30, "test_tool_with_progress", json!({}), "mine"),
+    )
+    .await;
+    priming(&mut stream).await;
+    let seen = read_to_end(&mut stream).await;
+    assert_eq!(seen.progress, [0.0, 50.0, 100.0], "{seen:?}");
+    assert_eq!(seen.responses.len(), 1, "{seen:?}");
+    assert!(text(&seen.responses[0]["result"]).contains("successfully"));
+
+    // The child's question reaches the client through node 1; the answer,
+    // POSTed to node 2, reaches the child on node 0.
+    let mut stream = post_sse(
+        &b,
+        &call(31, "test_elicitation", json!({"message": "who?"})),
+    )
+    .await;
+    priming(&mut stream).await;
+    let ask = message(&next_event(&mut stream).await.expect("the question"));
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    post_accepted(
+        &c,
+        &json!({"jsonrpc": "2.0", "id": ask["id"], "result": {
+            "action": "accept", "content": {"username": "ada", "email": "ada@example.com"}}}),
+    )
+    .await;
+    let seen = read_to_end(&mut stream).await;
+    assert_eq!(seen.responses.len(), 1, "{seen:?}");
+    assert!(
+        text(&seen.responses[0]["result"]).contains("ada"),
+        "{seen:?}"
+    );
+
+    // A forwarded call's stream, dropped on node 1, resumed on node 2.
+    let mut stream = post_sse(&b, &long_running(32, 1500, 5, "resumed")).await;
+    priming(&mut stream).await;
+    let first = next_event(&mut stream).await.expect("the first progress");
+    assert_eq!(message(&first)["method"], "notifications/progress");
+    drop(stream);
+    let mut resumed = resume(&c, first.id.as_deref().unwrap()).await;
+    let seen = read_to_end(&mut resumed).await;
+    assert_eq!(seen.responses.len(), 1, "{seen:?}");
+    assert_eq!(seen.responses[0]["id"], 32);
+    assert!(
+        seen.progress.len() >= 3,
+        "the rest of the progress: {seen:?}"
+    );
+
+    // A cancel POSTed to node 2 stops the call forwarded from node 1.
+    let mut stream = post_sse(&b, &long_running(33, 60_000, 600, "cancelled")).await;
+    priming(&mut stream).await;
+    next_event(&mut stream).await.expect("progress");
+    post_accepted(
+        &c,
+        &notification(
+            "notifications/cancelled",
+            json!({"requestId": 33, "reason": "test"}),
+        ),
+    )
+    .await;
+    let seen = read_to_end(&mut stream).await;
+    assert!(seen.responses.is_empty(), "a cancelled call: {seen:?}");
+
+    // The child's own notifications reach a GET stream on node 2.
+    let Reply::Sse(mut get) = within("GET", c.get(None)).await.unwrap() else {
+        panic!("the GET stream is a stream");
+    };
+    let uri = "test://watched-resource";
+    let subscribed = request(&b, "resources/subscribe", json!({"uri": uri})).await;
+    assert_eq!(subscribed["result"], json!({}), "{subscribed}");
+    let touched = request(
+        &b,
+        "tools/call",
+        json!({"name": "touch_resource", "arguments": {"uri": uri}}),
+    )
+    .await;
+    assert!(touched["result"].is_object(), "{touched}");
+    let update = loop {
+        let event = next_event(&mut get).await.expect("the GET stream ended");
+        if event.data.is_empty() {
+            continue;
+        }
+        let m = message(&event);
+        if m["method"] == "notifications/resources/updated" {
+            break m;
+        }
+    };
+    assert_eq!(update["params"]["uri"], uri);
+    drop(get);
+
+    // DELETE on node 2 ends the child on node 0; the session is gone
+    // everywhere.
+    assert_eq!(within("DELETE", c.delete()).await.unwrap(), 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !children_of(pids[0]).is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the child outlived its session"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for node in [&owner, &b] {
+        let body = json!({"jsonrpc": "2.0", "id": 40, "method": "tools/list"});
+        match within("after DELETE", node.post(&body)).await.unwrap() {
+            Reply::Status(status, _, _) if status == 404 => {}
+            other => panic!("a deleted session is gone: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_killed_owner_s_sessions_answer_404_elsewhere_and_leave_no_child() {
+    let (config, _dir) = hosting_config();
+    let mut cluster = start(2, &["--config", &config]);
+    let owner_pid = cluster.node(0).unwrap().pid();
+    let owner = session(&cluster.node_url(0), json!({})).await;
+    let other = client(&cluster.node_url(1), owner.session_id().unwrap());
+    let children = children_of(owner_pid);
+    assert_eq!(children.len(), 1);
+    let echo = |n: i64| call(n, "echo", json!({"message": "still?"}));
+    let before = request(&other, "tools/call", echo(1)["params"].clone()).await;
+    assert_eq!(before["result"]["content"][0]["text"], "Echo: still?");
+
+    cluster.kill_node(0);
+    // Until the survivor knows the owner dead (its heartbeat lapses), a
+    // request may be forwarded and answered with an error; then the
+    // session is over: 404, and never a 5xx or a fresh child's answer.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut n = 2;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still not 404 after 30 s"
+        );
+        match within("after the kill", other.post(&echo(n)))
+            .await
+            .unwrap()
+        {
+            Reply::Status(status, _, _) if status == 404 => break,
+            Reply::Json(response, _) => {
+                assert!(response["error"].is_object(), "{response}");
+            }
+            Reply::Sse(mut stream) => {
+                let seen = read_to_end(&mut stream).await;
+                assert_eq!(seen.responses.len(), 1, "{seen:?}");
+                assert!(seen.responses[0]["error"].is_object(), "{seen:?}");
+            }
+            other => panic!("neither an error nor 404: {other:?}"),
+        }
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // The dead node's child went with it (its parent-death signal).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while children.iter().any(|&pid| is_running_child(pid, None)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the child outlived its node"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A new session works, on the survivor.
+    let fresh = session(&cluster.node_url(1), json!({})).await;
+    let echoed = request(&fresh, "tools/call", echo(1)["params"].clone()).await;
+    assert_eq!(echoed["result"]["content"][0]["text"], "Echo: still?");
+}
