@@ -92,6 +92,17 @@ pub enum HttpError {
         /// Whole seconds to wait before trying again, at least 1.
         retry_after_secs: u64,
     },
+    /// A hosted server's limit refused a new session: 429 (the client's
+    /// limit) or 503 (the node's), with `Retry-After`.
+    #[error("{message}")]
+    HostedLimit {
+        /// The client's limit, not the node's.
+        client: bool,
+        /// Which limit.
+        message: String,
+        /// Whole seconds to wait before trying again, at least 1.
+        retry_after_secs: u64,
+    },
     /// A stateless (2026-07-28) request refused with its own JSON-RPC
     /// error and the status that revision gives it (400 for a version,
     /// header, capability or `_meta` error, 404 for an unknown method).
@@ -122,7 +133,10 @@ impl HttpError {
             Self::Decode(err) => err.code,
             Self::HeaderMismatch { .. } => ErrorCode::HEADER_MISMATCH,
             Self::Unavailable(_) => ErrorCode::INTERNAL_ERROR,
-            Self::QuotaExceeded { .. } => ErrorCode::QUOTA_EXCEEDED,
+            Self::QuotaExceeded { .. } | Self::HostedLimit { client: true, .. } => {
+                ErrorCode::QUOTA_EXCEEDED
+            }
+            Self::HostedLimit { client: false, .. } => ErrorCode::INTERNAL_ERROR,
             Self::Auth {
                 error:
                     mcp_cluster_auth::AuthError::Unavailable(_)
@@ -157,6 +171,9 @@ impl HttpError {
                 "quota": quota.name(),
                 "retryAfterSeconds": retry_after_secs,
             })),
+            Self::HostedLimit {
+                retry_after_secs, ..
+            } => Some(serde_json::json!({ "retryAfterSeconds": retry_after_secs })),
             Self::Rpc { error, .. } => error.data.clone(),
             _ => None,
         }
@@ -196,6 +213,7 @@ impl HttpError {
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::Unavailable(_) => "unavailable",
             Self::QuotaExceeded { .. } => "quota_exceeded",
+            Self::HostedLimit { .. } => "upstream_busy",
             Self::Auth { error, .. } => match error {
                 mcp_cluster_auth::AuthError::InsufficientScope(_) => "insufficient_scope",
                 mcp_cluster_auth::AuthError::Unavailable(_) => "auth_unavailable",
@@ -233,7 +251,15 @@ impl From<RuntimeError> for HttpError {
                 retry_after_secs,
             };
         }
+        let retry_after_secs = err.retry_after_secs().unwrap_or(1);
         match err {
+            RuntimeError::HostedLimit {
+                client, message, ..
+            } => Self::HostedLimit {
+                client,
+                message,
+                retry_after_secs,
+            },
             RuntimeError::SessionNotFound => Self::SessionNotFound,
             RuntimeError::UnknownEvent | RuntimeError::EventsExpired => {
                 Self::BadLastEventId(message)
@@ -267,7 +293,10 @@ impl ResponseError for HttpError {
             Self::SessionNotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::QuotaExceeded { .. } | Self::HostedLimit { client: true, .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            Self::HostedLimit { client: false, .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Auth { error, .. } => match error {
                 mcp_cluster_auth::AuthError::InsufficientScope(_) => StatusCode::FORBIDDEN,
                 mcp_cluster_auth::AuthError::Unavailable(_)
@@ -318,6 +347,9 @@ impl ResponseError for HttpError {
                 ));
             }
             Self::QuotaExceeded {
+                retry_after_secs, ..
+            }
+            | Self::HostedLimit {
                 retry_after_secs, ..
             } => {
                 builder.insert_header((RETRY_AFTER, retry_after_secs.to_string()));

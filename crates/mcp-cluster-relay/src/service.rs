@@ -10,7 +10,7 @@ use mcp_cluster_protocol::types::{
     Implementation, LoggingLevel, LoggingMessageParams, ServerCapabilities,
 };
 use mcp_cluster_protocol::{ErrorCode, ErrorObject, Notification, Request, methods};
-use mcp_cluster_runtime::{AskError, McpService, RequestContext, SessionOpen};
+use mcp_cluster_runtime::{AskError, McpService, OpenError, RequestContext, SessionOpen};
 use mcp_cluster_store::SessionId;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
@@ -22,6 +22,14 @@ use crate::upstream::{Event, Upstream};
 /// How long a request the relay makes on its own (`logging/setLevel`)
 /// waits for the child's answer.
 const OWN_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// When a client refused for the node's limits (`max_children`,
+/// `spawns_per_sec`) may try again.
+const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// When a client at its own limit (`max_children_per_principal`) may try
+/// again: once one of its sessions ended, which it decides.
+const CLIENT_LIMIT_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// Threads of the relay's runtime, which carries every child's pipes.
 const RELAY_THREADS: usize = 2;
@@ -215,17 +223,21 @@ impl RelayService {
         }
     }
 
-    /// Takes a place for a new child, or says why there is none.
-    fn admit(&self, principal: Option<&str>) -> Result<(), ErrorObject> {
+    /// Takes a place for a new child, or says why there is none: the node's
+    /// limits (503) or the principal's (429), each with when to try again.
+    fn admit(&self, principal: Option<&str>) -> Result<(), OpenError> {
         let mut children = lock(&self.children);
         let name = &self.config.name;
         let running = children.by_session.len() + children.starting;
-        let refuse = |reason: &str, message: String| {
+        let busy = |reason: &str, message: String| {
             metrics::refused(name, reason);
-            Err(ErrorObject::internal(message).with_data(json!({ "retryable": true })))
+            Err(OpenError::Busy {
+                message,
+                retry_after: BUSY_RETRY_AFTER,
+            })
         };
         if running >= self.config.max_children {
-            return refuse(
+            return busy(
                 "node_limit",
                 format!(
                     "upstream {name} runs {running} sessions on this node, its most (max_children); try again later"
@@ -237,15 +249,16 @@ impl RelayService {
             && per > 0
             && children.per_principal.get(principal).copied().unwrap_or(0) >= per
         {
-            return refuse(
-                "principal_limit",
-                format!(
+            metrics::refused(name, "principal_limit");
+            return Err(OpenError::ClientLimit {
+                message: format!(
                     "you have {per} sessions of upstream {name} on this node, the most one client may (max_children_per_principal); end one first"
                 ),
-            );
+                retry_after: CLIENT_LIMIT_RETRY_AFTER,
+            });
         }
         if !children.spawns.take() {
-            return refuse(
+            return busy(
                 "spawn_rate",
                 format!(
                     "upstream {name} starts at most {} sessions a second; try again in a second",
@@ -422,7 +435,7 @@ impl McpService for RelayService {
         self.end_all().await;
     }
 
-    async fn open_session(&self, open: SessionOpen) -> Result<Option<Value>, ErrorObject> {
+    async fn open_session(&self, open: SessionOpen) -> Result<Option<Value>, OpenError> {
         self.admit(open.principal.as_deref())?;
         // Gives the place back however this ends, the caller dropping it
         // included.

@@ -62,7 +62,9 @@ pub use request::call::{
 pub use request::context::{AskError, NamedInput, RequestContext};
 pub use request::exchange::{Exchange, ExchangeReply};
 pub use request::link::{HostedEnd, SessionLink};
-pub use request::service::{McpService, MirroredParam, ServerEvent, SessionOpen, TaskSupport};
+pub use request::service::{
+    McpService, MirroredParam, OpenError, ServerEvent, SessionOpen, TaskSupport,
+};
 pub use runtime::Runtime;
 pub use runtime::pipeline::{Answers, Refusal, Submitted};
 pub use session::SessionHandle;

@@ -36,6 +36,18 @@ pub enum RuntimeError {
     /// waits (HTTP 503 with `Retry-After`).
     #[error("node holds its byte budget")]
     NodeBudget,
+    /// The session's own server (a hosted upstream) was not started: the
+    /// node starts no more now (HTTP 503), or the client holds its most
+    /// (`client`: HTTP 429); either with `Retry-After`.
+    #[error("{message}")]
+    HostedLimit {
+        /// The client's limit, not the node's.
+        client: bool,
+        /// Which limit, for the client.
+        message: String,
+        /// When trying again may succeed at the soonest.
+        retry_after: Duration,
+    },
     /// A quota refused (HTTP 429 with `Retry-After`).
     #[error("quota {} exceeded", .quota.name())]
     QuotaExceeded {
@@ -58,6 +70,12 @@ impl RuntimeError {
             Self::EventsExpired => "events after Last-Event-ID are no longer retained",
             Self::Store(_) => "session store unavailable",
             Self::NodeBudget => "the server holds all the bytes it keeps for clients, retry later",
+            Self::HostedLimit { client: true, .. } => {
+                "you hold the most sessions of this server one client may on this node: end one first"
+            }
+            Self::HostedLimit { client: false, .. } => {
+                "this node starts no more sessions of its hosted server now, retry later"
+            }
             Self::QuotaExceeded { quota, .. } => quota.client_message(),
         }
     }
@@ -66,7 +84,7 @@ impl RuntimeError {
     /// 1; `None` when waiting is not the remedy.
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
-            Self::QuotaExceeded { retry_after, .. } => {
+            Self::QuotaExceeded { retry_after, .. } | Self::HostedLimit { retry_after, .. } => {
                 let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
                 Some(secs.max(1))
             }
@@ -85,6 +103,18 @@ impl RuntimeError {
                         "retryAfterSeconds": self.retry_after_secs(),
                     }),
                 )
+            }
+            Self::HostedLimit {
+                client, message, ..
+            } => {
+                let code = if *client {
+                    ErrorCode::QUOTA_EXCEEDED
+                } else {
+                    ErrorCode::INTERNAL_ERROR
+                };
+                ErrorObject::new(code, message.clone()).with_data(serde_json::json!({
+                    "retryAfterSeconds": self.retry_after_secs(),
+                }))
             }
             other => ErrorObject::internal(other.client_message()),
         }

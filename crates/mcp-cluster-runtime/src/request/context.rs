@@ -51,6 +51,11 @@ pub(crate) struct SessionShared {
     /// `initialize`) failed: the caller answers 503, as for a session that
     /// could not be created.
     pub(crate) first_write_failed: OnceLock<mcp_cluster_store::StoreError>,
+    /// Why the session's own server was not started now
+    /// ([`crate::OpenError::Busy`] or [`crate::OpenError::ClientLimit`]):
+    /// the caller refuses the request (503 or 429) rather than answer its
+    /// `initialize`.
+    pub(crate) refused: OnceLock<crate::RuntimeError>,
 }
 
 /// One save of the session record in progress; counted in

@@ -1,5 +1,7 @@
 //! What a provider implements: the MCP server logic behind the runtime.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use mcp_cluster_protocol::types::{Implementation, ServerCapabilities};
 use mcp_cluster_protocol::{ErrorObject, Notification, Request, methods};
@@ -187,9 +189,11 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
     /// serves every session alike.
     ///
     /// # Errors
-    /// The server could not be started; the client gets the error and the
-    /// session stays uninitialized.
-    async fn open_session(&self, _open: SessionOpen) -> Result<Option<Value>, ErrorObject> {
+    /// The server could not be started ([`OpenError::Failed`]: the client's
+    /// `initialize` gets the error), or may not be now ([`OpenError::Busy`],
+    /// [`OpenError::ClientLimit`]: the HTTP request is refused with 503 or
+    /// 429 and `Retry-After`). Either way no session is kept.
+    async fn open_session(&self, _open: SessionOpen) -> Result<Option<Value>, OpenError> {
         Ok(None)
     }
 
@@ -230,6 +234,39 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
         _subscribe: bool,
     ) -> Result<(), ErrorObject> {
         Ok(())
+    }
+}
+
+/// Why [`McpService::open_session`] opened no server.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// This node starts no more servers now (its most running, or its most
+    /// starts a second): the client is refused with 503 and `Retry-After`,
+    /// and may try again (on any node).
+    Busy {
+        /// What the client is told: which limit.
+        message: String,
+        /// When trying again may succeed.
+        retry_after: Duration,
+    },
+    /// The client holds its most servers on this node: refused with 429
+    /// and `Retry-After`.
+    ClientLimit {
+        /// What the client is told: which limit.
+        message: String,
+        /// When trying again may succeed.
+        retry_after: Duration,
+    },
+    /// The server could not start (its program failed, it did not answer
+    /// `initialize`): the client's `initialize` is answered with this
+    /// error.
+    Failed(ErrorObject),
+}
+
+impl From<ErrorObject> for OpenError {
+    fn from(err: ErrorObject) -> Self {
+        Self::Failed(err)
     }
 }
 

@@ -306,6 +306,16 @@ impl Runtime {
                 .inc();
             return Err(Refusal::runtime(RuntimeError::Store(err), Some(id)));
         }
+        // The hosted server's limits: refused as the HTTP request it is
+        // (503 or 429 with `Retry-After`), not as a failed `initialize`.
+        if let Some(err) = session.refused().cloned() {
+            let _ = self.end_session(session.id(), None).await;
+            metrics::metrics()
+                .sessions_rejected
+                .with_label_values(&["upstream_busy"])
+                .inc();
+            return Err(Refusal::runtime(err, Some(id)));
+        }
         let succeeded = matches!(&reply, Ok(ExchangeReply::Json(responses))
             if responses.iter().all(|r| r.outcome.is_ok()));
         if !succeeded {

@@ -50,7 +50,7 @@ use crate::request::executor::Executor;
 use crate::request::link::{EndHosted, HostedNotify, SessionLink};
 use crate::request::method_table::{self, By};
 use crate::request::service::ServerEvent;
-use crate::request::service::{McpService, SessionOpen};
+use crate::request::service::{McpService, OpenError, SessionOpen};
 use crate::request::{Cancel, InFlightRequest, RequestFinished, handler_job};
 use crate::session::registry::Sessions;
 /// How often a session checks whether it is idle.
@@ -1003,7 +1003,12 @@ impl Session {
         let opening = async move { service.open_session(open).await };
         ctx.wait(opening.into_actor(self).map(move |opened, act, _ctx| {
             let id = request.id;
-            let hosted = match opened.and_then(|result| result.map(hosted_answer).transpose()) {
+            let opened = opened.and_then(|result| {
+                result
+                    .map(|r| hosted_answer(r).map_err(OpenError::Failed))
+                    .transpose()
+            });
+            let hosted = match opened {
                 Ok(hosted) => hosted,
                 Err(err) => {
                     if act.deps.service.hosts_session(&act.record.id) {
@@ -1011,6 +1016,27 @@ impl Session {
                         let session = act.record.id.clone();
                         actix::spawn(async move { service.close_session(&session).await });
                     }
+                    let client = matches!(err, OpenError::ClientLimit { .. });
+                    let err = match err {
+                        OpenError::Failed(err) => err,
+                        OpenError::Busy {
+                            message,
+                            retry_after,
+                        }
+                        | OpenError::ClientLimit {
+                            message,
+                            retry_after,
+                        } => {
+                            let refused = RuntimeError::HostedLimit {
+                                client,
+                                message,
+                                retry_after,
+                            };
+                            let answer = refused.to_error_object();
+                            let _ = act.shared.refused.set(refused);
+                            answer
+                        }
+                    };
                     return respond(exchange, Response::error(Some(id), err));
                 }
             };
@@ -1377,6 +1403,12 @@ impl SessionHandle {
     /// not.
     pub(crate) fn first_write_failed(&self) -> Option<&mcp_cluster_store::StoreError> {
         self.shared.first_write_failed.get()
+    }
+
+    /// Why its own server was not started now (a node or client limit of a
+    /// hosted upstream), if that is why its `initialize` failed.
+    pub(crate) fn refused(&self) -> Option<&RuntimeError> {
+        self.shared.refused.get()
     }
 
     /// The key of the principal that created the session, if one did.
