@@ -173,7 +173,7 @@ fi
 
 # The traces tests once more, against the release binary that operators run, started
 # as they start it (the tests launch MCP_NODE_BIN).
-TRACES_TESTS=(traces_otlp traces_completed_requests traces_cross_node_cancel)
+TRACES_TESTS=(traces_otlp traces_completed_requests traces_cross_node_cancel relay_traces)
 echo "== traces tests against the release build (${TRACES_TESTS[*]})"
 traces_args=()
 for t in "${TRACES_TESTS[@]}"; do traces_args+=(--test "$t"); done

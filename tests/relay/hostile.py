@@ -10,6 +10,8 @@ Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
   exit-in-call  exits (status 3) when `act` is called
   grandchild    on initialize, forks a grandchild that sleeps; both ignore
                 SIGTERM and stdin's end
+  echo-meta     answers `act` with the `_meta` its request carried, as JSON
+                text
   well          behaves
 """
 
@@ -69,6 +71,9 @@ def main():
                 answer(request, {"content": [{"type": "text", "text": text}]})
             elif MODE == "exit-in-call":
                 sys.exit(3)
+            elif MODE == "echo-meta":
+                meta = request.get("params", {}).get("_meta", {})
+                answer(request, {"content": [{"type": "text", "text": json.dumps(meta)}]})
             else:
                 answer(request, {"content": [{"type": "text", "text": "acted"}]})
         else:

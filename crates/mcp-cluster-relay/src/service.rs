@@ -344,7 +344,7 @@ async fn start_child(
     };
     let answer = async {
         let call = upstream
-            .call(methods::INITIALIZE, params, false, false)
+            .call(methods::INITIALIZE, params, false, false, None)
             .await?;
         let mut call = call;
         let outcome = (&mut call.answer)
@@ -403,7 +403,13 @@ impl McpService for RelayService {
         })?;
         let started = Instant::now();
         let mut call = upstream
-            .call(&request.method, request.params, true, ctx.wants_progress())
+            .call(
+                &request.method,
+                request.params,
+                true,
+                ctx.wants_progress(),
+                mcp_cluster_telemetry::current_traceparent(),
+            )
             .await?;
         loop {
             tokio::select! {
@@ -492,7 +498,7 @@ impl McpService for RelayService {
         let mut params = Map::new();
         params.insert("level".into(), json!(level.as_str()));
         if let Ok(mut call) = upstream
-            .call(methods::LOGGING_SET_LEVEL, Some(params), false, false)
+            .call(methods::LOGGING_SET_LEVEL, Some(params), false, false, None)
             .await
             && tokio::time::timeout(OWN_REQUEST_TIMEOUT, &mut call.answer)
                 .await
@@ -521,7 +527,9 @@ impl McpService for RelayService {
         };
         let mut params = Map::new();
         params.insert("uri".into(), json!(uri));
-        let mut call = upstream.call(method, Some(params), false, false).await?;
+        let mut call = upstream
+            .call(method, Some(params), false, false, None)
+            .await?;
         let answer = tokio::time::timeout(OWN_REQUEST_TIMEOUT, &mut call.answer)
             .await
             .map_err(|_| {

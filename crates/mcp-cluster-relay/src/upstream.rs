@@ -213,12 +213,17 @@ impl Upstream {
     /// the child's questions, progress and logs (a client request does;
     /// `initialize` does not). `progress`: whether the child gets a
     /// progress token (the request's id) in place of the client's.
+    /// `trace`: the W3C `traceparent` of the node's span for the request,
+    /// given to the child as `_meta.traceparent` (in place of the
+    /// client's, whose trace it continues), so that its spans join the
+    /// trace.
     pub(crate) async fn call(
         self: &Arc<Self>,
         method: &str,
         params: Option<Map<String, Value>>,
         events: bool,
         progress: bool,
+        trace: Option<String>,
     ) -> Result<Call, ErrorObject> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer_tx, answer) = oneshot::channel();
@@ -251,6 +256,9 @@ impl Upstream {
             meta.remove("progressToken");
             if progress {
                 meta.insert("progressToken".into(), json!(id));
+            }
+            if let Some(trace) = trace {
+                meta.insert("traceparent".into(), Value::String(trace));
             }
             if meta.is_empty() {
                 params.remove("_meta");
