@@ -10,6 +10,9 @@ Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
   exit-in-call  exits (status 3) when `act` is called
   grandchild    on initialize, forks a grandchild that sleeps; both ignore
                 SIGTERM and stdin's end
+  roots         asks the client `roots/list` once it is initialized (outside
+                any request) and answers `act` with the client's answer, or
+                "no answer yet"
   echo-meta     answers `act` with the `_meta` its request carried, as JSON
                 text
   well          behaves
@@ -22,6 +25,7 @@ import sys
 import time
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "well"
+ROOTS_ANSWER = []
 
 
 def send(message):
@@ -41,6 +45,12 @@ def main():
             continue
         request = json.loads(line)
         method = request.get("method")
+        if MODE == "roots" and method == "notifications/initialized":
+            send({"jsonrpc": "2.0", "id": "roots-1", "method": "roots/list", "params": {}})
+            continue
+        if MODE == "roots" and request.get("id") == "roots-1" and method is None:
+            ROOTS_ANSWER.append(request)
+            continue
         if "id" not in request or method is None:
             continue
         if method == "initialize":
@@ -71,6 +81,9 @@ def main():
                 answer(request, {"content": [{"type": "text", "text": text}]})
             elif MODE == "exit-in-call":
                 sys.exit(3)
+            elif MODE == "roots":
+                text = json.dumps(ROOTS_ANSWER[0]) if ROOTS_ANSWER else "no answer yet"
+                answer(request, {"content": [{"type": "text", "text": text}]})
             elif MODE == "echo-meta":
                 meta = request.get("params", {}).get("_meta", {})
                 answer(request, {"content": [{"type": "text", "text": json.dumps(meta)}]})

@@ -17,13 +17,17 @@ use serde_json::{Value, json};
 /// A configuration file hosting `mcp-node --stdio`, in a directory removed
 /// with the returned guard.
 fn hosting_config() -> (String, Scratch) {
+    hosting_config_of(&[node_binary().display().to_string(), "--stdio".into()])
+}
+
+/// A configuration file hosting `command` (argv).
+fn hosting_config_of(command: &[String]) -> (String, Scratch) {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("mcp-relay-cluster-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("node.toml");
-    let argv =
-        serde_json::to_string(&[node_binary().display().to_string(), "--stdio".into()]).unwrap();
+    let argv = serde_json::to_string(command).unwrap();
     std::fs::write(
         &config,
         format!("[[upstreams]]\nname = \"inner\"\ncommand = {argv}\n"),
@@ -223,6 +227,59 @@ async fn every_node_serves_a_hosted_session_whose_child_runs_on_one() {
             Reply::Status(status, _, _) if status == 404 => {}
             other => panic!("a deleted session is gone: {other:?}"),
         }
+    }
+}
+
+#[tokio::test]
+async fn a_child_s_question_outside_any_request_reaches_a_get_stream_on_another_node() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("relay/hostile.py");
+    let (config, _dir) = hosting_config_of(&[
+        "python3".into(),
+        script.display().to_string(),
+        "roots".into(),
+    ]);
+    let cluster = start(3, &["--config", &config]);
+    let owner = session(&cluster.node_url(0), json!({"roots": {}})).await;
+    let id = owner.session_id().unwrap().to_owned();
+    let b = client(&cluster.node_url(1), &id);
+    let c = client(&cluster.node_url(2), &id);
+    // The child asked when the session was initialized, on node 0; the
+    // client's first reader opens on node 1.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let Reply::Sse(mut get) = within("GET", b.get(None)).await.unwrap() else {
+        panic!("the GET stream is a stream");
+    };
+    let question = within("question", get.next_message())
+        .await
+        .unwrap()
+        .expect("the GET stream ended");
+    assert_eq!(question["method"], "roots/list", "{question}");
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"roots": [{"uri": "file:///elsewhere"}]}});
+    assert!(matches!(
+        within("answer", c.post(&answer)).await.unwrap(),
+        Reply::Accepted
+    ));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let acted = request(&b, "tools/call", json!({"name": "act", "arguments": {}})).await;
+        let text = acted["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if text != "no answer yet" {
+            let got: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"));
+            assert_eq!(
+                got["result"]["roots"][0]["uri"], "file:///elsewhere",
+                "{got}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the answer never reached the child"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

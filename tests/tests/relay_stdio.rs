@@ -258,6 +258,68 @@ async fn the_child_s_own_notifications_reach_the_get_stream() {
 }
 
 #[tokio::test]
+async fn a_question_outside_any_request_waits_for_the_get_stream_and_its_answer_reaches_the_child()
+{
+    let (node, _dir) = hosting("roots", &argv(&hostile("roots")), "");
+    let (client, _) = session(&node, json!({"roots": {"listChanged": true}})).await;
+    // The child asked at `notifications/initialized`, before any GET: the
+    // question was held for the client's first reader, not lost.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let Reply::Sse(mut get) = within("GET", client.get(None)).await.unwrap() else {
+        panic!("the GET stream is a stream");
+    };
+    let question = next(&mut get).await.expect("the GET stream ended");
+    assert_eq!(question["method"], "roots/list", "{question}");
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"roots": [{"uri": "file:///work", "name": "work"}]}});
+    let posted = within("answer", client.post(&answer)).await.unwrap();
+    assert!(matches!(posted, Reply::Accepted), "{posted:?}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let (acted, _) = call(&client, "act", json!({})).await;
+        let text = acted["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if text != "no answer yet" || tokio::time::Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The child got the client's answer under its own id.
+    let got: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"));
+    assert_eq!(got["id"], "roots-1", "{got}");
+    assert_eq!(got["result"]["roots"][0]["uri"], "file:///work", "{got}");
+}
+
+#[tokio::test]
+async fn a_question_for_a_capability_the_client_lacks_is_refused_to_the_child() {
+    let (node, _dir) = hosting("roots", &argv(&hostile("roots")), "");
+    let (client, _) = session(&node, json!({})).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let (acted, _) = call(&client, "act", json!({})).await;
+        let text = acted["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if text != "no answer yet" || tokio::time::Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let got: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"));
+    assert_eq!(got["error"]["code"], -32601, "{got}");
+    assert!(
+        got["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("roots"),
+        "{got}"
+    );
+}
+
+#[tokio::test]
 async fn a_cancel_stops_the_request_in_its_own_child_only() {
     // The children log at debug level, every line kept: the node's log
     // shows which child heard the cancel.

@@ -10,14 +10,14 @@ use mcp_cluster_protocol::types::{
     Implementation, LoggingLevel, LoggingMessageParams, ServerCapabilities,
 };
 use mcp_cluster_protocol::{ErrorCode, ErrorObject, Notification, Request, methods};
-use mcp_cluster_runtime::{AskError, McpService, OpenError, RequestContext, SessionOpen};
+use mcp_cluster_runtime::{McpService, OpenError, RequestContext, SessionOpen};
 use mcp_cluster_store::SessionId;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use crate::config::{UpstreamConfig, UpstreamConfigError};
 use crate::metrics;
-use crate::upstream::{Event, Upstream};
+use crate::upstream::{self, Event, Upstream};
 
 /// How long a request the relay makes on its own (`logging/setLevel`)
 /// waits for the child's answer.
@@ -551,7 +551,7 @@ async fn relay_event(upstream: &Upstream, ctx: &RequestContext, event: Event) {
     match event {
         Event::Ask { id, method, params } => {
             let params = params.map_or_else(|| json!({}), Value::Object);
-            let answer = ctx.ask(&method, params).await.map_err(ask_error);
+            let answer = ctx.ask(&method, params).await.map_err(upstream::ask_error);
             upstream.answer(id, answer).await;
         }
         Event::Progress {
@@ -574,18 +574,6 @@ async fn relay_event(upstream: &Upstream, ctx: &RequestContext, event: Event) {
                 _ => ctx.notify(n).await,
             };
         }
-    }
-}
-
-/// What the child hears when its question could not be answered.
-fn ask_error(err: AskError) -> ErrorObject {
-    match err {
-        AskError::Rejected(err) => err,
-        AskError::NotSupported(what) => ErrorObject::new(
-            ErrorCode::METHOD_NOT_FOUND,
-            format!("the client does not support {what}"),
-        ),
-        other => ErrorObject::internal(other.to_string()),
     }
 }
 

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mcp_cluster_protocol::{ErrorObject, Message, Notification, RequestId, methods};
-use mcp_cluster_runtime::{HostedEnd, SessionLink};
+use mcp_cluster_protocol::{ErrorCode, ErrorObject, Message, Notification, RequestId, methods};
+use mcp_cluster_runtime::{AskError, HostedEnd, SessionLink};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
@@ -377,7 +377,7 @@ impl Upstream {
     }
 
     /// One line from the child.
-    async fn received(&self, line: &[u8]) {
+    async fn received(self: &Arc<Self>, line: &[u8]) {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }
@@ -416,16 +416,25 @@ impl Upstream {
                     method: request.method.clone(),
                     params: request.params,
                 };
-                if let Err(event) = self.to_newest(event) {
-                    let Event::Ask { method, .. } = event else {
-                        return;
-                    };
+                let Err(Event::Ask { id, method, params }) = self.to_newest(event) else {
+                    return;
+                };
+                // No request runs: the question goes on the session's GET
+                // stream, answered in the background (the reader goes on).
+                let link = lock(&self.link).clone();
+                let Some(link) = link else {
                     metrics::relay_error(&self.name, "ask_without_request");
                     let err = ErrorObject::internal(format!(
-                        "{method} can only be relayed to the client during one of its requests"
+                        "{method} cannot reach the client before its session is open"
                     ));
-                    self.answer(id, Err(err)).await;
-                }
+                    return self.answer(id, Err(err)).await;
+                };
+                let upstream = Arc::clone(self);
+                tokio::spawn(async move {
+                    let params = params.map_or_else(|| json!({}), Value::Object);
+                    let answer = link.ask(&method, params).await.map_err(ask_error);
+                    upstream.answer(id, answer).await;
+                });
             }
             Message::Notification(n) => self.notification(n),
         }
@@ -496,6 +505,18 @@ impl Upstream {
             }),
             None => Err(event),
         }
+    }
+}
+
+/// What the child hears when its question could not be answered.
+pub(crate) fn ask_error(err: AskError) -> ErrorObject {
+    match err {
+        AskError::Rejected(err) => err,
+        AskError::NotSupported(what) => ErrorObject::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            format!("the client does not support {what}"),
+        ),
+        other => ErrorObject::internal(other.to_string()),
     }
 }
 

@@ -61,7 +61,7 @@ pub use request::call::{
 };
 pub use request::context::{AskError, NamedInput, RequestContext};
 pub use request::exchange::{Exchange, ExchangeReply};
-pub use request::link::{HostedEnd, SessionLink};
+pub use request::link::{HostedEnd, MAX_SESSION_ASKS, SessionLink};
 pub use request::service::{
     McpService, MirroredParam, OpenError, ServerEvent, SessionOpen, TaskSupport,
 };

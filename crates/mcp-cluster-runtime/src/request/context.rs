@@ -52,10 +52,10 @@ pub(crate) struct SessionShared {
     /// could not be created.
     pub(crate) first_write_failed: OnceLock<mcp_cluster_store::StoreError>,
     /// Why the session's own server was not started now
-    /// ([`crate::OpenError::Busy`] or [`crate::OpenError::ClientLimit`]):
+    /// ([`OpenError::Busy`](crate::request::service::OpenError::Busy) or `ClientLimit`):
     /// the caller refuses the request (503 or 429) rather than answer its
     /// `initialize`.
-    pub(crate) refused: OnceLock<crate::RuntimeError>,
+    pub(crate) refused: OnceLock<crate::node::error::RuntimeError>,
 }
 
 /// One save of the session record in progress; counted in

@@ -178,6 +178,13 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
             };
             let _entered = span.enter();
             attachments.kick_reader(&stream);
+            // A reader of a standalone stream attached elsewhere: the
+            // session's questions held for one can go out.
+            if let Some(handle) = rt.sessions().get(&session)
+                && handle.standalone_stream() == &stream
+            {
+                handle.reader_attached();
+            }
         }
         _ => {}
     }

@@ -630,6 +630,9 @@ impl Runtime {
         };
         let mut follow = self.follow_here(session, stream, after, requests).await?;
         follow.hold(lease);
+        if stream == session.standalone_stream() {
+            session.reader_attached();
+        }
         // One reader per stream in the whole cluster: readers elsewhere end.
         let kick = ControlMessage::Kick {
             session: session.id().clone(),

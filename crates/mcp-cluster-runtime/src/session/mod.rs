@@ -47,7 +47,10 @@ use crate::request::context::{
 };
 use crate::request::exchange::Exchange;
 use crate::request::executor::Executor;
-use crate::request::link::{EndHosted, HostedNotify, SessionLink};
+use crate::request::link::{
+    EndHosted, HostedAsk, HostedNotify, MAX_HELD_ASK_BYTES, MAX_SESSION_ASKS, ReaderAttached,
+    SessionLink,
+};
 use crate::request::method_table::{self, By};
 use crate::request::service::ServerEvent;
 use crate::request::service::{McpService, OpenError, SessionOpen};
@@ -144,8 +147,9 @@ pub(crate) struct Broadcast(pub(crate) ServerEvent);
 /// A server request waiting for the client's answer.
 #[derive(Debug)]
 struct PendingAsk {
-    /// The client request whose handler asked.
-    from: RequestId,
+    /// The client request whose handler asked; `None` for a question of
+    /// the session's own server outside any request ([`HostedAsk`]).
+    from: Option<RequestId>,
     /// Completes the handler's wait.
     tx: oneshot::Sender<AskOutcome>,
 }
@@ -192,6 +196,15 @@ pub struct Session {
     /// Set once the session's own server ended: the reason it is ended
     /// under, once its in-flight requests are answered.
     ending: Option<&'static str>,
+    /// Questions of the session's own server outside any request, held
+    /// until the client first reads the standalone stream (by id, with
+    /// their JSON): written before, they would precede the position its
+    /// first GET starts at. Bounded by [`MAX_SESSION_ASKS`] and
+    /// [`MAX_HELD_ASK_BYTES`].
+    held_asks: Vec<(RequestId, Arc<str>)>,
+    /// A client has read the standalone stream (on any node) since this
+    /// actor started: questions go out at once.
+    reader_seen: bool,
 }
 
 impl std::fmt::Debug for Session {
@@ -260,6 +273,8 @@ impl Session {
             stored,
             hosted: None,
             ending: None,
+            held_asks: Vec::new(),
+            reader_seen: false,
         };
         let addr = Session::create(|ctx| {
             ctx.set_mailbox_capacity(mailbox);
@@ -436,8 +451,13 @@ impl Handler<RegisterAsk> for Session {
         }
         let id = RequestId::String(format!("srv-{}", uuid::Uuid::new_v4().simple()));
         let (tx, rx) = oneshot::channel();
-        self.pending_asks
-            .insert(id.clone(), PendingAsk { from: msg.from, tx });
+        self.pending_asks.insert(
+            id.clone(),
+            PendingAsk {
+                from: Some(msg.from),
+                tx,
+            },
+        );
         Ok((id, rx))
     }
 }
@@ -452,7 +472,8 @@ impl Handler<RequestFinished> for Session {
             .is_some_and(|(serial, _)| *serial == msg.serial)
         {
             self.in_flight.remove(&msg.id);
-            self.pending_asks.retain(|_, p| p.from != msg.id);
+            self.pending_asks
+                .retain(|_, p| p.from.as_ref() != Some(&msg.id));
         }
         if self.ending.is_some() && self.in_flight.is_empty() {
             ctx.stop();
@@ -538,6 +559,70 @@ impl Handler<Broadcast> for Session {
     }
 }
 
+impl Handler<HostedAsk> for Session {
+    type Result = Result<oneshot::Receiver<AskOutcome>, AskError>;
+
+    fn handle(&mut self, msg: HostedAsk, ctx: &mut Self::Context) -> Self::Result {
+        if !self.record.initialized {
+            return Err(AskError::NotInitialized);
+        }
+        if let Some(ask) = crate::request::method_table::ask(&msg.method)
+            && !self
+                .shared
+                .client_capabilities
+                .get()
+                .is_some_and(|caps| (ask.declared)(caps))
+        {
+            return Err(AskError::NotSupported(ask.capability));
+        }
+        let waiting = self.pending_asks.values().filter(|p| p.from.is_none());
+        if waiting.count() >= MAX_SESSION_ASKS {
+            tracing::debug!(session_id = %self.record.id, method = %msg.method, "The session's server asks too many questions at once; refused.");
+            return Err(AskError::Unavailable);
+        }
+        let id = RequestId::String(format!("srv-{}", uuid::Uuid::new_v4().simple()));
+        let data: Arc<str> = Arc::from(
+            Message::Request(Request::new(id.clone(), msg.method.as_str(), msg.params)).to_json(),
+        );
+        let listening = self.reader_seen
+            || self
+                .deps
+                .node
+                .attachments
+                .is_listening(&self.record.standalone_stream);
+        if listening {
+            self.append_standalone(data);
+        } else {
+            let held: usize = self.held_asks.iter().map(|(_, d)| d.len()).sum();
+            if held + data.len() > MAX_HELD_ASK_BYTES {
+                return Err(AskError::Unavailable);
+            }
+            self.held_asks.push((id.clone(), data));
+        }
+        tracing::debug!(session_id = %self.record.id, ask = %id, method = %msg.method, held = !listening, "The session's server asks the client.");
+        let (tx, rx) = oneshot::channel();
+        self.pending_asks
+            .insert(id.clone(), PendingAsk { from: None, tx });
+        // Unanswered in time: forgotten, and the asker hears of it.
+        ctx.run_later(self.deps.config.ask_timeout(), move |act, _ctx| {
+            act.pending_asks.remove(&id);
+            act.held_asks.retain(|(held, _)| *held != id);
+        });
+        Ok(rx)
+    }
+}
+
+impl Handler<ReaderAttached> for Session {
+    type Result = ();
+
+    fn handle(&mut self, _msg: ReaderAttached, _ctx: &mut Self::Context) {
+        self.reader_seen = true;
+        for (_, data) in std::mem::take(&mut self.held_asks) {
+            self.append_standalone(data);
+        }
+    }
+}
+
 impl Handler<HostedNotify> for Session {
     type Result = ();
 
@@ -583,10 +668,14 @@ impl Session {
         if !self.record.initialized || !listening {
             return;
         }
+        self.append_standalone(Arc::from(Message::Notification(notification).to_json()));
+    }
+
+    /// Appends a message to the standalone stream, in the background.
+    fn append_standalone(&self, data: Arc<str>) {
         let events = Arc::clone(&self.deps.node.store.events);
         let session = self.record.id.clone();
         let stream = self.record.standalone_stream.clone();
-        let data: Arc<str> = Arc::from(Message::Notification(notification).to_json());
         mcp_cluster_telemetry::metrics::metrics()
             .event_appends
             .inc();
@@ -991,6 +1080,7 @@ impl Session {
         let link = SessionLink::new(
             self.record.id.clone(),
             ctx.address().recipient::<HostedNotify>().downgrade(),
+            ctx.address().recipient::<HostedAsk>().downgrade(),
             ctx.address().recipient::<EndHosted>().downgrade(),
         );
         let open = SessionOpen {
@@ -1568,6 +1658,12 @@ impl SessionHandle {
     /// Reloads the state another node changed.
     pub(crate) fn reload(&self) {
         self.addr.do_send(Reload);
+    }
+
+    /// A client started reading the session's standalone stream (here, or
+    /// on the node that published the takeover).
+    pub(crate) fn reader_attached(&self) {
+        self.addr.do_send(ReaderAttached);
     }
 
     /// Stops the actor as part of ending the session.
