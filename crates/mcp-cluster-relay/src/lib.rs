@@ -22,11 +22,13 @@
 //! - [`service`](mod@service): [`RelayService`], the service.
 //! - `upstream`: the conversation with one child.
 //! - `child`: the process: start, end, bounded lines.
+//! - `pool`: idle children of 2026-07-28 requests, per principal.
 //! - `metrics`: `mcp_upstream_*`.
 
 mod child;
 pub mod config;
 mod metrics;
+mod pool;
 pub mod service;
 mod upstream;
 

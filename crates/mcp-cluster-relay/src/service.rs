@@ -1,22 +1,26 @@
 //! [`RelayService`]: a hosted stdio MCP server as the service the runtime
-//! calls, one child per session.
+//! calls: one child per session (protocol revisions up to 2025-11-25), and
+//! for 2026-07-28 requests, which have no session, initialized children
+//! kept per principal ([`crate::pool`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use mcp_cluster_protocol::ProtocolVersion;
 use mcp_cluster_protocol::types::{
     Implementation, LoggingLevel, LoggingMessageParams, ServerCapabilities,
 };
-use mcp_cluster_protocol::{ErrorCode, ErrorObject, Notification, Request, methods};
-use mcp_cluster_runtime::{McpService, OpenError, RequestContext, SessionOpen};
+use mcp_cluster_protocol::{ErrorObject, Notification, Request, methods};
+use mcp_cluster_runtime::{AskError, McpService, OpenError, RequestContext, SessionOpen};
 use mcp_cluster_store::SessionId;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use crate::config::{UpstreamConfig, UpstreamConfigError};
 use crate::metrics;
+use crate::pool::{Pool, PoolKey};
 use crate::upstream::{self, Event, Upstream};
 
 /// How long a request the relay makes on its own (`logging/setLevel`)
@@ -30,6 +34,10 @@ const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// When a client at its own limit (`max_children_per_principal`) may try
 /// again: once one of its sessions ended, which it decides.
 const CLIENT_LIMIT_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// How often idle pooled children are looked over (and those idle for
+/// [`crate::pool::IDLE_TIMEOUT`] ended).
+const REAP_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Threads of the relay's runtime, which carries every child's pipes.
 const RELAY_THREADS: usize = 2;
@@ -45,7 +53,13 @@ pub struct RelayService {
     config: UpstreamConfig,
     /// The children's whole environment.
     env: BTreeMap<String, String>,
-    children: Mutex<Children>,
+    children: Arc<Mutex<Children>>,
+    /// What the hosted server says of itself in its `initialize` answer,
+    /// learnt from its first child: the 2026-07-28 era answers
+    /// `server/discover` with it.
+    known: OnceLock<Known>,
+    /// One probe at a time learns [`Self::known`].
+    probe: tokio::sync::Mutex<()>,
     /// Carries the children's pipes and supervision, apart from the HTTP
     /// workers and the handlers' executor. Its threads start every child,
     /// and live as long as the service (a child's parent-death signal
@@ -68,7 +82,67 @@ struct Children {
     per_principal: HashMap<String, usize>,
     /// Children being started: counted against the limits already.
     starting: usize,
+    /// Children of 2026-07-28 requests, serving one or idle in `pool`.
+    pooled: usize,
+    pool: Pool<Arc<Upstream>>,
     spawns: TokenBucket,
+}
+
+impl Children {
+    /// A pooled child is gone or ended: its places are given back.
+    fn retire(&mut self, principal: Option<&str>) {
+        self.pooled = self.pooled.saturating_sub(1);
+        RelayService::release(self, principal);
+    }
+}
+
+/// The hosted server's own `initialize` answer, in parts.
+#[derive(Debug, Clone)]
+struct Known {
+    capabilities: ServerCapabilities,
+    server_info: Implementation,
+    instructions: Option<String>,
+}
+
+impl Known {
+    fn of(result: &Value) -> Option<Self> {
+        Some(Self {
+            capabilities: serde_json::from_value(result.get("capabilities")?.clone()).ok()?,
+            server_info: serde_json::from_value(result.get("serverInfo")?.clone()).ok()?,
+            instructions: result
+                .get("instructions")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        })
+    }
+}
+
+/// A pooled child serving one 2026-07-28 request: back to the pool when
+/// dropped (answered or cancelled), or ended if the pool is full or the
+/// child gone.
+struct Lease {
+    children: Arc<Mutex<Children>>,
+    key: PoolKey,
+    upstream: Arc<Upstream>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let upstream = Arc::clone(&self.upstream);
+        let mut children = lock(&self.children);
+        let surplus = if upstream.is_gone() {
+            Some(upstream)
+        } else {
+            children
+                .pool
+                .put(self.key.clone(), upstream, Instant::now())
+        };
+        if let Some(upstream) = surplus {
+            children.retire(self.key.principal.as_deref());
+            drop(children);
+            upstream.end();
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -179,15 +253,21 @@ impl RelayService {
             })?;
         let spawns = TokenBucket::new(config.spawns_per_sec);
         metrics::register(&config.name);
+        let children = Arc::new(Mutex::new(Children {
+            by_session: HashMap::new(),
+            per_principal: HashMap::new(),
+            starting: 0,
+            pooled: 0,
+            pool: Pool::default(),
+            spawns,
+        }));
+        runtime.spawn(reap(Arc::downgrade(&children)));
         Ok(Self {
             config,
             env,
-            children: Mutex::new(Children {
-                by_session: HashMap::new(),
-                per_principal: HashMap::new(),
-                starting: 0,
-                spawns,
-            }),
+            children,
+            known: OnceLock::new(),
+            probe: tokio::sync::Mutex::new(()),
             runtime: RelayRuntime(Some(runtime)),
         })
     }
@@ -197,9 +277,11 @@ impl RelayService {
         &self.config
     }
 
-    /// Children running now.
+    /// Children running now: those of sessions, and those of 2026-07-28
+    /// requests (serving one, or idle).
     pub fn children(&self) -> usize {
-        lock(&self.children).by_session.len()
+        let children = lock(&self.children);
+        children.by_session.len() + children.pooled
     }
 
     /// Ends every child (the node is stopping) and waits until they are
@@ -208,11 +290,10 @@ impl RelayService {
         let upstreams: Vec<Arc<Upstream>> = {
             let mut children = lock(&self.children);
             children.per_principal.clear();
-            children
-                .by_session
-                .drain()
-                .map(|(_, c)| c.upstream)
-                .collect()
+            let mut all = children.pool.drain();
+            children.pooled = 0;
+            all.extend(children.by_session.drain().map(|(_, c)| c.upstream));
+            all
         };
         for upstream in &upstreams {
             upstream.end();
@@ -228,7 +309,7 @@ impl RelayService {
     fn admit(&self, principal: Option<&str>) -> Result<(), OpenError> {
         let mut children = lock(&self.children);
         let name = &self.config.name;
-        let running = children.by_session.len() + children.starting;
+        let running = children.by_session.len() + children.starting + children.pooled;
         let busy = |reason: &str, message: String| {
             metrics::refused(name, reason);
             Err(OpenError::Busy {
@@ -293,6 +374,104 @@ impl RelayService {
             .by_session
             .get(session)
             .map(|c| Arc::clone(&c.upstream))
+    }
+
+    /// Keeps what the hosted server says of itself, from its first child's
+    /// `initialize` answer.
+    fn remember(&self, result: &Value) {
+        if self.known.get().is_none()
+            && let Some(known) = Known::of(result)
+        {
+            let _ = self.known.set(known);
+        }
+    }
+
+    /// Learns [`Self::known`] from a child started for that alone (a
+    /// 2026-07-28 `server/discover` before any child ran), counted against
+    /// the node's limits while it runs.
+    async fn learn(&self) -> Result<(), ErrorObject> {
+        let _one = self.probe.lock().await;
+        if self.known.get().is_some() {
+            return Ok(());
+        }
+        self.admit(None).map_err(limit_error)?;
+        let _place = Place {
+            relay: self,
+            principal: None,
+            taken: false,
+        };
+        let params = json!({
+            "protocolVersion": ProtocolVersion::LATEST.as_str(),
+            "capabilities": {},
+            "clientInfo": { "name": "mcp-node", "version": env!("CARGO_PKG_VERSION") },
+        });
+        let (upstream, result) = self.start(params).await?;
+        upstream.end();
+        self.remember(&result);
+        if self.known.get().is_none() {
+            return Err(ErrorObject::internal(format!(
+                "upstream {} answered initialize without capabilities or serverInfo",
+                self.config.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// A child for one 2026-07-28 request of `ctx`'s principal and client
+    /// capabilities: an idle one of the pool, or one started and
+    /// initialized now (with those capabilities, as a client of the latest
+    /// session revision).
+    async fn lease(&self, ctx: &RequestContext) -> Result<Lease, ErrorObject> {
+        let principal = ctx.principal().map(mcp_cluster_store::Principal::key);
+        let capabilities = ctx
+            .client_capabilities()
+            .and_then(|c| serde_json::to_value(c).ok())
+            .unwrap_or_else(|| json!({}));
+        let key = PoolKey {
+            principal: principal.clone(),
+            capabilities: capabilities.to_string(),
+        };
+        let idle = {
+            let mut children = lock(&self.children);
+            let mut dead = Vec::new();
+            let idle = children.pool.take(&key, |u| !u.is_gone(), &mut dead);
+            for _ in dead {
+                children.retire(principal.as_deref());
+            }
+            idle
+        };
+        if let Some(upstream) = idle {
+            return Ok(Lease {
+                children: Arc::clone(&self.children),
+                key,
+                upstream,
+            });
+        }
+        self.admit(principal.as_deref()).map_err(limit_error)?;
+        let mut place = Place {
+            relay: self,
+            principal,
+            taken: false,
+        };
+        let params = json!({
+            "protocolVersion": ProtocolVersion::LATEST.as_str(),
+            "capabilities": capabilities,
+            "clientInfo": { "name": "mcp-node", "version": env!("CARGO_PKG_VERSION") },
+        });
+        let (upstream, result) = self.start(params).await?;
+        self.remember(&result);
+        upstream
+            .notify(methods::NOTIFICATION_INITIALIZED, None)
+            .await;
+        let mut children = lock(&self.children);
+        children.starting = children.starting.saturating_sub(1);
+        children.pooled += 1;
+        place.taken = true;
+        Ok(Lease {
+            children: Arc::clone(&self.children),
+            key,
+            upstream,
+        })
     }
 
     /// Starts a child and has it answer the client's `initialize`.
@@ -374,6 +553,9 @@ async fn start_child(
 #[async_trait]
 impl McpService for RelayService {
     fn server_info(&self) -> Implementation {
+        if let Some(known) = self.known.get() {
+            return known.server_info.clone();
+        }
         Implementation {
             name: self.config.name.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -382,18 +564,20 @@ impl McpService for RelayService {
     }
 
     fn capabilities(&self) -> ServerCapabilities {
-        ServerCapabilities::default()
+        self.known
+            .get()
+            .map(|k| k.capabilities.clone())
+            .unwrap_or_default()
+    }
+
+    fn instructions(&self) -> Option<String> {
+        self.known.get().and_then(|k| k.instructions.clone())
     }
 
     async fn handle(&self, request: Request, ctx: RequestContext) -> Result<Value, ErrorObject> {
         let Some(session) = ctx.session_id() else {
-            return Err(ErrorObject::new(
-                ErrorCode::INVALID_REQUEST,
-                format!(
-                    "upstream {} is served to session clients (protocol revisions up to 2025-11-25) only",
-                    self.config.name
-                ),
-            ));
+            let lease = self.lease(&ctx).await?;
+            return relay_call(&lease.upstream, request, &ctx).await;
         };
         let upstream = self.upstream(session).ok_or_else(|| {
             ErrorObject::internal(format!(
@@ -401,36 +585,14 @@ impl McpService for RelayService {
                 self.config.name
             ))
         })?;
-        let started = Instant::now();
-        let mut call = upstream
-            .call(
-                &request.method,
-                request.params,
-                true,
-                ctx.wants_progress(),
-                mcp_cluster_telemetry::current_traceparent(),
-            )
-            .await?;
-        loop {
-            tokio::select! {
-                // Events first: what the child sent before its answer goes
-                // to the client before the answer.
-                biased;
-                Some(event) = call.events.recv() => relay_event(&upstream, &ctx, event).await,
-                answer = &mut call.answer => {
-                    call.answered();
-                    // The reader queued every event the child wrote before
-                    // its answer by the time the answer arrived.
-                    while let Ok(event) = call.events.try_recv() {
-                        relay_event(&upstream, &ctx, event).await;
-                    }
-                    metrics::answered(upstream.name(), started.elapsed());
-                    return answer.unwrap_or_else(|_| Err(ErrorObject::internal(format!(
-                        "upstream {} ended before answering", upstream.name()
-                    ))));
-                }
-            }
+        relay_call(&upstream, request, &ctx).await
+    }
+
+    async fn prepare_stateless(&self) -> Result<(), ErrorObject> {
+        if self.known.get().is_some() {
+            return Ok(());
         }
+        self.learn().await
     }
 
     fn runs_server_per_session(&self) -> bool {
@@ -451,6 +613,7 @@ impl McpService for RelayService {
             taken: false,
         };
         let (upstream, result) = self.start(open.params).await?;
+        self.remember(&result);
         upstream.attach(open.link);
         let mut children = lock(&self.children);
         children.starting = children.starting.saturating_sub(1);
@@ -545,14 +708,115 @@ impl McpService for RelayService {
     }
 }
 
+/// Carries one client request to `upstream` and its answer back, with
+/// what the child sends meanwhile (its questions, progress, logs).
+async fn relay_call(
+    upstream: &Arc<Upstream>,
+    request: Request,
+    ctx: &RequestContext,
+) -> Result<Value, ErrorObject> {
+    let started = Instant::now();
+    let mut call = upstream
+        .call(
+            &request.method,
+            request.params,
+            true,
+            ctx.wants_progress(),
+            mcp_cluster_telemetry::current_traceparent(),
+        )
+        .await?;
+    loop {
+        tokio::select! {
+            // Events first: what the child sent before its answer goes to
+            // the client before the answer.
+            biased;
+            Some(event) = call.events.recv() => {
+                if let Flow::InputRequired = relay_event(upstream, ctx, event).await {
+                    // 2026-07-28: the question went out in the request's
+                    // `input_required` result; the client's retry runs the
+                    // request again, and the child's question then finds
+                    // its answer. This run is over (the child hears a
+                    // cancellation).
+                    return Err(ErrorObject::internal("input required from the client"));
+                }
+            }
+            answer = &mut call.answer => {
+                call.answered();
+                // The reader queued every event the child wrote before its
+                // answer by the time the answer arrived.
+                while let Ok(event) = call.events.try_recv() {
+                    relay_event(upstream, ctx, event).await;
+                }
+                metrics::answered(upstream.name(), started.elapsed());
+                return answer.unwrap_or_else(|_| Err(ErrorObject::internal(format!(
+                    "upstream {} ended before answering", upstream.name()
+                ))));
+            }
+        }
+    }
+}
+
+/// Whether a request's relay goes on after an event.
+enum Flow {
+    Continue,
+    /// A question the client answers by retrying the request (2026-07-28).
+    InputRequired,
+}
+
+/// What a 2026-07-28 request refused a child is told (the session era
+/// refuses the HTTP request itself).
+fn limit_error(err: OpenError) -> ErrorObject {
+    match err {
+        OpenError::Failed(err) => err,
+        OpenError::Busy {
+            message,
+            retry_after,
+        }
+        | OpenError::ClientLimit {
+            message,
+            retry_after,
+        } => ErrorObject::internal(message)
+            .with_data(json!({ "retryAfterSeconds": retry_after.as_secs().max(1) })),
+        other => ErrorObject::internal(format!("{other:?}")),
+    }
+}
+
+/// Ends pooled children idle too long, every [`REAP_INTERVAL`], until the
+/// service is gone.
+async fn reap(children: Weak<Mutex<Children>>) {
+    let mut tick = tokio::time::interval(REAP_INTERVAL);
+    loop {
+        tick.tick().await;
+        let Some(children) = children.upgrade() else {
+            return;
+        };
+        let expired = {
+            let mut children = lock(&children);
+            let expired = children.pool.expired(Instant::now(), |u| !u.is_gone());
+            for (key, _) in &expired {
+                children.retire(key.principal.as_deref());
+            }
+            expired
+        };
+        for (_, upstream) in expired {
+            upstream.end();
+        }
+    }
+}
+
 /// Relays one thing the child sent during a request to the request's
 /// client: a question (answered back to the child), progress, a log line.
-async fn relay_event(upstream: &Upstream, ctx: &RequestContext, event: Event) {
+async fn relay_event(upstream: &Upstream, ctx: &RequestContext, event: Event) -> Flow {
     match event {
         Event::Ask { id, method, params } => {
             let params = params.map_or_else(|| json!({}), Value::Object);
-            let answer = ctx.ask(&method, params).await.map_err(upstream::ask_error);
-            upstream.answer(id, answer).await;
+            let answer = ctx.ask(&method, params).await;
+            if let Err(AskError::InputRequired) = answer {
+                return Flow::InputRequired;
+            }
+            upstream
+                .answer(id, answer.map_err(upstream::ask_error))
+                .await;
         }
         Event::Progress {
             progress,
@@ -575,6 +839,7 @@ async fn relay_event(upstream: &Upstream, ctx: &RequestContext, event: Event) {
             };
         }
     }
+    Flow::Continue
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -199,6 +199,11 @@ impl Upstream {
         Ok(upstream)
     }
 
+    /// Whether the child is gone (exited, or ended).
+    pub(crate) fn is_gone(&self) -> bool {
+        lock(&self.state).gone.is_some()
+    }
+
     /// The upstream's configured name.
     pub(crate) fn name(&self) -> &str {
         &self.name

@@ -167,6 +167,19 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
         Vec::new()
     }
 
+    /// Called before the node serves a 2026-07-28 request, with what it
+    /// answers from the service itself (`server/discover`'s capabilities and
+    /// instructions, the `serverInfo` every result carries): a service that
+    /// learns those at run time (a hosted server, from its first child)
+    /// learns them here. Called for every such request: make it cheap once
+    /// learnt. Default: nothing to learn.
+    ///
+    /// # Errors
+    /// They cannot be learnt now: the request is answered with the error.
+    async fn prepare_stateless(&self) -> Result<(), ErrorObject> {
+        Ok(())
+    }
+
     /// The node is stopping, its drain over: end whatever the service
     /// started (a hosted server's children). The node waits for it.
     async fn shutdown(&self) {}

@@ -1,0 +1,173 @@
+//! A hosted session-era server served to 2026-07-28 clients, which have no
+//! session: `server/discover` answers with the child's own capabilities and
+//! `serverInfo`; requests run on initialized children kept per principal and
+//! client capabilities (never shared between them); a child's question
+//! during a call becomes the call's `input_required` result, and the
+//! client's retry, which runs the call again, answers it. The hosted server
+//! is `mcp-node --stdio`.
+
+mod stateless_support;
+
+use std::time::Duration;
+
+use mcp_cluster_testkit::{NodeProcess, node_binary};
+use serde_json::{Value, json};
+use stateless_support::*;
+
+fn hosting() -> (NodeProcess, std::path::PathBuf) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("mcp-relay-stateless-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("node.toml");
+    let argv =
+        serde_json::to_string(&[node_binary().display().to_string(), "--stdio".into()]).unwrap();
+    std::fs::write(
+        &config,
+        format!("[[upstreams]]\nname = \"inner\"\ncommand = {argv}\n"),
+    )
+    .unwrap();
+    let node =
+        NodeProcess::spawn_logged(&node_binary(), &["--config", config.to_str().unwrap()], &[])
+            .unwrap();
+    (node, dir)
+}
+
+/// The live (not zombie) processes whose parent is `pid`.
+fn children_of(pid: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(") ").is_some_and(|(_, rest)| {
+                    let fields: Vec<&str> = rest.split_whitespace().collect();
+                    fields.len() > 1 && fields[0] != "Z" && fields[1] == pid.to_string()
+                })
+            })
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn discover_answers_with_the_child_s_capabilities_and_calls_run_on_pooled_children() {
+    let (node, dir) = hosting();
+    let url = node.url();
+    let discovered = call(
+        url,
+        &request(1, "server/discover", json!({}), json!({})),
+        &[],
+    )
+    .await;
+    let result = &discovered.response["result"];
+    assert!(
+        result["capabilities"]["tools"].is_object(),
+        "{discovered:?}"
+    );
+    assert!(
+        result["capabilities"]["prompts"].is_object(),
+        "{discovered:?}"
+    );
+    let info = &result["_meta"]["io.modelcontextprotocol/serverInfo"];
+    assert_ne!(
+        info["name"], "inner",
+        "the child's own serverInfo: {discovered:?}"
+    );
+    assert!(info["name"].is_string(), "{discovered:?}");
+
+    let listed = call(url, &request(2, "tools/list", json!({}), json!({})), &[]).await;
+    let tools = listed.response["result"]["tools"].as_array().unwrap();
+    assert!(tools.iter().any(|t| t["name"] == "echo"), "{listed:?}");
+    for id in 3..6 {
+        let echoed = call(
+            url,
+            &tool_call(
+                id,
+                "echo",
+                json!({"message": "pooled"}),
+                json!({}),
+                json!({}),
+            ),
+            &[],
+        )
+        .await;
+        assert_eq!(text(&echoed.response), "Echo: pooled", "{echoed:?}");
+    }
+    // One child served them all, one request at a time; the probe that
+    // learnt the capabilities is gone.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while children_of(node.pid()) != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "children: {}",
+            children_of(node.pid())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Another set of client capabilities gets a child of its own (the child
+    // was initialized with the capabilities of its first client).
+    let other = call(
+        url,
+        &tool_call(
+            6,
+            "echo",
+            json!({"message": "other"}),
+            json!({}),
+            all_caps(),
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(text(&other.response), "Echo: other", "{other:?}");
+    assert_eq!(children_of(node.pid()), 2);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_child_s_question_becomes_input_required_and_the_retry_answers_it() {
+    let (node, dir) = hosting();
+    let url = node.url();
+    let first = call(
+        url,
+        &tool_call(
+            1,
+            "test_elicitation",
+            json!({"message": "who?"}),
+            json!({}),
+            all_caps(),
+        ),
+        &[],
+    )
+    .await;
+    let result = &first.response["result"];
+    assert_eq!(result["resultType"], "input_required", "{first:?}");
+    let requests = result["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 1, "{first:?}");
+    let (key, question) = requests.iter().next().unwrap();
+    assert_eq!(question["method"], "elicitation/create", "{first:?}");
+    assert_eq!(question["params"]["message"], "who?", "{first:?}");
+    let state = result["requestState"].as_str().unwrap();
+
+    let answer: Value = json!({ key.as_str(): {"action": "accept",
+        "content": {"username": "ada", "email": "ada@example.com"}}});
+    let retried = call(
+        url,
+        &tool_call(
+            2,
+            "test_elicitation",
+            json!({"message": "who?"}),
+            json!({"inputResponses": answer, "requestState": state}),
+            all_caps(),
+        ),
+        &[],
+    )
+    .await;
+    let done = text(&retried.response);
+    assert!(
+        done.contains("accept") && done.contains("ada@example.com"),
+        "{retried:?}"
+    );
+    assert_eq!(retried.response["result"]["resultType"], "complete");
+    let _ = std::fs::remove_dir_all(dir);
+}
