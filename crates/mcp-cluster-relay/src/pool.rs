@@ -1,8 +1,8 @@
 //! [`Pool`]: the idle children of 2026-07-28 requests, which have no
 //! session to live in. A child is initialized once and then serves one
-//! request at a time, for one principal only (its [`PoolKey`]): what a
-//! server keeps between requests never crosses from one principal to
-//! another.
+//! request at a time, for one principal and one set of client capabilities
+//! only (its [`PoolKey`]): what a server keeps between requests never
+//! crosses from one principal to another.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -16,10 +16,13 @@ pub(crate) const IDLE_PER_KEY: usize = 2;
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Which requests a pooled child may serve: those of one principal (none
-/// without authorization).
+/// without authorization) whose client declares the same capabilities (the
+/// child was initialized with them).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct PoolKey {
     pub(crate) principal: Option<String>,
+    /// The capabilities as canonical JSON text.
+    pub(crate) capabilities: String,
 }
 
 /// Idle children by key, the oldest first.
@@ -115,6 +118,7 @@ mod tests {
     fn key(principal: &str) -> PoolKey {
         PoolKey {
             principal: Some(principal.to_owned()),
+            capabilities: "{}".to_owned(),
         }
     }
 
@@ -127,8 +131,11 @@ mod tests {
         assert_eq!(pool.put(key("alice"), 3, now), Some(3), "two per key");
         let mut dead = Vec::new();
         assert_eq!(pool.take(&key("bob"), |_| true, &mut dead), None);
-        let anonymous = PoolKey { principal: None };
-        assert_eq!(pool.take(&anonymous, |_| true, &mut dead), None);
+        let other_caps = PoolKey {
+            capabilities: r#"{"roots":{}}"#.to_owned(),
+            ..key("alice")
+        };
+        assert_eq!(pool.take(&other_caps, |_| true, &mut dead), None);
         assert_eq!(pool.take(&key("alice"), |c| *c != 2, &mut dead), Some(1));
         assert_eq!(dead, [2], "a dead child is handed back to be counted out");
         assert_eq!(pool.len(), 0);

@@ -35,17 +35,6 @@ const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// again: once one of its sessions ended, which it decides.
 const CLIENT_LIMIT_RETRY_AFTER: Duration = Duration::from_secs(5);
 
-/// What a pooled child is told its client can do: everything a server may
-/// ask (the request it asks in decides, question by question).
-#[allow(non_snake_case)]
-fn pooled_capabilities() -> Value {
-    json!({
-        "sampling": {},
-        "elicitation": { "form": {}, "url": {} },
-        "roots": { "listChanged": true },
-    })
-}
-
 /// How often idle pooled children are looked over (and those idle for
 /// [`crate::pool::IDLE_TIMEOUT`] ended).
 const REAP_INTERVAL: Duration = Duration::from_secs(10);
@@ -428,18 +417,19 @@ impl RelayService {
         Ok(())
     }
 
-    /// A child for one 2026-07-28 request of `ctx`'s principal: an idle
-    /// one of the pool, or one started and initialized now, as a client of
-    /// the latest session revision that can answer every question
-    /// ([`pooled_capabilities`]): a 2026-07-28 client declares its
-    /// capabilities per request, and the relay checks each question the
-    /// child asks against those of the request it asks in (a question the
-    /// request cannot answer fails the call with -32021, as that revision
-    /// says).
+    /// A child for one 2026-07-28 request of `ctx`'s principal and client
+    /// capabilities: an idle one of the pool, or one started and
+    /// initialized now (with those capabilities, as a client of the latest
+    /// session revision).
     async fn lease(&self, ctx: &RequestContext) -> Result<Lease, ErrorObject> {
         let principal = ctx.principal().map(mcp_cluster_store::Principal::key);
+        let capabilities = ctx
+            .client_capabilities()
+            .and_then(|c| serde_json::to_value(c).ok())
+            .unwrap_or_else(|| json!({}));
         let key = PoolKey {
             principal: principal.clone(),
+            capabilities: capabilities.to_string(),
         };
         let idle = {
             let mut children = lock(&self.children);
@@ -465,7 +455,7 @@ impl RelayService {
         };
         let params = json!({
             "protocolVersion": ProtocolVersion::LATEST.as_str(),
-            "capabilities": pooled_capabilities(),
+            "capabilities": capabilities,
             "clientInfo": { "name": "mcp-node", "version": env!("CARGO_PKG_VERSION") },
         });
         let (upstream, result) = self.start(params).await?;
