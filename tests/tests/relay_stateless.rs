@@ -15,6 +15,12 @@ use serde_json::{Value, json};
 use stateless_support::*;
 
 fn hosting() -> (NodeProcess, std::path::PathBuf) {
+    hosting_with("")
+}
+
+/// A node hosting `mcp-node --stdio`, with `settings` (more lines of the
+/// upstream's table).
+fn hosting_with(settings: &str) -> (NodeProcess, std::path::PathBuf) {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("mcp-relay-stateless-{}-{n}", std::process::id()));
@@ -24,7 +30,7 @@ fn hosting() -> (NodeProcess, std::path::PathBuf) {
         serde_json::to_string(&[node_binary().display().to_string(), "--stdio".into()]).unwrap();
     std::fs::write(
         &config,
-        format!("[[upstreams]]\nname = \"inner\"\ncommand = {argv}\n"),
+        format!("[[upstreams]]\nname = \"inner\"\ncommand = {argv}\n{settings}\n"),
     )
     .unwrap();
     let node =
@@ -169,5 +175,76 @@ async fn a_child_s_question_becomes_input_required_and_the_retry_answers_it() {
         "{retried:?}"
     );
     assert_eq!(retried.response["result"]["resultType"], "complete");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn mirrored_arguments_are_checked_against_their_headers_before_any_listing() {
+    let (node, dir) = hosting();
+    let url = node.url();
+    // No client listed the tools: the relay learnt them with the child's
+    // capabilities, and the transport checks the header before the call.
+    let body = tool_call(
+        1,
+        "test_header_param",
+        json!({"region": "eu"}),
+        json!({}),
+        json!({}),
+    );
+    let mismatch = call(url, &body, &[("Mcp-Param-Region", Some("us"))]).await;
+    assert_eq!(mismatch.status, 400, "{mismatch:?}");
+    assert_eq!(mismatch.response["error"]["code"], -32020, "{mismatch:?}");
+    let matching = call(url, &body, &[("Mcp-Param-Region", Some("eu"))]).await;
+    assert_eq!(text(&matching.response), "Region: eu", "{matching:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_tool_the_operator_marks_for_tasks_runs_as_one_for_clients_of_the_extension() {
+    let (node, dir) = hosting_with("tool_tasks = { slow_compute = \"optional\" }");
+    let url = node.url();
+    let args = json!({"seconds": 0.2, "label": "hosted"});
+    let created = call(
+        url,
+        &tool_call(1, "slow_compute", args.clone(), json!({}), task_caps()),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        created.response["result"]["resultType"], "task",
+        "{created:?}"
+    );
+    let task = created.response["result"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let done = poll_task(url, &task, |r| r["status"] == "completed").await;
+    assert_eq!(
+        done["result"]["result"]["content"][0]["text"], "Computed hosted in 0.2 s.",
+        "{done}"
+    );
+    // Without the extension, the same tool answers at once; another tool
+    // never runs as a task.
+    let sync = call(
+        url,
+        &tool_call(2, "slow_compute", args, json!({}), json!({})),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        text(&sync.response),
+        "Computed hosted in 0.2 s.",
+        "{sync:?}"
+    );
+    let echo = call(
+        url,
+        &tool_call(3, "echo", json!({"message": "m"}), json!({}), task_caps()),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        echo.response["result"]["resultType"], "complete",
+        "{echo:?}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -92,6 +92,11 @@ pub(crate) async fn post(
     check_version_header(req, &request, &meta)?;
     meta.version().map_err(bad_request)?;
     let service = state.runtime.service();
+    // What the headers are checked against (a hosted server's mirrored
+    // arguments) may be learnt only now.
+    if let Err(error) = service.prepare_stateless().await {
+        return Ok(json(Response::error(Some(id), error)));
+    }
     headers::check_required_headers(req.headers(), &request, service.as_ref())?;
     // A listen stream is counted by the runtime; a request's by the body.
     let kind = (request.method != methods::SUBSCRIPTIONS_LISTEN).then_some(StreamKind::Live);

@@ -53,6 +53,37 @@ pub struct UpstreamConfig {
     /// Children started per second on this node at most (a burst of as
     /// many is allowed); past it, new sessions are refused. Default 20.
     pub spawns_per_sec: u32,
+    /// Whether the server's tools run as tasks for 2026-07-28 clients of the
+    /// tasks extension (a session-era stdio server says nothing of it; the
+    /// node runs the task and the call within it). Default `forbidden`.
+    pub tasks: UpstreamTasks,
+    /// The same, tool by tool (`{ slow_report = "required" }`), over
+    /// `tasks`.
+    pub tool_tasks: BTreeMap<String, UpstreamTasks>,
+}
+
+/// [`UpstreamConfig::tasks`]: the runtime's [`mcp_cluster_runtime::TaskSupport`]
+/// for every tool of the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamTasks {
+    /// Never as a task.
+    #[default]
+    Forbidden,
+    /// As a task for clients of the extension, synchronously for others.
+    Optional,
+    /// Only as a task: clients without the extension get -32021.
+    Required,
+}
+
+impl From<UpstreamTasks> for mcp_cluster_runtime::TaskSupport {
+    fn from(tasks: UpstreamTasks) -> Self {
+        match tasks {
+            UpstreamTasks::Forbidden => Self::Forbidden,
+            UpstreamTasks::Optional => Self::Optional,
+            UpstreamTasks::Required => Self::Required,
+        }
+    }
 }
 
 impl Default for UpstreamConfig {
@@ -73,6 +104,8 @@ impl Default for UpstreamConfig {
             max_children: 256,
             max_children_per_principal: 16,
             spawns_per_sec: 20,
+            tasks: UpstreamTasks::Forbidden,
+            tool_tasks: BTreeMap::new(),
         }
     }
 }
@@ -149,6 +182,11 @@ impl UpstreamConfig {
         Duration::from_secs(self.initialize_timeout_secs)
     }
 
+    /// Whether tool `name` runs as a task ([`Self::tasks`], [`Self::tool_tasks`]).
+    pub(crate) fn tasks_of(&self, name: &str) -> UpstreamTasks {
+        self.tool_tasks.get(name).copied().unwrap_or(self.tasks)
+    }
+
     pub(crate) fn end_grace(&self) -> Duration {
         Duration::from_secs(self.end_grace_secs)
     }
@@ -190,7 +228,18 @@ mod tests {
             command = ["npx", "-y", "@modelcontextprotocol/server-everything", "stdio"]
             env = { API_BASE = "http://127.0.0.1:9" }
         "#;
+        let optional: UpstreamConfig =
+            toml::from_str(&format!("{text}\ntasks = \"optional\"")).unwrap();
+        assert_eq!(optional.tasks, UpstreamTasks::Optional);
+        let per_tool: UpstreamConfig = toml::from_str(&format!(
+            "{text}\ntasks = \"optional\"\ntool_tasks = {{ quick = \"forbidden\" }}"
+        ))
+        .unwrap();
+        assert_eq!(per_tool.tasks_of("quick"), UpstreamTasks::Forbidden);
+        assert_eq!(per_tool.tasks_of("slow"), UpstreamTasks::Optional);
+        assert!(toml::from_str::<UpstreamConfig>(&format!("{text}\ntasks = \"often\"")).is_err());
         let config: UpstreamConfig = toml::from_str(text).unwrap();
+        assert_eq!(config.tasks, UpstreamTasks::Forbidden);
         assert_eq!(config.command.len(), 4);
         assert_eq!(config.env["API_BASE"], "http://127.0.0.1:9");
         assert_eq!(config.max_line_bytes, 8 * 1024 * 1024);

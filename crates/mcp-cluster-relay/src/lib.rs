@@ -32,5 +32,5 @@ mod pool;
 pub mod service;
 mod upstream;
 
-pub use config::{UpstreamConfig, UpstreamConfigError};
+pub use config::{UpstreamConfig, UpstreamConfigError, UpstreamTasks};
 pub use service::RelayService;

@@ -13,7 +13,9 @@ use mcp_cluster_protocol::types::{
     Implementation, LoggingLevel, LoggingMessageParams, ServerCapabilities,
 };
 use mcp_cluster_protocol::{ErrorObject, Notification, Request, methods};
-use mcp_cluster_runtime::{AskError, McpService, OpenError, RequestContext, SessionOpen};
+use mcp_cluster_runtime::{
+    AskError, McpService, MirroredParam, OpenError, RequestContext, SessionOpen, TaskSupport,
+};
 use mcp_cluster_store::SessionId;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
@@ -34,6 +36,20 @@ const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// When a client at its own limit (`max_children_per_principal`) may try
 /// again: once one of its sessions ended, which it decides.
 const CLIENT_LIMIT_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// Tools of the hosted server the relay keeps what it learnt of (their
+/// mirrored arguments); past it, new names are not kept (and their headers
+/// not checked before they run).
+const MAX_KNOWN_TOOLS: usize = 4096;
+
+/// The longest tool name the relay keeps, in bytes.
+const MAX_TOOL_NAME_BYTES: usize = 256;
+
+/// 2026-07-28: after a child's first question in a call, how long the
+/// relay waits for more before it answers `input_required` (questions a
+/// server asks at once, `join`ed, go out in one round; the child sends them
+/// back to back, well within this).
+const QUESTIONS_TOGETHER: Duration = Duration::from_millis(50);
 
 /// How often idle pooled children are looked over (and those idle for
 /// [`crate::pool::IDLE_TIMEOUT`] ended).
@@ -60,6 +76,10 @@ pub struct RelayService {
     known: OnceLock<Known>,
     /// One probe at a time learns [`Self::known`].
     probe: tokio::sync::Mutex<()>,
+    /// The tools the hosted server listed (in any era, to any client), with
+    /// the arguments each mirrors into `Mcp-Param-*` headers: the
+    /// 2026-07-28 transport checks those headers before the request runs.
+    tools: Mutex<HashMap<String, Vec<MirroredParam>>>,
     /// Carries the children's pipes and supervision, apart from the HTTP
     /// workers and the handlers' executor. Its threads start every child,
     /// and live as long as the service (a child's parent-death signal
@@ -268,6 +288,7 @@ impl RelayService {
             children,
             known: OnceLock::new(),
             probe: tokio::sync::Mutex::new(()),
+            tools: Mutex::new(HashMap::new()),
             runtime: RelayRuntime(Some(runtime)),
         })
     }
@@ -376,6 +397,35 @@ impl RelayService {
             .map(|c| Arc::clone(&c.upstream))
     }
 
+    /// Keeps the tools of a `tools/list` result the child gave, each with
+    /// its mirrored arguments (a tool whose annotations break the
+    /// transport's rules is kept without any: its headers go unchecked).
+    fn learn_tools(&self, result: &Value) {
+        let Some(listed) = result.get("tools").and_then(Value::as_array) else {
+            return;
+        };
+        let mut tools = lock(&self.tools);
+        for tool in listed {
+            let Some(name) = tool.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            if name.len() > MAX_TOOL_NAME_BYTES
+                || (tools.len() >= MAX_KNOWN_TOOLS && !tools.contains_key(name))
+            {
+                continue;
+            }
+            let mirrored = tool
+                .get("inputSchema")
+                .map(MirroredParam::from_input_schema)
+                .unwrap_or(Ok(Vec::new()))
+                .unwrap_or_else(|reason| {
+                    tracing::debug!(upstream = %self.config.name, tool = name, %reason, "A hosted tool's x-mcp-header is ignored.");
+                    Vec::new()
+                });
+            tools.insert(name.to_owned(), mirrored);
+        }
+    }
+
     /// Keeps what the hosted server says of itself, from its first child's
     /// `initialize` answer.
     fn remember(&self, result: &Value) {
@@ -406,8 +456,22 @@ impl RelayService {
             "clientInfo": { "name": "mcp-node", "version": env!("CARGO_PKG_VERSION") },
         });
         let (upstream, result) = self.start(params).await?;
-        upstream.end();
         self.remember(&result);
+        // Its first page of tools too: a 2026-07-28 client may call one
+        // before it lists them, with headers to check.
+        upstream
+            .notify(methods::NOTIFICATION_INITIALIZED, None)
+            .await;
+        if let Ok(mut call) = upstream
+            .call(methods::TOOLS_LIST, None, false, false, None)
+            .await
+            && let Ok(Ok(Ok(listed))) =
+                tokio::time::timeout(OWN_REQUEST_TIMEOUT, &mut call.answer).await
+        {
+            call.answered();
+            self.learn_tools(&listed);
+        }
+        upstream.end();
         if self.known.get().is_none() {
             return Err(ErrorObject::internal(format!(
                 "upstream {} answered initialize without capabilities or serverInfo",
@@ -575,17 +639,42 @@ impl McpService for RelayService {
     }
 
     async fn handle(&self, request: Request, ctx: RequestContext) -> Result<Value, ErrorObject> {
-        let Some(session) = ctx.session_id() else {
-            let lease = self.lease(&ctx).await?;
-            return relay_call(&lease.upstream, request, &ctx).await;
+        let listing = request.method == methods::TOOLS_LIST;
+        let outcome = match ctx.session_id() {
+            None => {
+                let lease = self.lease(&ctx).await?;
+                relay_call(&lease.upstream, request, &ctx).await
+            }
+            Some(session) => {
+                let upstream = self.upstream(session).ok_or_else(|| {
+                    ErrorObject::internal(format!(
+                        "upstream {} no longer runs for this session; start a new session",
+                        self.config.name
+                    ))
+                })?;
+                relay_call(&upstream, request, &ctx).await
+            }
         };
-        let upstream = self.upstream(session).ok_or_else(|| {
-            ErrorObject::internal(format!(
-                "upstream {} no longer runs for this session; start a new session",
-                self.config.name
-            ))
-        })?;
-        relay_call(&upstream, request, &ctx).await
+        if let (true, Ok(result)) = (listing, &outcome) {
+            self.learn_tools(result);
+        }
+        outcome
+    }
+
+    fn has_tool(&self, name: &str) -> bool {
+        lock(&self.tools).contains_key(name)
+    }
+
+    fn task_support(&self, name: &str) -> TaskSupport {
+        if self.has_tool(name) {
+            self.config.tasks_of(name).into()
+        } else {
+            TaskSupport::Forbidden
+        }
+    }
+
+    fn mirrored_params(&self, tool: &str) -> Vec<MirroredParam> {
+        lock(&self.tools).get(tool).cloned().unwrap_or_default()
     }
 
     async fn prepare_stateless(&self) -> Result<(), ErrorObject> {
@@ -732,11 +821,17 @@ async fn relay_call(
             biased;
             Some(event) = call.events.recv() => {
                 if let Flow::InputRequired = relay_event(upstream, ctx, event).await {
-                    // 2026-07-28: the question went out in the request's
-                    // `input_required` result; the client's retry runs the
-                    // request again, and the child's question then finds
-                    // its answer. This run is over (the child hears a
+                    // 2026-07-28: the question goes out in the request's
+                    // `input_required` result, with the others the child
+                    // asks at the same time; the client's retry runs the
+                    // request again, and the child's questions then find
+                    // their answers. This run is over (the child hears a
                     // cancellation).
+                    while let Ok(Some(event)) =
+                        tokio::time::timeout(QUESTIONS_TOGETHER, call.events.recv()).await
+                    {
+                        relay_event(upstream, ctx, event).await;
+                    }
                     return Err(ErrorObject::internal("input required from the client"));
                 }
             }

@@ -381,53 +381,12 @@ fn compile(
     })
 }
 
-/// Reads `x-mcp-header` annotations and checks the transport's rules:
-/// non-empty ASCII without space or `:`, unique ignoring case, on primitive
-/// properties only.
+/// Reads `x-mcp-header` annotations ([`MirroredParam::from_input_schema`]).
 fn mirrored_params(tool: &str, schema: &Value) -> Result<Vec<MirroredParam>, DefinitionError> {
-    let err = |reason: String| DefinitionError::MirroredParam {
+    MirroredParam::from_input_schema(schema).map_err(|reason| DefinitionError::MirroredParam {
         tool: tool.to_owned(),
         reason,
-    };
-    let mut out: Vec<MirroredParam> = Vec::new();
-    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
-        return Ok(out);
-    };
-    for (argument, prop) in props {
-        let Some(header) = prop.get("x-mcp-header") else {
-            continue;
-        };
-        let header = header
-            .as_str()
-            .ok_or_else(|| err(format!("{argument}: must be a string")))?;
-        // An HTTP field-name token (RFC 9110 `1*tchar`).
-        let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-        let valid = !header.is_empty() && header.bytes().all(tchar);
-        if !valid {
-            return Err(err(format!(
-                "{argument}: {header:?} must be an HTTP field-name token"
-            )));
-        }
-        // 2026-07-28: integers, strings and booleans; a `number` has no one
-        // text form to compare.
-        let primitive = matches!(
-            prop.get("type").and_then(Value::as_str),
-            Some("string" | "integer" | "boolean")
-        );
-        if !primitive {
-            return Err(err(format!(
-                "{argument}: only string, integer and boolean parameters can be mirrored"
-            )));
-        }
-        if out.iter().any(|m| m.header.eq_ignore_ascii_case(header)) {
-            return Err(err(format!("{header:?} is used twice")));
-        }
-        out.push(MirroredParam {
-            header: header.to_owned(),
-            argument: argument.clone(),
-        });
-    }
-    Ok(out)
+    })
 }
 
 #[cfg(test)]

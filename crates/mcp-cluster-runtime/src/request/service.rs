@@ -22,6 +22,56 @@ pub struct MirroredParam {
     pub argument: String,
 }
 
+impl MirroredParam {
+    /// The arguments a tool's input schema mirrors into headers
+    /// (`x-mcp-header` on its properties), checked against the transport's
+    /// rules: an HTTP field-name token, unique ignoring case, on string,
+    /// integer and boolean properties only.
+    ///
+    /// # Errors
+    /// The first annotation that breaks a rule, said for the tool's author.
+    pub fn from_input_schema(schema: &Value) -> Result<Vec<Self>, String> {
+        let mut out: Vec<Self> = Vec::new();
+        let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+            return Ok(out);
+        };
+        for (argument, prop) in props {
+            let Some(header) = prop.get("x-mcp-header") else {
+                continue;
+            };
+            let header = header
+                .as_str()
+                .ok_or_else(|| format!("{argument}: must be a string"))?;
+            // An HTTP field-name token (RFC 9110 `1*tchar`).
+            let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            if header.is_empty() || !header.bytes().all(tchar) {
+                return Err(format!(
+                    "{argument}: {header:?} must be an HTTP field-name token"
+                ));
+            }
+            // 2026-07-28: integers, strings and booleans; a `number` has no
+            // one text form to compare.
+            let primitive = matches!(
+                prop.get("type").and_then(Value::as_str),
+                Some("string" | "integer" | "boolean")
+            );
+            if !primitive {
+                return Err(format!(
+                    "{argument}: only string, integer and boolean parameters can be mirrored"
+                ));
+            }
+            if out.iter().any(|m| m.header.eq_ignore_ascii_case(header)) {
+                return Err(format!("{header:?} is used twice"));
+            }
+            out.push(Self {
+                header: header.to_owned(),
+                argument: argument.clone(),
+            });
+        }
+        Ok(out)
+    }
+}
+
 /// Whether a tool runs as a task (the 2026-07-28 tasks extension) when the
 /// request's client declares the extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -167,9 +217,11 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
         Vec::new()
     }
 
-    /// Called before the node serves a 2026-07-28 request, with what it
-    /// answers from the service itself (`server/discover`'s capabilities and
-    /// instructions, the `serverInfo` every result carries): a service that
+    /// Called before the node serves a 2026-07-28 request (before the
+    /// transport checks its headers against [`Self::mirrored_params`]),
+    /// with what it answers from the service itself (`server/discover`'s
+    /// capabilities and instructions, the `serverInfo` every result
+    /// carries, the mirrored arguments): a service that
     /// learns those at run time (a hosted server, from its first child)
     /// learns them here. Called for every such request: make it cheap once
     /// learnt. Default: nothing to learn.
