@@ -547,6 +547,20 @@ set +e
 bash tests/js/conformance.sh "$LB_URL" 2>&1 | tee "$LOG_DIR/conformance-hosted-cluster.log"
 [ "${PIPESTATUS[0]}" = 0 ] || hosted_conformance_status=1
 set -e
+# The load generator against the same hosted cluster, as an operator would
+# measure it: `init` reads what the hosted server offers, and both eras run
+# (sessions forwarded to their child's node, 2026-07-28 requests on pooled
+# children, questions, cancellations, resumed streams), every answer checked.
+echo "== hosted servers: mcp-loadtest init and run (both eras) through nginx in front of the 3 nodes"
+set +e
+{
+  ./target/debug/mcp-loadtest init --url "$LB_URL" --output "$LOG_DIR/hosted-init.toml" &&
+    grep -q 'tool = "echo"' "$LOG_DIR/hosted-init.toml" &&
+    ./target/debug/mcp-loadtest run --url "$LB_URL" --scenario loadtest/scenarios/mixed-eras.toml \
+      --sessions 20 --duration 15 --threshold 'errors<0.1%' --report "$LOG_DIR/hosted-loadtest.json"
+} 2>&1 | tee "$LOG_DIR/hosted-loadtest.log"
+hosted_loadtest_status=${PIPESTATUS[0]}
+set -e
 stop_cluster
 echo "== hosted servers: server-everything (npm) through the relay, TypeScript SDK client"
 cat >"$LOG_DIR/hosted-everything.toml" <<TOML
@@ -629,6 +643,7 @@ passed=$((rust_passed + release_passed + redis_cluster_passed + fuzz_passed + co
 [ "$cluster_conformance_status" = 0 ] || { echo "conformance suite against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$sdk_status" = 0 ] || { echo "TypeScript SDK end-to-end test failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$hosted_conformance_status" = 0 ] || { echo "conformance suite against a hosted server failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$hosted_loadtest_status" = 0 ] || { echo "mcp-loadtest through the hosted cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$relay_status" = 0 ] || { echo "server-everything through the relay failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$relay_python_status" = 0 ] || { echo "the Python SDK server through the relay failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$matrix_node_status" = 0 ] || { echo "client matrix against a node failed" >&2; failed=$((failed > 0 ? failed : 1)); }

@@ -60,6 +60,12 @@ pub struct UpstreamConfig {
     /// The same, tool by tool (`{ slow_report = "required" }`), over
     /// `tasks`.
     pub tool_tasks: BTreeMap<String, UpstreamTasks>,
+    /// 2026-07-28 requests run on initialized children kept per principal
+    /// and client capabilities: at most this many idle per key (more come
+    /// back only to be ended). Default 4.
+    pub pool_idle_per_key: usize,
+    /// Seconds a pooled child waits idle before it is ended. Default 60.
+    pub pool_idle_secs: u64,
 }
 
 /// [`UpstreamConfig::tasks`]: the runtime's [`mcp_cluster_runtime::TaskSupport`]
@@ -106,6 +112,8 @@ impl Default for UpstreamConfig {
             spawns_per_sec: 20,
             tasks: UpstreamTasks::Forbidden,
             tool_tasks: BTreeMap::new(),
+            pool_idle_per_key: 4,
+            pool_idle_secs: 60,
         }
     }
 }
@@ -185,6 +193,10 @@ impl UpstreamConfig {
     /// Whether tool `name` runs as a task ([`Self::tasks`], [`Self::tool_tasks`]).
     pub(crate) fn tasks_of(&self, name: &str) -> UpstreamTasks {
         self.tool_tasks.get(name).copied().unwrap_or(self.tasks)
+    }
+
+    pub(crate) fn pool_idle(&self) -> Duration {
+        Duration::from_secs(self.pool_idle_secs)
     }
 
     pub(crate) fn end_grace(&self) -> Duration {

@@ -9,12 +9,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Idle children kept per key; one more coming back is ended.
-pub(crate) const IDLE_PER_KEY: usize = 2;
-
-/// How long a child stays idle before it is ended.
-pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// Which requests a pooled child may serve: those of one principal (none
 /// without authorization) whose client declares the same capabilities (the
 /// child was initialized with them).
@@ -25,21 +19,24 @@ pub(crate) struct PoolKey {
     pub(crate) capabilities: String,
 }
 
-/// Idle children by key, the oldest first.
+/// Idle children by key, the oldest first: at most `per_key` per key, each
+/// for at most `idle_for`.
 #[derive(Debug)]
 pub(crate) struct Pool<T> {
     idle: HashMap<PoolKey, Vec<(T, Instant)>>,
-}
-
-impl<T> Default for Pool<T> {
-    fn default() -> Self {
-        Self {
-            idle: HashMap::new(),
-        }
-    }
+    per_key: usize,
+    idle_for: Duration,
 }
 
 impl<T> Pool<T> {
+    pub(crate) fn new(per_key: usize, idle_for: Duration) -> Self {
+        Self {
+            idle: HashMap::new(),
+            per_key,
+            idle_for,
+        }
+    }
+
     /// The most recently idle child of `key` that `alive` accepts; those it
     /// refuses come back in `dead` (to be counted out).
     pub(crate) fn take(
@@ -67,14 +64,14 @@ impl<T> Pool<T> {
     /// its most idle already (to be ended).
     pub(crate) fn put(&mut self, key: PoolKey, child: T, now: Instant) -> Option<T> {
         let children = self.idle.entry(key).or_default();
-        if children.len() >= IDLE_PER_KEY {
+        if children.len() >= self.per_key {
             return Some(child);
         }
         children.push((child, now));
         None
     }
 
-    /// Takes out the children idle for `IDLE_TIMEOUT` or more at `now`, and
+    /// Takes out the children idle for `idle_for` or more at `now`, and
     /// those `alive` refuses.
     pub(crate) fn expired(
         &mut self,
@@ -82,13 +79,11 @@ impl<T> Pool<T> {
         alive: impl Fn(&T) -> bool,
     ) -> Vec<(PoolKey, T)> {
         let mut out = Vec::new();
+        let idle_for = self.idle_for;
         self.idle.retain(|key, children| {
-            let (keep, gone): (Vec<_>, Vec<_>) =
-                std::mem::take(children)
-                    .into_iter()
-                    .partition(|(child, since)| {
-                        now.duration_since(*since) < IDLE_TIMEOUT && alive(child)
-                    });
+            let (keep, gone): (Vec<_>, Vec<_>) = std::mem::take(children)
+                .into_iter()
+                .partition(|(child, since)| now.duration_since(*since) < idle_for && alive(child));
             out.extend(gone.into_iter().map(|(child, _)| (key.clone(), child)));
             *children = keep;
             !children.is_empty()
@@ -115,6 +110,12 @@ impl<T> Pool<T> {
 mod tests {
     use super::*;
 
+    const IDLE: Duration = Duration::from_secs(60);
+
+    fn pool() -> Pool<u32> {
+        Pool::new(2, IDLE)
+    }
+
     fn key(principal: &str) -> PoolKey {
         PoolKey {
             principal: Some(principal.to_owned()),
@@ -124,7 +125,7 @@ mod tests {
 
     #[test]
     fn a_child_serves_only_its_own_key_and_the_pool_keeps_two_per_key() {
-        let mut pool = Pool::default();
+        let mut pool = pool();
         let now = Instant::now();
         assert_eq!(pool.put(key("alice"), 1, now), None);
         assert_eq!(pool.put(key("alice"), 2, now), None);
@@ -143,11 +144,11 @@ mod tests {
 
     #[test]
     fn idle_children_expire_and_all_drain() {
-        let mut pool = Pool::default();
+        let mut pool = pool();
         let start = Instant::now();
         pool.put(key("alice"), 1, start);
-        pool.put(key("bob"), 2, start + IDLE_TIMEOUT / 2);
-        let expired = pool.expired(start + IDLE_TIMEOUT, |_| true);
+        pool.put(key("bob"), 2, start + IDLE / 2);
+        let expired = pool.expired(start + IDLE, |_| true);
         assert_eq!(expired, [(key("alice"), 1)]);
         assert_eq!(pool.len(), 1);
         assert_eq!(pool.drain(), [2]);

@@ -52,7 +52,7 @@ const MAX_TOOL_NAME_BYTES: usize = 256;
 const QUESTIONS_TOGETHER: Duration = Duration::from_millis(50);
 
 /// How often idle pooled children are looked over (and those idle for
-/// [`crate::pool::IDLE_TIMEOUT`] ended).
+/// `pool_idle_secs` ended).
 const REAP_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Threads of the relay's runtime, which carries every child's pipes.
@@ -278,7 +278,7 @@ impl RelayService {
             per_principal: HashMap::new(),
             starting: 0,
             pooled: 0,
-            pool: Pool::default(),
+            pool: Pool::new(config.pool_idle_per_key, config.pool_idle()),
             spawns,
         }));
         runtime.spawn(reap(Arc::downgrade(&children)));
