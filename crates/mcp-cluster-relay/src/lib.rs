@@ -1,15 +1,17 @@
 //! Hosts other MCP servers on a node of the cluster: a stdio server (a
 //! program from npm or PyPI, say) runs as one child process per session,
-//! started with the client's own `initialize` and ended with the session.
-//! The relay is an [`mcp_cluster_runtime::McpService`]: the runtime serves
+//! started with the client's own `initialize` and ended with the session;
+//! 2026-07-28 requests, which have no session, run on initialized children
+//! kept per principal. The relay is an [`mcp_cluster_runtime::McpService`]: the runtime serves
 //! its sessions, streams, resumption and cancellation as it serves a
 //! provider's own handlers, and the relay carries each request to the
 //! session's child and everything the child says back.
 //!
 //! What crosses: requests and answers with ids mapped (the child sees ids
 //! of the relay's own); the child's questions (sampling, elicitation,
-//! roots) asked of the client during the request that caused them, and
-//! the answers given back; progress under the client's token; a
+//! roots) asked of the client during the request that caused them (outside
+//! any, on the session's GET stream; for a 2026-07-28 client, as the
+//! request's `input_required` round), and the answers given back; progress under the client's token; a
 //! cancellation (the client's, or the request's timeout) to the child
 //! running that request only; log lines and list or resource changes to
 //! the request's stream or the session's. Children are bounded: no shell,
