@@ -2,7 +2,9 @@
 //! its own children only, holds at most `max_children_per_principal` of
 //! them (past it, 429 with `Retry-After`), and the node at most
 //! `max_children` (past it, 503 with `Retry-After`). Refused sessions start
-//! no child and keep nothing; a session ended gives its place back.
+//! no child and keep nothing; a session ended gives its place back. A
+//! 2026-07-28 principal's requests run on pooled children of its own,
+//! never on another principal's.
 
 mod auth_support;
 
@@ -101,4 +103,85 @@ async fn children_past_a_principal_s_or_the_node_s_limit_are_refused_with_429_or
         StatusCode::SERVICE_UNAVAILABLE,
         "the node's three places are taken: {alice_again:?}"
     );
+}
+
+/// The live (not zombie) processes whose parent is `pid`.
+fn children_of(pid: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(") ").is_some_and(|(_, rest)| {
+                    let fields: Vec<&str> = rest.split_whitespace().collect();
+                    fields.len() > 1 && fields[0] != "Z" && fields[1] == pid.to_string()
+                })
+            })
+        })
+        .count()
+}
+
+/// A 2026-07-28 `tools/call` of `echo` as `token`'s principal: its text.
+async fn stateless_echo(url: &str, token: &str, id: u64) -> String {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+    "name": "echo", "arguments": {"message": "mine"},
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "relay-auth", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }}});
+    let answer = reqwest::Client::new()
+        .post(url)
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", "echo")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    let answer: serde_json::Value = answer.json().await.unwrap();
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_s_2026_requests_never_run_on_another_principal_s_child() {
+    let issuer = TestIssuer::start().await.unwrap();
+    let argv =
+        serde_json::to_string(&[node_binary().display().to_string(), "--stdio".into()]).unwrap();
+    let config = config_file(
+        "relay-pool",
+        &issuer,
+        RESOURCE,
+        "",
+        &format!("[[upstreams]]\nname = \"inner\"\ncommand = {argv}\n"),
+    );
+    let node = tokio::task::block_in_place(|| node(&config));
+    let url = node.url().to_owned();
+    let token = |who: &str| issuer.token().audience(RESOURCE).subject(who).sign();
+    let (alice, bob) = (token("alice"), token("bob"));
+    for id in 1..4 {
+        assert_eq!(stateless_echo(&url, &alice, id).await, "Echo: mine");
+    }
+    // Alice's child, kept for her (the probe that learnt the server's
+    // capabilities is gone).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while children_of(node.pid()) != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            children_of(node.pid())
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(stateless_echo(&url, &bob, 4).await, "Echo: mine");
+    assert_eq!(children_of(node.pid()), 2, "bob got a child of his own");
+    assert_eq!(stateless_echo(&url, &alice, 5).await, "Echo: mine");
+    assert_eq!(children_of(node.pid()), 2, "alice's child served her again");
 }
