@@ -248,3 +248,50 @@ async fn a_tool_the_operator_marks_for_tasks_runs_as_one_for_clients_of_the_exte
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_pooled_child_s_list_change_reaches_a_listen_stream() {
+    let (node, dir) = hosting();
+    let url = node.url();
+    let listen = request(
+        1,
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+        json!({}),
+    );
+    let mut stream = Messages::new(send(url, &listen, &[]).await);
+    let ack = stream.next().await.expect("acknowledgement");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true})
+    );
+    // The child changes its tool list during a call and says so outside
+    // the call: the relay passes it to the node's listen streams.
+    let changed = call(
+        url,
+        &tool_call(
+            2,
+            "test_trigger_tool_change",
+            json!({}),
+            json!({}),
+            json!({}),
+        ),
+        &[],
+    )
+    .await;
+    assert!(changed.response["result"].is_object(), "{changed:?}");
+    let change = stream.next().await.expect("the tools list change");
+    assert_eq!(
+        change["method"], "notifications/tools/list_changed",
+        "{change}"
+    );
+    assert_eq!(
+        change["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 1,
+        "{change}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

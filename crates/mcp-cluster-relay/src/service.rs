@@ -14,7 +14,8 @@ use mcp_cluster_protocol::types::{
 };
 use mcp_cluster_protocol::{ErrorObject, Notification, Request, methods};
 use mcp_cluster_runtime::{
-    AskError, McpService, MirroredParam, OpenError, RequestContext, SessionOpen, TaskSupport,
+    AskError, McpService, MirroredParam, OpenError, RequestContext, ServerEvent, SessionOpen,
+    TaskSupport,
 };
 use mcp_cluster_store::SessionId;
 use serde_json::{Map, Value, json};
@@ -51,6 +52,9 @@ const MAX_TOOL_NAME_BYTES: usize = 256;
 /// back to back, well within this).
 const QUESTIONS_TOGETHER: Duration = Duration::from_millis(50);
 
+/// List changes of pooled children waiting for the node to forward them.
+const CHANGES_QUEUE: usize = 64;
+
 /// How often idle pooled children are looked over (and those idle for
 /// `pool_idle_secs` ended).
 const REAP_INTERVAL: Duration = Duration::from_secs(10);
@@ -80,6 +84,9 @@ pub struct RelayService {
     /// the arguments each mirrors into `Mcp-Param-*` headers: the
     /// 2026-07-28 transport checks those headers before the request runs.
     tools: Mutex<HashMap<String, Vec<MirroredParam>>>,
+    /// The list changes pooled children announce, for the node to pass to
+    /// every `subscriptions/listen` stream ([`Self::events`]).
+    changes: tokio::sync::broadcast::Sender<ServerEvent>,
     /// Carries the children's pipes and supervision, apart from the HTTP
     /// workers and the handlers' executor. Its threads start every child,
     /// and live as long as the service (a child's parent-death signal
@@ -289,8 +296,18 @@ impl RelayService {
             known: OnceLock::new(),
             probe: tokio::sync::Mutex::new(()),
             tools: Mutex::new(HashMap::new()),
+            changes: tokio::sync::broadcast::Sender::new(CHANGES_QUEUE),
             runtime: RelayRuntime(Some(runtime)),
         })
+    }
+
+    /// Where the list changes (`notifications/*/list_changed`) that
+    /// 2026-07-28 clients hear of come from: those the pooled children
+    /// announce outside any request. The node forwards them to its listen
+    /// streams (and sessions, whose own children tell them anyway: a
+    /// list change heard twice only means one more listing).
+    pub fn events(&self) -> tokio::sync::broadcast::Sender<ServerEvent> {
+        self.changes.clone()
     }
 
     /// The upstream's settings.
@@ -524,6 +541,7 @@ impl RelayService {
         });
         let (upstream, result) = self.start(params).await?;
         self.remember(&result);
+        upstream.announce_to(self.changes.clone());
         upstream
             .notify(methods::NOTIFICATION_INITIALIZED, None)
             .await;

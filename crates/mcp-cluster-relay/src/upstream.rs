@@ -17,10 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mcp_cluster_protocol::{ErrorCode, ErrorObject, Message, Notification, RequestId, methods};
-use mcp_cluster_runtime::{AskError, HostedEnd, SessionLink};
+use mcp_cluster_runtime::{AskError, HostedEnd, ServerEvent, SessionLink};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, broadcast, mpsc, oneshot, watch};
 
 use crate::child::{self, Line, Spawned};
 use crate::config::UpstreamConfig;
@@ -87,6 +87,9 @@ pub(crate) struct Upstream {
     /// Where notifications that belong to no request go; set once the
     /// session is open.
     link: Mutex<Option<SessionLink>>,
+    /// For a pooled child (no session): where its list changes go
+    /// ([`Self::announce_to`]).
+    changes: Mutex<Option<broadcast::Sender<ServerEvent>>>,
     /// Wakes the supervisor to end the child.
     end: Notify,
     /// Set when the node ends the child itself (the session ended): its
@@ -152,6 +155,7 @@ impl Upstream {
             state: Mutex::default(),
             next_id: AtomicI64::new(1),
             link: Mutex::new(None),
+            changes: Mutex::new(None),
             end: Notify::new(),
             ended_by_us: std::sync::atomic::AtomicBool::new(false),
             gone_tx: watch::Sender::new(false),
@@ -212,6 +216,13 @@ impl Upstream {
     /// Where notifications that belong to no request go from now on.
     pub(crate) fn attach(&self, link: SessionLink) {
         *lock(&self.link) = Some(link);
+    }
+
+    /// A pooled child (no session): the list changes it announces outside
+    /// any request go to `changes`; its other notifications concern no
+    /// one.
+    pub(crate) fn announce_to(&self, changes: broadcast::Sender<ServerEvent>) {
+        *lock(&self.changes) = Some(changes);
     }
 
     /// Sends a request to the child. `events`: whether the caller relays
@@ -489,7 +500,18 @@ impl Upstream {
 
     fn to_session(&self, n: Notification) {
         if let Some(link) = lock(&self.link).as_ref() {
-            link.notify(n);
+            return link.notify(n);
+        }
+        let change = match n.method.as_str() {
+            methods::NOTIFICATION_TOOLS_LIST_CHANGED => ServerEvent::ToolsListChanged,
+            methods::NOTIFICATION_PROMPTS_LIST_CHANGED => ServerEvent::PromptsListChanged,
+            methods::NOTIFICATION_RESOURCES_LIST_CHANGED => ServerEvent::ResourcesListChanged,
+            _ => return,
+        };
+        if let Some(changes) = lock(&self.changes).as_ref() {
+            // Nobody forwarding them (a service used without a node) is no
+            // fault.
+            let _ = changes.send(change);
         }
     }
 

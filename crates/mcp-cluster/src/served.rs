@@ -16,17 +16,24 @@ use crate::{McpServer, NodeConfig};
 #[derive(Debug, Clone)]
 pub struct Served {
     service: Arc<dyn McpService>,
-    /// The provider's server, whose list and resource events the node
-    /// forwards to its sessions; `None` for a hosted server, whose events
-    /// reach its session by itself.
-    server: Option<McpServer>,
+    /// Where the server's list and resource events come from, which the
+    /// node forwards to its sessions and listen streams: the provider's
+    /// server, or for a hosted server the relay (its 2026-07-28 children's
+    /// list changes; a session's child reaches its session by itself).
+    events: Events,
+}
+
+#[derive(Debug, Clone)]
+enum Events {
+    Server(McpServer),
+    Relay(tokio::sync::broadcast::Sender<mcp_cluster_runtime::ServerEvent>),
 }
 
 impl From<McpServer> for Served {
     fn from(server: McpServer) -> Self {
         Self {
             service: Arc::new(server.clone()),
-            server: Some(server),
+            events: Events::Server(server),
         }
     }
 }
@@ -34,8 +41,8 @@ impl From<McpServer> for Served {
 impl From<RelayService> for Served {
     fn from(relay: RelayService) -> Self {
         Self {
+            events: Events::Relay(relay.events()),
             service: Arc::new(relay),
-            server: None,
         }
     }
 }
@@ -80,10 +87,10 @@ impl Served {
     /// Forwards the provider's server events (list changes, resource
     /// updates) to every session of the node.
     pub(crate) fn forward_events(&self, runtime: &Runtime) {
-        let Some(server) = &self.server else {
-            return;
+        let mut events = match &self.events {
+            Events::Server(server) => server.subscribe_events(),
+            Events::Relay(sender) => sender.subscribe(),
         };
-        let mut events = server.subscribe_events();
         let runtime = runtime.clone();
         actix_web::rt::spawn(async move {
             loop {
