@@ -7,9 +7,11 @@
 //! never on another principal's.
 
 mod auth_support;
+mod relay_support;
 
 use auth_support::*;
 use mcp_cluster_testkit::{TestIssuer, node_binary};
+use relay_support::children_of;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
@@ -103,23 +105,6 @@ async fn children_past_a_principal_s_or_the_node_s_limit_are_refused_with_429_or
         StatusCode::SERVICE_UNAVAILABLE,
         "the node's three places are taken: {alice_again:?}"
     );
-}
-
-/// The live (not zombie) processes whose parent is `pid`.
-fn children_of(pid: u32) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .filter(|child| {
-            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
-                stat.rsplit_once(") ").is_some_and(|(_, rest)| {
-                    let fields: Vec<&str> = rest.split_whitespace().collect();
-                    fields.len() > 1 && fields[0] != "Z" && fields[1] == pid.to_string()
-                })
-            })
-        })
-        .count()
 }
 
 /// A 2026-07-28 `tools/call` of `echo` as `token`'s principal: its text.

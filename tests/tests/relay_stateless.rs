@@ -6,11 +6,13 @@
 //! client's retry, which runs the call again, answers it. The hosted server
 //! is `mcp-node --stdio`.
 
+mod relay_support;
 mod stateless_support;
 
 use std::time::Duration;
 
 use mcp_cluster_testkit::{NodeProcess, node_binary};
+use relay_support::children_of;
 use serde_json::{Value, json};
 use stateless_support::*;
 
@@ -37,23 +39,6 @@ fn hosting_with(settings: &str) -> (NodeProcess, std::path::PathBuf) {
         NodeProcess::spawn_logged(&node_binary(), &["--config", config.to_str().unwrap()], &[])
             .unwrap();
     (node, dir)
-}
-
-/// The live (not zombie) processes whose parent is `pid`.
-fn children_of(pid: u32) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .filter(|child| {
-            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
-                stat.rsplit_once(") ").is_some_and(|(_, rest)| {
-                    let fields: Vec<&str> = rest.split_whitespace().collect();
-                    fields.len() > 1 && fields[0] != "Z" && fields[1] == pid.to_string()
-                })
-            })
-        })
-        .count()
 }
 
 #[tokio::test]

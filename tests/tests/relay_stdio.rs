@@ -257,6 +257,27 @@ async fn the_child_s_own_notifications_reach_the_get_stream() {
     assert_eq!(echoed["result"]["content"][0]["text"], "Echo: after");
 }
 
+/// What the `roots` child (`hostile.py roots`) got for its `roots/list`,
+/// once it got anything (its tool `act` says), within 10 s.
+async fn roots_answer(client: &Client) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (acted, _) = call(client, "act", json!({})).await;
+        let text = acted["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if text != "no answer yet" {
+            return serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"));
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the child got no answer"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_question_outside_any_request_waits_for_the_get_stream_and_its_answer_reaches_the_child()
 {
@@ -274,20 +295,8 @@ async fn a_question_outside_any_request_waits_for_the_get_stream_and_its_answer_
         "result": {"roots": [{"uri": "file:///work", "name": "work"}]}});
     let posted = within("answer", client.post(&answer)).await.unwrap();
     assert!(matches!(posted, Reply::Accepted), "{posted:?}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let text = loop {
-        let (acted, _) = call(&client, "act", json!({})).await;
-        let text = acted["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        if text != "no answer yet" || tokio::time::Instant::now() > deadline {
-            break text;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
     // The child got the client's answer under its own id.
-    let got: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"));
+    let got = roots_answer(&client).await;
     assert_eq!(got["id"], "roots-1", "{got}");
     assert_eq!(got["result"]["roots"][0]["uri"], "file:///work", "{got}");
 }
@@ -296,19 +305,7 @@ async fn a_question_outside_any_request_waits_for_the_get_stream_and_its_answer_
 async fn a_question_for_a_capability_the_client_lacks_is_refused_to_the_child() {
     let (node, _dir) = hosting("roots", &argv(&hostile("roots")), "");
     let (client, _) = session(&node, json!({})).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let text = loop {
-        let (acted, _) = call(&client, "act", json!({})).await;
-        let text = acted["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        if text != "no answer yet" || tokio::time::Instant::now() > deadline {
-            break text;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let got: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"));
+    let got = roots_answer(&client).await;
     assert_eq!(got["error"]["code"], -32601, "{got}");
     assert!(
         got["error"]["message"]

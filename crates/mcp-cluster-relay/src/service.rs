@@ -879,19 +879,8 @@ enum Flow {
 /// What a 2026-07-28 request refused a child is told (the session era
 /// refuses the HTTP request itself).
 fn limit_error(err: OpenError) -> ErrorObject {
-    match err {
-        OpenError::Failed(err) => err,
-        OpenError::Busy {
-            message,
-            retry_after,
-        }
-        | OpenError::ClientLimit {
-            message,
-            retry_after,
-        } => ErrorObject::internal(message)
-            .with_data(json!({ "retryAfterSeconds": retry_after.as_secs().max(1) })),
-        other => ErrorObject::internal(format!("{other:?}")),
-    }
+    err.into_refusal()
+        .map_or_else(|err| err, |refused| refused.to_error_object())
 }
 
 /// Ends pooled children idle too long, every [`REAP_INTERVAL`], until the

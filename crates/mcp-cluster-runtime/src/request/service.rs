@@ -7,6 +7,7 @@ use mcp_cluster_protocol::types::{Implementation, ServerCapabilities};
 use mcp_cluster_protocol::{ErrorObject, Notification, Request, methods};
 use serde_json::{Map, Value};
 
+use crate::node::error::RuntimeError;
 use crate::request::context::RequestContext;
 use crate::request::link::SessionLink;
 use mcp_cluster_protocol::types::LoggingLevel;
@@ -327,6 +328,36 @@ pub enum OpenError {
     /// `initialize`): the client's `initialize` is answered with this
     /// error.
     Failed(ErrorObject),
+}
+
+impl OpenError {
+    /// The refusal as the runtime reports it ([`RuntimeError::HostedLimit`]:
+    /// 503 or 429 with `Retry-After` over HTTP), or the start's own error
+    /// for the client's `initialize` ([`Self::Failed`]).
+    ///
+    /// # Errors
+    /// [`Self::Failed`]'s error.
+    pub fn into_refusal(self) -> Result<RuntimeError, ErrorObject> {
+        match self {
+            Self::Failed(err) => Err(err),
+            Self::Busy {
+                message,
+                retry_after,
+            } => Ok(RuntimeError::HostedLimit {
+                client: false,
+                message,
+                retry_after,
+            }),
+            Self::ClientLimit {
+                message,
+                retry_after,
+            } => Ok(RuntimeError::HostedLimit {
+                client: true,
+                message,
+                retry_after,
+            }),
+        }
+    }
 }
 
 impl From<ErrorObject> for OpenError {

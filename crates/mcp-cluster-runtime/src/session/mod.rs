@@ -1106,22 +1106,9 @@ impl Session {
                         let session = act.record.id.clone();
                         actix::spawn(async move { service.close_session(&session).await });
                     }
-                    let client = matches!(err, OpenError::ClientLimit { .. });
-                    let err = match err {
-                        OpenError::Failed(err) => err,
-                        OpenError::Busy {
-                            message,
-                            retry_after,
-                        }
-                        | OpenError::ClientLimit {
-                            message,
-                            retry_after,
-                        } => {
-                            let refused = RuntimeError::HostedLimit {
-                                client,
-                                message,
-                                retry_after,
-                            };
+                    let err = match err.into_refusal() {
+                        Err(err) => err,
+                        Ok(refused) => {
                             let answer = refused.to_error_object();
                             let _ = act.shared.refused.set(refused);
                             answer
