@@ -720,6 +720,9 @@ def expect_upstreams(docs):
         "inherit_env": ["PATH", "HOME"],
         "max_children": 64,
         "initialize_timeout_secs": 10,
+        "tasks": "optional",
+        "tool_tasks": {"slow_report": "required"},
+        "pool_idle_per_key": 8,
     }]}, config_map(docs, deployment)
     assert "--config" in container["args"], container["args"]
 
