@@ -554,7 +554,7 @@ set -e
 echo "== hosted servers: mcp-loadtest init and run (both eras) through nginx in front of the 3 nodes"
 set +e
 {
-  ./target/debug/mcp-loadtest init --url "$LB_URL" --output "$LOG_DIR/hosted-init.toml" &&
+  ./target/debug/mcp-loadtest init --url "$LB_URL" --output "$LOG_DIR/hosted-init.toml" --force &&
     grep -q 'tool = "echo"' "$LOG_DIR/hosted-init.toml" &&
     ./target/debug/mcp-loadtest run --url "$LB_URL" --scenario loadtest/scenarios/mixed-eras.toml \
       --sessions 20 --duration 15 --threshold 'errors<0.1%' --report "$LOG_DIR/hosted-loadtest.json"
