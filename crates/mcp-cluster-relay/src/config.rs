@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use mcp_cluster_runtime::TaskSupport;
 use serde::{Deserialize, Serialize};
 
 /// One MCP server the node hosts: a stdio program started once per session.
@@ -56,40 +57,16 @@ pub struct UpstreamConfig {
     /// Whether the server's tools run as tasks for 2026-07-28 clients of the
     /// tasks extension (a session-era stdio server says nothing of it; the
     /// node runs the task and the call within it). Default `forbidden`.
-    pub tasks: UpstreamTasks,
+    pub tasks: TaskSupport,
     /// The same, tool by tool (`{ slow_report = "required" }`), over
     /// `tasks`.
-    pub tool_tasks: BTreeMap<String, UpstreamTasks>,
+    pub tool_tasks: BTreeMap<String, TaskSupport>,
     /// 2026-07-28 requests run on initialized children kept per principal
     /// and client capabilities: at most this many idle per key (more come
     /// back only to be ended). Default 4.
     pub pool_idle_per_key: usize,
     /// Seconds a pooled child waits idle before it is ended. Default 60.
     pub pool_idle_secs: u64,
-}
-
-/// [`UpstreamConfig::tasks`]: the runtime's [`mcp_cluster_runtime::TaskSupport`]
-/// for every tool of the upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum UpstreamTasks {
-    /// Never as a task.
-    #[default]
-    Forbidden,
-    /// As a task for clients of the extension, synchronously for others.
-    Optional,
-    /// Only as a task: clients without the extension get -32021.
-    Required,
-}
-
-impl From<UpstreamTasks> for mcp_cluster_runtime::TaskSupport {
-    fn from(tasks: UpstreamTasks) -> Self {
-        match tasks {
-            UpstreamTasks::Forbidden => Self::Forbidden,
-            UpstreamTasks::Optional => Self::Optional,
-            UpstreamTasks::Required => Self::Required,
-        }
-    }
 }
 
 impl Default for UpstreamConfig {
@@ -110,7 +87,7 @@ impl Default for UpstreamConfig {
             max_children: 256,
             max_children_per_principal: 16,
             spawns_per_sec: 20,
-            tasks: UpstreamTasks::Forbidden,
+            tasks: TaskSupport::Forbidden,
             tool_tasks: BTreeMap::new(),
             pool_idle_per_key: 4,
             pool_idle_secs: 60,
@@ -191,7 +168,7 @@ impl UpstreamConfig {
     }
 
     /// Whether tool `name` runs as a task ([`Self::tasks`], [`Self::tool_tasks`]).
-    pub(crate) fn tasks_of(&self, name: &str) -> UpstreamTasks {
+    pub(crate) fn tasks_of(&self, name: &str) -> TaskSupport {
         self.tool_tasks.get(name).copied().unwrap_or(self.tasks)
     }
 
@@ -242,16 +219,16 @@ mod tests {
         "#;
         let optional: UpstreamConfig =
             toml::from_str(&format!("{text}\ntasks = \"optional\"")).unwrap();
-        assert_eq!(optional.tasks, UpstreamTasks::Optional);
+        assert_eq!(optional.tasks, TaskSupport::Optional);
         let per_tool: UpstreamConfig = toml::from_str(&format!(
             "{text}\ntasks = \"optional\"\ntool_tasks = {{ quick = \"forbidden\" }}"
         ))
         .unwrap();
-        assert_eq!(per_tool.tasks_of("quick"), UpstreamTasks::Forbidden);
-        assert_eq!(per_tool.tasks_of("slow"), UpstreamTasks::Optional);
+        assert_eq!(per_tool.tasks_of("quick"), TaskSupport::Forbidden);
+        assert_eq!(per_tool.tasks_of("slow"), TaskSupport::Optional);
         assert!(toml::from_str::<UpstreamConfig>(&format!("{text}\ntasks = \"often\"")).is_err());
         let config: UpstreamConfig = toml::from_str(text).unwrap();
-        assert_eq!(config.tasks, UpstreamTasks::Forbidden);
+        assert_eq!(config.tasks, TaskSupport::Forbidden);
         assert_eq!(config.command.len(), 4);
         assert_eq!(config.env["API_BASE"], "http://127.0.0.1:9");
         assert_eq!(config.max_line_bytes, 8 * 1024 * 1024);

@@ -34,5 +34,5 @@ mod pool;
 pub mod service;
 mod upstream;
 
-pub use config::{UpstreamConfig, UpstreamConfigError, UpstreamTasks};
+pub use config::{UpstreamConfig, UpstreamConfigError};
 pub use service::RelayService;

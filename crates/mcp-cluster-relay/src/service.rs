@@ -467,12 +467,7 @@ impl RelayService {
             principal: None,
             taken: false,
         };
-        let params = json!({
-            "protocolVersion": ProtocolVersion::LATEST.as_str(),
-            "capabilities": {},
-            "clientInfo": { "name": "mcp-node", "version": env!("CARGO_PKG_VERSION") },
-        });
-        let (upstream, result) = self.start(params).await?;
+        let (upstream, result) = self.start(own_initialize(json!({}))).await?;
         self.remember(&result);
         // Its first page of tools too: a 2026-07-28 client may call one
         // before it lists them, with headers to check.
@@ -534,12 +529,7 @@ impl RelayService {
             principal,
             taken: false,
         };
-        let params = json!({
-            "protocolVersion": ProtocolVersion::LATEST.as_str(),
-            "capabilities": capabilities,
-            "clientInfo": { "name": "mcp-node", "version": env!("CARGO_PKG_VERSION") },
-        });
-        let (upstream, result) = self.start(params).await?;
+        let (upstream, result) = self.start(own_initialize(capabilities)).await?;
         self.remember(&result);
         upstream.announce_to(self.changes.clone());
         upstream
@@ -685,7 +675,7 @@ impl McpService for RelayService {
 
     fn task_support(&self, name: &str) -> TaskSupport {
         if self.has_tool(name) {
-            self.config.tasks_of(name).into()
+            self.config.tasks_of(name)
         } else {
             TaskSupport::Forbidden
         }
@@ -867,6 +857,17 @@ async fn relay_call(
             }
         }
     }
+}
+
+/// The `initialize` params of a child the relay starts on its own (no
+/// client's `initialize` to pass on): the latest session revision, the node
+/// as the client, declaring `capabilities`.
+fn own_initialize(capabilities: Value) -> Value {
+    json!({
+        "protocolVersion": ProtocolVersion::LATEST.as_str(),
+        "capabilities": capabilities,
+        "clientInfo": { "name": "mcp-node", "version": env!("CARGO_PKG_VERSION") },
+    })
 }
 
 /// Whether a request's relay goes on after an event.

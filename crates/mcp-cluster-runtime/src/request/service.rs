@@ -74,8 +74,10 @@ impl MirroredParam {
 }
 
 /// Whether a tool runs as a task (the 2026-07-28 tasks extension) when the
-/// request's client declares the extension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// request's client declares the extension. In configuration files,
+/// `"forbidden"`, `"optional"` or `"required"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TaskSupport {
     /// Never: always answered synchronously.
     #[default]
@@ -224,8 +226,9 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
     /// capabilities and instructions, the `serverInfo` every result
     /// carries, the mirrored arguments): a service that
     /// learns those at run time (a hosted server, from its first child)
-    /// learns them here. Called for every such request: make it cheap once
-    /// learnt. Default: nothing to learn.
+    /// learns them here. Called by the transport for every such request:
+    /// make it cheap once learnt.
+    /// Default: nothing to learn.
     ///
     /// # Errors
     /// They cannot be learnt now: the request is answered with the error.

@@ -175,7 +175,9 @@ impl Runtime {
 
     /// Serves one stateless (2026-07-28) request whose `_meta` the
     /// transport read ([`RequestMeta::read`]) and whose headers it checked,
-    /// without any session.
+    /// without any session. The transport awaits
+    /// [`McpService::prepare_stateless`] first, before those checks (they
+    /// read what it learns).
     pub async fn stateless(
         &self,
         request: Request,

@@ -547,9 +547,6 @@ impl Stateless {
         {
             return StatelessReply::Refused(err, id);
         }
-        if let Err(error) = self.service().prepare_stateless().await {
-            return refuse(error);
-        }
         match request.method.as_str() {
             methods::SERVER_DISCOVER => {
                 let result = self.discover_result();
