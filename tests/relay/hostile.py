@@ -13,6 +13,8 @@ Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
   roots         asks the client `roots/list` once it is initialized (outside
                 any request) and answers `act` with the client's answer, or
                 "no answer yet"
+  roots-flood   asks `roots/list` 20 times at once when initialized and
+                answers `act` with every answer it got so far, as JSON
   echo-meta     answers `act` with the `_meta` its request carried, as JSON
                 text
   well          behaves
@@ -45,10 +47,11 @@ def main():
             continue
         request = json.loads(line)
         method = request.get("method")
-        if MODE == "roots" and method == "notifications/initialized":
-            send({"jsonrpc": "2.0", "id": "roots-1", "method": "roots/list", "params": {}})
+        if MODE in ("roots", "roots-flood") and method == "notifications/initialized":
+            for n in range(1, 2 if MODE == "roots" else 21):
+                send({"jsonrpc": "2.0", "id": f"roots-{n}", "method": "roots/list", "params": {}})
             continue
-        if MODE == "roots" and request.get("id") == "roots-1" and method is None:
+        if str(request.get("id")).startswith("roots-") and method is None:
             ROOTS_ANSWER.append(request)
             continue
         if "id" not in request or method is None:
@@ -81,6 +84,8 @@ def main():
                 answer(request, {"content": [{"type": "text", "text": text}]})
             elif MODE == "exit-in-call":
                 sys.exit(3)
+            elif MODE == "roots-flood":
+                answer(request, {"content": [{"type": "text", "text": json.dumps(ROOTS_ANSWER)}]})
             elif MODE == "roots":
                 text = json.dumps(ROOTS_ANSWER[0]) if ROOTS_ANSWER else "no answer yet"
                 answer(request, {"content": [{"type": "text", "text": text}]})

@@ -302,6 +302,48 @@ async fn a_question_outside_any_request_waits_for_the_get_stream_and_its_answer_
 }
 
 #[tokio::test]
+async fn questions_held_for_a_client_that_never_reads_are_bounded() {
+    let (node, _dir) = hosting("roots", &argv(&hostile("roots-flood")), "");
+    let (client, _) = session(&node, json!({"roots": {}})).await;
+    // 20 questions at once, no GET stream: 16 are held, 4 refused at once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        let (acted, _) = call(&client, "act", json!({})).await;
+        let text = acted["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("[]");
+        let got: Vec<Value> = serde_json::from_str(text).unwrap_or_default();
+        if got.len() >= 4 || tokio::time::Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(refused.len(), 4, "{refused:?}");
+    assert!(
+        refused.iter().all(|r| r["error"]["code"] == -32603),
+        "{refused:?}"
+    );
+    // The held ones go out once the client reads, and no more than them.
+    let Reply::Sse(mut get) = within("GET", client.get(None)).await.unwrap() else {
+        panic!("the GET stream is a stream");
+    };
+    for _ in 0..16 {
+        let question = next(&mut get).await.expect("the GET stream ended");
+        assert_eq!(question["method"], "roots/list", "{question}");
+    }
+    let (acted, _) = call(&client, "act", json!({})).await;
+    let text = acted["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("[]");
+    let got: Vec<Value> = serde_json::from_str(text).unwrap_or_default();
+    assert_eq!(
+        got.len(),
+        4,
+        "none of the held questions was answered: {got:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_question_for_a_capability_the_client_lacks_is_refused_to_the_child() {
     let (node, _dir) = hosting("roots", &argv(&hostile("roots")), "");
     let (client, _) = session(&node, json!({})).await;
