@@ -1,7 +1,7 @@
 //! [`RelayService`]: a hosted stdio MCP server as the service the runtime
 //! calls: one child per session (protocol revisions up to 2025-11-25), and
 //! for 2026-07-28 requests, which have no session, initialized children
-//! kept per principal ([`crate::pool`]).
+//! kept per principal and client capabilities (the `pool` module).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
