@@ -17,6 +17,10 @@ Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
                 answers `act` with every answer it got so far, as JSON
   echo-meta     answers `act` with the `_meta` its request carried, as JSON
                 text
+  elicit        `act` asks the client `elicitation/create` as many times as
+                its argument `questions` says (default 1), one after the
+                other, then answers with every answer and how many times
+                `act` was called in this process, as JSON text
   well          behaves
 """
 
@@ -28,6 +32,9 @@ import time
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "well"
 ROOTS_ANSWER = []
+# elicit: calls of `act` so far, and the call waiting for its answers.
+CALLS = 0
+ELICITING = {}
 
 
 def send(message):
@@ -39,7 +46,16 @@ def answer(request, result):
     send({"jsonrpc": "2.0", "id": request["id"], "result": result})
 
 
+def elicit():
+    n = len(ELICITING["answers"]) + 1
+    send({"jsonrpc": "2.0", "id": f"ask-{CALLS}-{n}", "method": "elicitation/create",
+          "params": {"message": f"question {n}",
+                     "requestedSchema": {"type": "object",
+                                         "properties": {"name": {"type": "string"}}}}})
+
+
 def main():
+    global CALLS
     if MODE == "grandchild":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     for line in sys.stdin:
@@ -53,6 +69,14 @@ def main():
             continue
         if str(request.get("id")).startswith("roots-") and method is None:
             ROOTS_ANSWER.append(request)
+            continue
+        if str(request.get("id")).startswith("ask-") and method is None:
+            ELICITING["answers"].append(request.get("result", request.get("error")))
+            if len(ELICITING["answers"]) < ELICITING["questions"]:
+                elicit()
+            else:
+                text = json.dumps({"calls": CALLS, "answers": ELICITING["answers"]})
+                answer(ELICITING["request"], {"content": [{"type": "text", "text": text}]})
             continue
         if "id" not in request or method is None:
             continue
@@ -89,6 +113,12 @@ def main():
             elif MODE == "roots":
                 text = json.dumps(ROOTS_ANSWER[0]) if ROOTS_ANSWER else "no answer yet"
                 answer(request, {"content": [{"type": "text", "text": text}]})
+            elif MODE == "elicit":
+                CALLS += 1
+                arguments = request.get("params", {}).get("arguments") or {}
+                ELICITING.update(request=request, answers=[],
+                                 questions=int(arguments.get("questions", 1)))
+                elicit()
             elif MODE == "echo-meta":
                 meta = request.get("params", {}).get("_meta", {})
                 answer(request, {"content": [{"type": "text", "text": json.dumps(meta)}]})

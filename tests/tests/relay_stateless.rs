@@ -3,8 +3,9 @@
 //! `serverInfo`; requests run on initialized children kept per principal and
 //! client capabilities (never shared between them); a child's question
 //! during a call becomes the call's `input_required` result, and the
-//! client's retry, which runs the call again, answers it. The hosted server
-//! is `mcp-node --stdio`.
+//! client's retry gives the answer to the child that asked (which waited;
+//! `relay_rounds.rs` has it across nodes). The hosted server is
+//! `mcp-node --stdio`.
 
 mod relay_support;
 mod stateless_support;

@@ -11,7 +11,8 @@
 //! of the relay's own); the child's questions (sampling, elicitation,
 //! roots) asked of the client during the request that caused them (outside
 //! any, on the session's GET stream; for a 2026-07-28 client, as the
-//! request's `input_required` round), and the answers given back; progress under the client's token; a
+//! request's `input_required` round, the child waiting for the retry's
+//! answer on whichever node it runs), and the answers given back; progress under the client's token; a
 //! cancellation (the client's, or the request's timeout) to the child
 //! running that request only; log lines and list or resource changes to
 //! the request's stream or the session's. Children are bounded: no shell,

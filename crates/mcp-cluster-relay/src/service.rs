@@ -692,6 +692,12 @@ impl McpService for RelayService {
         self.learn().await
     }
 
+    /// A child's question waits for its answer: a call cannot be run
+    /// again on a child (it may have acted already).
+    fn keeps_running_on_input(&self) -> bool {
+        true
+    }
+
     fn runs_server_per_session(&self) -> bool {
         true
     }
@@ -829,7 +835,9 @@ async fn relay_call(
             biased;
             Some(event) = call.events.recv() => {
                 if let Flow::InputRequired = relay_event(upstream, ctx, event).await {
-                    // 2026-07-28: the question goes out in the request's
+                    // 2026-07-28, when the node could not keep the run
+                    // waiting for the answer (its store refused the run's
+                    // record): the question goes out in the request's
                     // `input_required` result, with the others the child
                     // asks at the same time; the client's retry runs the
                     // request again, and the child's questions then find

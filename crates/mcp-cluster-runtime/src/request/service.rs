@@ -236,6 +236,18 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
         Ok(())
     }
 
+    /// 2026-07-28: whether a handler that asks the client something it has
+    /// not answered yet keeps running while the client answers, rather than
+    /// being run again on the retry. Yes for a service whose handler cannot
+    /// be run twice (a hosted server's child, waiting for its question's
+    /// answer): the question goes out in the request's `input_required`
+    /// result, and the retry, on any node, brings the answers to the
+    /// waiting run and its outcome back. Default: no (a handler runs again
+    /// with the answers, which suits handlers written for this era).
+    fn keeps_running_on_input(&self) -> bool {
+        false
+    }
+
     /// The node is stopping, its drain over: end whatever the service
     /// started (a hosted server's children). The node waits for it.
     async fn shutdown(&self) {}

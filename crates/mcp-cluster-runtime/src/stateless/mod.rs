@@ -15,6 +15,7 @@
 //! [`crate::request`] as the session era's do, and it knows nothing of
 //! sessions.
 
+pub(crate) mod kept;
 pub mod listen;
 pub mod mrtr;
 pub mod tasks;
@@ -165,9 +166,13 @@ pub(crate) struct StatelessScope {
     pub(crate) inputs: InputRound,
     /// Whether (and as what) the request runs as a task.
     pub(crate) task: tokio::sync::Mutex<TaskSlot>,
-    /// Set once it is a task: closing the response stream no longer
-    /// cancels it.
+    /// Set once it is a task (or a kept run): closing the response stream
+    /// no longer cancels it.
     pub(crate) is_task: AtomicBool,
+    /// The request's method and params, when a question the request does
+    /// not answer keeps the handler running (a kept run) rather than
+    /// ending the run.
+    pub(crate) keep: Option<(String, Option<Map<String, Value>>)>,
 }
 
 impl StatelessScope {
@@ -214,10 +219,55 @@ impl StatelessScope {
         params: Value,
     ) -> Result<Value, crate::request::context::AskError> {
         let key = self.inputs.key(key, method)?;
-        match self.running_task().await {
-            Some(run) => run.ask(key, method, params).await,
-            None => self.inputs.ask(key, method, params),
+        if let Some(run) = self.running_task().await {
+            return run.ask(key, method, params).await;
         }
+        if self.keep.is_none() {
+            return self.inputs.ask(key, method, params);
+        }
+        // Answered by the request itself, or the run is kept until the
+        // client answers.
+        match self.inputs.ask(key.clone(), method, params.clone()) {
+            Err(AskError::InputRequired) => {
+                self.inputs.take_open();
+                match self.kept_run().await {
+                    Some(run) => run.ask(key, method, params).await,
+                    None => self.inputs.ask(key, method, params),
+                }
+            }
+            answered => answered,
+        }
+    }
+
+    /// The kept run of this request, made at its first question; `None`
+    /// when it could not be stored (the question ends the run, as for a
+    /// service that does not keep them).
+    async fn kept_run(&self) -> Option<Arc<TaskRun>> {
+        let (method, params) = self.keep.as_ref()?;
+        let mut slot = self.task.lock().await;
+        let eligible = match &*slot {
+            TaskSlot::Running(run) => return Some(Arc::clone(run)),
+            TaskSlot::None => return None,
+            TaskSlot::Eligible(eligible) => eligible,
+        };
+        let kept = kept::Kept::new(
+            Arc::clone(&eligible.output),
+            eligible.request_id.clone(),
+            method.clone(),
+            params.clone(),
+            eligible.principal.clone(),
+        );
+        let id = format!("{}{}", kept::ID_PREFIX, uuid::Uuid::new_v4().simple());
+        // Kept before the question goes out: the client's closing that
+        // response no longer cancels the run.
+        self.is_task.store(true, Ordering::Release);
+        let Some((run, _)) = eligible.create(id, Some(kept)).await else {
+            self.is_task.store(false, Ordering::Release);
+            return None;
+        };
+        *slot = TaskSlot::Running(Arc::clone(&run));
+        run.reply_soon();
+        Some(run)
     }
 }
 
@@ -415,6 +465,8 @@ pub(crate) struct Era {
     running_tasks: AtomicUsize,
     /// `serverInfo` as JSON, made on first use.
     server_info: std::sync::OnceLock<Value>,
+    /// Wake-ups between kept runs and their retries on this node.
+    kept: kept::Wakers,
 }
 
 impl Stateless {
@@ -439,6 +491,7 @@ impl Stateless {
             ring_read: tokio::sync::Mutex::new(None),
             running_tasks: AtomicUsize::new(0),
             server_info: std::sync::OnceLock::new(),
+            kept: kept::Wakers::default(),
         }))
     }
 
@@ -687,10 +740,32 @@ impl Stateless {
         } else {
             None
         };
-        // The round so far: the state's answers, then the retry's.
+        // The round so far: the state's answers, then the retry's; or the
+        // kept run the state names, which the retry's answers go to.
         let answers = match self.round_answers(&request, principal_key.as_deref()).await {
-            Ok(found) => found,
+            Ok(Round::Answers(found)) => found,
+            Ok(Round::Kept(run)) => {
+                drop(task_slot);
+                return self.resume_kept(
+                    run,
+                    request,
+                    principal_key.unwrap_or_default(),
+                    hold,
+                    inbound,
+                );
+            }
             Err(err) => return StatelessReply::Now(Response::error(Some(id), err)),
+        };
+        // A service whose handler cannot run twice keeps it running while
+        // the client answers its questions.
+        let keeps = may_be_asked && self.service().keeps_running_on_input();
+        // Only a handler that may ask the client, of a client that declared
+        // it can be asked, can end in an input round, whose state names the
+        // request.
+        let params = if may_be_asked {
+            mrtr::identity(request.params.as_ref())
+        } else {
+            None
         };
         // The handler's token: tripped when the node stops, when the client
         // closes the response stream (unless the request became a task,
@@ -704,7 +779,7 @@ impl Stateless {
             id.clone(),
         );
         // Whose budget a finished task counts against: the request's owner.
-        let client = task_eligible.then(|| {
+        let client = (task_eligible || keeps).then(|| {
             hold.owner()
                 .map_or(mcp_cluster_store::UNKNOWN_OWNER, |o| &**o)
                 .to_owned()
@@ -720,7 +795,7 @@ impl Stateless {
             .holding(hold),
         );
         let output = Arc::new(RequestOutput::new(Arc::clone(&exchange)));
-        let task = if task_eligible {
+        let task = if task_eligible || keeps {
             TaskSlot::Eligible(Box::new(Eligible {
                 stateless: self.clone(),
                 output: Arc::clone(&output),
@@ -729,6 +804,7 @@ impl Stateless {
                 client: client.unwrap_or_default(),
                 job: job.clone(),
                 cancelled: Arc::clone(&client_gone),
+                may_be_task: task_eligible,
             }))
         } else {
             TaskSlot::None
@@ -739,6 +815,7 @@ impl Stateless {
             inputs: InputRound::new(answers),
             task: tokio::sync::Mutex::new(task),
             is_task: AtomicBool::new(false),
+            keep: keeps.then(|| (method.clone(), params.clone())),
         });
         if task_eligible && !task_in_handler {
             scope.start_task().await;
@@ -755,14 +832,6 @@ impl Stateless {
             Arc::clone(&scope) as Arc<dyn Carried>,
             inbound.principal.clone(),
         );
-        // Only a handler that may ask the client, of a client that declared
-        // it can be asked, can end in an input round, whose state names the
-        // request.
-        let params = if may_be_asked {
-            mrtr::identity(request.params.as_ref())
-        } else {
-            None
-        };
         let handler = handler_job(self.service(), request, context, &exchange);
         let stateless = self.clone();
         let timeout = self.config().request_timeout();
@@ -773,6 +842,15 @@ impl Stateless {
             let _task_slot = task_slot;
             let outcome = run_job(&executor, handler, timeout, &job, &client_gone, &id).await;
             if let Some(run) = scope.running_task().await {
+                // A kept run that ended before its questions went out
+                // answers as a run that asked nothing.
+                if run.kept.as_ref().is_some_and(kept::Kept::take_reply) {
+                    let response = outcome.clone().map(|outcome| Response {
+                        id: Some(id),
+                        outcome: stateless.complete_outcome(&method, outcome),
+                    });
+                    output.finish(response).await;
+                }
                 run.finish(outcome).await;
                 return;
             }
@@ -809,7 +887,7 @@ impl Stateless {
         &self,
         request: &Request,
         principal: Option<&str>,
-    ) -> Result<Map<String, Value>, ErrorObject> {
+    ) -> Result<Round, ErrorObject> {
         let params = request.params.as_ref();
         let mut answers = Map::new();
         if let Some(state) = params.and_then(|p| p.get("requestState")) {
@@ -820,6 +898,9 @@ impl Stateless {
                 .map_err(state_refused)?;
             if !self.claim_state(&opened.id).await {
                 return Err(state_refused(StateError::Replayed));
+            }
+            if let Some(run) = opened.run {
+                return Ok(Round::Kept(run));
             }
             answers = opened.answers;
         }
@@ -833,7 +914,7 @@ impl Stateless {
                 answers.insert(key.clone(), value.clone());
             }
         }
-        Ok(answers)
+        Ok(Round::Answers(answers))
     }
 
     /// The response of a finished run: `input_required` when the handler
@@ -886,6 +967,15 @@ impl Stateless {
             )
             .with_data(json!({ "requiredCapabilities": { what: {} } })));
         }
+        self.complete_outcome(method, outcome)
+    }
+
+    /// A handler's outcome as the stateless era answers it.
+    pub(crate) fn complete_outcome(
+        &self,
+        method: &str,
+        outcome: Result<Value, ErrorObject>,
+    ) -> Result<Value, ErrorObject> {
         match outcome {
             Ok(mut value) => {
                 self.complete_result(method, &mut value);
@@ -914,6 +1004,14 @@ impl Stateless {
             }
         }
     }
+}
+
+/// What a retry's `requestState` and `inputResponses` bring.
+enum Round {
+    /// Answers for the handler's run (none without a state).
+    Answers(Map<String, Value>),
+    /// The kept run that waits for the retry's answers.
+    Kept(String),
 }
 
 /// The -32602 of a refused request state, its reason in `data`.

@@ -351,6 +351,12 @@ pub(crate) struct RoundState {
     pub(crate) digest: String,
     /// The answers of the earlier rounds, by input key.
     pub(crate) answers: Map<String, Value>,
+    /// The run that waits for this round's answers (a service that keeps
+    /// its handler running, `McpService::keeps_running_on_input`): its
+    /// record's id in the task store. None: the retry runs the handler
+    /// again with `answers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) run: Option<String>,
 }
 
 impl RoundState {
@@ -369,6 +375,7 @@ impl RoundState {
             method: method.to_owned(),
             digest: digest(params),
             answers,
+            run: None,
         }
     }
 

@@ -31,6 +31,7 @@ use crate::node::error::RuntimeError;
 use crate::request::context::AskError;
 use crate::request::context::RequestOutput;
 use crate::stateless::Stateless;
+use crate::stateless::kept;
 use crate::stateless::mrtr::{millis, now_ms};
 
 /// The extension's identifier, in capabilities.
@@ -100,31 +101,31 @@ fn unknown_task(id: &str) -> ErrorObject {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct TaskRecord {
     task_id: String,
-    status: String,
+    pub(crate) status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    status_message: Option<String>,
+    pub(crate) status_message: Option<String>,
     created_at: String,
     last_updated_at: String,
     ttl_ms: u64,
     poll_interval_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    result: Option<Value>,
+    pub(crate) result: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    error: Option<ErrorObject>,
+    pub(crate) error: Option<ErrorObject>,
     /// Questions the task waits on, by input key: `{method, params}`.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
-    input_requests: Map<String, Value>,
+    pub(crate) input_requests: Map<String, Value>,
     /// The node running it.
-    owner: String,
+    pub(crate) owner: String,
     /// Until when the owner vouches for it (ms since the epoch).
-    lease_until_ms: u64,
+    pub(crate) lease_until_ms: u64,
     /// The principal's key it belongs to; empty without authorization.
     #[serde(default)]
-    principal: String,
+    pub(crate) principal: String,
 }
 
 impl TaskRecord {
-    fn terminal(&self) -> bool {
+    pub(crate) fn terminal(&self) -> bool {
         mcp_cluster_store::task_store::TERMINAL.contains(&self.status.as_str())
     }
 
@@ -192,9 +193,27 @@ pub(crate) struct TaskRun {
     /// `cancelled`, not `failed`.
     cancelled: Arc<AtomicBool>,
     done: CancellationToken,
+    /// Set for a run kept waiting for an input round's answers (not a
+    /// task the client knows of): what answers its request.
+    pub(crate) kept: Option<crate::stateless::kept::Kept>,
 }
 
 impl TaskRun {
+    /// The era it runs in.
+    pub(crate) fn stateless(&self) -> &Stateless {
+        &self.stateless
+    }
+
+    /// The record's id in the task store.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The questions waiting for answers: key, `{method, params}`.
+    pub(crate) fn pending(&self) -> Map<String, Value> {
+        self.pending.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
     fn ttl(&self) -> Duration {
         Duration::from_millis(self.stateless.config().task_ttl_ms.max(1))
     }
@@ -261,6 +280,17 @@ impl TaskRun {
             r.input_requests = open;
         })
         .await;
+        self.written();
+    }
+
+    /// Tells a follower of a kept run on this node that its record
+    /// changed (followers elsewhere read it on their next poll).
+    fn written(&self) {
+        if self.kept.is_some() {
+            self.stateless
+                .kept_wakers()
+                .wake(&kept::record_key(&self.id));
+        }
     }
 
     /// A question from the handler: answered by the client's `tasks/update`
@@ -276,6 +306,17 @@ impl TaskRun {
             pending.insert(key.clone(), json!({"method": method, "params": params}));
         }
         self.publish_questions().await;
+        // A kept run waits for its client as long as a session's server
+        // request would, polling the store less and less often (a retry
+        // on this node wakes it at once).
+        let kept = self.kept.is_some();
+        let deadline = tokio::time::Instant::now() + self.stateless.config().ask_timeout();
+        let waiting = kept.then(|| {
+            self.stateless
+                .kept_wakers()
+                .wait_on(kept::answer_key(&self.id))
+        });
+        let mut delay = if kept { kept::POLL_MIN } else { INPUT_POLL };
         // Only this question's answer is read, not every answer the task
         // holds; a task that goes away trips `job` (`watch`).
         loop {
@@ -296,9 +337,26 @@ impl TaskRun {
                     tracing::debug!(task = %self.id, error = %err, "Task inputs not read; trying again.")
                 }
             }
+            if kept && tokio::time::Instant::now() >= deadline {
+                if let Ok(mut pending) = self.pending.lock() {
+                    pending.remove(&key);
+                }
+                self.publish_questions().await;
+                return Err(AskError::Timeout);
+            }
+            let woken = async {
+                match &waiting {
+                    Some(waiting) => waiting.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = self.job.cancelled() => return Err(AskError::Cancelled),
-                () = tokio::time::sleep(INPUT_POLL) => {}
+                () = tokio::time::sleep(delay.min(deadline.saturating_duration_since(tokio::time::Instant::now()).max(Duration::from_millis(1)))) => {}
+                () = woken => {}
+            }
+            if kept {
+                delay = (delay * 2).min(kept::POLL_MAX);
             }
         }
     }
@@ -332,6 +390,7 @@ impl TaskRun {
             }
         })
         .await;
+        self.written();
         self.stateless
             .0
             .running_tasks
@@ -395,6 +454,9 @@ pub(crate) struct Eligible {
     pub(crate) client: String,
     pub(crate) job: CancellationToken,
     pub(crate) cancelled: Arc<AtomicBool>,
+    /// The request may become a task (its client declared the extension,
+    /// and the tool allows it); otherwise only a kept run.
+    pub(crate) may_be_task: bool,
 }
 
 impl Eligible {
@@ -402,9 +464,23 @@ impl Eligible {
     /// `CreateTaskResult` that answers the request. `None` when it could
     /// not be stored (the request goes on synchronously).
     pub(crate) async fn start(&self) -> Option<(Arc<TaskRun>, Value)> {
+        if !self.may_be_task {
+            return None;
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        let (run, record) = self.create(id, None).await?;
+        Some((run, record.created()))
+    }
+
+    /// Stores the run's record as `id` and starts renewing its lease.
+    /// `None` when it could not be stored.
+    pub(crate) async fn create(
+        &self,
+        id: String,
+        kept: Option<crate::stateless::kept::Kept>,
+    ) -> Option<(Arc<TaskRun>, TaskRecord)> {
         let config = self.stateless.config();
         let now = rfc3339(now_ms());
-        let id = uuid::Uuid::new_v4().to_string();
         let record = TaskRecord {
             task_id: id.clone(),
             status: "working".into(),
@@ -440,20 +516,20 @@ impl Eligible {
             .0
             .running_tasks
             .fetch_add(1, Ordering::AcqRel);
-        let created = record.created();
         let run = Arc::new(TaskRun {
             id,
             stateless: self.stateless.clone(),
-            record: tokio::sync::Mutex::new(record),
+            record: tokio::sync::Mutex::new(record.clone()),
             pending: Mutex::default(),
             job: self.job.clone(),
             cancelled: Arc::clone(&self.cancelled),
             done: CancellationToken::new(),
+            kept,
         });
         // tokio's spawn, not actix's: a handler starts its task from the
         // request executor, where there is no actix arbiter.
         tokio::spawn(Arc::clone(&run).watch());
-        Some((run, created))
+        Some((run, record))
     }
 
     /// Answers the request with the task's handle.
@@ -483,6 +559,10 @@ impl Stateless {
             tracing::warn!(error = %err, "Task store unavailable.");
             RuntimeError::Store(err).to_error_object()
         };
+        // A kept run's record is no task of the client's.
+        if id.starts_with(kept::ID_PREFIX) {
+            return Err(unknown_task(id));
+        }
         let task = store.get(id).await.map_err(unavailable)?;
         let Some(task) = task else {
             return Err(unknown_task(id));

@@ -1,0 +1,219 @@
+//! A hosted server's question during a 2026-07-28 call, in a cluster: the
+//! call's child keeps waiting for the answer (it is never run again), the
+//! call is answered `input_required`, and the client's retry, on any node,
+//! brings the answer to that child and its outcome back. The hosted server
+//! is `tests/relay/hostile.py elicit`, whose tool `act` says how many times
+//! it was called.
+
+mod cluster_support;
+mod stateless_support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use stateless_support::{all_caps, tool_call};
+
+/// A configuration file hosting `hostile.py elicit`, with `runtime`
+/// settings, in a directory removed with the returned guard.
+fn hosting_elicit(runtime: &str) -> (String, Scratch) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("mcp-relay-rounds-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("relay/hostile.py");
+    let argv =
+        serde_json::to_string(&["python3", &script.display().to_string(), "elicit"]).unwrap();
+    let config = dir.join("node.toml");
+    std::fs::write(
+        &config,
+        format!("[runtime]\n{runtime}\n\n[[upstreams]]\nname = \"elicit\"\ncommand = {argv}\n"),
+    )
+    .unwrap();
+    (config.display().to_string(), Scratch(dir))
+}
+
+/// A directory removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `act` asking `questions` questions, with `extra` params.
+fn act(id: u64, questions: u64, extra: Value) -> Value {
+    tool_call(
+        id,
+        "act",
+        json!({"questions": questions}),
+        extra,
+        all_caps(),
+    )
+}
+
+/// The response to `body` on `url`.
+async fn post(url: &str, body: &Value) -> Value {
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        stateless_support::call(url, body, &[]),
+    )
+    .await
+    .expect("answered within 30 s")
+    .response
+}
+
+/// The one question of an `input_required` result: its key, its params'
+/// message, and the state.
+fn question(response: &Value) -> (String, String, String) {
+    let result = &response["result"];
+    assert_eq!(result["resultType"], "input_required", "{response}");
+    let requests = result["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 1, "{response}");
+    let (key, asked) = requests.iter().next().unwrap();
+    assert_eq!(asked["method"], "elicitation/create", "{response}");
+    (
+        key.clone(),
+        asked["params"]["message"].as_str().unwrap().to_owned(),
+        result["requestState"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn answered(key: &str, name: &str, state: &str) -> Value {
+    json!({
+        "inputResponses": {key: {"action": "accept", "content": {"name": name}}},
+        "requestState": state,
+    })
+}
+
+#[tokio::test]
+async fn each_round_s_retry_on_another_node_reaches_the_same_waiting_child() {
+    let (config, _dir) = hosting_elicit("");
+    let cluster =
+        tokio::task::spawn_blocking(move || cluster_support::start(3, &["--config", &config]))
+            .await
+            .unwrap();
+    let first = post(&cluster.node_url(0), &act(1, 2, json!({}))).await;
+    let (key, message, state) = question(&first);
+    assert_eq!(message, "question 1");
+
+    // The answer to the first question on another node: the child, which
+    // runs on node 0, asks its second.
+    let second = post(
+        &cluster.node_url(1),
+        &act(2, 2, answered(&key, "ada", &state)),
+    )
+    .await;
+    let (key2, message, state2) = question(&second);
+    assert_eq!(message, "question 2", "{second}");
+    assert_ne!(key2, key);
+
+    // A state is accepted once.
+    let replayed = post(
+        &cluster.node_url(2),
+        &act(3, 2, answered(&key, "ada", &state)),
+    )
+    .await;
+    assert_eq!(
+        replayed["error"]["data"]["reason"], "replayed",
+        "{replayed}"
+    );
+
+    // The last answer on a third node: the call's outcome.
+    let done = post(
+        &cluster.node_url(2),
+        &act(4, 2, answered(&key2, "bob", &state2)),
+    )
+    .await;
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    let got: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(got["calls"], 1, "the tool ran once, on one child: {got}");
+    assert_eq!(got["answers"][0]["content"]["name"], "ada", "{got}");
+    assert_eq!(got["answers"][1]["content"]["name"], "bob", "{got}");
+    assert!(
+        done["result"]["_meta"]["io.modelcontextprotocol/serverInfo"].is_object(),
+        "{done}"
+    );
+
+    // A retry without the answer is asked again at once, and the run
+    // still waits for it.
+    let first = post(&cluster.node_url(0), &act(5, 1, json!({}))).await;
+    let (key, _, state) = question(&first);
+    let unanswered = post(
+        &cluster.node_url(1),
+        &act(6, 1, json!({"inputResponses": {}, "requestState": state})),
+    )
+    .await;
+    let (again, message, state) = question(&unanswered);
+    assert_eq!(
+        (again.as_str(), message.as_str()),
+        (key.as_str(), "question 1")
+    );
+    let done = post(
+        &cluster.node_url(1),
+        &act(7, 1, answered(&key, "cy", &state)),
+    )
+    .await;
+    let got: Value =
+        serde_json::from_str(done["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(got["calls"], 2, "{got}");
+    assert_eq!(got["answers"][0]["content"]["name"], "cy", "{got}");
+}
+
+#[tokio::test]
+async fn a_retry_whose_run_s_node_died_is_answered_with_an_error_not_a_wait() {
+    let (config, _dir) = hosting_elicit("");
+    let mut cluster =
+        tokio::task::spawn_blocking(move || cluster_support::start(2, &["--config", &config]))
+            .await
+            .unwrap();
+    let first = post(&cluster.node_url(0), &act(1, 1, json!({}))).await;
+    let (key, _, state) = question(&first);
+    cluster.kill_node(0);
+    // The retry is answered once the dead node's heartbeat lapses (6 s),
+    // or at the latest its run's lease (10 s): not waited on for ever.
+    let body = act(2, 1, answered(&key, "ada", &state));
+    let mut request = reqwest::Client::new()
+        .post(cluster.node_url(1))
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream");
+    for (name, value) in stateless_support::headers(&body) {
+        request = request.header(name, value);
+    }
+    let retried: Value = tokio::time::timeout(Duration::from_secs(30), async {
+        request.body(body.to_string()).send().await?.json().await
+    })
+    .await
+    .expect("the retry was answered within 30 s")
+    .expect("a JSON answer");
+    assert_eq!(retried["error"]["code"], -32603, "{retried}");
+    let message = retried["error"]["message"].as_str().unwrap();
+    assert!(message.contains("stopped"), "{retried}");
+}
+
+#[tokio::test]
+async fn a_question_nobody_answers_ends_with_the_ask_timeout_and_frees_the_child() {
+    let (config, _dir) = hosting_elicit("ask_timeout_secs = 2");
+    let cluster =
+        tokio::task::spawn_blocking(move || cluster_support::start(1, &["--config", &config]))
+            .await
+            .unwrap();
+    let url = cluster.node_url(0);
+    let first = post(&url, &act(1, 1, json!({}))).await;
+    let (key, _, state) = question(&first);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The child was told its question failed and answered its call: a late
+    // retry gets that outcome.
+    let late = post(&url, &act(2, 1, answered(&key, "late", &state))).await;
+    let got: Value = serde_json::from_str(late["result"]["content"][0]["text"].as_str().unwrap())
+        .unwrap_or_else(|_| panic!("{late}"));
+    assert!(got["answers"][0]["code"].is_i64(), "{got}");
+    // The child serves the next call.
+    let next = post(&url, &act(3, 1, json!({}))).await;
+    let (key, _, state) = question(&next);
+    let done = post(&url, &act(4, 1, answered(&key, "next", &state))).await;
+    let got: Value =
+        serde_json::from_str(done["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(got["calls"], 2, "one child served both calls: {got}");
+}
