@@ -19,8 +19,9 @@ Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
                 text
   elicit        `act` asks the client `elicitation/create` as many times as
                 its argument `questions` says (default 1), one after the
-                other, then answers with every answer and how many times
-                `act` was called in this process, as JSON text
+                other (all at once with `together: true`), then answers
+                with every answer and how many times `act` was called in
+                this process, as JSON text
   well          behaves
 """
 
@@ -46,8 +47,8 @@ def answer(request, result):
     send({"jsonrpc": "2.0", "id": request["id"], "result": result})
 
 
-def elicit():
-    n = len(ELICITING["answers"]) + 1
+def elicit(n=None):
+    n = n or len(ELICITING["answers"]) + 1
     send({"jsonrpc": "2.0", "id": f"ask-{CALLS}-{n}", "method": "elicitation/create",
           "params": {"message": f"question {n}",
                      "requestedSchema": {"type": "object",
@@ -72,8 +73,11 @@ def main():
             continue
         if str(request.get("id")).startswith("ask-") and method is None:
             ELICITING["answers"].append(request.get("result", request.get("error")))
+            if ELICITING["together"]:
+                ELICITING["answers"].sort(key=lambda a: json.dumps(a))
             if len(ELICITING["answers"]) < ELICITING["questions"]:
-                elicit()
+                if not ELICITING["together"]:
+                    elicit()
             else:
                 text = json.dumps({"calls": CALLS, "answers": ELICITING["answers"]})
                 answer(ELICITING["request"], {"content": [{"type": "text", "text": text}]})
@@ -117,8 +121,10 @@ def main():
                 CALLS += 1
                 arguments = request.get("params", {}).get("arguments") or {}
                 ELICITING.update(request=request, answers=[],
-                                 questions=int(arguments.get("questions", 1)))
-                elicit()
+                                 questions=int(arguments.get("questions", 1)),
+                                 together=bool(arguments.get("together")))
+                for n in range(ELICITING["questions"] if ELICITING["together"] else 1):
+                    elicit(n + 1)
             elif MODE == "echo-meta":
                 meta = request.get("params", {}).get("_meta", {})
                 answer(request, {"content": [{"type": "text", "text": json.dumps(meta)}]})

@@ -217,3 +217,55 @@ async fn a_question_nobody_answers_ends_with_the_ask_timeout_and_frees_the_child
         serde_json::from_str(done["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(got["calls"], 2, "one child served both calls: {got}");
 }
+
+#[tokio::test]
+async fn questions_a_child_asks_together_go_out_in_one_round() {
+    let (config, _dir) = hosting_elicit("");
+    let cluster =
+        tokio::task::spawn_blocking(move || cluster_support::start(2, &["--config", &config]))
+            .await
+            .unwrap();
+    let body = |id, extra| {
+        tool_call(
+            id,
+            "act",
+            json!({"questions": 3, "together": true}),
+            extra,
+            all_caps(),
+        )
+    };
+    let first = post(&cluster.node_url(0), &body(1, json!({}))).await;
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    let requests = result["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 3, "all three in one round: {first}");
+    let answers: serde_json::Map<String, Value> = requests
+        .iter()
+        .map(|(key, asked)| {
+            let name = asked["params"]["message"]
+                .as_str()
+                .unwrap()
+                .replace(' ', "-");
+            (
+                key.clone(),
+                json!({"action": "accept", "content": {"name": name}}),
+            )
+        })
+        .collect();
+    let state = result["requestState"].as_str().unwrap();
+    let done = post(
+        &cluster.node_url(1),
+        &body(2, json!({"inputResponses": answers, "requestState": state})),
+    )
+    .await;
+    let got: Value = serde_json::from_str(done["result"]["content"][0]["text"].as_str().unwrap())
+        .unwrap_or_else(|_| panic!("{done}"));
+    assert_eq!(got["calls"], 1, "{got}");
+    let names: Vec<&str> = got["answers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["content"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["question-1", "question-2", "question-3"], "{got}");
+}

@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use mcp_cluster_protocol::ProtocolVersion;
 use mcp_cluster_protocol::types::{
     Implementation, LoggingLevel, LoggingMessageParams, ServerCapabilities,
@@ -812,7 +814,9 @@ impl McpService for RelayService {
 }
 
 /// Carries one client request to `upstream` and its answer back, with
-/// what the child sends meanwhile (its questions, progress, logs).
+/// what the child sends meanwhile (its questions, progress, logs). The
+/// child's questions are asked of the client side by side: a server that
+/// asks several at once (`join`) gets them all out in one round.
 async fn relay_call(
     upstream: &Arc<Upstream>,
     request: Request,
@@ -828,13 +832,23 @@ async fn relay_call(
             mcp_cluster_telemetry::current_traceparent(),
         )
         .await?;
+    let mut asking = FuturesUnordered::new();
+    // Set once a question must go back in an `input_required` result (the
+    // node could not keep the run waiting): when this run ends.
+    let mut ending: Option<Instant> = None;
     loop {
         tokio::select! {
             // Events first: what the child sent before its answer goes to
             // the client before the answer.
             biased;
-            Some(event) = call.events.recv() => {
-                if let Flow::InputRequired = relay_event(upstream, ctx, event).await {
+            Some(event) = call.events.recv() => match event {
+                Event::Ask { id, method, params } => {
+                    asking.push(ask_client(upstream, ctx, id, method, params));
+                }
+                event => relay_event(ctx, event).await,
+            },
+            Some(flow) = asking.next(), if !asking.is_empty() => {
+                if let (Flow::InputRequired, None) = (flow, ending) {
                     // 2026-07-28, when the node could not keep the run
                     // waiting for the answer (its store refused the run's
                     // record): the question goes out in the request's
@@ -843,20 +857,27 @@ async fn relay_call(
                     // request again, and the child's questions then find
                     // their answers. This run is over (the child hears a
                     // cancellation).
-                    while let Ok(Some(event)) =
-                        tokio::time::timeout(QUESTIONS_TOGETHER, call.events.recv()).await
-                    {
-                        relay_event(upstream, ctx, event).await;
-                    }
-                    return Err(ErrorObject::internal("input required from the client"));
+                    ending = Some(Instant::now() + QUESTIONS_TOGETHER);
                 }
+            }
+            () = tokio::time::sleep_until(ending.unwrap_or_else(Instant::now)), if ending.is_some() => {
+                return Err(ErrorObject::internal("input required from the client"));
             }
             answer = &mut call.answer => {
                 call.answered();
                 // The reader queued every event the child wrote before its
                 // answer by the time the answer arrived.
                 while let Ok(event) = call.events.try_recv() {
-                    relay_event(upstream, ctx, event).await;
+                    match event {
+                        // Asked after the child answered: nobody waits for
+                        // the client's answer any more.
+                        Event::Ask { id, .. } => {
+                            upstream
+                                .answer(id, Err(ErrorObject::internal("the request was already answered")))
+                                .await;
+                        }
+                        event => relay_event(ctx, event).await,
+                    }
                 }
                 metrics::answered(upstream.name(), started.elapsed());
                 return answer.unwrap_or_else(|_| Err(ErrorObject::internal(format!(
@@ -915,20 +936,31 @@ async fn reap(children: Weak<Mutex<Children>>) {
     }
 }
 
-/// Relays one thing the child sent during a request to the request's
-/// client: a question (answered back to the child), progress, a log line.
-async fn relay_event(upstream: &Upstream, ctx: &RequestContext, event: Event) -> Flow {
+/// Asks the request's client a question of the child's and gives the
+/// child the answer.
+async fn ask_client(
+    upstream: &Upstream,
+    ctx: &RequestContext,
+    id: Value,
+    method: String,
+    params: Option<Map<String, Value>>,
+) -> Flow {
+    let params = params.map_or_else(|| json!({}), Value::Object);
+    let answer = ctx.ask(&method, params).await;
+    if let Err(AskError::InputRequired) = answer {
+        return Flow::InputRequired;
+    }
+    upstream
+        .answer(id, answer.map_err(upstream::ask_error))
+        .await;
+    Flow::Continue
+}
+
+/// Relays one notice the child sent during a request to the request's
+/// client: progress, a log line, another notification.
+async fn relay_event(ctx: &RequestContext, event: Event) {
     match event {
-        Event::Ask { id, method, params } => {
-            let params = params.map_or_else(|| json!({}), Value::Object);
-            let answer = ctx.ask(&method, params).await;
-            if let Err(AskError::InputRequired) = answer {
-                return Flow::InputRequired;
-            }
-            upstream
-                .answer(id, answer.map_err(upstream::ask_error))
-                .await;
-        }
+        Event::Ask { .. } => {}
         Event::Progress {
             progress,
             total,
@@ -950,7 +982,6 @@ async fn relay_event(upstream: &Upstream, ctx: &RequestContext, event: Event) ->
             };
         }
     }
-    Flow::Continue
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
