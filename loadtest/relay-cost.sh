@@ -7,9 +7,9 @@
 # script reports the spawn latency the node measured
 # (mcp_upstream_spawn_duration_seconds: from starting a child to its
 # initialize answer), the node's own extra RSS per session, and the
-# children's RSS and PSS (proportional: shared pages split among the
-# processes sharing them) each; then the sessions end (DELETE) and the
-# script checks that every child is gone.
+# servers' and their keepers' RSS and PSS (proportional: shared pages split
+# among the processes sharing them) each; then the sessions end (DELETE)
+# and the script checks that every server and keeper is gone.
 #
 # Usage (after `cargo build --release -p mcp-node -p mcp-loadtest`):
 #   bash loadtest/relay-cost.sh            # N=1000
@@ -57,12 +57,20 @@ done
 [ -n "$url" ] || { cat "$DIR/node.err" >&2; exit 1; }
 metrics=${url%/mcp}/metrics
 
-# The children: processes whose parent is the node.
+# The children: processes whose parent is the node (each server's keeper).
 children() { { ps -o pid= --ppid "$node_pid" || true; } | tr -d ' '; }
-# Sum of a /proc/PID/smaps_rollup field (kB) over the children.
+# The servers: processes whose parent is a keeper.
+servers() {
+  local keepers
+  keepers=$(children | paste -sd, -)
+  [ -n "$keepers" ] || return 0
+  { ps -o pid= --ppid "$keepers" || true; } | tr -d ' '
+}
+# Sum of a /proc/PID/smaps_rollup field (kB) over the processes $2...
 sum_kb() {
   local field=$1 total=0 pid value
-  for pid in $(children); do
+  shift
+  for pid in "$@"; do
     value=$(awk -v f="$field:" '$1 == f {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || echo 0)
     total=$((total + ${value:-0}))
   done
@@ -81,8 +89,11 @@ for _ in $(seq 1 600); do
 done
 sleep 2
 running=$(children | wc -l)
-rss_kb=$(sum_kb Rss)
-pss_kb=$(sum_kb Pss)
+server_pids=$(servers)
+rss_kb=$(sum_kb Rss $server_pids)
+pss_kb=$(sum_kb Pss $server_pids)
+keeper_rss_kb=$(sum_kb Rss $(children))
+keeper_pss_kb=$(sum_kb Pss $(children))
 spawn=$(curl -s "$metrics" | awk '
   /^mcp_upstream_spawn_duration_seconds_bucket\{.*upstream="small"/ {
     match($0, /le="[^"]*"/); le = substr($0, RSTART + 4, RLENGTH - 5); b[le] = $2; les[++n] = le }
@@ -99,5 +110,9 @@ hold=$(cat "$DIR/hold.out")
 per_node=$(sed -n 's/.*per_session_bytes=\([0-9]*\).*/\1/p' <<<"$hold")
 sleep 3
 left=$(children | wc -l)
-echo "relay-cost sessions=$N children_running=$running spawn=[$spawn] node_rss_per_session_bytes=${per_node:-na} child_rss_kib=$((rss_kb / (running > 0 ? running : 1))) child_pss_kib=$((pss_kb / (running > 0 ? running : 1))) children_left_after_delete=$left"
+for pid in $server_pids; do
+  [ -d "/proc/$pid" ] && left=$((left + 1))
+done
+each() { echo $(($1 / (running > 0 ? running : 1))); }
+echo "relay-cost sessions=$N children_running=$running spawn=[$spawn] node_rss_per_session_bytes=${per_node:-na} child_rss_kib=$(each "$rss_kb") child_pss_kib=$(each "$pss_kb") keeper_rss_kib=$(each "$keeper_rss_kb") keeper_pss_kib=$(each "$keeper_pss_kb") processes_left_after_delete=$left"
 [ "$running" -ge "$N" ] && [ "$left" = 0 ]

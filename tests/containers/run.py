@@ -7,6 +7,8 @@ them only over ports published on 127.0.0.1.
 - image (image.py): the mcp-node image alone, as the chart runs it.
 - compose (compose.py): docker-compose.yml with podman-compose.
 - chart (chart.py): the chart's rendered Deployment with podman kube play.
+- hosted (hosted.py): the image pattern for hosting a server from npm or
+  PyPI (deploy/hosted).
 
 Prints one line per check, then `N passed, M failed`; exits 1 on a failure.
 """
@@ -15,7 +17,7 @@ import sys
 
 from common import Checks
 
-PARTS = ("image", "compose", "chart")
+PARTS = ("image", "compose", "chart", "hosted")
 
 
 def main():

@@ -15,6 +15,8 @@ Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
                 "no answer yet"
   roots-flood   asks `roots/list` 20 times at once when initialized and
                 answers `act` with every answer it got so far, as JSON
+  roots-big     as roots-flood, but 8 questions of 300 kB each (a padding
+                parameter)
   echo-meta     answers `act` with the `_meta` its request carried, as JSON
                 text
   elicit        `act` asks the client `elicitation/create` as many times as
@@ -64,9 +66,11 @@ def main():
             continue
         request = json.loads(line)
         method = request.get("method")
-        if MODE in ("roots", "roots-flood") and method == "notifications/initialized":
-            for n in range(1, 2 if MODE == "roots" else 21):
-                send({"jsonrpc": "2.0", "id": f"roots-{n}", "method": "roots/list", "params": {}})
+        if MODE in ("roots", "roots-flood", "roots-big") and method == "notifications/initialized":
+            count = {"roots": 1, "roots-flood": 20, "roots-big": 8}[MODE]
+            params = {"pad": "p" * 300_000} if MODE == "roots-big" else {}
+            for n in range(1, count + 1):
+                send({"jsonrpc": "2.0", "id": f"roots-{n}", "method": "roots/list", "params": params})
             continue
         if str(request.get("id")).startswith("roots-") and method is None:
             ROOTS_ANSWER.append(request)
@@ -112,7 +116,7 @@ def main():
                 answer(request, {"content": [{"type": "text", "text": text}]})
             elif MODE == "exit-in-call":
                 sys.exit(3)
-            elif MODE == "roots-flood":
+            elif MODE in ("roots-flood", "roots-big"):
                 answer(request, {"content": [{"type": "text", "text": json.dumps(ROOTS_ANSWER)}]})
             elif MODE == "roots":
                 text = json.dumps(ROOTS_ANSWER[0]) if ROOTS_ANSWER else "no answer yet"

@@ -303,34 +303,66 @@ async fn a_question_outside_any_request_waits_for_the_get_stream_and_its_answer_
 
 #[tokio::test]
 async fn questions_held_for_a_client_that_never_reads_are_bounded() {
-    let (node, _dir) = hosting("roots", &argv(&hostile("roots-flood")), "");
-    let (client, _) = session(&node, json!({"roots": {}})).await;
     // 20 questions at once, no GET stream: 16 are held, 4 refused at once.
+    held_and_refused("roots-flood", 16, 4).await;
+}
+
+#[tokio::test]
+async fn questions_held_for_a_client_that_never_reads_are_bounded_in_bytes() {
+    // 8 questions of 300 kB at once: 3 fit in the session's 1 MiB, 5 are
+    // refused at once.
+    held_and_refused("roots-big", 3, 5).await;
+}
+
+/// A child in `mode` asks its questions as its session starts, before the
+/// client opens its GET stream: `refused` of them are refused to the
+/// child at once, `held` go out when the client reads, and no more.
+async fn held_and_refused(mode: &str, held: usize, refused: usize) {
+    let (node, _dir) = hosting("roots", &argv(&hostile(mode)), "");
+    let (client, _) = session(&node, json!({"roots": {}})).await;
+    // Every question read (the refused ones counted) before the first
+    // call: a question read while a call runs is that call's.
+    let base = node.url().trim_end_matches("/mcp").to_owned();
+    let sample =
+        r#"mcp_server_to_client_requests_total{method="roots/list",outcome="unavailable"}"#;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let refused = loop {
+    while mcp_cluster_testkit::metric(&base, sample).await < refused as f64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{refused} questions not refused"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let answered = loop {
         let (acted, _) = call(&client, "act", json!({})).await;
         let text = acted["result"]["content"][0]["text"]
             .as_str()
             .unwrap_or("[]");
         let got: Vec<Value> = serde_json::from_str(text).unwrap_or_default();
-        if got.len() >= 4 || tokio::time::Instant::now() > deadline {
+        if got.len() >= refused || tokio::time::Instant::now() > deadline {
             break got;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!(refused.len(), 4, "{refused:?}");
+    assert_eq!(answered.len(), refused, "{answered:?}");
     assert!(
-        refused.iter().all(|r| r["error"]["code"] == -32603),
-        "{refused:?}"
+        answered.iter().all(|r| r["error"]["code"] == -32603),
+        "{answered:?}"
     );
     // The held ones go out once the client reads, and no more than them.
     let Reply::Sse(mut get) = within("GET", client.get(None)).await.unwrap() else {
         panic!("the GET stream is a stream");
     };
-    for _ in 0..16 {
+    for _ in 0..held {
         let question = next(&mut get).await.expect("the GET stream ended");
         assert_eq!(question["method"], "roots/list", "{question}");
     }
+    let more = tokio::time::timeout(Duration::from_millis(500), next(&mut get)).await;
+    assert!(
+        !matches!(more, Ok(Some(ref m)) if m["method"] == "roots/list"),
+        "more questions than were held: {more:?}"
+    );
     let (acted, _) = call(&client, "act", json!({})).await;
     let text = acted["result"]["content"][0]["text"]
         .as_str()
@@ -338,7 +370,7 @@ async fn questions_held_for_a_client_that_never_reads_are_bounded() {
     let got: Vec<Value> = serde_json::from_str(text).unwrap_or_default();
     assert_eq!(
         got.len(),
-        4,
+        refused,
         "none of the held questions was answered: {got:?}"
     );
 }
@@ -565,9 +597,10 @@ async fn a_child_ignoring_sigterm_goes_with_its_grandchild() {
     let (client, _) = session(&node, json!({})).await;
     let child = children_of(node.pid());
     assert_eq!(child.len(), 1);
-    // The child leads its own group; the grandchild is in it.
+    // The child (the server's keeper) leads its own group; the server and
+    // its grandchild are in it.
     eventually("the grandchild starts", Duration::from_secs(10), || {
-        group_members(child[0]).len() == 2
+        group_members(child[0]).len() == 3
     })
     .await;
     assert_eq!(within("delete", client.delete()).await.unwrap(), 200);
@@ -575,6 +608,30 @@ async fn a_child_ignoring_sigterm_goes_with_its_grandchild() {
     eventually("the whole group ends", Duration::from_secs(15), || {
         group_members(child[0]).is_empty()
     })
+    .await;
+}
+
+#[tokio::test]
+async fn a_killed_node_leaves_no_grandchild_either() {
+    let (mut node, _dir) = hosting("stubborn", &argv(&hostile("grandchild")), "");
+    let (_client, _) = session(&node, json!({})).await;
+    // The node's child is the server's keeper, leading the group; the
+    // server and its grandchild (which ignores SIGTERM and stdin's end, as
+    // a server left behind by `npx` may) are in it.
+    let keeper = children_of(node.pid());
+    assert_eq!(keeper.len(), 1);
+    eventually("the grandchild starts", Duration::from_secs(10), || {
+        group_members(keeper[0]).len() == 3
+    })
+    .await;
+    let members = group_members(keeper[0]);
+    kill_9(node.pid());
+    let _ = node.terminate();
+    eventually(
+        "the whole group ends with its node",
+        Duration::from_secs(10),
+        || processes().iter().all(|p| !members.contains(&p.pid)),
+    )
     .await;
 }
 

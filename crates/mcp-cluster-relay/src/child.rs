@@ -26,10 +26,12 @@ pub(crate) struct Spawned {
 /// Starts the upstream's program. `env`: the child's whole environment.
 ///
 /// The child leads a process group of its own (so that it and whatever it
-/// starts are ended together) and gets SIGKILL when the thread that started
-/// it ends, which is when this process ends, however it ends (SIGKILL
-/// included). Must run on a thread that lives as long as the node (a worker
-/// of the relay's runtime): the parent-death signal follows the thread.
+/// starts are ended together). Through the keeper (`keeper`), the group
+/// is killed whole when this process ends, however it ends (SIGKILL
+/// included); without it, the command alone gets SIGKILL then: when the
+/// thread that started it ends, which is when this process ends. Must run
+/// on a thread that lives as long as the node (a worker of the relay's
+/// runtime): the parent-death signal follows the thread.
 pub(crate) fn spawn(
     config: &UpstreamConfig,
     env: &BTreeMap<String, String>,
@@ -38,7 +40,23 @@ pub(crate) fn spawn(
         .command
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no program"))?;
-    let mut command = Command::new(program);
+    // Through the keeper when this program is one: it ends the whole group
+    // should the node die (see `keeper`); otherwise the command itself.
+    let keeper = crate::keeper::program();
+    let parent = rustix::process::getpid();
+    let mut command = match keeper {
+        Some((keeper, name)) => {
+            let mut command = Command::new(keeper);
+            command
+                .arg0(name)
+                .arg(crate::keeper::FLAG)
+                .arg(parent.as_raw_nonzero().get().to_string())
+                .arg("--")
+                .arg(program);
+            command
+        }
+        None => Command::new(program),
+    };
     command
         .args(args)
         .env_clear()
@@ -53,21 +71,22 @@ pub(crate) fn spawn(
     if let Some(dir) = &config.cwd {
         command.current_dir(dir);
     }
-    let parent = rustix::process::getpid();
     // SAFETY: the closure runs in the forked child before exec and makes
     // only async-signal-safe system calls (prctl, getppid), allocating
     // nothing and taking no lock.
     #[allow(unsafe_code)]
-    unsafe {
-        command.pre_exec(move || {
-            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
-            // The parent may have died between fork and prctl: then no
-            // signal comes, and the child must not run on orphaned.
-            if rustix::process::getppid() != Some(parent) {
-                return Err(io::Error::other("the node ended while starting the child"));
-            }
-            Ok(())
-        });
+    if keeper.is_none() {
+        unsafe {
+            command.pre_exec(move || {
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+                // The parent may have died between fork and prctl: then no
+                // signal comes, and the child must not run on orphaned.
+                if rustix::process::getppid() != Some(parent) {
+                    return Err(io::Error::other("the node ended while starting the child"));
+                }
+                Ok(())
+            });
+        }
     }
     let mut child = command.spawn()?;
     let (Some(stdin), Some(stdout), Some(stderr), Some(pid)) = (

@@ -25,11 +25,14 @@
 //! - [`service`](mod@service): [`RelayService`], the service.
 //! - `upstream`: the conversation with one child.
 //! - `child`: the process: start, end, bounded lines.
+//! - [`keeper`]: between the node and each server, ending the server's
+//!   whole process group when the node dies.
 //! - `pool`: idle children of 2026-07-28 requests, per principal.
 //! - `metrics`: `mcp_upstream_*`.
 
 mod child;
 pub mod config;
+pub mod keeper;
 mod metrics;
 mod pool;
 pub mod service;

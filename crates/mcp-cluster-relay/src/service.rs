@@ -866,19 +866,19 @@ async fn relay_call(
             answer = &mut call.answer => {
                 call.answered();
                 // The reader queued every event the child wrote before its
-                // answer by the time the answer arrived.
+                // answer by the time the answer arrived: they reach the
+                // client before the answer, and the child's questions are
+                // answered before it (as a child asking during its call
+                // waits for them).
                 while let Ok(event) = call.events.try_recv() {
                     match event {
-                        // Asked after the child answered: nobody waits for
-                        // the client's answer any more.
-                        Event::Ask { id, .. } => {
-                            upstream
-                                .answer(id, Err(ErrorObject::internal("the request was already answered")))
-                                .await;
+                        Event::Ask { id, method, params } => {
+                            asking.push(ask_client(upstream, ctx, id, method, params));
                         }
                         event => relay_event(ctx, event).await,
                     }
                 }
+                while asking.next().await.is_some() {}
                 metrics::answered(upstream.name(), started.elapsed());
                 return answer.unwrap_or_else(|_| Err(ErrorObject::internal(format!(
                     "upstream {} ended before answering", upstream.name()
@@ -990,4 +990,42 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relay() -> RelayService {
+        let config: UpstreamConfig = toml::from_str("name = \"t\"\ncommand = [\"true\"]\n")
+            .unwrap_or_else(|err| panic!("{err}"));
+        RelayService::new(config, &BTreeMap::new()).unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    #[test]
+    fn the_tools_kept_are_bounded_in_number_and_name_length() {
+        let relay = relay();
+        let header = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"}}});
+        let many: Vec<Value> = (0..MAX_KNOWN_TOOLS + 10)
+            .map(|i| json!({"name": format!("tool-{i}"), "inputSchema": header}))
+            .collect();
+        relay.learn_tools(&json!({ "tools": many }));
+        assert_eq!(lock(&relay.tools).len(), MAX_KNOWN_TOOLS);
+        assert!(relay.has_tool("tool-0"));
+        assert_eq!(relay.mirrored_params("tool-0").len(), 1);
+        assert!(!relay.has_tool(&format!("tool-{MAX_KNOWN_TOOLS}")));
+        // A tool already known is still learnt again when the list is full
+        // (its arguments may have changed).
+        relay.learn_tools(&json!({ "tools": [{"name": "tool-0", "inputSchema": {}}] }));
+        assert!(relay.mirrored_params("tool-0").is_empty());
+        assert_eq!(lock(&relay.tools).len(), MAX_KNOWN_TOOLS);
+
+        let fresh = super::tests::relay();
+        let long = "n".repeat(MAX_TOOL_NAME_BYTES + 1);
+        let fitting = "n".repeat(MAX_TOOL_NAME_BYTES);
+        fresh.learn_tools(&json!({ "tools": [{"name": long}, {"name": fitting}] }));
+        assert!(!fresh.has_tool(&long));
+        assert!(fresh.has_tool(&fitting));
+    }
 }

@@ -520,6 +520,9 @@ pub fn run<F>(program: Program, make: F) -> ExitCode
 where
     F: FnOnce(&NodeConfig) -> McpServer,
 {
+    // Started as a hosted server's keeper: that alone (never returns then).
+    mcp_cluster_relay::keeper::run_if_asked();
+    mcp_cluster_relay::keeper::enable();
     let cli = match parse_cli(&program, std::env::args_os()) {
         Ok(cli) => cli,
         Err(code) => return code,

@@ -206,6 +206,25 @@ pub(crate) struct RegisterAsk {
     pub(crate) from: RequestId,
 }
 
+/// Counts a question asked of a client by how it ended
+/// (`mcp_server_to_client_requests_total`).
+pub(crate) fn count_ask(method: &str, outcome: &Result<Value, AskError>) {
+    let label = match outcome {
+        Ok(_) => "answered",
+        Err(AskError::Rejected(_)) => "rejected",
+        Err(AskError::Cancelled) => "cancelled",
+        Err(AskError::Timeout) => "timeout",
+        Err(AskError::InputRequired) => "input_required",
+        Err(_) => "unavailable",
+    };
+    let method =
+        method_table::ask(method).map_or(mcp_cluster_telemetry::metrics::OTHER, |a| a.name);
+    mcp_cluster_telemetry::metrics::metrics()
+        .client_requests
+        .with_label_values(&[method, label])
+        .inc();
+}
+
 /// What a stateless (2026-07-28) request carries instead of a session:
 /// the client's capabilities and log level from its `_meta`, the answers
 /// of its input round, and whether it became a task. The stateless era
@@ -520,20 +539,7 @@ impl RequestContext {
                 scope.ask(key, method, params).await
             }
         };
-        let label = match &outcome {
-            Ok(_) => "answered",
-            Err(AskError::Rejected(_)) => "rejected",
-            Err(AskError::Cancelled) => "cancelled",
-            Err(AskError::Timeout) => "timeout",
-            Err(AskError::InputRequired) => "input_required",
-            Err(_) => "unavailable",
-        };
-        let method =
-            method_table::ask(method).map_or(mcp_cluster_telemetry::metrics::OTHER, |a| a.name);
-        mcp_cluster_telemetry::metrics::metrics()
-            .client_requests
-            .with_label_values(&[method, label])
-            .inc();
+        count_ask(method, &outcome);
         outcome
     }
 

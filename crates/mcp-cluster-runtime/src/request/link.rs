@@ -140,6 +140,12 @@ impl SessionLink {
     /// session ended), [`AskError::Unavailable`] when the session already
     /// holds its most questions.
     pub async fn ask(&self, method: &str, params: Value) -> Result<Value, AskError> {
+        let outcome = self.ask_session(method, params).await;
+        crate::request::context::count_ask(method, &outcome);
+        outcome
+    }
+
+    async fn ask_session(&self, method: &str, params: Value) -> Result<Value, AskError> {
         let session = self.ask.upgrade().ok_or(AskError::Unavailable)?;
         let answer = session
             .send(HostedAsk {

@@ -96,6 +96,18 @@ fn unknown_task(id: &str) -> ErrorObject {
     ))
 }
 
+/// How long a record lives after its last write: a task's TTL; a kept
+/// run's record only until its client's last retry may come (its state's
+/// TTL, and a minute for a retry under way), within the task's.
+fn record_ttl(config: &crate::node::config::RuntimeConfig, kept: bool) -> Duration {
+    let task = Duration::from_millis(config.task_ttl_ms.max(1));
+    if kept {
+        task.min(config.request_state_ttl() + Duration::from_secs(60))
+    } else {
+        task
+    }
+}
+
 /// What the store keeps of a task, as JSON.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -215,7 +227,7 @@ impl TaskRun {
     }
 
     fn ttl(&self) -> Duration {
-        Duration::from_millis(self.stateless.config().task_ttl_ms.max(1))
+        record_ttl(self.stateless.config(), self.kept.is_some())
     }
 
     /// Changes the record and writes it; `false` when the store refused
@@ -497,7 +509,7 @@ impl Eligible {
             principal: self.principal.clone(),
         };
         let json = serde_json::to_string(&record).ok()?;
-        let ttl = Duration::from_millis(config.task_ttl_ms.max(1));
+        let ttl = record_ttl(config, kept.is_some());
         match self
             .stateless
             .store()
