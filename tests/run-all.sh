@@ -561,6 +561,18 @@ set +e
 } 2>&1 | tee "$LOG_DIR/hosted-loadtest.log"
 hosted_loadtest_status=${PIPESTATUS[0]}
 set -e
+# An official client of the 2026-07-28 era through the same cluster: the
+# TypeScript SDK v2 pinned to it, its checks those of the client matrix. Each
+# request goes to whichever node nginx picks; a hosted tool's question keeps
+# its call waiting on its child, and the SDK's retry, on any node, reaches it.
+echo "== hosted servers: the TypeScript SDK v2 client pinned to 2026-07-28 through nginx in front of the 3 nodes"
+set +e
+tests/js/node_modules/.bin/node tests/js/client-matrix-v2.mjs "$LB_URL" --negotiation 2026-07-28 2>&1 \
+  | tee "$LOG_DIR/hosted-matrix-2026.log"
+hosted_matrix_status=${PIPESTATUS[0]}
+set -e
+sed -n 's/^[a-z0-9-]*: \([0-9]* passed, [0-9]* failed\)$/\1/p' "$LOG_DIR/hosted-matrix-2026.log" \
+  >"$LOG_DIR/hosted-matrix-2026.counts"
 stop_cluster
 echo "== hosted servers: server-everything (npm) through the relay, TypeScript SDK client"
 cat >"$LOG_DIR/hosted-everything.toml" <<TOML
@@ -588,7 +600,7 @@ relay_python_status=${PIPESTATUS[0]}
 set -e
 stop_node
 read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/conformance-hosted-cluster.log" \
-  "$LOG_DIR/relay-everything.log" "$LOG_DIR/relay-python.log")
+  "$LOG_DIR/relay-everything.log" "$LOG_DIR/relay-python.log" "$LOG_DIR/hosted-matrix-2026.counts")
 
 # Two items per page, so every list a client walks spans several pages.
 echo "== client matrix against a node with --page-size 2"
@@ -644,6 +656,7 @@ passed=$((rust_passed + release_passed + redis_cluster_passed + fuzz_passed + co
 [ "$sdk_status" = 0 ] || { echo "TypeScript SDK end-to-end test failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$hosted_conformance_status" = 0 ] || { echo "conformance suite against a hosted server failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$hosted_loadtest_status" = 0 ] || { echo "mcp-loadtest through the hosted cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$hosted_matrix_status" = 0 ] || { echo "the TypeScript SDK v2 client at 2026-07-28 through the hosted cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$relay_status" = 0 ] || { echo "server-everything through the relay failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$relay_python_status" = 0 ] || { echo "the Python SDK server through the relay failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$matrix_node_status" = 0 ] || { echo "client matrix against a node failed" >&2; failed=$((failed > 0 ? failed : 1)); }
