@@ -6,12 +6,14 @@
 //! hosted server is `mcp-node --stdio` itself.
 
 mod cluster_support;
+mod relay_support;
 
 use std::time::Duration;
 
 use cluster_support::*;
 use mcp_cluster_client::{Client, Reply};
 use mcp_cluster_testkit::{node_binary, within};
+use relay_support::{Scratch, config_file};
 use serde_json::{Value, json};
 
 /// A configuration file hosting `mcp-node --stdio`, in a directory removed
@@ -22,27 +24,11 @@ fn hosting_config() -> (String, Scratch) {
 
 /// A configuration file hosting `command` (argv).
 fn hosting_config_of(command: &[String]) -> (String, Scratch) {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("mcp-relay-cluster-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("node.toml");
     let argv = serde_json::to_string(command).unwrap();
-    std::fs::write(
-        &config,
-        format!("[[upstreams]]\nname = \"inner\"\ncommand = {argv}\n"),
+    config_file(
+        "mcp-relay-cluster",
+        &format!("[[upstreams]]\nname = \"inner\"\ncommand = {argv}\n"),
     )
-    .unwrap();
-    (config.display().to_string(), Scratch(dir))
-}
-
-/// A directory removed when dropped.
-struct Scratch(std::path::PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The live (not zombie) processes whose parent is `pid`.

@@ -6,39 +6,25 @@
 //! it was called.
 
 mod cluster_support;
+mod relay_support;
 mod stateless_support;
 
 use std::time::Duration;
 
+use relay_support::{Scratch, config_file};
 use serde_json::{Value, json};
 use stateless_support::{all_caps, tool_call};
 
 /// A configuration file hosting `hostile.py elicit`, with `runtime`
 /// settings, in a directory removed with the returned guard.
 fn hosting_elicit(runtime: &str) -> (String, Scratch) {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("mcp-relay-rounds-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("relay/hostile.py");
     let argv =
         serde_json::to_string(&["python3", &script.display().to_string(), "elicit"]).unwrap();
-    let config = dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!("[runtime]\n{runtime}\n\n[[upstreams]]\nname = \"elicit\"\ncommand = {argv}\n"),
+    config_file(
+        "mcp-relay-rounds",
+        &format!("[runtime]\n{runtime}\n\n[[upstreams]]\nname = \"elicit\"\ncommand = {argv}\n"),
     )
-    .unwrap();
-    (config.display().to_string(), Scratch(dir))
-}
-
-/// A directory removed when dropped.
-struct Scratch(std::path::PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// `act` asking `questions` questions, with `extra` params.

@@ -21,3 +21,24 @@ pub fn children_of(pid: u32) -> usize {
         })
         .count()
 }
+
+/// A directory removed when dropped.
+pub struct Scratch(pub std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A node configuration file holding `contents`, in a directory of its own
+/// (named after `prefix`) removed with the returned guard.
+pub fn config_file(prefix: &str, contents: &str) -> (String, Scratch) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("node.toml");
+    std::fs::write(&config, contents).unwrap();
+    (config.display().to_string(), Scratch(dir))
+}
