@@ -82,6 +82,12 @@ async fn each_round_s_retry_on_another_node_reaches_the_same_waiting_child() {
     let first = post(&cluster.node_url(0), &act(1, 2, json!({}))).await;
     let (key, message, state) = question(&first);
     assert_eq!(message, "question 1");
+    let waiting = |i: usize| {
+        let base = cluster.node_url(i).trim_end_matches("/mcp").to_owned();
+        async move { mcp_cluster_testkit::metric(&base, "mcp_input_rounds_waiting").await }
+    };
+    assert_eq!(waiting(0).await, 1.0, "the call waits on node 0");
+    assert_eq!(waiting(1).await, 0.0);
 
     // The answer to the first question on another node: the child, which
     // runs on node 0, asks its second.
@@ -121,6 +127,7 @@ async fn each_round_s_retry_on_another_node_reaches_the_same_waiting_child() {
         done["result"]["_meta"]["io.modelcontextprotocol/serverInfo"].is_object(),
         "{done}"
     );
+    assert_eq!(waiting(0).await, 0.0, "the call ended");
 
     // A retry without the answer is asked again at once, and the run
     // still waits for it.

@@ -113,6 +113,9 @@ pub struct Metrics {
     pub requests_in_flight: IntGauge,
     /// `mcp_exchanges_open`: POSTs whose answers are not all written.
     pub exchanges_open: IntGauge,
+    /// `mcp_input_rounds_waiting`: 2026-07-28 calls kept running while
+    /// their client answers their questions.
+    pub input_rounds_waiting: IntGauge,
     /// `mcp_http_answers_total` by kind (`json`, `sse`, `accepted`).
     pub http_answers: IntCounterVec,
     /// `mcp_http_rejections_total` by reason.
@@ -338,6 +341,10 @@ impl Metrics {
                 &["reason"],
             ),
             sessions_held: gauge("mcp_sessions_held", "Sessions with an actor on this node."),
+            input_rounds_waiting: gauge(
+                "mcp_input_rounds_waiting",
+                "2026-07-28 calls kept running on this node while their client answers their questions (a hosted server's child waiting).",
+            ),
             max_sessions: gauge(
                 "mcp_node_max_sessions",
                 "The most sessions this node holds (max_sessions); beyond it new sessions get 503.",
@@ -585,6 +592,7 @@ impl Metrics {
             Box::new(self.max_sessions.clone()),
             Box::new(self.requests_in_flight.clone()),
             Box::new(self.exchanges_open.clone()),
+            Box::new(self.input_rounds_waiting.clone()),
             Box::new(self.http_answers.clone()),
             Box::new(self.http_rejections.clone()),
             Box::new(self.http_duration.clone()),

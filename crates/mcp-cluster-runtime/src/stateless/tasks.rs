@@ -376,6 +376,12 @@ impl TaskRun {
     /// Writes how the handler ended. `None`: cancelled.
     pub(crate) async fn finish(&self, outcome: Option<Result<Value, ErrorObject>>) {
         self.done.cancel();
+        // No longer waiting, before the end is written (and read).
+        if self.kept.is_some() {
+            mcp_cluster_telemetry::metrics::metrics()
+                .input_rounds_waiting
+                .dec();
+        }
         let cancelled = self.cancelled.load(Ordering::Acquire);
         let max = self.stateless.config().max_task_result_bytes;
         let outcome = outcome.map(|o| o.and_then(|result| within(result, max)));
@@ -528,6 +534,11 @@ impl Eligible {
             .0
             .running_tasks
             .fetch_add(1, Ordering::AcqRel);
+        if kept.is_some() {
+            mcp_cluster_telemetry::metrics::metrics()
+                .input_rounds_waiting
+                .inc();
+        }
         let run = Arc::new(TaskRun {
             id,
             stateless: self.stateless.clone(),
