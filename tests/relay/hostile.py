@@ -24,6 +24,12 @@ Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
                 other (all at once with `together: true`), then answers
                 with every answer and how many times `act` was called in
                 this process, as JSON text
+  modern        speaks 2026-07-28 too: answers `server/discover`, and `act`
+                first answers `input_required` (one elicitation, under the
+                key `name`, and a `requestState` of its own), then, retried
+                with both, the state it got back, the answer, the client
+                capabilities of the request's `_meta`, its process id and
+                its count of calls, as JSON text
   well          behaves
 """
 
@@ -88,6 +94,13 @@ def main():
             continue
         if "id" not in request or method is None:
             continue
+        if method == "server/discover" and MODE == "modern":
+            answer(request, {
+                "supportedVersions": ["2026-07-28"],
+                "capabilities": {"tools": {}},
+                "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "hostile-modern", "version": "1"}},
+            })
+            continue
         if method == "initialize":
             if MODE == "silent":
                 continue
@@ -121,6 +134,29 @@ def main():
             elif MODE == "roots":
                 text = json.dumps(ROOTS_ANSWER[0]) if ROOTS_ANSWER else "no answer yet"
                 answer(request, {"content": [{"type": "text", "text": text}]})
+            elif MODE == "modern":
+                CALLS += 1
+                params = request.get("params", {})
+                state = params.get("requestState")
+                if state is None:
+                    answer(request, {
+                        "resultType": "input_required",
+                        "inputRequests": {"name": {"method": "elicitation/create", "params": {
+                            "message": "who?",
+                            "requestedSchema": {"type": "object",
+                                                "properties": {"name": {"type": "string"}}}}}},
+                        "requestState": f"child-state-{CALLS}",
+                    })
+                else:
+                    meta = params.get("_meta", {})
+                    text = json.dumps({
+                        "state": state,
+                        "answer": (params.get("inputResponses") or {}).get("name"),
+                        "caps": meta.get("io.modelcontextprotocol/clientCapabilities"),
+                        "pid": os.getpid(),
+                        "calls": CALLS,
+                    })
+                    answer(request, {"content": [{"type": "text", "text": text}]})
             elif MODE == "elicit":
                 CALLS += 1
                 arguments = request.get("params", {}).get("arguments") or {}

@@ -262,3 +262,78 @@ async fn questions_a_child_asks_together_go_out_in_one_round() {
         .collect();
     assert_eq!(names, ["question-1", "question-2", "question-3"], "{got}");
 }
+
+#[tokio::test]
+async fn a_child_that_speaks_2026_07_28_gets_requests_as_they_come_and_is_shared() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("relay/hostile.py");
+    let argv =
+        serde_json::to_string(&["python3", &script.display().to_string(), "modern"]).unwrap();
+    let (config, _dir) = config_file(
+        "mcp-relay-modern",
+        &format!("[[upstreams]]\nname = \"modern\"\ncommand = {argv}\nstateless = true\n"),
+    );
+    let cluster =
+        tokio::task::spawn_blocking(move || cluster_support::start(2, &["--config", &config]))
+            .await
+            .unwrap();
+    // server/discover: the child's own.
+    let discovered = post(
+        &cluster.node_url(0),
+        &stateless_support::request(1, "server/discover", json!({}), json!({})),
+    )
+    .await;
+    assert_eq!(
+        discovered["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "hostile-modern",
+        "{discovered}"
+    );
+    // Its own input round, its own state, passed through both ways; the
+    // retry on the other node.
+    let act = |id, extra, caps| tool_call(id, "act", json!({}), extra, caps);
+    let first = post(&cluster.node_url(0), &act(2, json!({}), all_caps())).await;
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    assert_eq!(
+        result["inputRequests"]["name"]["method"], "elicitation/create",
+        "{first}"
+    );
+    let state = result["requestState"].as_str().unwrap();
+    assert!(
+        state.starts_with("child-state-"),
+        "the child's own: {first}"
+    );
+    let answer = json!({"name": {"action": "accept", "content": {"name": "ada"}}});
+    let done = post(
+        &cluster.node_url(1),
+        &act(
+            3,
+            json!({"inputResponses": answer, "requestState": state}),
+            all_caps(),
+        ),
+    )
+    .await;
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    let got: Value =
+        serde_json::from_str(done["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(got["state"], state, "{got}");
+    assert_eq!(got["answer"]["content"]["name"], "ada", "{got}");
+    assert!(got["caps"]["elicitation"].is_object(), "{got}");
+    // Requests of other client capabilities share one child.
+    let mut pids = Vec::new();
+    for (id, caps) in [(4, json!({})), (5, all_caps()), (6, json!({"roots": {}}))] {
+        let done = post(
+            &cluster.node_url(0),
+            &act(
+                id,
+                json!({"inputResponses": answer, "requestState": "given"}),
+                caps.clone(),
+            ),
+        )
+        .await;
+        let got: Value =
+            serde_json::from_str(done["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(got["caps"], caps, "each request's own capabilities: {got}");
+        pids.push(got["pid"].clone());
+    }
+    assert!(pids.windows(2).all(|w| w[0] == w[1]), "one child: {pids:?}");
+}

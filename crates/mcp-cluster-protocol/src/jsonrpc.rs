@@ -611,6 +611,27 @@ impl Request {
         StatelessMeta::of(self.stateless.as_deref(), self.params.as_ref())
     }
 
+    /// The params as the client sent them: with the 2026-07-28 fields that
+    /// decoding took out of `_meta` put back (for a server that reads them
+    /// itself, such as a hosted server of that revision).
+    pub fn params_as_sent(&self) -> Option<Map<String, Value>> {
+        let Some(stateless) = self.stateless.as_deref() else {
+            return self.params.clone();
+        };
+        let mut params = self.params.clone().unwrap_or_default();
+        let meta = params
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(meta) = meta {
+            for (key, raw) in stateless.fields() {
+                if let Ok(value) = serde_json::from_str(raw.get()) {
+                    meta.insert(key.to_owned(), value);
+                }
+            }
+        }
+        Some(params)
+    }
+
     /// Reads `params` as `T`; absent params read as `{}`.
     ///
     /// # Errors

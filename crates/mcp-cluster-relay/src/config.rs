@@ -67,6 +67,14 @@ pub struct UpstreamConfig {
     pub pool_idle_per_key: usize,
     /// Seconds a pooled child waits idle before it is ended. Default 60.
     pub pool_idle_secs: u64,
+    /// The server speaks 2026-07-28 itself (its own `server/discover`,
+    /// `_meta` per request, `input_required` rounds with its own
+    /// `requestState`): 2026-07-28 requests go to it as they come, on
+    /// children shared by a principal's requests whatever their client
+    /// capabilities, never initialized. Session-era clients still get a
+    /// child each, initialized as any. Default `false`: the server is
+    /// spoken to in the session era only.
+    pub stateless: bool,
 }
 
 impl Default for UpstreamConfig {
@@ -91,6 +99,7 @@ impl Default for UpstreamConfig {
             tool_tasks: BTreeMap::new(),
             pool_idle_per_key: 4,
             pool_idle_secs: 60,
+            stateless: false,
         }
     }
 }

@@ -134,10 +134,17 @@ struct Known {
 }
 
 impl Known {
+    /// From an `initialize` answer, or a `server/discover` one (whose
+    /// `serverInfo` is in its `_meta`).
     fn of(result: &Value) -> Option<Self> {
+        let info = result.get("serverInfo").or_else(|| {
+            result
+                .get("_meta")
+                .and_then(|m| m.get(methods::meta::SERVER_INFO))
+        })?;
         Some(Self {
             capabilities: serde_json::from_value(result.get("capabilities")?.clone()).ok()?,
-            server_info: serde_json::from_value(result.get("serverInfo")?.clone()).ok()?,
+            server_info: serde_json::from_value(info.clone()).ok()?,
             instructions: result
                 .get("instructions")
                 .and_then(Value::as_str)
@@ -469,15 +476,25 @@ impl RelayService {
             principal: None,
             taken: false,
         };
-        let (upstream, result) = self.start(own_initialize(json!({}))).await?;
+        let (upstream, result) = if self.config.stateless {
+            self.start_with(methods::SERVER_DISCOVER, own_meta(json!({})))
+                .await?
+        } else {
+            self.start(own_initialize(json!({}))).await?
+        };
         self.remember(&result);
         // Its first page of tools too: a 2026-07-28 client may call one
         // before it lists them, with headers to check.
-        upstream
-            .notify(methods::NOTIFICATION_INITIALIZED, None)
-            .await;
+        let listing = if self.config.stateless {
+            own_meta(json!({})).as_object().cloned()
+        } else {
+            upstream
+                .notify(methods::NOTIFICATION_INITIALIZED, None)
+                .await;
+            None
+        };
         if let Ok(mut call) = upstream
-            .call(methods::TOOLS_LIST, None, false, false, None)
+            .call(methods::TOOLS_LIST, listing, false, false, None)
             .await
             && let Ok(Ok(Ok(listed))) =
                 tokio::time::timeout(OWN_REQUEST_TIMEOUT, &mut call.answer).await
@@ -505,9 +522,15 @@ impl RelayService {
             .client_capabilities()
             .and_then(|c| serde_json::to_value(c).ok())
             .unwrap_or_else(|| json!({}));
+        // A server of 2026-07-28 reads the capabilities of each request:
+        // one child serves them all.
         let key = PoolKey {
             principal: principal.clone(),
-            capabilities: capabilities.to_string(),
+            capabilities: if self.config.stateless {
+                String::new()
+            } else {
+                capabilities.to_string()
+            },
         };
         let idle = {
             let mut children = lock(&self.children);
@@ -531,12 +554,19 @@ impl RelayService {
             principal,
             taken: false,
         };
-        let (upstream, result) = self.start(own_initialize(capabilities)).await?;
+        let (upstream, result) = if self.config.stateless {
+            self.start_with(methods::SERVER_DISCOVER, own_meta(capabilities))
+                .await?
+        } else {
+            self.start(own_initialize(capabilities)).await?
+        };
         self.remember(&result);
         upstream.announce_to(self.changes.clone());
-        upstream
-            .notify(methods::NOTIFICATION_INITIALIZED, None)
-            .await;
+        if !self.config.stateless {
+            upstream
+                .notify(methods::NOTIFICATION_INITIALIZED, None)
+                .await;
+        }
         let mut children = lock(&self.children);
         children.starting = children.starting.saturating_sub(1);
         children.pooled += 1;
@@ -550,6 +580,16 @@ impl RelayService {
 
     /// Starts a child and has it answer the client's `initialize`.
     async fn start(&self, params: Value) -> Result<(Arc<Upstream>, Value), ErrorObject> {
+        self.start_with(methods::INITIALIZE, params).await
+    }
+
+    /// Starts a child and has it answer `method` (`initialize`, or
+    /// `server/discover` for a server that speaks 2026-07-28 itself).
+    async fn start_with(
+        &self,
+        method: &'static str,
+        params: Value,
+    ) -> Result<(Arc<Upstream>, Value), ErrorObject> {
         let config = self.config.clone();
         let env = self.env.clone();
         let name = config.name.clone();
@@ -560,7 +600,7 @@ impl RelayService {
         // left running outside the table.
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
         self.runtime.handle().spawn(async move {
-            let outcome = start_child(config, env, params, timeout).await;
+            let outcome = start_child(config, env, method, params, timeout).await;
             if let Err(Ok((upstream, _))) = started_tx.send(outcome) {
                 upstream.end();
             }
@@ -575,12 +615,13 @@ impl RelayService {
     }
 }
 
-/// Starts a child of `config` and has it answer `initialize` with `params`
-/// within `timeout`; on the relay's runtime (its pipes are driven there,
-/// and its parent-death signal follows one of its threads).
+/// Starts a child of `config` and has it answer `method` (`initialize`)
+/// with `params` within `timeout`; on the relay's runtime (its pipes are
+/// driven there, and its parent-death signal follows one of its threads).
 async fn start_child(
     config: UpstreamConfig,
     env: BTreeMap<String, String>,
+    method: &'static str,
     params: Value,
     timeout: Duration,
 ) -> Result<(Arc<Upstream>, Value), ErrorObject> {
@@ -596,13 +637,11 @@ async fn start_child(
         _ => None,
     };
     let answer = async {
-        let call = upstream
-            .call(methods::INITIALIZE, params, false, false, None)
-            .await?;
+        let call = upstream.call(method, params, false, false, None).await?;
         let mut call = call;
         let outcome = (&mut call.answer)
             .await
-            .map_err(|_| ErrorObject::internal("upstream ended during initialize"))?;
+            .map_err(|_| ErrorObject::internal(format!("upstream ended during {method}")))?;
         call.answered();
         outcome
     };
@@ -617,7 +656,7 @@ async fn start_child(
             upstream.end();
             metrics::refused(&config.name, "initialize_failed");
             Err(ErrorObject::internal(format!(
-                "upstream {} did not answer initialize within {} s",
+                "upstream {} did not answer {method} within {} s",
                 config.name, config.initialize_timeout_secs
             )))
         }
@@ -653,6 +692,15 @@ impl McpService for RelayService {
         let outcome = match ctx.session_id() {
             None => {
                 let lease = self.lease(&ctx).await?;
+                // A server of 2026-07-28 reads the request's `_meta` itself.
+                let request = if self.config.stateless {
+                    Request {
+                        params: request.params_as_sent(),
+                        ..request
+                    }
+                } else {
+                    request
+                };
                 relay_call(&lease.upstream, request, &ctx).await
             }
             Some(session) => {
@@ -698,6 +746,12 @@ impl McpService for RelayService {
     /// again on a child (it may have acted already).
     fn keeps_running_on_input(&self) -> bool {
         true
+    }
+
+    /// A server of 2026-07-28 runs its input rounds itself: its
+    /// `input_required` results and `requestState` pass through.
+    fn answers_input_rounds(&self) -> bool {
+        self.config.stateless
     }
 
     fn runs_server_per_session(&self) -> bool {
@@ -897,6 +951,17 @@ fn own_initialize(capabilities: Value) -> Value {
         "capabilities": capabilities,
         "clientInfo": { "name": "mcp-node", "version": env!("CARGO_PKG_VERSION") },
     })
+}
+
+/// The params of a 2026-07-28 request the relay makes of its own
+/// (`server/discover`, a first `tools/list`): only the `_meta` that era
+/// requires, declaring `capabilities`.
+fn own_meta(capabilities: Value) -> Value {
+    json!({ "_meta": {
+        methods::meta::PROTOCOL_VERSION: ProtocolVersion::STATELESS.as_str(),
+        methods::meta::CLIENT_CAPABILITIES: capabilities,
+        methods::meta::CLIENT_INFO: { "name": "mcp-node", "version": env!("CARGO_PKG_VERSION") },
+    }})
 }
 
 /// Whether a request's relay goes on after an event.

@@ -53,7 +53,7 @@ impl StatelessMeta {
     }
 
     /// The fields present, with their `_meta` keys.
-    fn fields(&self) -> impl Iterator<Item = (&'static str, &RawValue)> {
+    pub(crate) fn fields(&self) -> impl Iterator<Item = (&'static str, &RawValue)> {
         [
             (keys::PROTOCOL_VERSION, &self.protocol_version),
             (keys::CLIENT_INFO, &self.client_info),

@@ -248,6 +248,14 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
+    /// 2026-07-28: whether the service runs input rounds itself (a hosted
+    /// server that speaks this revision): a request's `inputResponses` and
+    /// `requestState` reach it untouched, and its `input_required` results
+    /// go back as they are. Default: no (the runtime runs them).
+    fn answers_input_rounds(&self) -> bool {
+        false
+    }
+
     /// The node is stopping, its drain over: end whatever the service
     /// started (a hosted server's children). The node waits for it.
     async fn shutdown(&self) {}

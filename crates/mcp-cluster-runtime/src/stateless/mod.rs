@@ -651,6 +651,10 @@ impl Stateless {
     /// method is cacheable (unless the handler set its own).
     pub(crate) fn complete_result(&self, method: &str, result: &mut Value) {
         let Value::Object(map) = result else { return };
+        // A service that runs its own input rounds says `input_required`.
+        if map.get("resultType").and_then(Value::as_str) == Some("input_required") {
+            return;
+        }
         map.insert("resultType".into(), json!("complete"));
         let meta = map
             .entry("_meta")
@@ -742,7 +746,13 @@ impl Stateless {
         };
         // The round so far: the state's answers, then the retry's; or the
         // kept run the state names, which the retry's answers go to.
-        let answers = match self.round_answers(&request, principal_key.as_deref()).await {
+        let own_rounds = self.service().answers_input_rounds();
+        let round = if own_rounds {
+            Ok(Round::Answers(Map::new()))
+        } else {
+            self.round_answers(&request, principal_key.as_deref()).await
+        };
+        let answers = match round {
             Ok(Round::Answers(found)) => found,
             Ok(Round::Kept(run)) => {
                 drop(task_slot);
@@ -758,7 +768,7 @@ impl Stateless {
         };
         // A service whose handler cannot run twice keeps it running while
         // the client answers its questions.
-        let keeps = may_be_asked && self.service().keeps_running_on_input();
+        let keeps = may_be_asked && !own_rounds && self.service().keeps_running_on_input();
         // Only a handler that may ask the client, of a client that declared
         // it can be asked, can end in an input round, whose state names the
         // request.
