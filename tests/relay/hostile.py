@@ -23,7 +23,8 @@ Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
                 its argument `questions` says (default 1), one after the
                 other (all at once with `together: true`), then answers
                 with every answer and how many times `act` was called in
-                this process, as JSON text
+                this process, as JSON text (with `hold: true` it never
+                answers)
   modern        speaks 2026-07-28 too: answers `server/discover`, and `act`
                 first answers `input_required` (one elicitation, under the
                 key `name`, and a `requestState` of its own), then, retried
@@ -88,6 +89,8 @@ def main():
             if len(ELICITING["answers"]) < ELICITING["questions"]:
                 if not ELICITING["together"]:
                     elicit()
+            elif ELICITING["hold"]:
+                pass
             else:
                 text = json.dumps({"calls": CALLS, "answers": ELICITING["answers"]})
                 answer(ELICITING["request"], {"content": [{"type": "text", "text": text}]})
@@ -162,7 +165,8 @@ def main():
                 arguments = request.get("params", {}).get("arguments") or {}
                 ELICITING.update(request=request, answers=[],
                                  questions=int(arguments.get("questions", 1)),
-                                 together=bool(arguments.get("together")))
+                                 together=bool(arguments.get("together")),
+                                 hold=bool(arguments.get("hold")))
                 for n in range(ELICITING["questions"] if ELICITING["together"] else 1):
                     elicit(n + 1)
             elif MODE == "echo-meta":

@@ -166,20 +166,15 @@ async fn a_retry_whose_run_s_node_died_is_answered_with_an_error_not_a_wait() {
     cluster.kill_node(0);
     // The retry is answered once the dead node's heartbeat lapses (6 s),
     // or at the latest its run's lease (10 s): not waited on for ever.
+    // (A waiting retry is answered as a stream.)
     let body = act(2, 1, answered(&key, "ada", &state));
-    let mut request = reqwest::Client::new()
-        .post(cluster.node_url(1))
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream");
-    for (name, value) in stateless_support::headers(&body) {
-        request = request.header(name, value);
-    }
-    let retried: Value = tokio::time::timeout(Duration::from_secs(30), async {
-        request.body(body.to_string()).send().await?.json().await
-    })
-    .await
-    .expect("the retry was answered within 30 s")
-    .expect("a JSON answer");
+    let response = stateless_support::send(&cluster.node_url(1), &body, &[]).await;
+    let mut messages = stateless_support::Messages::new(response);
+    let retried = messages
+        .next_within(Duration::from_secs(30))
+        .await
+        .expect("the retry was answered within 30 s")
+        .expect("an answer before the stream ended");
     assert_eq!(retried["error"]["code"], -32603, "{retried}");
     let message = retried["error"]["message"].as_str().unwrap();
     assert!(message.contains("stopped"), "{retried}");
@@ -336,4 +331,51 @@ async fn a_child_that_speaks_2026_07_28_gets_requests_as_they_come_and_is_shared
         pids.push(got["pid"].clone());
     }
     assert!(pids.windows(2).all(|w| w[0] == w[1]), "one child: {pids:?}");
+}
+
+#[tokio::test]
+async fn a_retry_whose_client_goes_away_cancels_the_waiting_call() {
+    // Keep-alives every second on the retry's stream: a node learns that
+    // a waiting stream's client left when it next writes.
+    let (config, _dir) = hosting_elicit("sse_keep_alive_secs = 1");
+    let cluster =
+        tokio::task::spawn_blocking(move || cluster_support::start(2, &["--config", &config]))
+            .await
+            .unwrap();
+    let body = |id, extra| {
+        tool_call(
+            id,
+            "act",
+            json!({"questions": 1, "hold": true}),
+            extra,
+            all_caps(),
+        )
+    };
+    let first = post(&cluster.node_url(0), &body(1, json!({}))).await;
+    let (key, _, state) = question(&first);
+    // The retry on node 1 gives the answer; the child then works on (it
+    // never answers). The retry's answer is a stream from the start of
+    // its wait; its client reads the headers, then goes away.
+    let retry = body(2, answered(&key, "ada", &state));
+    let response = stateless_support::send(&cluster.node_url(1), &retry, &[]).await;
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers().get("content-type").is_some_and(|v| v
+            .to_str()
+            .unwrap_or_default()
+            .starts_with("text/event-stream")),
+        "{:?}",
+        response.headers()
+    );
+    drop(response);
+    // The call ends on node 0 (cancelled), rather than running on.
+    let base = cluster.node_url(0).trim_end_matches("/mcp").to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while mcp_cluster_testkit::metric(&base, "mcp_input_rounds_waiting").await > 0.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the call still runs after its client went away"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -529,6 +529,18 @@ impl Exchange {
         Ok(())
     }
 
+    /// Starts a direct exchange's answer as a live stream now (headers,
+    /// then keep-alives), before any message: a request that waits long
+    /// learns when its client goes away at the next keep-alive. A no-op for
+    /// any other exchange, or when the mode forbids streams.
+    pub(crate) async fn go_live(&self) {
+        if self.session.is_some() {
+            return;
+        }
+        let mut state = self.state.lock().await;
+        let _ = self.ensure_live(&mut state);
+    }
+
     /// Switches a pending direct exchange to its live channel.
     fn ensure_live(
         &self,

@@ -274,7 +274,9 @@ impl Stateless {
         let stateless = self.clone();
         actix::spawn(async move {
             let _ticket = ticket;
-            let outcome = stateless.follow(&run, &request, &principal, &gone).await;
+            let outcome = stateless
+                .follow(&run, &request, &principal, &gone, &output)
+                .await;
             if outcome.is_none() {
                 // The client went away: the run is cancelled, as a request
                 // whose client closed its response is.
@@ -299,6 +301,7 @@ impl Stateless {
         request: &Request,
         principal: &str,
         gone: &CancellationToken,
+        output: &RequestOutput,
     ) -> Option<Result<Value, ErrorObject>> {
         let method = request.method.as_str();
         let params = request.params.as_ref();
@@ -333,6 +336,10 @@ impl Stateless {
         if !unanswered.is_empty() {
             return Some(round(unanswered).await);
         }
+        // The wait may be long: the answer goes out as a stream from now
+        // on, whose keep-alives tell when the client went away (the run is
+        // then cancelled).
+        output.exchange.go_live().await;
         let waiting = self.kept_wakers().wait_on(record_key(run));
         let stop = self.stop_token();
         let mut delay = POLL_MIN;
