@@ -27,6 +27,14 @@ fn hosting_elicit(runtime: &str) -> (String, Scratch) {
     )
 }
 
+/// `n` nodes on one Redis, behind nginx, with the configuration file
+/// `config`.
+async fn nodes(n: usize, config: String) -> mcp_cluster_testkit::Cluster {
+    tokio::task::spawn_blocking(move || cluster_support::start(n, &["--config", &config]))
+        .await
+        .unwrap()
+}
+
 /// `act` asking `questions` questions, with `extra` params.
 fn act(id: u64, questions: u64, extra: Value) -> Value {
     tool_call(
@@ -75,10 +83,7 @@ fn answered(key: &str, name: &str, state: &str) -> Value {
 #[tokio::test]
 async fn each_round_s_retry_on_another_node_reaches_the_same_waiting_child() {
     let (config, _dir) = hosting_elicit("");
-    let cluster =
-        tokio::task::spawn_blocking(move || cluster_support::start(3, &["--config", &config]))
-            .await
-            .unwrap();
+    let cluster = nodes(3, config).await;
     let first = post(&cluster.node_url(0), &act(1, 2, json!({}))).await;
     let (key, message, state) = question(&first);
     assert_eq!(message, "question 1");
@@ -157,10 +162,7 @@ async fn each_round_s_retry_on_another_node_reaches_the_same_waiting_child() {
 #[tokio::test]
 async fn a_retry_whose_run_s_node_died_is_answered_with_an_error_not_a_wait() {
     let (config, _dir) = hosting_elicit("");
-    let mut cluster =
-        tokio::task::spawn_blocking(move || cluster_support::start(2, &["--config", &config]))
-            .await
-            .unwrap();
+    let mut cluster = nodes(2, config).await;
     let first = post(&cluster.node_url(0), &act(1, 1, json!({}))).await;
     let (key, _, state) = question(&first);
     cluster.kill_node(0);
@@ -183,10 +185,7 @@ async fn a_retry_whose_run_s_node_died_is_answered_with_an_error_not_a_wait() {
 #[tokio::test]
 async fn a_question_nobody_answers_ends_with_the_ask_timeout_and_frees_the_child() {
     let (config, _dir) = hosting_elicit("ask_timeout_secs = 2");
-    let cluster =
-        tokio::task::spawn_blocking(move || cluster_support::start(1, &["--config", &config]))
-            .await
-            .unwrap();
+    let cluster = nodes(1, config).await;
     let url = cluster.node_url(0);
     let first = post(&url, &act(1, 1, json!({}))).await;
     let (key, _, state) = question(&first);
@@ -209,10 +208,7 @@ async fn a_question_nobody_answers_ends_with_the_ask_timeout_and_frees_the_child
 #[tokio::test]
 async fn questions_a_child_asks_together_go_out_in_one_round() {
     let (config, _dir) = hosting_elicit("");
-    let cluster =
-        tokio::task::spawn_blocking(move || cluster_support::start(2, &["--config", &config]))
-            .await
-            .unwrap();
+    let cluster = nodes(2, config).await;
     let body = |id, extra| {
         tool_call(
             id,
@@ -267,10 +263,7 @@ async fn a_child_that_speaks_2026_07_28_gets_requests_as_they_come_and_is_shared
         "mcp-relay-modern",
         &format!("[[upstreams]]\nname = \"modern\"\ncommand = {argv}\nstateless = true\n"),
     );
-    let cluster =
-        tokio::task::spawn_blocking(move || cluster_support::start(2, &["--config", &config]))
-            .await
-            .unwrap();
+    let cluster = nodes(2, config).await;
     // server/discover: the child's own.
     let discovered = post(
         &cluster.node_url(0),
@@ -338,10 +331,7 @@ async fn a_retry_whose_client_goes_away_cancels_the_waiting_call() {
     // Keep-alives every second on the retry's stream: a node learns that
     // a waiting stream's client left when it next writes.
     let (config, _dir) = hosting_elicit("sse_keep_alive_secs = 1");
-    let cluster =
-        tokio::task::spawn_blocking(move || cluster_support::start(2, &["--config", &config]))
-            .await
-            .unwrap();
+    let cluster = nodes(2, config).await;
     let body = |id, extra| {
         tool_call(
             id,
