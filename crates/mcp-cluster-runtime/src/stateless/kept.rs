@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mcp_cluster_protocol::{ErrorObject, Request, RequestId, Response};
-use mcp_cluster_store::{AddedInputs, InputLimits};
 use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -34,7 +33,7 @@ use crate::request::context::RequestOutput;
 use crate::request::exchange::Exchange;
 use crate::request::method_table;
 use crate::stateless::mrtr::{RoundState, now_ms};
-use crate::stateless::tasks::{MAX_INPUTS, TaskRecord, TaskRun};
+use crate::stateless::tasks::{TaskRecord, TaskRun};
 use crate::stateless::{RequestGuard, Stateless, StatelessReply};
 
 /// The start of a kept run's id in the task store; `tasks/*` refuse it.
@@ -380,34 +379,12 @@ impl Stateless {
         if inputs.is_empty() {
             return Ok(());
         }
-        let config = self.config();
-        if let Some((key, answer)) = inputs
-            .iter()
-            .find(|(_, a)| a.len() as u64 > config.max_task_answer_bytes)
-        {
-            return Err(ErrorObject::invalid_params(format!(
-                "the answer to input {:?} is {} bytes; this server accepts at most {} bytes per answer",
-                key.chars().take(64).collect::<String>(),
-                answer.len(),
-                config.max_task_answer_bytes
-            )));
+        self.refuse_oversized(inputs)?;
+        if !self.add_answers(run, inputs, "request").await? {
+            return Err(run_gone());
         }
-        let limits = InputLimits {
-            max_keys: MAX_INPUTS,
-            max_bytes: config.max_task_answers_bytes,
-        };
-        match self.store().tasks.add_inputs(run, inputs, limits).await {
-            Ok(AddedInputs::Added) => {
-                self.kept_wakers().wake(&answer_key(run));
-                Ok(())
-            }
-            Ok(AddedInputs::Gone) => Err(run_gone()),
-            Ok(AddedInputs::TooLarge) => Err(ErrorObject::invalid_params(format!(
-                "these answers would take the request's answers past {} bytes; nothing of them was kept",
-                config.max_task_answers_bytes
-            ))),
-            Err(err) => Err(crate::node::error::RuntimeError::Store(err).to_error_object()),
-        }
+        self.kept_wakers().wake(&answer_key(run));
+        Ok(())
     }
 
     /// Reads the run's record; with `check_owner`, whether the node

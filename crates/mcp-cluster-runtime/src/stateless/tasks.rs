@@ -364,7 +364,7 @@ impl TaskRun {
             };
             tokio::select! {
                 () = self.job.cancelled() => return Err(AskError::Cancelled),
-                () = tokio::time::sleep(delay.min(deadline.saturating_duration_since(tokio::time::Instant::now()).max(Duration::from_millis(1)))) => {}
+                () = tokio::time::sleep_until((tokio::time::Instant::now() + delay).min(deadline)) => {}
                 () = woken => {}
             }
             if kept {
@@ -605,47 +605,18 @@ impl Stateless {
                         "inputResponses must be an object of results by input key",
                     ));
                 };
-                let config = self.config();
                 let inputs: Vec<(String, String)> = responses
                     .iter()
                     .map(|(k, v)| (k.clone(), v.to_string()))
                     .collect();
-                let refuse = |message: String| {
-                    mcp_cluster_telemetry::metrics::metrics()
-                        .retention_refusals
-                        .with_label_values(&["task_answer"])
-                        .inc();
-                    Err(ErrorObject::invalid_params(message))
-                };
-                if let Some((key, answer)) = inputs
-                    .iter()
-                    .find(|(_, a)| a.len() as u64 > config.max_task_answer_bytes)
-                {
-                    return refuse(format!(
-                        "the answer to input {:?} is {} bytes; this server accepts at most {} bytes per answer",
-                        key.chars().take(64).collect::<String>(),
-                        answer.len(),
-                        config.max_task_answer_bytes
-                    ));
-                }
+                self.refuse_oversized(&inputs)?;
                 if record.terminal() {
                     return Ok(ack);
                 }
-                let limits = mcp_cluster_store::InputLimits {
-                    max_keys: MAX_INPUTS,
-                    max_bytes: config.max_task_answers_bytes,
-                };
-                match store
-                    .add_inputs(id, &inputs, limits)
-                    .await
-                    .map_err(unavailable)?
-                {
-                    mcp_cluster_store::AddedInputs::Added => Ok(ack),
-                    mcp_cluster_store::AddedInputs::Gone => Err(unknown_task(id)),
-                    mcp_cluster_store::AddedInputs::TooLarge => refuse(format!(
-                        "these answers would take the task's answers past {} bytes; nothing of them was kept",
-                        config.max_task_answers_bytes
-                    )),
+                if self.add_answers(id, &inputs, "task").await? {
+                    Ok(ack)
+                } else {
+                    Err(unknown_task(id))
                 }
             }
             mcp_cluster_protocol::methods::TASKS_CANCEL => {
@@ -680,6 +651,60 @@ impl Stateless {
             }
         }
     }
+}
+
+impl Stateless {
+    /// Refuses answers of which one is over `max_task_answer_bytes`
+    /// (-32602, counted as a retention refusal).
+    pub(crate) fn refuse_oversized(&self, inputs: &[(String, String)]) -> Result<(), ErrorObject> {
+        let max = self.config().max_task_answer_bytes;
+        match inputs.iter().find(|(_, a)| a.len() as u64 > max) {
+            Some((key, answer)) => Err(answer_refused(format!(
+                "the answer to input {:?} is {} bytes; this server accepts at most {max} bytes per answer",
+                key.chars().take(64).collect::<String>(),
+                answer.len(),
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Adds answers (key, JSON) to the task or kept run `id`, whose answers
+    /// stay within `MAX_INPUTS` keys and `max_task_answers_bytes` (past it
+    /// nothing is added, -32602 naming `whose` answers). `false`: it is
+    /// gone.
+    pub(crate) async fn add_answers(
+        &self,
+        id: &str,
+        inputs: &[(String, String)],
+        whose: &str,
+    ) -> Result<bool, ErrorObject> {
+        let max_bytes = self.config().max_task_answers_bytes;
+        let limits = mcp_cluster_store::InputLimits {
+            max_keys: MAX_INPUTS,
+            max_bytes,
+        };
+        match self.store().tasks.add_inputs(id, inputs, limits).await {
+            Ok(mcp_cluster_store::AddedInputs::Added) => Ok(true),
+            Ok(mcp_cluster_store::AddedInputs::Gone) => Ok(false),
+            Ok(mcp_cluster_store::AddedInputs::TooLarge) => Err(answer_refused(format!(
+                "these answers would take the {whose}'s answers past {max_bytes} bytes; nothing of them was kept"
+            ))),
+            Err(err) => {
+                tracing::warn!(error = %err, "Task store unavailable.");
+                Err(RuntimeError::Store(err).to_error_object())
+            }
+        }
+    }
+}
+
+/// -32602 for answers past a bound, counted
+/// (`mcp_retention_refusals_total{kind="task_answer"}`).
+fn answer_refused(message: String) -> ErrorObject {
+    mcp_cluster_telemetry::metrics::metrics()
+        .retention_refusals
+        .with_label_values(&["task_answer"])
+        .inc();
+    ErrorObject::invalid_params(message)
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` of a Unix time in milliseconds.
