@@ -476,23 +476,15 @@ impl RelayService {
             principal: None,
             taken: false,
         };
-        let (upstream, result) = if self.config.stateless {
-            self.start_with(methods::SERVER_DISCOVER, own_meta(json!({})))
-                .await?
-        } else {
-            self.start(own_initialize(json!({}))).await?
-        };
+        let (upstream, result) = self.start_own(json!({}), false).await?;
         self.remember(&result);
         // Its first page of tools too: a 2026-07-28 client may call one
         // before it lists them, with headers to check.
-        let listing = if self.config.stateless {
-            own_meta(json!({})).as_object().cloned()
-        } else {
-            upstream
-                .notify(methods::NOTIFICATION_INITIALIZED, None)
-                .await;
-            None
-        };
+        let listing = self
+            .config
+            .stateless
+            .then(|| own_meta(json!({})).as_object().cloned())
+            .flatten();
         if let Ok(mut call) = upstream
             .call(methods::TOOLS_LIST, listing, false, false, None)
             .await
@@ -554,19 +546,8 @@ impl RelayService {
             principal,
             taken: false,
         };
-        let (upstream, result) = if self.config.stateless {
-            self.start_with(methods::SERVER_DISCOVER, own_meta(capabilities))
-                .await?
-        } else {
-            self.start(own_initialize(capabilities)).await?
-        };
+        let (upstream, result) = self.start_own(capabilities, true).await?;
         self.remember(&result);
-        upstream.announce_to(self.changes.clone());
-        if !self.config.stateless {
-            upstream
-                .notify(methods::NOTIFICATION_INITIALIZED, None)
-                .await;
-        }
         let mut children = lock(&self.children);
         children.starting = children.starting.saturating_sub(1);
         children.pooled += 1;
@@ -576,6 +557,33 @@ impl RelayService {
             key,
             upstream,
         })
+    }
+
+    /// Starts a child for the relay's own use (a probe, a pooled child),
+    /// as a client declaring `capabilities`: initialized, and told so; or,
+    /// for a server of 2026-07-28, asked `server/discover`. With
+    /// `announce`, the list changes it makes outside requests go to
+    /// [`Self::events`] from before it is told it is initialized.
+    async fn start_own(
+        &self,
+        capabilities: Value,
+        announce: bool,
+    ) -> Result<(Arc<Upstream>, Value), ErrorObject> {
+        let (upstream, result) = if self.config.stateless {
+            self.start_with(methods::SERVER_DISCOVER, own_meta(capabilities))
+                .await?
+        } else {
+            self.start(own_initialize(capabilities)).await?
+        };
+        if announce {
+            upstream.announce_to(self.changes.clone());
+        }
+        if !self.config.stateless {
+            upstream
+                .notify(methods::NOTIFICATION_INITIALIZED, None)
+                .await;
+        }
+        Ok((upstream, result))
     }
 
     /// Starts a child and has it answer the client's `initialize`.
