@@ -110,19 +110,15 @@ def run(checks):
 
     cleanup()
     try:
-        checks.group([
-            ("hosted: the base trusting this machine's roots (deploy/private-ca)", base),
-            ("hosted: a Node.js server from npm built into the image (deploy/hosted/node)",
-             lambda: build("node")),
-            ("hosted: its session, tools and echo; its keeper; both gone after DELETE; drains to exit 0",
-             lambda: serve("node")),
-        ])
-        checks.group([
-            ("hosted: the base trusting this machine's roots (deploy/private-ca)", base),
-            ("hosted: a Python server from PyPI built into the image (deploy/hosted/python)",
-             lambda: build("python")),
-            ("hosted: its session, tools and get_current_time; its keeper; both gone after DELETE; drains to exit 0",
-             lambda: serve("python")),
-        ])
+        for kind, server in (("node", "a Node.js server from npm"),
+                             ("python", "a Python server from PyPI")):
+            tool = SERVERS[kind][3]
+            checks.group([
+                ("hosted: the base trusting this machine's roots (deploy/private-ca)", base),
+                (f"hosted: {server} built into the image (deploy/hosted/{kind})",
+                 lambda kind=kind: build(kind)),
+                (f"hosted: its session, tools and {tool}; its keeper; both gone after DELETE; drains to exit 0",
+                 lambda kind=kind: serve(kind)),
+            ])
     finally:
         cleanup()

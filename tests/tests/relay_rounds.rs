@@ -37,13 +37,12 @@ async fn nodes(n: usize, config: String) -> mcp_cluster_testkit::Cluster {
 
 /// `act` asking `questions` questions, with `extra` params.
 fn act(id: u64, questions: u64, extra: Value) -> Value {
-    tool_call(
-        id,
-        "act",
-        json!({"questions": questions}),
-        extra,
-        all_caps(),
-    )
+    act_with(id, json!({"questions": questions}), extra)
+}
+
+/// `act` with these `arguments` and `extra` params.
+fn act_with(id: u64, arguments: Value, extra: Value) -> Value {
+    tool_call(id, "act", arguments, extra, all_caps())
 }
 
 /// The response to `body` on `url`.
@@ -209,15 +208,7 @@ async fn a_question_nobody_answers_ends_with_the_ask_timeout_and_frees_the_child
 async fn questions_a_child_asks_together_go_out_in_one_round() {
     let (config, _dir) = hosting_elicit("");
     let cluster = nodes(2, config).await;
-    let body = |id, extra| {
-        tool_call(
-            id,
-            "act",
-            json!({"questions": 3, "together": true}),
-            extra,
-            all_caps(),
-        )
-    };
+    let body = |id, extra| act_with(id, json!({"questions": 3, "together": true}), extra);
     let first = post(&cluster.node_url(0), &body(1, json!({}))).await;
     let result = &first["result"];
     assert_eq!(result["resultType"], "input_required", "{first}");
@@ -332,15 +323,7 @@ async fn a_retry_whose_client_goes_away_cancels_the_waiting_call() {
     // a waiting stream's client left when it next writes.
     let (config, _dir) = hosting_elicit("sse_keep_alive_secs = 1");
     let cluster = nodes(2, config).await;
-    let body = |id, extra| {
-        tool_call(
-            id,
-            "act",
-            json!({"questions": 1, "hold": true}),
-            extra,
-            all_caps(),
-        )
-    };
+    let body = |id, extra| act_with(id, json!({"questions": 1, "hold": true}), extra);
     let first = post(&cluster.node_url(0), &body(1, json!({}))).await;
     let (key, _, state) = question(&first);
     // The retry on node 1 gives the answer; the child then works on (it
