@@ -31,6 +31,15 @@ Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
                 with both, the state it got back, the answer, the client
                 capabilities of the request's `_meta`, its process id and
                 its count of calls, as JSON text
+  watch         keeps notes in files of the directory $WATCH_DIR (note://a
+                is the file note-a, and so on) and offers them as
+                subscribable resources: `act` {note, text} writes one;
+                `resources/subscribe` and `resources/unsubscribe` are
+                logged to the file subscriptions.log as "PID subscribe URI";
+                every 50 ms, a subscribed note whose file changed is
+                announced (`notifications/resources/updated`), and so is the
+                URI written into a file poke-PID (then removed; written
+                elsewhere and renamed there, so as to be read whole)
   well          behaves
 """
 
@@ -38,6 +47,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "well"
@@ -47,9 +57,54 @@ CALLS = 0
 ELICITING = {}
 
 
+SEND = threading.Lock()
+# watch: the subscribed URIs, each with its file's state when last seen.
+SUBSCRIBED = {}
+WATCH_DIR = os.environ.get("WATCH_DIR", ".")
+
+
 def send(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    with SEND:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+
+def note_file(uri):
+    return os.path.join(WATCH_DIR, "note-" + uri.removeprefix("note://"))
+
+
+def note_state(uri):
+    try:
+        st = os.stat(note_file(uri))
+        return (st.st_mtime_ns, st.st_size)
+    except FileNotFoundError:
+        return None
+
+
+def updated(uri):
+    send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}})
+
+
+def watch_notes():
+    poke = os.path.join(WATCH_DIR, f"poke-{os.getpid()}")
+    while True:
+        time.sleep(0.05)
+        for uri, seen in list(SUBSCRIBED.items()):
+            now = note_state(uri)
+            if now != seen:
+                SUBSCRIBED[uri] = now
+                updated(uri)
+        if os.path.exists(poke):
+            with open(poke) as f:
+                uri = f.read().strip()
+            os.remove(poke)
+            if uri in SUBSCRIBED:
+                updated(uri)
+
+
+def log_subscription(what, uri):
+    with open(os.path.join(WATCH_DIR, "subscriptions.log"), "a") as f:
+        f.write(f"{os.getpid()} {what} {uri}\n")
 
 
 def answer(request, result):
@@ -68,6 +123,8 @@ def main():
     global CALLS
     if MODE == "grandchild":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if MODE == "watch":
+        threading.Thread(target=watch_notes, daemon=True).start()
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -119,11 +176,24 @@ def main():
                     sys.stdin.close()
                     while True:
                         time.sleep(1)
+            capabilities = {"tools": {}}
+            if MODE == "watch":
+                capabilities["resources"] = {"subscribe": True}
             answer(request, {
                 "protocolVersion": request["params"]["protocolVersion"],
-                "capabilities": {"tools": {}},
+                "capabilities": capabilities,
                 "serverInfo": {"name": "hostile-" + MODE, "version": "1"},
             })
+        elif MODE == "watch" and method == "resources/list":
+            answer(request, {"resources": [{"uri": f"note://{n}", "name": n} for n in "ab"]})
+        elif MODE == "watch" and method in ("resources/subscribe", "resources/unsubscribe"):
+            uri = request["params"]["uri"]
+            if method == "resources/subscribe":
+                SUBSCRIBED[uri] = note_state(uri)
+            else:
+                SUBSCRIBED.pop(uri, None)
+            log_subscription(method.removeprefix("resources/"), uri)
+            answer(request, {})
         elif method == "tools/list":
             answer(request, {"tools": [{"name": "act", "inputSchema": {"type": "object"}}]})
         elif method == "tools/call":
@@ -169,6 +239,14 @@ def main():
                                  hold=bool(arguments.get("hold")))
                 for n in range(ELICITING["questions"] if ELICITING["together"] else 1):
                     elicit(n + 1)
+            elif MODE == "watch":
+                arguments = request.get("params", {}).get("arguments") or {}
+                # Whole, or not at all: a watcher never sees it half written.
+                path = note_file("note://" + arguments["note"])
+                with open(f"{path}.{os.getpid()}", "w") as f:
+                    f.write(arguments["text"])
+                os.replace(f"{path}.{os.getpid()}", path)
+                answer(request, {"content": [{"type": "text", "text": "wrote"}]})
             elif MODE == "echo-meta":
                 meta = request.get("params", {}).get("_meta", {})
                 answer(request, {"content": [{"type": "text", "text": json.dumps(meta)}]})

@@ -22,7 +22,8 @@
 //!
 //! # Layout
 //! - [`config`]: [`UpstreamConfig`], one `[[upstreams]]` entry.
-//! - [`service`](mod@service): [`RelayService`], the service.
+//! - [`service`](mod@service): [`RelayService`], the service; its `watch`
+//!   module, the children watching resources for 2026-07-28 listen streams.
 //! - `upstream`: the conversation with one child.
 //! - `child`: the process: start, end, bounded lines.
 //! - [`keeper`]: between the node and each server, ending the server's

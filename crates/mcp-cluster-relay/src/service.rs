@@ -16,8 +16,8 @@ use mcp_cluster_protocol::types::{
 };
 use mcp_cluster_protocol::{ErrorObject, Notification, Request, methods};
 use mcp_cluster_runtime::{
-    AskError, McpService, MirroredParam, OpenError, RequestContext, ServerEvent, SessionOpen,
-    TaskSupport,
+    AskError, McpService, MirroredParam, OpenError, RequestContext, ResourceWatch, ServerEvent,
+    SessionOpen, TaskSupport, Watching,
 };
 use mcp_cluster_store::SessionId;
 use serde_json::{Map, Value, json};
@@ -27,6 +27,8 @@ use crate::config::{UpstreamConfig, UpstreamConfigError};
 use crate::metrics;
 use crate::pool::{Pool, PoolKey};
 use crate::upstream::{self, Event, Upstream};
+
+mod watch;
 
 /// How long a request the relay makes on its own (`logging/setLevel`)
 /// waits for the child's answer.
@@ -89,6 +91,9 @@ pub struct RelayService {
     /// The list changes pooled children announce, for the node to pass to
     /// every `subscriptions/listen` stream ([`Self::events`]).
     changes: tokio::sync::broadcast::Sender<ServerEvent>,
+    /// Per principal, one listen stream at a time joins its watcher
+    /// (`watch`).
+    watch_gates: watch::Gates,
     /// Carries the children's pipes and supervision, apart from the HTTP
     /// workers and the handlers' executor. Its threads start every child,
     /// and live as long as the service (a child's parent-death signal
@@ -114,10 +119,18 @@ struct Children {
     /// Children of 2026-07-28 requests, serving one or idle in `pool`.
     pooled: usize,
     pool: Pool<Arc<Upstream>>,
+    /// Per principal, the child watching resources for its 2026-07-28
+    /// listen streams on this node.
+    watchers: HashMap<Option<String>, Arc<watch::Watcher>>,
     spawns: TokenBucket,
 }
 
 impl Children {
+    /// Children running, started or starting.
+    fn running(&self) -> usize {
+        self.by_session.len() + self.starting + self.pooled + self.watchers.len()
+    }
+
     /// A pooled child is gone or ended: its places are given back.
     fn retire(&mut self, principal: Option<&str>) {
         self.pooled = self.pooled.saturating_sub(1);
@@ -295,6 +308,7 @@ impl RelayService {
             starting: 0,
             pooled: 0,
             pool: Pool::new(config.pool_idle_per_key, config.pool_idle()),
+            watchers: HashMap::new(),
             spawns,
         }));
         runtime.spawn(reap(Arc::downgrade(&children)));
@@ -306,6 +320,7 @@ impl RelayService {
             probe: tokio::sync::Mutex::new(()),
             tools: Mutex::new(HashMap::new()),
             changes: tokio::sync::broadcast::Sender::new(CHANGES_QUEUE),
+            watch_gates: watch::Gates::default(),
             runtime: RelayRuntime(Some(runtime)),
         })
     }
@@ -324,11 +339,12 @@ impl RelayService {
         &self.config
     }
 
-    /// Children running now: those of sessions, and those of 2026-07-28
-    /// requests (serving one, or idle).
+    /// Children running now: those of sessions, those of 2026-07-28
+    /// requests (serving one, or idle), and those watching resources for
+    /// listen streams.
     pub fn children(&self) -> usize {
         let children = lock(&self.children);
-        children.by_session.len() + children.pooled
+        children.running() - children.starting
     }
 
     /// Ends every child (the node is stopping) and waits until they are
@@ -340,6 +356,7 @@ impl RelayService {
             let mut all = children.pool.drain();
             children.pooled = 0;
             all.extend(children.by_session.drain().map(|(_, c)| c.upstream));
+            all.extend(children.watchers.drain().map(|(_, w)| w.upstream()));
             all
         };
         for upstream in &upstreams {
@@ -356,7 +373,7 @@ impl RelayService {
     fn admit(&self, principal: Option<&str>) -> Result<(), OpenError> {
         let mut children = lock(&self.children);
         let name = &self.config.name;
-        let running = children.by_session.len() + children.starting + children.pooled;
+        let running = children.running();
         let busy = |reason: &str, message: String| {
             metrics::refused(name, reason);
             Err(OpenError::Busy {
@@ -485,13 +502,9 @@ impl RelayService {
             .stateless
             .then(|| own_meta(json!({})).as_object().cloned())
             .flatten();
-        if let Ok(mut call) = upstream
-            .call(methods::TOOLS_LIST, listing, false, false, None)
-            .await
-            && let Ok(Ok(Ok(listed))) =
-                tokio::time::timeout(OWN_REQUEST_TIMEOUT, &mut call.answer).await
+        if let Ok(listed) =
+            own_request(&upstream, methods::TOOLS_LIST, listing.unwrap_or_default()).await
         {
-            call.answered();
             self.learn_tools(&listed);
         }
         upstream.end();
@@ -827,15 +840,7 @@ impl McpService for RelayService {
         };
         let mut params = Map::new();
         params.insert("level".into(), json!(level.as_str()));
-        if let Ok(mut call) = upstream
-            .call(methods::LOGGING_SET_LEVEL, Some(params), false, false, None)
-            .await
-            && tokio::time::timeout(OWN_REQUEST_TIMEOUT, &mut call.answer)
-                .await
-                .is_ok()
-        {
-            call.answered();
-        }
+        let _ = own_request(&upstream, methods::LOGGING_SET_LEVEL, params).await;
     }
 
     async fn session_subscription(
@@ -850,29 +855,46 @@ impl McpService for RelayService {
                 self.config.name
             ))
         })?;
-        let method = if subscribe {
-            methods::RESOURCES_SUBSCRIBE
-        } else {
-            methods::RESOURCES_UNSUBSCRIBE
-        };
-        let mut params = Map::new();
-        params.insert("uri".into(), json!(uri));
-        let mut call = upstream
-            .call(method, Some(params), false, false, None)
-            .await?;
-        let answer = tokio::time::timeout(OWN_REQUEST_TIMEOUT, &mut call.answer)
-            .await
-            .map_err(|_| {
-                ErrorObject::internal(format!(
-                    "upstream {} did not answer {method}",
-                    self.config.name
-                ))
-            })?;
-        call.answered();
-        answer
-            .unwrap_or_else(|_| Err(ErrorObject::internal("upstream ended")))
-            .map(drop)
+        subscription(&upstream, uri, subscribe).await
     }
+
+    async fn watch_resources(&self, watch: ResourceWatch) -> Result<Option<Watching>, OpenError> {
+        self.watch(watch).await
+    }
+}
+
+/// A request the relay makes of a child on its own (not a client's): its
+/// answer within [`OWN_REQUEST_TIMEOUT`].
+async fn own_request(
+    upstream: &Arc<Upstream>,
+    method: &str,
+    params: Map<String, Value>,
+) -> Result<Value, ErrorObject> {
+    let mut call = upstream
+        .call(method, Some(params), false, false, None)
+        .await?;
+    let answer = tokio::time::timeout(OWN_REQUEST_TIMEOUT, &mut call.answer)
+        .await
+        .map_err(|_| ErrorObject::internal(format!("the upstream did not answer {method}")))?;
+    call.answered();
+    answer.unwrap_or_else(|_| Err(ErrorObject::internal("the upstream ended")))
+}
+
+/// Subscribes the child to `uri` (`resources/subscribe`), or unsubscribes
+/// it.
+async fn subscription(
+    upstream: &Arc<Upstream>,
+    uri: &str,
+    subscribe: bool,
+) -> Result<(), ErrorObject> {
+    let method = if subscribe {
+        methods::RESOURCES_SUBSCRIBE
+    } else {
+        methods::RESOURCES_UNSUBSCRIBE
+    };
+    let mut params = Map::new();
+    params.insert("uri".into(), json!(uri));
+    own_request(upstream, method, params).await.map(drop)
 }
 
 /// Carries one client request to `upstream` and its answer back, with

@@ -90,6 +90,9 @@ pub(crate) struct Upstream {
     /// For a pooled child (no session): where its list changes go
     /// ([`Self::announce_to`]).
     changes: Mutex<Option<broadcast::Sender<ServerEvent>>>,
+    /// For a child watching resources for listen streams: where the URIs
+    /// of its `notifications/resources/updated` go ([`Self::watch_to`]).
+    updates: Mutex<Option<mpsc::Sender<String>>>,
     /// Wakes the supervisor to end the child.
     end: Notify,
     /// Set when the node ends the child itself (the session ended): its
@@ -156,6 +159,7 @@ impl Upstream {
             next_id: AtomicI64::new(1),
             link: Mutex::new(None),
             changes: Mutex::new(None),
+            updates: Mutex::new(None),
             end: Notify::new(),
             ended_by_us: std::sync::atomic::AtomicBool::new(false),
             gone_tx: watch::Sender::new(false),
@@ -223,6 +227,13 @@ impl Upstream {
     /// one.
     pub(crate) fn announce_to(&self, changes: broadcast::Sender<ServerEvent>) {
         *lock(&self.changes) = Some(changes);
+    }
+
+    /// A child watching resources for listen streams: the URIs its
+    /// `notifications/resources/updated` name go to `updates` (dropped
+    /// when it is full: its reader fans them out at once).
+    pub(crate) fn watch_to(&self, updates: mpsc::Sender<String>) {
+        *lock(&self.updates) = Some(updates);
     }
 
     /// Sends a request to the child. `events`: whether the caller relays
@@ -501,6 +512,13 @@ impl Upstream {
     fn to_session(&self, n: Notification) {
         if let Some(link) = lock(&self.link).as_ref() {
             return link.notify(n);
+        }
+        if n.method == methods::NOTIFICATION_RESOURCES_UPDATED {
+            let uri = n.params.as_ref().and_then(|p| p.get("uri")?.as_str());
+            if let (Some(uri), Some(updates)) = (uri, lock(&self.updates).as_ref()) {
+                let _ = updates.try_send(uri.to_owned());
+            }
+            return;
         }
         let change = match n.method.as_str() {
             methods::NOTIFICATION_TOOLS_LIST_CHANGED => ServerEvent::ToolsListChanged,

@@ -63,7 +63,8 @@ pub use request::context::{AskError, NamedInput, RequestContext};
 pub use request::exchange::{Exchange, ExchangeReply};
 pub use request::link::{HostedEnd, MAX_SESSION_ASKS, SessionLink};
 pub use request::service::{
-    McpService, MirroredParam, OpenError, ServerEvent, SessionOpen, TaskSupport,
+    McpService, MirroredParam, OpenError, ResourceWatch, ServerEvent, SessionOpen, TaskSupport,
+    Watching,
 };
 pub use runtime::Runtime;
 pub use runtime::pipeline::{Answers, Refusal, Submitted};

@@ -324,6 +324,80 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<(), ErrorObject> {
         Ok(())
     }
+
+    /// 2026-07-28: a `subscriptions/listen` stream on this node names
+    /// resources (`watch.uris`). A service whose resources are its
+    /// principals' own (a hosted server, whose children run per
+    /// principal) watches them itself, on this node: it sends each URI of
+    /// `watch.uris` that changes to `watch.updates` while the returned
+    /// [`Watching`] lives, and drops `watch.updates` once it can watch no
+    /// more (the stream then ends; its client listens again).
+    /// `Ok(None)`, the default: the service raises
+    /// [`ServerEvent::ResourceUpdated`], which reaches the listen streams
+    /// of every node.
+    ///
+    /// # Errors
+    /// It cannot watch now ([`OpenError::Busy`], [`OpenError::ClientLimit`]:
+    /// the listen request is refused with 503 or 429 and `Retry-After`), or
+    /// failed ([`OpenError::Failed`]: the listen request gets the error).
+    async fn watch_resources(&self, _watch: ResourceWatch) -> Result<Option<Watching>, OpenError> {
+        Ok(None)
+    }
+}
+
+/// A listen stream's resources, for [`McpService::watch_resources`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ResourceWatch {
+    /// Whose stream it is ([`mcp_cluster_store::Principal::key`]); `None`
+    /// without authorization.
+    pub principal: Option<String>,
+    /// The URIs the stream names.
+    pub uris: std::collections::BTreeSet<String>,
+    /// Where each URI that changes goes.
+    pub updates: tokio::sync::mpsc::Sender<String>,
+}
+
+/// What [`McpService::watch_resources`] watches, for as long as it lives.
+#[non_exhaustive]
+pub struct Watching {
+    /// The URIs watched: the stream's acknowledgement lists these only.
+    pub uris: std::collections::BTreeSet<String>,
+    /// Dropped when the stream ends: the service stops watching for it.
+    pub guard: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl Watching {
+    /// Watches `uris` until `guard` is dropped.
+    pub fn new(
+        uris: std::collections::BTreeSet<String>,
+        guard: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Self {
+        Self { uris, guard }
+    }
+}
+
+impl std::fmt::Debug for Watching {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watching")
+            .field("uris", &self.uris)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResourceWatch {
+    /// A watch of `uris` for `principal`'s stream, sending to `updates`.
+    pub fn new(
+        principal: Option<String>,
+        uris: std::collections::BTreeSet<String>,
+        updates: tokio::sync::mpsc::Sender<String>,
+    ) -> Self {
+        Self {
+            principal,
+            uris,
+            updates,
+        }
+    }
 }
 
 /// Why [`McpService::open_session`] opened no server.

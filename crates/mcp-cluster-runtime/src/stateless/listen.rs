@@ -23,7 +23,7 @@ use crate::node::quota::{Quota, address_subject};
 use crate::node::registry::{Member, Registry};
 use crate::request::call::Inbound;
 use crate::request::exchange::ExchangeReply;
-use crate::request::service::ServerEvent;
+use crate::request::service::{ResourceWatch, ServerEvent};
 use crate::stateless::Stateless;
 use crate::stateless::StatelessReply;
 
@@ -118,6 +118,14 @@ fn subscription_meta(subscription: &Value) -> Value {
 fn notification(event: &ServerEvent, subscription: &Value) -> Arc<str> {
     let meta = subscription_meta(subscription);
     Arc::from(Message::Notification(event.notification(Some(meta))).to_json())
+}
+
+/// The next URI a watch reports; never, without a watch.
+async fn next_update(updates: Option<&mut mpsc::Receiver<String>>) -> Option<String> {
+    match updates {
+        Some(updates) => updates.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Stateless {
@@ -216,6 +224,31 @@ impl Stateless {
             Ok(lease) => lease,
             Err(err) => return StatelessReply::Refused(err, id),
         };
+        // Resources the service watches itself (a hosted server's, per
+        // principal) come from its watch, not from the node's events.
+        let mut filter = filter;
+        let mut watched = None;
+        if !filter.uris.is_empty() {
+            let (updates, updates_rx) = mpsc::channel(LISTEN_BUFFER);
+            let watch = ResourceWatch::new(
+                inbound.principal.as_deref().map(|p| p.key()),
+                filter.uris.clone(),
+                updates,
+            );
+            match self.service().watch_resources(watch).await {
+                Ok(None) => {}
+                Ok(Some(watching)) => {
+                    filter.uris.clone_from(&watching.uris);
+                    watched = Some((watching, updates_rx));
+                }
+                Err(err) => {
+                    return match err.into_refusal() {
+                        Ok(refused) => StatelessReply::Refused(refused, id),
+                        Err(err) => StatelessReply::Now(Response::error(Some(id), err)),
+                    };
+                }
+            }
+        }
         let subscription = serde_json::to_value(&id).unwrap_or(Value::Null);
         let (tx, rx) = mpsc::channel(LISTEN_BUFFER);
         let mut ack = Map::new();
@@ -231,6 +264,10 @@ impl Stateless {
         // The listener holds the only sender: when it goes (closed for not
         // keeping up, or after the graceful end) the stream ends.
         let weak = tx.downgrade();
+        if watched.is_some() {
+            // Heard from the watch alone: the node's events would repeat it.
+            filter.uris.clear();
+        }
         place.fill(
             stream.clone(),
             Listener {
@@ -248,9 +285,26 @@ impl Stateless {
         let drain = self.drain_token();
         actix::spawn(async move {
             let _lease = lease;
-            let graceful = tokio::select! {
-                () = closed.cancelled() => false,
-                () = drain.cancelled() => true,
+            let (_watching, mut updates) = watched.unzip();
+            let graceful = loop {
+                tokio::select! {
+                    () = closed.cancelled() => break false,
+                    () = drain.cancelled() => break true,
+                    // The watch ended (or never was): no more updates, and
+                    // the stream ends with it.
+                    update = next_update(updates.as_mut()) => {
+                        let Some(uri) = update else { break false };
+                        let event = ServerEvent::ResourceUpdated { uri };
+                        // A client that does not keep up loses the stream,
+                        // as with the node's events.
+                        let sent = weak
+                            .upgrade()
+                            .is_some_and(|tx| tx.try_send(notification(&event, &subscription)).is_ok());
+                        if !sent {
+                            break false;
+                        }
+                    }
+                }
             };
             if let (true, Some(tx)) = (graceful, weak.upgrade()) {
                 let mut result = Map::new();
