@@ -24,7 +24,9 @@ Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
                 other (all at once with `together: true`), then answers
                 with every answer and how many times `act` was called in
                 this process, as JSON text (with `hold: true` it never
-                answers)
+                answers); `pad: N` pads each question with N bytes (in its
+                `_meta`), and `log_after_ms: T` sends a log line T ms after
+                the questions, before their answers
   modern        speaks 2026-07-28 too: answers `server/discover`, and `act`
                 first answers `input_required` (one elicitation, under the
                 key `name`, and a `requestState` of its own), then, retried
@@ -113,10 +115,11 @@ def answer(request, result):
 
 def elicit(n=None):
     n = n or len(ELICITING["answers"]) + 1
-    send({"jsonrpc": "2.0", "id": f"ask-{CALLS}-{n}", "method": "elicitation/create",
-          "params": {"message": f"question {n}",
-                     "requestedSchema": {"type": "object",
-                                         "properties": {"name": {"type": "string"}}}}})
+    params = {"message": f"question {n}",
+              "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}}
+    if ELICITING.get("pad"):
+        params["_meta"] = {"pad": "p" * ELICITING["pad"]}
+    send({"jsonrpc": "2.0", "id": f"ask-{CALLS}-{n}", "method": "elicitation/create", "params": params})
 
 
 def main():
@@ -236,9 +239,14 @@ def main():
                 ELICITING.update(request=request, answers=[],
                                  questions=int(arguments.get("questions", 1)),
                                  together=bool(arguments.get("together")),
-                                 hold=bool(arguments.get("hold")))
+                                 hold=bool(arguments.get("hold")),
+                                 pad=int(arguments.get("pad", 0)))
                 for n in range(ELICITING["questions"] if ELICITING["together"] else 1):
                     elicit(n + 1)
+                if "log_after_ms" in arguments:
+                    time.sleep(arguments["log_after_ms"] / 1000)
+                    send({"jsonrpc": "2.0", "method": "notifications/message",
+                          "params": {"level": "info", "data": "asked"}})
             elif MODE == "watch":
                 arguments = request.get("params", {}).get("arguments") or {}
                 # Whole, or not at all: a watcher never sees it half written.

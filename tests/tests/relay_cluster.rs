@@ -325,3 +325,47 @@ async fn a_killed_owner_s_sessions_answer_404_elsewhere_and_leave_no_child() {
     let echoed = request(&fresh, "tools/call", echo(1)["params"].clone()).await;
     assert_eq!(echoed["result"]["content"][0]["text"], "Echo: still?");
 }
+
+/// A child that writes a log line while its question is still on its way
+/// to the client (the question's write to Redis not yet done): the line
+/// waits its turn behind the question, and neither holds up the other.
+/// Each round asks one padded question (a slower write) and logs 0 to 4
+/// ms after it; every round must end with the child's answer.
+#[tokio::test]
+async fn a_log_line_written_behind_a_question_holds_up_neither() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("relay/hostile.py");
+    let (config, _dir) = hosting_config_of(&[
+        "python3".into(),
+        script.display().to_string(),
+        "elicit".into(),
+    ]);
+    let cluster = tokio::task::spawn_blocking(move || start(1, &["--config", &config]))
+        .await
+        .unwrap();
+    let client = session(&cluster.node_url(0), json!({"elicitation": {}})).await;
+    for round in 0..20_i64 {
+        let arguments = json!({"pad": 200_000, "log_after_ms": round % 5});
+        let mut stream = post_sse(&client, &call(100 + round, "act", arguments)).await;
+        priming(&mut stream).await;
+        let ask = loop {
+            let event = next_event(&mut stream).await.expect("the question");
+            let m = message(&event);
+            if m["method"] == "elicitation/create" {
+                break m;
+            }
+        };
+        post_accepted(
+            &client,
+            &json!({"jsonrpc": "2.0", "id": ask["id"], "result": {
+                "action": "accept", "content": {"name": "ada"}}}),
+        )
+        .await;
+        // Held up, the stream would wait for ever: `next_event` gives up.
+        let rest = read_to_end(&mut stream).await;
+        assert_eq!(rest.responses.len(), 1, "round {round}: {rest:?}");
+        assert!(
+            text(&rest.responses[0]["result"]).contains("ada"),
+            "{rest:?}"
+        );
+    }
+}

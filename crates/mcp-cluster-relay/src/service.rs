@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
+use futures_util::stream::{FuturesOrdered, FuturesUnordered};
 use mcp_cluster_protocol::ProtocolVersion;
 use mcp_cluster_protocol::types::{
     Implementation, LoggingLevel, LoggingMessageParams, ServerCapabilities,
@@ -916,7 +916,13 @@ async fn relay_call(
             mcp_cluster_telemetry::current_traceparent(),
         )
         .await?;
+    // The child's questions, and the notices it sends meanwhile, each on
+    // its way to the client side by side: a question's write and a
+    // notice's share the request's output, so neither may wait on the
+    // other inside this loop (a notice awaited here while a question held
+    // the output would never get it).
     let mut asking = FuturesUnordered::new();
+    let mut relaying = FuturesOrdered::new();
     // Set once a question must go back in an `input_required` result (the
     // node could not keep the run waiting): when this run ends.
     let mut ending: Option<Instant> = None;
@@ -929,8 +935,9 @@ async fn relay_call(
                 Event::Ask { id, method, params } => {
                     asking.push(ask_client(upstream, ctx, id, method, params));
                 }
-                event => relay_event(ctx, event).await,
+                event => relaying.push_back(relay_event(ctx, event)),
             },
+            Some(()) = relaying.next(), if !relaying.is_empty() => {}
             Some(flow) = asking.next(), if !asking.is_empty() => {
                 if let (Flow::InputRequired, None) = (flow, ending) {
                     // 2026-07-28, when the node could not keep the run
@@ -959,10 +966,14 @@ async fn relay_call(
                         Event::Ask { id, method, params } => {
                             asking.push(ask_client(upstream, ctx, id, method, params));
                         }
-                        event => relay_event(ctx, event).await,
+                        event => relaying.push_back(relay_event(ctx, event)),
                     }
                 }
-                while asking.next().await.is_some() {}
+                futures_util::future::join(
+                    async { while asking.next().await.is_some() {} },
+                    async { while relaying.next().await.is_some() {} },
+                )
+                .await;
                 metrics::answered(upstream.name(), started.elapsed());
                 return answer.unwrap_or_else(|_| Err(ErrorObject::internal(format!(
                     "upstream {} ended before answering", upstream.name()

@@ -423,6 +423,7 @@ impl Upstream {
                 let Some(RequestId::Number(id)) = response.id else {
                     return;
                 };
+                tracing::debug!(upstream = %self.name, id, "The hosted server answered.");
                 let pending = lock(&self.state).pending.remove(&id);
                 match pending {
                     Some(p) => {
@@ -444,8 +445,10 @@ impl Upstream {
                     params: request.params,
                 };
                 let Err(Event::Ask { id, method, params }) = self.to_newest(event) else {
+                    tracing::debug!(upstream = %self.name, %id, method = %request.method, "The hosted server asks, during a request.");
                     return;
                 };
+                tracing::debug!(upstream = %self.name, %id, %method, "The hosted server asks, outside any request.");
                 // No request runs: the question goes on the session's GET
                 // stream, answered in the background (the reader goes on).
                 let link = lock(&self.link).clone();
@@ -463,7 +466,10 @@ impl Upstream {
                     upstream.answer(id, answer).await;
                 });
             }
-            Message::Notification(n) => self.notification(n),
+            Message::Notification(n) => {
+                tracing::trace!(upstream = %self.name, method = %n.method, "The hosted server notifies.");
+                self.notification(n);
+            }
         }
     }
 
