@@ -574,33 +574,43 @@ set -e
 sed -n 's/^[a-z0-9-]*: \([0-9]* passed, [0-9]* failed\)$/\1/p' "$LOG_DIR/hosted-matrix-2026.log" \
   >"$LOG_DIR/hosted-matrix-2026.counts"
 stop_cluster
-echo "== hosted servers: server-everything (npm) through the relay, TypeScript SDK client"
+# The two hosted servers through nginx in front of three nodes, each in both
+# eras: the session era's requests forwarded to the node running the
+# session's child (a cut stream resumed on whichever node nginx picks), the
+# 2026-07-28 era's on pooled children of any node.
+echo "== hosted servers: server-everything (npm) through nginx in front of 3 nodes, TypeScript SDK clients (v1: sessions, v2: 2026-07-28)"
 cat >"$LOG_DIR/hosted-everything.toml" <<TOML
 [[upstreams]]
 name = "everything"
 command = ["$ROOT/tests/js/node_modules/.bin/node", "$ROOT/tests/js/node_modules/@modelcontextprotocol/server-everything/dist/index.js", "stdio"]
 env = { RELAY_GIVEN = "given" }
 TOML
-RELAY_NODE_SECRET=not-for-children start_node hosted-everything --config "$LOG_DIR/hosted-everything.toml"
-set +e
-tests/js/node_modules/.bin/node tests/js/relay-everything.mjs "$NODE_URL" 2>&1 | tee "$LOG_DIR/relay-everything.log"
-relay_status=${PIPESTATUS[0]}
-set -e
-stop_node
-echo "== hosted servers: a Python SDK server (tests/py/hosted_server.py) through the relay, Python SDK client"
+RELAY_NODE_SECRET=not-for-children start_cluster --config "$LOG_DIR/hosted-everything.toml"
+relay_status=0
+for era in session 2026-07-28; do
+  set +e
+  tests/js/node_modules/.bin/node tests/js/relay-everything.mjs "$LB_URL" --era "$era" 2>&1 | tee "$LOG_DIR/relay-everything-$era.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || relay_status=1
+  set -e
+done
+stop_cluster
+echo "== hosted servers: a Python SDK server (tests/py/hosted_server.py) through nginx in front of 3 nodes, Python SDK client in both eras"
 cat >"$LOG_DIR/hosted-python.toml" <<TOML
 [[upstreams]]
 name = "python"
 command = ["$ROOT/tests/py/.venv/bin/python", "$ROOT/tests/py/hosted_server.py"]
 TOML
-start_node hosted-python --config "$LOG_DIR/hosted-python.toml"
-set +e
-tests/py/.venv/bin/python tests/py/relay_client.py "$NODE_URL" 2>&1 | tee "$LOG_DIR/relay-python.log"
-relay_python_status=${PIPESTATUS[0]}
-set -e
-stop_node
+start_cluster --config "$LOG_DIR/hosted-python.toml"
+relay_python_status=0
+for era in session 2026-07-28; do
+  set +e
+  tests/py/.venv/bin/python tests/py/relay_client.py "$LB_URL" --era "$era" 2>&1 | tee "$LOG_DIR/relay-python-$era.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || relay_python_status=1
+  set -e
+done
+stop_cluster
 read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/conformance-hosted-cluster.log" \
-  "$LOG_DIR/relay-everything.log" "$LOG_DIR/relay-python.log" "$LOG_DIR/hosted-matrix-2026.counts")
+  "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-python-*.log "$LOG_DIR/hosted-matrix-2026.counts")
 
 # Two items per page, so every list a client walks spans several pages.
 echo "== client matrix against a node with --page-size 2"

@@ -1,9 +1,13 @@
 """A Python SDK server (tests/py/hosted_server.py) hosted by a node
 (`[[upstreams]]`) and run directly, driven by the Python SDK client
-(`mcp.Client`, the session era): the same tools, results, resource and
-prompt; progress and an elicitation through the relay.
+(`mcp.Client`): the same tools, results, resource and prompt; progress and
+an elicitation through the relay. In the session era (`--era session`, the
+default: `mode="legacy"`, one child per session), or in 2026-07-28
+(`--era 2026-07-28`: `mode="auto"`, which settles on 2026-07-28 through the
+node's `server/discover`; requests run on pooled children, the elicitation
+is an `input_required` round).
 
-    tests/py/.venv/bin/python tests/py/relay_client.py URL
+    tests/py/.venv/bin/python tests/py/relay_client.py URL [--era session|2026-07-28]
 
 URL is the endpoint of a node hosting hosted_server.py. Prints `ok - <check>`
 / `not ok - <check>: <reason>` and `N passed, M failed`; exits 1 if any failed.
@@ -11,6 +15,7 @@ URL is the endpoint of a node hosting hosted_server.py. Prints `ok - <check>`
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,7 @@ from mcp.client.stdio import StdioServerParameters
 
 STEP_TIMEOUT_S = 30
 SERVER = Path(__file__).with_name("hosted_server.py")
+MODERN = "2026-07-28"
 
 
 class Run:
@@ -50,33 +56,58 @@ def dump(value: Any) -> Any:
     return value.model_dump(mode="json", exclude_none=True) if hasattr(value, "model_dump") else value
 
 
-async def main(url: str) -> int:
+# What a 2026-07-28 result carries that the server did not write: the node's
+# serverInfo in `_meta`, the caching hints of a list, the result type.
+ERA_FIELDS = ("ttl_ms", "cache_scope", "result_type")
+
+
+def era_free(value: Any) -> Any:
+    out = dump(value)
+    if isinstance(out, dict):
+        meta = {k: v for k, v in (out.pop("meta", None) or {}).items() if k != "io.modelcontextprotocol/serverInfo"}
+        if meta:
+            out["meta"] = meta
+        for field in ERA_FIELDS:
+            out.pop(field, None)
+        # The node's own extensions (tasks) beside the server's capabilities.
+        out.pop("extensions", None)
+    return out
+
+
+async def main(url: str, era: str) -> int:
     run = Run()
     direct_server = StdioServerParameters(command=sys.executable, args=[str(SERVER)])
     async with (
         Client(direct_server, mode="legacy", elicitation_callback=run.on_elicitation) as direct,
-        Client(url, mode="legacy", elicitation_callback=run.on_elicitation) as hosted,
+        Client(url, mode="auto" if era == MODERN else "legacy", elicitation_callback=run.on_elicitation) as hosted,
     ):
 
+        # 2026-07-28 results are compared without what that revision adds.
+        same = era_free if era == MODERN else dump
+
+        async def negotiated() -> None:
+            want = MODERN if era == MODERN else "2025-11-25"
+            assert hosted.protocol_version == want, hosted.protocol_version
+
         async def same_server() -> None:
-            assert dump(hosted.server_info) == dump(direct.server_info), (hosted.server_info, direct.server_info)
-            assert dump(hosted.server_capabilities) == dump(direct.server_capabilities)
+            assert same(hosted.server_info) == same(direct.server_info), (hosted.server_info, direct.server_info)
+            assert same(hosted.server_capabilities) == same(direct.server_capabilities)
 
         async def same_lists() -> None:
-            assert dump(await hosted.list_tools()) == dump(await direct.list_tools())
-            assert dump(await hosted.list_resources()) == dump(await direct.list_resources())
-            assert dump(await hosted.list_prompts()) == dump(await direct.list_prompts())
+            assert same(await hosted.list_tools()) == same(await direct.list_tools())
+            assert same(await hosted.list_resources()) == same(await direct.list_resources())
+            assert same(await hosted.list_prompts()) == same(await direct.list_prompts())
 
         async def same_calls() -> None:
             for tool, args in [("add", {"a": 40, "b": 2}), ("shout", {"text": "relay"})]:
                 got, want = await hosted.call_tool(tool, args), await direct.call_tool(tool, args)
-                assert dump(got) == dump(want), (got, want)
+                assert same(got) == same(want), (got, want)
                 assert not got.is_error, got
 
         async def same_resource_and_prompt() -> None:
-            assert dump(await hosted.read_resource("note://today")) == dump(await direct.read_resource("note://today"))
+            assert same(await hosted.read_resource("note://today")) == same(await direct.read_resource("note://today"))
             got = await hosted.get_prompt("ask", {"topic": "relays"})
-            assert dump(got) == dump(await direct.get_prompt("ask", {"topic": "relays"}))
+            assert same(got) == same(await direct.get_prompt("ask", {"topic": "relays"}))
 
         async def progress() -> None:
             seen: list[float] = []
@@ -94,7 +125,8 @@ async def main(url: str) -> int:
             assert run.asked == before + 1, run.asked
             assert "hello relay" in str(dump(result)), result
 
-        await run.check("initialize: the hosted server is the server itself", same_server)
+        await run.check(f"the era: {era}", negotiated)
+        await run.check("initialize (or server/discover): the hosted server is the server itself", same_server)
         await run.check("tools/list, resources/list, prompts/list: the same", same_lists)
         await run.check("tools/call add and shout: the same answers", same_calls)
         await run.check("resources/read and prompts/get: the same", same_resource_and_prompt)
@@ -105,7 +137,8 @@ async def main(url: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print("usage: relay_client.py URL", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(anyio.run(main, sys.argv[1]))
+    parser = argparse.ArgumentParser(description="A hosted Python SDK server, compared with the same server run directly.")
+    parser.add_argument("url", help="the endpoint of a node hosting hosted_server.py")
+    parser.add_argument("--era", choices=["session", MODERN], default="session")
+    args = parser.parse_args()
+    sys.exit(anyio.run(main, args.url, args.era))
