@@ -230,24 +230,13 @@ async fn run(
                         *subscribed.entry(uri.clone()).or_default() += 1;
                     }
                     streams.insert(stream, Stream { uris: uris.clone(), updates: Some(updates) });
-                    let _ = watched.send(uris);
+                    // Its listen request gone meanwhile: it leaves at once.
+                    if watched.send(uris).is_err() && leave(&upstream, &mut streams, &mut subscribed, stream).await {
+                        break;
+                    }
                 }
                 Some(Command::Leave(stream)) => {
-                    if let Some(left) = streams.remove(&stream)
-                        && !streams.is_empty()
-                    {
-                        for uri in left.uris {
-                            if let Some(count) = subscribed.get_mut(&uri) {
-                                *count -= 1;
-                                if *count == 0 {
-                                    subscribed.remove(&uri);
-                                    let _ = subscription(&upstream, &uri, false).await;
-                                }
-                            }
-                        }
-                    }
-                    // The last one: the child ends, unsubscribing nothing.
-                    if streams.is_empty() {
+                    if leave(&upstream, &mut streams, &mut subscribed, stream).await {
                         break;
                     }
                 }
@@ -283,4 +272,29 @@ async fn run(
     // channels close here; a stream joining now hears no answer.
     drop(streams);
     commands.close();
+}
+
+/// A stream leaves: the URIs no other stream names are unsubscribed.
+/// Whether it was the last one (the child then ends, unsubscribing
+/// nothing).
+async fn leave(
+    upstream: &Arc<Upstream>,
+    streams: &mut HashMap<u64, Stream>,
+    subscribed: &mut HashMap<String, usize>,
+    stream: u64,
+) -> bool {
+    if let Some(left) = streams.remove(&stream)
+        && !streams.is_empty()
+    {
+        for uri in left.uris {
+            if let Some(count) = subscribed.get_mut(&uri) {
+                *count -= 1;
+                if *count == 0 {
+                    subscribed.remove(&uri);
+                    let _ = subscription(upstream, &uri, false).await;
+                }
+            }
+        }
+    }
+    streams.is_empty()
 }
