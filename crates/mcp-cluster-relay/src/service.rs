@@ -873,11 +873,12 @@ async fn own_request(
     let mut call = upstream
         .call(method, Some(params), false, false, None)
         .await?;
+    let name = upstream.name();
     let answer = tokio::time::timeout(OWN_REQUEST_TIMEOUT, &mut call.answer)
         .await
-        .map_err(|_| ErrorObject::internal(format!("the upstream did not answer {method}")))?;
+        .map_err(|_| ErrorObject::internal(format!("upstream {name} did not answer {method}")))?;
     call.answered();
-    answer.unwrap_or_else(|_| Err(ErrorObject::internal("the upstream ended")))
+    answer.unwrap_or_else(|_| Err(ErrorObject::internal(format!("upstream {name} ended"))))
 }
 
 /// Subscribes the child to `uri` (`resources/subscribe`), or unsubscribes
