@@ -32,7 +32,12 @@ Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
                 key `name`, and a `requestState` of its own), then, retried
                 with both, the state it got back, the answer, the client
                 capabilities of the request's `_meta`, its process id and
-                its count of calls, as JSON text
+                its count of calls, as JSON text. Its notes are those of
+                `watch`, heard through `subscriptions/listen` (each listen
+                logged as "PID listen URI,URI... tools|-", its
+                cancellation as "PID unlisten"); `act` {note, text} writes
+                one, and "tools" poked (as in `watch`) announces a tools
+                list change to the listens that want it
   watch         keeps notes in files of the directory $WATCH_DIR (note://a
                 is the file note-a, and so on) and offers them as
                 subscribable resources: `act` {note, text} writes one;
@@ -62,6 +67,9 @@ ELICITING = {}
 SEND = threading.Lock()
 # watch: the subscribed URIs, each with its file's state when last seen.
 SUBSCRIBED = {}
+# modern: the listen requests running, by id: their URIs (each with its
+# file's state when last seen) and whether they want tools list changes.
+LISTENS = {}
 WATCH_DIR = os.environ.get("WATCH_DIR", ".")
 
 
@@ -83,30 +91,67 @@ def note_state(uri):
         return None
 
 
-def updated(uri):
-    send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}})
+def updated(uri, listen=None):
+    params = {"uri": uri}
+    if listen is not None:
+        params["_meta"] = {"io.modelcontextprotocol/subscriptionId": listen}
+    send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": params})
 
 
 def watch_notes():
     poke = os.path.join(WATCH_DIR, f"poke-{os.getpid()}")
     while True:
         time.sleep(0.05)
-        for uri, seen in list(SUBSCRIBED.items()):
-            now = note_state(uri)
-            if now != seen:
-                SUBSCRIBED[uri] = now
-                updated(uri)
+        # (listen id, URIs with their states): one entry without an id for
+        # the subscriptions of `watch`.
+        watched = [(None, SUBSCRIBED)] + [(i, l["uris"]) for i, l in list(LISTENS.items())]
+        for listen, uris in watched:
+            for uri, seen in list(uris.items()):
+                now = note_state(uri)
+                if now != seen:
+                    uris[uri] = now
+                    updated(uri, listen)
         if os.path.exists(poke):
             with open(poke) as f:
                 uri = f.read().strip()
             os.remove(poke)
-            if uri in SUBSCRIBED:
-                updated(uri)
+            for listen, uris in watched:
+                if uri in uris:
+                    updated(uri, listen)
+            if uri == "tools":
+                for i, l in list(LISTENS.items()):
+                    if l["tools"]:
+                        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+                              "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": i}}})
+
+
+def listen(request):
+    wanted = request.get("params", {}).get("notifications") or {}
+    uris = [u for u in wanted.get("resourceSubscriptions") or [] if u.startswith("note://")]
+    tools = bool(wanted.get("toolsListChanged"))
+    LISTENS[request["id"]] = {"uris": {u: note_state(u) for u in uris}, "tools": tools}
+    log_subscription("listen", ",".join(uris) + (" tools" if tools else " -"))
+    acknowledged = {"resourceSubscriptions": uris}
+    if tools:
+        acknowledged["toolsListChanged"] = True
+    send({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {
+        "_meta": {"io.modelcontextprotocol/subscriptionId": request["id"]},
+        "notifications": acknowledged}})
 
 
 def log_subscription(what, uri):
     with open(os.path.join(WATCH_DIR, "subscriptions.log"), "a") as f:
         f.write(f"{os.getpid()} {what} {uri}\n")
+
+
+def write_note(request):
+    arguments = request.get("params", {}).get("arguments") or {}
+    # Whole, or not at all: a watcher never sees it half written.
+    path = note_file("note://" + arguments["note"])
+    with open(f"{path}.{os.getpid()}", "w") as f:
+        f.write(arguments["text"])
+    os.replace(f"{path}.{os.getpid()}", path)
+    answer(request, {"content": [{"type": "text", "text": "wrote"}]})
 
 
 def answer(request, result):
@@ -126,7 +171,7 @@ def main():
     global CALLS
     if MODE == "grandchild":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if MODE == "watch":
+    if MODE in ("watch", "modern"):
         threading.Thread(target=watch_notes, daemon=True).start()
     for line in sys.stdin:
         if not line.strip():
@@ -155,12 +200,19 @@ def main():
                 text = json.dumps({"calls": CALLS, "answers": ELICITING["answers"]})
                 answer(ELICITING["request"], {"content": [{"type": "text", "text": text}]})
             continue
+        if method == "notifications/cancelled" and MODE == "modern":
+            if LISTENS.pop(request.get("params", {}).get("requestId"), None) is not None:
+                log_subscription("unlisten", "")
+            continue
         if "id" not in request or method is None:
+            continue
+        if method == "subscriptions/listen" and MODE == "modern":
+            listen(request)
             continue
         if method == "server/discover" and MODE == "modern":
             answer(request, {
                 "supportedVersions": ["2026-07-28"],
-                "capabilities": {"tools": {}},
+                "capabilities": {"tools": {"listChanged": True}, "resources": {"subscribe": True}},
                 "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "hostile-modern", "version": "1"}},
             })
             continue
@@ -210,6 +262,8 @@ def main():
             elif MODE == "roots":
                 text = json.dumps(ROOTS_ANSWER[0]) if ROOTS_ANSWER else "no answer yet"
                 answer(request, {"content": [{"type": "text", "text": text}]})
+            elif MODE == "modern" and "note" in (request.get("params", {}).get("arguments") or {}):
+                write_note(request)
             elif MODE == "modern":
                 CALLS += 1
                 params = request.get("params", {})
@@ -248,13 +302,7 @@ def main():
                     send({"jsonrpc": "2.0", "method": "notifications/message",
                           "params": {"level": "info", "data": "asked"}})
             elif MODE == "watch":
-                arguments = request.get("params", {}).get("arguments") or {}
-                # Whole, or not at all: a watcher never sees it half written.
-                path = note_file("note://" + arguments["note"])
-                with open(f"{path}.{os.getpid()}", "w") as f:
-                    f.write(arguments["text"])
-                os.replace(f"{path}.{os.getpid()}", path)
-                answer(request, {"content": [{"type": "text", "text": "wrote"}]})
+                write_note(request)
             elif MODE == "echo-meta":
                 meta = request.get("params", {}).get("_meta", {})
                 answer(request, {"content": [{"type": "text", "text": json.dumps(meta)}]})

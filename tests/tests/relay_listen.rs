@@ -23,8 +23,14 @@ use stateless_support::{Messages, call, request, send, tool_call};
 /// The `[[upstreams]]` entry hosting `hostile.py watch` on the notes of
 /// `dir`, with `extra` settings.
 fn upstream(dir: &Path, extra: &str) -> String {
+    upstream_in("watch", dir, extra)
+}
+
+/// The `[[upstreams]]` entry hosting `hostile.py MODE` on the notes of
+/// `dir`, with `extra` settings.
+fn upstream_in(mode: &str, dir: &Path, extra: &str) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("relay/hostile.py");
-    let argv = serde_json::to_string(&["python3", &script.display().to_string(), "watch"]).unwrap();
+    let argv = serde_json::to_string(&["python3", &script.display().to_string(), mode]).unwrap();
     format!(
         "[[upstreams]]\nname = \"notes\"\ncommand = {argv}\nenv = {{ WATCH_DIR = \"{}\" }}\n{extra}\n",
         dir.display()
@@ -34,12 +40,21 @@ fn upstream(dir: &Path, extra: &str) -> String {
 /// A configuration file hosting the notes, with its directory (removed
 /// with the guard) and the notes' directory inside it.
 fn hosting(extra: &str) -> (String, Scratch, PathBuf) {
+    hosting_in("watch", extra)
+}
+
+/// As [`hosting`], for `hostile.py MODE`.
+fn hosting_in(mode: &str, extra: &str) -> (String, Scratch, PathBuf) {
     let (config, scratch) = config_file("mcp-relay-listen", "");
     let notes = scratch.0.join("notes");
     std::fs::create_dir_all(&notes).unwrap();
     // A stream its client left ends at its next keep-alive.
     let runtime = "[runtime]\nsse_keep_alive_secs = 1\n\n";
-    std::fs::write(&config, runtime.to_owned() + &upstream(&notes, extra)).unwrap();
+    std::fs::write(
+        &config,
+        runtime.to_owned() + &upstream_in(mode, &notes, extra),
+    )
+    .unwrap();
     (config, scratch, notes)
 }
 
@@ -121,6 +136,13 @@ fn poke(notes: &Path, pid: &str, uri: &str) {
     std::fs::rename(ready, notes.join(format!("poke-{pid}"))).unwrap();
 }
 
+/// Two nodes on one Redis, with the configuration file `config`.
+async fn two_nodes(config: String) -> mcp_cluster_testkit::Cluster {
+    tokio::task::spawn_blocking(move || cluster_support::start(2, &["--config", &config]))
+        .await
+        .unwrap()
+}
+
 /// `mcp_upstream_children_running` of `node_url`'s node, once it is `want`.
 async fn children_become(node_url: &str, want: f64) {
     let base = node_url.trim_end_matches("/mcp").to_owned();
@@ -142,10 +164,7 @@ async fn children_become(node_url: &str, want: f64) {
 #[tokio::test]
 async fn a_listen_stream_hears_of_a_note_written_on_another_node() {
     let (config, _dir, notes) = hosting("");
-    let cluster =
-        tokio::task::spawn_blocking(move || cluster_support::start(2, &["--config", &config]))
-            .await
-            .unwrap();
+    let cluster = two_nodes(config).await;
     let (here, there) = (cluster.node_url(0), cluster.node_url(1));
 
     let (mut both, uris) = open(&here, &listen(1, &["note://a", "note://b"]), &[]).await;
@@ -288,4 +307,127 @@ async fn a_watching_child_takes_a_place_among_the_upstream_s_children() {
     drop((stream, second));
     children_become(&url, 0.0).await;
     write(&url, 4, "a", "y", &[]).await;
+}
+
+#[tokio::test]
+async fn a_server_of_2026_07_28_is_listened_to_for_its_principal_s_streams() {
+    let (config, _dir, notes) = hosting_in("modern", "stateless = true");
+    let cluster = two_nodes(config).await;
+    let (here, there) = (cluster.node_url(0), cluster.node_url(1));
+
+    // The child is asked to listen for what the stream names, and its
+    // acknowledgement says what the stream's does.
+    let (mut both, uris) = open(&here, &listen(1, &["note://a", "note://b"]), &[]).await;
+    assert_eq!(uris, json!(["note://a", "note://b"]));
+    let log = log_lines(&notes, 1).await;
+    let pid = log[0].split(' ').next().unwrap().to_owned();
+    assert_eq!(log, [format!("{pid} listen note://a,note://b -")]);
+    children_become(&here, 1.0).await;
+
+    // A second stream wanting tools list changes too: the same child
+    // listens again, for both streams, and the former listen request is
+    // cancelled once the new one is acknowledged.
+    let body = request(
+        2,
+        "subscriptions/listen",
+        json!({"notifications": {"resourceSubscriptions": ["note://a"], "toolsListChanged": true}}),
+        json!({}),
+    );
+    let answer = send(&here, &body, &[]).await;
+    assert_eq!(answer.status(), 200, "{answer:?}");
+    let mut tools_and_a = Messages::new(answer);
+    let ack = tools_and_a.next().await.expect("acknowledgement");
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"resourceSubscriptions": ["note://a"], "toolsListChanged": true}),
+        "{ack}"
+    );
+    assert_eq!(
+        log_lines(&notes, 3).await[1..],
+        [
+            format!("{pid} listen note://a,note://b tools"),
+            format!("{pid} unlisten ")
+        ]
+    );
+    children_become(&here, 1.0).await;
+
+    // A note written by a child on the other node: each stream naming it
+    // hears, under its own subscription id, once.
+    write(&there, 3, "a", "one", &[]).await;
+    assert_eq!(update(&mut both).await, ("note://a".into(), json!(1)));
+    assert_eq!(
+        update(&mut tools_and_a).await,
+        ("note://a".into(), json!(2))
+    );
+    write(&there, 4, "b", "two", &[]).await;
+    assert_eq!(update(&mut both).await, ("note://b".into(), json!(1)));
+    // The child's tools list change reaches the stream that wants it.
+    poke(&notes, &pid, "tools");
+    let changed = tools_and_a.next().await.expect("a list change");
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
+        "{changed}"
+    );
+    assert_eq!(
+        changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 2,
+        "{changed}"
+    );
+    write(&there, 5, "a", "three", &[]).await;
+    // Not the tools list change before it: the stream does not want it.
+    assert_eq!(update(&mut both).await, ("note://a".into(), json!(1)));
+    assert_eq!(
+        update(&mut tools_and_a).await,
+        ("note://a".into(), json!(2))
+    );
+
+    // The stream wanting tools leaves: the child listens for the other
+    // alone; the last stream to leave ends the child.
+    drop(tools_and_a);
+    assert_eq!(
+        log_lines(&notes, 5).await[3..],
+        [
+            format!("{pid} listen note://a,note://b -"),
+            format!("{pid} unlisten ")
+        ]
+    );
+    write(&there, 6, "b", "four", &[]).await;
+    assert_eq!(update(&mut both).await, ("note://b".into(), json!(1)));
+    drop(both);
+    children_become(&here, 0.0).await;
+
+    // A stream wanting list changes alone has the server listened to
+    // for them (it tells of them only while listened to).
+    let body = request(
+        7,
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+        json!({}),
+    );
+    let answer = send(&here, &body, &[]).await;
+    let mut tools = Messages::new(answer);
+    let ack = tools.next().await.expect("acknowledgement");
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true}),
+        "{ack}"
+    );
+    // (The former child may log its listen's cancellation as it ends.)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let listening = loop {
+        let log = log_lines(&notes, 6).await;
+        if let Some(line) = log[5..].iter().find(|l| l.ends_with(" listen  tools")) {
+            break line.split(' ').next().unwrap().to_owned();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{log:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(listening, pid, "a new child");
+    poke(&notes, &listening, "tools");
+    let changed = tools.next().await.expect("a list change");
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
+        "{changed}"
+    );
+    drop(tools);
+    children_become(&here, 0.0).await;
 }

@@ -502,6 +502,25 @@ impl Upstream {
             // The child gave up one of its own questions: the client's
             // answer will be ignored when it comes.
             methods::NOTIFICATION_CANCELLED => {}
+            // A 2026-07-28 child took one of our `subscriptions/listen`
+            // requests: its acknowledgement goes to that request (what
+            // the stream then carries concerns every listener, below).
+            methods::NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED => {
+                let listen = n.params.as_ref().and_then(|p| {
+                    p.get("_meta")?
+                        .get(methods::meta::SUBSCRIPTION_ID)?
+                        .as_i64()
+                });
+                let target = listen.and_then(|id| {
+                    lock(&self.state)
+                        .pending
+                        .get(&id)
+                        .and_then(|p| p.events.clone())
+                });
+                if let Some(target) = target {
+                    let _ = target.try_send(Event::Notify(n));
+                }
+            }
             // A log line goes with the request running (stdio says nothing
             // of which one: the newest), or to the session.
             methods::NOTIFICATION_MESSAGE => {

@@ -6,23 +6,33 @@
 //! streams there name, for as long as one does. Its
 //! `notifications/resources/updated` go to the streams naming the URI.
 //!
+//! A server that speaks 2026-07-28 itself (`stateless = true`) is not
+//! subscribed to but listened to: its watching child holds one
+//! `subscriptions/listen` request of the relay's, for every URI the
+//! principal's streams name and, when one of them wants list changes, for
+//! those too (its list changes then reach every stream as the pooled
+//! children's do). When what the streams want changes, the child is asked
+//! to listen again, and the former request is cancelled once the new one
+//! is acknowledged.
+//!
 //! Each watcher is a task that owns its subscriptions: streams joining and
 //! leaving are commands it takes one at a time, so a subscribe and an
 //! unsubscribe of one URI never cross. When its last stream leaves, the
-//! child ends; when the child ends, its streams end (their clients listen
-//! again, and a new child watches).
+//! child ends; when the child ends (or ends its listen request), its
+//! streams end (their clients listen again, and a new child watches).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::future::join_all;
+use mcp_cluster_protocol::{ErrorObject, methods};
 use mcp_cluster_runtime::{OpenError, ResourceWatch, Watching};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Children, Place, RelayService, lock, subscription};
-use crate::upstream::Upstream;
+use super::{Children, OWN_REQUEST_TIMEOUT, Place, RelayService, lock, own_meta, subscription};
+use crate::upstream::{Call, Event, Upstream};
 
 /// URIs a watching child reported changed, waiting to be fanned out.
 const UPDATES_QUEUE: usize = 256;
@@ -50,6 +60,7 @@ enum Command {
     Join {
         stream: u64,
         uris: BTreeSet<String>,
+        lists: bool,
         updates: mpsc::Sender<String>,
         watched: oneshot::Sender<BTreeSet<String>>,
     },
@@ -104,17 +115,19 @@ impl Drop for Gate<'_> {
 /// channel closed, which ends the stream).
 struct Stream {
     uris: BTreeSet<String>,
+    /// It wants list changes (a server of 2026-07-28 is listened to for
+    /// them while one of its streams does).
+    lists: bool,
     updates: Option<mpsc::Sender<String>>,
 }
 
 impl RelayService {
     /// [`mcp_cluster_runtime::McpService::watch_resources`] for the relay.
     pub(super) async fn watch(&self, watch: ResourceWatch) -> Result<Option<Watching>, OpenError> {
-        // A server of 2026-07-28 is not subscribed to: it would be told
-        // through its own listen streams, which the relay does not open.
-        // The acknowledgement then names no resource.
-        if self.config.stateless {
-            return Ok(Some(Watching::new(BTreeSet::new(), Box::new(()))));
+        // A session-era server's list changes need no watcher: its pooled
+        // children announce them outside any request.
+        if watch.uris.is_empty() && !(self.config.stateless && watch.lists) {
+            return Ok(None);
         }
         let gate = Gate::of(&self.watch_gates, watch.principal.clone());
         let _turn = gate.gate.lock().await;
@@ -136,6 +149,7 @@ impl RelayService {
             let join = Command::Join {
                 stream,
                 uris: watch.uris.clone(),
+                lists: watch.lists,
                 updates: watch.updates.clone(),
                 watched: watched_tx,
             };
@@ -190,53 +204,252 @@ impl RelayService {
                 .insert(principal.clone(), Arc::clone(&watcher));
             place.taken = true;
         }
+        let feed = Feed {
+            upstream,
+            stateless: self.config.stateless,
+            subscribed: HashMap::new(),
+            listening: None,
+        };
         self.runtime.handle().spawn(run(
             Arc::clone(&watcher),
             principal,
             commands,
             updates,
+            feed,
             Arc::clone(&self.children),
         ));
         Ok(watcher)
     }
 }
 
+/// What a watching child is asked for: per URI, how many of its streams
+/// name it; for a server of 2026-07-28, the listen request that asks.
+struct Feed {
+    upstream: Arc<Upstream>,
+    stateless: bool,
+    subscribed: HashMap<String, usize>,
+    listening: Option<Listening>,
+}
+
+/// The relay's `subscriptions/listen` request to a child of 2026-07-28:
+/// cancelled when dropped.
+struct Listening {
+    call: Call,
+    uris: BTreeSet<String>,
+    lists: bool,
+}
+
+impl Feed {
+    /// A stream naming `uris` joins (`lists`: whether any stream now wants
+    /// list changes): what is new is subscribed to. The URIs watched for
+    /// it (those the child refused are not).
+    async fn add(&mut self, uris: &BTreeSet<String>, lists: bool) -> BTreeSet<String> {
+        let accepted: BTreeSet<String> = if self.stateless {
+            let mut wanted: BTreeSet<String> = self.subscribed.keys().cloned().collect();
+            wanted.extend(uris.iter().cloned());
+            self.listen(wanted, lists).await;
+            let listened = self.listening.as_ref().map(|l| &l.uris);
+            uris.iter()
+                .filter(|u| listened.is_some_and(|l| l.contains(*u)))
+                .cloned()
+                .collect()
+        } else {
+            let new: Vec<&String> = uris
+                .iter()
+                .filter(|u| !self.subscribed.contains_key(*u))
+                .collect();
+            let outcomes = join_all(
+                new.iter()
+                    .map(|uri| subscription(&self.upstream, uri, true)),
+            )
+            .await;
+            let refused: BTreeSet<&String> = outcomes
+                .iter()
+                .zip(new)
+                .filter(|(outcome, _)| outcome.is_err())
+                .map(|(_, uri)| uri)
+                .collect();
+            uris.iter()
+                .filter(|u| !refused.contains(u))
+                .cloned()
+                .collect()
+        };
+        for uri in &accepted {
+            *self.subscribed.entry(uri.clone()).or_default() += 1;
+        }
+        accepted
+    }
+
+    /// A stream that named `uris` left (`lists`: whether any stream still
+    /// wants list changes): the URIs no other stream names are
+    /// unsubscribed from.
+    async fn remove(&mut self, uris: BTreeSet<String>, lists: bool) {
+        let mut gone = Vec::new();
+        for uri in uris {
+            if let Some(count) = self.subscribed.get_mut(&uri) {
+                *count -= 1;
+                if *count == 0 {
+                    self.subscribed.remove(&uri);
+                    gone.push(uri);
+                }
+            }
+        }
+        if self.stateless {
+            let wanted = self.subscribed.keys().cloned().collect();
+            self.listen(wanted, lists).await;
+        } else {
+            for uri in gone {
+                let _ = subscription(&self.upstream, &uri, false).await;
+            }
+        }
+    }
+
+    /// Has a child of 2026-07-28 listen for `uris` (and list changes, with
+    /// `lists`), unless it does already: a new listen request, which
+    /// replaces the former once acknowledged. One the child refuses
+    /// leaves the former in place.
+    async fn listen(&mut self, uris: BTreeSet<String>, lists: bool) {
+        if self
+            .listening
+            .as_ref()
+            .is_some_and(|l| l.uris == uris && l.lists == lists)
+        {
+            return;
+        }
+        match listen(&self.upstream, &uris, lists).await {
+            Ok(listening) => self.listening = Some(listening),
+            Err(err) => tracing::warn!(
+                upstream = %self.upstream.name(),
+                error = %err.message,
+                "The hosted server did not take the relay's subscriptions/listen request; its streams hear what it listened for before, if anything."
+            ),
+        }
+    }
+
+    /// Resolves when the child answers its listen request (it ends it),
+    /// never while none runs.
+    async fn listen_ended(&mut self) {
+        match &mut self.listening {
+            Some(listening) => {
+                let _ = (&mut listening.call.answer).await;
+                listening.call.answered();
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Sends a child of 2026-07-28 a `subscriptions/listen` request for `uris`
+/// (and every list change, with `lists`) and waits for its
+/// acknowledgement: the request, and the URIs it accepted.
+async fn listen(
+    upstream: &Arc<Upstream>,
+    uris: &BTreeSet<String>,
+    lists: bool,
+) -> Result<Listening, ErrorObject> {
+    let mut wanted = serde_json::Map::new();
+    if !uris.is_empty() {
+        wanted.insert("resourceSubscriptions".into(), json!(uris));
+    }
+    if lists {
+        for name in [
+            "toolsListChanged",
+            "promptsListChanged",
+            "resourcesListChanged",
+        ] {
+            wanted.insert(name.into(), json!(true));
+        }
+    }
+    let mut params = own_meta(json!({})).as_object().cloned().unwrap_or_default();
+    params.insert("notifications".into(), Value::Object(wanted));
+    let mut call = upstream
+        .call(
+            methods::SUBSCRIPTIONS_LISTEN,
+            Some(params),
+            true,
+            false,
+            None,
+        )
+        .await?;
+    let name = upstream.name();
+    let acknowledged = async {
+        loop {
+            tokio::select! {
+                event = call.events.recv() => match event {
+                    Some(Event::Notify(n)) if n.method == methods::NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED => {
+                        return Ok(n.params.unwrap_or_default());
+                    }
+                    Some(_) => {}
+                    None => return Err(ErrorObject::internal(format!("upstream {name} ended"))),
+                },
+                answer = &mut call.answer => {
+                    return Err(match answer {
+                        Ok(Err(err)) => err,
+                        _ => ErrorObject::internal(format!(
+                            "upstream {name} ended its subscriptions/listen request at once"
+                        )),
+                    });
+                }
+            }
+        }
+    };
+    let ack = tokio::time::timeout(OWN_REQUEST_TIMEOUT, acknowledged)
+        .await
+        .map_err(|_| {
+            ErrorObject::internal(format!(
+                "upstream {name} did not acknowledge subscriptions/listen"
+            ))
+        })??;
+    // What else the child sends within the request concerns every
+    // listener: it takes the way of its other notifications.
+    call.events.close();
+    let accepted = ack
+        .get("notifications")
+        .and_then(|n| n.get("resourceSubscriptions"))
+        .and_then(Value::as_array)
+        .map(|listed| {
+            listed
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|u| uris.contains(*u))
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Listening {
+        call,
+        uris: accepted,
+        lists,
+    })
+}
+
 /// The watcher's task: takes streams joining and leaving, fans out the
-/// child's updates, and ends with the child or its last stream.
+/// child's updates, and ends with the child, its listen request, or its
+/// last stream.
 async fn run(
     watcher: Arc<Watcher>,
     principal: Option<String>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     mut updates: mpsc::Receiver<String>,
+    mut feed: Feed,
     children: Arc<std::sync::Mutex<Children>>,
 ) {
     let upstream = Arc::clone(&watcher.upstream);
-    let mut subscribed: HashMap<String, usize> = HashMap::new();
     let mut streams: HashMap<u64, Stream> = HashMap::new();
     loop {
         tokio::select! {
             command = commands.recv() => match command {
-                Some(Command::Join { stream, uris, updates, watched }) => {
-                    let new: Vec<&String> = uris.iter().filter(|u| !subscribed.contains_key(*u)).collect();
-                    let refused: BTreeSet<String> = join_all(new.iter().map(|uri| subscription(&upstream, uri, true)))
-                        .await
-                        .into_iter()
-                        .zip(new)
-                        .filter(|(outcome, _)| outcome.is_err())
-                        .map(|(_, uri)| uri.clone())
-                        .collect();
-                    let uris: BTreeSet<String> = uris.difference(&refused).cloned().collect();
-                    for uri in &uris {
-                        *subscribed.entry(uri.clone()).or_default() += 1;
-                    }
-                    streams.insert(stream, Stream { uris: uris.clone(), updates: Some(updates) });
+                Some(Command::Join { stream, uris, lists, updates, watched }) => {
+                    let any_lists = lists || streams.values().any(|s| s.lists);
+                    let uris = feed.add(&uris, any_lists).await;
+                    streams.insert(stream, Stream { uris: uris.clone(), lists, updates: Some(updates) });
                     // Its listen request gone meanwhile: it leaves at once.
-                    if watched.send(uris).is_err() && leave(&upstream, &mut streams, &mut subscribed, stream).await {
+                    if watched.send(uris).is_err() && leave(&mut feed, &mut streams, stream).await {
                         break;
                     }
                 }
                 Some(Command::Leave(stream)) => {
-                    if leave(&upstream, &mut streams, &mut subscribed, stream).await {
+                    if leave(&mut feed, &mut streams, stream).await {
                         break;
                     }
                 }
@@ -253,6 +466,7 @@ async fn run(
                     }
                 }
             }
+            () = feed.listen_ended() => break,
             () = upstream.gone_wait() => break,
         }
     }
@@ -274,27 +488,15 @@ async fn run(
     commands.close();
 }
 
-/// A stream leaves: the URIs no other stream names are unsubscribed.
+/// A stream leaves: what no other stream wants is unsubscribed from.
 /// Whether it was the last one (the child then ends, unsubscribing
 /// nothing).
-async fn leave(
-    upstream: &Arc<Upstream>,
-    streams: &mut HashMap<u64, Stream>,
-    subscribed: &mut HashMap<String, usize>,
-    stream: u64,
-) -> bool {
+async fn leave(feed: &mut Feed, streams: &mut HashMap<u64, Stream>, stream: u64) -> bool {
     if let Some(left) = streams.remove(&stream)
         && !streams.is_empty()
     {
-        for uri in left.uris {
-            if let Some(count) = subscribed.get_mut(&uri) {
-                *count -= 1;
-                if *count == 0 {
-                    subscribed.remove(&uri);
-                    let _ = subscription(upstream, &uri, false).await;
-                }
-            }
-        }
+        let lists = streams.values().any(|s| s.lists);
+        feed.remove(left.uris, lists).await;
     }
     streams.is_empty()
 }

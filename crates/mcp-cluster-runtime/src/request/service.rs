@@ -326,9 +326,10 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
     }
 
     /// 2026-07-28: a `subscriptions/listen` stream on this node names
-    /// resources (`watch.uris`). A service whose resources are its
-    /// principals' own (a hosted server, whose children run per
-    /// principal) watches them itself, on this node: it sends each URI of
+    /// resources (`watch.uris`), or wants list changes (`watch.lists`).
+    /// A service whose resources are its principals' own (a hosted
+    /// server, whose children run per principal) watches them itself, on
+    /// this node: it sends each URI of
     /// `watch.uris` that changes to `watch.updates` while the returned
     /// [`Watching`] lives, and drops `watch.updates` once it can watch no
     /// more (the stream then ends; its client listens again).
@@ -356,6 +357,12 @@ pub struct ResourceWatch {
     pub uris: std::collections::BTreeSet<String>,
     /// Where each URI that changes goes.
     pub updates: tokio::sync::mpsc::Sender<String>,
+    /// The stream also wants list changes (`toolsListChanged` and the
+    /// like, as the server declared them). They reach it as the node's
+    /// events ([`ServerEvent`]); a service that hears of them only while
+    /// it listens (a hosted server of 2026-07-28) listens for as long as
+    /// the watch lives.
+    pub lists: bool,
 }
 
 /// What [`McpService::watch_resources`] watches, for as long as it lives.
@@ -396,7 +403,15 @@ impl ResourceWatch {
             principal,
             uris,
             updates,
+            lists: false,
         }
+    }
+
+    /// The stream also wants list changes ([`Self::lists`]).
+    #[must_use]
+    pub fn with_lists(mut self, lists: bool) -> Self {
+        self.lists = lists;
+        self
     }
 }
 

@@ -228,13 +228,15 @@ impl Stateless {
         // principal) come from its watch, not from the node's events.
         let mut filter = filter;
         let mut watched = None;
-        if !filter.uris.is_empty() {
+        let lists = filter.tools || filter.prompts || filter.resources;
+        if !filter.uris.is_empty() || lists {
             let (updates, updates_rx) = mpsc::channel(LISTEN_BUFFER);
             let watch = ResourceWatch::new(
                 inbound.principal.as_deref().map(|p| p.key()),
                 filter.uris.clone(),
                 updates,
-            );
+            )
+            .with_lists(lists);
             match self.service().watch_resources(watch).await {
                 Ok(None) => {}
                 Ok(Some(watching)) => {
