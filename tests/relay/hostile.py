@@ -26,7 +26,9 @@ Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
                 this process, as JSON text (with `hold: true` it never
                 answers); `pad: N` pads each question with N bytes (in its
                 `_meta`), and `log_after_ms: T` sends a log line T ms after
-                the questions, before their answers
+                the questions, before their answers; `progress_after: N`
+                reports progress N times once answered (1 of N, 2 of N,
+                ..., 300 ms apart) before it answers
   modern        speaks 2026-07-28 too: answers `server/discover`, and `act`
                 first answers `input_required` (one elicitation, under the
                 key `name`, and a `requestState` of its own), then, retried
@@ -197,6 +199,14 @@ def main():
             elif ELICITING["hold"]:
                 pass
             else:
+                token = ELICITING["request"].get("params", {}).get("_meta", {}).get("progressToken")
+                steps = ELICITING["progress_after"]
+                for step in range(1, steps + 1):
+                    if token is not None:
+                        send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                            "progressToken": token, "progress": step, "total": steps,
+                            "message": f"step {step}"}})
+                    time.sleep(0.3)
                 text = json.dumps({"calls": CALLS, "answers": ELICITING["answers"]})
                 answer(ELICITING["request"], {"content": [{"type": "text", "text": text}]})
             continue
@@ -294,7 +304,8 @@ def main():
                                  questions=int(arguments.get("questions", 1)),
                                  together=bool(arguments.get("together")),
                                  hold=bool(arguments.get("hold")),
-                                 pad=int(arguments.get("pad", 0)))
+                                 pad=int(arguments.get("pad", 0)),
+                                 progress_after=int(arguments.get("progress_after", 0)))
                 for n in range(ELICITING["questions"] if ELICITING["together"] else 1):
                     elicit(n + 1)
                 if "log_after_ms" in arguments:

@@ -352,3 +352,51 @@ async fn a_retry_whose_client_goes_away_cancels_the_waiting_call() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn a_child_s_progress_after_its_question_reaches_the_retry_under_its_token() {
+    let (config, _dir) = hosting_elicit("");
+    let cluster = nodes(2, config).await;
+    let arguments = json!({"questions": 1, "progress_after": 3});
+    let mut first = act_with(1, arguments.clone(), json!({}));
+    first["params"]["_meta"]["progressToken"] = json!("first");
+    let first = post(&cluster.node_url(0), &first).await;
+    let (key, _, state) = question(&first);
+
+    // The retry, on the other node, with a token of its own: the child's
+    // progress once answered reaches it (the newest at each look, the
+    // last one always), then the outcome.
+    let mut retry = act_with(2, arguments, answered(&key, "ada", &state));
+    retry["params"]["_meta"]["progressToken"] = json!("retry");
+    let answer = tokio::time::timeout(
+        Duration::from_secs(30),
+        stateless_support::call(&cluster.node_url(1), &retry, &[]),
+    )
+    .await
+    .expect("answered within 30 s");
+    let progress: Vec<&Value> = answer
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .collect();
+    assert!(
+        progress
+            .iter()
+            .all(|n| n["params"]["progressToken"] == "retry"
+                && n["params"]["total"].as_f64() == Some(3.0)),
+        "{progress:?}"
+    );
+    let values: Vec<f64> = progress
+        .iter()
+        .map(|n| n["params"]["progress"].as_f64().unwrap())
+        .collect();
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+    let last = progress
+        .last()
+        .unwrap_or_else(|| panic!("no progress: {answer:?}"));
+    assert_eq!(last["params"]["progress"], 3.0, "{progress:?}");
+    assert_eq!(last["params"]["message"], "step 3", "{progress:?}");
+    let got: Value = serde_json::from_str(stateless_support::text(&answer.response))
+        .unwrap_or_else(|_| panic!("{answer:?}"));
+    assert_eq!(got["answers"][0]["content"]["name"], "ada", "{got}");
+}

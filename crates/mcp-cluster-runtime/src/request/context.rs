@@ -116,7 +116,11 @@ impl RequestOutput {
         }
     }
 
-    async fn emit(&self, message: &Message, progress: Option<f64>) -> Result<(), EmitError> {
+    pub(crate) async fn emit(
+        &self,
+        message: &Message,
+        progress: Option<f64>,
+    ) -> Result<(), EmitError> {
         let mut state = self.state.lock().await;
         if state.finished {
             return Err(EmitError::Finished);
@@ -242,6 +246,15 @@ pub(crate) trait Carried: std::fmt::Debug + Send + Sync {
     async fn ask(&self, key: Option<&str>, method: &str, params: Value) -> Result<Value, AskError>;
     /// The handler asked for what the client did not declare.
     fn missing_capability(&self, what: &'static str);
+    /// Progress the request's own output no longer carries (a kept run's,
+    /// once its first round went out: its retries carry it); `None` when
+    /// the output does.
+    async fn progress_elsewhere(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Option<Result<(), EmitError>>;
 }
 
 /// Everything a handler may do besides computing its result. Cheap to clone.
@@ -424,6 +437,13 @@ impl RequestContext {
         let Some(token) = &self.inner.progress_token else {
             return Ok(());
         };
+        if let Scope::Stateless(scope) = &self.inner.scope
+            && let Some(outcome) = scope
+                .progress_elsewhere(progress, total, message.as_deref())
+                .await
+        {
+            return outcome;
+        }
         let params = ProgressParams {
             progress_token: token.clone(),
             progress,

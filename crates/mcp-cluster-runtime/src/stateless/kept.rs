@@ -16,13 +16,20 @@
 //!
 //! Both sides poll the store, at [`POLL_MIN`] and less and less often up
 //! to [`POLL_MAX`]; on the run's own node they wake each other at once.
+//!
+//! Progress the handler reports once the request was answered goes into
+//! the record too (the newest, written at most every 100 ms): a retry
+//! following the run passes on what it reads there under its own
+//! `progressToken`, increasing only, the last value before the outcome.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mcp_cluster_protocol::{ErrorObject, Request, RequestId, Response};
+use mcp_cluster_protocol::{
+    ErrorObject, Message, Notification, Request, RequestId, Response, methods,
+};
 use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -88,6 +95,12 @@ impl Kept {
     /// `true` once, for whoever answers the request.
     pub(crate) fn take_reply(&self) -> bool {
         !self.replied.swap(true, Ordering::AcqRel)
+    }
+
+    /// Whether the request was answered: what the run says from then on
+    /// reaches the client through its retries.
+    pub(crate) fn replied(&self) -> bool {
+        self.replied.load(Ordering::Acquire)
     }
 }
 
@@ -306,9 +319,9 @@ impl Stateless {
         let params = request.params.as_ref();
         let round = |questions| self.kept_round(run, method, params, principal, questions);
         let open = match self.seen(run, method, true).await {
-            Ok(Seen::Done(outcome)) => return Some(outcome),
-            Ok(Seen::Asks(open)) => open,
-            Ok(Seen::Working) => Map::new(),
+            Ok((Seen::Done(outcome), _)) => return Some(outcome),
+            Ok((Seen::Asks(open), _)) => open,
+            Ok((Seen::Working, _)) => Map::new(),
             Err(err) => return Some(Err(err)),
         };
         // The answers to what the run asks; what they leave open goes back
@@ -339,6 +352,9 @@ impl Stateless {
         // on, whose keep-alives tell when the client went away (the run is
         // then cancelled).
         output.exchange.go_live().await;
+        // The run's progress from now on, under this retry's token.
+        let token = request.progress_token();
+        let mut passed = None;
         let waiting = self.kept_wakers().wait_on(record_key(run));
         let stop = self.stop_token();
         let mut delay = POLL_MIN;
@@ -360,11 +376,17 @@ impl Stateless {
             if check_owner {
                 checked = tokio::time::Instant::now();
             }
-            match self.seen(run, method, check_owner).await {
-                Ok(Seen::Done(outcome)) => return Some(outcome),
-                Ok(Seen::Asks(open)) => return Some(round(open).await),
-                Ok(Seen::Working) => {}
+            let (seen, progress) = match self.seen(run, method, check_owner).await {
+                Ok(read) => read,
                 Err(err) => return Some(Err(err)),
+            };
+            if let (Some(token), Some(progress)) = (token, progress) {
+                pass_progress(output, token, progress, &mut passed).await;
+            }
+            match seen {
+                Seen::Done(outcome) => return Some(outcome),
+                Seen::Asks(open) => return Some(round(open).await),
+                Seen::Working => {}
             }
         }
     }
@@ -387,9 +409,14 @@ impl Stateless {
         Ok(())
     }
 
-    /// Reads the run's record; with `check_owner`, whether the node
-    /// running it still runs, too.
-    async fn seen(&self, run: &str, method: &str, check_owner: bool) -> Result<Seen, ErrorObject> {
+    /// Reads the run's record, and the progress it holds; with
+    /// `check_owner`, whether the node running it still runs, too.
+    async fn seen(
+        &self,
+        run: &str,
+        method: &str,
+        check_owner: bool,
+    ) -> Result<(Seen, Option<Value>), ErrorObject> {
         let unavailable = |err| crate::node::error::RuntimeError::Store(err).to_error_object();
         let task = self
             .store()
@@ -398,10 +425,9 @@ impl Stateless {
             .await
             .map_err(unavailable)?
             .ok_or_else(run_gone)?;
-        let Ok(record) = serde_json::from_str::<TaskRecord>(&task.record) else {
-            return Ok(Seen::Done(Err(ErrorObject::internal(
-                "request record unreadable",
-            ))));
+        let Ok(mut record) = serde_json::from_str::<TaskRecord>(&task.record) else {
+            let unreadable = ErrorObject::internal("request record unreadable");
+            return Ok((Seen::Done(Err(unreadable)), None));
         };
         if check_owner
             && !record.terminal()
@@ -413,9 +439,10 @@ impl Stateless {
                 .await
                 .map_err(unavailable)?
         {
-            return Ok(Seen::Done(Err(owner_stopped())));
+            return Ok((Seen::Done(Err(owner_stopped())), None));
         }
-        Ok(self.seen_in(record, &task.answered, method))
+        let progress = record.progress.take();
+        Ok((self.seen_in(record, &task.answered, method), progress))
     }
 
     fn seen_in(&self, record: TaskRecord, answered: &[String], method: &str) -> Seen {
@@ -447,6 +474,30 @@ impl Stateless {
             Seen::Asks(open)
         }
     }
+}
+
+/// Passes a kept run's `progress` (`{progress, total?, message?}`) to its
+/// retry's client under `token`, unless it passed on no less already.
+async fn pass_progress(
+    output: &RequestOutput,
+    token: &Value,
+    progress: Value,
+    passed: &mut Option<f64>,
+) {
+    let Some(value) = progress.get("progress").and_then(Value::as_f64) else {
+        return;
+    };
+    let Value::Object(mut params) = progress else {
+        return;
+    };
+    if passed.is_some_and(|p| value <= p) {
+        return;
+    }
+    *passed = Some(value);
+    params.insert("progressToken".into(), token.clone());
+    let n = Notification::new(methods::NOTIFICATION_PROGRESS, Value::Object(params));
+    // The client gone, its stream's end says so (the wait notices).
+    let _ = output.emit(&Message::Notification(n), Some(value)).await;
 }
 
 /// The error of a retry whose run's node stopped.

@@ -292,6 +292,19 @@ impl Carried for StatelessScope {
     fn missing_capability(&self, what: &'static str) {
         self.inputs.missing_capability(what);
     }
+
+    async fn progress_elsewhere(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Option<Result<(), crate::request::context::EmitError>> {
+        let run = self.running_task().await?;
+        if !run.kept.as_ref().is_some_and(kept::Kept::replied) {
+            return None;
+        }
+        Some(run.note_progress(progress, total, message))
+    }
 }
 
 /// The questions and answers of one round of an input-required request.

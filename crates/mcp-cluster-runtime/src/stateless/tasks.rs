@@ -28,8 +28,8 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::node::error::RuntimeError;
-use crate::request::context::AskError;
 use crate::request::context::RequestOutput;
+use crate::request::context::{AskError, EmitError};
 use crate::stateless::Stateless;
 use crate::stateless::kept;
 use crate::stateless::mrtr::{millis, now_ms};
@@ -50,6 +50,14 @@ const FINISH_PATIENCE: Duration = Duration::from_secs(8);
 const WRITE_RETRY_MIN_DELAY: Duration = Duration::from_millis(100);
 /// Longest pause between two tries.
 const WRITE_RETRY_MAX_DELAY: Duration = Duration::from_secs(1);
+
+/// How often a kept run's progress is written to its record at most (its
+/// retries poll the record, so they pass on the newest each time).
+const PROGRESS_WRITE_EVERY: Duration = Duration::from_millis(100);
+
+/// The longest progress message a kept run's record keeps, in bytes (a
+/// longer one is cut).
+const MAX_PROGRESS_MESSAGE_BYTES: usize = 1024;
 /// Most answers a task holds.
 pub const MAX_INPUTS: usize = 64;
 /// Longest task id accepted from a client.
@@ -134,6 +142,10 @@ pub(crate) struct TaskRecord {
     /// The principal's key it belongs to; empty without authorization.
     #[serde(default)]
     pub(crate) principal: String,
+    /// A kept run's latest progress (`{progress, total?, message?}`),
+    /// once its request was answered: its retries pass it on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) progress: Option<Value>,
 }
 
 impl TaskRecord {
@@ -208,6 +220,20 @@ pub(crate) struct TaskRun {
     /// Set for a run kept waiting for an input round's answers (not a
     /// task the client knows of): what answers its request.
     pub(crate) kept: Option<crate::stateless::kept::Kept>,
+    /// A kept run's progress since its request was answered.
+    progress: Mutex<ProgressNote>,
+}
+
+/// A kept run's progress, written to its record at most every
+/// [`PROGRESS_WRITE_EVERY`].
+#[derive(Debug, Default)]
+struct ProgressNote {
+    /// The newest, as the record holds it.
+    latest: Option<Value>,
+    /// Its value: the next must exceed it.
+    last: Option<f64>,
+    /// A write of it is due.
+    due: bool,
 }
 
 impl TaskRun {
@@ -373,6 +399,65 @@ impl TaskRun {
         }
     }
 
+    /// Progress of a kept run whose request was answered: kept in its
+    /// record, written at most every [`PROGRESS_WRITE_EVERY`] (the newest
+    /// then), where its retries read it. As on a request's stream, it must
+    /// increase.
+    pub(crate) fn note_progress(
+        self: &Arc<Self>,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<(), EmitError> {
+        if self.done.is_cancelled() {
+            return Err(EmitError::Finished);
+        }
+        let mut note = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        if note.last.is_some_and(|last| progress <= last) {
+            return Err(EmitError::ProgressNotIncreasing);
+        }
+        let mut value = Map::new();
+        value.insert("progress".into(), json!(progress));
+        if let Some(total) = total {
+            value.insert("total".into(), json!(total));
+        }
+        if let Some(message) = message {
+            let mut end = message.len().min(MAX_PROGRESS_MESSAGE_BYTES);
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            value.insert("message".into(), json!(&message[..end]));
+        }
+        note.latest = Some(Value::Object(value));
+        note.last = Some(progress);
+        if !note.due {
+            note.due = true;
+            let run = Arc::clone(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(PROGRESS_WRITE_EVERY).await;
+                let latest = {
+                    let mut note = run.progress.lock().unwrap_or_else(|e| e.into_inner());
+                    note.due = false;
+                    note.latest.clone()
+                };
+                if !run.done.is_cancelled() {
+                    run.write(|r| r.progress = latest).await;
+                    run.written();
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// The newest progress noted (its record may not hold it yet).
+    fn latest_progress(&self) -> Option<Value> {
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .latest
+            .clone()
+    }
+
     /// Writes how the handler ended. `None`: cancelled.
     pub(crate) async fn finish(&self, outcome: Option<Result<Value, ErrorObject>>) {
         self.done.cancel();
@@ -385,8 +470,14 @@ impl TaskRun {
         let cancelled = self.cancelled.load(Ordering::Acquire);
         let max = self.stateless.config().max_task_result_bytes;
         let outcome = outcome.map(|o| o.and_then(|result| within(result, max)));
+        let progress = self.latest_progress();
         self.write_within(FINISH_PATIENCE, |r| {
             r.input_requests.clear();
+            // The last progress too, which its retry passes on before the
+            // outcome.
+            if progress.is_some() {
+                r.progress = progress;
+            }
             match outcome {
                 None => {
                     r.status = "cancelled".into();
@@ -513,6 +604,7 @@ impl Eligible {
             owner: self.stateless.node_id().to_string(),
             lease_until_ms: now_ms() + millis(LEASE),
             principal: self.principal.clone(),
+            progress: None,
         };
         let json = serde_json::to_string(&record).ok()?;
         let ttl = record_ttl(config, kept.is_some());
@@ -548,6 +640,7 @@ impl Eligible {
             cancelled: Arc::clone(&self.cancelled),
             done: CancellationToken::new(),
             kept,
+            progress: Mutex::default(),
         });
         // tokio's spawn, not actix's: a handler starts its task from the
         // request executor, where there is no actix arbiter.
@@ -758,6 +851,7 @@ mod tests {
             owner: "n".into(),
             lease_until_ms: 0,
             principal: String::new(),
+            progress: None,
         };
         let view = record.detailed(&["a".into()]);
         assert_eq!(view["status"], "input_required");
