@@ -28,7 +28,8 @@ Usage: hostile.py MODE. It answers `initialize` (unless MODE says not to) and
                 `_meta`), and `log_after_ms: T` sends a log line T ms after
                 the questions, before their answers; `progress_after: N`
                 reports progress N times once answered (1 of N, 2 of N,
-                ..., 300 ms apart) before it answers
+                ..., 300 ms apart), each with a log line "step I", before
+                it answers
   modern        speaks 2026-07-28 too: answers `server/discover`, and `act`
                 first answers `input_required` (one elicitation, under the
                 key `name`, and a `requestState` of its own), then, retried
@@ -206,6 +207,8 @@ def main():
                         send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
                             "progressToken": token, "progress": step, "total": steps,
                             "message": f"step {step}"}})
+                    send({"jsonrpc": "2.0", "method": "notifications/message",
+                          "params": {"level": "info", "data": f"step {step}"}})
                     time.sleep(0.3)
                 text = json.dumps({"calls": CALLS, "answers": ELICITING["answers"]})
                 answer(ELICITING["request"], {"content": [{"type": "text", "text": text}]})

@@ -354,20 +354,22 @@ async fn a_retry_whose_client_goes_away_cancels_the_waiting_call() {
 }
 
 #[tokio::test]
-async fn a_child_s_progress_after_its_question_reaches_the_retry_under_its_token() {
+async fn a_child_s_progress_and_logs_after_its_question_reach_the_retry() {
     let (config, _dir) = hosting_elicit("");
     let cluster = nodes(2, config).await;
     let arguments = json!({"questions": 1, "progress_after": 3});
     let mut first = act_with(1, arguments.clone(), json!({}));
     first["params"]["_meta"]["progressToken"] = json!("first");
+    first["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("info");
     let first = post(&cluster.node_url(0), &first).await;
     let (key, _, state) = question(&first);
 
     // The retry, on the other node, with a token of its own: the child's
     // progress once answered reaches it (the newest at each look, the
-    // last one always), then the outcome.
+    // last one always), and its log lines, then the outcome.
     let mut retry = act_with(2, arguments, answered(&key, "ada", &state));
     retry["params"]["_meta"]["progressToken"] = json!("retry");
+    retry["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("info");
     let answer = tokio::time::timeout(
         Duration::from_secs(30),
         stateless_support::call(&cluster.node_url(1), &retry, &[]),
@@ -396,6 +398,14 @@ async fn a_child_s_progress_after_its_question_reaches_the_retry_under_its_token
         .unwrap_or_else(|| panic!("no progress: {answer:?}"));
     assert_eq!(last["params"]["progress"], 3.0, "{progress:?}");
     assert_eq!(last["params"]["message"], "step 3", "{progress:?}");
+    // Its log lines too, every one.
+    let logs: Vec<&Value> = answer
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .map(|n| &n["params"]["data"])
+        .collect();
+    assert_eq!(logs, [&json!("step 1"), &json!("step 2"), &json!("step 3")]);
     let got: Value = serde_json::from_str(stateless_support::text(&answer.response))
         .unwrap_or_else(|_| panic!("{answer:?}"));
     assert_eq!(got["answers"][0]["content"]["name"], "ada", "{got}");

@@ -246,15 +246,11 @@ pub(crate) trait Carried: std::fmt::Debug + Send + Sync {
     async fn ask(&self, key: Option<&str>, method: &str, params: Value) -> Result<Value, AskError>;
     /// The handler asked for what the client did not declare.
     fn missing_capability(&self, what: &'static str);
-    /// Progress the request's own output no longer carries (a kept run's,
-    /// once its first round went out: its retries carry it); `None` when
-    /// the output does.
-    async fn progress_elsewhere(
-        &self,
-        progress: f64,
-        total: Option<f64>,
-        message: Option<&str>,
-    ) -> Option<Result<(), EmitError>>;
+    /// The kept run of a request that was answered (its first round went
+    /// out): what the handler reports from then on goes to the run's
+    /// retries, not to the request's output. `None` while the output
+    /// carries it.
+    async fn answered_run(&self) -> Option<Arc<crate::stateless::tasks::TaskRun>>;
 }
 
 /// Everything a handler may do besides computing its result. Cheap to clone.
@@ -437,12 +433,8 @@ impl RequestContext {
         let Some(token) = &self.inner.progress_token else {
             return Ok(());
         };
-        if let Scope::Stateless(scope) = &self.inner.scope
-            && let Some(outcome) = scope
-                .progress_elsewhere(progress, total, message.as_deref())
-                .await
-        {
-            return outcome;
+        if let Some(run) = self.answered_run().await {
+            return run.note_progress(progress, total, message.as_deref());
         }
         let params = ProgressParams {
             progress_token: token.clone(),
@@ -481,11 +473,22 @@ impl RequestContext {
             logger: logger.map(str::to_owned),
             data,
         };
+        if let Some(run) = self.answered_run().await {
+            return run.note_log(&params);
+        }
         let n = Notification::new(methods::NOTIFICATION_MESSAGE, params);
         self.inner
             .output
             .emit(&Message::Notification(n), None)
             .await
+    }
+
+    /// A stateless request's kept run, once the request was answered.
+    async fn answered_run(&self) -> Option<Arc<crate::stateless::tasks::TaskRun>> {
+        match &self.inner.scope {
+            Scope::Stateless(scope) => scope.answered_run().await,
+            Scope::Session { .. } => None,
+        }
     }
 
     /// Sends any notification related to this request.

@@ -17,16 +17,19 @@
 //! Both sides poll the store, at [`POLL_MIN`] and less and less often up
 //! to [`POLL_MAX`]; on the run's own node they wake each other at once.
 //!
-//! Progress the handler reports once the request was answered goes into
-//! the record too (the newest, written at most every 100 ms): a retry
-//! following the run passes on what it reads there under its own
-//! `progressToken`, increasing only, the last value before the outcome.
+//! Progress and log lines the handler reports once the request was
+//! answered go into the record too (the newest progress and the newest 16
+//! lines, written at most every 100 ms): a retry following the run passes
+//! on what is new since its answers, the progress under its own
+//! `progressToken` (increasing only, the last value before the outcome),
+//! the lines at its own `_meta` log level.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mcp_cluster_protocol::types::LoggingLevel;
 use mcp_cluster_protocol::{
     ErrorObject, Message, Notification, Request, RequestId, Response, methods,
 };
@@ -40,7 +43,7 @@ use crate::request::context::RequestOutput;
 use crate::request::exchange::Exchange;
 use crate::request::method_table;
 use crate::stateless::mrtr::{RoundState, now_ms};
-use crate::stateless::tasks::{TaskRecord, TaskRun};
+use crate::stateless::tasks::{Noted, TaskRecord, TaskRun};
 use crate::stateless::{RequestGuard, Stateless, StatelessReply};
 
 /// The start of a kept run's id in the task store; `tasks/*` refuse it.
@@ -318,11 +321,20 @@ impl Stateless {
         let method = request.method.as_str();
         let params = request.params.as_ref();
         let round = |questions| self.kept_round(run, method, params, principal, questions);
-        let open = match self.seen(run, method, true).await {
-            Ok((Seen::Done(outcome), _)) => return Some(outcome),
-            Ok((Seen::Asks(open), _)) => open,
-            Ok((Seen::Working, _)) => Map::new(),
+        let (seen, noted) = match self.seen(run, method, true).await {
+            Ok(read) => read,
             Err(err) => return Some(Err(err)),
+        };
+        // What the run reports once it has this retry's answers goes to
+        // this retry's client: not what it reported before.
+        let mut passed = Passed {
+            progress: None,
+            logs: noted.logs_end,
+        };
+        let open = match seen {
+            Seen::Done(outcome) => return Some(outcome),
+            Seen::Asks(open) => open,
+            Seen::Working => Map::new(),
         };
         // The answers to what the run asks; what they leave open goes back
         // to the client at once.
@@ -352,9 +364,11 @@ impl Stateless {
         // on, whose keep-alives tell when the client went away (the run is
         // then cancelled).
         output.exchange.go_live().await;
-        // The run's progress from now on, under this retry's token.
         let token = request.progress_token();
-        let mut passed = None;
+        let log_level = request.stateless_meta().and_then(|meta| {
+            let level = meta.log_level.as_deref()?;
+            serde_json::from_str::<LoggingLevel>(level.get()).ok()
+        });
         let waiting = self.kept_wakers().wait_on(record_key(run));
         let stop = self.stop_token();
         let mut delay = POLL_MIN;
@@ -376,13 +390,11 @@ impl Stateless {
             if check_owner {
                 checked = tokio::time::Instant::now();
             }
-            let (seen, progress) = match self.seen(run, method, check_owner).await {
+            let (seen, noted) = match self.seen(run, method, check_owner).await {
                 Ok(read) => read,
                 Err(err) => return Some(Err(err)),
             };
-            if let (Some(token), Some(progress)) = (token, progress) {
-                pass_progress(output, token, progress, &mut passed).await;
-            }
+            passed.pass(output, &noted, token, log_level).await;
             match seen {
                 Seen::Done(outcome) => return Some(outcome),
                 Seen::Asks(open) => return Some(round(open).await),
@@ -416,7 +428,7 @@ impl Stateless {
         run: &str,
         method: &str,
         check_owner: bool,
-    ) -> Result<(Seen, Option<Value>), ErrorObject> {
+    ) -> Result<(Seen, Noted), ErrorObject> {
         let unavailable = |err| crate::node::error::RuntimeError::Store(err).to_error_object();
         let task = self
             .store()
@@ -427,7 +439,7 @@ impl Stateless {
             .ok_or_else(run_gone)?;
         let Ok(mut record) = serde_json::from_str::<TaskRecord>(&task.record) else {
             let unreadable = ErrorObject::internal("request record unreadable");
-            return Ok((Seen::Done(Err(unreadable)), None));
+            return Ok((Seen::Done(Err(unreadable)), Noted::default()));
         };
         if check_owner
             && !record.terminal()
@@ -439,10 +451,10 @@ impl Stateless {
                 .await
                 .map_err(unavailable)?
         {
-            return Ok((Seen::Done(Err(owner_stopped())), None));
+            return Ok((Seen::Done(Err(owner_stopped())), Noted::default()));
         }
-        let progress = record.progress.take();
-        Ok((self.seen_in(record, &task.answered, method), progress))
+        let noted = std::mem::take(&mut record.noted);
+        Ok((self.seen_in(record, &task.answered, method), noted))
     }
 
     fn seen_in(&self, record: TaskRecord, answered: &[String], method: &str) -> Seen {
@@ -476,28 +488,55 @@ impl Stateless {
     }
 }
 
-/// Passes a kept run's `progress` (`{progress, total?, message?}`) to its
-/// retry's client under `token`, unless it passed on no less already.
-async fn pass_progress(
-    output: &RequestOutput,
-    token: &Value,
-    progress: Value,
-    passed: &mut Option<f64>,
-) {
-    let Some(value) = progress.get("progress").and_then(Value::as_f64) else {
-        return;
-    };
-    let Value::Object(mut params) = progress else {
-        return;
-    };
-    if passed.is_some_and(|p| value <= p) {
-        return;
+/// What a retry passed on of its run's notes so far.
+struct Passed {
+    /// The newest progress value.
+    progress: Option<f64>,
+    /// The number of the next log line (counting every line the run
+    /// noted).
+    logs: u64,
+}
+
+impl Passed {
+    /// Passes on to the retry's client what is new in `noted`: the
+    /// progress, under `token`, if it increased; the log lines at
+    /// `log_level` or above (none without).
+    async fn pass(
+        &mut self,
+        output: &RequestOutput,
+        noted: &Noted,
+        token: Option<&Value>,
+        log_level: Option<LoggingLevel>,
+    ) {
+        // The client gone, its stream's end says so (the wait notices):
+        // what could not be written is not retried.
+        for line in noted.logs_from(self.logs) {
+            let level = line
+                .get("level")
+                .and_then(|l| serde_json::from_value::<LoggingLevel>(l.clone()).ok());
+            if let (Some(level), Some(min)) = (level, log_level)
+                && level >= min
+            {
+                let n = Notification::new(methods::NOTIFICATION_MESSAGE, line.clone());
+                let _ = output.emit(&Message::Notification(n), None).await;
+            }
+        }
+        self.logs = self.logs.max(noted.logs_end);
+        let (Some(token), Some(Value::Object(progress))) = (token, &noted.progress) else {
+            return;
+        };
+        let Some(value) = progress.get("progress").and_then(Value::as_f64) else {
+            return;
+        };
+        if self.progress.is_some_and(|p| value <= p) {
+            return;
+        }
+        self.progress = Some(value);
+        let mut params = progress.clone();
+        params.insert("progressToken".into(), token.clone());
+        let n = Notification::new(methods::NOTIFICATION_PROGRESS, Value::Object(params));
+        let _ = output.emit(&Message::Notification(n), Some(value)).await;
     }
-    *passed = Some(value);
-    params.insert("progressToken".into(), token.clone());
-    let n = Notification::new(methods::NOTIFICATION_PROGRESS, Value::Object(params));
-    // The client gone, its stream's end says so (the wait notices).
-    let _ = output.emit(&Message::Notification(n), Some(value)).await;
 }
 
 /// The error of a retry whose run's node stopped.

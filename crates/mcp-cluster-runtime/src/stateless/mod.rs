@@ -293,17 +293,12 @@ impl Carried for StatelessScope {
         self.inputs.missing_capability(what);
     }
 
-    async fn progress_elsewhere(
-        &self,
-        progress: f64,
-        total: Option<f64>,
-        message: Option<&str>,
-    ) -> Option<Result<(), crate::request::context::EmitError>> {
+    async fn answered_run(&self) -> Option<Arc<TaskRun>> {
         let run = self.running_task().await?;
-        if !run.kept.as_ref().is_some_and(kept::Kept::replied) {
-            return None;
-        }
-        Some(run.note_progress(progress, total, message))
+        run.kept
+            .as_ref()
+            .is_some_and(kept::Kept::replied)
+            .then_some(run)
     }
 }
 

@@ -51,9 +51,16 @@ const WRITE_RETRY_MIN_DELAY: Duration = Duration::from_millis(100);
 /// Longest pause between two tries.
 const WRITE_RETRY_MAX_DELAY: Duration = Duration::from_secs(1);
 
-/// How often a kept run's progress is written to its record at most (its
-/// retries poll the record, so they pass on the newest each time).
-const PROGRESS_WRITE_EVERY: Duration = Duration::from_millis(100);
+/// How often a kept run's progress and log lines are written to its
+/// record at most (its retries poll the record, and pass on what is new).
+const NOTES_WRITE_EVERY: Duration = Duration::from_millis(100);
+
+/// The log lines a kept run's record keeps for its retries: the newest.
+const MAX_KEPT_LOG_LINES: usize = 16;
+
+/// The largest log line a kept run's record keeps (its params as JSON, in
+/// bytes): a larger one is passed on as a line saying its size.
+const MAX_KEPT_LOG_BYTES: usize = 2048;
 
 /// The longest progress message a kept run's record keeps, in bytes (a
 /// longer one is cut).
@@ -142,10 +149,39 @@ pub(crate) struct TaskRecord {
     /// The principal's key it belongs to; empty without authorization.
     #[serde(default)]
     pub(crate) principal: String,
-    /// A kept run's latest progress (`{progress, total?, message?}`),
-    /// once its request was answered: its retries pass it on.
+    /// What a kept run reported once its request was answered, for its
+    /// retries to pass on.
+    #[serde(flatten)]
+    pub(crate) noted: Noted,
+}
+
+/// A kept run's progress and log lines since its request was answered, as
+/// its record holds them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Noted {
+    /// The newest progress: `{progress, total?, message?}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) progress: Option<Value>,
+    /// The newest log lines (`notifications/message` params), at most
+    /// [`MAX_KEPT_LOG_LINES`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) logs: Vec<Value>,
+    /// How many log lines were ever noted: `logs` are the last of them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) logs_end: u64,
+}
+
+impl Noted {
+    /// The log lines numbered `from` (counting every line noted) and later.
+    pub(crate) fn logs_from(&self, from: u64) -> &[Value] {
+        let first = self.logs_end.saturating_sub(self.logs.len() as u64);
+        let skip = usize::try_from(from.saturating_sub(first)).unwrap_or(usize::MAX);
+        self.logs.get(skip..).unwrap_or_default()
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl TaskRecord {
@@ -220,19 +256,19 @@ pub(crate) struct TaskRun {
     /// Set for a run kept waiting for an input round's answers (not a
     /// task the client knows of): what answers its request.
     pub(crate) kept: Option<crate::stateless::kept::Kept>,
-    /// A kept run's progress since its request was answered.
-    progress: Mutex<ProgressNote>,
+    /// A kept run's progress and log lines since its request was
+    /// answered.
+    notes: Mutex<Notes>,
 }
 
-/// A kept run's progress, written to its record at most every
-/// [`PROGRESS_WRITE_EVERY`].
+/// A kept run's progress and log lines, written to its record at most
+/// every [`NOTES_WRITE_EVERY`].
 #[derive(Debug, Default)]
-struct ProgressNote {
-    /// The newest, as the record holds it.
-    latest: Option<Value>,
-    /// Its value: the next must exceed it.
+struct Notes {
+    noted: Noted,
+    /// The newest progress value: the next must exceed it.
     last: Option<f64>,
-    /// A write of it is due.
+    /// A write of them is due.
     due: bool,
 }
 
@@ -400,9 +436,8 @@ impl TaskRun {
     }
 
     /// Progress of a kept run whose request was answered: kept in its
-    /// record, written at most every [`PROGRESS_WRITE_EVERY`] (the newest
-    /// then), where its retries read it. As on a request's stream, it must
-    /// increase.
+    /// record (the newest), where its retries read it. As on a request's
+    /// stream, it must increase.
     pub(crate) fn note_progress(
         self: &Arc<Self>,
         progress: f64,
@@ -412,8 +447,8 @@ impl TaskRun {
         if self.done.is_cancelled() {
             return Err(EmitError::Finished);
         }
-        let mut note = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-        if note.last.is_some_and(|last| progress <= last) {
+        let mut notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
+        if notes.last.is_some_and(|last| progress <= last) {
             return Err(EmitError::ProgressNotIncreasing);
         }
         let mut value = Map::new();
@@ -428,33 +463,69 @@ impl TaskRun {
             }
             value.insert("message".into(), json!(&message[..end]));
         }
-        note.latest = Some(Value::Object(value));
-        note.last = Some(progress);
-        if !note.due {
-            note.due = true;
-            let run = Arc::clone(self);
-            tokio::spawn(async move {
-                tokio::time::sleep(PROGRESS_WRITE_EVERY).await;
-                let latest = {
-                    let mut note = run.progress.lock().unwrap_or_else(|e| e.into_inner());
-                    note.due = false;
-                    note.latest.clone()
-                };
-                if !run.done.is_cancelled() {
-                    run.write(|r| r.progress = latest).await;
-                    run.written();
-                }
-            });
-        }
+        notes.noted.progress = Some(Value::Object(value));
+        notes.last = Some(progress);
+        self.write_notes_soon(&mut notes);
         Ok(())
     }
 
-    /// The newest progress noted (its record may not hold it yet).
-    fn latest_progress(&self) -> Option<Value> {
-        self.progress
+    /// A log line of a kept run whose request was answered: kept in its
+    /// record (the newest [`MAX_KEPT_LOG_LINES`]), where its retries read
+    /// it.
+    pub(crate) fn note_log(
+        self: &Arc<Self>,
+        line: &mcp_cluster_protocol::types::LoggingMessageParams,
+    ) -> Result<(), EmitError> {
+        if self.done.is_cancelled() {
+            return Err(EmitError::Finished);
+        }
+        let mut value = serde_json::to_value(line).unwrap_or_default();
+        let bytes = value.to_string().len();
+        if bytes > MAX_KEPT_LOG_BYTES {
+            value["data"] = json!(format!(
+                "(a log line of {bytes} bytes, too long to pass on)"
+            ));
+        }
+        let mut notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
+        let logs = &mut notes.noted.logs;
+        if logs.len() == MAX_KEPT_LOG_LINES {
+            logs.remove(0);
+        }
+        logs.push(value);
+        notes.noted.logs_end += 1;
+        self.write_notes_soon(&mut notes);
+        Ok(())
+    }
+
+    /// Writes the notes to the record after [`NOTES_WRITE_EVERY`], unless
+    /// a write is due already (it writes the newest then).
+    fn write_notes_soon(self: &Arc<Self>, notes: &mut Notes) {
+        if notes.due {
+            return;
+        }
+        notes.due = true;
+        let run = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(NOTES_WRITE_EVERY).await;
+            let noted = {
+                let mut notes = run.notes.lock().unwrap_or_else(|e| e.into_inner());
+                notes.due = false;
+                notes.noted.clone()
+            };
+            if !run.done.is_cancelled() {
+                run.write(|r| r.noted = noted).await;
+                run.written();
+            }
+        });
+    }
+
+    /// The progress and log lines noted (the record may not hold the
+    /// newest yet).
+    fn noted(&self) -> Noted {
+        self.notes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .latest
+            .noted
             .clone()
     }
 
@@ -470,14 +541,12 @@ impl TaskRun {
         let cancelled = self.cancelled.load(Ordering::Acquire);
         let max = self.stateless.config().max_task_result_bytes;
         let outcome = outcome.map(|o| o.and_then(|result| within(result, max)));
-        let progress = self.latest_progress();
+        let noted = self.noted();
         self.write_within(FINISH_PATIENCE, |r| {
             r.input_requests.clear();
-            // The last progress too, which its retry passes on before the
-            // outcome.
-            if progress.is_some() {
-                r.progress = progress;
-            }
+            // The last progress and log lines too, which its retry passes
+            // on before the outcome.
+            r.noted = noted;
             match outcome {
                 None => {
                     r.status = "cancelled".into();
@@ -604,7 +673,7 @@ impl Eligible {
             owner: self.stateless.node_id().to_string(),
             lease_until_ms: now_ms() + millis(LEASE),
             principal: self.principal.clone(),
-            progress: None,
+            noted: Noted::default(),
         };
         let json = serde_json::to_string(&record).ok()?;
         let ttl = record_ttl(config, kept.is_some());
@@ -640,7 +709,7 @@ impl Eligible {
             cancelled: Arc::clone(&self.cancelled),
             done: CancellationToken::new(),
             kept,
-            progress: Mutex::default(),
+            notes: Mutex::default(),
         });
         // tokio's spawn, not actix's: a handler starts its task from the
         // request executor, where there is no actix arbiter.
@@ -851,7 +920,7 @@ mod tests {
             owner: "n".into(),
             lease_until_ms: 0,
             principal: String::new(),
-            progress: None,
+            noted: Noted::default(),
         };
         let view = record.detailed(&["a".into()]);
         assert_eq!(view["status"], "input_required");
@@ -860,5 +929,24 @@ mod tests {
         let view = record.detailed(&["a".into(), "b".into()]);
         assert_eq!(view["status"], "working");
         assert!(view.get("owner").is_none() && view.get("principal").is_none());
+    }
+
+    #[test]
+    fn a_retry_reads_the_log_lines_it_has_not_passed_on_of_those_kept() {
+        // Lines 0..5 noted, the last three kept.
+        let noted = Noted {
+            progress: None,
+            logs: vec![json!(2), json!(3), json!(4)],
+            logs_end: 5,
+        };
+        assert_eq!(noted.logs_from(0), [json!(2), json!(3), json!(4)]);
+        assert_eq!(noted.logs_from(3), [json!(3), json!(4)]);
+        assert!(noted.logs_from(5).is_empty());
+        assert!(noted.logs_from(9).is_empty());
+        // Nothing noted yet: not written into the record at all.
+        let empty = serde_json::to_value(Noted::default()).unwrap();
+        assert_eq!(empty, json!({}));
+        let read: Noted = serde_json::from_value(json!({"logs": [1], "logs_end": 1})).unwrap();
+        assert_eq!(read.logs_from(0), [json!(1)]);
     }
 }
