@@ -328,7 +328,10 @@ impl Stateless {
         // What the run reports once it has this retry's answers goes to
         // this retry's client: not what it reported before.
         let mut passed = Passed {
-            progress: None,
+            progress: noted
+                .progress
+                .as_ref()
+                .and_then(|p| p.get("progress")?.as_f64()),
             logs: noted.logs_end,
         };
         let open = match seen {
@@ -421,7 +424,7 @@ impl Stateless {
         Ok(())
     }
 
-    /// Reads the run's record, and the progress it holds; with
+    /// Reads the run's record, and what the run noted in it; with
     /// `check_owner`, whether the node running it still runs, too.
     async fn seen(
         &self,
