@@ -250,7 +250,22 @@ pub(crate) trait Carried: std::fmt::Debug + Send + Sync {
     /// out): what the handler reports from then on goes to the run's
     /// retries, not to the request's output. `None` while the output
     /// carries it.
-    async fn answered_run(&self) -> Option<Arc<crate::stateless::tasks::TaskRun>>;
+    async fn answered_run(&self) -> Option<Arc<dyn AnsweredRun>>;
+}
+
+/// A run kept waiting for its client's answers whose request was answered
+/// (the stateless era implements it): it keeps what the handler reports
+/// for the retries that follow it.
+pub(crate) trait AnsweredRun: std::fmt::Debug + Send + Sync {
+    /// The handler's progress; as on a request's stream, it must increase.
+    fn progress(
+        self: Arc<Self>,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<(), EmitError>;
+    /// A log line of the handler's.
+    fn log(self: Arc<Self>, line: &LoggingMessageParams) -> Result<(), EmitError>;
 }
 
 /// Everything a handler may do besides computing its result. Cheap to clone.
@@ -434,7 +449,7 @@ impl RequestContext {
             return Ok(());
         };
         if let Some(run) = self.answered_run().await {
-            return run.note_progress(progress, total, message.as_deref());
+            return run.progress(progress, total, message.as_deref());
         }
         let params = ProgressParams {
             progress_token: token.clone(),
@@ -474,7 +489,7 @@ impl RequestContext {
             data,
         };
         if let Some(run) = self.answered_run().await {
-            return run.note_log(&params);
+            return run.log(&params);
         }
         let n = Notification::new(methods::NOTIFICATION_MESSAGE, params);
         self.inner
@@ -484,7 +499,7 @@ impl RequestContext {
     }
 
     /// A stateless request's kept run, once the request was answered.
-    async fn answered_run(&self) -> Option<Arc<crate::stateless::tasks::TaskRun>> {
+    async fn answered_run(&self) -> Option<Arc<dyn AnsweredRun>> {
         match &self.inner.scope {
             Scope::Stateless(scope) => scope.answered_run().await,
             Scope::Session { .. } => None,

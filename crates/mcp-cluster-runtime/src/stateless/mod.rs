@@ -293,12 +293,13 @@ impl Carried for StatelessScope {
         self.inputs.missing_capability(what);
     }
 
-    async fn answered_run(&self) -> Option<Arc<TaskRun>> {
+    async fn answered_run(&self) -> Option<Arc<dyn crate::request::context::AnsweredRun>> {
         let run = self.running_task().await?;
-        run.kept
-            .as_ref()
-            .is_some_and(kept::Kept::replied)
-            .then_some(run)
+        if run.kept.as_ref().is_some_and(kept::Kept::replied) {
+            Some(run)
+        } else {
+            None
+        }
     }
 }
 

@@ -893,6 +893,24 @@ pub(crate) fn rfc3339(ms: u64) -> String {
     )
 }
 
+impl crate::request::context::AnsweredRun for TaskRun {
+    fn progress(
+        self: Arc<Self>,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<(), EmitError> {
+        self.note_progress(progress, total, message)
+    }
+
+    fn log(
+        self: Arc<Self>,
+        line: &mcp_cluster_protocol::types::LoggingMessageParams,
+    ) -> Result<(), EmitError> {
+        self.note_log(line)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
