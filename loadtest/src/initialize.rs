@@ -121,7 +121,7 @@ fn transport(err: reqwest::Error) -> ErrorKind {
     if err.is_timeout() {
         ErrorKind::Timeout
     } else {
-        ErrorKind::Transport
+        ErrorKind::transport(&err)
     }
 }
 
@@ -132,7 +132,7 @@ fn client_error(err: mcp_cluster_client::ClientError) -> ErrorKind {
         mcp_cluster_client::ClientError::Status { status, .. } => {
             ErrorKind::status(status.as_u16())
         }
-        _ => ErrorKind::Transport,
+        err => ErrorKind::transport(&err),
     }
 }
 

@@ -1199,11 +1199,11 @@ pub(crate) fn violation(v: Violation) -> ErrorKind {
 fn classify(err: ClientError) -> ErrorKind {
     match err {
         ClientError::Http(err) if err.is_timeout() => ErrorKind::Timeout,
-        ClientError::Http(_) => ErrorKind::Transport,
+        ClientError::Http(err) => ErrorKind::transport(&err),
         ClientError::Json(_) => violation(Violation::Malformed),
         ClientError::Status { status, .. } => ErrorKind::status(status.as_u16()),
         // From `initialize`: an error response or a refused `initialized`.
         ClientError::Protocol(_) => ErrorKind::Protocol("protocol:initialize_failed"),
-        _ => ErrorKind::Transport,
+        err => ErrorKind::transport(&err),
     }
 }

@@ -295,7 +295,7 @@ pub(crate) async fn listen(
             );
         }
         Ok(Reply::Accepted) => return Err(ErrorKind::Protocol("protocol:request_answered_202")),
-        Err(_) => return Err(ErrorKind::Transport),
+        Err(err) => return Err(ErrorKind::transport(&err)),
     };
     let of_this = |message: &Value| {
         message.pointer(&format!(
@@ -306,7 +306,7 @@ pub(crate) async fn listen(
     let first = stream
         .next_message()
         .await
-        .map_err(|_| ErrorKind::Transport)?
+        .map_err(|err| ErrorKind::transport(&err))?
         .ok_or(ErrorKind::Protocol("protocol:listen_ended_unacknowledged"))?;
     if first.get("method").and_then(Value::as_str)
         != Some("notifications/subscriptions/acknowledged")
@@ -319,7 +319,7 @@ pub(crate) async fn listen(
         while let Some(message) = stream
             .next_message()
             .await
-            .map_err(|_| ErrorKind::Transport)?
+            .map_err(|err| ErrorKind::transport(&err))?
         {
             if message.get("method").is_some() {
                 if !of_this(&message) {

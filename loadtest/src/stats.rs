@@ -40,8 +40,9 @@ pub(crate) enum ErrorKind {
     JsonRpc(i64),
     /// The operation outlived its time bound.
     Timeout,
-    /// Connecting, sending or reading failed.
-    Transport,
+    /// Connecting, sending or reading failed: what failed, with its causes
+    /// (the first one of a run is kept as the `transport` sample).
+    Transport(String),
     /// The tool answered with `isError: true`.
     ToolError,
     /// The server broke a protocol rule.
@@ -87,6 +88,19 @@ impl ErrorKind {
         }
     }
 
+    /// A transport failure: `err` and every cause under it, as one line
+    /// (`error sending request ...: tcp connect error: Connection refused`).
+    pub(crate) fn transport(err: &(dyn std::error::Error + 'static)) -> Self {
+        let mut text = err.to_string();
+        let mut cause = err.source();
+        while let Some(err) = cause {
+            text.push_str(": ");
+            text.push_str(&err.to_string());
+            cause = err.source();
+        }
+        ErrorKind::Transport(text)
+    }
+
     /// Whether the failure told the client when to retry.
     pub(crate) fn retry_said(&self) -> bool {
         matches!(self, ErrorKind::RetryAfter(_))
@@ -101,7 +115,7 @@ impl ErrorKind {
             ErrorKind::RetryAfter(code) => ErrorKind::status(*code).key(),
             ErrorKind::JsonRpc(code) => format!("jsonrpc:{code}"),
             ErrorKind::Timeout => "timeout".to_owned(),
-            ErrorKind::Transport => "transport".to_owned(),
+            ErrorKind::Transport(_) => "transport".to_owned(),
             ErrorKind::ToolError => "tool_error".to_owned(),
             ErrorKind::Protocol(name) | ErrorKind::Check(name) | ErrorKind::NotDone(name) => {
                 (*name).to_owned()
@@ -338,13 +352,25 @@ impl Stats {
         if let Ok(mut latency) = op.latency.lock() {
             latency.interval_failed += 1;
         }
-        self.error(error);
+        self.counted(&self.names[id.0], error);
     }
 
     /// An error outside any measured operation (the final DELETE).
     pub(crate) fn error(&self, error: &ErrorKind) {
-        if matches!(error, ErrorKind::Protocol(_)) {
-            self.violations.fetch_add(1, Ordering::Relaxed);
+        self.counted("outside any operation", error);
+    }
+
+    /// Counts `error` of `operation`.
+    fn counted(&self, operation: &str, error: &ErrorKind) {
+        match error {
+            ErrorKind::Protocol(_) => {
+                self.violations.fetch_add(1, Ordering::Relaxed);
+            }
+            // Nothing was answered to show: the cause is the sample.
+            ErrorKind::Transport(cause) => {
+                self.sample(operation, error, &cause.as_str().into());
+            }
+            _ => {}
         }
         let at = now_unix_ms();
         if let Ok(mut errors) = self.errors.lock() {
@@ -606,5 +632,28 @@ mod tests {
             assert_eq!(window.by_key[key].count, *n, "{key}");
         }
         assert!(window.first_unix_ms.unwrap() <= window.last_unix_ms.unwrap());
+    }
+
+    #[test]
+    fn the_first_transport_failure_is_kept_with_its_causes() {
+        // An error with a cause, as reqwest's are.
+        let refused =
+            anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
+                .context("error sending request");
+        let error = ErrorKind::transport(refused.as_ref());
+        assert_eq!(
+            error,
+            ErrorKind::Transport("error sending request: connection refused".to_owned())
+        );
+        assert_eq!(error.key(), "transport");
+
+        let stats = Stats::new(&["initialize".to_owned()]).unwrap();
+        stats.failed(INITIALIZE, &error);
+        stats.failed(INITIALIZE, &ErrorKind::Transport("later".to_owned()));
+        assert_eq!(stats.errors()["transport"], 2);
+        assert_eq!(
+            stats.samples()["transport"],
+            r#"initialize: "error sending request: connection refused""#
+        );
     }
 }

@@ -9,11 +9,14 @@
 //! (`tests/run-all.sh` installs both).
 
 use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use mcp_cluster_testkit::{example_binary, free_port, loadtest, loadtest_scenario, raw_http};
+use mcp_cluster_testkit::{
+    example_binary, free_port, loadtest, loadtest_scenario, raw_http, wait_serving,
+};
 use serde_json::Value;
 
 /// A server process, killed when dropped.
@@ -30,24 +33,22 @@ impl Drop for Server {
 }
 
 impl Server {
-    /// Starts `command`, then waits until `port` accepts connections.
+    /// Starts `command`, then waits until it answers HTTP on `port`.
     fn start(mut command: Command, port: u16) -> Self {
         let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|err| panic!("starting {command:?}: {err}"));
-        let server = Self {
+        let mut server = Self {
             child,
             url: format!("http://127.0.0.1:{port}/mcp"),
         };
-        for _ in 0..300 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return server;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        if let Err(err) = wait_serving(&mut server.child, addr, Duration::from_secs(30)) {
+            panic!("{command:?}: {err}");
         }
-        panic!("{command:?} did not listen on {port} within 30 s");
+        server
     }
 }
 

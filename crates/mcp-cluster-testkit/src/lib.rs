@@ -184,6 +184,44 @@ pub fn raw_http(addr: SocketAddr, head: &str, body: &str) -> anyhow::Result<(u16
     status_and_body(&response)
 }
 
+/// Waits until the server `child` started answers HTTP on `addr` (any
+/// status to a `GET /`), for at most `within`. An accepted connection
+/// alone is not enough: another process may hold the port for a moment,
+/// or a probe from a port in the ephemeral range may connect to itself;
+/// neither answers HTTP.
+///
+/// # Errors
+/// `child` exited, or nothing answered within `within`.
+pub fn wait_serving(child: &mut Child, addr: SocketAddr, within: Duration) -> anyhow::Result<()> {
+    let head = format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close");
+    let started = tokio::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!("the server exited ({status}) before it answered on {addr}");
+        }
+        let probe = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).and_then(
+            |socket| {
+                socket.set_read_timeout(Some(Duration::from_secs(1)))?;
+                Ok(socket)
+            },
+        );
+        if let Ok(mut socket) = probe {
+            use std::io::{Read, Write};
+            let mut response = Vec::new();
+            let answered = socket.write_all(head.as_bytes()).is_ok()
+                && socket.write_all(b"\r\n\r\n").is_ok()
+                && socket.read_to_end(&mut response).is_ok();
+            if answered && response.starts_with(b"HTTP/1.") {
+                return Ok(());
+            }
+        }
+        if started.elapsed() >= within {
+            bail!("nothing answered HTTP on {addr} within {within:?}");
+        }
+        std::thread::sleep(LOG_POLL);
+    }
+}
+
 /// The status and body of a raw HTTP/1.1 response read to its end.
 fn status_and_body(response: &[u8]) -> anyhow::Result<(u16, String)> {
     let response = String::from_utf8_lossy(response);
