@@ -324,6 +324,14 @@ async fn a_server_of_2026_07_28_is_listened_to_for_its_principal_s_streams() {
     assert_eq!(log, [format!("{pid} listen note://a,note://b -")]);
     children_become(&here, 1.0).await;
 
+    // A URI the child refuses is asked for once: not again for the next
+    // stream naming it, nor when those streams leave.
+    let (refused, uris) = open(&here, &listen(8, &["other://x"]), &[]).await;
+    assert_eq!(uris, Value::Null, "none acknowledged");
+    let (refused_again, uris) = open(&here, &listen(9, &["other://x"]), &[]).await;
+    assert_eq!(uris, Value::Null, "none acknowledged");
+    drop((refused, refused_again));
+
     // A second stream wanting tools list changes too: the same child
     // listens again, for both streams, and the former listen request is
     // cancelled once the new one is acknowledged.
@@ -343,7 +351,7 @@ async fn a_server_of_2026_07_28_is_listened_to_for_its_principal_s_streams() {
         "{ack}"
     );
     assert_eq!(
-        log_lines(&notes, 3).await[1..],
+        log_lines(&notes, 5).await[3..],
         [
             format!("{pid} listen note://a,note://b tools"),
             format!("{pid} unlisten ")
@@ -384,7 +392,7 @@ async fn a_server_of_2026_07_28_is_listened_to_for_its_principal_s_streams() {
     // alone; the last stream to leave ends the child.
     drop(tools_and_a);
     assert_eq!(
-        log_lines(&notes, 5).await[3..],
+        log_lines(&notes, 7).await[5..],
         [
             format!("{pid} listen note://a,note://b -"),
             format!("{pid} unlisten ")
@@ -414,8 +422,8 @@ async fn a_server_of_2026_07_28_is_listened_to_for_its_principal_s_streams() {
     // (The former child may log its listen's cancellation as it ends.)
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let listening = loop {
-        let log = log_lines(&notes, 6).await;
-        if let Some(line) = log[5..].iter().find(|l| l.ends_with(" listen  tools")) {
+        let log = log_lines(&notes, 8).await;
+        if let Some(line) = log[7..].iter().find(|l| l.ends_with(" listen  tools")) {
             break line.split(' ').next().unwrap().to_owned();
         }
         assert!(tokio::time::Instant::now() < deadline, "{log:?}");

@@ -235,8 +235,21 @@ struct Feed {
 /// cancelled when dropped.
 struct Listening {
     call: Call,
+    /// The URIs it named.
+    asked: BTreeSet<String>,
+    /// Those of them the child accepted.
     uris: BTreeSet<String>,
     lists: bool,
+}
+
+impl Listening {
+    /// Whether asking for `uris` (and `lists`) instead would change
+    /// nothing: the child would accept what it accepted of them before,
+    /// which is what it listens for now. A URI it refused, named again,
+    /// is not asked for again.
+    fn covers(&self, uris: &BTreeSet<String>, lists: bool) -> bool {
+        self.lists == lists && uris.is_subset(&self.asked) && self.uris.is_subset(uris)
+    }
 }
 
 impl Feed {
@@ -312,7 +325,7 @@ impl Feed {
         if self
             .listening
             .as_ref()
-            .is_some_and(|l| l.uris == uris && l.lists == lists)
+            .is_some_and(|l| l.covers(&uris, lists))
         {
             return;
         }
@@ -418,6 +431,7 @@ async fn listen(
         .unwrap_or_default();
     Ok(Listening {
         call,
+        asked: uris.clone(),
         uris: accepted,
         lists,
     })
