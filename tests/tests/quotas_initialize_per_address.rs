@@ -115,6 +115,7 @@ fn assert_refused(answer: &Answer, id: i64) {
     assert_eq!(error["code"], -32029);
     assert_eq!(error["data"]["quota"], "initialize_per_address");
     assert_eq!(error["data"]["retryAfterSeconds"], wait);
+    assert_eq!(error["data"]["retryAfterMs"], wait * 1000);
     assert!(
         error["message"]
             .as_str()

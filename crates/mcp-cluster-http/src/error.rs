@@ -7,6 +7,9 @@ use actix_web::{HttpResponse, ResponseError};
 use mcp_cluster_protocol::{DecodeError, ErrorCode, ErrorObject, Message, RequestId, Response};
 use mcp_cluster_runtime::{Quota, Refusal, RuntimeError};
 
+/// What a 503 of an unavailable store or node says of when to retry.
+const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
+
 /// Why the transport refused a request.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -161,19 +164,28 @@ impl HttpError {
         }
     }
 
-    /// The error body's `data`, when it has any.
+    /// The error body's `data`, when it has any: an answer that says when
+    /// to retry (`Retry-After`) says it in the body too, in seconds and in
+    /// milliseconds (`retryAfterMs`, the next revision's field).
     pub fn data(&self) -> Option<serde_json::Value> {
         match self.inner() {
             Self::QuotaExceeded {
                 quota,
                 retry_after_secs,
-            } => Some(serde_json::json!({
-                "quota": quota.name(),
-                "retryAfterSeconds": retry_after_secs,
-            })),
+            } => {
+                let mut data = mcp_cluster_protocol::retry_after_data(*retry_after_secs);
+                data["quota"] = quota.name().into();
+                Some(data)
+            }
             Self::HostedLimit {
                 retry_after_secs, ..
-            } => Some(serde_json::json!({ "retryAfterSeconds": retry_after_secs })),
+            } => Some(mcp_cluster_protocol::retry_after_data(*retry_after_secs)),
+            Self::Unavailable(_) => Some(mcp_cluster_protocol::retry_after_data(
+                UNAVAILABLE_RETRY_AFTER_SECS,
+            )),
+            Self::Auth { error, .. } => error
+                .retry_after_secs()
+                .map(mcp_cluster_protocol::retry_after_data),
             Self::Rpc { error, .. } => error.data.clone(),
             _ => None,
         }
@@ -334,7 +346,7 @@ impl ResponseError for HttpError {
         }
         match self.inner() {
             Self::Unavailable(_) => {
-                builder.insert_header(("Retry-After", "1"));
+                builder.insert_header((RETRY_AFTER, UNAVAILABLE_RETRY_AFTER_SECS.to_string()));
             }
             Self::Auth { error, .. } if error.retry_after_secs().is_some() => {
                 let secs = error.retry_after_secs().unwrap_or(1);
@@ -394,11 +406,28 @@ mod tests {
         assert_eq!(body["error"]["code"], -32029);
         assert_eq!(body["error"]["data"]["quota"], "sessions_per_principal");
         assert_eq!(body["error"]["data"]["retryAfterSeconds"], 2);
+        assert_eq!(body["error"]["data"]["retryAfterMs"], 2000);
         assert!(
             body["error"]["message"]
                 .as_str()
                 .unwrap()
                 .contains("sessions_per_principal")
+        );
+    }
+
+    #[test]
+    fn an_unavailable_node_says_when_to_retry_in_the_header_and_the_body() {
+        let err = HttpError::from(RuntimeError::Store(
+            mcp_cluster_store::StoreError::Unavailable("redis did not answer".into()),
+        ));
+        assert_eq!(err.status_code(), StatusCode::SERVICE_UNAVAILABLE);
+        let response = err.error_response();
+        assert_eq!(response.headers().get(RETRY_AFTER).unwrap(), "1");
+        let body = response.into_body().try_into_bytes().unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body["error"]["data"],
+            serde_json::json!({"retryAfterSeconds": 1, "retryAfterMs": 1000})
         );
     }
 }

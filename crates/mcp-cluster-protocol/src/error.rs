@@ -94,3 +94,14 @@ impl std::fmt::Display for ErrorObject {
 }
 
 impl std::error::Error for ErrorObject {}
+
+/// The `data` of an error that says when to retry, as the answer's
+/// `Retry-After` header does: `retryAfterSeconds`, and `retryAfterMs`
+/// (the field the next revision's drafts give rate-limit and overload
+/// errors; a client that knows it takes it over the header).
+pub fn retry_after_data(secs: u64) -> serde_json::Value {
+    serde_json::json!({
+        "retryAfterSeconds": secs,
+        "retryAfterMs": secs.saturating_mul(1000),
+    })
+}

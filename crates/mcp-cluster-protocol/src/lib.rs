@@ -20,6 +20,6 @@ pub mod methods;
 pub mod types;
 pub mod version;
 
-pub use error::{ErrorCode, ErrorObject};
+pub use error::{ErrorCode, ErrorObject, retry_after_data};
 pub use jsonrpc::{DecodeError, Message, Notification, Request, RequestId, Response};
 pub use version::ProtocolVersion;

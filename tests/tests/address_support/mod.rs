@@ -91,6 +91,12 @@ impl Answer {
         assert_eq!(error["code"], -32029, "{:?}", self.body);
         assert_eq!(error["data"]["quota"], quota, "{:?}", self.body);
         assert_eq!(error["data"]["retryAfterSeconds"], wait, "{:?}", self.body);
+        assert_eq!(
+            error["data"]["retryAfterMs"],
+            wait * 1000,
+            "{:?}",
+            self.body
+        );
         assert!(
             error["message"].as_str().unwrap().contains(quota),
             "{:?}",

@@ -97,12 +97,10 @@ impl RuntimeError {
         use mcp_cluster_protocol::{ErrorCode, ErrorObject};
         match self {
             Self::QuotaExceeded { quota, .. } => {
-                ErrorObject::new(ErrorCode::QUOTA_EXCEEDED, quota.client_message()).with_data(
-                    serde_json::json!({
-                        "quota": quota.name(),
-                        "retryAfterSeconds": self.retry_after_secs(),
-                    }),
-                )
+                let mut data =
+                    mcp_cluster_protocol::retry_after_data(self.retry_after_secs().unwrap_or(1));
+                data["quota"] = quota.name().into();
+                ErrorObject::new(ErrorCode::QUOTA_EXCEEDED, quota.client_message()).with_data(data)
             }
             Self::HostedLimit {
                 client, message, ..
@@ -112,9 +110,9 @@ impl RuntimeError {
                 } else {
                     ErrorCode::INTERNAL_ERROR
                 };
-                ErrorObject::new(code, message.clone()).with_data(serde_json::json!({
-                    "retryAfterSeconds": self.retry_after_secs(),
-                }))
+                ErrorObject::new(code, message.clone()).with_data(
+                    mcp_cluster_protocol::retry_after_data(self.retry_after_secs().unwrap_or(1)),
+                )
             }
             other => ErrorObject::internal(other.client_message()),
         }
