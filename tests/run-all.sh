@@ -476,7 +476,8 @@ sum_counts() {
 }
 
 echo "== official MCP conformance suite"
-start_node conformance
+# With the skills of tests/skills: the Skills extension's scenarios read them.
+start_node conformance --skills-dir tests/skills
 set +e
 bash tests/js/conformance.sh "$NODE_URL" 2>&1 | tee "$LOG_DIR/conformance.log"
 conformance_status=${PIPESTATUS[0]}
@@ -487,7 +488,7 @@ stop_node
 read -r conf_passed conf_failed < <(sum_counts "$LOG_DIR/conformance.log" "$LOG_DIR/conformance-2026.log")
 
 echo "== official MCP conformance suite against a 3-node cluster behind nginx"
-start_cluster
+start_cluster --skills-dir tests/skills
 set +e
 bash tests/js/conformance.sh "$LB_URL" 2>&1 | tee "$LOG_DIR/conformance-cluster.log"
 cluster_conformance_status=${PIPESTATUS[0]}
@@ -498,7 +499,7 @@ stop_cluster
 read -r cluster_passed cluster_failed < <(sum_counts "$LOG_DIR/conformance-cluster.log" "$LOG_DIR/conformance-cluster-2026.log")
 
 echo "== official MCP conformance suite against a 3-node cluster behind nginx on a Redis Cluster"
-REDIS_KIND=cluster start_cluster
+REDIS_KIND=cluster start_cluster --skills-dir tests/skills
 set +e
 bash tests/js/conformance.sh "$LB_URL" 2>&1 | tee "$LOG_DIR/conformance-redis-cluster.log"
 [ "${PIPESTATUS[0]}" = 0 ] || cluster_conformance_status=1
@@ -520,7 +521,8 @@ read -r sdk_passed sdk_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f
 
 # Hosted servers ([[upstreams]]): a node serving another MCP server, a child
 # process per session. The conformance suite against a node hosting
-# `mcp-node --stdio` (every scenario as against a node directly), and through
+# `mcp-node --stdio` (every scenario as against a node directly; its skills pass
+# through, the Skills scenarios included), and through
 # nginx in front of three such nodes; then
 # @modelcontextprotocol/server-everything (npm, pinned in tests/js) hosted and
 # driven by the TypeScript SDK client, compared with the same server run
@@ -531,7 +533,7 @@ echo "== hosted servers: conformance through a node hosting mcp-node --stdio"
 cat >"$LOG_DIR/hosted-inner.toml" <<TOML
 [[upstreams]]
 name = "inner"
-command = ["$ROOT/target/debug/mcp-node", "--stdio"]
+command = ["$ROOT/target/debug/mcp-node", "--stdio", "--skills-dir", "$ROOT/tests/skills"]
 TOML
 start_node hosted-inner --config "$LOG_DIR/hosted-inner.toml"
 set +e

@@ -502,7 +502,7 @@ def expect_full(docs):
         "MCP_REQUEST_BODY_TIMEOUT_SECS", "MCP_SSE_WRITE_STALL_TIMEOUT_SECS",
         "MCP_MAX_CONNECTIONS",
         "MCP_MAX_CONNECTIONS_PER_PEER", "MCP_CONNECTION_LIMIT_EXEMPT", "MCP_PAGE_SIZE",
-        "MCP_LOG", "MCP_LOG_JSON", "MCP_RUNTIME__SSE_KEEP_ALIVE_SECS")} == {
+        "MCP_SKILLS_DIR", "MCP_LOG", "MCP_LOG_JSON", "MCP_RUNTIME__SSE_KEEP_ALIVE_SECS")} == {
         "MCP_REDIS__KEY_PREFIX": "mcp-prod", "MCP_REDIS__COMMAND_TIMEOUT_MS": "500",
         "MCP_REDIS__REPLICA_ACKS": "1", "MCP_REDIS__REPLICA_ACK_TIMEOUT_MS": "250",
         "MCP_DRAIN_DELAY_SECS": "10", "MCP_DRAIN_GRACE_SECS": "60",
@@ -513,7 +513,7 @@ def expect_full(docs):
         "MCP_SSE_WRITE_STALL_TIMEOUT_SECS": "45",
         "MCP_MAX_CONNECTIONS": "50000", "MCP_MAX_CONNECTIONS_PER_PEER": "1000",
         "MCP_CONNECTION_LIMIT_EXEMPT": "10.244.0.0/16,127.0.0.1,::1", "MCP_PAGE_SIZE": "50",
-        "MCP_LOG": "info,mcp_cluster_runtime=debug", "MCP_LOG_JSON": "true",
+        "MCP_SKILLS_DIR": "/srv/skills", "MCP_LOG": "info,mcp_cluster_runtime=debug", "MCP_LOG_JSON": "true",
         "MCP_RUNTIME__SSE_KEEP_ALIVE_SECS": "10"}, values
     # The quotas and who the client is behind the ingress; 0 (off) reaches
     # the node too.
@@ -842,6 +842,9 @@ def check_binary_accepts(vs, docs):
     env["MCP_REDIS_URL"] = f"{scheme}://127.0.0.1:{closed_port}/"
     env["MCP_BIND"] = "127.0.0.1:0"
     env["MCP_ADMIN_BIND"] = "127.0.0.1:0"
+    # A folder of skills in the image: here, the repository's.
+    if env.get("MCP_SKILLS_DIR"):
+        env["MCP_SKILLS_DIR"] = str(ROOT / "tests" / "skills")
     rendered = dict(env)
     if env.get("MCP_AUTH__ISSUERS"):
         env["MCP_AUTH__ISSUERS"] = ",".join(

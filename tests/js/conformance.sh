@@ -6,6 +6,7 @@
 #   tests/js/conformance.sh URL SCENARIO...      # only these scenarios
 #   CONFORMANCE_REQUIREMENTS=2026-07-28 tests/js/conformance.sh URL [SCENARIO...]
 #                                                # the stateless 2026-07-28 set
+# A full run adds the extensions' scenarios (EXTENSIONS below), each required.
 #
 # URL is the MCP endpoint, e.g. http://127.0.0.1:8080/mcp (dns-rebinding-protection
 # needs a loopback URL). Install first: npm ci --prefix tests/js
@@ -14,7 +15,8 @@
 # plus the "run but never scored" ones (server-session-lifecycle,
 # json-schema-2020-12, server-sse-polling). This script requires the 30 scored
 # ones AND server-session-lifecycle and server-sse-polling to pass; a scenario
-# passes when none of its checks is FAILURE. WARNING checks are printed but do not
+# passes when none of its checks is FAILURE and one besides wire-schema-valid
+# succeeded (one that skipped all it is for tested nothing). WARNING checks are printed but do not
 # fail (set CONFORMANCE_STRICT=1 to make them fail too). Scenarios run but not
 # required are printed and not counted.
 # Single scenarios: `server --scenario X --spec-version 2025-11-25 --force`; every
@@ -55,7 +57,7 @@ REQUIRED_FULL=(
 )
 
 # The 2026-07-28 set (CONFORMANCE_REQUIREMENTS=2026-07-28): its 37 scored scenarios,
-# the three it runs as pending, and the tasks extension's ten; all required.
+# the three it runs as pending, and nine of the tasks extension's ten; all required.
 REQUIRED_2026=(
   server-stateless completion-complete tools-list tools-call-simple-text tools-call-image
   tools-call-audio tools-call-embedded-resource tools-call-mixed-content tools-call-error
@@ -72,9 +74,16 @@ REQUIRED_2026=(
   input-required-result-validate-input
   json-schema-2020-12 http-header-validation http-custom-header-server-validation
   tasks-lifecycle tasks-capability-negotiation tasks-wire-fields tasks-request-state-removal
-  tasks-mrtr-input tasks-request-headers tasks-dispatch-and-envelope tasks-status-notifications
+  tasks-mrtr-input tasks-request-headers tasks-dispatch-and-envelope
   tasks-required-task-error tasks-mrtr-composition
 )
+# Not required: tasks-status-notifications, which in 0.2.0-alpha.12 skips its one
+# check whatever the server does (its harness awaits a rewrite for listen
+# streams), so it tests nothing; it is run and printed as not required.
+# Extensions' scenarios, in neither requirement set: run one by one after the
+# full set, in its revision, and required too. The Skills extension's need
+# the node started with --skills-dir tests/skills (tests/run-all.sh does).
+EXTENSIONS=(sep-2640-skills-enumeration sep-2640-skills-manifest sep-2640-skills-directory)
 REQUIREMENTS="${CONFORMANCE_REQUIREMENTS:-2025-11-25}"
 case "$REQUIREMENTS" in
   2025-11-25) ;;
@@ -100,6 +109,11 @@ if [[ $# -eq 0 ]]; then
   REQUIRED=("${REQUIRED_FULL[@]}")
   echo "conformance: requirement set $REQUIREMENTS against $URL (results: $RUN_DIR)"
   run_suite server --url "$URL" --requirements "$REQUIREMENTS" --timeout "$TIMEOUT" -o "$RUN_DIR" || suite_rc=$?
+  for s in "${EXTENSIONS[@]}"; do
+    REQUIRED+=("$s")
+    run_suite server --url "$URL" --scenario "$s" --spec-version "$REQUIREMENTS" --force \
+      --timeout "$TIMEOUT" -o "$RUN_DIR" || suite_rc=$?
+  done
 else
   REQUIRED=("$@")
   echo "conformance: ${#REQUIRED[@]} scenario(s) against $URL (results: $RUN_DIR)"
@@ -155,14 +169,17 @@ const report = (scenario, isRequired) => {
   }
   const failures = checks.filter((c) => c.status === 'FAILURE');
   const warnings = checks.filter((c) => c.status === 'WARNING');
-  const ok = failures.length === 0 && (!strict || warnings.length === 0) && checks.length > 0;
+  // A scenario that skipped everything it is for (an extension not
+  // declared) tested nothing: only the wire check of every scenario passed.
+  const tested = checks.some((c) => c.status === 'SUCCESS' && c.id !== 'wire-schema-valid');
+  const ok = failures.length === 0 && (!strict || warnings.length === 0) && tested;
   if (isRequired) ok ? passed++ : failed++;
   const counts = ['SUCCESS', 'FAILURE', 'WARNING', 'SKIPPED', 'INFO']
     .map((s) => [s, checks.filter((c) => c.status === s).length])
     .filter(([, n]) => n > 0)
     .map(([s, n]) => `${n} ${s}`)
     .join(', ');
-  console.log(`${ok ? 'PASS' : 'FAIL'} ${scenario}${tag} [${counts || 'no checks'}]`);
+  console.log(`${ok ? 'PASS' : 'FAIL'} ${scenario}${tag} [${counts || 'no checks'}]${tested ? '' : ': nothing tested'}`);
   for (const c of failures) console.log(`    FAILURE ${describe(c)}`);
   for (const c of warnings) console.log(`    WARNING ${describe(c)}`);
 };

@@ -18,6 +18,12 @@ pub const RESOURCES_READ: &str = "resources/read";
 pub const RESOURCES_SUBSCRIBE: &str = "resources/subscribe";
 /// `resources/unsubscribe`.
 pub const RESOURCES_UNSUBSCRIBE: &str = "resources/unsubscribe";
+/// `skills/list` (the Skills extension).
+pub const SKILLS_LIST: &str = "skills/list";
+/// `skills/get` (the Skills extension).
+pub const SKILLS_GET: &str = "skills/get";
+/// `resources/directory/read` (the Skills extension, `directoryRead`).
+pub const RESOURCES_DIRECTORY_READ: &str = "resources/directory/read";
 /// `prompts/list`.
 pub const PROMPTS_LIST: &str = "prompts/list";
 /// `prompts/get`.

@@ -104,6 +104,10 @@ pub struct ServerCapabilities {
     /// Experimental features.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub experimental: Option<JsonObject>,
+    /// Extensions by identifier (`io.modelcontextprotocol/skills`), each
+    /// with its settings object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<JsonObject>,
 }
 
 /// `initialize` result.

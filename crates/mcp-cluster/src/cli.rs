@@ -232,6 +232,10 @@ struct Cli {
     /// and prompts/list [default: 100].
     #[arg(long, env = "MCP_PAGE_SIZE")]
     page_size: Option<usize>,
+    /// A folder of skills to serve (the Skills extension): each folder
+    /// under it holding a SKILL.md is one, at skill://<its path>/SKILL.md.
+    #[arg(long, env = "MCP_SKILLS_DIR")]
+    skills_dir: Option<PathBuf>,
     /// Log filter (tracing EnvFilter syntax; the access log is the target
     /// `mcp_access`); without it, `RUST_LOG` [default: info].
     #[arg(long, env = "MCP_LOG")]
@@ -341,6 +345,9 @@ impl Cli {
         }
         if let Some(v) = self.page_size {
             c.page_size = v;
+        }
+        if let Some(v) = &self.skills_dir {
+            c.skills_dir = Some(v.clone());
         }
         if let Some(v) = self.drain_delay_secs {
             c.drain_delay_secs = v;
@@ -576,7 +583,30 @@ where
         eprintln!("{}: {}", program.name, one_line(&err));
         return ExitCode::from(EXIT_CONFIG);
     }
+    if config.skills_dir.is_some() && !config.upstreams.is_empty() {
+        eprintln!(
+            "{}: skills_dir serves skills beside the node's own server; a node hosting an upstream serves the upstream's",
+            program.name
+        );
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let skills = match config.skills_dir.as_deref().map(crate::skill::skills_in) {
+        None => Vec::new(),
+        Some(Ok(skills)) => skills,
+        Some(Err(err)) => {
+            eprintln!("{}: {}", program.name, one_line(&err));
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     raise_fd_limit(config.runtime.max_sessions);
+    let make = move |config: &NodeConfig| {
+        let server = make(config);
+        if !skills.is_empty() {
+            tracing::info!(skills = skills.len(), "Serving skills.");
+            server.add_skills(skills);
+        }
+        server
+    };
     let result = actix_web::rt::System::new().block_on(serve(&program, make, cli.stdio, config));
     // The spans of the drain's last requests go out before the process
     // ends (waits up to 5 s for the collector).

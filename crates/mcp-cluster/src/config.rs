@@ -188,6 +188,11 @@ pub struct NodeConfig {
     /// serves it at its endpoint, a child process per session, in place of
     /// the binary's own server. Default none.
     pub upstreams: Vec<mcp_cluster_relay::UpstreamConfig>,
+    /// A folder of skills (the Skills extension): each folder under it
+    /// holding a `SKILL.md` is served as a skill, beside the server's own.
+    /// Read once at start; a skill that breaks a rule stops the start.
+    /// Default none.
+    pub skills_dir: Option<PathBuf>,
 }
 
 impl Default for NodeConfig {
@@ -207,6 +212,7 @@ impl Default for NodeConfig {
             auth: None,
             tls: None,
             upstreams: Vec::new(),
+            skills_dir: None,
         }
     }
 }
@@ -240,6 +246,7 @@ impl std::fmt::Display for UnknownVar {
 fn skeleton() -> Result<toml::Value, ConfigError> {
     let every = NodeConfig {
         admin_bind: Some(NodeConfig::default().bind),
+        skills_dir: Some(PathBuf::new()),
         redis: Some(RedisConfig {
             password_file: Some(PathBuf::new()),
             ca_file: Some(PathBuf::new()),

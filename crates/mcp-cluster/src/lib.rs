@@ -74,6 +74,7 @@ pub mod provider;
 pub mod resource;
 pub mod served;
 pub mod server;
+pub mod skill;
 pub mod stdio;
 #[cfg(feature = "tls")]
 pub mod tls;
@@ -93,6 +94,7 @@ pub use provider::{Args, HandlerError, Json, Provider};
 pub use resource::{ResourceDef, TemplateDef};
 pub use served::Served;
 pub use server::{McpServer, ServerBuilder};
+pub use skill::{SkillDef, SkillError, skills_in};
 pub use tool::ToolDef;
 
 /// What a provider's program needs in one `use mcp_cluster::prelude::*`.

@@ -20,6 +20,7 @@ use tokio::sync::broadcast;
 use crate::cursor;
 use crate::prompt::PromptDef;
 use crate::resource::{ResourceDef, TemplateDef};
+use crate::skill::{self, SkillDef, Skills};
 use crate::tool::ToolDef;
 
 /// Items per page of every list method.
@@ -41,6 +42,7 @@ pub(crate) struct Catalog {
     resources: Vec<ResourceDef>,
     templates: Vec<TemplateDef>,
     prompts: Vec<PromptDef>,
+    skills: Skills,
 }
 
 impl Catalog {
@@ -122,6 +124,16 @@ impl ServerBuilder {
     #[must_use]
     pub fn prompt(mut self, prompt: PromptDef) -> Self {
         self.catalog.prompts.push(prompt);
+        self
+    }
+
+    /// Adds a skill (the Skills extension; one at the same path is
+    /// replaced). With one or more, the server declares the extension and
+    /// serves `skills/list`, `skills/get`, `resources/directory/read` and
+    /// each skill's files as `skill://` resources.
+    #[must_use]
+    pub fn skill(mut self, skill: SkillDef) -> Self {
+        self.catalog.skills.add(skill);
         self
     }
 
@@ -227,6 +239,20 @@ impl McpServer {
         );
     }
 
+    /// Adds or replaces skills and tells clients (the resource list
+    /// changed: each `SKILL.md` is in it). A server that had none declares
+    /// the extension to sessions that start afterwards.
+    pub fn add_skills(&self, skills: impl IntoIterator<Item = SkillDef>) {
+        self.update(
+            |c| {
+                for skill in skills {
+                    c.skills.add(skill);
+                }
+            },
+            ServerEvent::ResourcesListChanged,
+        );
+    }
+
     /// Adds a prompt and tells clients.
     pub fn add_prompt(&self, prompt: PromptDef) {
         self.update(|c| c.prompts.push(prompt), ServerEvent::PromptsListChanged);
@@ -311,6 +337,8 @@ impl McpServer {
             .find_map(|t| t.matcher.matches(&uri).map(|v| (t, v)))
         {
             (t.read)(uri.clone(), vars, ctx).await?
+        } else if let Some(contents) = catalog.skills.read(&uri) {
+            vec![contents]
         } else {
             return Err(
                 ErrorObject::new(ErrorCode::RESOURCE_NOT_FOUND, "resource not found")
@@ -391,10 +419,12 @@ impl McpServer {
                 to_value(ListToolsResult { tools, next_cursor })
             }
             methods::RESOURCES_LIST => {
+                // Each skill's SKILL.md after the provider's own.
                 let all: Vec<_> = catalog
                     .resources
                     .iter()
                     .map(|r| r.resource.clone())
+                    .chain(catalog.skills.all().iter().map(SkillDef::listed))
                     .collect();
                 let (resources, next_cursor) = cursor::page(&all, cursor, size)?;
                 to_value(ListResourcesResult {
@@ -419,6 +449,45 @@ impl McpServer {
                 let (prompts, next_cursor) = cursor::page(&all, cursor, size)?;
                 to_value(ListPromptsResult {
                     prompts,
+                    next_cursor,
+                })
+            }
+        }
+    }
+}
+
+impl McpServer {
+    /// The Skills extension's methods.
+    fn skills(&self, request: &Request) -> Result<Value, ErrorObject> {
+        let catalog = self.catalog();
+        let size = self.inner.page_size;
+        match request.method.as_str() {
+            methods::SKILLS_LIST => {
+                let PaginatedParams { cursor } = request.parse_params()?;
+                let (skills, next_cursor) =
+                    cursor::page(catalog.skills.all(), cursor.as_deref(), size)?;
+                let skills: Vec<Value> = skills.iter().map(SkillDef::entry).collect();
+                let mut result = serde_json::json!({ "skills": skills });
+                if let Some(next) = next_cursor {
+                    result["nextCursor"] = next.into();
+                }
+                Ok(result)
+            }
+            methods::SKILLS_GET => {
+                let UriParams { uri } = request.parse_params()?;
+                Ok(serde_json::json!({ "skill": catalog.skills.get(&uri)?.entry() }))
+            }
+            _ => {
+                #[derive(serde::Deserialize)]
+                struct Params {
+                    uri: String,
+                    cursor: Option<String>,
+                }
+                let Params { uri, cursor } = request.parse_params()?;
+                let children = catalog.skills.children(&uri)?;
+                let (resources, next_cursor) = cursor::page(&children, cursor.as_deref(), size)?;
+                to_value(ListResourcesResult {
+                    resources,
                     next_cursor,
                 })
             }
@@ -452,6 +521,14 @@ impl McpService for McpServer {
             logging: Some(Map::new()),
             completions: Some(Map::new()),
             experimental: None,
+            extensions: (!self.catalog().skills.is_empty()).then(|| {
+                let mut extensions = Map::new();
+                extensions.insert(
+                    skill::EXTENSION.to_owned(),
+                    serde_json::json!({"directoryRead": true}),
+                );
+                extensions
+            }),
         }
     }
 
@@ -469,6 +546,11 @@ impl McpService for McpServer {
             methods::RESOURCES_READ => self.read_resource(&request, ctx).await,
             methods::PROMPTS_GET => self.get_prompt(&request, ctx).await,
             methods::COMPLETION_COMPLETE => self.complete(&request),
+            methods::SKILLS_LIST | methods::SKILLS_GET | methods::RESOURCES_DIRECTORY_READ
+                if !self.catalog().skills.is_empty() =>
+            {
+                self.skills(&request)
+            }
             other => Err(ErrorObject::method_not_found(other)),
         }
     }
@@ -476,6 +558,7 @@ impl McpService for McpServer {
     fn has_resource(&self, uri: &str) -> bool {
         let catalog = self.catalog();
         catalog.resources.iter().any(|r| r.resource.uri == uri)
+            || catalog.skills.has_file(uri)
             || catalog
                 .templates
                 .iter()

@@ -207,6 +207,7 @@ quotaTasksPerPrincipal: MCP_QUOTA_TASKS_PER_PRINCIPAL
 quotaTasksPerAddress: MCP_QUOTA_TASKS_PER_ADDRESS
 quotaInFlightBytesPerClient: MCP_QUOTA_IN_FLIGHT_BYTES_PER_CLIENT
 pageSize: MCP_PAGE_SIZE
+skillsDir: MCP_SKILLS_DIR
 log: MCP_LOG
 logJson: MCP_LOG_JSON
 {{- end }}

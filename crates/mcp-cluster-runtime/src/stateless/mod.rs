@@ -645,7 +645,11 @@ impl Stateless {
         result.insert("supportedVersions".into(), json!(supported_versions()));
         let mut capabilities =
             serde_json::to_value(service.capabilities()).unwrap_or_else(|_| json!({}));
-        capabilities["extensions"] = json!({ crate::stateless::tasks::EXTENSION: {} });
+        // The service's extensions (skills), and the era's own (tasks).
+        if !capabilities["extensions"].is_object() {
+            capabilities["extensions"] = json!({});
+        }
+        capabilities["extensions"][crate::stateless::tasks::EXTENSION] = json!({});
         result.insert("capabilities".into(), capabilities);
         if let Some(text) = service.instructions() {
             result.insert("instructions".into(), json!(text));
