@@ -200,9 +200,9 @@ async fn session_json_answers_are_exported_in_the_callers_trace() {
 }
 
 /// Session era answered as SSE because the call reports progress; its
-/// `_meta.traceparent` is the parent and the header's context is linked.
+/// `traceparent` header is the parent and the `_meta` context is linked.
 #[tokio::test]
-async fn a_call_answered_on_sse_is_exported_in_its_meta_trace() {
+async fn a_call_answered_on_sse_is_exported_in_its_header_trace() {
     const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
     const HEADER_TRACE: &str = "1af7651916cd43dd8448eb211c80319c";
     let receiver = OtlpReceiver::start().unwrap();
@@ -232,15 +232,15 @@ async fn a_call_answered_on_sse_is_exported_in_its_meta_trace() {
         "{before:?}"
     );
 
-    let call = span(&receiver, TRACE, "tools/call long_running_operation").await;
-    assert_completed(&call, "b7ad6b7169203331", "tools/call", "7");
+    let call = span(&receiver, HEADER_TRACE, "tools/call long_running_operation").await;
+    assert_completed(&call, "b7ad6b7169203332", "tools/call", "7");
     assert_over_http(&call);
     let links: Vec<(&str, &str)> = call
         .links
         .iter()
         .map(|l| (l.trace_id.as_str(), l.span_id.as_str()))
         .collect();
-    assert_eq!(links, [(HEADER_TRACE, "b7ad6b7169203332")], "{call:#?}");
+    assert_eq!(links, [(TRACE, "b7ad6b7169203331")], "{call:#?}");
 }
 
 /// `--response-mode sse`: even `echo` is answered as SSE.
@@ -445,10 +445,11 @@ impl Drop for KillOnDrop {
 
 /// Stateless 2026-07-28: `server/discover` and `tools/call`, each with
 /// its `_meta` (protocol version, client info and capabilities, and the
-/// caller's `traceparent`) and the standard headers; the call also sends
-/// a `traceparent` header, which is linked.
+/// caller's `traceparent`) and the standard headers. `_meta`'s context is
+/// the parent of the discover, which has no `traceparent` header; the call
+/// also sends one, which is its parent, `_meta`'s then linked.
 #[tokio::test]
-async fn stateless_requests_are_exported_in_their_meta_trace() {
+async fn stateless_requests_are_exported_in_their_header_trace_else_their_meta_s() {
     use stateless_support::{VERSION, call, meta, request};
 
     const TRACE: &str = "6af7651916cd43dd8448eb211c80319c";
@@ -490,8 +491,8 @@ async fn stateless_requests_are_exported_in_their_meta_trace() {
     assert_eq!(discovered.attr("mcp.protocol.version"), Some(VERSION));
     assert_eq!(discovered.attr("mcp.session.id"), None);
 
-    let echo = span(&receiver, TRACE, "tools/call echo").await;
-    assert_completed(&echo, "a7ad6b7169203331", "tools/call", "2");
+    let echo = span(&receiver, HEADER_TRACE, "tools/call echo").await;
+    assert_completed(&echo, "a7ad6b7169203332", "tools/call", "2");
     assert_over_http(&echo);
     assert_echo_call(&echo);
     assert_eq!(echo.attr("mcp.protocol.version"), Some(VERSION));
@@ -500,5 +501,5 @@ async fn stateless_requests_are_exported_in_their_meta_trace() {
         .iter()
         .map(|l| (l.trace_id.as_str(), l.span_id.as_str()))
         .collect();
-    assert_eq!(links, [(HEADER_TRACE, "a7ad6b7169203332")], "{echo:#?}");
+    assert_eq!(links, [(TRACE, "a7ad6b7169203331")], "{echo:#?}");
 }

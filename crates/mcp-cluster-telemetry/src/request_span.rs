@@ -328,17 +328,17 @@ mod tests {
         assert_eq!(span.span_kind, SpanKind::Server);
         assert_eq!(
             format!("{:032x}", span.span_context.trace_id()),
-            "4bf92f3577b34da6a3ce929d0e0e4736",
-            "the _meta context is the parent"
+            "0af7651916cd43dd8448eb211c80319c",
+            "the transport's context is the parent"
         );
-        assert_eq!(format!("{:016x}", span.parent_span_id), "00f067aa0ba902b7");
+        assert_eq!(format!("{:016x}", span.parent_span_id), "b7ad6b7169203331");
         assert!(span.parent_span_is_remote);
         let links: Vec<String> = span
             .links
             .iter()
             .map(|l| format_traceparent(&l.span_context))
             .collect();
-        assert_eq!(links, [HTTP], "the transport's context is linked");
+        assert_eq!(links, [CALLER], "the _meta context is linked");
         for (key, value) in [
             ("mcp.method.name", "tools/call"),
             ("jsonrpc.request.id", "7"),

@@ -51,11 +51,13 @@ pub fn parent_from_meta(meta: Option<&serde_json::Value>) -> Context {
 
 /// The parent of one request's span, and the context it links to.
 ///
-/// The OpenTelemetry MCP conventions: the context in `params._meta` is the
-/// parent when present and valid, and the transport's (the HTTP headers')
-/// is then linked ("MCP and transport contexts are independent": one HTTP
-/// request may carry several MCP messages, one MCP request may take several
-/// HTTP requests). Without a `_meta` context, the transport's is the parent.
+/// The transport's context (the HTTP `traceparent` header) first, as every
+/// draft of the next revision has it: a gateway or load balancer that
+/// traces sees the request in its own trace. `params._meta`'s (SEP-414) is
+/// the parent when the transport has none, or when the transport's is not
+/// sampled and `_meta`'s, of another trace, is. The context not taken, when
+/// valid and another span, is linked (one HTTP request may carry several
+/// MCP messages, one MCP request may take several HTTP requests).
 #[derive(Debug, Clone, Default)]
 pub struct RequestParent {
     /// Becomes the span's parent when it holds a valid remote span.
@@ -65,20 +67,25 @@ pub struct RequestParent {
 }
 
 impl RequestParent {
-    /// `meta` (from [`parent_from_meta`]) takes precedence over `transport`
-    /// (from [`parent_from_headers`]), which is then linked.
+    /// `transport` (from [`parent_from_headers`]) takes precedence over
+    /// `meta` (from [`parent_from_meta`]), which is then linked; see the
+    /// type for when `meta` is the parent.
     pub fn new(transport: Context, meta: Context) -> Self {
-        let meta_span = meta.span().span_context().clone();
-        if !meta_span.is_valid() {
-            return Self {
-                parent: transport,
-                link: None,
-            };
-        }
         let transport_span = transport.span().span_context().clone();
+        let meta_span = meta.span().span_context().clone();
+        let meta_first = meta_span.is_valid()
+            && (!transport_span.is_valid()
+                || (!transport_span.is_sampled()
+                    && meta_span.is_sampled()
+                    && meta_span.trace_id() != transport_span.trace_id()));
+        let (parent, parent_span, other) = if meta_first {
+            (meta, meta_span, transport_span)
+        } else {
+            (transport, transport_span, meta_span)
+        };
         let link =
-            (transport_span.is_valid() && transport_span != meta_span).then_some(transport_span);
-        Self { parent: meta, link }
+            (other.is_valid() && parent_span.is_valid() && other != parent_span).then_some(other);
+        Self { parent, link }
     }
 }
 
@@ -263,18 +270,31 @@ mod tests {
     }
 
     #[test]
-    fn meta_takes_precedence_over_headers_and_links_them() {
-        let header = remote_context(Some(OTHER), None);
+    fn the_header_takes_precedence_over_meta_and_links_it() {
+        // OTHER, sampled.
+        let sampled = format!("{}-01", &OTHER[..OTHER.len() - 3]);
+        let header = remote_context(Some(&sampled), None);
         let meta = remote_context(Some(TP), None);
-        let chosen = RequestParent::new(header.clone(), meta);
-        assert_eq!(ids(&chosen.parent).0, "4bf92f3577b34da6a3ce929d0e0e4736");
+        let chosen = RequestParent::new(header.clone(), meta.clone());
+        assert_eq!(ids(&chosen.parent).0, "0af7651916cd43dd8448eb211c80319c");
         let link = chosen.link.unwrap();
-        assert_eq!(format_traceparent(&link), OTHER);
+        assert_eq!(format_traceparent(&link), TP);
 
         // No valid _meta context: the header's is the parent, nothing linked.
         let chosen = RequestParent::new(header, remote_context(Some("00-bad"), None));
         assert_eq!(ids(&chosen.parent).0, "0af7651916cd43dd8448eb211c80319c");
         assert!(chosen.link.is_none());
+
+        // No header: _meta's is the parent.
+        let chosen = RequestParent::new(Context::new(), meta.clone());
+        assert_eq!(ids(&chosen.parent).0, "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert!(chosen.link.is_none());
+
+        // A header not sampled, _meta sampled in another trace: _meta's,
+        // the header's linked.
+        let chosen = RequestParent::new(remote_context(Some(OTHER), None), meta);
+        assert_eq!(ids(&chosen.parent).0, "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(format_traceparent(&chosen.link.unwrap()), OTHER);
 
         // The same context on both: one parent, no link to itself.
         let same = RequestParent::new(
