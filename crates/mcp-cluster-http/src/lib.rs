@@ -21,9 +21,11 @@
 //! - [`streamable`]: the Streamable HTTP endpoint.
 //! - [`legacy`]: the HTTP+SSE transport (2024-11-05).
 //! - [`observe`]: `/metrics`, the access log and `X-Request-Id`.
+//! - [`card`]: the server card and its catalog.
 
 pub mod address_quota;
 pub mod auth;
+pub mod card;
 pub mod config;
 pub mod connections;
 pub mod error;
@@ -63,6 +65,8 @@ pub struct HttpState {
     /// state and stops once every clone of the state is dropped; without it
     /// streams are watched but never closed.
     pub stalls: Arc<write_stall::StallWatch>,
+    /// The server card and its catalog, when the node publishes a card.
+    pub discovery: Option<Arc<card::Discovery>>,
 }
 
 impl HttpState {
@@ -100,8 +104,10 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: HttpState) {
         .unwrap_or_default();
     // Validated at start (`NodeConfig::validate`): none trusted otherwise.
     let proxies = forwarded::TrustedProxies::from_config(&state.config).unwrap_or_default();
+    let publishes = state.discovery.is_some();
     cfg.app_data(web::Data::new(proxies));
     cfg.app_data(web::Data::new(state));
+    card::configure(cfg, &endpoint, publishes);
     for path in metadata_paths {
         cfg.service(web::resource(path).route(web::get().to(auth::metadata)));
     }

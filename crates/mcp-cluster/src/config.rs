@@ -101,6 +101,92 @@ impl RetentionConfig {
     }
 }
 
+/// The server card (the experimental Server Card extension): public
+/// metadata at `<endpoint>/server-card`, listed by the catalog at
+/// `/.well-known/ai-catalog.json` (and `/.well-known/mcp/catalog.json`).
+/// Absent (the default), neither is served.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerCardConfig {
+    /// The server's name in reverse-DNS form with one `/`
+    /// (`com.example/weather`). Required.
+    pub name: String,
+    /// What the server does, at most 100 characters. Required.
+    pub description: String,
+    /// A display name, at most 100 characters.
+    pub title: Option<String>,
+    /// Its version; default the server's own (`serverInfo.version`).
+    pub version: Option<String>,
+    /// A page about it.
+    pub website_url: Option<String>,
+    /// The origin clients reach the deployment at (`https://mcp.example.com`):
+    /// the card's `remotes` and the catalog's link to the card are made of
+    /// it. Without it, the card has no remotes and the catalog holds the
+    /// card itself.
+    pub public_url: Option<String>,
+    /// Lists the server's tools (name, title, description) in the card's
+    /// `_meta`. Default false.
+    pub publish_tools: bool,
+}
+
+impl ServerCardConfig {
+    /// Checks the card's rules.
+    ///
+    /// # Errors
+    /// The first rule broken, naming the setting.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |what: String| Err(ConfigError(format!("server_card.{what}")));
+        let name_ok = self.name.len() >= 3
+            && self.name.len() <= 200
+            && self.name.split_once('/').is_some_and(|(domain, rest)| {
+                !domain.is_empty()
+                    && !rest.is_empty()
+                    && domain
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
+                    && rest
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            });
+        if !name_ok {
+            return bad(format!(
+                "name must be reverse-DNS with one '/' (com.example/weather), not {:?}",
+                self.name
+            ));
+        }
+        let chars = |text: &str| text.chars().count();
+        if !(1..=100).contains(&chars(&self.description)) {
+            return bad("description must be 1 to 100 characters".into());
+        }
+        if self
+            .title
+            .as_deref()
+            .is_some_and(|t| !(1..=100).contains(&chars(t)))
+        {
+            return bad("title must be 1 to 100 characters".into());
+        }
+        if self
+            .version
+            .as_deref()
+            .is_some_and(|v| v.is_empty() || v.len() > 255)
+        {
+            return bad("version must be 1 to 255 characters".into());
+        }
+        for (key, value) in [
+            ("website_url", &self.website_url),
+            ("public_url", &self.public_url),
+        ] {
+            if let Some(value) = value {
+                let parsed = url::Url::parse(value);
+                if !parsed.is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host()) {
+                    return bad(format!("{key} must be an http or https URL, not {value:?}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// HTTPS on the main listener, for deployments without a proxy that ends
 /// TLS in front of the node. The admin listener (`admin_bind`: probes and
 /// `/metrics`) stays plain HTTP.
@@ -193,6 +279,8 @@ pub struct NodeConfig {
     /// Read once at start; a skill that breaks a rule stops the start.
     /// Default none.
     pub skills_dir: Option<PathBuf>,
+    /// The server card and its catalog (`[server_card]`). Default none.
+    pub server_card: Option<ServerCardConfig>,
 }
 
 impl Default for NodeConfig {
@@ -213,6 +301,7 @@ impl Default for NodeConfig {
             tls: None,
             upstreams: Vec::new(),
             skills_dir: None,
+            server_card: None,
         }
     }
 }
@@ -247,6 +336,13 @@ fn skeleton() -> Result<toml::Value, ConfigError> {
     let every = NodeConfig {
         admin_bind: Some(NodeConfig::default().bind),
         skills_dir: Some(PathBuf::new()),
+        server_card: Some(ServerCardConfig {
+            title: Some(String::new()),
+            version: Some(String::new()),
+            website_url: Some(String::new()),
+            public_url: Some(String::new()),
+            ..ServerCardConfig::default()
+        }),
         redis: Some(RedisConfig {
             password_file: Some(PathBuf::new()),
             ca_file: Some(PathBuf::new()),
@@ -612,6 +708,9 @@ impl NodeConfig {
         self.quotas
             .validate(self.runtime.max_batch_items)
             .map_err(ConfigError)?;
+        if let Some(card) = &self.server_card {
+            card.validate()?;
+        }
         if self.page_size == 0 {
             return bad("page_size must be positive");
         }

@@ -64,6 +64,7 @@
 #[cfg(test)]
 extern crate self as mcp_cluster;
 
+mod card;
 pub mod cli;
 pub mod config;
 pub mod cursor;

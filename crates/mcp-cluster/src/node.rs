@@ -465,6 +465,9 @@ fn serve_on(
     store: Store,
 ) -> std::io::Result<BoundNode> {
     let auth = authenticator(&config)?;
+    let discovery =
+        crate::card::discovery(&config, &server, auth.as_ref().map(|a| a.metadata().url()))
+            .map(Arc::new);
     let runtime = Runtime::new(server.service(), store, config.runtime_config());
     server.forward_events(&runtime);
     let http = &config.http;
@@ -487,6 +490,7 @@ fn serve_on(
         auth,
         connections: Some(Arc::clone(&gate)),
         stalls,
+        discovery,
     };
     tracing::info!(
         max_connections = gate.max(),

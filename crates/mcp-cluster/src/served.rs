@@ -79,6 +79,15 @@ impl Served {
         Ok(Some(relay.into()))
     }
 
+    /// The provider's own server, when the node serves it (not a hosted
+    /// one).
+    pub(crate) fn own_server(&self) -> Option<&McpServer> {
+        match &self.events {
+            Events::Server(server) => Some(server),
+            Events::Relay(_) => None,
+        }
+    }
+
     /// The service the runtime calls.
     pub fn service(&self) -> Arc<dyn McpService> {
         Arc::clone(&self.service)

@@ -239,6 +239,23 @@ impl McpServer {
         );
     }
 
+    /// Each tool's name, title (when it has one) and description, in
+    /// listing order: what a server card publishes of them.
+    pub(crate) fn tool_summaries(&self) -> Vec<Value> {
+        self.catalog()
+            .tools
+            .iter()
+            .map(|t| {
+                let mut tool =
+                    serde_json::json!({"name": t.tool.name, "description": t.tool.description});
+                if let Some(title) = &t.tool.title {
+                    tool["title"] = title.clone().into();
+                }
+                tool
+            })
+            .collect()
+    }
+
     /// Adds or replaces skills and tells clients (the resource list
     /// changed: each `SKILL.md` is in it). A server that had none declares
     /// the extension to sessions that start afterwards.
