@@ -476,7 +476,9 @@ sum_counts() {
 }
 
 echo "== official MCP conformance suite"
-# With the skills of tests/skills: the Skills extension's scenarios read them.
+# With the skills of tests/skills: the Skills extension's scenarios read them
+# (conformance.sh runs them with CONFORMANCE_SKILLS=1, up to the hosted runs).
+export CONFORMANCE_SKILLS=1
 start_node conformance --skills-dir tests/skills
 set +e
 bash tests/js/conformance.sh "$NODE_URL" 2>&1 | tee "$LOG_DIR/conformance.log"
@@ -548,6 +550,7 @@ start_cluster --config "$LOG_DIR/hosted-inner.toml"
 set +e
 bash tests/js/conformance.sh "$LB_URL" 2>&1 | tee "$LOG_DIR/conformance-hosted-cluster.log"
 [ "${PIPESTATUS[0]}" = 0 ] || hosted_conformance_status=1
+unset CONFORMANCE_SKILLS
 set -e
 # The load generator against the same hosted cluster, as an operator would
 # measure it: `init` reads what the hosted server offers, and both eras run
