@@ -58,11 +58,6 @@ impl Published {
         &self.etag
     }
 
-    /// Its bytes.
-    pub fn body(&self) -> &[u8] {
-        &self.body
-    }
-
     /// The answer to a GET: 304 when `If-None-Match` names the tag (or is
     /// `*`), else the document.
     fn answer(&self, req: &HttpRequest) -> HttpResponse {

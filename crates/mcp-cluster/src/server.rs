@@ -474,9 +474,13 @@ impl McpServer {
 }
 
 impl McpServer {
-    /// The Skills extension's methods.
+    /// The Skills extension's methods; unknown methods to a server without
+    /// skills (it does not declare the extension).
     fn skills(&self, request: &Request) -> Result<Value, ErrorObject> {
         let catalog = self.catalog();
+        if catalog.skills.is_empty() {
+            return Err(ErrorObject::method_not_found(&request.method));
+        }
         let size = self.inner.page_size;
         match request.method.as_str() {
             methods::SKILLS_LIST => {
@@ -563,9 +567,7 @@ impl McpService for McpServer {
             methods::RESOURCES_READ => self.read_resource(&request, ctx).await,
             methods::PROMPTS_GET => self.get_prompt(&request, ctx).await,
             methods::COMPLETION_COMPLETE => self.complete(&request),
-            methods::SKILLS_LIST | methods::SKILLS_GET | methods::RESOURCES_DIRECTORY_READ
-                if !self.catalog().skills.is_empty() =>
-            {
+            methods::SKILLS_LIST | methods::SKILLS_GET | methods::RESOURCES_DIRECTORY_READ => {
                 self.skills(&request)
             }
             other => Err(ErrorObject::method_not_found(other)),

@@ -128,7 +128,7 @@ impl SkillDef {
             path: self.path.clone(),
             reason,
         };
-        if !relative.split('/').all(is_file_segment) {
+        if !relative.split('/').all(is_segment) {
             return Err(invalid(format!("{relative:?} is not a file path")));
         }
         if self.files.contains_key(relative) {
@@ -415,19 +415,15 @@ fn is_name(name: &str) -> bool {
         && !name.contains("--")
 }
 
-/// A segment of a skill's path: unreserved URI characters only.
-fn is_segment(segment: &&str) -> bool {
+/// A segment of a skill's path, or of a file's path within it: unreserved
+/// URI characters only, not `.` or `..`.
+fn is_segment(segment: &str) -> bool {
     !segment.is_empty()
-        && *segment != "."
-        && *segment != ".."
+        && segment != "."
+        && segment != ".."
         && segment
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'))
-}
-
-/// A segment of a file's path within a skill.
-fn is_file_segment(segment: &str) -> bool {
-    is_segment(&segment)
 }
 
 /// The MIME type of a file, by its extension.
