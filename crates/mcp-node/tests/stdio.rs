@@ -270,3 +270,125 @@ fn requests_read_before_stdin_closes_are_answered_before_exit() {
     assert_eq!(progress, 2, "{lines:?}");
     assert_eq!(node.close_and_wait(), Some(0));
 }
+
+/// The `_meta` of a 2026-07-28 request.
+fn modern_meta(capabilities: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "stdio-test", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    })
+}
+
+/// A 2026-07-28 `tools/call`, with more `_meta` fields when given.
+fn modern_call(id: i64, name: &str, arguments: Value, extra_meta: Value) -> Value {
+    let mut meta = modern_meta(json!({"elicitation": {}}));
+    if let (Some(meta), Some(extra)) = (meta.as_object_mut(), extra_meta.as_object()) {
+        meta.extend(extra.clone());
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": name, "arguments": arguments, "_meta": meta}})
+}
+
+#[test]
+fn the_2026_07_28_era_is_served_over_stdio_beside_the_session() {
+    let mut node = StdioNode::spawn();
+    let discover = node.request(
+        1,
+        "server/discover",
+        json!({"_meta": modern_meta(json!({}))}),
+    );
+    let versions = discover["result"]["supportedVersions"].to_string();
+    assert!(versions.contains("2026-07-28"), "{discover}");
+
+    // A call with progress: its notifications, then its result.
+    node.send(&modern_call(
+        2,
+        "long_running_operation",
+        json!({"duration_ms": 200, "steps": 2}),
+        json!({"progressToken": "p"}),
+    ));
+    let (first, second, result) = (node.receive(), node.receive(), node.receive());
+    assert_eq!(first["method"], "notifications/progress", "{first}");
+    assert_eq!(second["params"]["progress"], 2.0, "{second}");
+    assert_eq!(result["id"], 2, "{result}");
+    assert!(result["result"]["content"].is_array(), "{result}");
+
+    // A question: an input_required result, answered by the retry.
+    node.send(&modern_call(
+        3,
+        "test_input_required_result_elicitation",
+        json!({}),
+        json!({}),
+    ));
+    let round = node.receive();
+    assert_eq!(round["id"], 3, "{round}");
+    let asks = round["result"]["inputRequests"].as_object().unwrap();
+    let (key, ask) = asks.iter().next().unwrap();
+    assert_eq!(ask["method"], "elicitation/create", "{round}");
+    let mut retry = modern_call(
+        4,
+        "test_input_required_result_elicitation",
+        json!({}),
+        json!({}),
+    );
+    retry["params"]["requestState"] = round["result"]["requestState"].clone();
+    retry["params"]["inputResponses"] =
+        json!({ key: {"action": "accept", "content": {"name": "Stdio"}} });
+    node.send(&retry);
+    let done = node.receive();
+    assert_eq!(done["id"], 4, "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Hello, Stdio!",
+        "{done}"
+    );
+
+    // The session era on the same pipe.
+    node.initialize();
+    let echo = node.request(
+        5,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "session"}}),
+    );
+    assert_eq!(
+        echo["result"]["content"][0]["text"], "Echo: session",
+        "{echo}"
+    );
+    assert_eq!(node.close_and_wait(), Some(0));
+}
+
+#[test]
+fn notifications_cancelled_stops_a_2026_07_28_request_over_stdio() {
+    let mut node = StdioNode::spawn();
+    node.send(&modern_call(
+        7,
+        "long_running_operation",
+        json!({"duration_ms": 60_000, "steps": 600}),
+        json!({"progressToken": "long"}),
+    ));
+    let progress = node.receive();
+    assert_eq!(progress["params"]["progressToken"], "long", "{progress}");
+    // As a 2026-07-28 client cancels on stdio, where no stream closes.
+    node.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": 7, "reason": "enough"}}),
+    );
+    // Whatever the request had under way may still arrive; then nothing of
+    // it, while the pipe goes on serving.
+    std::thread::sleep(Duration::from_millis(300));
+    while node.lines.try_recv().is_ok() {}
+    std::thread::sleep(Duration::from_millis(500));
+    node.send(&modern_call(
+        8,
+        "echo",
+        json!({"message": "after"}),
+        json!({}),
+    ));
+    let next = node.receive();
+    assert_eq!(next["id"], 8, "the cancelled request went on: {next}");
+    assert_eq!(
+        next["result"]["content"][0]["text"], "Echo: after",
+        "{next}"
+    );
+    assert_eq!(node.close_and_wait(), Some(0));
+}
