@@ -517,9 +517,22 @@ start_node sdk
 set +e
 tests/js/node_modules/.bin/node tests/js/sdk-client-e2e.mjs "$NODE_URL" 2>&1 | tee "$LOG_DIR/sdk-e2e.log"
 sdk_status=${PIPESTATUS[0]}
+# What the 2025-11-25 revision added (icons, server-to-client ping, URL-mode
+# elicitation and -32042, sampling with tools), on every transport: Streamable
+# HTTP and stdio in both eras, legacy HTTP+SSE (tests/js/revision-features.mjs).
+: >"$LOG_DIR/revision-features.log"
+revision_features() {
+  local args
+  for args in "http $1" "http $1 --era 2026-07-28" "sse ${1%/mcp}/sse" ${2:+"stdio $2" "stdio $2 --era 2026-07-28"}; do
+    # shellcheck disable=SC2086 # each entry is the script's arguments
+    tests/js/node_modules/.bin/node tests/js/revision-features.mjs $args 2>&1 | tee -a "$LOG_DIR/revision-features.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || sdk_status=1
+  done
+}
+echo "== the 2025-11-25 additions on every transport (TypeScript SDK v2)"
+revision_features "$NODE_URL" "$ROOT/target/debug/mcp-node"
 set -e
 stop_node
-read -r sdk_passed sdk_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/sdk-e2e.log")
 
 # Hosted servers ([[upstreams]]): a node serving another MCP server, a child
 # process per session. The conformance suite against a node hosting
@@ -631,6 +644,8 @@ start_cluster --page-size 2
 set +e
 bash tests/client-matrix.sh "$LB_URL" cluster 2>&1 | tee "$LOG_DIR/matrix-cluster.log"
 matrix_cluster_status=${PIPESTATUS[0]}
+echo "== the 2025-11-25 additions through nginx in front of the cluster"
+revision_features "$LB_URL"
 set -e
 stop_cluster
 echo "== client matrix through nginx in front of a 3-node cluster on a Redis Cluster"
@@ -640,6 +655,10 @@ bash tests/client-matrix.sh "$LB_URL" redis-cluster 2>&1 | tee "$LOG_DIR/matrix-
 [ "${PIPESTATUS[0]}" = 0 ] || matrix_cluster_status=1
 set -e
 stop_cluster
+read -r sdk_passed sdk_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/sdk-e2e.log")
+read -r rev_passed rev_failed < <(awk '/^revision-features .*: [0-9]+ passed, [0-9]+ failed$/ {p += $(NF-3); f += $(NF-1)} END {print p+0, f+0}' "$LOG_DIR/revision-features.log")
+sdk_passed=$((sdk_passed + rev_passed))
+sdk_failed=$((sdk_failed + rev_failed))
 # One count per client x target run.
 read -r matrix_passed matrix_failed < <(cat "$LOG_DIR/matrix-single-node.log" "$LOG_DIR/matrix-cluster.log" "$LOG_DIR/matrix-redis-cluster.log" |
   awk '/^matrix [a-z-]+: [0-9]+ passed, [0-9]+ failed$/ {p += $3; f += $5} END {print p+0, f+0}')
@@ -668,7 +687,7 @@ passed=$((rust_passed + release_passed + redis_cluster_passed + fuzz_passed + co
 [ "$features_status" = 0 ] || { echo "crate feature and packaging checks failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$conformance_status" = 0 ] || { echo "conformance suite failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$cluster_conformance_status" = 0 ] || { echo "conformance suite against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
-[ "$sdk_status" = 0 ] || { echo "TypeScript SDK end-to-end test failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$sdk_status" = 0 ] || { echo "TypeScript SDK end-to-end test or the 2025-11-25 additions failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$hosted_conformance_status" = 0 ] || { echo "conformance suite against a hosted server failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$hosted_loadtest_status" = 0 ] || { echo "mcp-loadtest through the hosted cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$hosted_matrix_status" = 0 ] || { echo "the TypeScript SDK v2 client at 2026-07-28 through the hosted cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }

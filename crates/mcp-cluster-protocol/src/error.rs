@@ -78,6 +78,17 @@ impl ErrorObject {
         Self::new(ErrorCode::INTERNAL_ERROR, message)
     }
 
+    /// `-32042` (2025-11-25 and later): the request cannot go on until the
+    /// user has completed these URL-mode elicitations; `data.elicitations`
+    /// lists them, and the client retries once they are done.
+    pub fn url_elicitation_required(
+        message: impl Into<String>,
+        elicitations: &[crate::types::ElicitUrlParams],
+    ) -> Self {
+        Self::new(ErrorCode::URL_ELICITATION_REQUIRED, message)
+            .with_data(serde_json::json!({ "elicitations": elicitations }))
+    }
+
     /// `-32601` for a method name.
     pub fn method_not_found(method: &str) -> Self {
         Self::new(

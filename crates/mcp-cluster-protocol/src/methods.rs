@@ -50,6 +50,10 @@ pub const ROOTS_LIST: &str = "roots/list";
 /// `elicitation/create` (server → client, 2025-06-18 and later).
 pub const ELICITATION_CREATE: &str = "elicitation/create";
 
+/// `notifications/elicitation/complete` (server → client, 2025-11-25 and
+/// later): a URL-mode elicitation finished.
+pub const NOTIFICATION_ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
+
 /// `notifications/initialized` (client → server).
 pub const NOTIFICATION_INITIALIZED: &str = "notifications/initialized";
 /// `notifications/cancelled` (either direction).

@@ -24,6 +24,48 @@ pub struct Implementation {
     /// Display name (2025-06-18 and later).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// Icons a client may show for it (2025-11-25 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icons: Option<Vec<Icon>>,
+    /// Its website (2025-11-25 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub website_url: Option<String>,
+}
+
+/// An icon for a server, tool, resource or prompt (2025-11-25 and later).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Icon {
+    /// An `https:` URL or a `data:` URI of the image.
+    pub src: String,
+    /// Its MIME type, when `src` does not say it (`image/png`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// The sizes it fits, `WxH` (`48x48`) or `any`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sizes: Option<Vec<String>>,
+    /// The background it is drawn for: `light` or `dark`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub theme: Option<String>,
+}
+
+impl Icon {
+    /// An icon at `src` of MIME type `mime_type`.
+    pub fn new(src: impl Into<String>, mime_type: &str) -> Self {
+        Self {
+            src: src.into(),
+            mime_type: Some(mime_type.to_owned()),
+            sizes: None,
+            theme: None,
+        }
+    }
+
+    /// The sizes it fits (`48x48`, `any`).
+    #[must_use]
+    pub fn sizes<S: Into<String>>(mut self, sizes: impl IntoIterator<Item = S>) -> Self {
+        self.sizes = Some(sizes.into_iter().map(Into::into).collect());
+        self
+    }
 }
 
 /// `initialize` params.
@@ -59,6 +101,24 @@ pub struct ClientCapabilities {
     /// Anything else the client declared, kept as sent.
     #[serde(flatten)]
     pub other: JsonObject,
+}
+
+impl ClientCapabilities {
+    /// `elicitation.url`: the client takes URL-mode elicitations.
+    pub fn elicits_by_url(&self) -> bool {
+        self.elicitation
+            .as_ref()
+            .and_then(|e| e.get("url"))
+            .is_some()
+    }
+
+    /// `sampling.tools`: the client's model may be offered tools.
+    pub fn samples_with_tools(&self) -> bool {
+        self.sampling
+            .as_ref()
+            .and_then(|s| s.get("tools"))
+            .is_some()
+    }
 }
 
 /// `listChanged` sub-capability.
@@ -175,6 +235,9 @@ pub struct Tool {
     /// Behaviour hints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<ToolAnnotations>,
+    /// Icons a client may show for it (2025-11-25 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icons: Option<Vec<Icon>>,
 }
 
 /// `tools/list` result.
@@ -469,6 +532,9 @@ pub struct Resource {
     /// MIME type.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<String>,
+    /// Icons a client may show for it (2025-11-25 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icons: Option<Vec<Icon>>,
 }
 
 /// A resource template (RFC 6570).
@@ -488,6 +554,9 @@ pub struct ResourceTemplate {
     /// MIME type of what it yields.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<String>,
+    /// Icons a client may show for it (2025-11-25 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icons: Option<Vec<Icon>>,
 }
 
 /// `resources/list` result.
@@ -555,6 +624,9 @@ pub struct Prompt {
     /// Its arguments.
     #[serde(default)]
     pub arguments: Vec<PromptArgument>,
+    /// Icons a client may show for it (2025-11-25 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icons: Option<Vec<Icon>>,
 }
 
 /// `prompts/list` result.
@@ -820,6 +892,59 @@ pub struct CreateMessageParams {
     /// Model preferences.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_preferences: Option<Value>,
+    /// Context the client may add: `none`, `thisServer`, `allServers`
+    /// (the last two soft-deprecated in 2025-11-25).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_context: Option<String>,
+    /// Sampling temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Where generation stops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_sequences: Option<Vec<String>>,
+    /// Provider-specific metadata, passed through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<JsonObject>,
+    /// Tools the model may call (2025-11-25 and later; the client must have
+    /// declared `sampling.tools`). The answer's content then may hold
+    /// `tool_use` blocks, answered with `tool_result` blocks in the next
+    /// request's messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Tool>>,
+    /// How the model uses `tools`: `{"mode": "auto" | "required" | "none"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+}
+
+impl CreateMessageParams {
+    /// A request for at most `max_tokens` tokens answering `messages`.
+    pub fn new(messages: Vec<SamplingMessage>, max_tokens: u32) -> Self {
+        Self {
+            messages,
+            max_tokens,
+            system_prompt: None,
+            model_preferences: None,
+            include_context: None,
+            temperature: None,
+            stop_sequences: None,
+            metadata: None,
+            tools: None,
+            tool_choice: None,
+        }
+    }
+
+    /// Whether the request offers the model tools (needs `sampling.tools`).
+    pub fn uses_tools(&self) -> bool {
+        self.tools.is_some() || self.tool_choice.is_some()
+    }
+}
+
+/// How a sampled model uses the tools it is offered (2025-11-25 and later).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ToolChoice {
+    /// `auto` (the default), `required` or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// `sampling/createMessage` result.
@@ -846,6 +971,48 @@ pub struct ElicitParams {
     pub message: String,
     /// A flat object schema of primitive properties.
     pub requested_schema: Value,
+}
+
+/// `elicitation/create` params in URL mode (2025-11-25 and later; the
+/// client must have declared `elicitation.url`): the user is sent to `url`
+/// to do what must not pass through the client (sign in, pay, give a
+/// secret); the answer says only whether they agreed to go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ElicitUrlParams {
+    /// Always `url`.
+    pub mode: String,
+    /// Why the user should go there.
+    pub message: String,
+    /// Unique within the server; `notifications/elicitation/complete`
+    /// names it when the interaction at `url` has finished.
+    pub elicitation_id: String,
+    /// Where the user goes.
+    pub url: String,
+}
+
+impl ElicitUrlParams {
+    /// Asks the user to open `url` for the reason `message`.
+    pub fn new(
+        message: impl Into<String>,
+        elicitation_id: impl Into<String>,
+        url: impl Into<String>,
+    ) -> Self {
+        Self {
+            mode: "url".to_owned(),
+            message: message.into(),
+            elicitation_id: elicitation_id.into(),
+            url: url.into(),
+        }
+    }
+}
+
+/// `notifications/elicitation/complete` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ElicitationCompleteParams {
+    /// The URL-mode elicitation that finished.
+    pub elicitation_id: String,
 }
 
 /// `elicitation/create` result.

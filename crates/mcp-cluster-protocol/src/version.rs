@@ -104,6 +104,18 @@ impl ProtocolVersion {
     pub fn has_elicitation(self) -> bool {
         self >= Self::V2025_06_18
     }
+
+    /// URL-mode elicitation, sampling with tools and icons exist from
+    /// 2025-11-25 on.
+    pub fn has_2025_11_25_features(self) -> bool {
+        self >= Self::V2025_11_25
+    }
+
+    /// A server may `ping` the client: in the session era only (2026-07-28
+    /// has no server-to-client request outside input rounds, and no ping).
+    pub fn has_server_ping(self) -> bool {
+        self <= Self::V2025_11_25
+    }
 }
 
 impl fmt::Display for ProtocolVersion {

@@ -694,6 +694,7 @@ impl McpService for RelayService {
             name: self.config.name.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             title: None,
+            ..Default::default()
         }
     }
 

@@ -30,6 +30,7 @@ impl McpService for Echo {
             name: "echo".into(),
             version: "0".into(),
             title: None,
+            ..Default::default()
         }
     }
 

@@ -100,15 +100,13 @@ pub fn test_server() -> McpServer {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_owned();
-                let params = CreateMessageParams {
-                    messages: vec![SamplingMessage {
+                let params = CreateMessageParams::new(
+                    vec![SamplingMessage {
                         role: "user".into(),
                         content: json!({"type": "text", "text": prompt}),
                     }],
-                    max_tokens: 10,
-                    system_prompt: None,
-                    model_preferences: None,
-                };
+                    10,
+                );
                 Ok(match ctx.create_message(params).await {
                     Ok(r) => CallToolResult::text(
                         r.content

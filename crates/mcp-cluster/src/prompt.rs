@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use mcp_cluster_protocol::ErrorObject;
-use mcp_cluster_protocol::types::{GetPromptResult, Prompt, PromptArgument};
+use mcp_cluster_protocol::types::{GetPromptResult, Icon, Prompt, PromptArgument};
 use mcp_cluster_runtime::RequestContext;
 use serde_json::{Map, Value};
 
@@ -50,6 +50,7 @@ impl PromptDef {
                 title: None,
                 description: description.to_owned(),
                 arguments: Vec::new(),
+                icons: None,
             },
             get: Arc::new(move |args, ctx| Box::pin(get(args, ctx))),
             complete: None,
@@ -60,6 +61,13 @@ impl PromptDef {
     #[must_use]
     pub fn title(mut self, title: &str) -> Self {
         self.prompt.title = Some(title.to_owned());
+        self
+    }
+
+    /// Adds an icon clients may show for it (2025-11-25 and later).
+    #[must_use]
+    pub fn icon(mut self, icon: Icon) -> Self {
+        self.prompt.icons.get_or_insert_with(Vec::new).push(icon);
         self
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use mcp_cluster_protocol::ErrorObject;
-use mcp_cluster_protocol::types::{Resource, ResourceContents, ResourceTemplate};
+use mcp_cluster_protocol::types::{Icon, Resource, ResourceContents, ResourceTemplate};
 use mcp_cluster_runtime::RequestContext;
 
 use crate::uri_template::{TemplateError, UriTemplate};
@@ -62,6 +62,7 @@ impl ResourceDef {
                 title: None,
                 description: None,
                 mime_type: None,
+                icons: None,
             },
             read: Arc::new(move |uri, ctx| Box::pin(read(uri, ctx))),
         }
@@ -95,6 +96,13 @@ impl ResourceDef {
     #[must_use]
     pub fn mime_type(mut self, mime_type: &str) -> Self {
         self.resource.mime_type = Some(mime_type.to_owned());
+        self
+    }
+
+    /// Adds an icon clients may show for it (2025-11-25 and later).
+    #[must_use]
+    pub fn icon(mut self, icon: Icon) -> Self {
+        self.resource.icons.get_or_insert_with(Vec::new).push(icon);
         self
     }
 }
@@ -133,6 +141,7 @@ impl TemplateDef {
                 title: None,
                 description: None,
                 mime_type: None,
+                icons: None,
             },
             matcher: UriTemplate::parse(uri_template)?,
             read: Arc::new(move |uri, vars, ctx| Box::pin(read(uri, vars, ctx))),
@@ -158,6 +167,13 @@ impl TemplateDef {
     #[must_use]
     pub fn mime_type(mut self, mime_type: &str) -> Self {
         self.template.mime_type = Some(mime_type.to_owned());
+        self
+    }
+
+    /// Adds an icon clients may show for it (2025-11-25 and later).
+    #[must_use]
+    pub fn icon(mut self, icon: Icon) -> Self {
+        self.template.icons.get_or_insert_with(Vec::new).push(icon);
         self
     }
 

@@ -77,11 +77,34 @@ impl ServerBuilder {
                 name: name.to_owned(),
                 version: version.to_owned(),
                 title: None,
+                ..Default::default()
             },
             instructions: None,
             catalog: Catalog::default(),
             page_size: DEFAULT_PAGE_SIZE,
         }
+    }
+
+    /// The server's display name (`serverInfo.title`).
+    #[must_use]
+    pub fn title(mut self, title: &str) -> Self {
+        self.info.title = Some(title.to_owned());
+        self
+    }
+
+    /// Adds an icon clients may show for the server (`serverInfo.icons`,
+    /// 2025-11-25 and later).
+    #[must_use]
+    pub fn icon(mut self, icon: mcp_cluster_protocol::types::Icon) -> Self {
+        self.info.icons.get_or_insert_with(Vec::new).push(icon);
+        self
+    }
+
+    /// The server's website (`serverInfo.websiteUrl`, 2025-11-25 and later).
+    #[must_use]
+    pub fn website_url(mut self, url: &str) -> Self {
+        self.info.website_url = Some(url.to_owned());
+        self
     }
 
     /// Usage hints sent in `initialize`.
@@ -614,5 +637,30 @@ impl McpService for McpServer {
             .tool(tool)
             .map(|t| t.mirrored.clone())
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mcp_cluster_protocol::types::Icon;
+    use mcp_cluster_runtime::McpService;
+
+    use super::ServerBuilder;
+
+    #[test]
+    fn icons_title_and_website_reach_the_server_info() {
+        let icon = Icon::new("https://example.com/icon.png", "image/png").sizes(["48x48"]);
+        let server = ServerBuilder::new("iconic", "1.0.0")
+            .title("Iconic")
+            .icon(icon.clone())
+            .website_url("https://example.com")
+            .build();
+        let info = server.server_info();
+        assert_eq!(info.title.as_deref(), Some("Iconic"));
+        assert_eq!(info.icons, Some(vec![icon]));
+        assert_eq!(info.website_url.as_deref(), Some("https://example.com"));
+        let json = serde_json::to_value(&info).unwrap();
+        assert_eq!(json["icons"][0]["sizes"][0], "48x48", "{json}");
+        assert_eq!(json["websiteUrl"], "https://example.com", "{json}");
     }
 }

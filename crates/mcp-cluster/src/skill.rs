@@ -230,6 +230,7 @@ impl SkillDef {
             title: None,
             description: text("description").map(str::to_owned),
             mime_type: Some("text/markdown".to_owned()),
+            icons: None,
         }
     }
 
@@ -290,6 +291,7 @@ impl SkillDef {
                     title: None,
                     description: None,
                     mime_type: Some(mime.unwrap_or(DIRECTORY_MIME).to_owned()),
+                    icons: None,
                 })
                 .collect(),
         )

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use mcp_cluster_protocol::ErrorObject;
-use mcp_cluster_protocol::types::{CallToolResult, JsonObject, Tool, ToolAnnotations};
+use mcp_cluster_protocol::types::{CallToolResult, Icon, JsonObject, Tool, ToolAnnotations};
 use mcp_cluster_runtime::{MirroredParam, RequestContext, TaskSupport};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -109,6 +109,7 @@ impl ToolDef {
                 input_schema,
                 output_schema: None,
                 annotations: None,
+                icons: None,
             },
             input: Arc::new(input),
             output: None,
@@ -178,7 +179,14 @@ impl ToolDef {
         self
     }
 
-    /// Sets behaviour hints.
+    /// Adds an icon clients may show for it (2025-11-25 and later).
+    #[must_use]
+    pub fn icon(mut self, icon: Icon) -> Self {
+        self.tool.icons.get_or_insert_with(Vec::new).push(icon);
+        self
+    }
+
+    /// Sets the behaviour hints.
     #[must_use]
     pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
         self.tool.annotations = Some(annotations);

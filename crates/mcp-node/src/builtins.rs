@@ -37,6 +37,7 @@ pub(crate) fn server(page_size: usize) -> McpServer {
         .into_iter()
         .chain(crate::input_fixtures::tools(&handle))
         .chain(crate::task_fixtures::tools())
+        .chain(crate::revision_fixtures::tools())
     {
         b = b.tool(tool);
     }
@@ -156,7 +157,8 @@ fn tools(server: &Arc<OnceLock<McpServer>>) -> Vec<ToolDef> {
         ToolDef::typed("add", "Adds two numbers; structured result.", |a: AddArgs, _| async move {
             Ok(CallToolResult::structured(as_object(&Sum { sum: a.a + a.b })))
         })
-        .output::<Sum>(),
+        .output::<Sum>()
+        .icon(crate::revision_fixtures::icon()),
         ToolDef::typed(
             "long_running_operation",
             "Runs for duration_ms, sending `steps` progress notifications spread evenly; stops on cancellation.",
@@ -226,12 +228,10 @@ fn tools(server: &Arc<OnceLock<McpServer>>) -> Vec<ToolDef> {
             Ok(CallToolResult::text("Tool with progress executed successfully"))
         }),
         ToolDef::typed("test_sampling", "Asks the client's model (sampling/createMessage).", |a: PromptArgs, ctx: RequestContext| async move {
-            let params = CreateMessageParams {
-                messages: vec![SamplingMessage { role: "user".into(), content: json!({"type": "text", "text": a.prompt}) }],
-                max_tokens: 100,
-                system_prompt: None,
-                model_preferences: None,
-            };
+            let params = CreateMessageParams::new(
+                vec![SamplingMessage { role: "user".into(), content: json!({"type": "text", "text": a.prompt}) }],
+                100,
+            );
             Ok(match ctx.create_message(params).await {
                 Ok(r) => {
                     let text = r.content.get("text").and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -395,7 +395,8 @@ fn resources() -> Vec<ResourceDef> {
             "text/plain",
             "This is the content of the static text resource.",
         )
-        .description("A static text resource for testing"),
+        .description("A static text resource for testing")
+        .icon(crate::revision_fixtures::icon()),
         ResourceDef::new(
             "test://static-binary",
             "Static binary",
@@ -455,7 +456,8 @@ fn prompts() -> Vec<PromptDef> {
                     ))],
                 })
             },
-        ),
+        )
+        .icon(crate::revision_fixtures::icon()),
         PromptDef::new(
             "test_prompt_with_arguments",
             "A prompt with two required arguments",

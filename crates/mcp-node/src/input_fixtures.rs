@@ -30,15 +30,13 @@ fn form(message: &str, properties: Value, required: &[&str]) -> ElicitParams {
 }
 
 fn ask_model(text: &str, max_tokens: u32) -> CreateMessageParams {
-    CreateMessageParams {
-        messages: vec![SamplingMessage {
+    CreateMessageParams::new(
+        vec![SamplingMessage {
             role: "user".into(),
             content: json!({"type": "text", "text": text}),
         }],
         max_tokens,
-        system_prompt: None,
-        model_preferences: None,
-    }
+    )
 }
 
 /// A field of an accepted elicitation, as text.

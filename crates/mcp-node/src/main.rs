@@ -9,6 +9,7 @@
 
 mod builtins;
 mod input_fixtures;
+mod revision_fixtures;
 mod task_fixtures;
 
 use std::process::ExitCode;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use actix::prelude::{Message as ActixMessage, Recipient};
 use mcp_cluster_protocol::types::{
     ClientCapabilities, CreateMessageParams, CreateMessageResult, ElicitParams, ElicitResult,
-    ListRootsResult, LoggingLevel, LoggingMessageParams, ProgressParams,
+    ElicitUrlParams, ElicitationCompleteParams, ListRootsResult, LoggingLevel,
+    LoggingMessageParams, ProgressParams,
 };
 use mcp_cluster_protocol::{
     ErrorObject, Message, Notification, ProtocolVersion, Request, RequestId, Response, methods,
@@ -630,6 +631,9 @@ impl RequestContext {
         key: Option<&str>,
         params: CreateMessageParams,
     ) -> Result<CreateMessageResult, AskError> {
+        if params.uses_tools() {
+            self.require_feature("sampling.tools", ClientCapabilities::samples_with_tools)?;
+        }
         typed(
             self.ask_keyed(key, methods::SAMPLING_CREATE_MESSAGE, params)
                 .await?,
@@ -675,6 +679,97 @@ impl RequestContext {
         )
     }
 
+    /// `elicitation/create` in URL mode (2025-11-25 and later): asks the user
+    /// to open `params.url`, for what must not pass through the client
+    /// (signing in elsewhere, a payment, a secret). `accept` says only that
+    /// the user agreed to go; tell the client when the interaction there
+    /// has finished with [`Self::elicitation_complete`].
+    ///
+    /// # Errors
+    /// [`AskError::NotSupported`] without the client's `elicitation.url`
+    /// capability or before 2025-11-25, and the errors of [`Self::ask`].
+    pub async fn elicit_url(&self, params: ElicitUrlParams) -> Result<ElicitResult, AskError> {
+        self.elicit_url_keyed(None, params).await
+    }
+
+    async fn elicit_url_keyed(
+        &self,
+        key: Option<&str>,
+        params: ElicitUrlParams,
+    ) -> Result<ElicitResult, AskError> {
+        self.require_feature("elicitation.url", ClientCapabilities::elicits_by_url)?;
+        let answer = match &self.inner.scope {
+            // 2026-07-28 dropped the ID with the completion notification.
+            Scope::Stateless(_) => {
+                let params = serde_json::json!({
+                    "mode": params.mode,
+                    "message": params.message,
+                    "url": params.url,
+                });
+                self.ask_keyed(key, methods::ELICITATION_CREATE, params)
+                    .await?
+            }
+            Scope::Session { .. } => {
+                self.ask_keyed(key, methods::ELICITATION_CREATE, params)
+                    .await?
+            }
+        };
+        typed(answer)
+    }
+
+    /// `notifications/elicitation/complete`: the URL-mode elicitation
+    /// `elicitation_id` has finished, so the client may retry what waited
+    /// on it. Sent on this request's stream; a no-op in the 2026-07-28 era,
+    /// which has no such notification (nor elicitation IDs).
+    ///
+    /// # Errors
+    /// [`EmitError`] when the request already completed or the log failed.
+    pub async fn elicitation_complete(&self, elicitation_id: &str) -> Result<(), EmitError> {
+        if matches!(self.inner.scope, Scope::Stateless(_)) {
+            return Ok(());
+        }
+        let params = ElicitationCompleteParams {
+            elicitation_id: elicitation_id.to_owned(),
+        };
+        self.notify(Notification::new(
+            methods::NOTIFICATION_ELICITATION_COMPLETE,
+            params,
+        ))
+        .await
+    }
+
+    /// `ping` to the client, answered with `{}` (session era: the
+    /// 2026-07-28 revision has no ping). Tells a handler that the client is
+    /// still there and reading this request's stream.
+    ///
+    /// # Errors
+    /// [`AskError::NotSupported`] in the 2026-07-28 era, and the errors of
+    /// [`Self::ask`].
+    pub async fn ping(&self) -> Result<(), AskError> {
+        if !self.protocol_version().has_server_ping() {
+            return Err(AskError::NotSupported("ping"));
+        }
+        self.ask_keyed(None, methods::PING, serde_json::json!({}))
+            .await
+            .map(drop)
+    }
+
+    /// A feature of 2025-11-25 (`elicitation.url`, `sampling.tools`) that
+    /// the client must have declared.
+    fn require_feature(
+        &self,
+        feature: &'static str,
+        declared: fn(&ClientCapabilities) -> bool,
+    ) -> Result<(), AskError> {
+        let declared = self.protocol_version().has_2025_11_25_features()
+            && self.client_capabilities().is_some_and(declared);
+        if declared {
+            Ok(())
+        } else {
+            Err(AskError::NotSupported(feature))
+        }
+    }
+
     /// Whether the client declared the capability the question `method`
     /// needs ([`method_table::ASKS`]).
     fn require(&self, method: &str) -> Result<(), AskError> {
@@ -717,6 +812,14 @@ impl NamedInput<'_> {
         params: CreateMessageParams,
     ) -> Result<CreateMessageResult, AskError> {
         self.ctx.create_message_keyed(Some(self.key), params).await
+    }
+
+    /// [`RequestContext::elicit_url`] under this name.
+    ///
+    /// # Errors
+    /// As [`RequestContext::elicit_url`].
+    pub async fn elicit_url(self, params: ElicitUrlParams) -> Result<ElicitResult, AskError> {
+        self.ctx.elicit_url_keyed(Some(self.key), params).await
     }
 
     /// [`RequestContext::list_roots`] under this name.

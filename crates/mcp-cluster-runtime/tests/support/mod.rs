@@ -29,6 +29,7 @@ impl McpService for Catalog {
             name: "catalog".into(),
             version: "0".into(),
             title: None,
+            ..Default::default()
         }
     }
 
