@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The client matrix against one target: each official MCP client, in each
+# The client matrix against one target: each MCP client (the official SDKs and
+# Inspector, and the agent frameworks), in each
 # protocol era and negotiation mode it offers, runs its checks against URL, one
 # process each, and gets one summary line:
 #   matrix <client> x <target>: PASS|FAIL (era <era>, <its own count>, <seconds> s)
@@ -13,7 +14,8 @@
 # (e.g. a probing client that falls back to initialize against this server).
 #
 # Needs what tests/run-all.sh installs: tests/js/node_modules (npm ci --prefix
-# tests/js) and tests/py/.venv (tests/py/requirements.txt). A missing one is a
+# tests/js) and tests/py/.venv (tests/py/requirements.txt), and the agent frameworks'
+# tests/py/frameworks/<name>/.venv (each from its requirements.txt). A missing one is a
 # failure. Each client's full output goes to $LOG_DIR/matrix-<client>-<target>.log
 # and is printed when the client fails. The clients and their checks:
 # tests/js/README.md ("Client matrix") and README.md ("Tested clients").
@@ -25,10 +27,14 @@ LOG_DIR=${LOG_DIR:-$PWD/target/test-logs}
 mkdir -p "$LOG_DIR"
 NODE=tests/js/node_modules/.bin/node
 PYTHON=tests/py/.venv/bin/python
+# The agent frameworks, each in its own virtualenv (they pin other mcp releases).
+PY_PYDANTIC_AI=tests/py/frameworks/pydantic-ai/.venv/bin/python
+PY_OPENAI_AGENTS=tests/py/frameworks/openai-agents/.venv/bin/python
+PY_LANGCHAIN=tests/py/frameworks/langchain-mcp-adapters/.venv/bin/python
 # A client that hangs is a failure, not a stuck CI run; a healthy run takes seconds.
 RUN_TIMEOUT_SECS=${MATRIX_RUN_TIMEOUT_SECS:-120}
 
-for tool in "$NODE" "$PYTHON"; do
+for tool in "$NODE" "$PYTHON" "$PY_PYDANTIC_AI" "$PY_OPENAI_AGENTS" "$PY_LANGCHAIN"; do
   if [ ! -x "$tool" ]; then
     echo "matrix: $tool missing (tests/run-all.sh installs it)" >&2
     echo "matrix $target: 0 passed, 1 failed"
@@ -49,6 +55,13 @@ CLIENTS=(
   "inspector-cli|session|$NODE tests/js/client-matrix-inspector.mjs"
   "inspector-cli-auto|2026-07-28|$NODE tests/js/client-matrix-inspector.mjs --protocol-era auto"
   "inspector-cli-2026|2026-07-28|$NODE tests/js/client-matrix-inspector.mjs --protocol-era modern"
+  "ai-sdk|2026-07-28|$NODE tests/js/client-matrix-ai-sdk.mjs"
+  "ai-sdk-legacy|session|$NODE tests/js/client-matrix-ai-sdk.mjs --discovery off"
+  "pydantic-ai|2026-07-28|$PY_PYDANTIC_AI tests/py/frameworks/pydantic_ai_matrix.py"
+  "pydantic-ai-legacy|session|$PY_PYDANTIC_AI tests/py/frameworks/pydantic_ai_matrix.py --mode legacy"
+  "pydantic-ai-2026|2026-07-28|$PY_PYDANTIC_AI tests/py/frameworks/pydantic_ai_matrix.py --mode 2026-07-28"
+  "openai-agents|2026-07-28|$PY_OPENAI_AGENTS tests/py/frameworks/openai_agents_matrix.py"
+  "langchain-mcp-adapters|session|$PY_LANGCHAIN tests/py/frameworks/langchain_mcp_matrix.py"
 )
 
 passed=0

