@@ -147,3 +147,114 @@ async fn a_task_whose_node_dies_ends_failed_within_the_lease() {
         killed.elapsed()
     );
 }
+
+/// The next `notifications/tasks` of a listen stream (others skipped).
+async fn next_task_note(stream: &mut Messages) -> Value {
+    loop {
+        let message = stream.next().await.expect("the listen stream ended");
+        if message["method"] == "notifications/tasks" {
+            return message;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_listen_stream_follows_a_task_running_on_another_node() {
+    let cluster = cluster_support::start(3, &[]);
+    let node = |i: usize| cluster.node_url(i);
+
+    let created = call(
+        &node(0),
+        &tool_call(
+            1,
+            "confirm_delete",
+            json!({"filename": "b.txt"}),
+            json!({}),
+            task_caps(),
+        ),
+        &[],
+    )
+    .await;
+    let task = created.response["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task: {created:?}"))
+        .to_owned();
+
+    // Without the extension, following tasks is refused.
+    let refused = call(
+        &node(1),
+        &request(
+            2,
+            "subscriptions/listen",
+            json!({"notifications": {"taskIds": [task]}}),
+            json!({}),
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(refused.response["error"]["code"], -32021, "{refused:?}");
+
+    // On another node than the task's: only the known task is agreed to.
+    let listen = request(
+        3,
+        "subscriptions/listen",
+        json!({"notifications": {"taskIds": [task, "no-such-task"]}}),
+        task_caps(),
+    );
+    let mut stream = Messages::new(send(&node(1), &listen, &[]).await);
+    let ack = stream.next().await.expect("acknowledgement");
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([task]),
+        "{ack}"
+    );
+
+    // Its state as tasks/get gives it, until it waits for the answer.
+    let waiting = loop {
+        let note = next_task_note(&mut stream).await;
+        let params = &note["params"];
+        assert_eq!(params["taskId"], task.as_str(), "{note}");
+        assert_eq!(
+            params["_meta"]["io.modelcontextprotocol/subscriptionId"], 3,
+            "{note}"
+        );
+        assert!(params.get("resultType").is_none(), "{note}");
+        if params["status"] == "input_required" {
+            break note;
+        }
+        assert_eq!(params["status"], "working", "{note}");
+    };
+    assert_eq!(
+        waiting["params"]["inputRequests"]["confirm"]["method"], "elicitation/create",
+        "{waiting}"
+    );
+
+    let ack = call(
+        &node(2),
+        &request(
+            4,
+            "tasks/update",
+            json!({"taskId": task, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}}),
+            task_caps(),
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(ack.response["result"], json!({"resultType": "complete"}));
+    let done = loop {
+        let note = next_task_note(&mut stream).await;
+        if note["params"]["status"] != "working" {
+            break note;
+        }
+    };
+    assert_eq!(done["params"]["status"], "completed", "{done}");
+    assert_eq!(
+        done["params"]["result"]["content"][0]["text"], "Deleted b.txt.",
+        "{done}"
+    );
+    // An ended task is followed no more: nothing else comes.
+    assert!(
+        stream.next_within(Duration::from_secs(2)).await.is_err(),
+        "a message after the task's end"
+    );
+}

@@ -54,6 +54,10 @@ pub const ELICITATION_CREATE: &str = "elicitation/create";
 /// later): a URL-mode elicitation finished.
 pub const NOTIFICATION_ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
 
+/// `notifications/tasks` (server → client, the tasks extension): a task's
+/// state, on a `subscriptions/listen` stream that follows it.
+pub const NOTIFICATION_TASKS: &str = "notifications/tasks";
+
 /// `notifications/initialized` (client → server).
 pub const NOTIFICATION_INITIALIZED: &str = "notifications/initialized";
 /// `notifications/cancelled` (either direction).

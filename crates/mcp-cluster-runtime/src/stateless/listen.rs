@@ -8,13 +8,20 @@
 //! subscription id. A stream whose client does not keep up (its buffer of
 //! [`LISTEN_BUFFER`] messages full) is closed rather than allowed to grow:
 //! the client listens again and re-reads what it caches.
+//!
+//! A stream may also follow tasks (the tasks extension's `taskIds`): it
+//! reads each task's record from the store every [`TASK_POLL`] and sends
+//! `notifications/tasks`, the task as `tasks/get` gives it, whenever that
+//! changed, until the task ends. Reading the store, not events, works
+//! whichever node runs the task.
 
 use mcp_cluster_protocol::methods::meta;
 use mcp_cluster_protocol::{ErrorObject, Message, Notification, Request, Response, methods};
 use mcp_cluster_store::StreamId;
 use serde_json::{Map, Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -24,11 +31,14 @@ use crate::node::registry::{Member, Registry};
 use crate::request::call::Inbound;
 use crate::request::exchange::ExchangeReply;
 use crate::request::service::{ResourceWatch, ServerEvent};
-use crate::stateless::Stateless;
-use crate::stateless::StatelessReply;
+use crate::stateless::tasks;
+use crate::stateless::{RequestMeta, Stateless, StatelessReply};
 
 /// Messages a listen stream holds for a slow client before it is closed.
 pub const LISTEN_BUFFER: usize = 64;
+
+/// How often a listen stream reads the tasks it follows.
+pub const TASK_POLL: Duration = Duration::from_millis(500);
 
 /// What a listen stream asked for (and the server agreed to).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -41,6 +51,8 @@ pub struct ListenFilter {
     pub resources: bool,
     /// `notifications/resources/updated` for these URIs.
     pub uris: BTreeSet<String>,
+    /// `notifications/tasks` for these tasks (the tasks extension).
+    pub task_ids: BTreeSet<String>,
 }
 
 impl ListenFilter {
@@ -67,6 +79,9 @@ impl ListenFilter {
         }
         if !self.uris.is_empty() {
             out.insert("resourceSubscriptions".into(), json!(self.uris));
+        }
+        if !self.task_ids.is_empty() {
+            out.insert("taskIds".into(), json!(self.task_ids));
         }
         Value::Object(out)
     }
@@ -120,6 +135,34 @@ fn notification(event: &ServerEvent, subscription: &Value) -> Arc<str> {
     Arc::from(Message::Notification(event.notification(Some(meta))).to_json())
 }
 
+/// `notifications/tasks` on the listen stream `subscription`: the task as
+/// `tasks/get` gives it, without the result's `resultType`.
+fn task_notification(mut task: Value, subscription: &Value) -> Arc<str> {
+    if let Value::Object(params) = &mut task {
+        params.remove("resultType");
+        with_subscription(params, subscription);
+    }
+    Arc::from(Message::Notification(Notification::new(methods::NOTIFICATION_TASKS, task)).to_json())
+}
+
+/// Whether a task as `tasks/get` gives it has ended.
+fn task_ended(task: &Value) -> bool {
+    matches!(
+        task.get("status").and_then(Value::as_str),
+        Some("completed" | "failed" | "cancelled")
+    )
+}
+
+/// The next tick of a poll; never, without one.
+async fn next_tick(poll: Option<&mut tokio::time::Interval>) {
+    match poll {
+        Some(poll) => {
+            poll.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// The next URI a watch reports; never, without a watch.
 async fn next_update(updates: Option<&mut mpsc::Receiver<String>>) -> Option<String> {
     match updates {
@@ -131,7 +174,11 @@ async fn next_update(updates: Option<&mut mpsc::Receiver<String>>) -> Option<Str
 impl Stateless {
     /// Reads the filter of a `subscriptions/listen` request and keeps what
     /// this server can honour.
-    fn listen_filter(&self, request: &Request) -> Result<ListenFilter, ErrorObject> {
+    fn listen_filter(
+        &self,
+        request: &Request,
+        meta: &RequestMeta,
+    ) -> Result<ListenFilter, ErrorObject> {
         let params = request.params.as_ref();
         let wanted = match params.and_then(|p| p.get("notifications")) {
             None => &Value::Object(Map::new()),
@@ -154,6 +201,7 @@ impl Stateless {
             prompts: flag("promptsListChanged") && list_changed(caps.prompts.as_ref()),
             resources: flag("resourcesListChanged") && resources_list,
             uris: BTreeSet::new(),
+            task_ids: BTreeSet::new(),
         };
         match wanted.get("resourceSubscriptions") {
             None | Some(Value::Null) => {}
@@ -185,15 +233,83 @@ impl Stateless {
                 ));
             }
         }
+        filter.task_ids = self.listen_task_ids(wanted, meta)?;
         Ok(filter)
+    }
+
+    /// The `taskIds` a listen asks to follow (checked, not yet looked up):
+    /// at most `max_subscriptions_per_session` ids of a client that
+    /// declared the tasks extension (-32021 otherwise, as the extension
+    /// says).
+    fn listen_task_ids(
+        &self,
+        wanted: &Value,
+        meta: &RequestMeta,
+    ) -> Result<BTreeSet<String>, ErrorObject> {
+        let ids = match wanted.get("taskIds") {
+            None | Some(Value::Null) => return Ok(BTreeSet::new()),
+            Some(Value::Array(ids)) => ids,
+            Some(_) => {
+                return Err(ErrorObject::invalid_params(
+                    "taskIds must be an array of task ids",
+                ));
+            }
+        };
+        if ids.is_empty() {
+            return Ok(BTreeSet::new());
+        }
+        if !tasks::declares_extension(&meta.capabilities) {
+            return Err(tasks::extension_required());
+        }
+        let max = self.config().max_subscriptions_per_session;
+        if ids.len() > max {
+            return Err(ErrorObject::invalid_params(format!(
+                "taskIds lists {} tasks; this server follows at most {max} per stream",
+                ids.len()
+            )));
+        }
+        ids.iter()
+            .map(|id| match id.as_str() {
+                Some(id) if !id.is_empty() && id.len() <= tasks::MAX_TASK_ID => Ok(id.to_owned()),
+                _ => Err(ErrorObject::invalid_params(
+                    "taskIds must hold task ids (1-128 bytes)",
+                )),
+            })
+            .collect()
+    }
+
+    /// The tasks of `ids` that `principal` may follow, each as `tasks/get`
+    /// gives it now: unknown and other principals' tasks are left out.
+    async fn followed_tasks(
+        &self,
+        ids: &BTreeSet<String>,
+        principal: Option<&str>,
+    ) -> BTreeMap<String, Value> {
+        let mut found = BTreeMap::new();
+        for id in ids {
+            let get = Request::new(
+                mcp_cluster_protocol::RequestId::Number(0),
+                methods::TASKS_GET,
+                json!({ "taskId": id }),
+            );
+            if let Ok(task) = self.task_method(&get, principal).await {
+                found.insert(id.clone(), task);
+            }
+        }
+        found
     }
 
     /// `subscriptions/listen`: acknowledges, then streams the notifications
     /// the filter wants until the client closes the stream or the node
     /// drains (then it answers the request, a graceful end).
-    pub(crate) async fn listen(&self, request: Request, inbound: &Inbound) -> StatelessReply {
+    pub(crate) async fn listen(
+        &self,
+        request: Request,
+        meta: &RequestMeta,
+        inbound: &Inbound,
+    ) -> StatelessReply {
         let id = request.id.clone();
-        let filter = match self.listen_filter(&request) {
+        let filter = match self.listen_filter(&request, meta) {
             Ok(filter) => filter,
             Err(err) => return StatelessReply::Now(Response::error(Some(id), err)),
         };
@@ -251,11 +367,27 @@ impl Stateless {
                 }
             }
         }
+        // Only the tasks this client may read are followed, and said so.
+        let principal = inbound
+            .principal
+            .as_deref()
+            .map(mcp_cluster_store::Principal::key);
+        if !filter.task_ids.is_empty() {
+            let found = self
+                .followed_tasks(&filter.task_ids, principal.as_deref())
+                .await;
+            filter.task_ids = found.into_keys().collect();
+        }
+        let mut following = std::mem::take(&mut filter.task_ids);
         let subscription = serde_json::to_value(&id).unwrap_or(Value::Null);
         let (tx, rx) = mpsc::channel(LISTEN_BUFFER);
         let mut ack = Map::new();
         with_subscription(&mut ack, &subscription);
-        ack.insert("notifications".into(), filter.to_json());
+        let agreed = ListenFilter {
+            task_ids: following.clone(),
+            ..filter.clone()
+        };
+        ack.insert("notifications".into(), agreed.to_json());
         let ack = Notification::new(
             methods::NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED,
             Value::Object(ack),
@@ -285,13 +417,40 @@ impl Stateless {
         let cancel = CancellationToken::new();
         let closed = cancel.clone();
         let drain = self.drain_token();
+        let era = self.clone();
         actix::spawn(async move {
             let _lease = lease;
             let (_watching, mut updates) = watched.unzip();
+            let mut poll = (!following.is_empty()).then(|| tokio::time::interval(TASK_POLL));
+            let mut sent: BTreeMap<String, Value> = BTreeMap::new();
             let graceful = loop {
                 tokio::select! {
                     () = closed.cancelled() => break false,
                     () = drain.cancelled() => break true,
+                    () = next_tick(poll.as_mut()) => {
+                        let now = era.followed_tasks(&following, principal.as_deref()).await;
+                        // A task gone (expired) is followed no more.
+                        following.retain(|task_id| now.contains_key(task_id));
+                        let mut kept_up = true;
+                        for (task_id, task) in now {
+                            if sent.get(&task_id) == Some(&task) {
+                                continue;
+                            }
+                            if task_ended(&task) {
+                                following.remove(&task_id);
+                            }
+                            let note = task_notification(task.clone(), &subscription);
+                            kept_up &= weak.upgrade().is_some_and(|tx| tx.try_send(note).is_ok());
+                            sent.insert(task_id, task);
+                        }
+                        sent.retain(|task_id, _| following.contains(task_id));
+                        if !kept_up {
+                            break false;
+                        }
+                        if following.is_empty() {
+                            poll = None;
+                        }
+                    }
                     // The watch ended (or never was): no more updates, and
                     // the stream ends with it.
                     update = next_update(updates.as_mut()) => {

@@ -614,7 +614,7 @@ impl Stateless {
                 let result = self.discover_result();
                 StatelessReply::Now(Response::result(id, result))
             }
-            methods::SUBSCRIPTIONS_LISTEN => self.listen(request, inbound).await,
+            methods::SUBSCRIPTIONS_LISTEN => self.listen(request, &meta, inbound).await,
             methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL => {
                 // The capability first: without it, no task is looked up.
                 if !crate::stateless::tasks::declares_extension(&meta.capabilities) {
