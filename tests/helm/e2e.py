@@ -356,6 +356,28 @@ class Test:
                                         {**base, **extra}, body)
             assert status == 403, f"{extra}: {status}, expected 403"
 
+    def server_card(self):
+        """serverCard on: every pod serves the card at <endpoint>/server-card,
+        the same bytes under the same ETag, named as the values say, its
+        remote at the public URL; an If-None-Match of it gets 304 anywhere."""
+        endpoint = chart.env_list(self.container)["MCP_HTTP__ENDPOINT"]["value"]
+        path = endpoint.rstrip("/") + "/server-card"
+        seen = set()
+        for pod in self.pods:
+            status, h, body = http_request(pod.address, pod.http_port, "GET", path,
+                                           {"Host": SERVICE_FQDN})
+            assert status == 200, f"{pod.name} {path}: {status}"
+            assert h.get("content-type", "").startswith("application/mcp-server-card+json"), h
+            seen.add((h.get("etag"), body))
+        assert len(seen) == 1, f"the pods serve {len(seen)} different cards"
+        (etag, body), = seen
+        card = json.loads(body)
+        assert card["name"] == "com.example/helm-e2e", card
+        assert card["remotes"][0]["url"] == f"https://mcp.example.com{endpoint}", card
+        status, _, _ = http_request("127.0.0.1", self.lb_port, "GET", path,
+                                    {"Host": SERVICE_FQDN, "If-None-Match": etag})
+        assert status == 304, f"If-None-Match through the load balancer: {status}"
+
     def helm_test_pod(self):
         """The `helm test` pod's own command, run here: its curl goes to the
         load balancer in place of the Service's address (curl --connect-to
@@ -483,6 +505,8 @@ def run(results, node, log_dir, label="e2e", echo_prefix="Echo: ", subdir="helm-
         ("every Service name, with and without the port, is allowed", test.service_names),
         ("a Host or an Origin the chart does not allow gets 403", test.refused),
         ("the helm test pod's script passes through the load balancer", test.helm_test_pod),
+        ("every pod serves the same server card (serverCard), 304 on its ETag",
+         test.server_card),
         ("requests reached all three pods", test.spread),
         ("every pod answers the ServiceMonitor's scrape (port, path) with its metrics",
          test.scrape),

@@ -531,6 +531,14 @@ def expect_full(docs):
         "MCP_QUOTA_TASKS_PER_ADDRESS": "0", "MCP_QUOTA_REQUESTS_PER_ADDRESS": "2400",
         "MCP_QUOTA_STREAMS_PER_ADDRESS": "0",
         "MCP_QUOTA_IN_FLIGHT_BYTES_PER_CLIENT": "4194304"}, values
+    # The server card, each key its variable (the node checks them at start).
+    assert {k: v for k, v in values.items() if k.startswith("MCP_SERVER_CARD__")} == {
+        "MCP_SERVER_CARD__NAME": "com.example/tools",
+        "MCP_SERVER_CARD__DESCRIPTION": "Example tools behind a three-node MCP cluster.",
+        "MCP_SERVER_CARD__TITLE": "Example tools", "MCP_SERVER_CARD__VERSION": "2.1.0",
+        "MCP_SERVER_CARD__WEBSITE_URL": "https://example.com/tools",
+        "MCP_SERVER_CARD__PUBLIC_URL": "https://mcp.example.com",
+        "MCP_SERVER_CARD__PUBLISH_TOOLS": "true"}, values
     spec = deployment["spec"]["template"]["spec"]
     assert spec["terminationGracePeriodSeconds"] == 2 + 10 + 60 + 10
     assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 2

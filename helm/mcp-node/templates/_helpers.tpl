@@ -262,6 +262,26 @@ no variable can carry: see mcp-node.configToml.
 {{- end }}
 
 {{/*
+serverCard.* -> MCP_SERVER_CARD__* variables, when serverCard.enabled.
+*/}}
+{{- define "mcp-node.serverCardEnv" -}}
+{{- $env := list }}
+{{- $card := .Values.serverCard }}
+{{- if $card.enabled }}
+{{- $names := dict "name" "MCP_SERVER_CARD__NAME" "description" "MCP_SERVER_CARD__DESCRIPTION" "title" "MCP_SERVER_CARD__TITLE" "version" "MCP_SERVER_CARD__VERSION" "websiteUrl" "MCP_SERVER_CARD__WEBSITE_URL" "publicUrl" "MCP_SERVER_CARD__PUBLIC_URL" }}
+{{- range $key := keys $names | sortAlpha }}
+{{- with (get $card $key) }}
+{{- $env = append $env (dict "name" (get $names $key) "value" (toString .)) }}
+{{- end }}
+{{- end }}
+{{- if $card.publishTools }}
+{{- $env = append $env (dict "name" "MCP_SERVER_CARD__PUBLISH_TOOLS" "value" "true") }}
+{{- end }}
+{{- end }}
+{{- toYaml $env }}
+{{- end }}
+
+{{/*
 The node's TOML file (--config), for the settings no variable can carry:
 auth.toolScopes as [auth.tool_scopes]. Empty when there is none; keys and
 values as toJson writes them, which TOML reads as basic strings.
@@ -428,6 +448,7 @@ projecting that key alone, or nothing when neither is set.
 {{- end }}
 {{- end }}
 {{- $env = concat $env (include "mcp-node.authEnv" . | fromYamlArray) }}
+{{- $env = concat $env (include "mcp-node.serverCardEnv" . | fromYamlArray) }}
 {{- $taken := list }}
 {{- range $env }}
 {{- $taken = append $taken .name }}
