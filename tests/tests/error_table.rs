@@ -50,10 +50,6 @@ const NOT_REACHABLE: &[(&str, &str)] = &[
         "needs the introspection budget spent by a flood; auth_introspection_flood.rs covers it",
     ),
     (
-        "E-node-budget",
-        "a 3 KB body on a node of max_in_flight_bytes 2000 was served (200): not yet made to happen",
-    ),
-    (
         "J-panic",
         "no built-in tool panics; handler_failures.rs covers it with a fixture tool in process",
     ),
@@ -106,6 +102,7 @@ const TRIGGERS: &[&str] = &[
     "S-capability",
     "S-batch",
     "S-response",
+    "E-node-budget",
     "J-not-initialized",
     "J-initialized",
     "J-id-in-flight",
@@ -872,6 +869,33 @@ async fn trigger(id: &str, n: &Nodes) -> Vec<Seen> {
                 &rpc(1, "resources/read", json!({"uri": "test://no-such"})),
             )
             .await)
+        }
+        "E-node-budget" => {
+            // A node holding nothing admits any one request: a running call
+            // holds its ~1.6 KB, and the next body past the 2,000 bytes
+            // left is refused before it is read.
+            let url = n.budget.url();
+            let s = session(url, v).await;
+            let (held_url, held_session) = (url.to_owned(), s.clone());
+            let held = tokio::spawn(async move {
+                let body = call(
+                    2,
+                    "long_running_operation",
+                    json!({"duration_ms": 2000, "steps": 1, "padding": "x".repeat(1500)}),
+                );
+                post(&held_url, Some(&held_session), &[], &body).await
+            });
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let refused = post(
+                url,
+                Some(&s),
+                &[],
+                &call(3, "echo", json!({"message": "y".repeat(800)})),
+            )
+            .await;
+            let held = held.await.unwrap();
+            assert_eq!(held.status, 200, "the held call: {held:?}");
+            one(refused)
         }
         "J-url-elicitation" => {
             let s = session(url, v).await;
