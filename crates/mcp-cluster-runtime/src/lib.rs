@@ -53,7 +53,7 @@ pub mod session;
 pub mod stateless;
 
 pub use node::config::{ResponseMode, RuntimeConfig};
-pub use node::error::RuntimeError;
+pub use node::error::{NodeFull, RuntimeError};
 pub use node::follow::{Follow, FollowEnd, FollowItem};
 pub use node::quota::{Quota, QuotaConfig};
 pub use request::call::{

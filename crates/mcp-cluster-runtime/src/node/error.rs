@@ -19,6 +19,10 @@ pub enum RuntimeError {
     /// A session's mailbox is full (HTTP 503).
     #[error("session overloaded")]
     Overloaded,
+    /// The node holds its most of something clients open without a session
+    /// (2026-07-28: listen streams, running tasks): HTTP 503.
+    #[error("node holds its most {0}")]
+    NodeFull(NodeFull),
     /// The node is draining and takes no new sessions (HTTP 503).
     #[error("node is shutting down")]
     ShuttingDown,
@@ -58,6 +62,24 @@ pub enum RuntimeError {
     },
 }
 
+/// What a node holds its most of ([`RuntimeError::NodeFull`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeFull {
+    /// `runtime.max_listen_streams`.
+    ListenStreams,
+    /// `runtime.max_running_tasks`.
+    Tasks,
+}
+
+impl std::fmt::Display for NodeFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::ListenStreams => "listen streams",
+            Self::Tasks => "running tasks",
+        })
+    }
+}
+
 impl RuntimeError {
     /// What a client is told, on every transport.
     pub fn client_message(&self) -> &'static str {
@@ -65,6 +87,10 @@ impl RuntimeError {
             Self::SessionNotFound => "session not found",
             Self::TooManySessions => "too many sessions",
             Self::Overloaded => "session overloaded, retry later",
+            Self::NodeFull(NodeFull::ListenStreams) => {
+                "this node holds its most listen streams, retry later"
+            }
+            Self::NodeFull(NodeFull::Tasks) => "this node runs its most tasks, retry later",
             Self::ShuttingDown => "node is shutting down",
             Self::UnknownEvent => "unknown Last-Event-ID",
             Self::EventsExpired => "events after Last-Event-ID are no longer retained",

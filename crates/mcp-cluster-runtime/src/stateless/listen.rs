@@ -317,7 +317,10 @@ impl Stateless {
         // A place among the node's listen streams, held while the quota is
         // asked: concurrent listens cannot overshoot the maximum.
         let Some(place) = listeners.reserve() else {
-            return StatelessReply::Refused(RuntimeError::Overloaded, id);
+            return StatelessReply::Refused(
+                RuntimeError::NodeFull(crate::node::error::NodeFull::ListenStreams),
+                id,
+            );
         };
         // A slot of the principal's streams, or without one of its
         // address's listen streams: the client's share of the node bound.

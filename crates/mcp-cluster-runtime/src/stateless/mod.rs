@@ -729,7 +729,10 @@ impl Stateless {
         if task_eligible
             && self.0.running_tasks.load(Ordering::Acquire) >= self.config().max_running_tasks
         {
-            return StatelessReply::Refused(RuntimeError::Overloaded, id);
+            return StatelessReply::Refused(
+                RuntimeError::NodeFull(crate::node::error::NodeFull::Tasks),
+                id,
+            );
         }
         // The parameters' bytes, held by the handler while it runs (a
         // task's whole life).
