@@ -62,7 +62,10 @@ struct Stateless {
     inbound: Inbound,
     lines: mpsc::Sender<Arc<str>>,
     cancels: Arc<Mutex<HashMap<RequestId, oneshot::Sender<()>>>>,
+    /// Requests: answered before the process ends, for up to the grace.
     running: JoinSet<()>,
+    /// Listen streams: they end with the process.
+    listens: JoinSet<()>,
 }
 
 impl Stateless {
@@ -109,6 +112,7 @@ impl Stateless {
 
     async fn request(&mut self, request: Request) {
         let id = request.id.clone();
+        let listen = request.method == methods::SUBSCRIPTIONS_LISTEN;
         let meta = match RequestMeta::read(request.stateless_meta().as_deref())
             .and_then(|meta| meta.version().map(|_| meta))
         {
@@ -133,7 +137,14 @@ impl Stateless {
         }
         let lines = self.lines.clone();
         let cancels = Arc::clone(&self.cancels);
-        self.running.spawn(async move {
+        // A set keeps each ended run until it is joined.
+        let set = if listen {
+            &mut self.listens
+        } else {
+            &mut self.running
+        };
+        while set.try_join_next().is_some() {}
+        set.spawn(async move {
             tokio::select! {
                 () = forward(reply, &lines, &id) => {}
                 _ = cancelled => {}
@@ -254,6 +265,7 @@ pub async fn run(server: impl Into<Served>, config: NodeConfig) -> std::io::Resu
         lines,
         cancels: Arc::default(),
         running: JoinSet::new(),
+        listens: JoinSet::new(),
     };
     let limit = max_line(&config);
     let mut unanswered = Unanswered::default();
@@ -309,8 +321,10 @@ pub async fn run(server: impl Into<Served>, config: NodeConfig) -> std::io::Resu
         while stateless.running.join_next().await.is_some() {}
     })
     .await;
-    // What still runs (a listen stream) stops; its lines close with it.
+    // What still runs stops (listen streams, and requests past the grace);
+    // their lines close with them.
     stateless.running.abort_all();
+    stateless.listens.abort_all();
     drop(stateless);
     let events = &runtime.store().events;
     if events

@@ -392,3 +392,42 @@ fn notifications_cancelled_stops_a_2026_07_28_request_over_stdio() {
     );
     assert_eq!(node.close_and_wait(), Some(0));
 }
+
+#[test]
+fn a_2026_07_28_listen_over_stdio_streams_changes_and_ends_with_stdin() {
+    let mut node = StdioNode::spawn();
+    node.send(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+                      "params": {"notifications": {"toolsListChanged": true},
+                                 "_meta": modern_meta(json!({}))}}),
+    );
+    let ack = node.receive();
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    node.send(&modern_call(
+        2,
+        "test_trigger_tool_change",
+        json!({}),
+        json!({}),
+    ));
+    let mut seen = Vec::new();
+    while !(seen.iter().any(|m: &Value| m["id"] == 2)
+        && seen
+            .iter()
+            .any(|m| m["method"] == "notifications/tools/list_changed"))
+    {
+        seen.push(node.receive());
+    }
+    let change = seen
+        .iter()
+        .find(|m| m["method"] == "notifications/tools/list_changed")
+        .unwrap();
+    assert_eq!(
+        change["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 1,
+        "{change}"
+    );
+    // The open listen stream does not hold the process once stdin closes.
+    assert_eq!(node.close_and_wait(), Some(0));
+}
