@@ -209,6 +209,22 @@ async fn a_listen_stream_follows_a_task_running_on_another_node() {
         "{ack}"
     );
 
+    // A second stream on the same node follows the same task (one read of
+    // the store serves both).
+    let second = request(
+        5,
+        "subscriptions/listen",
+        json!({"notifications": {"taskIds": [task]}}),
+        task_caps(),
+    );
+    let mut other = Messages::new(send(&node(1), &second, &[]).await);
+    let ack = other.next().await.expect("acknowledgement");
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([task]),
+        "{ack}"
+    );
+
     // Its state as tasks/get gives it, until it waits for the answer.
     let waiting = loop {
         let note = next_task_note(&mut stream).await;
@@ -252,6 +268,17 @@ async fn a_listen_stream_follows_a_task_running_on_another_node() {
         done["params"]["result"]["content"][0]["text"], "Deleted b.txt.",
         "{done}"
     );
+    let also = loop {
+        let note = next_task_note(&mut other).await;
+        assert_eq!(
+            note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 5,
+            "{note}"
+        );
+        if note["params"]["status"] == "completed" {
+            break note;
+        }
+    };
+    assert_eq!(also["params"]["result"], done["params"]["result"], "{also}");
     // An ended task is followed no more: nothing else comes.
     assert!(
         stream.next_within(Duration::from_secs(2)).await.is_err(),

@@ -9,19 +9,18 @@
 //! [`LISTEN_BUFFER`] messages full) is closed rather than allowed to grow:
 //! the client listens again and re-reads what it caches.
 //!
-//! A stream may also follow tasks (the tasks extension's `taskIds`): it
-//! reads each task's record from the store every [`TASK_POLL`] and sends
-//! `notifications/tasks`, the task as `tasks/get` gives it, whenever that
-//! changed, until the task ends. Reading the store, not events, works
-//! whichever node runs the task.
+//! A stream may also follow tasks (the tasks extension's `taskIds`): the
+//! node reads each followed task from the store once per poll interval
+//! (`followed.rs`) and sends `notifications/tasks`, the task as `tasks/get`
+//! gives it, whenever that changed, until the task ends. Reading the
+//! store, not events, works whichever node runs the task.
 
 use mcp_cluster_protocol::methods::meta;
 use mcp_cluster_protocol::{ErrorObject, Message, Notification, Request, Response, methods};
 use mcp_cluster_store::StreamId;
 use serde_json::{Map, Value, json};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -36,9 +35,6 @@ use crate::stateless::{RequestMeta, Stateless, StatelessReply};
 
 /// Messages a listen stream holds for a slow client before it is closed.
 pub const LISTEN_BUFFER: usize = 64;
-
-/// How often a listen stream reads the tasks it follows.
-pub const TASK_POLL: Duration = Duration::from_millis(500);
 
 /// What a listen stream asked for (and the server agreed to).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -133,34 +129,6 @@ fn subscription_meta(subscription: &Value) -> Value {
 fn notification(event: &ServerEvent, subscription: &Value) -> Arc<str> {
     let meta = subscription_meta(subscription);
     Arc::from(Message::Notification(event.notification(Some(meta))).to_json())
-}
-
-/// `notifications/tasks` on the listen stream `subscription`: the task as
-/// `tasks/get` gives it, without the result's `resultType`.
-fn task_notification(mut task: Value, subscription: &Value) -> Arc<str> {
-    if let Value::Object(params) = &mut task {
-        params.remove("resultType");
-        with_subscription(params, subscription);
-    }
-    Arc::from(Message::Notification(Notification::new(methods::NOTIFICATION_TASKS, task)).to_json())
-}
-
-/// Whether a task as `tasks/get` gives it has ended.
-fn task_ended(task: &Value) -> bool {
-    matches!(
-        task.get("status").and_then(Value::as_str),
-        Some("completed" | "failed" | "cancelled")
-    )
-}
-
-/// The next tick of a poll; never, without one.
-async fn next_tick(poll: Option<&mut tokio::time::Interval>) {
-    match poll {
-        Some(poll) => {
-            poll.tick().await;
-        }
-        None => std::future::pending().await,
-    }
 }
 
 /// The next URI a watch reports; never, without a watch.
@@ -278,22 +246,22 @@ impl Stateless {
             .collect()
     }
 
-    /// The tasks of `ids` that `principal` may follow, each as `tasks/get`
-    /// gives it now: unknown and other principals' tasks are left out.
-    async fn followed_tasks(
+    /// The tasks of `ids` that `principal` may follow: unknown and other
+    /// principals' tasks are left out.
+    async fn followable_tasks(
         &self,
         ids: &BTreeSet<String>,
         principal: Option<&str>,
-    ) -> BTreeMap<String, Value> {
-        let mut found = BTreeMap::new();
+    ) -> BTreeSet<String> {
+        let mut found = BTreeSet::new();
         for id in ids {
             let get = Request::new(
                 mcp_cluster_protocol::RequestId::Number(0),
                 methods::TASKS_GET,
                 json!({ "taskId": id }),
             );
-            if let Ok(task) = self.task_method(&get, principal).await {
-                found.insert(id.clone(), task);
+            if self.task_method(&get, principal).await.is_ok() {
+                found.insert(id.clone());
             }
         }
         found
@@ -376,12 +344,11 @@ impl Stateless {
             .as_deref()
             .map(mcp_cluster_store::Principal::key);
         if !filter.task_ids.is_empty() {
-            let found = self
-                .followed_tasks(&filter.task_ids, principal.as_deref())
+            filter.task_ids = self
+                .followable_tasks(&filter.task_ids, principal.as_deref())
                 .await;
-            filter.task_ids = found.into_keys().collect();
         }
-        let mut following = std::mem::take(&mut filter.task_ids);
+        let following = std::mem::take(&mut filter.task_ids);
         let subscription = serde_json::to_value(&id).unwrap_or(Value::Null);
         let (tx, rx) = mpsc::channel(LISTEN_BUFFER);
         let mut ack = Map::new();
@@ -420,40 +387,28 @@ impl Stateless {
         let cancel = CancellationToken::new();
         let closed = cancel.clone();
         let drain = self.drain_token();
+        if !following.is_empty() {
+            let follower = crate::stateless::followed::Follower {
+                stream: stream.clone(),
+                subscription: subscription.clone(),
+                tx: weak.clone(),
+                closed: cancel.clone(),
+            };
+            self.followed().follow(
+                self,
+                principal.as_deref().unwrap_or_default(),
+                &following,
+                &follower,
+            );
+        }
         let era = self.clone();
         actix::spawn(async move {
             let _lease = lease;
             let (_watching, mut updates) = watched.unzip();
-            let mut poll = (!following.is_empty()).then(|| tokio::time::interval(TASK_POLL));
-            let mut sent: BTreeMap<String, Value> = BTreeMap::new();
             let graceful = loop {
                 tokio::select! {
                     () = closed.cancelled() => break false,
                     () = drain.cancelled() => break true,
-                    () = next_tick(poll.as_mut()) => {
-                        let now = era.followed_tasks(&following, principal.as_deref()).await;
-                        // A task gone (expired) is followed no more.
-                        following.retain(|task_id| now.contains_key(task_id));
-                        let mut kept_up = true;
-                        for (task_id, task) in now {
-                            if sent.get(&task_id) == Some(&task) {
-                                continue;
-                            }
-                            if task_ended(&task) {
-                                following.remove(&task_id);
-                            }
-                            let note = task_notification(task.clone(), &subscription);
-                            kept_up &= weak.upgrade().is_some_and(|tx| tx.try_send(note).is_ok());
-                            sent.insert(task_id, task);
-                        }
-                        sent.retain(|task_id, _| following.contains(task_id));
-                        if !kept_up {
-                            break false;
-                        }
-                        if following.is_empty() {
-                            poll = None;
-                        }
-                    }
                     // The watch ended (or never was): no more updates, and
                     // the stream ends with it.
                     update = next_update(updates.as_mut()) => {
@@ -478,6 +433,7 @@ impl Stateless {
                 let _ = tx.try_send(Arc::from(Message::Response(end).to_json()));
             }
             listeners.remove(&stream);
+            era.followed().unfollow(&stream);
             gauge.dec();
         });
         let (reply_tx, reply) = oneshot::channel();

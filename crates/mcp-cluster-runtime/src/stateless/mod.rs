@@ -15,6 +15,7 @@
 //! [`crate::request`] as the session era's do, and it knows nothing of
 //! sessions.
 
+mod followed;
 pub(crate) mod kept;
 pub mod listen;
 pub mod mrtr;
@@ -476,6 +477,8 @@ pub(crate) struct Era {
     server_info: std::sync::OnceLock<Value>,
     /// Wake-ups between kept runs and their retries on this node.
     kept: kept::Wakers,
+    /// The tasks this node's listen streams follow.
+    followed: followed::Followed,
 }
 
 impl Stateless {
@@ -501,7 +504,13 @@ impl Stateless {
             running_tasks: AtomicUsize::new(0),
             server_info: std::sync::OnceLock::new(),
             kept: kept::Wakers::default(),
+            followed: followed::Followed::default(),
         }))
+    }
+
+    /// The tasks this node's listen streams follow.
+    pub(crate) fn followed(&self) -> &followed::Followed {
+        &self.0.followed
     }
 
     pub(crate) fn config(&self) -> &RuntimeConfig {
