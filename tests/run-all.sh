@@ -549,7 +549,8 @@ tests/js/node_modules/.bin/node tests/js/sdk-client-e2e.mjs "$NODE_URL" 2>&1 | t
 sdk_status=${PIPESTATUS[0]}
 # What the 2025-11-25 revision added (icons, server-to-client ping, URL-mode
 # elicitation and -32042, sampling with tools), on every transport: Streamable
-# HTTP and stdio in both eras, legacy HTTP+SSE (tests/js/revision-features.mjs).
+# HTTP and stdio in both eras, legacy HTTP+SSE (tests/js/revision-features.mjs,
+# then the same checks with the Python SDK, tests/py/revision_features.py).
 : >"$LOG_DIR/revision-features.log"
 revision_features() {
   local args
@@ -557,9 +558,12 @@ revision_features() {
     # shellcheck disable=SC2086 # each entry is the script's arguments
     tests/js/node_modules/.bin/node tests/js/revision-features.mjs $args 2>&1 | tee -a "$LOG_DIR/revision-features.log"
     [ "${PIPESTATUS[0]}" = 0 ] || sdk_status=1
+    # shellcheck disable=SC2086 # each entry is the script's arguments
+    tests/py/.venv/bin/python tests/py/revision_features.py $args 2>&1 | tee -a "$LOG_DIR/revision-features.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || sdk_status=1
   done
 }
-echo "== the 2025-11-25 additions on every transport (TypeScript SDK v2)"
+echo "== the 2025-11-25 additions on every transport (TypeScript SDK v2, Python SDK)"
 revision_features "$NODE_URL" "$ROOT/target/debug/mcp-node"
 set -e
 stop_node
@@ -686,7 +690,7 @@ bash tests/client-matrix.sh "$LB_URL" redis-cluster 2>&1 | tee "$LOG_DIR/matrix-
 set -e
 stop_cluster
 read -r sdk_passed sdk_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/sdk-e2e.log")
-read -r rev_passed rev_failed < <(awk '/^revision-features .*: [0-9]+ passed, [0-9]+ failed$/ {p += $(NF-3); f += $(NF-1)} END {print p+0, f+0}' "$LOG_DIR/revision-features.log")
+read -r rev_passed rev_failed < <(awk '/^revision-features(-python)? .*: [0-9]+ passed, [0-9]+ failed$/ {p += $(NF-3); f += $(NF-1)} END {print p+0, f+0}' "$LOG_DIR/revision-features.log")
 sdk_passed=$((sdk_passed + rev_passed))
 sdk_failed=$((sdk_failed + rev_failed))
 # One count per client x target run.
