@@ -492,6 +492,7 @@ async fn first_event_id(url: &str, session: &str) -> String {
 
 /// A long call in the background; waits until it runs.
 async fn running(url: &str, session: &str, id: u64) -> tokio::task::JoinHandle<Seen> {
+    let node = base(url);
     let (url, session) = (url.to_owned(), session.to_owned());
     let task = tokio::spawn(async move {
         let body = call(
@@ -501,7 +502,13 @@ async fn running(url: &str, session: &str, id: u64) -> tokio::task::JoinHandle<S
         );
         post(&url, Some(&session), &[], &body).await
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Until its handler runs.
+    within("the long call's handler", async {
+        while mcp_cluster_testkit::metric(&node, "mcp_requests_in_flight").await < 1.0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     task
 }
 
@@ -889,7 +896,19 @@ async fn trigger(id: &str, n: &Nodes) -> Vec<Seen> {
                 );
                 post(&held_url, Some(&held_session), &[], &body).await
             });
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            // Until the node holds the running call's bytes.
+            within("the held call's bytes", async {
+                while mcp_cluster_testkit::metric(
+                    &base(url),
+                    "mcp_retained_bytes{kind=\"in_flight\"}",
+                )
+                .await
+                    < 1500.0
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await;
             let refused = post(
                 url,
                 Some(&s),
