@@ -490,6 +490,16 @@ async fn first_event_id(url: &str, session: &str) -> String {
     first.expect("an event with an id")
 }
 
+/// Waits until the node at `base` reports at least `at_least` for `series`.
+async fn until_metric(base: &str, series: &str, at_least: f64) {
+    within(series, async {
+        while mcp_cluster_testkit::metric(base, series).await < at_least {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
 /// A long call in the background; waits until it runs.
 async fn running(url: &str, session: &str, id: u64) -> tokio::task::JoinHandle<Seen> {
     let node = base(url);
@@ -503,12 +513,7 @@ async fn running(url: &str, session: &str, id: u64) -> tokio::task::JoinHandle<S
         post(&url, Some(&session), &[], &body).await
     });
     // Until its handler runs.
-    within("the long call's handler", async {
-        while mcp_cluster_testkit::metric(&node, "mcp_requests_in_flight").await < 1.0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until_metric(&node, "mcp_requests_in_flight", 1.0).await;
     task
 }
 
@@ -897,18 +902,7 @@ async fn trigger(id: &str, n: &Nodes) -> Vec<Seen> {
                 post(&held_url, Some(&held_session), &[], &body).await
             });
             // Until the node holds the running call's bytes.
-            within("the held call's bytes", async {
-                while mcp_cluster_testkit::metric(
-                    &base(url),
-                    "mcp_retained_bytes{kind=\"in_flight\"}",
-                )
-                .await
-                    < 1500.0
-                {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            })
-            .await;
+            until_metric(&base(url), "mcp_retained_bytes{kind=\"in_flight\"}", 1500.0).await;
             let refused = post(
                 url,
                 Some(&s),
@@ -963,7 +957,7 @@ async fn trigger(id: &str, n: &Nodes) -> Vec<Seen> {
                     .await
                 }
             });
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            until_metric(&base(node.url()), "mcp_requests_in_flight", 1.0).await;
             let status = tokio::task::spawn_blocking(move || {
                 let status = node.terminate_within(mcp_cluster_testkit::GUARD);
                 (node, status)
