@@ -54,26 +54,12 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+from matrix_rules import MAX_PAGES, MODERN, CheckFailed, require, text_of
 
-MODERN = "2026-07-28"
 STEP_TIMEOUT_S = 20.0
-MAX_PAGES = 100
 SIGN_IN_URL = "https://auth.example.com/connect?elicitation="
 ICON_SRC_PREFIX = "data:image/svg+xml;base64,"
 WEATHER_TEXT = 'The model called get_weather with {"city":"Paris"}'
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def require(cond: bool, message: str) -> None:
-    if not cond:
-        raise CheckFailed(message)
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(c.text for c in result.content if getattr(c, "type", None) == "text")
 
 
 def fmt(value: Any) -> str:
