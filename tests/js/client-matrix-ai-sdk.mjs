@@ -35,6 +35,7 @@ import {
   fmt,
   lastExchanges,
   modernWireViolations,
+  pingEndedSession,
   recordingFetch,
   sleep,
 } from './client-matrix-lib.mjs';
@@ -344,17 +345,7 @@ await check('close(): DELETE 2xx, then the session id gets 404', async () => {
   const del = wire.slice(mark).find((w) => w.method === 'DELETE');
   assert(del, 'the client sent no DELETE');
   assert(del.status >= 200 && del.status < 300, `DELETE answered ${del.status ?? del.error}`);
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: {
-      'Mcp-Session-Id': sessionId,
-      'MCP-Protocol-Version': protocolVersion,
-      Accept: 'application/json, text/event-stream',
-      'Content-Type': 'application/json',
-    },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 'after-delete', method: 'ping' }),
-  });
-  await res.text();
+  const res = await pingEndedSession(url, sessionId, protocolVersion);
   assert(res.status === 404, `ping with the ended session id answered ${res.status}, expected 404`);
   const { era, detail } = eraFromWire(wire);
   assert(era === 'session', `the wire shows era ${era} (${detail})`);

@@ -235,6 +235,24 @@ export function recordingFetch(wire) {
   };
 }
 
+/**
+ * A `ping` POSTed with a session id after the session ended (the client's
+ * DELETE): `{ status, body }` of the answer, which must be 404.
+ */
+export async function pingEndedSession(url, sessionId, protocolVersion) {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: {
+      'Mcp-Session-Id': sessionId,
+      'MCP-Protocol-Version': protocolVersion,
+      Accept: 'application/json, text/event-stream',
+      'Content-Type': 'application/json',
+    },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 'after-delete', method: 'ping' }),
+  });
+  return { status: res.status, body: await res.text() };
+}
+
 /** Shortens a wire entry for a failure message. */
 const brief = (w) => {
   const { events, ...rest } = w;
@@ -546,17 +564,7 @@ export async function runMatrix({ url, label, adapter, wire }) {
     const del = wire.slice(mark).find((w) => w.method === 'DELETE');
     assert(del, 'the client sent no DELETE');
     assert(del.status >= 200 && del.status < 300, `DELETE answered ${del.status ?? del.error}`);
-    const res = await fetch(url, {
-      method: 'POST',
-      headers: {
-        'Mcp-Session-Id': sessionId,
-        'MCP-Protocol-Version': protocolVersion,
-        Accept: 'application/json, text/event-stream',
-        'Content-Type': 'application/json',
-      },
-      body: JSON.stringify({ jsonrpc: '2.0', id: 'after-delete', method: 'ping' }),
-    });
-    await res.text();
+    const res = await pingEndedSession(url, sessionId, protocolVersion);
     assert(res.status === 404, `ping with the ended session id answered ${res.status}, expected 404`);
     const { era, detail } = eraFromWire(wire);
     assert(era === 'session', `the wire shows era ${era} (${detail})`);

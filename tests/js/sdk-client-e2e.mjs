@@ -17,6 +17,7 @@ import {
   CreateMessageRequestSchema,
   LATEST_PROTOCOL_VERSION,
 } from '@modelcontextprotocol/sdk/types.js';
+import { pingEndedSession } from './client-matrix-lib.mjs';
 
 const url = process.argv[2];
 if (!url) {
@@ -365,18 +366,8 @@ await step('g. terminateSession (DELETE), then the old session id gets HTTP 404'
   await transport.terminateSession();
   const del = wire.slice(mark).find((w) => w.dir === 'http' && w.msg.method === 'DELETE');
   assert(del && del.msg.status >= 200 && del.msg.status < 300, `DELETE returned ${del?.msg.status}, expected 2xx`);
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: {
-      'Mcp-Session-Id': sessionId,
-      'MCP-Protocol-Version': protocolVersion,
-      Accept: 'application/json, text/event-stream',
-      'Content-Type': 'application/json',
-    },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 'after-delete', method: 'ping' }),
-  });
-  const body = await res.text();
-  assert(res.status === 404, `POST ping with terminated session id returned HTTP ${res.status} (expected 404): ${body.slice(0, 200)}`);
+  const res = await pingEndedSession(url, sessionId, protocolVersion);
+  assert(res.status === 404, `POST ping with terminated session id returned HTTP ${res.status} (expected 404): ${res.body.slice(0, 200)}`);
   await client.close();
   return `DELETE ${del.msg.status}, then ping ${res.status}`;
 });
