@@ -36,12 +36,18 @@ pub const LOGGING_SET_LEVEL: &str = "logging/setLevel";
 pub const SERVER_DISCOVER: &str = "server/discover";
 /// `subscriptions/listen` (2026-07-28): the long-lived change stream.
 pub const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
-/// `tasks/get` (the `io.modelcontextprotocol/tasks` extension).
+/// `tasks/get` (the `io.modelcontextprotocol/tasks` extension; a
+/// 2025-11-25 session's tasks).
 pub const TASKS_GET: &str = "tasks/get";
 /// `tasks/update` (the tasks extension).
 pub const TASKS_UPDATE: &str = "tasks/update";
-/// `tasks/cancel` (the tasks extension).
+/// `tasks/cancel` (the tasks extension; a 2025-11-25 session's tasks).
 pub const TASKS_CANCEL: &str = "tasks/cancel";
+/// `tasks/result` (a 2025-11-25 session's tasks): waits for a task's end
+/// and answers with its underlying request's answer.
+pub const TASKS_RESULT: &str = "tasks/result";
+/// `tasks/list` (a 2025-11-25 session's tasks; not served).
+pub const TASKS_LIST: &str = "tasks/list";
 
 /// `sampling/createMessage` (server → client).
 pub const SAMPLING_CREATE_MESSAGE: &str = "sampling/createMessage";
@@ -98,6 +104,8 @@ pub mod meta {
     pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
     /// The `subscriptions/listen` request a notification belongs to.
     pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+    /// The task a message belongs to (2025-11-25): `{"taskId": …}`.
+    pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 }
 
 /// Methods whose `params.name` (or `params.uri`) the `Mcp-Name` header

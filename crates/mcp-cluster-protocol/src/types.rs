@@ -168,6 +168,10 @@ pub struct ServerCapabilities {
     /// with its settings object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extensions: Option<JsonObject>,
+    /// Task-augmented requests (2025-11-25): `{list?, cancel?, requests?:
+    /// {tools?: {call?}}}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<JsonObject>,
 }
 
 /// `initialize` result.
@@ -238,6 +242,36 @@ pub struct Tool {
     /// Icons a client may show for it (2025-11-25 and later).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub icons: Option<Vec<Icon>>,
+    /// How it may run (2025-11-25 only: task-augmented calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<ToolExecution>,
+}
+
+/// Whether a tool runs as a task: in a 2025-11-25 session, when the call
+/// is task-augmented (`params.task`); in 2026-07-28, when the request's
+/// client declares the tasks extension. In configuration files and on the
+/// wire (`execution.taskSupport`), `"forbidden"`, `"optional"` or
+/// `"required"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskSupport {
+    /// Never: always answered synchronously.
+    #[default]
+    Forbidden,
+    /// As a task when the client asks for one, synchronously otherwise.
+    Optional,
+    /// Only as a task: a call that is not one is refused (2025-11-25:
+    /// -32601; 2026-07-28: -32021).
+    Required,
+}
+
+/// `Tool.execution` (2025-11-25).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolExecution {
+    /// Whether it may be called as a task; absent reads as forbidden.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_support: Option<TaskSupport>,
 }
 
 /// `tools/list` result.

@@ -111,6 +111,13 @@ impl ProtocolVersion {
         self >= Self::V2025_11_25
     }
 
+    /// Task-augmented requests with `tasks/get`, `tasks/result` and
+    /// `tasks/cancel` in the session: 2025-11-25 only (2026-07-28 has the
+    /// tasks extension instead).
+    pub fn has_session_tasks(self) -> bool {
+        self == Self::V2025_11_25
+    }
+
     /// A server may `ping` the client: in the session era only (2026-07-28
     /// has no server-to-client request outside input rounds, and no ping).
     pub fn has_server_ping(self) -> bool {

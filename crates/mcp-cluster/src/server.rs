@@ -9,9 +9,9 @@ use mcp_cluster_protocol::types::{
     CallToolParams, CallToolResult, CompleteParams, CompleteResult, Completion,
     CompletionReference, GetPromptParams, Implementation, ListChanged, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedParams,
-    ReadResourceResult, ResourcesCapability, ServerCapabilities, UriParams,
+    ReadResourceResult, ResourcesCapability, ServerCapabilities, Tool, UriParams,
 };
-use mcp_cluster_protocol::{ErrorCode, ErrorObject, Request, methods};
+use mcp_cluster_protocol::{ErrorCode, ErrorObject, ProtocolVersion, Request, methods};
 use mcp_cluster_runtime::{McpService, MirroredParam, RequestContext, ServerEvent, TaskSupport};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -447,14 +447,24 @@ impl McpServer {
         to_value(CompleteResult { completion })
     }
 
-    fn list(&self, request: &Request) -> Result<Value, ErrorObject> {
+    fn list(&self, request: &Request, version: ProtocolVersion) -> Result<Value, ErrorObject> {
         let PaginatedParams { cursor } = request.parse_params()?;
         let cursor = cursor.as_deref();
         let size = self.inner.page_size;
         let catalog = self.catalog();
         match request.method.as_str() {
             methods::TOOLS_LIST => {
-                let tools: Vec<_> = catalog.tools.iter().map(|t| t.tool.clone()).collect();
+                // `execution` is 2025-11-25's alone (2026-07-28 has the tasks
+                // extension, whose clients ask no tool).
+                let tasks = version.has_session_tasks();
+                let tools: Vec<_> = catalog
+                    .tools
+                    .iter()
+                    .map(|t| Tool {
+                        execution: t.tool.execution.clone().filter(|_| tasks),
+                        ..t.tool.clone()
+                    })
+                    .collect();
                 let (tools, next_cursor) = cursor::page(&tools, cursor, size)?;
                 to_value(ListToolsResult { tools, next_cursor })
             }
@@ -573,6 +583,8 @@ impl McpService for McpServer {
                 );
                 extensions
             }),
+            // Declared by the runtime, in 2025-11-25 sessions (`runs_tasks`).
+            tasks: None,
         }
     }
 
@@ -586,7 +598,7 @@ impl McpService for McpServer {
             methods::TOOLS_LIST
             | methods::RESOURCES_LIST
             | methods::RESOURCES_TEMPLATES_LIST
-            | methods::PROMPTS_LIST => self.list(&request),
+            | methods::PROMPTS_LIST => self.list(&request, ctx.protocol_version()),
             methods::RESOURCES_READ => self.read_resource(&request, ctx).await,
             methods::PROMPTS_GET => self.get_prompt(&request, ctx).await,
             methods::COMPLETION_COMPLETE => self.complete(&request),
@@ -626,6 +638,13 @@ impl McpService for McpServer {
         self.catalog()
             .tool(name)
             .map_or(TaskSupport::Forbidden, |t| t.task)
+    }
+
+    fn runs_tasks(&self) -> bool {
+        self.catalog()
+            .tools
+            .iter()
+            .any(|t| t.task != TaskSupport::Forbidden)
     }
 
     fn task_starts_in_handler(&self, name: &str) -> bool {

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use mcp_cluster_protocol::ErrorObject;
-use mcp_cluster_protocol::types::{CallToolResult, Icon, JsonObject, Tool, ToolAnnotations};
+use mcp_cluster_protocol::types::{
+    CallToolResult, Icon, JsonObject, Tool, ToolAnnotations, ToolExecution,
+};
 use mcp_cluster_runtime::{MirroredParam, RequestContext, TaskSupport};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -110,6 +112,7 @@ impl ToolDef {
                 output_schema: None,
                 annotations: None,
                 icons: None,
+                execution: None,
             },
             input: Arc::new(input),
             output: None,
@@ -213,12 +216,18 @@ impl ToolDef {
         self
     }
 
-    /// Runs the tool as a task (2026-07-28 tasks extension) for clients that
-    /// declare the extension: [`TaskSupport::Optional`] answers others
-    /// synchronously, [`TaskSupport::Required`] refuses them (-32021).
+    /// Runs the tool as a task: for 2026-07-28 clients that declare the
+    /// tasks extension, and for task-augmented calls (`params.task`) in
+    /// 2025-11-25 sessions, whose `tools/list` says so
+    /// (`execution.taskSupport`). [`TaskSupport::Optional`] answers other
+    /// calls synchronously; [`TaskSupport::Required`] refuses them
+    /// (2026-07-28: -32021; 2025-11-25: -32601).
     #[must_use]
     pub fn task(mut self, support: TaskSupport) -> Self {
         self.task = support;
+        self.tool.execution = (support != TaskSupport::Forbidden).then_some(ToolExecution {
+            task_support: Some(support),
+        });
         self
     }
 

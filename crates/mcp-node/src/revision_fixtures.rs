@@ -120,6 +120,7 @@ async fn sample_with_tools(ctx: RequestContext) -> Result<CallToolResult, ErrorO
         output_schema: None,
         annotations: None,
         icons: None,
+        execution: None,
     };
     let mut params = CreateMessageParams::new(
         vec![SamplingMessage {

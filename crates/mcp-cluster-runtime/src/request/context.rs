@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::request::exchange::Exchange;
 use crate::request::method_table;
+use crate::request::tasks::TaskOutput;
 
 /// Session state that handlers read without a mailbox round trip. Written by
 /// the session actor only.
@@ -101,6 +102,10 @@ pub(crate) struct RequestOutput {
     pub(crate) exchange: Arc<Exchange>,
     /// Held across the append, so emits and the response keep their order.
     state: tokio::sync::Mutex<OutputState>,
+    /// Set for a 2025-11-25 session's task: every message it emits names
+    /// the task (`_meta` `io.modelcontextprotocol/related-task`), and its
+    /// answer ends the task instead of being written.
+    task: Option<Arc<dyn TaskOutput>>,
 }
 
 #[derive(Debug, Default)]
@@ -114,7 +119,22 @@ impl RequestOutput {
         Self {
             exchange,
             state: tokio::sync::Mutex::new(OutputState::default()),
+            task: None,
         }
+    }
+
+    /// The output of a 2025-11-25 session's task `run`, whose messages go
+    /// to `exchange` (the session's own stream).
+    pub(crate) fn of_task(exchange: Arc<Exchange>, run: Arc<dyn TaskOutput>) -> Self {
+        Self {
+            task: Some(run),
+            ..Self::new(exchange)
+        }
+    }
+
+    /// The session's task this is the output of.
+    pub(crate) fn task(&self) -> Option<&Arc<dyn TaskOutput>> {
+        self.task.as_ref()
     }
 
     pub(crate) async fn emit(
@@ -134,7 +154,14 @@ impl RequestOutput {
             }
             state.last_progress = Some(p);
         }
-        self.exchange.emit(message).await.map_err(EmitError::Store)
+        let written = match &self.task {
+            Some(run) => {
+                let tagged = related_to(message.clone(), run.id());
+                self.exchange.emit(&tagged).await
+            }
+            None => self.exchange.emit(message).await,
+        };
+        written.map_err(EmitError::Store)
     }
 
     /// Writes the final response (`None` when cancelled). Idempotent: only
@@ -145,10 +172,35 @@ impl RequestOutput {
             return;
         }
         state.finished = true;
+        if let Some(run) = &self.task {
+            run.finish(response.map(|r| r.outcome)).await;
+            return;
+        }
         if let Err(err) = self.exchange.finish(response).await {
             tracing::warn!(error = %err, "Response could not be written to the event log.");
         }
     }
+}
+
+/// `message` naming task `id` in its `_meta`
+/// (`io.modelcontextprotocol/related-task`).
+pub(crate) fn related_to(mut message: Message, id: &str) -> Message {
+    let params = match &mut message {
+        Message::Request(r) => &mut r.params,
+        Message::Notification(n) => &mut n.params,
+        Message::Response(_) => return message,
+    };
+    let meta = params
+        .get_or_insert_with(serde_json::Map::new)
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if let Value::Object(meta) = meta {
+        meta.insert(
+            mcp_cluster_protocol::methods::meta::RELATED_TASK.into(),
+            serde_json::json!({ "taskId": id }),
+        );
+    }
+    message
 }
 
 /// Why a notification from a handler was not sent.
@@ -405,11 +457,14 @@ impl RequestContext {
     /// Only for tools that start their task in the handler
     /// ([`crate::request::service::McpService::task_starts_in_handler`]) and clients that
     /// declared the extension; `false` otherwise (the request goes on as
-    /// it was, which every other era does too).
+    /// it was, which the session era does too). A task-augmented call of a
+    /// 2025-11-25 session is a task from its start: `true` there.
     pub async fn become_task(&self) -> bool {
         match &self.inner.scope {
             Scope::Stateless(scope) => scope.start_task().await,
-            Scope::Session { .. } => false,
+            // A 2025-11-25 session's task-augmented call is one from its
+            // start.
+            Scope::Session { .. } => self.inner.output.task().is_some(),
         }
     }
 
@@ -594,24 +649,38 @@ impl RequestContext {
             .await
             .map_err(|_| AskError::Unavailable)??;
         tracing::debug!(ask = %id, request = %from, %method, "Asking the client.");
+        // A session's task waits for input meanwhile (`input_required`),
+        // said before the question goes out.
+        let task = self.inner.output.task();
+        let key = id.to_string();
+        if let Some(run) = task {
+            run.question_out(key.clone(), method).await;
+        }
         let request = Request::new(id, method, params);
-        self.inner
+        let asked = match self
+            .inner
             .output
             .emit(&Message::Request(request), None)
             .await
-            .map_err(|err| {
-                tracing::debug!(request = %from, error = %err, "The question did not go out.");
-                AskError::Unavailable
-            })?;
-        tokio::select! {
-            answer = answer => match answer {
-                Ok(Ok(value)) => Ok(value),
-                Ok(Err(error)) => Err(AskError::Rejected(error)),
-                Err(_) => Err(AskError::Unavailable),
+        {
+            Ok(()) => tokio::select! {
+                answer = answer => match answer {
+                    Ok(Ok(value)) => Ok(value),
+                    Ok(Err(error)) => Err(AskError::Rejected(error)),
+                    Err(_) => Err(AskError::Unavailable),
+                },
+                () = self.inner.cancel.cancelled() => Err(AskError::Cancelled),
+                () = tokio::time::sleep(self.inner.ask_timeout) => Err(AskError::Timeout),
             },
-            () = self.inner.cancel.cancelled() => Err(AskError::Cancelled),
-            () = tokio::time::sleep(self.inner.ask_timeout) => Err(AskError::Timeout),
+            Err(err) => {
+                tracing::debug!(request = %from, error = %err, "The question did not go out.");
+                Err(AskError::Unavailable)
+            }
+        };
+        if let Some(run) = task {
+            run.question_answered(&key).await;
         }
+        asked
     }
 
     /// `sampling/createMessage`: asks the client's LLM.

@@ -16,8 +16,9 @@ pub(crate) enum By {
     /// The provider's service, the same handler in both eras.
     Service,
     /// The era itself: the session actor (lifecycle, ping, log level,
-    /// subscriptions), or the stateless era (discovery, listen streams,
-    /// tasks).
+    /// subscriptions; a 2025-11-25 session's tasks, handed to the service
+    /// by a session that runs none), or the stateless era (discovery,
+    /// listen streams, tasks).
     Era,
     /// Not in this era. A session hands it to the service like any method
     /// it does not know (the service refuses it); a stateless request is
@@ -85,9 +86,10 @@ pub(crate) const METHODS: &[Method] = &[
     method(methods::LOGGING_SET_LEVEL, By::Era, By::Neither),
     cacheable(method(methods::SERVER_DISCOVER, By::Neither, By::Era)),
     method(methods::SUBSCRIPTIONS_LISTEN, By::Neither, By::Era),
-    method(methods::TASKS_GET, By::Neither, By::Era),
+    method(methods::TASKS_GET, By::Era, By::Era),
     method(methods::TASKS_UPDATE, By::Neither, By::Era),
-    method(methods::TASKS_CANCEL, By::Neither, By::Era),
+    method(methods::TASKS_CANCEL, By::Era, By::Era),
+    method(methods::TASKS_RESULT, By::Era, By::Neither),
 ];
 
 /// The entry of `name`; `None` for a method this runtime does not know.

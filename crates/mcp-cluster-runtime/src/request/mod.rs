@@ -31,6 +31,7 @@ pub(crate) mod executor;
 pub mod link;
 pub(crate) mod method_table;
 pub mod service;
+pub(crate) mod tasks;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -61,10 +62,22 @@ pub(crate) fn handler_job(
     context: RequestContext,
     exchange: &Exchange,
 ) -> Job {
-    let service = Arc::clone(service);
     let span = exchange.span_of(&request.id);
     // The parameters' bytes stay counted while the handler holds them.
     let hold = exchange.take_hold(&request.id);
+    run_handler(service, request, context, span, hold)
+}
+
+/// As [`handler_job`], with the request's span and the hold of its
+/// parameters' bytes taken from its exchange already.
+pub(crate) fn run_handler(
+    service: &Arc<dyn McpService>,
+    request: Request,
+    context: RequestContext,
+    span: tracing::Span,
+    hold: Option<mcp_cluster_store::Hold>,
+) -> Job {
+    let service = Arc::clone(service);
     Box::pin(
         async move {
             let _hold = hold;

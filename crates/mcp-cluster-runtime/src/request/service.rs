@@ -73,21 +73,9 @@ impl MirroredParam {
     }
 }
 
-/// Whether a tool runs as a task (the 2026-07-28 tasks extension) when the
-/// request's client declares the extension. In configuration files,
-/// `"forbidden"`, `"optional"` or `"required"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TaskSupport {
-    /// Never: always answered synchronously.
-    #[default]
-    Forbidden,
-    /// As a task for clients that declare the extension, synchronously for
-    /// others.
-    Optional,
-    /// Only as a task: clients without the extension get -32021.
-    Required,
-}
+/// Whether a tool runs as a task, in either era (the protocol crate's
+/// type, named here where services use it).
+pub use mcp_cluster_protocol::types::TaskSupport;
 
 /// A server-side happening that clients may need to hear about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,10 +189,17 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
-    /// Whether tool `name` runs as a task for clients of the tasks
-    /// extension. Default: never.
+    /// Whether tool `name` runs as a task: for 2026-07-28 clients of the
+    /// tasks extension, and for task-augmented calls in 2025-11-25
+    /// sessions. Default: never.
     fn task_support(&self, _name: &str) -> TaskSupport {
         TaskSupport::Forbidden
+    }
+
+    /// Whether any tool may run as a task: a 2025-11-25 session's
+    /// `initialize` then declares `capabilities.tasks`. Default: no.
+    fn runs_tasks(&self) -> bool {
+        false
     }
 
     /// Whether tool `name` becomes a task only when its handler calls

@@ -94,6 +94,7 @@ impl Runtime {
             config,
             executor,
             sessions: Arc::clone(&sessions),
+            tasks: Arc::new(stateless.clone()),
         };
         let sweeper = Sweeper::new(vec![
             Arc::clone(&sessions) as _,

@@ -14,6 +14,7 @@
 
 pub(crate) mod forward;
 pub(crate) mod registry;
+pub(crate) mod tasks;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::node::config::RuntimeConfig;
 use crate::node::error::RuntimeError;
@@ -54,7 +56,8 @@ use crate::request::link::{
 use crate::request::method_table::{self, By};
 use crate::request::service::ServerEvent;
 use crate::request::service::{McpService, OpenError, SessionOpen};
-use crate::request::{Cancel, InFlightRequest, RequestFinished, handler_job};
+use crate::request::tasks::{SessionTasks, TaskStart};
+use crate::request::{Cancel, InFlightRequest, Job, RequestFinished, handler_job, run_handler};
 use crate::session::registry::Sessions;
 /// How often a session checks whether it is idle.
 const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
@@ -165,6 +168,10 @@ pub(crate) struct SessionDeps {
     /// The node's sessions: a stopping session takes itself out, so that
     /// it never counts against `max_sessions` once stopped.
     pub(crate) sessions: Sessions,
+    /// The node's tasks, which a 2025-11-25 session's task-augmented calls
+    /// are too (one store, one lease, one count of running tasks with the
+    /// 2026-07-28 tasks extension).
+    pub(crate) tasks: Arc<dyn SessionTasks>,
 }
 
 /// One MCP session on this node.
@@ -928,6 +935,11 @@ impl Session {
             methods::RESOURCES_SUBSCRIBE | methods::RESOURCES_UNSUBSCRIBE => {
                 self.subscription(request, exchange, ctx)
             }
+            // The session's tasks, or (a session that runs none) the
+            // service's answer: -32601.
+            methods::TASKS_GET | methods::TASKS_RESULT | methods::TASKS_CANCEL => {
+                self.start_request(request, exchange, ctx);
+            }
             // What the method table gives the service, and any method it
             // does not know: the service answers or refuses it.
             method => {
@@ -1142,9 +1154,13 @@ impl Session {
             }
             None => {
                 let version = ProtocolVersion::negotiate(&params.protocol_version);
+                let mut capabilities = service.capabilities();
+                if version.has_session_tasks() && service.runs_tasks() {
+                    capabilities.tasks = Some(tasks::capabilities());
+                }
                 let result = InitializeResult {
                     protocol_version: version.as_str().to_owned(),
-                    capabilities: service.capabilities(),
+                    capabilities,
                     server_info: service.server_info(),
                     instructions: service.instructions(),
                 };
@@ -1348,6 +1364,19 @@ impl Session {
         }));
     }
 
+    /// Whether this session runs tasks itself: a 2025-11-25 session whose
+    /// service has tools that run as tasks (a session with its own server
+    /// hands everything to that server).
+    fn runs_tasks(&self) -> bool {
+        self.hosted.is_none()
+            && self
+                .shared
+                .version
+                .get()
+                .is_some_and(|v| v.has_session_tasks())
+            && self.deps.service.runs_tasks()
+    }
+
     fn start_request(
         &mut self,
         request: Request,
@@ -1365,23 +1394,75 @@ impl Session {
             let err = ErrorObject::internal("too many in-flight requests in this session");
             return respond(exchange, Response::error(Some(request.id), err));
         }
-        let serial = self.next_serial;
-        self.next_serial += 1;
+        let tasks = self.runs_tasks();
+        match request.method.as_str() {
+            methods::TOOLS_CALL if tasks => {
+                match tasks::augmentation(&*self.deps.service, &request) {
+                    Err(err) => return respond(exchange, Response::error(Some(request.id), err)),
+                    Ok(Some(ttl)) => return self.start_task(request, exchange, ttl, ctx),
+                    Ok(None) => {}
+                }
+            }
+            methods::TASKS_GET | methods::TASKS_RESULT | methods::TASKS_CANCEL if tasks => {
+                let node_tasks = Arc::clone(&self.deps.tasks);
+                let owner = tasks::owner(&self.record.id);
+                let id = request.id.clone();
+                let span = exchange.span_of(&id);
+                let hold = exchange.take_hold(&id);
+                let job: Job = Box::pin(
+                    async move {
+                        let _hold = hold;
+                        node_tasks.answer(&owner, &request).await
+                    }
+                    .instrument(span),
+                );
+                let output = Arc::new(RequestOutput::new(exchange));
+                let cancel = self.cancel.child_token();
+                return self.run_in_flight(id, output, cancel, job, ctx);
+            }
+            _ => {}
+        }
         let cancel = self.cancel.child_token();
         let output = Arc::new(RequestOutput::new(exchange));
         let principal = output.exchange.principal_of(&request.id);
-        let context = RequestContext::new(
-            &request,
+        let context = self.context(&request, &cancel, &output, principal, ctx);
+        let id = request.id.clone();
+        let job = handler_job(&self.deps.service, request, context, &output.exchange);
+        self.run_in_flight(id, output, cancel, job, ctx);
+    }
+
+    /// The handler's context of `request` in this session.
+    fn context(
+        &self,
+        request: &Request,
+        cancel: &CancellationToken,
+        output: &Arc<RequestOutput>,
+        principal: Option<Arc<mcp_cluster_store::Principal>>,
+        ctx: &mut Context<Self>,
+    ) -> RequestContext {
+        RequestContext::new(
+            request,
             self.record.id.clone(),
             cancel.clone(),
-            Arc::clone(&output),
+            Arc::clone(output),
             ctx.address().recipient(),
             Arc::clone(&self.shared),
             self.deps.config.ask_timeout(),
             principal,
-        );
-        let id = request.id.clone();
-        let job = handler_job(&self.deps.service, request, context, &output.exchange);
+        )
+    }
+
+    /// Runs `job` as in-flight request `id`, writing to `output`.
+    fn run_in_flight(
+        &mut self,
+        id: RequestId,
+        output: Arc<RequestOutput>,
+        cancel: CancellationToken,
+        job: Job,
+        ctx: &mut Context<Self>,
+    ) {
+        let serial = self.next_serial;
+        self.next_serial += 1;
         let actor = InFlightRequest::new(
             id.clone(),
             serial,
@@ -1394,6 +1475,74 @@ impl Session {
             InFlightTicket::issue(&self.deps.node),
         );
         self.in_flight.insert(id, (serial, actor.start()));
+    }
+
+    /// A task-augmented `tools/call` (`ttl`: the TTL its client asked
+    /// for): its task is stored, the client answered with it, and its
+    /// handler runs on as an in-flight request of the session (under the
+    /// call's id) whose output goes to the session's own stream and whose
+    /// answer ends the task. A task that could not be stored is refused
+    /// (-32603, the store is away), or (the node runs its most tasks) as
+    /// [`RuntimeError::NodeFull`].
+    fn start_task(
+        &mut self,
+        request: Request,
+        exchange: Arc<Exchange>,
+        ttl: Option<u64>,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.deps.tasks.running() >= self.deps.config.max_running_tasks {
+            let err = RuntimeError::NodeFull(crate::node::error::NodeFull::Tasks);
+            return respond(
+                exchange,
+                Response::error(Some(request.id), err.to_error_object()),
+            );
+        }
+        let cancel = self.cancel.child_token();
+        let span = exchange.span_of(&request.id);
+        let hold = exchange.take_hold(&request.id);
+        let principal = exchange.principal_of(&request.id);
+        let client = hold
+            .as_ref()
+            .and_then(|h| h.owner())
+            .map_or(mcp_cluster_store::UNKNOWN_OWNER, |o| &**o)
+            .to_owned();
+        let start = TaskStart {
+            owner: tasks::owner(&self.record.id),
+            client,
+            job: cancel.clone(),
+            ttl_ms: ttl,
+        };
+        let node_tasks = Arc::clone(&self.deps.tasks);
+        let id = request.id.clone();
+        let create = async move {
+            let (response, run) = match node_tasks.start(start).await {
+                Ok((run, created)) => (
+                    Response::result(id, created),
+                    Some(tasks::Unstarted::new(run)),
+                ),
+                Err(err) => (Response::error(Some(id), err), None),
+            };
+            // Stored before the client hears of it; its handler starts
+            // once the client was answered.
+            RequestOutput::new(exchange).finish(Some(response)).await;
+            run
+        };
+        ctx.spawn(create.into_actor(self).map(move |run, act, ctx| {
+            let Some(run) = run.and_then(tasks::Unstarted::start) else {
+                return;
+            };
+            let stream = Exchange::attached(
+                act.record.id.clone(),
+                Arc::clone(&act.deps.node),
+                act.record.standalone_stream.clone(),
+            );
+            let output = Arc::new(RequestOutput::of_task(stream, run));
+            let context = act.context(&request, &cancel, &output, principal, ctx);
+            let id = request.id.clone();
+            let job = run_handler(&act.deps.service, request, context, span, hold);
+            act.run_in_flight(id, output, cancel, job, ctx);
+        }));
     }
 }
 

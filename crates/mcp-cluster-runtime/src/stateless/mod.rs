@@ -19,6 +19,7 @@ mod followed;
 pub(crate) mod kept;
 pub mod listen;
 pub mod mrtr;
+mod session_tasks;
 pub mod tasks;
 
 use std::sync::Arc;
@@ -48,7 +49,7 @@ use crate::request::{handler_job, run_job};
 use crate::stateless::listen::Listeners;
 use crate::stateless::mrtr::KeyRing;
 use crate::stateless::mrtr::{RoundState, StateError};
-use crate::stateless::tasks::{Eligible, TaskRun, TaskSlot};
+use crate::stateless::tasks::{Eligible, TaskRun, TaskSlot, TaskSpec};
 
 /// `_meta` keys of a stateless request.
 use mcp_cluster_protocol::methods::meta;
@@ -256,13 +257,13 @@ impl StatelessScope {
             eligible.request_id.clone(),
             method.clone(),
             params.clone(),
-            eligible.principal.clone(),
+            eligible.spec.principal.clone(),
         );
         let id = format!("{}{}", kept::ID_PREFIX, uuid::Uuid::new_v4().simple());
         // Kept before the question goes out: the client's closing that
         // response no longer cancels the run.
         self.is_task.store(true, Ordering::Release);
-        let Some((run, _)) = eligible.create(id, Some(kept)).await else {
+        let Some((run, _)) = eligible.spec.create(id, Some(kept)).await else {
             self.is_task.store(false, Ordering::Release);
             return None;
         };
@@ -511,6 +512,11 @@ impl Stateless {
     /// The tasks this node's listen streams follow.
     pub(crate) fn followed(&self) -> &followed::Followed {
         &self.0.followed
+    }
+
+    /// How many tasks (of either era) run on this node.
+    pub(crate) fn running_tasks(&self) -> usize {
+        self.0.running_tasks.load(Ordering::Acquire)
     }
 
     pub(crate) fn config(&self) -> &RuntimeConfig {
@@ -832,13 +838,17 @@ impl Stateless {
         let output = Arc::new(RequestOutput::new(Arc::clone(&exchange)));
         let task = if task_eligible || keeps {
             TaskSlot::Eligible(Box::new(Eligible {
-                stateless: self.clone(),
+                spec: TaskSpec {
+                    stateless: self.clone(),
+                    principal: principal_key.clone().unwrap_or_default(),
+                    client: client.unwrap_or_default(),
+                    job: job.clone(),
+                    cancelled: Arc::clone(&client_gone),
+                    ttl_ms: None,
+                    session_era: false,
+                },
                 output: Arc::clone(&output),
                 request_id: id.clone(),
-                principal: principal_key.clone().unwrap_or_default(),
-                client: client.unwrap_or_default(),
-                job: job.clone(),
-                cancelled: Arc::clone(&client_gone),
                 may_be_task: task_eligible,
             }))
         } else {

@@ -14,6 +14,11 @@
 //! A handler asks (elicitation, sampling, roots) as in any era: inside a
 //! task the question is published in the task (`input_required`) and the
 //! handler waits for the client's `tasks/update`.
+//!
+//! A 2025-11-25 session's tasks (`crate::session::tasks`) are runs of the
+//! same kind, records of the same store: only their answering differs
+//! (their questions go to the session's stream, their views are that
+//! revision's, and a tool's `isError` ends them `failed`).
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -65,6 +70,10 @@ const MAX_KEPT_LOG_BYTES: usize = 2048;
 /// The longest progress message a kept run's record keeps, in bytes (a
 /// longer one is cut).
 const MAX_PROGRESS_MESSAGE_BYTES: usize = 1024;
+/// The shortest TTL a client's `params.task.ttl` gets, in ms: a task
+/// must outlive the poll that reads its end.
+const MIN_ASKED_TTL_MS: u64 = 10_000;
+
 /// Most answers a task holds.
 pub const MAX_INPUTS: usize = 64;
 /// Longest task id accepted from a client.
@@ -85,6 +94,27 @@ fn within(result: Value, max: u64) -> Result<Value, ErrorObject> {
     Err(ErrorObject::internal(format!(
         "the task's result is {bytes} bytes; this server keeps at most {max} bytes of a task's result"
     )))
+}
+
+/// The `statusMessage` of a task whose tool reported an error: the text of
+/// its first text content (cut to [`MAX_PROGRESS_MESSAGE_BYTES`]), or a
+/// word that says so.
+fn tool_error_message(result: &Value) -> String {
+    let text = result["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find_map(|c| c["text"].as_str().filter(|_| c["type"] == "text"));
+    match text {
+        Some(text) => {
+            let mut end = text.len().min(MAX_PROGRESS_MESSAGE_BYTES);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("the tool reported an error: {}", &text[..end])
+        }
+        None => "the tool reported an error".into(),
+    }
 }
 
 /// Whether the request's client declared the tasks extension.
@@ -189,6 +219,16 @@ impl TaskRecord {
         mcp_cluster_store::task_store::TERMINAL.contains(&self.status.as_str())
     }
 
+    /// Marks it updated now.
+    pub(crate) fn touch(&mut self) {
+        self.last_updated_at = rfc3339(now_ms());
+    }
+
+    /// How long the store keeps it after a write.
+    pub(crate) fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms.max(1))
+    }
+
     /// The task as clients see it (`tasks/get`): questions still open only
     /// (answers given on any node count at once: `answered`, their keys),
     /// no owner, lease or principal.
@@ -221,6 +261,23 @@ impl TaskRecord {
             "failed" => out["error"] = json!(self.error),
             "input_required" => out["inputRequests"] = Value::Object(open),
             _ => {}
+        }
+        out
+    }
+
+    /// The task as a 2025-11-25 session sees it (`Task`: `tasks/get`,
+    /// `tasks/cancel`, and in `CreateTaskResult`): no result, no questions.
+    pub(crate) fn session_view(&self) -> Value {
+        let mut out = json!({
+            "taskId": self.task_id,
+            "status": self.status,
+            "createdAt": self.created_at,
+            "lastUpdatedAt": self.last_updated_at,
+            "ttl": self.ttl_ms,
+            "pollInterval": self.poll_interval_ms,
+        });
+        if let Some(message) = &self.status_message {
+            out["statusMessage"] = json!(message);
         }
         out
     }
@@ -259,6 +316,11 @@ pub(crate) struct TaskRun {
     /// A kept run's progress and log lines since its request was
     /// answered.
     notes: Mutex<Notes>,
+    /// How long its record lives after its last write.
+    ttl: Duration,
+    /// A 2025-11-25 session's task: a tool result with `isError` ends it
+    /// `failed`, and a `tasks/result` waiting on this node hears its end.
+    session_era: bool,
 }
 
 /// A kept run's progress and log lines, written to its record at most
@@ -286,10 +348,6 @@ impl TaskRun {
     /// The questions waiting for answers: key, `{method, params}`.
     pub(crate) fn pending(&self) -> Map<String, Value> {
         self.pending.lock().map(|p| p.clone()).unwrap_or_default()
-    }
-
-    fn ttl(&self) -> Duration {
-        record_ttl(self.stateless.config(), self.kept.is_some())
     }
 
     /// Changes the record and writes it; `false` when the store refused
@@ -321,7 +379,7 @@ impl TaskRun {
                 .stateless
                 .store()
                 .tasks
-                .put(&self.id, &record.status, &json, self.ttl())
+                .put(&self.id, &record.status, &json, self.ttl)
                 .await
             {
                 Ok(written) => return Some(written),
@@ -357,10 +415,11 @@ impl TaskRun {
         self.written();
     }
 
-    /// Tells a follower of a kept run on this node that its record
-    /// changed (followers elsewhere read it on their next poll).
+    /// Tells a follower of a kept run on this node (or a `tasks/result`
+    /// of a session's task) that its record changed (followers elsewhere
+    /// read it on their next poll).
     fn written(&self) {
-        if self.kept.is_some() {
+        if self.kept.is_some() || self.session_era {
             self.stateless
                 .kept_wakers()
                 .wake(&kept::record_key(&self.id));
@@ -432,6 +491,26 @@ impl TaskRun {
             if kept {
                 delay = (delay * 2).min(kept::POLL_MAX);
             }
+        }
+    }
+
+    /// A 2025-11-25 session's task asks its client (on the session's
+    /// stream): `input_required` until [`Self::question_answered`].
+    pub(crate) async fn question_out(&self, key: String, method: &str) {
+        if let Ok(mut pending) = self.pending.lock() {
+            pending.insert(key, json!({ "method": method }));
+        }
+        self.publish_questions().await;
+    }
+
+    /// The question `key` of [`Self::question_out`] was answered (or given
+    /// up): back to `working` once none is open.
+    pub(crate) async fn question_answered(&self, key: &str) {
+        if let Ok(mut pending) = self.pending.lock() {
+            pending.remove(key);
+        }
+        if !self.done.is_cancelled() {
+            self.publish_questions().await;
         }
     }
 
@@ -542,6 +621,7 @@ impl TaskRun {
         let max = self.stateless.config().max_task_result_bytes;
         let outcome = outcome.map(|o| o.and_then(|result| within(result, max)));
         let noted = self.noted();
+        let session_era = self.session_era;
         self.write_within(FINISH_PATIENCE, |r| {
             r.input_requests.clear();
             // The last progress and log lines too, which its retry passes
@@ -555,6 +635,13 @@ impl TaskRun {
                 Some(_) if cancelled => {
                     r.status = "cancelled".into();
                     r.status_message = Some("cancelled by the client".into());
+                }
+                // 2025-11-25: a tool that reports an error fails its task,
+                // whose result is still that answer.
+                Some(Ok(result)) if session_era && result["isError"] == json!(true) => {
+                    r.status = "failed".into();
+                    r.status_message = Some(tool_error_message(&result));
+                    r.result = Some(result);
                 }
                 Some(Ok(result)) => {
                     r.status = "completed".into();
@@ -620,21 +707,34 @@ pub(crate) enum TaskSlot {
     Running(Arc<TaskRun>),
 }
 
-/// What starting a task needs.
+/// What starting a task of a stateless request needs.
 #[derive(Debug)]
 pub(crate) struct Eligible {
-    pub(crate) stateless: Stateless,
+    pub(crate) spec: TaskSpec,
     pub(crate) output: Arc<RequestOutput>,
     pub(crate) request_id: RequestId,
+    /// The request may become a task (its client declared the extension,
+    /// and the tool allows it); otherwise only a kept run.
+    pub(crate) may_be_task: bool,
+}
+
+/// What creating a run needs, in either era.
+#[derive(Debug)]
+pub(crate) struct TaskSpec {
+    pub(crate) stateless: Stateless,
+    /// Whose it is: the principal's key (empty without authorization), or
+    /// a session's (`crate::request::tasks::TaskStart::owner`).
     pub(crate) principal: String,
     /// Whose byte budget the finished task counts against: the
     /// principal's key, or the client's address without one.
     pub(crate) client: String,
     pub(crate) job: CancellationToken,
     pub(crate) cancelled: Arc<AtomicBool>,
-    /// The request may become a task (its client declared the extension,
-    /// and the tool allows it); otherwise only a kept run.
-    pub(crate) may_be_task: bool,
+    /// The TTL the client asked for, in ms (a 2025-11-25 session's
+    /// `params.task.ttl`): granted up to the node's `task_ttl_ms`.
+    pub(crate) ttl_ms: Option<u64>,
+    /// A 2025-11-25 session's task (see [`TaskRun`]).
+    pub(crate) session_era: bool,
 }
 
 impl Eligible {
@@ -646,10 +746,19 @@ impl Eligible {
             return None;
         }
         let id = uuid::Uuid::new_v4().to_string();
-        let (run, record) = self.create(id, None).await?;
+        let (run, record) = self.spec.create(id, None).await?;
         Some((run, record.created()))
     }
 
+    /// Answers the request with the task's handle.
+    pub(crate) async fn answer(&self, created: Value) {
+        self.output
+            .finish(Some(Response::result(self.request_id.clone(), created)))
+            .await;
+    }
+}
+
+impl TaskSpec {
     /// Stores the run's record as `id` and starts renewing its lease.
     /// `None` when it could not be stored.
     pub(crate) async fn create(
@@ -659,13 +768,17 @@ impl Eligible {
     ) -> Option<(Arc<TaskRun>, TaskRecord)> {
         let config = self.stateless.config();
         let now = rfc3339(now_ms());
+        let mut ttl = record_ttl(config, kept.is_some());
+        if let Some(asked) = self.ttl_ms {
+            ttl = ttl.min(Duration::from_millis(asked.max(MIN_ASKED_TTL_MS)));
+        }
         let record = TaskRecord {
             task_id: id.clone(),
             status: "working".into(),
             status_message: None,
             created_at: now.clone(),
             last_updated_at: now,
-            ttl_ms: config.task_ttl_ms,
+            ttl_ms: millis(ttl),
             poll_interval_ms: config.task_poll_interval_ms,
             result: None,
             error: None,
@@ -676,7 +789,6 @@ impl Eligible {
             noted: Noted::default(),
         };
         let json = serde_json::to_string(&record).ok()?;
-        let ttl = record_ttl(config, kept.is_some());
         match self
             .stateless
             .store()
@@ -710,18 +822,13 @@ impl Eligible {
             done: CancellationToken::new(),
             kept,
             notes: Mutex::default(),
+            ttl,
+            session_era: self.session_era,
         });
         // tokio's spawn, not actix's: a handler starts its task from the
         // request executor, where there is no actix arbiter.
         tokio::spawn(Arc::clone(&run).watch());
         Some((run, record))
-    }
-
-    /// Answers the request with the task's handle.
-    pub(crate) async fn answer(&self, created: Value) {
-        self.output
-            .finish(Some(Response::result(self.request_id.clone(), created)))
-            .await;
     }
 }
 
@@ -739,28 +846,15 @@ impl Stateless {
             .and_then(Value::as_str)
             .filter(|id| !id.is_empty() && id.len() <= MAX_TASK_ID)
             .ok_or_else(|| ErrorObject::invalid_params("taskId must be a task id (1-128 bytes)"))?;
-        let store = &self.store().tasks;
-        let unavailable = |err: mcp_cluster_store::StoreError| {
-            tracing::warn!(error = %err, "Task store unavailable.");
-            RuntimeError::Store(err).to_error_object()
-        };
         // A kept run's record is no task of the client's.
         if id.starts_with(kept::ID_PREFIX) {
             return Err(unknown_task(id));
         }
-        let task = store.get(id).await.map_err(unavailable)?;
-        let Some(task) = task else {
-            return Err(unknown_task(id));
-        };
-        let mut record: TaskRecord = serde_json::from_str(&task.record)
-            .map_err(|_| ErrorObject::internal("task record unreadable"))?;
-        // Another principal's task is as unknown as a task that never was.
-        if record.principal != principal.unwrap_or_default() {
-            return Err(unknown_task(id));
-        }
+        let principal = principal.unwrap_or_default();
         let ack = json!({"resultType": "complete"});
         match request.method.as_str() {
             mcp_cluster_protocol::methods::TASKS_UPDATE => {
+                let (record, _) = self.load_task(id, principal).await?;
                 let Some(Value::Object(responses)) = params.and_then(|p| p.get("inputResponses"))
                 else {
                     return Err(ErrorObject::invalid_params(
@@ -782,37 +876,86 @@ impl Stateless {
                 }
             }
             mcp_cluster_protocol::methods::TASKS_CANCEL => {
-                if !record.terminal() && !store.cancel(id).await.map_err(unavailable)? {
+                let (record, _) = self.load_task(id, principal).await?;
+                if !record.terminal()
+                    && !self
+                        .store()
+                        .tasks
+                        .cancel(id)
+                        .await
+                        .map_err(task_store_away)?
+                {
                     return Err(unknown_task(id));
                 }
                 Ok(ack)
             }
             _ => {
-                if !record.terminal() && record.lease_until_ms < now_ms() {
-                    // Its node stopped renewing: it will never finish.
-                    record.status = "failed".into();
-                    record.input_requests.clear();
-                    let error = ErrorObject::internal(
-                        "the node running this task stopped before it finished",
-                    );
-                    record.status_message = Some(error.message.clone());
-                    record.error = Some(error);
-                    record.last_updated_at = rfc3339(now_ms());
-                    let json = serde_json::to_string(&record).unwrap_or_default();
-                    let ttl = Duration::from_millis(self.config().task_ttl_ms.max(1));
-                    if !store
-                        .put(id, "failed", &json, ttl)
-                        .await
-                        .map_err(unavailable)?
-                    {
-                        // It ended meanwhile: read that end.
-                        return Box::pin(self.task_method(request, principal)).await;
-                    }
-                }
-                Ok(record.detailed(&task.answered))
+                let (record, answered) = self.read_task(id, principal).await?;
+                Ok(record.detailed(&answered))
             }
         }
     }
+
+    /// Task `id` of `principal` as the store holds it, with its answers'
+    /// keys: -32602 for a task that is not there, or is another
+    /// principal's (as unknown as a task that never was).
+    pub(crate) async fn load_task(
+        &self,
+        id: &str,
+        principal: &str,
+    ) -> Result<(TaskRecord, Vec<String>), ErrorObject> {
+        let task = self
+            .store()
+            .tasks
+            .get(id)
+            .await
+            .map_err(task_store_away)?
+            .ok_or_else(|| unknown_task(id))?;
+        let record: TaskRecord = serde_json::from_str(&task.record)
+            .map_err(|_| ErrorObject::internal("task record unreadable"))?;
+        if record.principal != principal {
+            return Err(unknown_task(id));
+        }
+        Ok((record, task.answered))
+    }
+
+    /// As [`Self::load_task`], a task whose node stopped renewing its lease
+    /// ended `failed` first: it will never finish.
+    pub(crate) async fn read_task(
+        &self,
+        id: &str,
+        principal: &str,
+    ) -> Result<(TaskRecord, Vec<String>), ErrorObject> {
+        let (mut record, answered) = self.load_task(id, principal).await?;
+        if record.terminal() || record.lease_until_ms >= now_ms() {
+            return Ok((record, answered));
+        }
+        record.status = "failed".into();
+        record.input_requests.clear();
+        let error = ErrorObject::internal("the node running this task stopped before it finished");
+        record.status_message = Some(error.message.clone());
+        record.error = Some(error);
+        record.touch();
+        let json = serde_json::to_string(&record).unwrap_or_default();
+        if self
+            .store()
+            .tasks
+            .put(id, "failed", &json, record.ttl())
+            .await
+            .map_err(task_store_away)?
+        {
+            Ok((record, answered))
+        } else {
+            // It ended meanwhile: read that end.
+            self.load_task(id, principal).await
+        }
+    }
+}
+
+/// The error of a task method while the store is away.
+pub(crate) fn task_store_away(err: StoreError) -> ErrorObject {
+    tracing::warn!(error = %err, "Task store unavailable.");
+    RuntimeError::Store(err).to_error_object()
 }
 
 impl Stateless {
