@@ -235,6 +235,50 @@ fn a_server_request_over_stdio_is_answered_on_stdin() {
 }
 
 #[test]
+fn a_2025_11_25_task_over_stdio_asks_on_the_one_stream() {
+    let mut node = StdioNode::spawn();
+    let init = node.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+               "clientInfo": {"name": "stdio-test", "version": "0"}}),
+    );
+    assert_eq!(
+        init["result"]["capabilities"]["tasks"]["requests"]["tools"]["call"],
+        json!({}),
+        "{init}"
+    );
+    node.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+
+    let created = node.request(
+        2,
+        "tools/call",
+        json!({"name": "confirm_delete", "arguments": {"filename": "c.txt"}, "task": {}}),
+    );
+    let task = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ask = node.receive();
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    assert_eq!(
+        ask["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        task.as_str()
+    );
+    node.send(&json!({"jsonrpc": "2.0", "id": ask["id"],
+                      "result": {"action": "accept", "content": {"confirm": true}}}));
+    let result = node.request(3, "tasks/result", json!({"taskId": task}));
+    assert_eq!(
+        result["result"]["content"][0]["text"], "Deleted c.txt.",
+        "{result}"
+    );
+    let got = node.request(4, "tasks/get", json!({"taskId": task}));
+    assert_eq!(got["result"]["status"], "completed", "{got}");
+
+    assert_eq!(node.close_and_wait(), Some(0));
+}
+
+#[test]
 fn requests_read_before_stdin_closes_are_answered_before_exit() {
     let mut node = StdioNode::spawn();
     // A piped client: everything at once, then EOF.

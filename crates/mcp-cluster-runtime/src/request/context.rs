@@ -903,3 +903,37 @@ impl NamedInput<'_> {
 fn typed<T: DeserializeOwned>(value: Value) -> Result<T, AskError> {
     serde_json::from_value(value).map_err(|err| AskError::InvalidAnswer(err.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_names_itself_in_every_message_it_sends_but_keeps_their_meta() {
+        let progress = Notification::new(
+            methods::NOTIFICATION_PROGRESS,
+            serde_json::json!({"progressToken": "p", "progress": 1, "_meta": {"x": 1}}),
+        );
+        let Message::Notification(n) = related_to(Message::Notification(progress), "t1") else {
+            panic!("a notification stays one");
+        };
+        let meta = &n.params.unwrap()["_meta"];
+        assert_eq!(meta["x"], 1);
+        assert_eq!(
+            meta[methods::meta::RELATED_TASK],
+            serde_json::json!({"taskId": "t1"})
+        );
+        let ask = Request::new(
+            RequestId::Number(7),
+            methods::ROOTS_LIST,
+            serde_json::json!({}),
+        );
+        let Message::Request(r) = related_to(Message::Request(ask), "t2") else {
+            panic!("a request stays one");
+        };
+        assert_eq!(
+            r.params.unwrap()["_meta"][methods::meta::RELATED_TASK]["taskId"],
+            "t2"
+        );
+    }
+}
