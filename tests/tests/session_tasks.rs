@@ -13,7 +13,7 @@ use mcp_cluster_client::Client;
 use mcp_cluster_testkit::{NodeProcess, metric, node_binary, within};
 use serde_json::{Value, json};
 
-use cluster_support::{client, expect_sse, message, next_event, priming, session};
+use cluster_support::{client, event_within, expect_sse, message, next_event, priming, session};
 
 /// Sends a request on `client`, returning its whole response.
 async fn rpc(client: &Client, method: &str, params: Value) -> Value {
@@ -280,6 +280,16 @@ async fn a_task_asks_on_the_get_stream_and_waits_for_input() {
         json!({}),
     )
     .await;
+    // Not asked before the client polled the task: it learns the task its
+    // questions name from the answer, which it may not have read yet.
+    assert!(
+        event_within(&mut stream, Duration::from_millis(300))
+            .await
+            .is_none(),
+        "a question before the task was polled"
+    );
+    let working = rpc(&c, "tasks/get", json!({"taskId": id(&task)})).await;
+    assert_eq!(working["result"]["status"], "working", "{working}");
     let question = message(&next_event(&mut stream).await.unwrap());
     assert_eq!(question["method"], "elicitation/create", "{question}");
     assert_eq!(
@@ -317,12 +327,13 @@ async fn a_session_task_is_served_by_every_node_and_survives_none() {
         json!({}),
     )
     .await;
+    // Polled on node 1: its client knows it, and is asked.
+    poll(&on(1), id(&task), |t| t["status"] == "input_required").await;
     let question = message(&next_event(&mut stream).await.unwrap());
     assert_eq!(
         question["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
         id(&task)
     );
-    poll(&on(1), id(&task), |t| t["status"] == "input_required").await;
     let answer = json!({"jsonrpc": "2.0", "id": question["id"],
         "result": {"action": "accept", "content": {"confirm": false}}});
     cluster_support::post_accepted(&on(1), &answer).await;
@@ -375,4 +386,71 @@ async fn a_session_task_is_served_by_every_node_and_survives_none() {
     assert_eq!(failed["result"]["status"], "failed", "{failed}");
     let result = rpc(&survivor, "tasks/result", json!({"taskId": id(&doomed)})).await;
     assert_eq!(result["error"]["code"], -32603, "{result}");
+}
+
+#[tokio::test]
+async fn a_session_task_takes_its_clients_share_of_the_running_tasks() {
+    let node = NodeProcess::spawn(
+        &node_binary(),
+        &["--log", "warn", "--quota-tasks-per-address", "1"],
+    )
+    .unwrap();
+    let url = node.url();
+    let from = |ip: &str| {
+        reqwest::Client::builder()
+            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap()
+    };
+    let mut flooder = Client::with_http(from("127.0.0.2"), url, "2025-11-25");
+    within("initialize", flooder.initialize(json!({})))
+        .await
+        .unwrap();
+    let slow = json!({"seconds": 60, "label": "share"});
+    let held = start(&flooder, "slow_compute", slow.clone(), json!({})).await;
+    let refused = rpc(
+        &flooder,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": slow, "task": {}}),
+    )
+    .await;
+    assert_eq!(refused["error"]["code"], -32029, "{refused}");
+    assert_eq!(refused["error"]["data"]["quota"], "tasks_per_address");
+
+    // One share for both eras: the address's 2026-07-28 task waits too.
+    let modern = stateless_support::tool_call(
+        1,
+        "slow_compute",
+        json!({"seconds": 0, "label": "modern"}),
+        json!({}),
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+    );
+    let send_modern = || {
+        let mut post = from("127.0.0.2")
+            .post(url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream");
+        for (name, value) in stateless_support::headers(&modern) {
+            post = post.header(name, value);
+        }
+        post.body(modern.to_string()).send()
+    };
+    let status = within("POST", send_modern()).await.unwrap().status();
+    assert_eq!(status, 429);
+
+    // Another address still runs its tasks.
+    let mut other = Client::with_http(from("127.0.0.3"), url, "2025-11-25");
+    within("initialize", other.initialize(json!({})))
+        .await
+        .unwrap();
+    start(&other, "slow_compute", slow.clone(), json!({})).await;
+
+    // Cancelled, the session's task gives its share back.
+    rpc(&flooder, "tasks/cancel", json!({"taskId": id(&held)})).await;
+    within("the share given back", async {
+        while within("POST", send_modern()).await.unwrap().status() == 429 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
 }

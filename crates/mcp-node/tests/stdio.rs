@@ -259,6 +259,9 @@ fn a_2025_11_25_task_over_stdio_asks_on_the_one_stream() {
         .as_str()
         .unwrap()
         .to_owned();
+    // Asked once the client polled the task.
+    let got = node.request(3, "tasks/get", json!({"taskId": task}));
+    assert_eq!(got["result"]["taskId"], task.as_str(), "{got}");
     let ask = node.receive();
     assert_eq!(ask["method"], "elicitation/create", "{ask}");
     assert_eq!(
@@ -267,12 +270,12 @@ fn a_2025_11_25_task_over_stdio_asks_on_the_one_stream() {
     );
     node.send(&json!({"jsonrpc": "2.0", "id": ask["id"],
                       "result": {"action": "accept", "content": {"confirm": true}}}));
-    let result = node.request(3, "tasks/result", json!({"taskId": task}));
+    let result = node.request(4, "tasks/result", json!({"taskId": task}));
     assert_eq!(
         result["result"]["content"][0]["text"], "Deleted c.txt.",
         "{result}"
     );
-    let got = node.request(4, "tasks/get", json!({"taskId": task}));
+    let got = node.request(5, "tasks/get", json!({"taskId": task}));
     assert_eq!(got["result"]["status"], "completed", "{got}");
 
     assert_eq!(node.close_and_wait(), Some(0));

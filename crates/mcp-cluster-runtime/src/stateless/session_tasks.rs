@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use crate::request::tasks::{SessionTasks, TaskOutput, TaskStart};
 use crate::stateless::Stateless;
 use crate::stateless::kept;
-use crate::stateless::tasks::{MAX_TASK_ID, TaskRun, TaskSpec, task_store_away};
+use crate::stateless::tasks::{
+    MAX_INPUTS, MAX_TASK_ID, POLLED, TaskRecord, TaskRun, TaskSpec, polled_key, task_store_away,
+};
 
 /// First pause of a `tasks/result` between two reads of its task
 /// elsewhere; doubled up to [`RESULT_POLL_MAX`]. A task ending on this node
@@ -89,8 +91,34 @@ async fn answer(
         .ok_or_else(|| ErrorObject::invalid_params("taskId must be a task id (1-128 bytes)"))?;
     match request.method.as_str() {
         methods::TASKS_CANCEL => cancel(stateless, id, owner).await,
-        methods::TASKS_RESULT => result(stateless, id, owner).await,
-        _ => Ok(stateless.read_task(id, owner).await?.0.session_view()),
+        methods::TASKS_RESULT => {
+            let (record, answered) = stateless.read_task(id, owner).await?;
+            polled(stateless, id, &record, &answered).await;
+            result(stateless, id, owner).await
+        }
+        _ => {
+            let (record, answered) = stateless.read_task(id, owner).await?;
+            polled(stateless, id, &record, &answered).await;
+            Ok(record.session_view())
+        }
+    }
+}
+
+/// Marks task `id` polled by its client (which then knows the task its
+/// questions name: [`TaskRun::question_out`]), once, while it runs.
+async fn polled(stateless: &Stateless, id: &str, record: &TaskRecord, answered: &[String]) {
+    if record.terminal() || answered.iter().any(|k| k == POLLED) {
+        return;
+    }
+    let limits = mcp_cluster_store::InputLimits {
+        max_keys: MAX_INPUTS,
+        max_bytes: stateless.config().max_task_answers_bytes,
+    };
+    let mark = [(POLLED.to_owned(), "true".to_owned())];
+    match stateless.store().tasks.add_inputs(id, &mark, limits).await {
+        // Its node hears at once when it is this one.
+        Ok(_) => stateless.kept_wakers().wake(&polled_key(id)),
+        Err(err) => tracing::debug!(task = %id, error = %err, "Task not marked polled."),
     }
 }
 

@@ -70,6 +70,15 @@ const MAX_KEPT_LOG_BYTES: usize = 2048;
 /// The longest progress message a kept run's record keeps, in bytes (a
 /// longer one is cut).
 const MAX_PROGRESS_MESSAGE_BYTES: usize = 1024;
+/// The mark a session's task gets among its inputs once its client polled
+/// it (`crate::stateless::session_tasks`); never a question's key there.
+pub(crate) const POLLED: &str = "polled";
+
+/// The wake-up of a session's task waiting for its client to poll it.
+pub(crate) fn polled_key(id: &str) -> String {
+    format!("polled:{id}")
+}
+
 /// The shortest TTL a client's `params.task.ttl` gets, in ms: a task
 /// must outlive the poll that reads its end.
 const MIN_ASKED_TTL_MS: u64 = 10_000;
@@ -321,6 +330,8 @@ pub(crate) struct TaskRun {
     /// A 2025-11-25 session's task: a tool result with `isError` ends it
     /// `failed`, and a `tasks/result` waiting on this node hears its end.
     session_era: bool,
+    /// Its client polled it: it knows the task its questions name.
+    known: AtomicBool,
 }
 
 /// A kept run's progress and log lines, written to its record at most
@@ -495,12 +506,47 @@ impl TaskRun {
     }
 
     /// A 2025-11-25 session's task asks its client (on the session's
-    /// stream): `input_required` until [`Self::question_answered`].
+    /// stream): `input_required` until [`Self::question_answered`]. Not
+    /// before its client knows the task: a client matches the question to
+    /// the task it names, which it learns from the `CreateTaskResult`, and
+    /// may read a question that follows that answer on the same stream
+    /// first. A client that polled the task (`tasks/get`, `tasks/result`)
+    /// knows it; one that does not poll within the ask timeout is asked
+    /// anyway.
     pub(crate) async fn question_out(&self, key: String, method: &str) {
+        self.known_to_client().await;
         if let Ok(mut pending) = self.pending.lock() {
             pending.insert(key, json!({ "method": method }));
         }
         self.publish_questions().await;
+    }
+
+    /// Waits until the task's client polled it (on any node), at most the
+    /// ask timeout, or until the task ends.
+    async fn known_to_client(&self) {
+        if self.known.load(Ordering::Acquire) {
+            return;
+        }
+        let key = polled_key(&self.id);
+        let waiting = self.stateless.kept_wakers().wait_on(key);
+        let deadline = tokio::time::Instant::now() + self.stateless.config().ask_timeout();
+        loop {
+            match self.stateless.store().tasks.get(&self.id).await {
+                Ok(Some(task)) if !task.answered.iter().any(|k| k == POLLED) => {}
+                Ok(_) => break,
+                Err(err) => {
+                    tracing::debug!(task = %self.id, error = %err, "Task not read; trying again.")
+                }
+            }
+            tokio::select! {
+                () = waiting.notified() => {}
+                () = tokio::time::sleep(INPUT_POLL) => {}
+                () = self.done.cancelled() => return,
+                () = self.job.cancelled() => return,
+                () = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        self.known.store(true, Ordering::Release);
     }
 
     /// The question `key` of [`Self::question_out`] was answered (or given
@@ -824,6 +870,7 @@ impl TaskSpec {
             notes: Mutex::default(),
             ttl,
             session_era: self.session_era,
+            known: AtomicBool::new(false),
         });
         // tokio's spawn, not actix's: a handler starts its task from the
         // request executor, where there is no actix arbiter.
