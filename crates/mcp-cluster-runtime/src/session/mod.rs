@@ -1514,12 +1514,25 @@ impl Session {
             ttl_ms: ttl,
         };
         let node_tasks = Arc::clone(&self.deps.tasks);
+        let quotas = Arc::clone(&self.deps.node.quotas);
+        let owner = hold.as_ref().and_then(|h| h.owner()).cloned();
+        let charged = principal.clone();
         let id = request.id.clone();
         let create = async move {
-            let (response, run) = match node_tasks.start(start).await {
-                Ok((run, created)) => (
+            // The client's share of the running tasks (both eras), held
+            // while the handler runs.
+            let slot = quotas
+                .acquire_task_of(charged.as_deref(), owner.as_deref())
+                .await
+                .map_err(|err| err.to_error_object());
+            let started = match slot {
+                Ok(slot) => node_tasks.start(start).await.map(|task| (task, slot)),
+                Err(err) => Err(err),
+            };
+            let (response, run) = match started {
+                Ok(((run, created), slot)) => (
                     Response::result(id, created),
-                    Some(tasks::Unstarted::new(run)),
+                    Some((tasks::Unstarted::new(run), slot)),
                 ),
                 Err(err) => (Response::error(Some(id), err), None),
             };
@@ -1529,9 +1542,8 @@ impl Session {
             run
         };
         ctx.spawn(create.into_actor(self).map(move |run, act, ctx| {
-            let Some(run) = run.and_then(tasks::Unstarted::start) else {
-                return;
-            };
+            let Some((run, slot)) = run else { return };
+            let Some(run) = run.start() else { return };
             let stream = Exchange::attached(
                 act.record.id.clone(),
                 Arc::clone(&act.deps.node),
@@ -1540,7 +1552,11 @@ impl Session {
             let output = Arc::new(RequestOutput::of_task(stream, run));
             let context = act.context(&request, &cancel, &output, principal, ctx);
             let id = request.id.clone();
-            let job = run_handler(&act.deps.service, request, context, span, hold);
+            let handler = run_handler(&act.deps.service, request, context, span, hold);
+            let job: Job = Box::pin(async move {
+                let _slot = slot;
+                handler.await
+            });
             act.run_in_flight(id, output, cancel, job, ctx);
         }));
     }
