@@ -550,7 +550,10 @@ sdk_status=${PIPESTATUS[0]}
 # What the 2025-11-25 revision added (icons, server-to-client ping, URL-mode
 # elicitation and -32042, sampling with tools), on every transport: Streamable
 # HTTP and stdio in both eras, legacy HTTP+SSE (tests/js/revision-features.mjs,
-# then the same checks with the Python SDK, tests/py/revision_features.py).
+# then the same checks with the Python SDK, tests/py/revision_features.py);
+# and its tasks, in a session on each transport, driven by the TypeScript SDK
+# v1 and by the SDK v2 with ext-tasks (tests/js/session-tasks.mjs; the Python
+# SDK has no task runtime).
 : >"$LOG_DIR/revision-features.log"
 revision_features() {
   local args
@@ -562,8 +565,13 @@ revision_features() {
     tests/py/.venv/bin/python tests/py/revision_features.py $args 2>&1 | tee -a "$LOG_DIR/revision-features.log"
     [ "${PIPESTATUS[0]}" = 0 ] || sdk_status=1
   done
+  for args in "http $1" "sse ${1%/mcp}/sse" ${2:+"stdio $2"}; do
+    # shellcheck disable=SC2086 # each entry is the script's arguments
+    tests/js/node_modules/.bin/node tests/js/session-tasks.mjs $args 2>&1 | tee -a "$LOG_DIR/revision-features.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || sdk_status=1
+  done
 }
-echo "== the 2025-11-25 additions on every transport (TypeScript SDK v2, Python SDK)"
+echo "== the 2025-11-25 additions on every transport (TypeScript SDK v1 and v2, Python SDK)"
 revision_features "$NODE_URL" "$ROOT/target/debug/mcp-node"
 set -e
 stop_node
@@ -690,7 +698,7 @@ bash tests/client-matrix.sh "$LB_URL" redis-cluster 2>&1 | tee "$LOG_DIR/matrix-
 set -e
 stop_cluster
 read -r sdk_passed sdk_failed < <(awk '/^[0-9]+ passed, [0-9]+ failed$/ {p=$1; f=$3} END {print p+0, f+0}' "$LOG_DIR/sdk-e2e.log")
-read -r rev_passed rev_failed < <(awk '/^revision-features(-python)? .*: [0-9]+ passed, [0-9]+ failed$/ {p += $(NF-3); f += $(NF-1)} END {print p+0, f+0}' "$LOG_DIR/revision-features.log")
+read -r rev_passed rev_failed < <(awk '/^(revision-features(-python)?|session-tasks) .*: [0-9]+ passed, [0-9]+ failed$/ {p += $(NF-3); f += $(NF-1)} END {print p+0, f+0}' "$LOG_DIR/revision-features.log")
 sdk_passed=$((sdk_passed + rev_passed))
 sdk_failed=$((sdk_failed + rev_failed))
 # One count per client x target run.

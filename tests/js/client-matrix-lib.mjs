@@ -332,6 +332,47 @@ function withTimeout(promise, ms, what) {
   ]);
 }
 
+/**
+ * A checker for scripts that print `ok - <check>` / `not ok - <check>: <reason>`:
+ * `check(name, fn)` runs `fn` within `stepMs` (its return value noted);
+ * `finish(label)` prints `<label>: N passed, M failed` and exits 1 on a failure.
+ */
+export function checker(stepMs = STEP_TIMEOUT_MS) {
+  let passed = 0;
+  let failed = 0;
+  return {
+    async check(name, fn) {
+      try {
+        const note = await withTimeout(Promise.resolve().then(fn), stepMs, name);
+        passed++;
+        console.log(`ok - ${name}${note ? ` (${note})` : ''}`);
+        return true;
+      } catch (err) {
+        failed++;
+        console.log(`not ok - ${name}: ${err?.message ?? err}`);
+        return false;
+      }
+    },
+    finish(label) {
+      console.log(`${label}: ${passed} passed, ${failed} failed`);
+      process.exit(failed === 0 ? 0 : 1);
+    },
+  };
+}
+
+/** Every item of a list (`field` of each page of `method`), through `request(method, params)`. */
+export async function listAll(request, method, field) {
+  const items = [];
+  let cursor;
+  for (let pages = 0; pages < MAX_PAGES; pages++) {
+    const page = await request(method, cursor ? { cursor } : {});
+    items.push(...page[field]);
+    cursor = page.nextCursor;
+    if (!cursor) return items;
+  }
+  throw new Error(`${method}: more than ${MAX_PAGES} pages`);
+}
+
 /** Runs every check against `url` through `adapter`; never returns. */
 export async function runMatrix({ url, label, adapter, wire }) {
   let passed = 0;

@@ -26,7 +26,7 @@
 
 import { Client, ProtocolError, SSEClientTransport, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
-import { MODERN, fmt, assert, textOf } from './client-matrix-lib.mjs';
+import { MODERN, fmt, assert, textOf, checker, listAll, sleep } from './client-matrix-lib.mjs';
 
 const [transportKind, target, flag, eraArg] = process.argv.slice(2);
 const era = flag === '--era' ? eraArg : 'session';
@@ -73,38 +73,10 @@ function makeClient(full) {
   return { client, seen };
 }
 
-let passed = 0;
-let failed = 0;
-async function check(name, fn) {
-  let timer;
-  try {
-    const timeout = new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${STEP_TIMEOUT_MS} ms`)), STEP_TIMEOUT_MS);
-    });
-    const note = await Promise.race([Promise.resolve().then(fn), timeout]);
-    passed++;
-    console.log(`ok - ${name}${note ? ` (${note})` : ''}`);
-  } catch (err) {
-    failed++;
-    console.log(`not ok - ${name}: ${err?.message ?? err}`);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
+const { check, finish } = checker(STEP_TIMEOUT_MS);
 /** Every item of a list, page by page (the node may run with a small page size). */
-async function listAll(client, method, field) {
-  const items = [];
-  let cursor;
-  for (let pages = 0; pages < 100; pages++) {
-    const page = await client.request({ method, params: cursor ? { cursor } : {} });
-    items.push(...page[field]);
-    cursor = page.nextCursor;
-    if (!cursor) return items;
-  }
-  throw new Error(`${method}: more than 100 pages`);
-}
+const listAllOf = (client, method, field) =>
+  listAll((m, params) => client.request({ method: m, params }), method, field);
 
 function assertIcon(what, icons) {
   assert(Array.isArray(icons) && icons.length === 1, `${what} has icons ${fmt(icons)}`);
@@ -126,11 +98,11 @@ await check(`connect (${transportKind}, ${era})`, async () => {
 
 if (connected) {
   await check('icons: the add tool, test://static-text, test_simple_prompt', async () => {
-    const tools = await listAll(client, 'tools/list', 'tools');
+    const tools = await listAllOf(client, 'tools/list', 'tools');
     assertIcon('add', tools.find((t) => t.name === 'add')?.icons);
-    const resources = await listAll(client, 'resources/list', 'resources');
+    const resources = await listAllOf(client, 'resources/list', 'resources');
     assertIcon('test://static-text', resources.find((r) => r.uri === 'test://static-text')?.icons);
-    const prompts = await listAll(client, 'prompts/list', 'prompts');
+    const prompts = await listAllOf(client, 'prompts/list', 'prompts');
     assertIcon('test_simple_prompt', prompts.find((p) => p.name === 'test_simple_prompt')?.icons);
     const without = tools.filter((t) => t.icons).map((t) => t.name);
     assert(fmt(without) === fmt(['add']), `tools with icons: ${fmt(without)}`);
@@ -214,5 +186,4 @@ if (connected) {
   await plain.client.close().catch(() => {});
 }
 
-console.log(`${label}: ${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+finish(label);
