@@ -9,7 +9,7 @@ mod stateless_support;
 
 use std::time::Duration;
 
-use mcp_cluster_client::Client;
+use mcp_cluster_client::{Client, Reply};
 use mcp_cluster_testkit::{NodeProcess, metric, node_binary, within};
 use serde_json::{Value, json};
 
@@ -408,14 +408,20 @@ async fn a_session_task_takes_its_clients_share_of_the_running_tasks() {
         .unwrap();
     let slow = json!({"seconds": 60, "label": "share"});
     let held = start(&flooder, "slow_compute", slow.clone(), json!({})).await;
-    let refused = rpc(
-        &flooder,
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": slow, "task": {}}),
-    )
-    .await;
-    assert_eq!(refused["error"]["code"], -32029, "{refused}");
-    assert_eq!(refused["error"]["data"]["quota"], "tasks_per_address");
+    // Refused as the request it is: 429, nothing of it run.
+    let body = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+        "params": {"name": "slow_compute", "arguments": slow, "task": {}}});
+    match within("POST", flooder.post(&body)).await.unwrap() {
+        Reply::Status(status, refused, headers) => {
+            assert_eq!(status.as_u16(), 429, "{refused}");
+            assert!(headers.contains_key("retry-after"), "{headers:?}");
+            let refused: Value = serde_json::from_str(&refused).unwrap();
+            assert_eq!(refused["id"], 99, "{refused}");
+            assert_eq!(refused["error"]["code"], -32029, "{refused}");
+            assert_eq!(refused["error"]["data"]["quota"], "tasks_per_address");
+        }
+        other => panic!("a task over the share was not refused: {other:?}"),
+    }
 
     // One share for both eras: the address's 2026-07-28 task waits too.
     let modern = stateless_support::tool_call(

@@ -676,29 +676,6 @@ impl Quotas {
         }
     }
 
-    /// As [`Self::acquire_task`], for a request known by its principal or
-    /// else its owner (an address's quota subject, as in-flight holds name
-    /// it): a session's task, whose client address its session does not
-    /// keep.
-    pub(crate) async fn acquire_task_of(
-        self: &Arc<Self>,
-        principal: Option<&Principal>,
-        owner: Option<&str>,
-    ) -> Result<Option<SlotLease>, RuntimeError> {
-        let member = uuid::Uuid::new_v4().to_string();
-        match (principal, owner) {
-            (Some(principal), _) => {
-                self.acquire_slot(Quota::TasksPerPrincipal, &principal.key(), &member)
-                    .await
-            }
-            (None, Some(subject)) => {
-                self.acquire_slot(Quota::TasksPerAddress, subject, &member)
-                    .await
-            }
-            (None, None) => Ok(None),
-        }
-    }
-
     /// Renews every slot this node holds (streams, tasks), one store call
     /// per quota and subject, [`RENEW_CONCURRENCY`] at a time. A failure is logged: the
     /// slots lapse if it lasts longer than the lease, and come back with

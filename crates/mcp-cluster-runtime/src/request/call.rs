@@ -278,6 +278,10 @@ pub(crate) struct Call {
     ///
     /// [`Exchange::take_hold`]: crate::request::exchange::Exchange::take_hold
     pub(crate) hold: Option<mcp_cluster_store::Hold>,
+    /// The client's running-task slot a 2025-11-25 session's
+    /// task-augmented call was admitted with, taken by its task (which
+    /// holds it while it runs).
+    pub(crate) task_slot: Option<crate::node::quota::SlotLease>,
 }
 
 impl Call {
@@ -346,6 +350,7 @@ impl Call {
             principal: inbound.principal.clone(),
             owner: None,
             hold: None,
+            task_slot: None,
         }
     }
 
@@ -355,6 +360,13 @@ impl Call {
     pub(crate) fn holding(mut self, hold: mcp_cluster_store::Hold) -> Self {
         self.owner = hold.owner().cloned();
         self.hold = Some(hold);
+        self
+    }
+
+    /// The call holding `slot`, its client's running-task slot.
+    #[must_use]
+    pub(crate) fn with_task_slot(mut self, slot: Option<crate::node::quota::SlotLease>) -> Self {
+        self.task_slot = slot;
         self
     }
 

@@ -454,6 +454,17 @@ impl Exchange {
         })
     }
 
+    /// The running-task slot request `id` was admitted with, taken by its
+    /// task.
+    pub(crate) fn take_task_slot(&self, id: &RequestId) -> Option<crate::node::quota::SlotLease> {
+        self.calls.lock().ok().and_then(|mut calls| {
+            calls
+                .iter_mut()
+                .find(|c| c.id == *id)
+                .and_then(|c| c.task_slot.take())
+        })
+    }
+
     /// Who this exchange's stream is charged to, as the store's budgets
     /// name owners ([`NO_OWNER`] when unknown).
     fn owner_key(&self) -> &str {

@@ -20,12 +20,14 @@ use mcp_cluster_protocol::{
 };
 use mcp_cluster_store::Hold;
 use mcp_cluster_telemetry::metrics;
+use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::node::config::ResponseMode;
 use crate::node::error::RuntimeError;
 use crate::request::call::{Call, Inbound, notification_label};
 use crate::request::exchange::{Exchange, ExchangeReply};
+use crate::request::service::TaskSupport;
 use crate::runtime::Runtime;
 use crate::session::SessionHandle;
 
@@ -349,10 +351,14 @@ impl Runtime {
         self.admit_body(&body, inbound).await?;
         match body {
             Body::Single(Message::Request(request)) => {
+                let slot = self
+                    .admit_session_task(session, &request, inbound)
+                    .await
+                    .map_err(|err| Refusal::runtime(err, Some(request.id.clone())))?;
                 let exchange = match answers {
                     Answers::Reply => {
                         let (exchange, reply) = self.exchange(session, vec![request.id.clone()]);
-                        self.dispatch_one(session, request, &exchange, inbound)?;
+                        self.dispatch_one(session, request, &exchange, inbound, slot)?;
                         return Ok(Submitted::Reply {
                             reply,
                             batch: false,
@@ -360,7 +366,7 @@ impl Runtime {
                     }
                     Answers::SessionStream => self.attached_exchange(session),
                 };
-                self.dispatch_one(session, request, &exchange, inbound)?;
+                self.dispatch_one(session, request, &exchange, inbound, slot)?;
                 Ok(Submitted::Stream(exchange))
             }
             Body::Single(Message::Notification(n)) => {
@@ -441,12 +447,55 @@ impl Runtime {
         })
     }
 
+    /// A 2025-11-25 session's task-augmented `tools/call` of a tool that
+    /// runs as a task is admitted as a task first, as a request the
+    /// transport refuses (nothing of it runs): on a node that runs its
+    /// most tasks ([`RuntimeError::NodeFull`], 503), or over the client's
+    /// share of the running tasks ([`RuntimeError::QuotaExceeded`], 429).
+    /// Returns the client's slot, which the task holds while it runs;
+    /// `None` for any other request (or without a principal or an
+    /// address: stdio).
+    async fn admit_session_task(
+        &self,
+        session: &SessionHandle,
+        request: &Request,
+        inbound: &Inbound,
+    ) -> Result<Option<crate::node::quota::SlotLease>, RuntimeError> {
+        let params = request.params.as_ref();
+        let asked = request.method == methods::TOOLS_CALL
+            && params
+                .and_then(|p| p.get("task"))
+                .is_some_and(Value::is_object)
+            && session
+                .protocol_version()
+                .is_some_and(ProtocolVersion::has_session_tasks);
+        if !asked || !self.service().runs_tasks() {
+            return Ok(None);
+        }
+        let tool = params
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if self.service().task_support(tool) == TaskSupport::Forbidden {
+            // Refused by the session (-32601).
+            return Ok(None);
+        }
+        if self.inner.stateless.running_tasks() >= self.config().max_running_tasks {
+            return Err(RuntimeError::NodeFull(crate::node::error::NodeFull::Tasks));
+        }
+        self.node()
+            .quotas
+            .acquire_task(inbound.principal.as_deref(), inbound.client_ip)
+            .await
+    }
+
     fn dispatch_one(
         &self,
         session: &SessionHandle,
         request: Request,
         exchange: &Arc<Exchange>,
         inbound: &Inbound,
+        task_slot: Option<crate::node::quota::SlotLease>,
     ) -> Result<(), Refusal> {
         let id = request.id.clone();
         let hold = self
@@ -460,7 +509,8 @@ impl Runtime {
                 version_label(session),
                 inbound,
             )
-            .holding(hold),
+            .holding(hold)
+            .with_task_slot(task_slot),
         );
         session
             .dispatch(request, Arc::clone(exchange))

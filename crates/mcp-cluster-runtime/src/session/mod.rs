@@ -1514,21 +1514,12 @@ impl Session {
             ttl_ms: ttl,
         };
         let node_tasks = Arc::clone(&self.deps.tasks);
-        let quotas = Arc::clone(&self.deps.node.quotas);
-        let owner = hold.as_ref().and_then(|h| h.owner()).cloned();
-        let charged = principal.clone();
+        // The client's share of the running tasks (both eras), taken when
+        // the call was admitted, held while the handler runs.
+        let slot = exchange.take_task_slot(&request.id);
         let id = request.id.clone();
         let create = async move {
-            // The client's share of the running tasks (both eras), held
-            // while the handler runs.
-            let slot = quotas
-                .acquire_task_of(charged.as_deref(), owner.as_deref())
-                .await
-                .map_err(|err| err.to_error_object());
-            let started = match slot {
-                Ok(slot) => node_tasks.start(start).await.map(|task| (task, slot)),
-                Err(err) => Err(err),
-            };
+            let started = node_tasks.start(start).await.map(|task| (task, slot));
             let (response, run) = match started {
                 Ok(((run, created), slot)) => (
                     Response::result(id, created),
