@@ -54,6 +54,14 @@ const NOT_REACHABLE: &[(&str, &str)] = &[
         "a full session mailbox needs the session actor to fall behind its client, a race no client makes happen on purpose",
     ),
     (
+        "J-task-lost",
+        "needs the node running a task to die; session_tasks.rs and tasks_cluster.rs kill one",
+    ),
+    (
+        "J-task-unstored",
+        "needs the store to fail between a session's request and its task's creation: a race",
+    ),
+    (
         "J-panic",
         "no built-in tool panics; handler_failures.rs covers it with a fixture tool in process",
     ),
@@ -121,6 +129,10 @@ const TRIGGERS: &[&str] = &[
     "J-drain",
     "J-url-elicitation",
     "J-tool-error",
+    "J-task-negotiation",
+    "J-task-unknown",
+    "J-task-ended",
+    "J-task-no-result",
     "J-tool-args",
 ];
 
@@ -693,7 +705,20 @@ async fn trigger(id: &str, n: &Nodes) -> Vec<Seen> {
             )
             .await;
             drop(first);
-            one(second)
+            // A 2025-11-25 session's task on a node that runs its one task.
+            let node = spawn(&[], &[("MCP_RUNTIME__MAX_RUNNING_TASKS", "1")]);
+            let s = session(node.url(), v).await;
+            let task = |id| {
+                rpc(
+                    id,
+                    "tools/call",
+                    json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "x"}, "task": {}}),
+                )
+            };
+            let running = post(node.url(), Some(&s), &[], &task(3)).await;
+            assert!(running.body["result"]["task"].is_object(), "{running:?}");
+            let refused = post(node.url(), Some(&s), &[], &task(4)).await;
+            vec![second, refused]
         }
         "E-store" => {
             let redis = RedisServer::start_for_nodes().unwrap();
@@ -966,6 +991,59 @@ async fn trigger(id: &str, n: &Nodes) -> Vec<Seen> {
             let (_node, exit) = status.await.unwrap();
             exit.unwrap();
             one(seen)
+        }
+        "J-task-negotiation" => {
+            let s = session(url, v).await;
+            let task = |id, tool: &str| {
+                rpc(
+                    id,
+                    "tools/call",
+                    json!({"name": tool, "arguments": {}, "task": {}}),
+                )
+            };
+            vec![
+                post(url, Some(&s), &[], &task(1, "echo")).await,
+                post(url, Some(&s), &[], &call(2, "failing_job", json!({}))).await,
+            ]
+        }
+        "J-task-unknown" => {
+            let s = session(url, v).await;
+            let mut seen = Vec::new();
+            for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
+                let body = rpc(1, method, json!({"taskId": "no-such-task"}));
+                seen.push(post(url, Some(&s), &[], &body).await);
+            }
+            seen
+        }
+        "J-task-ended" | "J-task-no-result" => {
+            // Default limits: a task and the requests about it are in
+            // flight together.
+            let node = spawn(&[], &[]);
+            let url = node.url();
+            let s = session(url, v).await;
+            let seconds = if id == "J-task-ended" { 0 } else { 60 };
+            let created = post(
+                url,
+                Some(&s),
+                &[],
+                &rpc(
+                    1,
+                    "tools/call",
+                    json!({"name": "slow_compute", "arguments": {"seconds": seconds, "label": "x"}, "task": {}}),
+                ),
+            )
+            .await;
+            let task = created.body["result"]["task"]["taskId"].clone();
+            assert!(task.is_string(), "{created:?}");
+            let about = |id, method: &str| rpc(id, method, json!({"taskId": task}));
+            if id == "J-task-ended" {
+                // `tasks/result` waits for the end.
+                post(url, Some(&s), &[], &about(2, "tasks/result")).await;
+                one(post(url, Some(&s), &[], &about(3, "tasks/cancel")).await)
+            } else {
+                post(url, Some(&s), &[], &about(2, "tasks/cancel")).await;
+                one(post(url, Some(&s), &[], &about(3, "tasks/result")).await)
+            }
         }
         "J-tool-error" => {
             let s = session(url, v).await;
