@@ -33,7 +33,7 @@ import {
   assert,
   eraFromWire,
   fmt,
-  lastExchanges,
+  matrixChecker,
   modernWireViolations,
   pingEndedSession,
   recordingFetch,
@@ -47,47 +47,13 @@ if (!url || (flag !== undefined && (flag !== '--discovery' || value !== 'off')))
 }
 const discovery = flag === undefined;
 const label = discovery ? 'ai-sdk' : 'ai-sdk-legacy';
-const STEP_TIMEOUT_MS = Number(process.env.MATRIX_STEP_TIMEOUT_MS ?? 20000);
 const EXPECTED_TOOLS = LISTS.find((l) => l.kind === 'tools').expected;
 
 const wire = [];
 let sessionId;
 const uncaught = [];
 let client;
-let passed = 0;
-let failed = 0;
-
-function withTimeout(promise, ms, what) {
-  let timer;
-  return Promise.race([
-    promise.finally(() => clearTimeout(timer)),
-    new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${what}: timed out after ${ms} ms`)), ms);
-    }),
-  ]);
-}
-
-async function check(name, fn) {
-  try {
-    const note = await withTimeout(Promise.resolve().then(fn), STEP_TIMEOUT_MS, name);
-    passed++;
-    console.log(`ok - ${name}${note ? ` (${note})` : ''}`);
-    return true;
-  } catch (err) {
-    failed++;
-    console.log(`not ok - ${name}: ${err?.message ?? err}${err?.cause ? ` (cause: ${err.cause?.message ?? err.cause})` : ''}`);
-    console.log(`  last HTTP exchanges: ${lastExchanges(wire)}`);
-    return false;
-  }
-}
-
-function finish() {
-  if (process.env.MATRIX_VERBOSE) for (const w of wire) console.log(`  wire: ${fmt(w)}`);
-  const { era, detail } = eraFromWire(wire);
-  console.log(`era: ${era} (${detail})`);
-  console.log(`${label}: ${passed} passed, ${failed} failed`);
-  process.exit(failed === 0 ? 0 : 1);
-}
+const { check, finish } = matrixChecker(label, wire);
 
 /** A language-model usage record; the numbers do not matter to the SDK's tool loop. */
 const USAGE = {

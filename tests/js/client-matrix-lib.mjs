@@ -334,10 +334,11 @@ function withTimeout(promise, ms, what) {
 
 /**
  * A checker for scripts that print `ok - <check>` / `not ok - <check>: <reason>`:
- * `check(name, fn)` runs `fn` within `stepMs` (its return value noted);
+ * `check(name, fn)` runs `fn` within `stepMs` (its return value noted; after
+ * a failure, `onFail()` adds what helps);
  * `finish(label)` prints `<label>: N passed, M failed` and exits 1 on a failure.
  */
-export function checker(stepMs = STEP_TIMEOUT_MS) {
+export function checker({ stepMs = STEP_TIMEOUT_MS, onFail = () => {} } = {}) {
   let passed = 0;
   let failed = 0;
   return {
@@ -349,13 +350,33 @@ export function checker(stepMs = STEP_TIMEOUT_MS) {
         return true;
       } catch (err) {
         failed++;
-        console.log(`not ok - ${name}: ${err?.message ?? err}`);
+        const cause = err?.cause ? ` (cause: ${err.cause?.message ?? err.cause})` : '';
+        console.log(`not ok - ${name}: ${err?.message ?? err}${cause}`);
+        onFail();
         return false;
       }
     },
     finish(label) {
       console.log(`${label}: ${passed} passed, ${failed} failed`);
       process.exit(failed === 0 ? 0 : 1);
+    },
+  };
+}
+
+/**
+ * The checker of a matrix client: a failure shows the last HTTP exchanges of
+ * `wire`; `finish()` says the era the wire shows (every exchange with
+ * MATRIX_VERBOSE=1), then the counts under `label`.
+ */
+export function matrixChecker(label, wire) {
+  const { check, finish } = checker({ onFail: () => console.log(`  last HTTP exchanges: ${lastExchanges(wire)}`) });
+  return {
+    check,
+    finish() {
+      if (process.env.MATRIX_VERBOSE) for (const w of wire) console.log(`  wire: ${fmt(w)}`);
+      const { era, detail } = eraFromWire(wire);
+      console.log(`era: ${era} (${detail})`);
+      finish(label);
     },
   };
 }
@@ -375,28 +396,7 @@ export async function listAll(request, method, field) {
 
 /** Runs every check against `url` through `adapter`; never returns. */
 export async function runMatrix({ url, label, adapter, wire }) {
-  let passed = 0;
-  let failed = 0;
-  async function check(name, fn) {
-    try {
-      const note = await withTimeout(Promise.resolve().then(fn), STEP_TIMEOUT_MS, name);
-      passed++;
-      console.log(`ok - ${name}${note ? ` (${note})` : ''}`);
-      return true;
-    } catch (err) {
-      failed++;
-      console.log(`not ok - ${name}: ${err?.message ?? err}`);
-      console.log(`  last HTTP exchanges: ${lastExchanges(wire)}`);
-      return false;
-    }
-  }
-  const finish = () => {
-    if (process.env.MATRIX_VERBOSE) for (const w of wire) console.log(`  wire: ${fmt(w)}`);
-    const { era, detail } = eraFromWire(wire);
-    console.log(`era: ${era} (${detail})`);
-    console.log(`${label}: ${passed} passed, ${failed} failed`);
-    process.exit(failed === 0 ? 0 : 1);
-  };
+  const { check, finish } = matrixChecker(label, wire);
 
   // The era the SDK says it negotiated; the wire is checked against it at the end.
   let modern = false;

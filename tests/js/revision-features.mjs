@@ -73,7 +73,7 @@ function makeClient(full) {
   return { client, seen };
 }
 
-const { check, finish } = checker(STEP_TIMEOUT_MS);
+const { check, finish } = checker({ stepMs: STEP_TIMEOUT_MS });
 /** Every item of a list, page by page (the node may run with a small page size). */
 const listAllOf = (client, method, field) =>
   listAll((m, params) => client.request({ method: m, params }), method, field);

@@ -45,7 +45,7 @@ if (!['http', 'sse', 'stdio'].includes(transportKind) || !target) {
 }
 const label = `session-tasks ${transportKind}`;
 const RELATED = 'io.modelcontextprotocol/related-task';
-const { check, finish } = checker(30000);
+const { check, finish } = checker({ stepMs: 30000 });
 
 function transport(v2) {
   const url = () => new URL(target);
