@@ -669,7 +669,35 @@ for era in session 2026-07-28; do
   set -e
 done
 stop_cluster
+# An HTTP server hosted ([[upstreams]] urls): two plain mcp-node replicas,
+# sharing nothing, each session opening its own upstream session at one of
+# them in turn; the conformance suite through the node that hosts them.
+echo "== hosted servers: conformance through a node hosting an HTTP server (two replicas)"
+replica_a=$(free_port)
+replica_b=$(free_port)
+./target/debug/mcp-node --bind "127.0.0.1:$replica_a" --log warn >"$LOG_DIR/replica-a.log" 2>&1 &
+REPLICA_A=$!
+./target/debug/mcp-node --bind "127.0.0.1:$replica_b" --log warn >"$LOG_DIR/replica-b.log" 2>&1 &
+REPLICA_B=$!
+if ! await_port "$replica_a" "$REPLICA_A" || ! await_port "$replica_b" "$REPLICA_B"; then
+  echo "the replicas did not start" >&2
+  exit 1
+fi
+cat >"$LOG_DIR/hosted-http.toml" <<TOML
+[[upstreams]]
+name = "replicas"
+urls = ["http://127.0.0.1:$replica_a/mcp", "http://127.0.0.1:$replica_b/mcp"]
+TOML
+start_node hosted-http --config "$LOG_DIR/hosted-http.toml"
+set +e
+bash tests/js/conformance.sh "$NODE_URL" 2>&1 | tee "$LOG_DIR/conformance-hosted-http.log"
+[ "${PIPESTATUS[0]}" = 0 ] || hosted_conformance_status=1
+set -e
+stop_node
+kill -TERM "$REPLICA_A" "$REPLICA_B" 2>/dev/null || true
+wait "$REPLICA_A" "$REPLICA_B" 2>/dev/null || true
 read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/conformance-hosted-cluster.log" \
+  "$LOG_DIR/conformance-hosted-http.log" \
   "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-python-*.log "$LOG_DIR/hosted-matrix-2026.counts")
 
 # Two items per page, so every list a client walks spans several pages.

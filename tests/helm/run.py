@@ -735,6 +735,17 @@ def expect_upstreams(docs):
     assert "--config" in container["args"], container["args"]
 
 
+def expect_upstreams_http(docs):
+    """upstreams with urls: an HTTP server's replicas, as given."""
+    deployment, container = node_container(docs)
+    assert config_map(docs, deployment) == {"upstreams": [{
+        "name": "replicas",
+        "urls": ["http://upstream-0.upstream:8080/mcp", "http://upstream-1.upstream:8080/mcp"],
+        "connect_timeout_secs": 3,
+    }]}, config_map(docs, deployment)
+    assert "--config" in container["args"], container["args"]
+
+
 EXAMPLES = CHART / "examples"
 
 VALUE_SETS = [
@@ -748,6 +759,7 @@ VALUE_SETS = [
     ValueSet("e2e-values", ["values-e2e.yaml"], expect=expect_e2e),
     ValueSet("tls", ["values-tls.yaml"], expect=expect_tls),
     ValueSet("upstreams", ["values-upstreams.yaml"], expect=expect_upstreams),
+    ValueSet("upstreams-http", ["values-upstreams-http.yaml"], expect=expect_upstreams_http),
     ValueSet("keycloak", [EXAMPLES / "keycloak.yaml"], expect=expect_keycloak),
     ValueSet("auth0", [EXAMPLES / "auth0.yaml"], namespace="mcp", expect=expect_auth0),
     ValueSet("entra-id", [EXAMPLES / "entra-id.yaml"], release="tools",
@@ -806,6 +818,8 @@ def expect_notes(vs, text):
                 "--cacert ca.crt"],
         "upstreams": ["The nodes host the MCP server everything (node /app/node_modules/",
                       "so node must be in the image", "the Service needs no session affinity"],
+        "upstreams-http": ["The nodes host the MCP server replicas at http://upstream-0.upstream:8080/mcp,",
+                           "at the replicas in turn", "the Service needs no session affinity"],
         "auth-introspection": ["the introspection endpoint's server",
                                "https://tools.example.org/.well-known/oauth-protected-resource/mcp",
                                "test_simple_text: mcp:admin mcp:read"],

@@ -5,11 +5,14 @@
 //! ask questions, report progress and run long), and for the hostile
 //! cases `tests/relay/hostile.py`.
 
+mod relay_support;
+
 use std::path::Path;
 use std::time::Duration;
 
 use mcp_cluster_client::{Client, Reply, SseStream};
 use mcp_cluster_testkit::{NodeProcess, node_binary, within};
+use relay_support::call;
 use serde_json::{Value, json};
 
 const VERSION: &str = "2025-06-18";
@@ -125,15 +128,6 @@ async fn eventually(what: &str, limit: Duration, mut check: impl FnMut() -> bool
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-async fn call(client: &Client, tool: &str, arguments: Value) -> (Value, Vec<Value>) {
-    within(
-        tool,
-        client.request("tools/call", json!({"name": tool, "arguments": arguments})),
-    )
-    .await
-    .unwrap()
 }
 
 async fn next(stream: &mut SseStream) -> Option<Value> {

@@ -10,7 +10,7 @@ mod stateless_support;
 use std::time::Duration;
 
 use mcp_cluster_client::{Client, Reply};
-use mcp_cluster_testkit::{NodeProcess, metric, node_binary, within};
+use mcp_cluster_testkit::{NodeProcess, node_binary, until_metric, within};
 use serde_json::{Value, json};
 
 use cluster_support::{client, event_within, expect_sse, message, next_event, priming, session};
@@ -85,16 +85,6 @@ async fn session_of(url: &str, version: &str) -> (Client, Value) {
         .await
         .unwrap();
     (client, result)
-}
-
-/// Waits until `series` on the node at `base` reads `value`.
-async fn until_metric(base: &str, series: &str, value: f64) {
-    within(series, async {
-        while metric(base, series).await != value {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
 }
 
 #[tokio::test]

@@ -54,6 +54,22 @@ pub enum Reply {
     Status(StatusCode, String, HeaderMap),
 }
 
+/// A response body, read up to `max` bytes: a longer one is an error, and
+/// what was read of it is dropped.
+async fn bounded_body(response: reqwest::Response, max: usize) -> Result<Vec<u8>, ClientError> {
+    use futures_util::StreamExt;
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk?;
+        if body.len() + chunk.len() > max {
+            return Err(ClientError::Protocol(format!("a body over {max} bytes")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// One session with a Streamable HTTP MCP server.
 #[derive(Debug)]
 pub struct Client {
@@ -62,6 +78,8 @@ pub struct Client {
     session: Option<String>,
     protocol_version: String,
     next_id: AtomicI64,
+    /// The largest JSON body or SSE event read ([`Self::set_max_message_bytes`]).
+    max_message_bytes: usize,
 }
 
 impl Client {
@@ -78,7 +96,20 @@ impl Client {
             session: None,
             protocol_version: protocol_version.to_owned(),
             next_id: AtomicI64::new(1),
+            max_message_bytes: crate::sse::MAX_BLOCK_BYTES,
         }
+    }
+
+    /// Reads no JSON body, and no SSE event, over `max` bytes: a larger one
+    /// is an error ([`ClientError::Protocol`]) and is not held. Default
+    /// [`crate::sse::MAX_BLOCK_BYTES`].
+    pub fn set_max_message_bytes(&mut self, max: usize) {
+        self.max_message_bytes = max;
+    }
+
+    /// Speaks `version` from now on (the one `initialize` negotiated).
+    pub fn set_protocol_version(&mut self, version: &str) {
+        version.clone_into(&mut self.protocol_version);
     }
 
     /// The session id, once initialized.
@@ -130,7 +161,7 @@ impl Client {
             .map(str::to_owned);
         // Servers may answer with a JSON body or with an SSE stream that
         // carries the response (the official SDKs do the latter).
-        let value = match Self::reply(response).await? {
+        let value = match self.reply(response).await? {
             Reply::Json(value, _) => value,
             Reply::Sse(mut stream) => loop {
                 match stream.next_message().await? {
@@ -212,10 +243,10 @@ impl Client {
             .body(body.to_string())
             .send()
             .await?;
-        Self::reply(response).await
+        self.reply(response).await
     }
 
-    async fn reply(response: reqwest::Response) -> Result<Reply, ClientError> {
+    async fn reply(&self, response: reqwest::Response) -> Result<Reply, ClientError> {
         let status = response.status();
         let content_type = response
             .headers()
@@ -226,16 +257,22 @@ impl Client {
         if status == StatusCode::ACCEPTED {
             return Ok(Reply::Accepted);
         }
+        let max = self.max_message_bytes;
         if status != StatusCode::OK {
             let headers = response.headers().clone();
-            return Ok(Reply::Status(status, response.text().await?, headers));
+            let body = bounded_body(response, max).await?;
+            return Ok(Reply::Status(
+                status,
+                String::from_utf8_lossy(&body).into_owned(),
+                headers,
+            ));
         }
         if content_type.starts_with("text/event-stream") {
-            return Ok(Reply::Sse(SseStream::new(response)));
+            return Ok(Reply::Sse(SseStream::with_max_block_bytes(response, max)));
         }
         let headers = response.headers().clone();
-        let text = response.text().await?;
-        Ok(Reply::Json(serde_json::from_str(&text)?, headers))
+        let body = bounded_body(response, max).await?;
+        Ok(Reply::Json(serde_json::from_slice(&body)?, headers))
     }
 
     /// Sends a request and returns its response message (the whole JSON-RPC
@@ -286,7 +323,7 @@ impl Client {
             );
         }
         let response = self.http.get(&self.url).headers(headers).send().await?;
-        Self::reply(response).await
+        self.reply(response).await
     }
 
     /// Ends the session (HTTP DELETE); returns the status.

@@ -181,6 +181,9 @@ pub struct SseStream {
     pub last_event_id: Option<String>,
     /// The last `retry` seen.
     pub retry: Option<u64>,
+    /// The response's headers (boxed: a stream is moved around).
+    headers: Box<reqwest::header::HeaderMap>,
+    max_block_bytes: usize,
 }
 
 impl std::fmt::Debug for SseStream {
@@ -194,13 +197,25 @@ impl std::fmt::Debug for SseStream {
 impl SseStream {
     /// Wraps a response whose body is an event stream.
     pub fn new(response: reqwest::Response) -> Self {
+        Self::with_max_block_bytes(response, MAX_BLOCK_BYTES)
+    }
+
+    /// As [`Self::new`], an event over `max` bytes an error.
+    pub fn with_max_block_bytes(response: reqwest::Response, max: usize) -> Self {
         Self {
+            headers: Box::new(response.headers().clone()),
             body: Box::pin(response.bytes_stream()),
-            parser: SseParser::default(),
+            parser: SseParser::with_max_block_bytes(max),
             pending: Default::default(),
             last_event_id: None,
             retry: None,
+            max_block_bytes: max,
         }
+    }
+
+    /// The response's headers (its `Mcp-Session-Id`, say).
+    pub fn headers(&self) -> &reqwest::header::HeaderMap {
+        &self.headers
     }
 
     /// The next block (events, priming events, bare `retry` blocks); `None`
@@ -227,7 +242,8 @@ impl SseStream {
                     self.pending.extend(self.parser.feed(&chunk));
                     if self.parser.oversized > oversized {
                         return Err(crate::ClientError::Protocol(format!(
-                            "an SSE event over {MAX_BLOCK_BYTES} bytes"
+                            "an SSE event over {} bytes",
+                            self.max_block_bytes
                         )));
                     }
                 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 use mcp_cluster_runtime::TaskSupport;
 use serde::{Deserialize, Serialize};
 
-/// One MCP server the node hosts: a stdio program started once per session.
+/// One MCP server the node hosts: a stdio program started once per session,
+/// or a Streamable HTTP server (`urls`) with one upstream session per
+/// session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UpstreamConfig {
@@ -17,6 +19,14 @@ pub struct UpstreamConfig {
     /// The program and its arguments (argv): run as given, never through a
     /// shell. The program is looked up on the child's `PATH`.
     pub command: Vec<String>,
+    /// A Streamable HTTP server instead of a program: its endpoint
+    /// (`http://…/mcp`), or one per replica. Each session opens a session
+    /// of its own at one of them, in turn, and keeps it: the replicas need
+    /// share nothing. Exclusive with `command`.
+    pub urls: Vec<String>,
+    /// Seconds to connect to an HTTP upstream before its request fails.
+    /// Default 5.
+    pub connect_timeout_secs: u64,
     /// Variables the child gets, on top of those of `inherit_env`. The
     /// child's environment comes from here alone: none of the node's own
     /// variables (its Redis URL, its secrets) reaches it otherwise.
@@ -82,6 +92,8 @@ impl Default for UpstreamConfig {
         Self {
             name: String::new(),
             command: Vec::new(),
+            urls: Vec::new(),
+            connect_timeout_secs: 5,
             env: BTreeMap::new(),
             inherit_env: ["PATH", "HOME", "LANG", "TMPDIR"]
                 .map(str::to_owned)
@@ -143,8 +155,32 @@ impl UpstreamConfig {
         if !name_ok {
             return fail("name must be 1 to 64 of A-Z, a-z, 0-9, - and _");
         }
-        if self.command.first().is_none_or(String::is_empty) {
+        match (self.command.is_empty(), self.urls.is_empty()) {
+            (false, false) => {
+                return fail("give command (a stdio server) or urls (an HTTP server), not both");
+            }
+            (true, true) => {
+                return fail(
+                    "command must name a program (an argv array, never a shell line), or urls an HTTP server",
+                );
+            }
+            _ => {}
+        }
+        if !self.command.is_empty() && self.command[0].is_empty() {
             return fail("command must name a program (an argv array, never a shell line)");
+        }
+        if let Some(url) = self.urls.iter().find(|u| !is_http_url(u)) {
+            return fail(&format!(
+                "urls: {url:?} is not an http:// or https:// URL with a host"
+            ));
+        }
+        if !self.urls.is_empty() && self.stateless {
+            return fail(
+                "stateless is for stdio servers; an HTTP server is spoken to in the session era",
+            );
+        }
+        if self.connect_timeout_secs == 0 {
+            return fail("connect_timeout_secs must be at least 1");
         }
         if self
             .env
@@ -172,6 +208,11 @@ impl UpstreamConfig {
         Ok(())
     }
 
+    /// An HTTP server (`urls`), not a program.
+    pub(crate) fn is_http(&self) -> bool {
+        !self.urls.is_empty()
+    }
+
     pub(crate) fn initialize_timeout(&self) -> Duration {
         Duration::from_secs(self.initialize_timeout_secs)
     }
@@ -188,6 +229,17 @@ impl UpstreamConfig {
     pub(crate) fn end_grace(&self) -> Duration {
         Duration::from_secs(self.end_grace_secs)
     }
+}
+
+/// `http://host…` or `https://host…`.
+fn is_http_url(url: &str) -> bool {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    rest.is_some_and(|r| {
+        let host = r.split(['/', '?', '#']).next().unwrap_or_default();
+        !host.is_empty() && !host.contains(char::is_whitespace)
+    })
 }
 
 #[cfg(test)]
@@ -214,6 +266,17 @@ mod tests {
         let mut bad_env = UpstreamConfig::new("e", &["x"]);
         bad_env.env.insert("A=B".into(), "c".into());
         assert!(bad_env.validate().is_err());
+        let mut both = UpstreamConfig::new("e", &["x"]);
+        both.urls = vec!["http://127.0.0.1:1/mcp".into()];
+        assert!(both.validate().unwrap_err().problem.contains("not both"));
+        let mut http = UpstreamConfig::new("e", &[]);
+        http.urls = vec![
+            "http://127.0.0.1:1/mcp".into(),
+            "https://a.example/mcp".into(),
+        ];
+        assert!(http.validate().is_ok());
+        http.urls.push("ftp://x/mcp".into());
+        assert!(http.validate().unwrap_err().problem.contains("ftp://x/mcp"));
         let mut tiny_lines = UpstreamConfig::new("e", &["x"]);
         tiny_lines.max_line_bytes = 10;
         assert!(tiny_lines.validate().is_err());

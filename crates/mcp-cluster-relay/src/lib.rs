@@ -1,6 +1,8 @@
 //! Hosts other MCP servers on a node of the cluster: a stdio server (a
 //! program from npm or PyPI, say) runs as one child process per session,
-//! started with the client's own `initialize` and ended with the session;
+//! started with the client's own `initialize` and ended with the session
+//! (a Streamable HTTP server, `urls`, gets one upstream session per session
+//! instead, at its replicas in turn);
 //! 2026-07-28 requests, which have no session, run on initialized children
 //! kept per principal. The relay is an [`mcp_cluster_runtime::McpService`]: the runtime serves
 //! its sessions, streams, resumption and cancellation as it serves a
@@ -26,6 +28,7 @@
 //!   module, the children watching resources for 2026-07-28 listen streams.
 //! - `upstream`: the conversation with one child.
 //! - `child`: the process: start, end, bounded lines.
+//! - `http`: the conversation with a session of an HTTP server (`urls`).
 //! - [`keeper`]: between the node and each server, ending the server's
 //!   whole process group when the node dies.
 //! - `pool`: idle children of 2026-07-28 requests, per principal.
@@ -33,6 +36,7 @@
 
 mod child;
 pub mod config;
+mod http;
 pub mod keeper;
 mod metrics;
 mod pool;

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::config::{UpstreamConfig, UpstreamConfigError};
 use crate::metrics;
 use crate::pool::{Pool, PoolKey};
-use crate::upstream::{self, Event, Upstream};
+use crate::upstream::{self, Event, Reach, Upstream};
 
 mod watch;
 
@@ -94,6 +94,10 @@ pub struct RelayService {
     /// Per principal, one listen stream at a time joins its watcher
     /// (`watch`).
     watch_gates: watch::Gates,
+    /// An HTTP server's connection pool, and the replica the next session
+    /// opens at (in turn).
+    http: reqwest::Client,
+    next_replica: std::sync::atomic::AtomicUsize,
     /// Carries the children's pipes and supervision, apart from the HTTP
     /// workers and the handlers' executor. Its threads start every child,
     /// and live as long as the service (a child's parent-death signal
@@ -312,6 +316,7 @@ impl RelayService {
             spawns,
         }));
         runtime.spawn(reap(Arc::downgrade(&children)));
+        let http = crate::http::pool(Duration::from_secs(config.connect_timeout_secs));
         Ok(Self {
             config,
             env,
@@ -321,6 +326,8 @@ impl RelayService {
             tools: Mutex::new(HashMap::new()),
             changes: tokio::sync::broadcast::Sender::new(CHANGES_QUEUE),
             watch_gates: watch::Gates::default(),
+            http,
+            next_replica: std::sync::atomic::AtomicUsize::new(0),
             runtime: RelayRuntime(Some(runtime)),
         })
     }
@@ -599,6 +606,21 @@ impl RelayService {
         Ok((upstream, result))
     }
 
+    /// How the next session reaches the server: a child of the program, or
+    /// a session at the next replica in turn.
+    fn reach(&self) -> Reach {
+        if !self.config.is_http() {
+            return Reach::Spawn(self.env.clone());
+        }
+        let turn = self
+            .next_replica
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Reach::Http {
+            pool: self.http.clone(),
+            url: self.config.urls[turn % self.config.urls.len()].clone(),
+        }
+    }
+
     /// Starts a child and has it answer the client's `initialize`.
     async fn start(&self, params: Value) -> Result<(Arc<Upstream>, Value), ErrorObject> {
         self.start_with(methods::INITIALIZE, params).await
@@ -612,7 +634,7 @@ impl RelayService {
         params: Value,
     ) -> Result<(Arc<Upstream>, Value), ErrorObject> {
         let config = self.config.clone();
-        let env = self.env.clone();
+        let reach = self.reach();
         let name = config.name.clone();
         let started = Instant::now();
         let timeout = config.initialize_timeout();
@@ -621,7 +643,7 @@ impl RelayService {
         // left running outside the table.
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
         self.runtime.handle().spawn(async move {
-            let outcome = start_child(config, env, method, params, timeout).await;
+            let outcome = start_child(config, reach, method, params, timeout).await;
             if let Err(Ok((upstream, _))) = started_tx.send(outcome) {
                 upstream.end();
             }
@@ -641,12 +663,12 @@ impl RelayService {
 /// driven there, and its parent-death signal follows one of its threads).
 async fn start_child(
     config: UpstreamConfig,
-    env: BTreeMap<String, String>,
+    reach: Reach,
     method: &'static str,
     params: Value,
     timeout: Duration,
 ) -> Result<(Arc<Upstream>, Value), ErrorObject> {
-    let upstream = Upstream::start(&config, &env).map_err(|err| {
+    let upstream = Upstream::start(&config, reach).map_err(|err| {
         metrics::refused(&config.name, "spawn_failed");
         ErrorObject::internal(format!(
             "upstream {} could not be started: {err}",

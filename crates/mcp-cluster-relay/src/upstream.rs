@@ -1,5 +1,7 @@
 //! [`Upstream`]: the JSON-RPC conversation with one running child over its
-//! stdin and stdout, and the tasks that carry it.
+//! stdin and stdout, and the tasks that carry it; or, for an HTTP server,
+//! with one session of it (`crate::http` carries that conversation, the
+//! rest is the same).
 //!
 //! Owner: the relay's table of sessions holds the [`Upstream`] of each
 //! session from its `initialize` to its end. Three tasks per child run on
@@ -136,10 +138,66 @@ impl Drop for Call {
     }
 }
 
+/// How a new upstream session is reached.
+#[derive(Debug, Clone)]
+pub(crate) enum Reach {
+    /// A child of the program, with this whole environment.
+    Spawn(BTreeMap<String, String>),
+    /// A session of the HTTP server at `url`, through `pool`.
+    Http { pool: reqwest::Client, url: String },
+}
+
 impl Upstream {
-    /// Starts a child of `config` with the whole environment `env`, and its
-    /// tasks on the current runtime (the relay's).
-    pub(crate) fn start(
+    /// A conversation of upstream `name` written into `stdin`.
+    fn new(name: &Arc<str>, stdin: mpsc::Sender<String>) -> Arc<Self> {
+        Arc::new(Self {
+            name: Arc::clone(name),
+            stdin,
+            state: Mutex::default(),
+            next_id: AtomicI64::new(1),
+            link: Mutex::new(None),
+            changes: Mutex::new(None),
+            updates: Mutex::new(None),
+            end: Notify::new(),
+            ended_by_us: std::sync::atomic::AtomicBool::new(false),
+            gone_tx: watch::Sender::new(false),
+        })
+    }
+
+    /// Starts a session of `config` as `reach` says, and its tasks on the
+    /// current runtime (the relay's).
+    pub(crate) fn start(config: &UpstreamConfig, reach: Reach) -> std::io::Result<Arc<Self>> {
+        match reach {
+            Reach::Spawn(env) => Self::spawn(config, &env),
+            Reach::Http { pool, url } => Ok(Self::connect(config, pool, url)),
+        }
+    }
+
+    /// A session of the HTTP server at `url`: opened by the first line
+    /// (`initialize`), carried by `crate::http`.
+    fn connect(config: &UpstreamConfig, pool: reqwest::Client, url: String) -> Arc<Self> {
+        let name: Arc<str> = Arc::from(config.name.as_str());
+        let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
+        let upstream = Self::new(&name, stdin_tx);
+        metrics::spawned(&name);
+        let max_message = config.max_line_bytes;
+        let conversation = Arc::clone(&upstream);
+        tokio::spawn(async move {
+            let cause =
+                crate::http::converse(Arc::clone(&conversation), pool, url, max_message, stdin_rx)
+                    .await;
+            conversation.gone(&cause);
+        });
+        upstream
+    }
+
+    /// Resolves when the node ends the conversation ([`Self::end`]).
+    pub(crate) async fn ended(&self) {
+        self.end.notified().await;
+    }
+
+    /// Starts a child of `config` with the whole environment `env`.
+    fn spawn(
         config: &UpstreamConfig,
         env: &BTreeMap<String, String>,
     ) -> std::io::Result<Arc<Self>> {
@@ -152,18 +210,7 @@ impl Upstream {
         } = child::spawn(config, env)?;
         let name: Arc<str> = Arc::from(config.name.as_str());
         let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
-        let upstream = Arc::new(Self {
-            name: Arc::clone(&name),
-            stdin: stdin_tx,
-            state: Mutex::default(),
-            next_id: AtomicI64::new(1),
-            link: Mutex::new(None),
-            changes: Mutex::new(None),
-            updates: Mutex::new(None),
-            end: Notify::new(),
-            ended_by_us: std::sync::atomic::AtomicBool::new(false),
-            gone_tx: watch::Sender::new(false),
-        });
+        let upstream = Self::new(&name, stdin_tx);
         metrics::spawned(&name);
         tokio::spawn(write_stdin(stdin, stdin_rx));
         let max_line = config.max_line_bytes;
@@ -403,8 +450,8 @@ impl Upstream {
         }
     }
 
-    /// One line from the child.
-    async fn received(self: &Arc<Self>, line: &[u8]) {
+    /// One line from the child (one message of an HTTP upstream).
+    pub(crate) async fn received(self: &Arc<Self>, line: &[u8]) {
         if line.iter().all(u8::is_ascii_whitespace) {
             return;
         }

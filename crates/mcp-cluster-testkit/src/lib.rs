@@ -83,6 +83,19 @@ pub async fn open_legacy_sse(
     (stream, format!("{base}{}", endpoint.data))
 }
 
+/// Waits until [`metric`] `series` of the node at `base` reads `value`.
+///
+/// # Panics
+/// When it does not within [`GUARD`].
+pub async fn until_metric(base: &str, series: &str, value: f64) {
+    within(series, async {
+        while metric(base, series).await != value {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
 /// The value of the sample line of `{base}/metrics` that starts with
 /// `series` (`name{labels}` exactly as printed, or a bare name), 0 when
 /// there is none.

@@ -666,7 +666,12 @@ async fn serve(
         .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err.0))?
     {
         Some(hosted) => {
-            tracing::info!(upstream = %config.upstreams[0].name, "Hosting an MCP server: one child process per session.");
+            let upstream = &config.upstreams[0];
+            if upstream.urls.is_empty() {
+                tracing::info!(upstream = %upstream.name, "Hosting an MCP server: one child process per session.");
+            } else {
+                tracing::info!(upstream = %upstream.name, replicas = upstream.urls.len(), "Hosting an HTTP MCP server: one upstream session per session.");
+            }
             hosted
         }
         None => make(&config).into(),

@@ -42,3 +42,21 @@ pub fn config_file(prefix: &str, contents: &str) -> (String, Scratch) {
     std::fs::write(&config, contents).unwrap();
     (config.display().to_string(), Scratch(dir))
 }
+
+/// `tools/call` of `tool` on `client`: the response, and the messages
+/// before it on its stream.
+pub async fn call(
+    client: &mcp_cluster_client::Client,
+    tool: &str,
+    arguments: serde_json::Value,
+) -> (serde_json::Value, Vec<serde_json::Value>) {
+    mcp_cluster_testkit::within(
+        tool,
+        client.request(
+            "tools/call",
+            serde_json::json!({"name": tool, "arguments": arguments}),
+        ),
+    )
+    .await
+    .unwrap()
+}

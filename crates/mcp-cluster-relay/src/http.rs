@@ -1,0 +1,289 @@
+//! The conversation with one session of a Streamable HTTP upstream
+//! (`urls`): what [`Upstream`] writes for a stdio child's stdin is sent
+//! here over HTTP instead, and what the server answers comes back through
+//! [`Upstream::received`], as a child's stdout would.
+//!
+//! - `initialize` first, alone: its answer carries the upstream session's
+//!   `Mcp-Session-Id` and the revision every later request names in
+//!   `MCP-Protocol-Version`.
+//! - Each request after it is POSTed on a task of its own (a long call never
+//!   holds up the next); its answer comes as JSON or as an SSE stream,
+//!   which is resumed with `Last-Event-ID` when it breaks before the answer
+//!   ([`RESUMES`] times at most). Notifications and answers to the server's
+//!   own requests are POSTed in order.
+//! - Once `notifications/initialized` went out, the session's GET stream
+//!   carries what the server says outside any request; it is opened again
+//!   (with `Last-Event-ID`) whenever it ends, unless the server has none
+//!   (405).
+//! - A 404 from the upstream (its session is gone) ends the conversation,
+//!   and with it the client's session; so does [`Upstream::end`], which
+//!   DELETEs the upstream session.
+//!
+//! Bounded: no body or event over `max_line_bytes` is read (the request it
+//! belongs to fails); the tasks are the conversation's and end with it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_cluster_client::{Client, Reply, SseStream};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinSet;
+
+use crate::metrics;
+use crate::upstream::Upstream;
+
+/// Times a broken response stream is resumed before its request fails.
+const RESUMES: u32 = 5;
+/// Pause before a resumption, or before the GET stream is opened again,
+/// when the server named none (`retry`).
+const RETRY_DEFAULT: Duration = Duration::from_secs(1);
+/// Longest such pause.
+const RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// A connection pool for an upstream's replicas.
+pub(crate) fn pool(connect_timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .build()
+        .unwrap_or_default()
+}
+
+/// Carries the conversation of `upstream` with the server at `url` until
+/// it ends; returns why.
+pub(crate) async fn converse(
+    upstream: Arc<Upstream>,
+    http: reqwest::Client,
+    url: String,
+    max_message: usize,
+    mut lines: mpsc::Receiver<String>,
+) -> String {
+    let Some(first) = lines.recv().await else {
+        return "closed before it began".to_owned();
+    };
+    let client = match open(&upstream, http, &url, max_message, &first).await {
+        Ok(client) => Arc::new(client),
+        Err(why) => return why,
+    };
+    let lost = Arc::new(Notify::new());
+    let mut tasks = JoinSet::new();
+    let ended = loop {
+        tokio::select! {
+            line = lines.recv() => {
+                let Some(line) = line.filter(|l| !l.is_empty()) else {
+                    break "closed".to_owned();
+                };
+                let Ok(message) = serde_json::from_str::<Value>(&line) else { continue };
+                let request = message.get("method").is_some() && message.get("id").is_some();
+                if request {
+                    tasks.spawn(call(Arc::clone(&client), Arc::clone(&upstream), message, Arc::clone(&lost)));
+                    continue;
+                }
+                match client.post(&message).await {
+                    Ok(Reply::Status(status, ..)) if status.as_u16() == 404 => break gone_404(&url),
+                    Ok(Reply::Accepted | Reply::Json(..) | Reply::Sse(_)) => {
+                        if message["method"] == "notifications/initialized" {
+                            tasks.spawn(standalone(Arc::clone(&client), Arc::clone(&upstream), Arc::clone(&lost)));
+                        }
+                    }
+                    Ok(Reply::Status(status, ..)) => {
+                        metrics::relay_error(upstream.name(), "http_status");
+                        tracing::debug!(upstream = %upstream.name(), %status, "The upstream refused a notification or an answer.");
+                    }
+                    Err(err) => {
+                        metrics::relay_error(upstream.name(), "http_failed");
+                        tracing::debug!(upstream = %upstream.name(), error = %err, "A notification or an answer did not reach the upstream.");
+                    }
+                }
+            }
+            () = lost.notified() => break gone_404(&url),
+            () = upstream.ended() => {
+                // The polite end: the upstream forgets the session now.
+                let _ = tokio::time::timeout(RETRY_MAX, client.delete()).await;
+                break "was ended by the node".to_owned();
+            }
+        }
+    };
+    tasks.abort_all();
+    ended
+}
+
+fn gone_404(url: &str) -> String {
+    format!("ended its session (404 from {url})")
+}
+
+/// POSTs `initialize` (`first`): the client of the upstream session it
+/// opened, its answer handed to `upstream`.
+async fn open(
+    upstream: &Arc<Upstream>,
+    http: reqwest::Client,
+    url: &str,
+    max_message: usize,
+    first: &str,
+) -> Result<Client, String> {
+    let message: Value =
+        serde_json::from_str(first).map_err(|err| format!("was sent no JSON ({err})"))?;
+    let id = message["id"].clone();
+    let asked = message["params"]["protocolVersion"]
+        .as_str()
+        .unwrap_or_default();
+    let mut client = Client::with_http(http, url, asked);
+    client.set_max_message_bytes(max_message);
+    let (answer, session) = match client.post(&message).await {
+        Ok(Reply::Json(answer, headers)) => (answer, session_id(&headers)),
+        Ok(Reply::Sse(mut stream)) => {
+            let session = session_id(stream.headers());
+            match answer_on(upstream, &mut stream, &id).await {
+                Some(answer) => (answer, session),
+                None => return Err(fail(upstream, &id, "broke its initialize stream").await),
+            }
+        }
+        Ok(Reply::Status(status, ..)) => {
+            return Err(fail(
+                upstream,
+                &id,
+                &format!("answered initialize with HTTP {status}"),
+            )
+            .await);
+        }
+        Ok(Reply::Accepted) => {
+            return Err(fail(upstream, &id, "answered initialize with 202").await);
+        }
+        Err(err) => {
+            return Err(fail(upstream, &id, &format!("could not be reached ({err})")).await);
+        }
+    };
+    if let Some(version) = answer["result"]["protocolVersion"].as_str() {
+        client.set_protocol_version(version);
+    }
+    client.set_session_id(session);
+    upstream.received(answer.to_string().as_bytes()).await;
+    Ok(client)
+}
+
+fn session_id(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Answers request `id` with -32603 saying why the upstream could not;
+/// returns why.
+async fn fail(upstream: &Arc<Upstream>, id: &Value, why: &str) -> String {
+    metrics::relay_error(upstream.name(), "http_failed");
+    let error = json!({"jsonrpc": "2.0", "id": id, "error": {
+        "code": -32603, "message": format!("upstream {} {why}", upstream.name())}});
+    upstream.received(error.to_string().as_bytes()).await;
+    why.to_owned()
+}
+
+/// Hands every message of `stream` to `upstream` until the answer to `id`
+/// (returned, not handed on); `None` when the stream ended first.
+async fn answer_on(upstream: &Arc<Upstream>, stream: &mut SseStream, id: &Value) -> Option<Value> {
+    loop {
+        let event = stream.next_event().await.ok()??;
+        if !event.has_data || event.data.is_empty() {
+            continue;
+        }
+        let Ok(message) = serde_json::from_str::<Value>(&event.data) else {
+            metrics::relay_error(upstream.name(), "not_jsonrpc");
+            continue;
+        };
+        if message.get("method").is_none() && message.get("id") == Some(id) {
+            return Some(message);
+        }
+        upstream.received(event.data.as_bytes()).await;
+    }
+}
+
+/// One request: POSTed, its answer (and whatever came before it on its
+/// stream) handed to `upstream`, its stream resumed when it breaks.
+async fn call(client: Arc<Client>, upstream: Arc<Upstream>, message: Value, lost: Arc<Notify>) {
+    let id = message["id"].clone();
+    let mut stream = match client.post(&message).await {
+        Ok(Reply::Json(answer, _)) => {
+            upstream.received(answer.to_string().as_bytes()).await;
+            return;
+        }
+        Ok(Reply::Sse(stream)) => stream,
+        Ok(Reply::Status(status, ..)) if status.as_u16() == 404 => {
+            lost.notify_one();
+            return;
+        }
+        Ok(Reply::Status(status, ..)) => {
+            fail(&upstream, &id, &format!("answered HTTP {status}")).await;
+            return;
+        }
+        Ok(Reply::Accepted) => {
+            fail(&upstream, &id, "answered a request with 202").await;
+            return;
+        }
+        Err(err) => {
+            fail(&upstream, &id, &format!("could not be reached ({err})")).await;
+            return;
+        }
+    };
+    for resumed in 0..=RESUMES {
+        if let Some(answer) = answer_on(&upstream, &mut stream, &id).await {
+            upstream.received(answer.to_string().as_bytes()).await;
+            return;
+        }
+        let Some(last) = stream.last_event_id.clone() else {
+            break;
+        };
+        if resumed == RESUMES {
+            break;
+        }
+        tokio::time::sleep(retry_of(&stream)).await;
+        stream = match client.get(Some(&last)).await {
+            Ok(Reply::Sse(next)) => next,
+            Ok(Reply::Status(status, ..)) if status.as_u16() == 404 => {
+                lost.notify_one();
+                return;
+            }
+            _ => break,
+        };
+    }
+    fail(
+        &upstream,
+        &id,
+        "broke the stream of a request before its answer",
+    )
+    .await;
+}
+
+fn retry_of(stream: &SseStream) -> Duration {
+    stream
+        .retry
+        .map_or(RETRY_DEFAULT, Duration::from_millis)
+        .min(RETRY_MAX)
+}
+
+/// The session's GET stream, open while the conversation lasts.
+async fn standalone(client: Arc<Client>, upstream: Arc<Upstream>, lost: Arc<Notify>) {
+    let mut last: Option<String> = None;
+    let mut pause = RETRY_DEFAULT;
+    loop {
+        match client.get(last.as_deref()).await {
+            Ok(Reply::Sse(mut stream)) => {
+                while let Ok(Some(event)) = stream.next_event().await {
+                    if event.has_data && !event.data.is_empty() {
+                        upstream.received(event.data.as_bytes()).await;
+                    }
+                }
+                last = stream.last_event_id.clone().or(last);
+                pause = retry_of(&stream);
+            }
+            // The server has no GET stream.
+            Ok(Reply::Status(status, ..)) if status.as_u16() == 405 => return,
+            Ok(Reply::Status(status, ..)) if status.as_u16() == 404 => {
+                lost.notify_one();
+                return;
+            }
+            _ => pause = (pause * 2).min(RETRY_MAX),
+        }
+        tokio::time::sleep(pause).await;
+    }
+}

@@ -1,0 +1,221 @@
+//! Hosting a Streamable HTTP MCP server (`[[upstreams]] urls = […]`): a
+//! node started the way the README says opens one upstream session per
+//! client session, at the replicas in turn, and relays everything over
+//! HTTP. The replicas here are `mcp-node` processes of their own (their
+//! built-in tools stream progress, ask questions and run long); each keeps
+//! its sessions to itself, as a server on an official SDK does.
+
+mod relay_support;
+
+use std::time::Duration;
+
+use mcp_cluster_client::{Client, Reply, SseStream};
+use mcp_cluster_testkit::{NodeProcess, free_port, metric, node_binary, until_metric, within};
+use relay_support::call;
+use serde_json::{Value, json};
+
+const VERSION: &str = "2025-11-25";
+
+/// A replica at a fixed port (so that it can be started again there).
+fn replica(port: u16) -> NodeProcess {
+    NodeProcess::spawn_bound(
+        &node_binary(),
+        &["--log", "warn"],
+        &format!("127.0.0.1:{port}"),
+    )
+    .unwrap()
+}
+
+/// A node hosting the HTTP server at `urls`.
+fn hosting(urls: &[String]) -> (NodeProcess, relay_support::Scratch) {
+    let urls = serde_json::to_string(urls).unwrap();
+    let (config, scratch) = relay_support::config_file(
+        "mcp-relay-http",
+        &format!("[[upstreams]]\nname = \"replicas\"\nurls = {urls}\n"),
+    );
+    let node = NodeProcess::spawn_logged(&node_binary(), &["--config", &config], &[]).unwrap();
+    (node, scratch)
+}
+
+fn base(node: &NodeProcess) -> String {
+    node.url().trim_end_matches("/mcp").to_owned()
+}
+
+async fn session(url: &str, capabilities: Value) -> (Client, Value) {
+    let mut client = Client::new(url, VERSION);
+    let init = within("initialize", client.initialize(capabilities))
+        .await
+        .unwrap();
+    (client, init)
+}
+
+/// Reads `stream` until the message answering `id`; the others before it.
+async fn until_answer(stream: &mut SseStream, id: i64) -> (Value, Vec<Value>) {
+    let mut before = Vec::new();
+    loop {
+        let message = within("the stream", stream.next_message())
+            .await
+            .unwrap()
+            .expect("the stream ended before the answer");
+        if message["id"] == id && message.get("method").is_none() {
+            return (message, before);
+        }
+        before.push(message);
+    }
+}
+
+#[tokio::test]
+async fn an_http_server_is_relayed_one_upstream_session_per_session_at_the_replicas_in_turn() {
+    let replicas = [replica(free_port().unwrap()), replica(free_port().unwrap())];
+    let urls: Vec<String> = replicas.iter().map(|r| r.url().to_owned()).collect();
+    let (node, _scratch) = hosting(&urls);
+    let url = node.url();
+
+    // The upstream's own answer, its capabilities included.
+    let (first, init) = session(url, json!({"elicitation": {}})).await;
+    assert_eq!(init["serverInfo"]["name"], "mcp-node", "{init}");
+    assert!(init["capabilities"]["tools"].is_object(), "{init}");
+    let (echoed, _) = call(&first, "echo", json!({"message": "over http"})).await;
+    assert_eq!(echoed["result"]["content"][0]["text"], "Echo: over http");
+
+    // The next session opens at the other replica.
+    let (second, _) = session(url, json!({})).await;
+    call(&second, "echo", json!({"message": "two"})).await;
+    for r in &replicas {
+        assert_eq!(
+            metric(
+                &base(r),
+                "mcp_sessions_created_total{transport=\"streamable_http\"}"
+            )
+            .await,
+            1.0,
+            "each replica holds one of the two sessions"
+        );
+    }
+
+    // Progress streams through, under the client's token.
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "long_running_operation", "arguments": {"duration_ms": 300, "steps": 3},
+        "_meta": {"progressToken": "mine"}}});
+    let Reply::Sse(mut stream) = within("POST", first.post(&body)).await.unwrap() else {
+        panic!("progress comes on a stream");
+    };
+    let (done, before) = until_answer(&mut stream, 7).await;
+    assert!(
+        done["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("3 steps")
+    );
+    let progress: Vec<&Value> = before
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert_eq!(progress.len(), 3, "{before:?}");
+    assert!(
+        progress
+            .iter()
+            .all(|p| p["params"]["progressToken"] == "mine")
+    );
+
+    // The upstream's question is the client's to answer.
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "test_elicitation", "arguments": {"message": "Your name?"}}});
+    let Reply::Sse(mut stream) = within("POST", first.post(&body)).await.unwrap() else {
+        panic!("a question comes on a stream");
+    };
+    let question = within("the question", stream.next_message())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": {"username": "Ada", "email": "ada@example.com"}}});
+    assert!(matches!(
+        within("answer", first.post(&answer)).await.unwrap(),
+        Reply::Accepted
+    ));
+    let (done, _) = until_answer(&mut stream, 8).await;
+    assert!(
+        done["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("action=accept") && t.contains("Ada")),
+        "{done}"
+    );
+
+    // A cancellation reaches the upstream: its handler stops.
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "long_running_operation", "arguments": {"duration_ms": 60000, "steps": 2}}});
+    let running = tokio::spawn({
+        let client = Client::new(url, VERSION);
+        let mut client = client;
+        client.set_session_id(first.session_id().map(str::to_owned));
+        async move { client.post(&body).await }
+    });
+    // The replica holding the session runs it.
+    let upstream_of_first = within("the call upstream", async {
+        loop {
+            for r in &replicas {
+                if metric(&base(r), "mcp_requests_in_flight").await == 1.0 {
+                    return base(r);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 9, "reason": "enough"}});
+    within("cancel", first.post(&cancel)).await.unwrap();
+    until_metric(&upstream_of_first, "mcp_requests_in_flight", 0.0).await;
+    running.abort();
+
+    // The client's DELETE ends the upstream session too.
+    within("DELETE", first.delete()).await.unwrap();
+    until_metric(
+        &upstream_of_first,
+        "mcp_sessions_ended_total{reason=\"deleted\"}",
+        1.0,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_replica_that_forgot_its_sessions_ends_theirs_and_one_that_is_down_fails_its_calls() {
+    let port = free_port().unwrap();
+    let only = replica(port);
+    let (node, _scratch) = hosting(&[only.url().to_owned()]);
+    let url = node.url().to_owned();
+    let (client, _) = session(&url, json!({})).await;
+    call(&client, "echo", json!({"message": "before"})).await;
+
+    // Down: the call fails naming the upstream; the session stays.
+    drop(only);
+    let (failed, _) = call(&client, "echo", json!({"message": "down"})).await;
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("upstream replicas")),
+        "{failed}"
+    );
+
+    // Back without its sessions: the upstream says 404, the client's
+    // session ends (404 too).
+    // (Heard on the session's GET stream to the upstream, opened again at
+    // most 10 s apart while the replica is away.)
+    let _back = replica(port);
+    let ended = async {
+        loop {
+            let body = json!({"jsonrpc": "2.0", "id": 5, "method": "ping"});
+            match client.post(&body).await.unwrap() {
+                Reply::Status(status, ..) if status.as_u16() == 404 => return status,
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    };
+    let refused = tokio::time::timeout(Duration::from_secs(30), ended)
+        .await
+        .expect("the session outlived its upstream session by 30 s");
+    assert_eq!(refused.as_u16(), 404);
+}
