@@ -654,6 +654,40 @@ for era in session 2026-07-28; do
   set -e
 done
 stop_cluster
+# The same server over Streamable HTTP: three replicas of
+# `server-everything streamableHttp`, each keeping its sessions in its own
+# memory, hosted by the three nodes (urls); each client session opens its
+# upstream session at the replicas in turn. The same checks, both eras.
+echo "== hosted servers: server-everything over HTTP (3 replicas) through nginx in front of 3 nodes, TypeScript SDK clients"
+everything_pids=()
+everything_urls=()
+for replica in 1 2 3; do
+  port=$(free_port)
+  (cd "$LOG_DIR" && PORT=$port RELAY_GIVEN=given exec "$ROOT/tests/js/node_modules/.bin/node" \
+    "$ROOT/tests/js/node_modules/@modelcontextprotocol/server-everything/dist/index.js" streamableHttp) \
+    >"$LOG_DIR/everything-http-$replica.log" 2>&1 &
+  everything_pids+=("$!")
+  everything_urls+=("\"http://127.0.0.1:$port/mcp\"")
+  if ! await_port "$port" "$!"; then
+    echo "server-everything replica $replica did not start" >&2
+    exit 1
+  fi
+done
+cat >"$LOG_DIR/hosted-everything-http.toml" <<TOML
+[[upstreams]]
+name = "everything"
+urls = [$(IFS=,; echo "${everything_urls[*]}")]
+TOML
+RELAY_NODE_SECRET=not-for-children start_cluster --config "$LOG_DIR/hosted-everything-http.toml"
+for era in session 2026-07-28; do
+  set +e
+  tests/js/node_modules/.bin/node tests/js/relay-everything.mjs "$LB_URL" --era "$era" 2>&1 | tee "$LOG_DIR/relay-everything-http-$era.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || relay_status=1
+  set -e
+done
+stop_cluster
+kill -TERM "${everything_pids[@]}" 2>/dev/null || true
+wait "${everything_pids[@]}" 2>/dev/null || true
 echo "== hosted servers: a Python SDK server (tests/py/hosted_server.py) through nginx in front of 3 nodes, Python SDK client in both eras"
 cat >"$LOG_DIR/hosted-python.toml" <<TOML
 [[upstreams]]
