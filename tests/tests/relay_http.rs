@@ -219,3 +219,55 @@ async fn a_replica_that_forgot_its_sessions_ends_theirs_and_one_that_is_down_fai
         .expect("the session outlived its upstream session by 30 s");
     assert_eq!(refused.as_u16(), 404);
 }
+
+#[tokio::test]
+async fn new_sessions_skip_a_replica_that_is_down_and_the_others_go_on() {
+    let alive = replica(free_port().unwrap());
+    let dead_port = free_port().unwrap();
+    let doomed = replica(dead_port);
+    let urls = vec![doomed.url().to_owned(), alive.url().to_owned()];
+    let (node, _scratch) = hosting(&urls);
+    let url = node.url();
+    // One session on each replica.
+    let (on_doomed, _) = session(url, json!({})).await;
+    let (on_alive, _) = session(url, json!({})).await;
+    drop(doomed);
+
+    // Every new session opens, at the replica that answers; the first
+    // that meets the dead one marks it down.
+    for n in 0..4 {
+        let (client, init) = session(url, json!({})).await;
+        assert_eq!(
+            init["serverInfo"]["name"], "mcp-node",
+            "session {n}: {init}"
+        );
+        let (echoed, _) = call(&client, "echo", json!({"message": "on"})).await;
+        assert_eq!(
+            echoed["result"]["content"][0]["text"], "Echo: on",
+            "{echoed}"
+        );
+    }
+    let down = format!(
+        "mcp_upstream_replica_up{{replica=\"{}\",upstream=\"replicas\"}}",
+        urls[0]
+    );
+    let up = format!(
+        "mcp_upstream_replica_up{{replica=\"{}\",upstream=\"replicas\"}}",
+        urls[1]
+    );
+    let failures = format!(
+        "mcp_upstream_replica_failures_total{{replica=\"{}\",upstream=\"replicas\"}}",
+        urls[0]
+    );
+    let base = base(&node);
+    assert_eq!(metric(&base, &down).await, 0.0);
+    assert_eq!(metric(&base, &up).await, 1.0);
+    assert!(metric(&base, &failures).await >= 1.0);
+
+    // The session on the live replica goes on; the one on the dead one
+    // fails its calls, naming the upstream.
+    let (echoed, _) = call(&on_alive, "echo", json!({"message": "still"})).await;
+    assert_eq!(echoed["result"]["content"][0]["text"], "Echo: still");
+    let (failed, _) = call(&on_doomed, "echo", json!({"message": "gone"})).await;
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+}

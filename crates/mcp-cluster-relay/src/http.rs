@@ -21,9 +21,15 @@
 //!
 //! Bounded: no body or event over `max_line_bytes` is read (the request it
 //! belongs to fails); the tasks are the conversation's and end with it.
+//!
+//! [`Replicas`]: a session opens at the next replica in turn, skipping one
+//! that could not be reached in the last [`DOWN_FOR`] (passive health,
+//! `mcp_upstream_replica_up`); an `initialize` that cannot reach its
+//! replica tries the next, as nothing was opened there.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mcp_cluster_client::{Client, Reply, SseStream};
 use serde_json::{Value, json};
@@ -40,31 +46,95 @@ const RESUMES: u32 = 5;
 const RETRY_DEFAULT: Duration = Duration::from_secs(1);
 /// Longest such pause.
 const RETRY_MAX: Duration = Duration::from_secs(10);
+/// How long a replica that could not be reached is skipped by new
+/// sessions.
+pub(crate) const DOWN_FOR: Duration = Duration::from_secs(5);
 
-/// A connection pool for an upstream's replicas.
-pub(crate) fn pool(connect_timeout: Duration) -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(connect_timeout)
-        .tcp_nodelay(true)
-        .build()
-        .unwrap_or_default()
+/// An HTTP upstream's replicas, their connection pool, and which are up.
+#[derive(Debug)]
+pub(crate) struct Replicas {
+    upstream: String,
+    urls: Vec<String>,
+    pool: reqwest::Client,
+    next: AtomicUsize,
+    /// Per replica: skipped until then (ms since the epoch), 0 when up.
+    down_until: Vec<AtomicU64>,
 }
 
-/// Carries the conversation of `upstream` with the server at `url` until
-/// it ends; returns why.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Replicas {
+    /// The replicas at `urls` of `upstream`, all up, through one pool.
+    pub(crate) fn new(upstream: &str, urls: &[String], connect_timeout: Duration) -> Self {
+        for url in urls {
+            metrics::replica_up(upstream, url, true);
+        }
+        Self {
+            upstream: upstream.to_owned(),
+            urls: urls.to_vec(),
+            pool: reqwest::Client::builder()
+                .connect_timeout(connect_timeout)
+                .tcp_nodelay(true)
+                .build()
+                .unwrap_or_default(),
+            next: AtomicUsize::new(0),
+            down_until: urls.iter().map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The replica a new session opens at: the next in turn that is up
+    /// (the next in turn when none is).
+    fn pick(&self) -> usize {
+        let n = self.urls.len();
+        let first = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        let now = now_ms();
+        (0..n)
+            .map(|k| (first + k) % n)
+            .find(|&i| self.down_until[i].load(Ordering::Relaxed) <= now)
+            .unwrap_or(first)
+    }
+
+    /// Replica `i` could not be reached: skipped for [`DOWN_FOR`].
+    fn failed(&self, i: usize) {
+        let until = now_ms() + u64::try_from(DOWN_FOR.as_millis()).unwrap_or(u64::MAX);
+        self.down_until[i].store(until, Ordering::Relaxed);
+        metrics::replica_failed(&self.upstream, &self.urls[i]);
+    }
+
+    /// Replica `i` answered.
+    fn answered(&self, i: usize) {
+        if self.down_until[i].swap(0, Ordering::Relaxed) != 0 {
+            metrics::replica_up(&self.upstream, &self.urls[i], true);
+        }
+    }
+}
+
+/// Says that the conversation's replica could not be reached.
+type Unreachable = Arc<dyn Fn() + Send + Sync>;
+
+/// Carries the conversation of `upstream` with a session it opens at one
+/// of `replicas` until it ends; returns why.
 pub(crate) async fn converse(
     upstream: Arc<Upstream>,
-    http: reqwest::Client,
-    url: String,
+    replicas: Arc<Replicas>,
     max_message: usize,
     mut lines: mpsc::Receiver<String>,
 ) -> String {
     let Some(first) = lines.recv().await else {
         return "closed before it began".to_owned();
     };
-    let client = match open(&upstream, http, &url, max_message, &first).await {
-        Ok(client) => Arc::new(client),
+    let (client, replica) = match open(&upstream, &replicas, max_message, &first).await {
+        Ok((client, replica)) => (Arc::new(client), replica),
         Err(why) => return why,
+    };
+    let url = replicas.urls[replica].clone();
+    let unreachable: Unreachable = {
+        let replicas = Arc::clone(&replicas);
+        Arc::new(move || replicas.failed(replica))
     };
     let lost = Arc::new(Notify::new());
     let mut tasks = JoinSet::new();
@@ -77,7 +147,13 @@ pub(crate) async fn converse(
                 let Ok(message) = serde_json::from_str::<Value>(&line) else { continue };
                 let request = message.get("method").is_some() && message.get("id").is_some();
                 if request {
-                    tasks.spawn(call(Arc::clone(&client), Arc::clone(&upstream), message, Arc::clone(&lost)));
+                    tasks.spawn(call(
+                        Arc::clone(&client),
+                        Arc::clone(&upstream),
+                        message,
+                        Arc::clone(&lost),
+                        Arc::clone(&unreachable),
+                    ));
                     continue;
                 }
                 match client.post(&message).await {
@@ -93,6 +169,7 @@ pub(crate) async fn converse(
                     }
                     Err(err) => {
                         metrics::relay_error(upstream.name(), "http_failed");
+                        unreachable();
                         tracing::debug!(upstream = %upstream.name(), error = %err, "A notification or an answer did not reach the upstream.");
                     }
                 }
@@ -113,45 +190,87 @@ fn gone_404(url: &str) -> String {
     format!("ended its session (404 from {url})")
 }
 
-/// POSTs `initialize` (`first`): the client of the upstream session it
-/// opened, its answer handed to `upstream`.
+/// Why an `initialize` failed.
+enum InitializeError {
+    /// The replica could not be reached: another may be.
+    Unreached(String),
+    /// The replica answered, but opened no session.
+    Refused(String),
+}
+
+/// POSTs `initialize` (`first`) at the next replica up, and at the next
+/// while one cannot be reached: the client of the upstream session it
+/// opened and its replica, its answer handed to `upstream`.
 async fn open(
     upstream: &Arc<Upstream>,
-    http: reqwest::Client,
-    url: &str,
+    replicas: &Replicas,
     max_message: usize,
     first: &str,
-) -> Result<Client, String> {
+) -> Result<(Client, usize), String> {
     let message: Value =
         serde_json::from_str(first).map_err(|err| format!("was sent no JSON ({err})"))?;
     let id = message["id"].clone();
     let asked = message["params"]["protocolVersion"]
         .as_str()
         .unwrap_or_default();
-    let mut client = Client::with_http(http, url, asked);
-    client.set_max_message_bytes(max_message);
-    let (answer, session) = match client.post(&message).await {
+    let mut tries = replicas.urls.len();
+    loop {
+        let replica = replicas.pick();
+        let url = &replicas.urls[replica];
+        let mut client = Client::with_http(replicas.pool.clone(), url, asked);
+        client.set_max_message_bytes(max_message);
+        tries -= 1;
+        match initialize(upstream, &mut client, &message, &id).await {
+            Ok(()) => {
+                replicas.answered(replica);
+                return Ok((client, replica));
+            }
+            Err(InitializeError::Unreached(why)) => {
+                replicas.failed(replica);
+                if tries == 0 {
+                    return Err(fail(upstream, &id, &why).await);
+                }
+            }
+            Err(InitializeError::Refused(why)) => return Err(fail(upstream, &id, &why).await),
+        }
+    }
+}
+
+/// POSTs `initialize` on `client`, which then names the upstream session
+/// it opened; its answer handed to `upstream`.
+async fn initialize(
+    upstream: &Arc<Upstream>,
+    client: &mut Client,
+    message: &Value,
+    id: &Value,
+) -> Result<(), InitializeError> {
+    let (answer, session) = match client.post(message).await {
         Ok(Reply::Json(answer, headers)) => (answer, session_id(&headers)),
         Ok(Reply::Sse(mut stream)) => {
             let session = session_id(stream.headers());
-            match answer_on(upstream, &mut stream, &id).await {
+            match answer_on(upstream, &mut stream, id).await {
                 Some(answer) => (answer, session),
-                None => return Err(fail(upstream, &id, "broke its initialize stream").await),
+                None => {
+                    return Err(InitializeError::Refused(
+                        "broke its initialize stream".into(),
+                    ));
+                }
             }
         }
         Ok(Reply::Status(status, ..)) => {
-            return Err(fail(
-                upstream,
-                &id,
-                &format!("answered initialize with HTTP {status}"),
-            )
-            .await);
+            return Err(InitializeError::Refused(format!(
+                "answered initialize with HTTP {status}"
+            )));
         }
         Ok(Reply::Accepted) => {
-            return Err(fail(upstream, &id, "answered initialize with 202").await);
+            return Err(InitializeError::Refused(
+                "answered initialize with 202".into(),
+            ));
         }
         Err(err) => {
-            return Err(fail(upstream, &id, &format!("could not be reached ({err})")).await);
+            return Err(InitializeError::Unreached(format!(
+                "could not be reached ({err})"
+            )));
         }
     };
     if let Some(version) = answer["result"]["protocolVersion"].as_str() {
@@ -159,7 +278,7 @@ async fn open(
     }
     client.set_session_id(session);
     upstream.received(answer.to_string().as_bytes()).await;
-    Ok(client)
+    Ok(())
 }
 
 fn session_id(headers: &reqwest::header::HeaderMap) -> Option<String> {
@@ -199,8 +318,15 @@ async fn answer_on(upstream: &Arc<Upstream>, stream: &mut SseStream, id: &Value)
 }
 
 /// One request: POSTed, its answer (and whatever came before it on its
-/// stream) handed to `upstream`, its stream resumed when it breaks.
-async fn call(client: Arc<Client>, upstream: Arc<Upstream>, message: Value, lost: Arc<Notify>) {
+/// stream) handed to `upstream`, its stream resumed when it breaks; a
+/// replica that cannot be reached said so (`unreachable`).
+async fn call(
+    client: Arc<Client>,
+    upstream: Arc<Upstream>,
+    message: Value,
+    lost: Arc<Notify>,
+    unreachable: Unreachable,
+) {
     let id = message["id"].clone();
     let mut stream = match client.post(&message).await {
         Ok(Reply::Json(answer, _)) => {
@@ -221,6 +347,7 @@ async fn call(client: Arc<Client>, upstream: Arc<Upstream>, message: Value, lost
             return;
         }
         Err(err) => {
+            unreachable();
             fail(&upstream, &id, &format!("could not be reached ({err})")).await;
             return;
         }

@@ -51,7 +51,26 @@ const ERRORS: &[&str] = &[
     "not_jsonrpc",
     "ask_without_request",
     "stderr_dropped",
+    "http_failed",
+    "http_status",
 ];
+
+/// An HTTP upstream's `replica`: up (answering) or not.
+pub(crate) fn replica_up(upstream: &str, replica: &str, up: bool) {
+    metrics()
+        .upstream_replica_up
+        .with_label_values(&[upstream, replica])
+        .set(i64::from(up));
+}
+
+/// An HTTP upstream's `replica` could not be reached.
+pub(crate) fn replica_failed(upstream: &str, replica: &str) {
+    metrics()
+        .upstream_replica_failures
+        .with_label_values(&[upstream, replica])
+        .inc();
+    replica_up(upstream, replica, false);
+}
 
 pub(crate) fn spawned(upstream: &str) {
     let m = metrics();

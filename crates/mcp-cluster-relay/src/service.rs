@@ -94,10 +94,9 @@ pub struct RelayService {
     /// Per principal, one listen stream at a time joins its watcher
     /// (`watch`).
     watch_gates: watch::Gates,
-    /// An HTTP server's connection pool, and the replica the next session
-    /// opens at (in turn).
-    http: reqwest::Client,
-    next_replica: std::sync::atomic::AtomicUsize,
+    /// An HTTP server's replicas (`urls`): their connection pool, the one
+    /// the next session opens at, those that are up.
+    replicas: Option<Arc<crate::http::Replicas>>,
     /// Carries the children's pipes and supervision, apart from the HTTP
     /// workers and the handlers' executor. Its threads start every child,
     /// and live as long as the service (a child's parent-death signal
@@ -316,7 +315,13 @@ impl RelayService {
             spawns,
         }));
         runtime.spawn(reap(Arc::downgrade(&children)));
-        let http = crate::http::pool(Duration::from_secs(config.connect_timeout_secs));
+        let replicas = config.is_http().then(|| {
+            Arc::new(crate::http::Replicas::new(
+                &config.name,
+                &config.urls,
+                Duration::from_secs(config.connect_timeout_secs),
+            ))
+        });
         Ok(Self {
             config,
             env,
@@ -326,8 +331,7 @@ impl RelayService {
             tools: Mutex::new(HashMap::new()),
             changes: tokio::sync::broadcast::Sender::new(CHANGES_QUEUE),
             watch_gates: watch::Gates::default(),
-            http,
-            next_replica: std::sync::atomic::AtomicUsize::new(0),
+            replicas,
             runtime: RelayRuntime(Some(runtime)),
         })
     }
@@ -607,17 +611,11 @@ impl RelayService {
     }
 
     /// How the next session reaches the server: a child of the program, or
-    /// a session at the next replica in turn.
+    /// a session at one of its replicas.
     fn reach(&self) -> Reach {
-        if !self.config.is_http() {
-            return Reach::Spawn(self.env.clone());
-        }
-        let turn = self
-            .next_replica
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Reach::Http {
-            pool: self.http.clone(),
-            url: self.config.urls[turn % self.config.urls.len()].clone(),
+        match &self.replicas {
+            Some(replicas) => Reach::Http(Arc::clone(replicas)),
+            None => Reach::Spawn(self.env.clone()),
         }
     }
 

@@ -143,8 +143,8 @@ impl Drop for Call {
 pub(crate) enum Reach {
     /// A child of the program, with this whole environment.
     Spawn(BTreeMap<String, String>),
-    /// A session of the HTTP server at `url`, through `pool`.
-    Http { pool: reqwest::Client, url: String },
+    /// A session of the HTTP server, at one of its replicas.
+    Http(Arc<crate::http::Replicas>),
 }
 
 impl Upstream {
@@ -169,13 +169,13 @@ impl Upstream {
     pub(crate) fn start(config: &UpstreamConfig, reach: Reach) -> std::io::Result<Arc<Self>> {
         match reach {
             Reach::Spawn(env) => Self::spawn(config, &env),
-            Reach::Http { pool, url } => Ok(Self::connect(config, pool, url)),
+            Reach::Http(replicas) => Ok(Self::connect(config, replicas)),
         }
     }
 
-    /// A session of the HTTP server at `url`: opened by the first line
-    /// (`initialize`), carried by `crate::http`.
-    fn connect(config: &UpstreamConfig, pool: reqwest::Client, url: String) -> Arc<Self> {
+    /// A session of the HTTP server at one of `replicas`: opened by the
+    /// first line (`initialize`), carried by `crate::http`.
+    fn connect(config: &UpstreamConfig, replicas: Arc<crate::http::Replicas>) -> Arc<Self> {
         let name: Arc<str> = Arc::from(config.name.as_str());
         let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
         let upstream = Self::new(&name, stdin_tx);
@@ -184,7 +184,7 @@ impl Upstream {
         let conversation = Arc::clone(&upstream);
         tokio::spawn(async move {
             let cause =
-                crate::http::converse(Arc::clone(&conversation), pool, url, max_message, stdin_rx)
+                crate::http::converse(Arc::clone(&conversation), replicas, max_message, stdin_rx)
                     .await;
             conversation.gone(&cause);
         });

@@ -224,6 +224,13 @@ pub struct Metrics {
     /// `mcp_upstream_spawn_duration_seconds` by upstream: from start to
     /// the child's `initialize` answer.
     pub upstream_spawn_duration: HistogramVec,
+    /// `mcp_upstream_replica_up` by upstream and replica: an HTTP
+    /// upstream's replica answers (1), or failed to and is skipped by new
+    /// sessions for a while (0).
+    pub upstream_replica_up: IntGaugeVec,
+    /// `mcp_upstream_replica_failures_total` by upstream and replica: an
+    /// HTTP upstream's replica that could not be reached.
+    pub upstream_replica_failures: IntCounterVec,
 }
 
 /// Every `cause` of `mcp_upstream_children_ended_total`: the node ended the
@@ -565,8 +572,18 @@ impl Metrics {
             ),
             upstream_errors: counters(
                 "mcp_upstream_relay_errors_total",
-                "What the relay could not carry, by upstream and kind (line_too_long, not_jsonrpc, ask_without_request, stderr_dropped).",
+                "What the relay could not carry, by upstream and kind (line_too_long, not_jsonrpc, ask_without_request, stderr_dropped, http_failed, http_status).",
                 &["upstream", "kind"],
+            ),
+            upstream_replica_up: gauges(
+                "mcp_upstream_replica_up",
+                "An HTTP upstream's replica, by upstream and replica (its URL): 1 while it answers, 0 for a while after it could not be reached (new sessions go to the others).",
+                &["upstream", "replica"],
+            ),
+            upstream_replica_failures: counters(
+                "mcp_upstream_replica_failures_total",
+                "Times an HTTP upstream's replica could not be reached, by upstream and replica (its URL).",
+                &["upstream", "replica"],
             ),
             upstream_spawn_duration: histogram(
                 "mcp_upstream_spawn_duration_seconds",
@@ -637,6 +654,8 @@ impl Metrics {
             Box::new(self.upstream_duration.clone()),
             Box::new(self.upstream_errors.clone()),
             Box::new(self.upstream_spawn_duration.clone()),
+            Box::new(self.upstream_replica_up.clone()),
+            Box::new(self.upstream_replica_failures.clone()),
         ];
         for c in collectors {
             self.registry.register(c).unwrap();
