@@ -688,6 +688,45 @@ done
 stop_cluster
 kill -TERM "${everything_pids[@]}" 2>/dev/null || true
 wait "${everything_pids[@]}" 2>/dev/null || true
+# The TypeScript SDK's own example server (simpleStreamableHttp, SDK v1:
+# stateful, its sessions in memory), three replicas hosted by three nodes
+# behind nginx (two items a page): the SDK v1 client (sessions) and the v2
+# client pinned to 2026-07-28, compared with the first replica reached
+# directly (tests/js/relay-sdk-example.mjs).
+echo "== hosted servers: the TypeScript SDK example server (3 replicas) through nginx in front of 3 nodes"
+example_pids=()
+example_urls=()
+for replica in 1 2 3; do
+  port=$(free_port)
+  (cd "$LOG_DIR" && MCP_PORT=$port exec "$ROOT/tests/js/node_modules/.bin/node" \
+    "$ROOT/tests/js/node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js") \
+    >"$LOG_DIR/sdk-example-$replica.log" 2>&1 &
+  example_pids+=("$!")
+  example_urls+=("\"http://127.0.0.1:$port/mcp\"")
+  if ! await_port "$port" "$!"; then
+    echo "SDK example replica $replica did not start" >&2
+    exit 1
+  fi
+done
+cat >"$LOG_DIR/hosted-sdk-example.toml" <<TOML
+[[upstreams]]
+name = "sdk-example"
+urls = [$(IFS=,; echo "${example_urls[*]}")]
+TOML
+start_cluster --config "$LOG_DIR/hosted-sdk-example.toml" --page-size 2
+first_example=${example_urls[0]//\"/}
+for era in session 2026-07-28; do
+  set +e
+  tests/js/node_modules/.bin/node tests/js/relay-sdk-example.mjs "$LB_URL" "$first_example" --era "$era" 2>&1 \
+    | tee "$LOG_DIR/relay-sdk-example-$era.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || relay_status=1
+  set -e
+  sed -n 's/^relay-sdk-example [a-z0-9-]*: \([0-9]* passed, [0-9]* failed\)$/\1/p' \
+    "$LOG_DIR/relay-sdk-example-$era.log" >"$LOG_DIR/relay-sdk-example-$era.counts"
+done
+stop_cluster
+kill -TERM "${example_pids[@]}" 2>/dev/null || true
+wait "${example_pids[@]}" 2>/dev/null || true
 echo "== hosted servers: a Python SDK server (tests/py/hosted_server.py) through nginx in front of 3 nodes, Python SDK client in both eras"
 cat >"$LOG_DIR/hosted-python.toml" <<TOML
 [[upstreams]]
@@ -732,7 +771,8 @@ kill -TERM "$REPLICA_A" "$REPLICA_B" 2>/dev/null || true
 wait "$REPLICA_A" "$REPLICA_B" 2>/dev/null || true
 read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/conformance-hosted-cluster.log" \
   "$LOG_DIR/conformance-hosted-http.log" \
-  "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-python-*.log "$LOG_DIR/hosted-matrix-2026.counts")
+  "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-sdk-example-*.counts "$LOG_DIR"/relay-python-*.log \
+  "$LOG_DIR/hosted-matrix-2026.counts")
 
 # Two items per page, so every list a client walks spans several pages.
 echo "== client matrix against a node with --page-size 2"
@@ -795,7 +835,7 @@ passed=$((rust_passed + release_passed + redis_cluster_passed + fuzz_passed + co
 [ "$hosted_conformance_status" = 0 ] || { echo "conformance suite against a hosted server failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$hosted_loadtest_status" = 0 ] || { echo "mcp-loadtest through the hosted cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$hosted_matrix_status" = 0 ] || { echo "the TypeScript SDK v2 client at 2026-07-28 through the hosted cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
-[ "$relay_status" = 0 ] || { echo "server-everything through the relay failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$relay_status" = 0 ] || { echo "a hosted server (server-everything, the SDK example) through the relay failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$relay_python_status" = 0 ] || { echo "the Python SDK server through the relay failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$matrix_node_status" = 0 ] || { echo "client matrix against a node failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$matrix_cluster_status" = 0 ] || { echo "client matrix against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
