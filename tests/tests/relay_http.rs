@@ -10,7 +10,9 @@ mod relay_support;
 use std::time::Duration;
 
 use mcp_cluster_client::{Client, Reply, SseStream};
-use mcp_cluster_testkit::{NodeProcess, free_port, metric, node_binary, until_metric, within};
+use mcp_cluster_testkit::{
+    NodeProcess, TestIssuer, free_port, metric, node_binary, until_metric, within,
+};
 use relay_support::call;
 use serde_json::{Value, json};
 
@@ -270,4 +272,87 @@ async fn new_sessions_skip_a_replica_that_is_down_and_the_others_go_on() {
     assert_eq!(echoed["result"]["content"][0]["text"], "Echo: still");
     let (failed, _) = call(&on_doomed, "echo", json!({"message": "gone"})).await;
     assert_eq!(failed["error"]["code"], -32603, "{failed}");
+}
+
+#[tokio::test]
+async fn the_node_sends_its_own_token_from_a_file_it_reads_again_when_it_changes() {
+    const RESOURCE: &str = "http://127.0.0.1:1/mcp";
+    let issuer = TestIssuer::start().await.unwrap();
+    // An upstream that takes only the issuer's tokens.
+    let (auth, _auth_scratch) = relay_support::config_file(
+        "mcp-relay-http-auth",
+        &format!(
+            "[auth]\nresource = \"{RESOURCE}\"\nissuers = [\"{}\"]\n",
+            issuer.issuer()
+        ),
+    );
+    let upstream =
+        NodeProcess::spawn(&node_binary(), &["--log", "warn", "--config", &auth]).unwrap();
+    let dir = tempfile_dir();
+    let token_file = dir.join("upstream.token");
+    std::fs::write(&token_file, issuer.token().audience(RESOURCE).sign()).unwrap();
+    let urls = serde_json::to_string(&[upstream.url()]).unwrap();
+    let (config, _scratch) = relay_support::config_file(
+        "mcp-relay-http-token",
+        &format!(
+            "[[upstreams]]\nname = \"guarded\"\nurls = {urls}\nbearer_token_file = {:?}\n",
+            token_file.display().to_string()
+        ),
+    );
+    let node = NodeProcess::spawn_logged(&node_binary(), &["--config", &config], &[]).unwrap();
+    let url = node.url();
+
+    // The client's own (bogus) token stays with the node: the upstream
+    // gets the file's, and serves.
+    let mut client = Client::with_http(
+        reqwest::Client::builder()
+            .default_headers(
+                [(
+                    reqwest::header::AUTHORIZATION,
+                    "Bearer not-for-the-upstream".parse().unwrap(),
+                )]
+                .into_iter()
+                .collect(),
+            )
+            .build()
+            .unwrap(),
+        url,
+        VERSION,
+    );
+    within("initialize", client.initialize(json!({})))
+        .await
+        .unwrap();
+    let (echoed, _) = call(&client, "echo", json!({"message": "guarded"})).await;
+    assert_eq!(
+        echoed["result"]["content"][0]["text"], "Echo: guarded",
+        "{echoed}"
+    );
+
+    // A token the upstream refuses: new sessions fail, saying so.
+    std::fs::write(&token_file, "expired-or-forged").unwrap();
+    let mut refused = Client::new(url, VERSION);
+    let err = within("initialize", refused.initialize(json!({})))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("401"), "{err}");
+
+    // Rotated: read again, new sessions open.
+    std::fs::write(&token_file, issuer.token().audience(RESOURCE).sign()).unwrap();
+    let mut rotated = Client::new(url, VERSION);
+    within("initialize", rotated.initialize(json!({})))
+        .await
+        .unwrap();
+    let (echoed, _) = call(&rotated, "echo", json!({"message": "rotated"})).await;
+    assert_eq!(
+        echoed["result"]["content"][0]["text"], "Echo: rotated",
+        "{echoed}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A directory of its own for this test's files.
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcp-relay-http-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }

@@ -126,6 +126,17 @@ fn a_missing_or_bad_config_file_exits_64_naming_the_file() {
         &[],
         &[unknown.to_str().unwrap(), "line 2", "nonsense"],
     );
+    let no_token = dir.join("no-token.toml");
+    std::fs::write(
+        &no_token,
+        "[[upstreams]]\nname = \"r\"\nurls = [\"http://127.0.0.1:9/mcp\"]\nbearer_token_file = \"/nonexistent/token\"\n",
+    )
+    .unwrap();
+    refused(
+        &["--config", no_token.to_str().unwrap()],
+        &[],
+        &["bearer_token_file /nonexistent/token", "No such file"],
+    );
     let typed = dir.join("typed.toml");
     std::fs::write(&typed, "[runtime]\nmax_sessions = \"many\"\n").unwrap();
     refused(

@@ -71,7 +71,6 @@ async fn bounded_body(response: reqwest::Response, max: usize) -> Result<Vec<u8>
 }
 
 /// One session with a Streamable HTTP MCP server.
-#[derive(Debug)]
 pub struct Client {
     http: reqwest::Client,
     url: String,
@@ -80,7 +79,23 @@ pub struct Client {
     next_id: AtomicI64,
     /// The largest JSON body or SSE event read ([`Self::set_max_message_bytes`]).
     max_message_bytes: usize,
+    /// Where each request's bearer token comes from ([`Self::set_bearer`]).
+    bearer: Option<BearerSource>,
 }
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("url", &self.url)
+            .field("session", &self.session)
+            .field("protocol_version", &self.protocol_version)
+            .field("bearer", &self.bearer.as_ref().map(|_| "***"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Gives the bearer token a request carries now (`None`: none).
+pub type BearerSource = std::sync::Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
 impl Client {
     /// A client for the endpoint `url`, speaking `protocol_version`.
@@ -97,7 +112,15 @@ impl Client {
             protocol_version: protocol_version.to_owned(),
             next_id: AtomicI64::new(1),
             max_message_bytes: crate::sse::MAX_BLOCK_BYTES,
+            bearer: None,
         }
+    }
+
+    /// Sends `Authorization: Bearer <token>` with every request from now
+    /// on, the token as `source` gives it at the time (a file read again
+    /// when it changes, say).
+    pub fn set_bearer(&mut self, source: BearerSource) {
+        self.bearer = Some(source);
     }
 
     /// Reads no JSON body, and no SSE event, over `max` bytes: a larger one
@@ -215,6 +238,16 @@ impl Client {
                 .and_then(|s| HeaderValue::from_str(s).ok())
         {
             h.insert(HeaderName::from_static(SESSION_ID), v);
+        }
+        if let Some(v) = self
+            .bearer
+            .as_ref()
+            .and_then(|source| source())
+            .and_then(|token| HeaderValue::from_str(&format!("Bearer {token}")).ok())
+        {
+            let mut v = v;
+            v.set_sensitive(true);
+            h.insert(reqwest::header::AUTHORIZATION, v);
         }
         h
     }

@@ -14,6 +14,6 @@ pub mod client;
 pub mod http;
 pub mod sse;
 
-pub use client::{Client, ClientError, Reply};
+pub use client::{BearerSource, Client, ClientError, Reply};
 pub use http::HttpOptions;
 pub use sse::{SseEvent, SseParser, SseStream};

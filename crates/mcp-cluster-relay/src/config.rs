@@ -27,6 +27,11 @@ pub struct UpstreamConfig {
     /// Seconds to connect to an HTTP upstream before its request fails.
     /// Default 5.
     pub connect_timeout_secs: u64,
+    /// A file holding the bearer token the node sends an HTTP upstream
+    /// (`Authorization: Bearer …` on every request), read again whenever it
+    /// changes (a rotated secret). The client's own token never reaches the
+    /// upstream.
+    pub bearer_token_file: Option<PathBuf>,
     /// Variables the child gets, on top of those of `inherit_env`. The
     /// child's environment comes from here alone: none of the node's own
     /// variables (its Redis URL, its secrets) reaches it otherwise.
@@ -94,6 +99,7 @@ impl Default for UpstreamConfig {
             command: Vec::new(),
             urls: Vec::new(),
             connect_timeout_secs: 5,
+            bearer_token_file: None,
             env: BTreeMap::new(),
             inherit_env: ["PATH", "HOME", "LANG", "TMPDIR"]
                 .map(str::to_owned)
@@ -173,6 +179,14 @@ impl UpstreamConfig {
             return fail(&format!(
                 "urls: {url:?} is not an http:// or https:// URL with a host"
             ));
+        }
+        if self.urls.is_empty() && self.bearer_token_file.is_some() {
+            return fail("bearer_token_file is for an HTTP server (urls)");
+        }
+        if let Some(path) = &self.bearer_token_file
+            && let Err(problem) = crate::http::TokenFile::open(path)
+        {
+            return fail(&problem);
         }
         if !self.urls.is_empty() && self.stateless {
             return fail(
@@ -275,6 +289,15 @@ mod tests {
             "https://a.example/mcp".into(),
         ];
         assert!(http.validate().is_ok());
+        let mut token_for_a_program = UpstreamConfig::new("e", &["x"]);
+        token_for_a_program.bearer_token_file = Some("/run/token".into());
+        assert!(
+            token_for_a_program
+                .validate()
+                .unwrap_err()
+                .problem
+                .contains("bearer_token_file")
+        );
         http.urls.push("ftp://x/mcp".into());
         assert!(http.validate().unwrap_err().problem.contains("ftp://x/mcp"));
         let mut tiny_lines = UpstreamConfig::new("e", &["x"]);

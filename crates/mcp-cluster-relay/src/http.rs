@@ -59,6 +59,74 @@ pub(crate) struct Replicas {
     next: AtomicUsize,
     /// Per replica: skipped until then (ms since the epoch), 0 when up.
     down_until: Vec<AtomicU64>,
+    /// The node's own token for the upstream (`bearer_token_file`).
+    token: Option<Arc<TokenFile>>,
+}
+
+/// The longest bearer token read from a file.
+const MAX_TOKEN_BYTES: u64 = 16 * 1024;
+
+/// A bearer token kept in a file, read again whenever the file changes
+/// (its modification time or length); a file that cannot be read then
+/// leaves the last token in use, said once in the log.
+#[derive(Debug)]
+pub(crate) struct TokenFile {
+    path: std::path::PathBuf,
+    /// The file's (modification time, length) when last read, and its token.
+    read: std::sync::Mutex<(Option<(SystemTime, u64)>, String)>,
+}
+
+impl TokenFile {
+    /// Reads the token at `path` once, at start.
+    ///
+    /// # Errors
+    /// The file cannot be read, holds no token, or one over 16 KiB.
+    pub(crate) fn open(path: &std::path::Path) -> Result<Self, String> {
+        let file = Self {
+            path: path.to_owned(),
+            read: std::sync::Mutex::new((None, String::new())),
+        };
+        file.reread()
+            .map_err(|why| format!("bearer_token_file {}: {why}", path.display()))?;
+        Ok(file)
+    }
+
+    /// The token now.
+    pub(crate) fn token(&self) -> String {
+        let stamp = std::fs::metadata(&self.path)
+            .ok()
+            .and_then(|m| Some((m.modified().ok()?, m.len())));
+        let known = self.read.lock().map(|r| r.0).unwrap_or_default();
+        if stamp.is_some()
+            && stamp != known
+            && let Err(why) = self.reread()
+        {
+            tracing::warn!(path = %self.path.display(), why, "The upstream's bearer token file could not be read again; the last token stays in use.");
+            if let Ok(mut read) = self.read.lock() {
+                read.0 = stamp;
+            }
+        }
+        self.read.lock().map(|r| r.1.clone()).unwrap_or_default()
+    }
+
+    fn reread(&self) -> Result<(), String> {
+        let meta = std::fs::metadata(&self.path).map_err(|err| err.to_string())?;
+        if meta.len() > MAX_TOKEN_BYTES {
+            return Err(format!("over {MAX_TOKEN_BYTES} bytes"));
+        }
+        let text = std::fs::read_to_string(&self.path).map_err(|err| err.to_string())?;
+        let token = text.trim();
+        if token.is_empty() || token.contains(char::is_whitespace) {
+            return Err("it must hold one token".into());
+        }
+        if let Ok(mut read) = self.read.lock() {
+            *read = (
+                Some((meta.modified().map_err(|err| err.to_string())?, meta.len())),
+                token.to_owned(),
+            );
+        }
+        Ok(())
+    }
 }
 
 fn now_ms() -> u64 {
@@ -68,12 +136,19 @@ fn now_ms() -> u64 {
 }
 
 impl Replicas {
-    /// The replicas at `urls` of `upstream`, all up, through one pool.
-    pub(crate) fn new(upstream: &str, urls: &[String], connect_timeout: Duration) -> Self {
+    /// The replicas at `urls` of `upstream`, all up, through one pool;
+    /// `token`: the node's own token for them.
+    pub(crate) fn new(
+        upstream: &str,
+        urls: &[String],
+        connect_timeout: Duration,
+        token: Option<TokenFile>,
+    ) -> Self {
         for url in urls {
             metrics::replica_up(upstream, url, true);
         }
         Self {
+            token: token.map(Arc::new),
             upstream: upstream.to_owned(),
             urls: urls.to_vec(),
             pool: reqwest::Client::builder()
@@ -219,6 +294,10 @@ async fn open(
         let url = &replicas.urls[replica];
         let mut client = Client::with_http(replicas.pool.clone(), url, asked);
         client.set_max_message_bytes(max_message);
+        if let Some(token) = &replicas.token {
+            let token = Arc::clone(token);
+            client.set_bearer(Arc::new(move || Some(token.token())));
+        }
         tries -= 1;
         match initialize(upstream, &mut client, &message, &id).await {
             Ok(()) => {

@@ -294,6 +294,17 @@ impl RelayService {
             .filter_map(|k| inherited.get(k).map(|v| (k.clone(), v.clone())))
             .collect();
         env.extend(config.env.clone());
+        // Read before the relay's threads start: a refusal then drops no
+        // runtime inside the node's own.
+        let token = config
+            .bearer_token_file
+            .as_deref()
+            .map(crate::http::TokenFile::open)
+            .transpose()
+            .map_err(|problem| UpstreamConfigError {
+                name: config.name.clone(),
+                problem,
+            })?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(RELAY_THREADS)
             .thread_name("mcp-relay")
@@ -320,6 +331,7 @@ impl RelayService {
                 &config.name,
                 &config.urls,
                 Duration::from_secs(config.connect_timeout_secs),
+                token,
             ))
         });
         Ok(Self {
