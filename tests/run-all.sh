@@ -303,6 +303,32 @@ await_port() {
   return 1
 }
 
+# Starts $2 replicas of an HTTP MCP server, the command after $3, each on a
+# free loopback port given to it in the variable $3 names (its `%s` the
+# port: `PORT=%s`, `MCP_BIND=127.0.0.1:%s`), each logging to
+# $LOG_DIR/$1-N.log; fills REPLICA_PIDS and REPLICA_URLS (TOML strings).
+start_replicas() {
+  local label=$1 n=$2 spec=$3 replica port
+  shift 3
+  REPLICA_PIDS=()
+  REPLICA_URLS=()
+  for replica in $(seq 1 "$n"); do
+    port=$(free_port)
+    (cd "$LOG_DIR" && export "${spec//%s/$port}" && exec "$@") >"$LOG_DIR/$label-$replica.log" 2>&1 &
+    REPLICA_PIDS+=("$!")
+    REPLICA_URLS+=("\"http://127.0.0.1:$port/mcp\"")
+    if ! await_port "$port" "$!"; then
+      echo "$label replica $replica did not start" >&2
+      exit 1
+    fi
+  done
+}
+
+stop_replicas() {
+  kill -TERM "${REPLICA_PIDS[@]}" 2>/dev/null || true
+  wait "${REPLICA_PIDS[@]}" 2>/dev/null || true
+}
+
 # nginx.conf of a plain round-robin load balancer, as crates/mcp-cluster-testkit/src/nginx.rs
 # writes it: one process, every path inside $1, listening on $2, over the nodes
 # $3... (host:port), no stickiness, nothing buffered (SSE passes through).
@@ -659,24 +685,12 @@ stop_cluster
 # memory, hosted by the three nodes (urls); each client session opens its
 # upstream session at the replicas in turn. The same checks, both eras.
 echo "== hosted servers: server-everything over HTTP (3 replicas) through nginx in front of 3 nodes, TypeScript SDK clients"
-everything_pids=()
-everything_urls=()
-for replica in 1 2 3; do
-  port=$(free_port)
-  (cd "$LOG_DIR" && PORT=$port RELAY_GIVEN=given exec "$ROOT/tests/js/node_modules/.bin/node" \
-    "$ROOT/tests/js/node_modules/@modelcontextprotocol/server-everything/dist/index.js" streamableHttp) \
-    >"$LOG_DIR/everything-http-$replica.log" 2>&1 &
-  everything_pids+=("$!")
-  everything_urls+=("\"http://127.0.0.1:$port/mcp\"")
-  if ! await_port "$port" "$!"; then
-    echo "server-everything replica $replica did not start" >&2
-    exit 1
-  fi
-done
+start_replicas everything-http 3 'PORT=%s' env RELAY_GIVEN=given "$ROOT/tests/js/node_modules/.bin/node" \
+  "$ROOT/tests/js/node_modules/@modelcontextprotocol/server-everything/dist/index.js" streamableHttp
 cat >"$LOG_DIR/hosted-everything-http.toml" <<TOML
 [[upstreams]]
 name = "everything"
-urls = [$(IFS=,; echo "${everything_urls[*]}")]
+urls = [$(IFS=,; echo "${REPLICA_URLS[*]}")]
 TOML
 RELAY_NODE_SECRET=not-for-children start_cluster --config "$LOG_DIR/hosted-everything-http.toml"
 for era in session 2026-07-28; do
@@ -686,35 +700,22 @@ for era in session 2026-07-28; do
   set -e
 done
 stop_cluster
-kill -TERM "${everything_pids[@]}" 2>/dev/null || true
-wait "${everything_pids[@]}" 2>/dev/null || true
+stop_replicas
 # The TypeScript SDK's own example server (simpleStreamableHttp, SDK v1:
 # stateful, its sessions in memory), three replicas hosted by three nodes
 # behind nginx (two items a page): the SDK v1 client (sessions) and the v2
 # client pinned to 2026-07-28, compared with the first replica reached
 # directly (tests/js/relay-sdk-example.mjs).
 echo "== hosted servers: the TypeScript SDK example server (3 replicas) through nginx in front of 3 nodes"
-example_pids=()
-example_urls=()
-for replica in 1 2 3; do
-  port=$(free_port)
-  (cd "$LOG_DIR" && MCP_PORT=$port exec "$ROOT/tests/js/node_modules/.bin/node" \
-    "$ROOT/tests/js/node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js") \
-    >"$LOG_DIR/sdk-example-$replica.log" 2>&1 &
-  example_pids+=("$!")
-  example_urls+=("\"http://127.0.0.1:$port/mcp\"")
-  if ! await_port "$port" "$!"; then
-    echo "SDK example replica $replica did not start" >&2
-    exit 1
-  fi
-done
+start_replicas sdk-example 3 'MCP_PORT=%s' "$ROOT/tests/js/node_modules/.bin/node" \
+  "$ROOT/tests/js/node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js"
 cat >"$LOG_DIR/hosted-sdk-example.toml" <<TOML
 [[upstreams]]
 name = "sdk-example"
-urls = [$(IFS=,; echo "${example_urls[*]}")]
+urls = [$(IFS=,; echo "${REPLICA_URLS[*]}")]
 TOML
 start_cluster --config "$LOG_DIR/hosted-sdk-example.toml" --page-size 2
-first_example=${example_urls[0]//\"/}
+first_example=${REPLICA_URLS[0]//\"/}
 for era in session 2026-07-28; do
   set +e
   tests/js/node_modules/.bin/node tests/js/relay-sdk-example.mjs "$LB_URL" "$first_example" --era "$era" 2>&1 \
@@ -725,8 +726,7 @@ for era in session 2026-07-28; do
     "$LOG_DIR/relay-sdk-example-$era.log" >"$LOG_DIR/relay-sdk-example-$era.counts"
 done
 stop_cluster
-kill -TERM "${example_pids[@]}" 2>/dev/null || true
-wait "${example_pids[@]}" 2>/dev/null || true
+stop_replicas
 echo "== hosted servers: a Python SDK server (tests/py/hosted_server.py) through nginx in front of 3 nodes, Python SDK client in both eras"
 cat >"$LOG_DIR/hosted-python.toml" <<TOML
 [[upstreams]]
@@ -746,20 +746,11 @@ stop_cluster
 # sharing nothing, each session opening its own upstream session at one of
 # them in turn; the conformance suite through the node that hosts them.
 echo "== hosted servers: conformance through a node hosting an HTTP server (two replicas)"
-replica_a=$(free_port)
-replica_b=$(free_port)
-./target/debug/mcp-node --bind "127.0.0.1:$replica_a" --log warn >"$LOG_DIR/replica-a.log" 2>&1 &
-REPLICA_A=$!
-./target/debug/mcp-node --bind "127.0.0.1:$replica_b" --log warn >"$LOG_DIR/replica-b.log" 2>&1 &
-REPLICA_B=$!
-if ! await_port "$replica_a" "$REPLICA_A" || ! await_port "$replica_b" "$REPLICA_B"; then
-  echo "the replicas did not start" >&2
-  exit 1
-fi
+start_replicas replica 2 'MCP_BIND=127.0.0.1:%s' "$ROOT/target/debug/mcp-node" --log warn
 cat >"$LOG_DIR/hosted-http.toml" <<TOML
 [[upstreams]]
 name = "replicas"
-urls = ["http://127.0.0.1:$replica_a/mcp", "http://127.0.0.1:$replica_b/mcp"]
+urls = [$(IFS=,; echo "${REPLICA_URLS[*]}")]
 TOML
 start_node hosted-http --config "$LOG_DIR/hosted-http.toml"
 set +e
@@ -767,8 +758,7 @@ bash tests/js/conformance.sh "$NODE_URL" 2>&1 | tee "$LOG_DIR/conformance-hosted
 [ "${PIPESTATUS[0]}" = 0 ] || hosted_conformance_status=1
 set -e
 stop_node
-kill -TERM "$REPLICA_A" "$REPLICA_B" 2>/dev/null || true
-wait "$REPLICA_A" "$REPLICA_B" 2>/dev/null || true
+stop_replicas
 read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/conformance-hosted-cluster.log" \
   "$LOG_DIR/conformance-hosted-http.log" \
   "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-sdk-example-*.counts "$LOG_DIR"/relay-python-*.log \
