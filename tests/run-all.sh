@@ -673,12 +673,17 @@ env = { RELAY_GIVEN = "given" }
 TOML
 RELAY_NODE_SECRET=not-for-children start_cluster --config "$LOG_DIR/hosted-everything.toml"
 relay_status=0
-for era in session 2026-07-28; do
-  set +e
-  tests/js/node_modules/.bin/node tests/js/relay-everything.mjs "$LB_URL" --era "$era" 2>&1 | tee "$LOG_DIR/relay-everything-$era.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || relay_status=1
-  set -e
-done
+# relay-everything.mjs through the cluster in both eras, its logs named $1-<era>.log.
+relay_everything() {
+  local era
+  for era in session 2026-07-28; do
+    set +e
+    tests/js/node_modules/.bin/node tests/js/relay-everything.mjs "$LB_URL" --era "$era" 2>&1 | tee "$LOG_DIR/$1-$era.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || relay_status=1
+    set -e
+  done
+}
+relay_everything relay-everything
 stop_cluster
 # The same server over Streamable HTTP: three replicas of
 # `server-everything streamableHttp`, each keeping its sessions in its own
@@ -693,12 +698,7 @@ name = "everything"
 urls = [$(IFS=,; echo "${REPLICA_URLS[*]}")]
 TOML
 RELAY_NODE_SECRET=not-for-children start_cluster --config "$LOG_DIR/hosted-everything-http.toml"
-for era in session 2026-07-28; do
-  set +e
-  tests/js/node_modules/.bin/node tests/js/relay-everything.mjs "$LB_URL" --era "$era" 2>&1 | tee "$LOG_DIR/relay-everything-http-$era.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || relay_status=1
-  set -e
-done
+relay_everything relay-everything-http
 stop_cluster
 stop_replicas
 # The TypeScript SDK's own example server (simpleStreamableHttp, SDK v1:
