@@ -722,9 +722,14 @@ impl TaskRun {
                     return;
                 }
                 Ok(Some(_)) => {
-                    // Refused: the task ended elsewhere or expired. A store
-                    // that is away is tried again at the next renewal.
+                    // Refused: the task ended elsewhere (cancelled a moment
+                    // before its flag is set, or ended for a lapsed lease)
+                    // or expired: its handler's end could not be written,
+                    // so it stops. A store that is away is tried again at
+                    // the next renewal.
                     if self.write_within(Duration::ZERO, |_| {}).await == Some(false) {
+                        self.cancelled.store(true, Ordering::Release);
+                        self.job.cancel();
                         return;
                     }
                 }
