@@ -276,19 +276,9 @@ async fn new_sessions_skip_a_replica_that_is_down_and_the_others_go_on() {
 
 #[tokio::test]
 async fn the_node_sends_its_own_token_from_a_file_it_reads_again_when_it_changes() {
-    const RESOURCE: &str = "http://127.0.0.1:1/mcp";
     let issuer = TestIssuer::start().await.unwrap();
-    // An upstream that takes only the issuer's tokens.
-    let (auth, _auth_scratch) = relay_support::config_file(
-        "mcp-relay-http-auth",
-        &format!(
-            "[auth]\nresource = \"{RESOURCE}\"\nissuers = [\"{}\"]\n",
-            issuer.issuer()
-        ),
-    );
-    let upstream =
-        NodeProcess::spawn(&node_binary(), &["--log", "warn", "--config", &auth]).unwrap();
-    let dir = tempfile_dir();
+    let (upstream, _auth_scratch) = guarded(&issuer);
+    let dir = tempfile_dir("token-file");
     let token_file = dir.join("upstream.token");
     std::fs::write(&token_file, issuer.token().audience(RESOURCE).sign()).unwrap();
     let urls = serde_json::to_string(&[upstream.url()]).unwrap();
@@ -350,9 +340,64 @@ async fn the_node_sends_its_own_token_from_a_file_it_reads_again_when_it_changes
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A directory of its own for this test's files.
-fn tempfile_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("mcp-relay-http-{}", std::process::id()));
+/// The resource URI a guarded upstream's tokens name.
+const RESOURCE: &str = "http://127.0.0.1:1/mcp";
+
+/// An upstream that takes only `issuer`'s tokens for [`RESOURCE`].
+fn guarded(issuer: &TestIssuer) -> (NodeProcess, relay_support::Scratch) {
+    let (auth, scratch) = relay_support::config_file(
+        "mcp-relay-http-auth",
+        &format!(
+            "[auth]\nresource = \"{RESOURCE}\"\nissuers = [\"{}\"]\n",
+            issuer.issuer()
+        ),
+    );
+    let upstream =
+        NodeProcess::spawn(&node_binary(), &["--log", "warn", "--config", &auth]).unwrap();
+    (upstream, scratch)
+}
+
+/// A directory of its own for a test's files, named after `test`.
+fn tempfile_dir(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcp-relay-http-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+#[tokio::test]
+async fn the_node_gets_its_own_token_with_client_credentials_and_keeps_it() {
+    let issuer = TestIssuer::start().await.unwrap();
+    let (upstream, _auth_scratch) = guarded(&issuer);
+    let dir = tempfile_dir("client-credentials");
+    let secret = dir.join("client.secret");
+    std::fs::write(&secret, issuer.client_secret()).unwrap();
+    let urls = serde_json::to_string(&[upstream.url()]).unwrap();
+    let (config, _scratch) = relay_support::config_file(
+        "mcp-relay-http-cc",
+        &format!(
+            "[[upstreams]]\nname = \"guarded\"\nurls = {urls}\n\n[upstreams.client_credentials]\n\
+             token_url = {:?}\nclient_id = {:?}\nclient_secret_file = {:?}\nresource = \"{RESOURCE}\"\n",
+            issuer.token_endpoint(),
+            issuer.client_id(),
+            secret.display().to_string()
+        ),
+    );
+    let node = NodeProcess::spawn_logged(&node_binary(), &["--config", &config], &[]).unwrap();
+    let url = node.url();
+
+    // Two sessions, one token: kept until shortly before it expires.
+    for n in 0..2 {
+        let mut client = Client::new(url, VERSION);
+        within("initialize", client.initialize(json!({})))
+            .await
+            .unwrap();
+        let (echoed, _) = call(&client, "echo", json!({"message": format!("cc {n}")})).await;
+        assert_eq!(
+            echoed["result"]["content"][0]["text"],
+            format!("Echo: cc {n}"),
+            "{echoed}"
+        );
+    }
+    assert_eq!(issuer.token_requests(), 1);
+    let _ = std::fs::remove_dir_all(dir);
 }

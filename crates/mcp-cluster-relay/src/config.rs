@@ -32,6 +32,11 @@ pub struct UpstreamConfig {
     /// changes (a rotated secret). The client's own token never reaches the
     /// upstream.
     pub bearer_token_file: Option<PathBuf>,
+    /// OAuth 2.0 client credentials (RFC 6749, 4.4) the node gets its own
+    /// token for an HTTP upstream with, from the upstream's authorization
+    /// server; kept until shortly before it expires. Exclusive with
+    /// `bearer_token_file`.
+    pub client_credentials: Option<ClientCredentials>,
     /// Variables the child gets, on top of those of `inherit_env`. The
     /// child's environment comes from here alone: none of the node's own
     /// variables (its Redis URL, its secrets) reaches it otherwise.
@@ -100,6 +105,7 @@ impl Default for UpstreamConfig {
             urls: Vec::new(),
             connect_timeout_secs: 5,
             bearer_token_file: None,
+            client_credentials: None,
             env: BTreeMap::new(),
             inherit_env: ["PATH", "HOME", "LANG", "TMPDIR"]
                 .map(str::to_owned)
@@ -120,6 +126,25 @@ impl Default for UpstreamConfig {
             stateless: false,
         }
     }
+}
+
+/// The node's OAuth 2.0 client at an HTTP upstream's authorization server
+/// (`[upstreams.client_credentials]`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientCredentials {
+    /// The token endpoint (`https://`; `http://` on loopback only).
+    pub token_url: String,
+    /// The node's client id there.
+    pub client_id: String,
+    /// A file holding the client's secret (sent with HTTP Basic), read
+    /// again whenever it changes.
+    pub client_secret_file: PathBuf,
+    /// The scopes to ask for, space-separated; none by default.
+    pub scope: Option<String>,
+    /// The upstream's resource URI (RFC 8707 `resource`), which the
+    /// token's audience names; none by default.
+    pub resource: Option<String>,
 }
 
 /// A configuration the relay refuses, and why.
@@ -180,13 +205,37 @@ impl UpstreamConfig {
                 "urls: {url:?} is not an http:// or https:// URL with a host"
             ));
         }
+        if self.bearer_token_file.is_some() && self.client_credentials.is_some() {
+            return fail("give bearer_token_file or client_credentials, not both");
+        }
         if self.urls.is_empty() && self.bearer_token_file.is_some() {
             return fail("bearer_token_file is for an HTTP server (urls)");
         }
         if let Some(path) = &self.bearer_token_file
             && let Err(problem) = crate::http::TokenFile::open(path)
         {
-            return fail(&problem);
+            return fail(&format!("bearer_token_file {problem}"));
+        }
+        if let Some(client) = &self.client_credentials {
+            if self.urls.is_empty() {
+                return fail("client_credentials is for an HTTP server (urls)");
+            }
+            let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
+                .iter()
+                .any(|p| client.token_url.starts_with(p));
+            if !(client.token_url.starts_with("https://") || loopback)
+                || !is_http_url(&client.token_url)
+            {
+                return fail(
+                    "client_credentials.token_url must be an https:// URL (http:// on loopback only)",
+                );
+            }
+            if client.client_id.is_empty() {
+                return fail("client_credentials.client_id must be set");
+            }
+            if let Err(problem) = crate::http::TokenFile::open(&client.client_secret_file) {
+                return fail(&format!("client_credentials.client_secret_file {problem}"));
+            }
         }
         if !self.urls.is_empty() && self.stateless {
             return fail(
@@ -298,6 +347,25 @@ mod tests {
                 .problem
                 .contains("bearer_token_file")
         );
+        let mut client = http.clone();
+        client.client_credentials = Some(ClientCredentials {
+            token_url: "http://idp.example.com/token".into(),
+            client_id: "node".into(),
+            client_secret_file: "/nonexistent/secret".into(),
+            ..ClientCredentials::default()
+        });
+        assert!(client.validate().unwrap_err().problem.contains("https://"));
+        client.client_credentials.as_mut().unwrap().token_url =
+            "https://idp.example.com/token".into();
+        assert!(
+            client
+                .validate()
+                .unwrap_err()
+                .problem
+                .contains("client_secret_file /nonexistent/secret")
+        );
+        client.bearer_token_file = Some("/run/token".into());
+        assert!(client.validate().unwrap_err().problem.contains("not both"));
         http.urls.push("ftp://x/mcp".into());
         assert!(http.validate().unwrap_err().problem.contains("ftp://x/mcp"));
         let mut tiny_lines = UpstreamConfig::new("e", &["x"]);

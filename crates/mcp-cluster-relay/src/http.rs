@@ -59,8 +59,150 @@ pub(crate) struct Replicas {
     next: AtomicUsize,
     /// Per replica: skipped until then (ms since the epoch), 0 when up.
     down_until: Vec<AtomicU64>,
-    /// The node's own token for the upstream (`bearer_token_file`).
-    token: Option<Arc<TokenFile>>,
+    /// The node's own credential for the upstream.
+    credential: Option<Arc<Credential>>,
+}
+
+/// The node's own credential for an HTTP upstream.
+#[derive(Debug)]
+pub(crate) enum Credential {
+    /// `bearer_token_file`.
+    File(TokenFile),
+    /// `client_credentials`: tokens from the upstream's authorization
+    /// server.
+    Client(Box<ClientCredentials>),
+}
+
+impl Credential {
+    /// Makes sure a token is at hand for the next request (a client's is
+    /// got again shortly before it expires).
+    async fn prepare(&self) -> Result<(), String> {
+        match self {
+            Self::File(_) => Ok(()),
+            Self::Client(client) => client.fresh().await,
+        }
+    }
+
+    /// The token to send now.
+    fn token(&self) -> Option<String> {
+        match self {
+            Self::File(file) => Some(file.token()),
+            Self::Client(client) => client.current(),
+        }
+    }
+}
+
+/// A token got again this long before it expires.
+const TOKEN_MARGIN: Duration = Duration::from_secs(30);
+
+/// The node's OAuth 2.0 client (client credentials grant) at an upstream's
+/// authorization server: one token at a time, got again shortly before it
+/// expires. Neither the secret nor a token is ever logged.
+#[derive(Debug)]
+pub(crate) struct ClientCredentials {
+    config: crate::config::ClientCredentials,
+    secret: TokenFile,
+    http: reqwest::Client,
+    /// The token and when it is to be got again; one request for it at a
+    /// time.
+    held: tokio::sync::Mutex<Option<(String, tokio::time::Instant)>>,
+    /// The token requests carry (read without waiting).
+    current: std::sync::RwLock<Option<String>>,
+}
+
+impl ClientCredentials {
+    /// # Errors
+    /// The secret's file cannot be read.
+    pub(crate) fn new(
+        config: &crate::config::ClientCredentials,
+        connect_timeout: Duration,
+    ) -> Result<Self, String> {
+        let secret = TokenFile::open(&config.client_secret_file)
+            .map_err(|why| format!("client_credentials.client_secret_file {why}"))?;
+        Ok(Self {
+            config: config.clone(),
+            secret,
+            http: reqwest::Client::builder()
+                .connect_timeout(connect_timeout)
+                .timeout(RETRY_MAX)
+                .build()
+                .unwrap_or_default(),
+            held: tokio::sync::Mutex::new(None),
+            current: std::sync::RwLock::new(None),
+        })
+    }
+
+    fn current(&self) -> Option<String> {
+        self.current.read().ok().and_then(|t| t.clone())
+    }
+
+    /// Gets a token when none is held, or the held one is about to expire.
+    async fn fresh(&self) -> Result<(), String> {
+        let mut held = self.held.lock().await;
+        if held
+            .as_ref()
+            .is_some_and(|(_, renew)| tokio::time::Instant::now() < *renew)
+        {
+            return Ok(());
+        }
+        let mut form = vec![("grant_type", "client_credentials".to_owned())];
+        if let Some(scope) = &self.config.scope {
+            form.push(("scope", scope.clone()));
+        }
+        if let Some(resource) = &self.config.resource {
+            form.push(("resource", resource.clone()));
+        }
+        let body = form
+            .iter()
+            .map(|(k, v)| format!("{k}={}", form_encode(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let answer = self
+            .http
+            .post(&self.config.token_url)
+            .basic_auth(&self.config.client_id, Some(self.secret.token()))
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .header("Accept", "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|err| format!("its token endpoint could not be reached ({err})"))?;
+        let status = answer.status();
+        let answer: Value = answer
+            .json()
+            .await
+            .map_err(|_| format!("its token endpoint answered HTTP {status}, not a token"))?;
+        let Some(token) = answer["access_token"]
+            .as_str()
+            .filter(|_| status.is_success())
+        else {
+            let error = answer["error"].as_str().unwrap_or("no access_token");
+            return Err(format!(
+                "its token endpoint refused the node's client ({status}, {error})"
+            ));
+        };
+        let lifetime = Duration::from_secs(answer["expires_in"].as_u64().unwrap_or(3600));
+        let renew = tokio::time::Instant::now() + lifetime.saturating_sub(TOKEN_MARGIN);
+        *held = Some((token.to_owned(), renew));
+        if let Ok(mut current) = self.current.write() {
+            *current = Some(token.to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// `application/x-www-form-urlencoded` of one value.
+fn form_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            b' ' => "+".to_owned(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// The longest bearer token read from a file.
@@ -87,7 +229,7 @@ impl TokenFile {
             read: std::sync::Mutex::new((None, String::new())),
         };
         file.reread()
-            .map_err(|why| format!("bearer_token_file {}: {why}", path.display()))?;
+            .map_err(|why| format!("{}: {why}", path.display()))?;
         Ok(file)
     }
 
@@ -137,18 +279,18 @@ fn now_ms() -> u64 {
 
 impl Replicas {
     /// The replicas at `urls` of `upstream`, all up, through one pool;
-    /// `token`: the node's own token for them.
+    /// `credential`: the node's own for them.
     pub(crate) fn new(
         upstream: &str,
         urls: &[String],
         connect_timeout: Duration,
-        token: Option<TokenFile>,
+        credential: Option<Credential>,
     ) -> Self {
         for url in urls {
             metrics::replica_up(upstream, url, true);
         }
         Self {
-            token: token.map(Arc::new),
+            credential: credential.map(Arc::new),
             upstream: upstream.to_owned(),
             urls: urls.to_vec(),
             pool: reqwest::Client::builder()
@@ -211,6 +353,7 @@ pub(crate) async fn converse(
         let replicas = Arc::clone(&replicas);
         Arc::new(move || replicas.failed(replica))
     };
+    let credential = replicas.credential.clone();
     let lost = Arc::new(Notify::new());
     let mut tasks = JoinSet::new();
     let ended = loop {
@@ -220,6 +363,12 @@ pub(crate) async fn converse(
                     break "closed".to_owned();
                 };
                 let Ok(message) = serde_json::from_str::<Value>(&line) else { continue };
+                // A token shortly before it expires is got again first.
+                if let Some(credential) = &credential
+                    && let Err(why) = credential.prepare().await
+                {
+                    tracing::warn!(upstream = %upstream.name(), why, "No token for the upstream; the request goes without a fresh one.");
+                }
                 let request = message.get("method").is_some() && message.get("id").is_some();
                 if request {
                     tasks.spawn(call(
@@ -235,7 +384,12 @@ pub(crate) async fn converse(
                     Ok(Reply::Status(status, ..)) if status.as_u16() == 404 => break gone_404(&url),
                     Ok(Reply::Accepted | Reply::Json(..) | Reply::Sse(_)) => {
                         if message["method"] == "notifications/initialized" {
-                            tasks.spawn(standalone(Arc::clone(&client), Arc::clone(&upstream), Arc::clone(&lost)));
+                            tasks.spawn(standalone(
+                                Arc::clone(&client),
+                                Arc::clone(&upstream),
+                                Arc::clone(&lost),
+                                credential.clone(),
+                            ));
                         }
                     }
                     Ok(Reply::Status(status, ..)) => {
@@ -294,9 +448,12 @@ async fn open(
         let url = &replicas.urls[replica];
         let mut client = Client::with_http(replicas.pool.clone(), url, asked);
         client.set_max_message_bytes(max_message);
-        if let Some(token) = &replicas.token {
-            let token = Arc::clone(token);
-            client.set_bearer(Arc::new(move || Some(token.token())));
+        if let Some(credential) = &replicas.credential {
+            if let Err(why) = credential.prepare().await {
+                return Err(fail(upstream, &id, &why).await);
+            }
+            let credential = Arc::clone(credential);
+            client.set_bearer(Arc::new(move || credential.token()));
         }
         tries -= 1;
         match initialize(upstream, &mut client, &message, &id).await {
@@ -468,10 +625,18 @@ fn retry_of(stream: &SseStream) -> Duration {
 }
 
 /// The session's GET stream, open while the conversation lasts.
-async fn standalone(client: Arc<Client>, upstream: Arc<Upstream>, lost: Arc<Notify>) {
+async fn standalone(
+    client: Arc<Client>,
+    upstream: Arc<Upstream>,
+    lost: Arc<Notify>,
+    credential: Option<Arc<Credential>>,
+) {
     let mut last: Option<String> = None;
     let mut pause = RETRY_DEFAULT;
     loop {
+        if let Some(credential) = &credential {
+            let _ = credential.prepare().await;
+        }
         match client.get(last.as_deref()).await {
             Ok(Reply::Sse(mut stream)) => {
                 while let Ok(Some(event)) = stream.next_event().await {

@@ -43,5 +43,5 @@ mod pool;
 pub mod service;
 mod upstream;
 
-pub use config::{UpstreamConfig, UpstreamConfigError};
+pub use config::{ClientCredentials, UpstreamConfig, UpstreamConfigError};
 pub use service::RelayService;

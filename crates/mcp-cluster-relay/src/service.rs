@@ -296,15 +296,21 @@ impl RelayService {
         env.extend(config.env.clone());
         // Read before the relay's threads start: a refusal then drops no
         // runtime inside the node's own.
-        let token = config
-            .bearer_token_file
-            .as_deref()
-            .map(crate::http::TokenFile::open)
-            .transpose()
-            .map_err(|problem| UpstreamConfigError {
-                name: config.name.clone(),
-                problem,
-            })?;
+        let connect_timeout = Duration::from_secs(config.connect_timeout_secs);
+        let credential = match (&config.bearer_token_file, &config.client_credentials) {
+            (Some(path), _) => crate::http::TokenFile::open(path)
+                .map(crate::http::Credential::File)
+                .map(Some)
+                .map_err(|why| format!("bearer_token_file {why}")),
+            (None, Some(client)) => crate::http::ClientCredentials::new(client, connect_timeout)
+                .map(|client| crate::http::Credential::Client(Box::new(client)))
+                .map(Some),
+            (None, None) => Ok(None),
+        }
+        .map_err(|problem| UpstreamConfigError {
+            name: config.name.clone(),
+            problem,
+        })?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(RELAY_THREADS)
             .thread_name("mcp-relay")
@@ -330,8 +336,8 @@ impl RelayService {
             Arc::new(crate::http::Replicas::new(
                 &config.name,
                 &config.urls,
-                Duration::from_secs(config.connect_timeout_secs),
-                token,
+                connect_timeout,
+                credential,
             ))
         });
         Ok(Self {
