@@ -794,6 +794,15 @@ async fn drive_cluster(cluster: &Cluster) {
 async fn redis_outage(cluster: &Cluster) {
     let kept = session(&cluster.node_url(0), json!({})).await;
     cluster.redis().stop().unwrap();
+    // Until the node has noticed (its pub/sub connection lost, /readyz
+    // 503), its lease on the session still holds, and it serves the
+    // session from memory as it should.
+    let mut waited = Duration::ZERO;
+    while readyz(cluster, 0).await == 200 {
+        assert!(waited < WAIT, "node 0 still ready with Redis stopped");
+        tokio::time::sleep(POLL).await;
+        waited += POLL;
+    }
     let reply = within(
         "POST during the outage",
         kept.post(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
