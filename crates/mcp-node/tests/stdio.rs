@@ -259,10 +259,17 @@ fn a_2025_11_25_task_over_stdio_asks_on_the_one_stream() {
         .as_str()
         .unwrap()
         .to_owned();
-    // Asked once the client polled the task.
-    let got = node.request(3, "tasks/get", json!({"taskId": task}));
+    // Asked once the client polled the task: the question and the poll's
+    // answer share the one stream, in either order.
+    node.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/get",
+                      "params": {"taskId": task}}));
+    let (first, second) = (node.receive(), node.receive());
+    let (got, ask) = if first["id"] == 3 {
+        (first, second)
+    } else {
+        (second, first)
+    };
     assert_eq!(got["result"]["taskId"], task.as_str(), "{got}");
-    let ask = node.receive();
     assert_eq!(ask["method"], "elicitation/create", "{ask}");
     assert_eq!(
         ask["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
