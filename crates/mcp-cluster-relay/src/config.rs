@@ -95,6 +95,13 @@ pub struct UpstreamConfig {
     /// child each, initialized as any. Default `false`: the server is
     /// spoken to in the session era only.
     pub stateless: bool,
+    /// Behind a federation (several `[[upstreams]]`): whether the
+    /// server's tool and prompt names go out as `{name}{separator}{tool}`
+    /// and its resource URIs as `{name}+{uri}`. `false` keeps them as they
+    /// are, where the operator knows they meet no other upstream's (a
+    /// clash is refused at start). Default `true`; one upstream alone is
+    /// never prefixed.
+    pub prefix: bool,
 }
 
 impl Default for UpstreamConfig {
@@ -124,6 +131,7 @@ impl Default for UpstreamConfig {
             pool_idle_per_key: 4,
             pool_idle_secs: 60,
             stateless: false,
+            prefix: true,
         }
     }
 }

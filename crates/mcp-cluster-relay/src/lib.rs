@@ -28,6 +28,9 @@
 //!   module, the children watching resources for 2026-07-28 listen streams.
 //! - `upstream`: the conversation with one child.
 //! - `child`: the process: start, end, bounded lines.
+//! - [`federation`](mod@federation): [`Federation`], several hosted
+//!   servers behind one endpoint; `naming`, their names as clients see
+//!   them.
 //! - `http`: the conversation with a session of an HTTP server (`urls`).
 //! - [`keeper`]: between the node and each server, ending the server's
 //!   whole process group when the node dies.
@@ -36,12 +39,15 @@
 
 mod child;
 pub mod config;
+pub mod federation;
 mod http;
 pub mod keeper;
 mod metrics;
+mod naming;
 mod pool;
 pub mod service;
 mod upstream;
 
 pub use config::{ClientCredentials, UpstreamConfig, UpstreamConfigError};
+pub use federation::Federation;
 pub use service::RelayService;

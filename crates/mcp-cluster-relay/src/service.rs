@@ -25,6 +25,7 @@ use tokio::time::Instant;
 
 use crate::config::{UpstreamConfig, UpstreamConfigError};
 use crate::metrics;
+use crate::naming::Naming;
 use crate::pool::{Pool, PoolKey};
 use crate::upstream::{self, Event, Reach, Upstream};
 
@@ -97,6 +98,10 @@ pub struct RelayService {
     /// An HTTP server's replicas (`urls`): their connection pool, the one
     /// the next session opens at, those that are up.
     replicas: Option<Arc<crate::http::Replicas>>,
+    /// Set for a member of a federation: its names as clients see them
+    /// (its sessions' notifications carry them), and its sessions' servers
+    /// end only their part of a session.
+    naming: Option<Arc<Naming>>,
     /// Carries the children's pipes and supervision, apart from the HTTP
     /// workers and the handlers' executor. Its threads start every child,
     /// and live as long as the service (a child's parent-death signal
@@ -350,8 +355,80 @@ impl RelayService {
             changes: tokio::sync::broadcast::Sender::new(CHANGES_QUEUE),
             watch_gates: watch::Gates::default(),
             replicas,
+            naming: None,
             runtime: RelayRuntime(Some(runtime)),
         })
+    }
+
+    /// This relay as a member of a federation, its names as `naming` says.
+    pub(crate) fn member_of_federation(mut self, naming: Arc<Naming>) -> Self {
+        self.naming = Some(naming);
+        self
+    }
+
+    /// The names the hosted server lists (its tools, prompts and
+    /// resources, each with its list method), read from a server started
+    /// for that alone, at most `max_pages` pages of each list; counted
+    /// against the node's limits while it runs.
+    ///
+    /// # Errors
+    /// The server could not be started, or refused its tools' list.
+    pub(crate) async fn names(
+        &self,
+        max_pages: usize,
+    ) -> Result<Vec<(String, String)>, ErrorObject> {
+        let (upstream, result, _place) = self.probe_child().await?;
+        let declared = result.get("capabilities").cloned().unwrap_or_default();
+        let mut names = Vec::new();
+        let lists = [
+            (methods::TOOLS_LIST, "tools", "tools", "name"),
+            (methods::PROMPTS_LIST, "prompts", "prompts", "name"),
+            (methods::RESOURCES_LIST, "resources", "resources", "uri"),
+        ];
+        let mut outcome = Ok(());
+        'lists: for (method, capability, items, key) in lists {
+            if declared.get(capability).is_none() {
+                continue;
+            }
+            let mut cursor: Option<String> = None;
+            for _ in 0..max_pages {
+                let mut params = if self.config.stateless {
+                    own_meta(json!({})).as_object().cloned().unwrap_or_default()
+                } else {
+                    Map::new()
+                };
+                if let Some(cursor) = cursor.take() {
+                    params.insert("cursor".into(), json!(cursor));
+                }
+                let page = match own_request(&upstream, method, params).await {
+                    Ok(page) => page,
+                    // Tools are what a federation is for: without their
+                    // list, nothing is checked.
+                    Err(err) if method == methods::TOOLS_LIST => {
+                        outcome = Err(err);
+                        break 'lists;
+                    }
+                    Err(_) => break,
+                };
+                if method == methods::TOOLS_LIST {
+                    self.learn_tools(&page);
+                }
+                let listed = page.get(items).and_then(Value::as_array);
+                names.extend(
+                    listed
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|i| i.get(key)?.as_str())
+                        .map(|n| (method.to_owned(), n.to_owned())),
+                );
+                match page.get("nextCursor").and_then(Value::as_str) {
+                    Some(next) => cursor = Some(next.to_owned()),
+                    None => break,
+                }
+            }
+        }
+        upstream.end();
+        outcome.map(|()| names)
     }
 
     /// Where the list changes (`notifications/*/list_changed`) that
@@ -508,6 +585,21 @@ impl RelayService {
         }
     }
 
+    /// A child started for the relay's own look at the server (no
+    /// client's), initialized, its answer kept ([`Self::known`]); counted
+    /// against the node's limits until the place returned is dropped.
+    async fn probe_child(&self) -> Result<(Arc<Upstream>, Value, Place<'_>), ErrorObject> {
+        self.admit(None).map_err(limit_error)?;
+        let place = Place {
+            relay: self,
+            principal: None,
+            taken: false,
+        };
+        let (upstream, result) = self.start_own(json!({}), false).await?;
+        self.remember(&result);
+        Ok((upstream, result, place))
+    }
+
     /// Learns [`Self::known`] from a child started for that alone (a
     /// 2026-07-28 `server/discover` before any child ran), counted against
     /// the node's limits while it runs.
@@ -516,14 +608,7 @@ impl RelayService {
         if self.known.get().is_some() {
             return Ok(());
         }
-        self.admit(None).map_err(limit_error)?;
-        let _place = Place {
-            relay: self,
-            principal: None,
-            taken: false,
-        };
-        let (upstream, result) = self.start_own(json!({}), false).await?;
-        self.remember(&result);
+        let (upstream, _, _place) = self.probe_child().await?;
         // Its first page of tools too: a 2026-07-28 client may call one
         // before it lists them, with headers to check.
         let listing = self
@@ -833,6 +918,9 @@ impl McpService for RelayService {
         };
         let (upstream, result) = self.start(open.params).await?;
         self.remember(&result);
+        if let Some(naming) = &self.naming {
+            upstream.federated(Arc::clone(naming));
+        }
         upstream.attach(open.link);
         let mut children = lock(&self.children);
         children.starting = children.starting.saturating_sub(1);
@@ -1130,7 +1218,7 @@ async fn relay_event(ctx: &RequestContext, event: Event) {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Every critical section here is a few map operations: a panic in one
     // leaves consistent data.
     mutex

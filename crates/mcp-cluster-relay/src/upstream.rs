@@ -27,6 +27,7 @@ use tokio::sync::{Notify, broadcast, mpsc, oneshot, watch};
 use crate::child::{self, Line, Spawned};
 use crate::config::UpstreamConfig;
 use crate::metrics;
+use crate::naming::Naming;
 
 /// Lines waiting for the child's stdin. A child that stops reading holds
 /// its senders up (each a request's handler, bounded by the request
@@ -89,6 +90,9 @@ pub(crate) struct Upstream {
     /// Where notifications that belong to no request go; set once the
     /// session is open.
     link: Mutex<Option<SessionLink>>,
+    /// Set for a session of a federation's member: its names as the
+    /// client sees them, and its end ends only its part of the session.
+    member: std::sync::OnceLock<Arc<Naming>>,
     /// For a pooled child (no session): where its list changes go
     /// ([`Self::announce_to`]).
     changes: Mutex<Option<broadcast::Sender<ServerEvent>>>,
@@ -156,6 +160,7 @@ impl Upstream {
             state: Mutex::default(),
             next_id: AtomicI64::new(1),
             link: Mutex::new(None),
+            member: std::sync::OnceLock::new(),
             changes: Mutex::new(None),
             updates: Mutex::new(None),
             end: Notify::new(),
@@ -267,6 +272,13 @@ impl Upstream {
     /// Where notifications that belong to no request go from now on.
     pub(crate) fn attach(&self, link: SessionLink) {
         *lock(&self.link) = Some(link);
+    }
+
+    /// This session belongs to a member of a federation named as `naming`
+    /// says: what it sends the session carries the names the client sees,
+    /// and its end leaves the session to the other members.
+    pub(crate) fn federated(&self, naming: Arc<Naming>) {
+        let _ = self.member.set(naming);
     }
 
     /// A pooled child (no session): the list changes it announces outside
@@ -418,6 +430,10 @@ impl Upstream {
         metrics::ended(&self.name, if ours { "ended" } else { "exited" });
         if ours {
             tracing::debug!(upstream = %self.name, cause, "Hosted server ended.");
+        } else if self.member.get().is_some() {
+            // One member of a federation: its tools fail with this cause,
+            // the others serve on.
+            tracing::warn!(upstream = %self.name, cause, "Hosted server ended by itself; its part of the session fails from now on.");
         } else {
             tracing::warn!(upstream = %self.name, cause, "Hosted server ended by itself; its session ends.");
             if let Some(link) = lock(&self.link).take() {
@@ -581,8 +597,11 @@ impl Upstream {
         }
     }
 
-    fn to_session(&self, n: Notification) {
+    fn to_session(&self, mut n: Notification) {
         if let Some(link) = lock(&self.link).as_ref() {
+            if let Some(naming) = self.member.get() {
+                naming.expose_notification(&n.method, n.params.as_mut());
+            }
             return link.notify(n);
         }
         if n.method == methods::NOTIFICATION_RESOURCES_UPDATED {

@@ -613,6 +613,12 @@ where
     telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // A setting found wrong only once the node runs (two federated
+        // upstreams exposing one name).
+        Err(err) if err.kind() == std::io::ErrorKind::InvalidInput => {
+            eprintln!("{}: {err}", program.name);
+            ExitCode::from(EXIT_CONFIG)
+        }
         Err(err) => {
             eprintln!("{}: {err}", program.name);
             ExitCode::FAILURE
@@ -666,11 +672,22 @@ async fn serve(
         .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err.0))?
     {
         Some(hosted) => {
-            let upstream = &config.upstreams[0];
-            if upstream.urls.is_empty() {
-                tracing::info!(upstream = %upstream.name, "Hosting an MCP server: one child process per session.");
-            } else {
-                tracing::info!(upstream = %upstream.name, replicas = upstream.urls.len(), "Hosting an HTTP MCP server: one upstream session per session.");
+            hosted
+                .check_names()
+                .await
+                .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err.0))?;
+            for upstream in &config.upstreams {
+                if upstream.urls.is_empty() {
+                    tracing::info!(upstream = %upstream.name, "Hosting an MCP server: one child process per session.");
+                } else {
+                    tracing::info!(upstream = %upstream.name, replicas = upstream.urls.len(), "Hosting an HTTP MCP server: one upstream session per session.");
+                }
+            }
+            if config.upstreams.len() > 1 {
+                tracing::info!(
+                    upstreams = config.upstreams.len(),
+                    "The hosted servers are federated behind one endpoint."
+                );
             }
             hosted
         }

@@ -272,8 +272,13 @@ pub struct NodeConfig {
     pub tls: Option<TlsConfig>,
     /// MCP servers hosted by the node (`[[upstreams]]`): with one, the node
     /// serves it at its endpoint, a child process per session, in place of
-    /// the binary's own server. Default none.
+    /// the binary's own server; with several, all of them behind the one
+    /// endpoint (a federation). Default none.
     pub upstreams: Vec<mcp_cluster_relay::UpstreamConfig>,
+    /// Between an upstream's name and the names of its tools and prompts,
+    /// in a federation (`{upstream}{separator}{tool}`): one to four of
+    /// `_`, `-` and `.`. Default `_`.
+    pub upstream_separator: String,
     /// A folder of skills (the Skills extension): each folder under it
     /// holding a `SKILL.md` is served as a skill, beside the server's own.
     /// Read once at start; a skill that breaks a rule stops the start.
@@ -300,6 +305,7 @@ impl Default for NodeConfig {
             auth: None,
             tls: None,
             upstreams: Vec::new(),
+            upstream_separator: "_".to_owned(),
             skills_dir: None,
             server_card: None,
         }
@@ -754,10 +760,11 @@ impl NodeConfig {
         if r.blocking_threads == 0 {
             return bad("runtime.blocking_threads must be positive");
         }
-        if self.upstreams.len() > 1 {
-            return bad(
-                "several [[upstreams]] are configured; a node serves one hosted server at its endpoint",
-            );
+        let separator = &self.upstream_separator;
+        if !(1..=4).contains(&separator.len())
+            || !separator.bytes().all(|b| matches!(b, b'_' | b'-' | b'.'))
+        {
+            return bad("upstream_separator must be one to four of _, - and .");
         }
         for upstream in &self.upstreams {
             upstream
@@ -1041,12 +1048,10 @@ mod tests {
             r#"[{"name": "a", "command": ["a"]}, {"name": "b", "command": ["b"]}]"#,
         )])
         .unwrap();
-        assert!(
-            two.validate()
-                .unwrap_err()
-                .0
-                .contains("several [[upstreams]]")
-        );
+        assert_eq!(two.upstreams.len(), 2, "several make a federation");
+        two.validate().unwrap();
+        let (bad, _) = overridden(&[("MCP__UPSTREAM_SEPARATOR", "::")]).unwrap();
+        assert!(bad.validate().unwrap_err().0.contains("upstream_separator"));
     }
 
     #[test]

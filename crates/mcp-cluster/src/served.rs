@@ -1,10 +1,11 @@
 //! [`Served`]: what a node serves, a provider's [`McpServer`] or a hosted
-//! MCP server ([`RelayService`], the `[[upstreams]]` of the configuration).
+//! MCP server ([`RelayService`], the `[[upstreams]]` of the configuration),
+//! or several behind one endpoint ([`Federation`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use mcp_cluster_relay::RelayService;
+use mcp_cluster_relay::{Federation, RelayService};
 use mcp_cluster_runtime::{McpService, Runtime};
 use tokio::sync::broadcast::error::RecvError;
 
@@ -21,12 +22,16 @@ pub struct Served {
     /// server, or for a hosted server the relay (its 2026-07-28 children's
     /// list changes; a session's child reaches its session by itself).
     events: Events,
+    /// For a federation: its names are checked at start
+    /// ([`Self::check_names`]).
+    federation: Option<Arc<Federation>>,
 }
 
 #[derive(Debug, Clone)]
 enum Events {
     Server(McpServer),
-    Relay(tokio::sync::broadcast::Sender<mcp_cluster_runtime::ServerEvent>),
+    /// Those of each hosted server.
+    Relay(Vec<tokio::sync::broadcast::Sender<mcp_cluster_runtime::ServerEvent>>),
 }
 
 impl From<McpServer> for Served {
@@ -34,6 +39,7 @@ impl From<McpServer> for Served {
         Self {
             service: Arc::new(server.clone()),
             events: Events::Server(server),
+            federation: None,
         }
     }
 }
@@ -41,8 +47,20 @@ impl From<McpServer> for Served {
 impl From<RelayService> for Served {
     fn from(relay: RelayService) -> Self {
         Self {
-            events: Events::Relay(relay.events()),
+            events: Events::Relay(vec![relay.events()]),
             service: Arc::new(relay),
+            federation: None,
+        }
+    }
+}
+
+impl From<Federation> for Served {
+    fn from(federation: Federation) -> Self {
+        let federation = Arc::new(federation);
+        Self {
+            events: Events::Relay(federation.relays().map(RelayService::events).collect()),
+            service: Arc::clone(&federation) as Arc<dyn McpService>,
+            federation: Some(federation),
         }
     }
 }
@@ -52,31 +70,48 @@ impl Served {
     /// names one; `env`: the node's environment, from which the children
     /// inherit what each upstream's `inherit_env` lists (nothing else).
     ///
+    /// Several make a federation behind the one endpoint (names prefixed
+    /// with `upstream_separator`).
+    ///
     /// # Errors
-    /// An upstream's settings cannot work, or several are configured (one
-    /// endpoint serves one server).
+    /// An upstream's settings cannot work, or several cannot stand side by
+    /// side.
     pub fn hosted(
         config: &NodeConfig,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Option<Self>, ConfigError> {
-        let upstream = match config.upstreams.as_slice() {
-            [] => return Ok(None),
-            [one] => one.clone(),
-            _ => {
-                return Err(ConfigError(
-                    "several [[upstreams]] are configured; a node serves one hosted server at its endpoint"
-                        .into(),
-                ));
-            }
-        };
-        let wanted = &upstream.inherit_env;
+        // Each child gets only what its own upstream lists; the relay
+        // filters, given every variable any upstream wants.
         let inherited: BTreeMap<String, String> = env
             .into_iter()
-            .filter(|(k, _)| wanted.contains(k))
+            .filter(|(k, _)| config.upstreams.iter().any(|u| u.inherit_env.contains(k)))
             .collect();
-        let relay =
-            RelayService::new(upstream, &inherited).map_err(|err| ConfigError(err.to_string()))?;
-        Ok(Some(relay.into()))
+        let refused = |err: mcp_cluster_relay::UpstreamConfigError| ConfigError(err.to_string());
+        match config.upstreams.as_slice() {
+            [] => Ok(None),
+            [one] => Ok(Some(
+                RelayService::new(one.clone(), &inherited)
+                    .map_err(refused)?
+                    .into(),
+            )),
+            several => Ok(Some(
+                Federation::new(several.to_vec(), &config.upstream_separator, &inherited)
+                    .map_err(refused)?
+                    .into(),
+            )),
+        }
+    }
+
+    /// For a federation, reads what every member serves and refuses two
+    /// that would expose one name; anything else has nothing to check.
+    ///
+    /// # Errors
+    /// Two upstreams expose one name: the message names both.
+    pub async fn check_names(&self) -> Result<(), ConfigError> {
+        match &self.federation {
+            Some(federation) => federation.check_names().await.map_err(ConfigError),
+            None => Ok(()),
+        }
     }
 
     /// The provider's own server, when the node serves it (not a hosted
@@ -96,21 +131,23 @@ impl Served {
     /// Forwards the provider's server events (list changes, resource
     /// updates) to every session of the node.
     pub(crate) fn forward_events(&self, runtime: &Runtime) {
-        let mut events = match &self.events {
-            Events::Server(server) => server.subscribe_events(),
-            Events::Relay(sender) => sender.subscribe(),
+        let receivers = match &self.events {
+            Events::Server(server) => vec![server.subscribe_events()],
+            Events::Relay(senders) => senders.iter().map(|s| s.subscribe()).collect(),
         };
-        let runtime = runtime.clone();
-        actix_web::rt::spawn(async move {
-            loop {
-                match events.recv().await {
-                    Ok(event) => runtime.broadcast(event),
-                    Err(RecvError::Lagged(missed)) => {
-                        tracing::warn!(missed, "Server events dropped.");
+        for mut events in receivers {
+            let runtime = runtime.clone();
+            actix_web::rt::spawn(async move {
+                loop {
+                    match events.recv().await {
+                        Ok(event) => runtime.broadcast(event),
+                        Err(RecvError::Lagged(missed)) => {
+                            tracing::warn!(missed, "Server events dropped.");
+                        }
+                        Err(RecvError::Closed) => break,
                     }
-                    Err(RecvError::Closed) => break,
                 }
-            }
-        });
+            });
+        }
     }
 }

@@ -475,7 +475,7 @@ impl From<ErrorObject> for OpenError {
 
 /// What [`McpService::open_session`] gets: the session and its client's
 /// `initialize`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct SessionOpen {
     /// The session.
