@@ -746,6 +746,20 @@ def expect_upstreams_http(docs):
     assert "--config" in container["args"], container["args"]
 
 
+def expect_upstreams_federation(docs):
+    """Several upstreams: each its own [[upstreams]] table, in order, and the
+    separator as a top-level key before them."""
+    deployment, container = node_container(docs)
+    assert config_map(docs, deployment) == {
+        "upstream_separator": ".",
+        "upstreams": [
+            {"name": "files", "command": ["/opt/files/bin/mcp-files"]},
+            {"name": "time", "command": ["/opt/time/bin/mcp-server-time"], "prefix": False},
+        ],
+    }, config_map(docs, deployment)
+    assert "--config" in container["args"], container["args"]
+
+
 EXAMPLES = CHART / "examples"
 
 VALUE_SETS = [
@@ -760,6 +774,8 @@ VALUE_SETS = [
     ValueSet("tls", ["values-tls.yaml"], expect=expect_tls),
     ValueSet("upstreams", ["values-upstreams.yaml"], expect=expect_upstreams),
     ValueSet("upstreams-http", ["values-upstreams-http.yaml"], expect=expect_upstreams_http),
+    ValueSet("upstreams-federation", ["values-upstreams-federation.yaml"],
+             expect=expect_upstreams_federation),
     ValueSet("keycloak", [EXAMPLES / "keycloak.yaml"], expect=expect_keycloak),
     ValueSet("auth0", [EXAMPLES / "auth0.yaml"], namespace="mcp", expect=expect_auth0),
     ValueSet("entra-id", [EXAMPLES / "entra-id.yaml"], release="tools",

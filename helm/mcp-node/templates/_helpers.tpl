@@ -292,6 +292,9 @@ values as toJson writes them, which TOML reads as basic strings.
 # Rendered by the mcp-node chart from auth.toolScopes and upstreams; the
 # other settings come from MCP_* variables, which override this file.
 {{- end }}
+{{- if gt (len .Values.upstreams) 1 }}
+upstream_separator = {{ toJson .Values.upstreamSeparator }}
+{{- end }}
 {{- if $scopes }}
 [auth.tool_scopes]
 {{- range $tool, $scopes := .Values.auth.toolScopes }}
