@@ -269,7 +269,8 @@ start_node() {
   ./target/debug/mcp-node --bind 127.0.0.1:0 --log warn "$@" >"$out" 2>"$LOG_DIR/node-$name.err" &
   NODE_PID=$!
   NODE_URL=
-  for _ in $(seq 1 100); do
+  # 30 s at most: a federation reads its upstreams' lists before it listens.
+  for _ in $(seq 1 300); do
     NODE_URL=$(sed -n 's/^mcp-node listening on //p' "$out" | head -n 1)
     [ -n "$NODE_URL" ] && break
     kill -0 "$NODE_PID" 2>/dev/null || break
@@ -472,7 +473,7 @@ start_cluster() {
     pid=$!
     CLUSTER_PIDS+=("$pid")
     url=
-    for _ in $(seq 1 100); do
+    for _ in $(seq 1 300); do
       url=$(sed -n 's/^mcp-node listening on //p' "$dir/node-$i.out" | head -n 1)
       [ -n "$url" ] && break
       kill -0 "$pid" 2>/dev/null || break
@@ -727,6 +728,59 @@ for era in session 2026-07-28; do
 done
 stop_cluster
 stop_replicas
+# Several servers behind one endpoint (a federation): server-everything and
+# the Python SDK server (stdio), mcp-node --stdio in pages of two, and two
+# replicas of the TypeScript SDK's example server (HTTP); names that would
+# collide (add, echo) kept apart by prefix. Through nginx in front of three
+# nodes, the official TypeScript clients in both eras walk every list page
+# by page and compare it, and a call, a prompt and a read of each upstream,
+# with each upstream reached directly (tests/js/relay-federation.mjs).
+echo "== hosted servers: a federation of four upstreams (stdio and HTTP) through nginx in front of 3 nodes, TypeScript SDK clients in both eras"
+start_replicas federation-example 2 'MCP_PORT=%s' "$ROOT/tests/js/node_modules/.bin/node" \
+  "$ROOT/tests/js/node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js"
+everything_argv="\"$ROOT/tests/js/node_modules/.bin/node\", \"$ROOT/tests/js/node_modules/@modelcontextprotocol/server-everything/dist/index.js\", \"stdio\""
+python_argv="\"$ROOT/tests/py/.venv/bin/python\", \"$ROOT/tests/py/hosted_server.py\""
+cat >"$LOG_DIR/hosted-federation.toml" <<TOML
+[[upstreams]]
+name = "everything"
+command = [$everything_argv]
+
+[[upstreams]]
+name = "python"
+command = [$python_argv]
+
+[[upstreams]]
+name = "node"
+command = ["$ROOT/target/debug/mcp-node", "--stdio"]
+env = { MCP__PAGE_SIZE = "2" }
+
+[[upstreams]]
+name = "example"
+urls = [$(IFS=,; echo "${REPLICA_URLS[*]}")]
+TOML
+cat >"$LOG_DIR/hosted-federation.json" <<JSON
+[
+  {"name": "everything", "command": [$everything_argv], "call": {"name": "echo", "arguments": {"message": "federated"}}},
+  {"name": "python", "command": [$python_argv], "call": {"name": "add", "arguments": {"a": 2, "b": 3}},
+   "prompt": {"name": "ask", "arguments": {"topic": "maps"}}, "read": "note://today"},
+  {"name": "node", "command": ["$ROOT/target/debug/mcp-node", "--stdio"], "env": {"MCP__PAGE_SIZE": "2"},
+   "call": {"name": "add", "arguments": {"a": 2, "b": 3}}, "prompt": {"name": "test_simple_prompt"}, "read": "test://static-text"},
+  {"name": "example", "url": ${REPLICA_URLS[0]}, "call": {"name": "greet", "arguments": {"name": "Federation"}},
+   "prompt": {"name": "greeting-template", "arguments": {"name": "Federation"}}, "read": "https://example.com/greetings/default"}
+]
+JSON
+start_cluster --config "$LOG_DIR/hosted-federation.toml"
+for era in session 2026-07-28; do
+  set +e
+  tests/js/node_modules/.bin/node tests/js/relay-federation.mjs "$LB_URL" "$LOG_DIR/hosted-federation.json" --era "$era" 2>&1 \
+    | tee "$LOG_DIR/relay-federation-$era.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || relay_status=1
+  set -e
+  sed -n 's/^relay-federation [a-z0-9-]*: \([0-9]* passed, [0-9]* failed\)$/\1/p' \
+    "$LOG_DIR/relay-federation-$era.log" >"$LOG_DIR/relay-federation-$era.counts"
+done
+stop_cluster
+stop_replicas
 echo "== hosted servers: a Python SDK server (tests/py/hosted_server.py) through nginx in front of 3 nodes, Python SDK client in both eras"
 cat >"$LOG_DIR/hosted-python.toml" <<TOML
 [[upstreams]]
@@ -759,9 +813,30 @@ bash tests/js/conformance.sh "$NODE_URL" 2>&1 | tee "$LOG_DIR/conformance-hosted
 set -e
 stop_node
 stop_replicas
+# The session set through a federation of mcp-node --stdio (its names as
+# they are: the suite calls them so) and the Python SDK server (prefixed):
+# as through mcp-node --stdio alone.
+echo "== hosted servers: conformance through a node federating mcp-node --stdio (unprefixed) and a Python SDK server"
+cat >"$LOG_DIR/hosted-federation-conformance.toml" <<TOML
+[[upstreams]]
+name = "node"
+command = ["$ROOT/target/debug/mcp-node", "--stdio"]
+prefix = false
+
+[[upstreams]]
+name = "python"
+command = [$python_argv]
+TOML
+start_node hosted-federation --config "$LOG_DIR/hosted-federation-conformance.toml"
+set +e
+bash tests/js/conformance.sh "$NODE_URL" 2>&1 | tee "$LOG_DIR/conformance-hosted-federation.log"
+[ "${PIPESTATUS[0]}" = 0 ] || hosted_conformance_status=1
+set -e
+stop_node
 read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/conformance-hosted-cluster.log" \
-  "$LOG_DIR/conformance-hosted-http.log" \
-  "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-sdk-example-*.counts "$LOG_DIR"/relay-python-*.log \
+  "$LOG_DIR/conformance-hosted-http.log" "$LOG_DIR/conformance-hosted-federation.log" \
+  "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-sdk-example-*.counts "$LOG_DIR"/relay-federation-*.counts \
+  "$LOG_DIR"/relay-python-*.log \
   "$LOG_DIR/hosted-matrix-2026.counts")
 
 # Two items per page, so every list a client walks spans several pages.
@@ -825,7 +900,7 @@ passed=$((rust_passed + release_passed + redis_cluster_passed + fuzz_passed + co
 [ "$hosted_conformance_status" = 0 ] || { echo "conformance suite against a hosted server failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$hosted_loadtest_status" = 0 ] || { echo "mcp-loadtest through the hosted cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$hosted_matrix_status" = 0 ] || { echo "the TypeScript SDK v2 client at 2026-07-28 through the hosted cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }
-[ "$relay_status" = 0 ] || { echo "a hosted server (server-everything, the SDK example) through the relay failed" >&2; failed=$((failed > 0 ? failed : 1)); }
+[ "$relay_status" = 0 ] || { echo "a hosted server (server-everything, the SDK example, the federation) through the relay failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$relay_python_status" = 0 ] || { echo "the Python SDK server through the relay failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$matrix_node_status" = 0 ] || { echo "client matrix against a node failed" >&2; failed=$((failed > 0 ? failed : 1)); }
 [ "$matrix_cluster_status" = 0 ] || { echo "client matrix against the cluster failed" >&2; failed=$((failed > 0 ? failed : 1)); }

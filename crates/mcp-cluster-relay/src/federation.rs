@@ -197,7 +197,7 @@ impl Federation {
     }
 
     /// Reads every member's tools, prompts and resources once (a server
-    /// started for that alone) and refuses names that two members would
+    /// started for that alone, all members at once) and refuses names that two members would
     /// both expose. A member that cannot be read now is named in the log
     /// and checked no further: its names are learnt as clients list them.
     ///
@@ -205,8 +205,11 @@ impl Federation {
     /// Two members expose one name: the message names both.
     pub async fn check_names(&self) -> Result<(), String> {
         let mut seen: HashMap<(Kind, String), (usize, String)> = HashMap::new();
-        for (at, member) in self.members.iter().enumerate() {
-            let names = match member.relay.names(MAX_START_PAGES).await {
+        // Read side by side: a start waits for the slowest upstream, not
+        // for all of them in turn.
+        let read = join_all(self.members.iter().map(|m| m.relay.names(MAX_START_PAGES))).await;
+        for ((at, member), names) in self.members.iter().enumerate().zip(read) {
+            let names = match names {
                 Ok(names) => names,
                 Err(err) => {
                     tracing::warn!(upstream = member.name(), error = %err.message, "A federated upstream could not be read at start; its names are not checked against the others'.");
