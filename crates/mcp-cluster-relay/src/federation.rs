@@ -615,6 +615,22 @@ impl McpService for Federation {
         }
     }
 
+    /// The member a request naming a tool, prompt or resource goes to; a
+    /// list or a request of all of them names none.
+    fn upstream_of(&self, request: &Request) -> Option<String> {
+        let params = request.params.as_ref()?;
+        let (kind, exposed) = match request.method.as_str() {
+            methods::TOOLS_CALL => (Kind::Tool, params.get("name")?),
+            methods::PROMPTS_GET => (Kind::Prompt, params.get("name")?),
+            methods::RESOURCES_READ
+            | methods::RESOURCES_SUBSCRIBE
+            | methods::RESOURCES_UNSUBSCRIBE => (Kind::Resource, params.get("uri")?),
+            _ => return None,
+        };
+        let (at, _) = self.route(kind, exposed.as_str()?).ok()?;
+        Some(self.members[at].name().to_owned())
+    }
+
     fn has_resource(&self, uri: &str) -> bool {
         self.route(Kind::Resource, uri)
             .is_ok_and(|(at, inner)| self.members[at].relay.has_resource(&inner))

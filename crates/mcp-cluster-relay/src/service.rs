@@ -864,6 +864,10 @@ impl McpService for RelayService {
         outcome
     }
 
+    fn upstream_of(&self, _request: &Request) -> Option<String> {
+        Some(self.config.name.clone())
+    }
+
     fn has_tool(&self, name: &str) -> bool {
         lock(&self.tools).contains_key(name)
     }

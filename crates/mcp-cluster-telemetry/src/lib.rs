@@ -7,6 +7,8 @@
 //! # Layout
 //! - [`spans`]: span names.
 //! - [`metrics`]: the Prometheus metrics, registered once.
+//! - [`audit`]: the audit trail, one JSON line per request handled;
+//!   [`rfc3339`], a time as its records and tasks write it.
 //! - [`events`]: notable happenings, each logged and counted by one
 //!   `emit()`.
 //! - [`init`] (`init`): the `tracing` subscriber (text or JSON, env filter)
@@ -24,6 +26,7 @@
 //!   `"<redacted>"`; [`redacted_url`] and [`url_scheme_and_host`]: a URL
 //!   setting as logs and errors show it, without the secrets it may hold.
 
+pub mod audit;
 pub mod events;
 pub mod metrics;
 
@@ -51,6 +54,7 @@ mod request_span;
 mod secret;
 mod trace_context;
 
+pub use audit::rfc3339;
 pub use control_span::{ControlKind, control_span};
 pub use init::{InitError, LogFormat, TelemetryGuard, init, init_logging, otel_enabled};
 /// A trace context (the caller's, from [`parent_from_headers`]).

@@ -231,7 +231,15 @@ pub struct Metrics {
     /// `mcp_upstream_replica_failures_total` by upstream and replica: an
     /// HTTP upstream's replica that could not be reached.
     pub upstream_replica_failures: IntCounterVec,
+    /// `mcp_audit_records_total` by outcome: audit records written.
+    pub audit_records: IntCounterVec,
+    /// `mcp_audit_records_dropped_total`: audit records dropped, the
+    /// writer's queue full.
+    pub audit_dropped: IntCounter,
 }
+
+/// Every `outcome` of an audit record (`mcp_audit_records_total`).
+pub const AUDIT_OUTCOMES: &[&str] = &["ok", "tool_error", "error", "cancelled"];
 
 /// Every `cause` of `mcp_upstream_children_ended_total`: the node ended the
 /// child (its session ended), or it exited by itself (or broke a limit).
@@ -591,7 +599,19 @@ impl Metrics {
                 &["upstream"],
                 DURATION_BUCKETS,
             ),
+            audit_records: counters(
+                "mcp_audit_records_total",
+                "Audit records written ([audit]), by outcome (ok, tool_error, error, cancelled).",
+                &["outcome"],
+            ),
+            audit_dropped: counter(
+                "mcp_audit_records_dropped_total",
+                "Audit records dropped because the audit writer's queue was full (the writer is slower than the calls).",
+            ),
         };
+        for outcome in AUDIT_OUTCOMES {
+            m.audit_records.with_label_values(&[outcome]);
+        }
         m.register_all();
         m
     }
@@ -656,6 +676,8 @@ impl Metrics {
             Box::new(self.upstream_spawn_duration.clone()),
             Box::new(self.upstream_replica_up.clone()),
             Box::new(self.upstream_replica_failures.clone()),
+            Box::new(self.audit_records.clone()),
+            Box::new(self.audit_dropped.clone()),
         ];
         for c in collectors {
             self.registry.register(c).unwrap();

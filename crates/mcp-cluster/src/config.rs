@@ -286,6 +286,9 @@ pub struct NodeConfig {
     pub skills_dir: Option<PathBuf>,
     /// The server card and its catalog (`[server_card]`). Default none.
     pub server_card: Option<ServerCardConfig>,
+    /// The audit trail (`[audit]`): present, one JSON line per request
+    /// handled, to stdout or a file. Default none.
+    pub audit: Option<mcp_cluster_telemetry::audit::AuditConfig>,
 }
 
 impl Default for NodeConfig {
@@ -308,6 +311,7 @@ impl Default for NodeConfig {
             upstream_separator: "_".to_owned(),
             skills_dir: None,
             server_card: None,
+            audit: None,
         }
     }
 }
@@ -759,6 +763,13 @@ impl NodeConfig {
         }
         if r.blocking_threads == 0 {
             return bad("runtime.blocking_threads must be positive");
+        }
+        if let Some(audit) = &self.audit
+            && (audit.output.is_empty() || audit.queue == 0 || audit.max_file_bytes == 0)
+        {
+            return bad(
+                "audit.output must name stdout or a file, and audit.queue and audit.max_file_bytes be positive",
+            );
         }
         let separator = &self.upstream_separator;
         if !(1..=4).contains(&separator.len())

@@ -470,6 +470,7 @@ fn serve_on(
             .map(Arc::new);
     let runtime = Runtime::new(server.service(), store, config.runtime_config());
     server.forward_events(&runtime);
+    start_audit(&config, &runtime)?;
     let http = &config.http;
     let exempt = http
         .exempt_networks()
@@ -718,5 +719,17 @@ async fn readyz(state: web::Data<HttpState>) -> HttpResponse {
             tracing::warn!(error = %err, "Not ready: store unavailable.");
             HttpResponse::ServiceUnavailable().body("store unavailable")
         }
+    }
+}
+
+/// Starts the audit trail (`[audit]`) when configured, its records naming
+/// this node.
+///
+/// # Errors
+/// Its file cannot be opened for appending.
+pub(crate) fn start_audit(config: &NodeConfig, runtime: &Runtime) -> std::io::Result<()> {
+    match &config.audit {
+        Some(audit) => mcp_cluster_telemetry::audit::install(audit, &runtime.node_id().to_string()),
+        None => Ok(()),
     }
 }

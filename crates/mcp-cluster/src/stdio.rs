@@ -210,9 +210,16 @@ fn max_line(config: &NodeConfig) -> usize {
 /// Reading stdin or writing stdout failed, or the session could not start.
 pub async fn run(server: impl Into<Served>, config: NodeConfig) -> std::io::Result<()> {
     let server = server.into();
+    if config.audit.as_ref().is_some_and(|a| a.to_stdout()) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "audit.output = \"stdout\" would mix audit records into the protocol on stdout; give a file",
+        ));
+    }
     let store = crate::node::open_store(&config).await?;
     let runtime = Runtime::new(server.service(), store, config.runtime.clone());
     server.forward_events(&runtime);
+    crate::node::start_audit(&config, &runtime)?;
     let session = runtime
         .open_session(&Inbound::new(Transport::Stdio))
         .await

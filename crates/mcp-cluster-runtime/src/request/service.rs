@@ -164,6 +164,13 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
     /// (e.g. `notifications/roots/list_changed`).
     async fn notification(&self, _notification: Notification) {}
 
+    /// The hosted server `request` goes to, which its audit record names
+    /// (a federation's member, by the name or URI it names). Default: none,
+    /// the service answers it itself.
+    fn upstream_of(&self, _request: &Request) -> Option<String> {
+        None
+    }
+
     /// Whether `uri` names a resource this server can read (a listed
     /// resource or one matching a template): `resources/subscribe` refuses
     /// others with -32002, so a client cannot make a session hold
