@@ -734,8 +734,9 @@ stop_replicas
 # collide (add, echo) kept apart by prefix. Through nginx in front of three
 # nodes, the official TypeScript clients in both eras walk every list page
 # by page and compare it, and a call, a prompt and a read of each upstream,
-# with each upstream reached directly (tests/js/relay-federation.mjs).
-echo "== hosted servers: a federation of four upstreams (stdio and HTTP) through nginx in front of 3 nodes, TypeScript SDK clients in both eras"
+# with each upstream reached directly (tests/js/relay-federation.mjs); the
+# Python SDK client walks and calls the same (tests/py/relay_federation.py).
+echo "== hosted servers: a federation of four upstreams (stdio and HTTP) through nginx in front of 3 nodes, TypeScript and Python SDK clients in both eras"
 start_replicas federation-example 2 'MCP_PORT=%s' "$ROOT/tests/js/node_modules/.bin/node" \
   "$ROOT/tests/js/node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js"
 everything_argv="\"$ROOT/tests/js/node_modules/.bin/node\", \"$ROOT/tests/js/node_modules/@modelcontextprotocol/server-everything/dist/index.js\", \"stdio\""
@@ -778,6 +779,12 @@ for era in session 2026-07-28; do
   set -e
   sed -n 's/^relay-federation [a-z0-9-]*: \([0-9]* passed, [0-9]* failed\)$/\1/p' \
     "$LOG_DIR/relay-federation-$era.log" >"$LOG_DIR/relay-federation-$era.counts"
+  # The Python SDK client the same way: every list page by page, a call of each.
+  set +e
+  tests/py/.venv/bin/python tests/py/relay_federation.py "$LB_URL" "$LOG_DIR/hosted-federation.json" --era "$era" 2>&1 \
+    | tee "$LOG_DIR/relay-federation-python-$era.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || relay_status=1
+  set -e
 done
 stop_cluster
 stop_replicas
@@ -836,7 +843,7 @@ stop_node
 read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/conformance-hosted-cluster.log" \
   "$LOG_DIR/conformance-hosted-http.log" "$LOG_DIR/conformance-hosted-federation.log" \
   "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-sdk-example-*.counts "$LOG_DIR"/relay-federation-*.counts \
-  "$LOG_DIR"/relay-python-*.log \
+  "$LOG_DIR"/relay-python-*.log "$LOG_DIR"/relay-federation-python-*.log \
   "$LOG_DIR/hosted-matrix-2026.counts")
 
 # Two items per page, so every list a client walks spans several pages.
