@@ -182,8 +182,37 @@ async fn an_http_server_is_relayed_one_upstream_session_per_session_at_the_repli
     .await;
 }
 
+/// `client`'s session, whose upstream session is gone: a call meanwhile
+/// fails naming the upstream (-32603), or finds the session ended already;
+/// within 30 s the session answers 404, as any ended session does.
+async fn ends_with_its_upstream_session(client: &Client) {
+    let ended = async {
+        loop {
+            let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                              "params": {"name": "echo", "arguments": {"message": "gone?"}}});
+            match client.post(&body).await.unwrap() {
+                Reply::Status(status, ..) if status.as_u16() == 404 => return,
+                Reply::Json(answer, _) => {
+                    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+                    let message = answer["error"]["message"].as_str().unwrap_or_default();
+                    assert!(message.contains("upstream replicas"), "{answer}");
+                }
+                Reply::Sse(mut stream) => {
+                    let (answer, _) = until_answer(&mut stream, 5).await;
+                    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+                }
+                other => panic!("neither an error nor 404: {other:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), ended)
+        .await
+        .expect("the session outlived its upstream session by 30 s");
+}
+
 #[tokio::test]
-async fn a_replica_that_forgot_its_sessions_ends_theirs_and_one_that_is_down_fails_its_calls() {
+async fn a_replica_that_is_gone_or_forgot_its_sessions_ends_theirs() {
     let port = free_port().unwrap();
     let only = replica(port);
     let (node, _scratch) = hosting(&[only.url().to_owned()]);
@@ -191,35 +220,19 @@ async fn a_replica_that_forgot_its_sessions_ends_theirs_and_one_that_is_down_fai
     let (client, _) = session(&url, json!({})).await;
     call(&client, "echo", json!({"message": "before"})).await;
 
-    // Down: the call fails naming the upstream; the session stays.
+    // Gone (nothing listens at its address): its sessions went with it,
+    // and the client's session ends (404).
     drop(only);
-    let (failed, _) = call(&client, "echo", json!({"message": "down"})).await;
-    assert_eq!(failed["error"]["code"], -32603, "{failed}");
-    assert!(
-        failed["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("upstream replicas")),
-        "{failed}"
-    );
+    ends_with_its_upstream_session(&client).await;
 
-    // Back without its sessions: the upstream says 404, the client's
-    // session ends (404 too).
-    // (Heard on the session's GET stream to the upstream, opened again at
-    // most 10 s apart while the replica is away.)
+    // Back without its sessions (restarted in place): the upstream says
+    // 404, and the client's session ends too.
+    let again = replica(port);
+    let (client, _) = session(&url, json!({})).await;
+    call(&client, "echo", json!({"message": "before"})).await;
+    drop(again);
     let _back = replica(port);
-    let ended = async {
-        loop {
-            let body = json!({"jsonrpc": "2.0", "id": 5, "method": "ping"});
-            match client.post(&body).await.unwrap() {
-                Reply::Status(status, ..) if status.as_u16() == 404 => return status,
-                _ => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-    };
-    let refused = tokio::time::timeout(Duration::from_secs(30), ended)
-        .await
-        .expect("the session outlived its upstream session by 30 s");
-    assert_eq!(refused.as_u16(), 404);
+    ends_with_its_upstream_session(&client).await;
 }
 
 #[tokio::test]
@@ -267,11 +280,12 @@ async fn new_sessions_skip_a_replica_that_is_down_and_the_others_go_on() {
     assert!(metric(&base, &failures).await >= 1.0);
 
     // The session on the live replica goes on; the one on the dead one
-    // fails its calls, naming the upstream.
+    // ends (its calls fail naming the upstream until the node sees it).
     let (echoed, _) = call(&on_alive, "echo", json!({"message": "still"})).await;
     assert_eq!(echoed["result"]["content"][0]["text"], "Echo: still");
-    let (failed, _) = call(&on_doomed, "echo", json!({"message": "gone"})).await;
-    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+    ends_with_its_upstream_session(&on_doomed).await;
+    let (echoed, _) = call(&on_alive, "echo", json!({"message": "after"})).await;
+    assert_eq!(echoed["result"]["content"][0]["text"], "Echo: after");
 }
 
 #[tokio::test]

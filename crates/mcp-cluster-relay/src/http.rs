@@ -15,9 +15,12 @@
 //!   carries what the server says outside any request; it is opened again
 //!   (with `Last-Event-ID`) whenever it ends, unless the server has none
 //!   (405).
-//! - A 404 from the upstream (its session is gone) ends the conversation,
-//!   and with it the client's session; so does [`Upstream::end`], which
-//!   DELETEs the upstream session.
+//! - A 404 from the upstream (its session is gone), or a connection its
+//!   replica's address refuses (nothing listens there: the process that
+//!   kept the session in its memory is gone), ends the conversation, and
+//!   with it the client's session; so does [`Upstream::end`], which
+//!   DELETEs the upstream session. A timeout or a broken connection fails
+//!   only the request it hit.
 //!
 //! Bounded: no body or event over `max_line_bytes` is read (the request it
 //! belongs to fails); the tasks are the conversation's and end with it.
@@ -354,7 +357,7 @@ pub(crate) async fn converse(
         Arc::new(move || replicas.failed(replica))
     };
     let credential = replicas.credential.clone();
-    let lost = Arc::new(Notify::new());
+    let lost = Arc::new(LostSignal::default());
     let mut tasks = JoinSet::new();
     let ended = loop {
         tokio::select! {
@@ -400,10 +403,13 @@ pub(crate) async fn converse(
                         metrics::relay_error(upstream.name(), "http_failed");
                         unreachable();
                         tracing::debug!(upstream = %upstream.name(), error = %err, "A notification or an answer did not reach the upstream.");
+                        if refused(&err) {
+                            break gone_refused(&url);
+                        }
                     }
                 }
             }
-            () = lost.notified() => break gone_404(&url),
+            () = lost.notify.notified() => break lost.describe(&url),
             () = upstream.ended() => {
                 // The polite end: the upstream forgets the session now.
                 let _ = tokio::time::timeout(RETRY_MAX, client.delete()).await;
@@ -417,6 +423,57 @@ pub(crate) async fn converse(
 
 fn gone_404(url: &str) -> String {
     format!("ended its session (404 from {url})")
+}
+
+fn gone_refused(url: &str) -> String {
+    format!("is gone with its session (nothing listens at {url} any more)")
+}
+
+/// Whether `err` is a connection the replica's host refused: nothing
+/// listens there, so the process that kept the session in its memory is
+/// gone (a timeout or a reset may pass; this does not).
+fn refused(err: &mcp_cluster_client::ClientError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(err) = source {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Why a conversation ended on its own: its upstream session is gone.
+#[derive(Debug, Clone, Copy)]
+enum Lost {
+    /// The replica answered 404.
+    NotFound,
+    /// The replica refused the connection.
+    Refused,
+}
+
+/// Where a conversation's tasks say its upstream session is gone.
+#[derive(Debug, Default)]
+struct LostSignal {
+    why: std::sync::OnceLock<Lost>,
+    notify: Notify,
+}
+
+impl LostSignal {
+    fn lost(&self, why: Lost) {
+        let _ = self.why.set(why);
+        self.notify.notify_one();
+    }
+
+    fn describe(&self, url: &str) -> String {
+        match self.why.get() {
+            Some(Lost::Refused) => gone_refused(url),
+            _ => gone_404(url),
+        }
+    }
 }
 
 /// Why an `initialize` failed.
@@ -560,7 +617,7 @@ async fn call(
     client: Arc<Client>,
     upstream: Arc<Upstream>,
     message: Value,
-    lost: Arc<Notify>,
+    lost: Arc<LostSignal>,
     unreachable: Unreachable,
 ) {
     let id = message["id"].clone();
@@ -571,7 +628,7 @@ async fn call(
         }
         Ok(Reply::Sse(stream)) => stream,
         Ok(Reply::Status(status, ..)) if status.as_u16() == 404 => {
-            lost.notify_one();
+            lost.lost(Lost::NotFound);
             return;
         }
         Ok(Reply::Status(status, ..)) => {
@@ -585,6 +642,9 @@ async fn call(
         Err(err) => {
             unreachable();
             fail(&upstream, &id, &format!("could not be reached ({err})")).await;
+            if refused(&err) {
+                lost.lost(Lost::Refused);
+            }
             return;
         }
     };
@@ -603,8 +663,12 @@ async fn call(
         stream = match client.get(Some(&last)).await {
             Ok(Reply::Sse(next)) => next,
             Ok(Reply::Status(status, ..)) if status.as_u16() == 404 => {
-                lost.notify_one();
+                lost.lost(Lost::NotFound);
                 return;
+            }
+            Err(err) if refused(&err) => {
+                lost.lost(Lost::Refused);
+                break;
             }
             _ => break,
         };
@@ -628,7 +692,7 @@ fn retry_of(stream: &SseStream) -> Duration {
 async fn standalone(
     client: Arc<Client>,
     upstream: Arc<Upstream>,
-    lost: Arc<Notify>,
+    lost: Arc<LostSignal>,
     credential: Option<Arc<Credential>>,
 ) {
     let mut last: Option<String> = None;
@@ -650,7 +714,11 @@ async fn standalone(
             // The server has no GET stream.
             Ok(Reply::Status(status, ..)) if status.as_u16() == 405 => return,
             Ok(Reply::Status(status, ..)) if status.as_u16() == 404 => {
-                lost.notify_one();
+                lost.lost(Lost::NotFound);
+                return;
+            }
+            Err(err) if refused(&err) => {
+                lost.lost(Lost::Refused);
                 return;
             }
             _ => pause = (pause * 2).min(RETRY_MAX),
