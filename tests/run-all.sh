@@ -726,6 +726,15 @@ for era in session 2026-07-28; do
   sed -n 's/^relay-sdk-example [a-z0-9-]*: \([0-9]* passed, [0-9]* failed\)$/\1/p' \
     "$LOG_DIR/relay-sdk-example-$era.log" >"$LOG_DIR/relay-sdk-example-$era.counts"
 done
+# One of the three replicas killed under its sessions: those end (404),
+# the others go on, new sessions open at the two left.
+set +e
+tests/js/node_modules/.bin/node tests/js/relay-replica-kill.mjs "$LB_URL" "${REPLICA_PIDS[0]}" 2>&1 \
+  | tee "$LOG_DIR/relay-replica-kill.log"
+[ "${PIPESTATUS[0]}" = 0 ] || relay_status=1
+set -e
+sed -n 's/^relay-replica-kill: \([0-9]* passed, [0-9]* failed\)$/\1/p' \
+  "$LOG_DIR/relay-replica-kill.log" >"$LOG_DIR/relay-replica-kill.counts"
 stop_cluster
 stop_replicas
 # Several servers behind one endpoint (a federation): server-everything and
@@ -842,7 +851,7 @@ set -e
 stop_node
 read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/conformance-hosted-cluster.log" \
   "$LOG_DIR/conformance-hosted-http.log" "$LOG_DIR/conformance-hosted-federation.log" \
-  "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-sdk-example-*.counts "$LOG_DIR"/relay-federation-*.counts \
+  "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-sdk-example-*.counts "$LOG_DIR"/relay-federation-*.counts "$LOG_DIR/relay-replica-kill.counts" \
   "$LOG_DIR"/relay-python-*.log "$LOG_DIR"/relay-federation-python-*.log \
   "$LOG_DIR/hosted-matrix-2026.counts")
 
