@@ -362,6 +362,7 @@ fn skeleton() -> Result<toml::Value, ConfigError> {
             ..RedisConfig::default()
         }),
         tls: Some(TlsConfig::default()),
+        audit: Some(mcp_cluster_telemetry::audit::AuditConfig::default()),
         auth: Some(AuthConfig {
             ca_file: Some(Default::default()),
             resource_name: Some(String::new()),
@@ -1139,6 +1140,8 @@ mod tests {
             "MCP_REDIS__CLIENT_CERT_FILE",
             "MCP_REDIS__CLIENT_KEY_FILE",
             "MCP_TLS__CERT_FILE",
+            "MCP_AUDIT__OUTPUT",
+            "MCP_AUDIT__ARGUMENTS",
             "MCP_TLS__KEY_FILE",
             "MCP_TLS__RELOAD_INTERVAL_SECS",
         ] {
