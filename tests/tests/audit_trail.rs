@@ -7,7 +7,7 @@
 mod relay_support;
 
 use mcp_cluster_client::{Client, Reply};
-use mcp_cluster_testkit::{NodeProcess, node_binary, within};
+use mcp_cluster_testkit::{NodeProcess, OtlpReceiver, node_binary, within};
 use relay_support::{Scratch, call, config_file};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -16,6 +16,14 @@ use sha2::{Digest, Sha256};
 /// in `audit.jsonl` beside its configuration, with `settings` more lines
 /// of `[audit]`.
 fn audited(settings: &str) -> (NodeProcess, Scratch, std::path::PathBuf) {
+    audited_with(settings, &[])
+}
+
+/// As [`audited`], with `env` for the node.
+fn audited_with(
+    settings: &str,
+    env: &[(&str, &str)],
+) -> (NodeProcess, Scratch, std::path::PathBuf) {
     let argv =
         serde_json::to_string(&[node_binary().display().to_string(), "--stdio".into()]).unwrap();
     let (path, scratch) = config_file("mcp-audit", "");
@@ -25,7 +33,7 @@ fn audited(settings: &str) -> (NodeProcess, Scratch, std::path::PathBuf) {
         trail.display().to_string()
     );
     std::fs::write(&path, config).unwrap();
-    let node = NodeProcess::spawn_logged(&node_binary(), &["--config", &path], &[]).unwrap();
+    let node = NodeProcess::spawn_logged(&node_binary(), &["--config", &path], env).unwrap();
     (node, scratch, trail)
 }
 
@@ -188,5 +196,68 @@ async fn a_cancelled_call_is_recorded_as_cancelled() {
     assert!(
         cancelled["duration_ms"].as_f64().unwrap() < 5000.0,
         "ended by the cancel, not by the tool: {cancelled}"
+    );
+}
+
+#[tokio::test]
+async fn records_go_out_as_otlp_log_records_when_asked() {
+    let receiver = OtlpReceiver::start().unwrap();
+    let endpoint = receiver.endpoint();
+    let (node, _scratch, trail) = audited_with(
+        "otlp = true",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BLRP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let mut client = Client::new(node.url(), "2025-11-25");
+    within("initialize", client.initialize(json!({})))
+        .await
+        .unwrap();
+    let (echoed, _) = call(&client, "beta_echo", json!({"message": "to the collector"})).await;
+    assert!(echoed["result"].is_object(), "{echoed}");
+    let log = receiver
+        .wait_for_log(
+            |l| l.attributes.get("mcp.audit.name").map(String::as_str) == Some("beta_echo"),
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(log.event_name, "mcp.audit");
+    assert_eq!(log.severity_text, "INFO");
+    let attr = |k: &str| log.attributes.get(k).map(String::as_str);
+    assert_eq!(attr("mcp.audit.upstream"), Some("beta"));
+    assert_eq!(attr("mcp.audit.method"), Some("tools/call"));
+    assert_eq!(attr("mcp.audit.outcome"), Some("ok"));
+    assert!(
+        attr("mcp.audit.arguments_sha256").is_some_and(|h| h.len() == 64),
+        "{log:?}"
+    );
+    assert!(attr("mcp.audit.arguments").is_none(), "{log:?}");
+    assert_eq!(
+        log.resource.get("service.name").map(String::as_str),
+        Some("mcp-node")
+    );
+    // The file has it too.
+    records(&trail, &[("tools/call", "beta_echo")]).await;
+}
+
+#[tokio::test]
+async fn otlp_records_without_an_endpoint_are_refused_at_start() {
+    let (path, _scratch) = config_file("mcp-audit-refused", "[audit]\notlp = true\n");
+    let output = within(
+        "the node's refusal",
+        tokio::process::Command::new(node_binary())
+            .args(["--config", &path, "--bind", "127.0.0.1:0"])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("audit.otlp needs an OTLP endpoint"),
+        "{stderr}"
     );
 }

@@ -43,6 +43,12 @@ pub struct AuditConfig {
     /// A file output is renamed to `<file>.1` (replacing the last one)
     /// once it holds this many bytes, and a new one begun. Default 100 MiB.
     pub max_file_bytes: u64,
+    /// Each record is also sent as an OTLP log record (event
+    /// `mcp.audit`, the fields as `mcp.audit.*` attributes) to the
+    /// collector the traces go to (`/v1/logs`, or
+    /// `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`). Default `false`. Without an
+    /// OTLP endpoint it is refused at start.
+    pub otlp: bool,
 }
 
 impl Default for AuditConfig {
@@ -52,6 +58,7 @@ impl Default for AuditConfig {
             arguments: false,
             queue: 10_000,
             max_file_bytes: 100 * 1024 * 1024,
+            otlp: false,
         }
     }
 }
@@ -73,18 +80,42 @@ struct Trail {
 
 static TRAIL: OnceLock<Trail> = OnceLock::new();
 
+/// The OTLP logger of the process, set by [`crate::init`] when log records
+/// are exported ([`crate::OtelConfig::logs_endpoint`]).
+static OTLP: OnceLock<opentelemetry_sdk::logs::SdkLogger> = OnceLock::new();
+
+/// Hands the audit trail the logger its OTLP log records go through.
+pub(crate) fn export_to(logger: opentelemetry_sdk::logs::SdkLogger) {
+    let _ = OTLP.set(logger);
+}
+
+/// Whether audit records can go out as OTLP log records (an OTLP endpoint
+/// is configured, and log records are not turned off).
+pub fn otlp_available() -> bool {
+    OTLP.get().is_some()
+}
 /// Starts the audit trail of this process, as `config` says, each record
 /// naming `node`. A second call changes nothing.
 ///
 /// # Errors
 /// The output file cannot be opened for appending.
 pub fn install(config: &AuditConfig, node: &str) -> std::io::Result<()> {
+    if config.otlp && !otlp_available() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "audit.otlp needs an OTLP endpoint (--otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT) and OTEL_LOGS_EXPORTER not none",
+        ));
+    }
     let mut sink = Sink::open(config)?;
+    let otlp = config.otlp.then(|| OTLP.get()).flatten();
     let (queue, records) = std::sync::mpsc::sync_channel::<Value>(config.queue.max(1));
     std::thread::Builder::new()
         .name("mcp-audit".into())
         .spawn(move || {
             for record in records {
+                if let Some(logger) = otlp {
+                    emit(logger, &record);
+                }
                 sink.write(&record);
             }
         })?;
@@ -144,6 +175,35 @@ impl Sink {
             Err(err) => tracing::warn!(%err, "An audit record could not be written."),
         }
     }
+}
+
+/// One record as an OTLP log record: event `mcp.audit`, severity INFO, each
+/// field an attribute `mcp.audit.<field>` (absent fields left out).
+fn emit(logger: &opentelemetry_sdk::logs::SdkLogger, record: &Value) {
+    use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, Severity};
+
+    let mut log = logger.create_log_record();
+    log.set_event_name("mcp.audit");
+    log.set_severity_number(Severity::Info);
+    log.set_severity_text("INFO");
+    log.set_body(AnyValue::from("mcp.audit"));
+    log.set_timestamp(SystemTime::now());
+    if let Some(fields) = record.as_object() {
+        for (key, value) in fields {
+            let value = match value {
+                Value::Null => continue,
+                Value::Bool(b) => AnyValue::from(*b),
+                Value::Number(n) => n.as_i64().map_or_else(
+                    || AnyValue::from(n.as_f64().unwrap_or_default()),
+                    AnyValue::from,
+                ),
+                Value::String(s) => AnyValue::from(s.clone()),
+                other => AnyValue::from(other.to_string()),
+            };
+            log.add_attribute(format!("mcp.audit.{key}"), value);
+        }
+    }
+    logger.emit(log);
 }
 
 fn append(path: &Path) -> std::io::Result<std::fs::File> {

@@ -71,6 +71,9 @@ pub struct TelemetryGuard {
     /// processor owns a thread and a buffer of spans; shutting it down
     /// exports the buffer.
     provider: Option<SdkTracerProvider>,
+    /// The logger provider of the audit trail's OTLP log records, `None`
+    /// when they are off; shut down (its buffer exported) with the rest.
+    logs: Option<opentelemetry_sdk::logs::SdkLoggerProvider>,
 }
 
 impl TelemetryGuard {
@@ -81,6 +84,11 @@ impl TelemetryGuard {
     }
 
     fn stop(&mut self) {
+        if let Some(logs) = self.logs.take()
+            && let Err(err) = logs.shutdown_with_timeout(SHUTDOWN_TIMEOUT)
+        {
+            tracing::warn!(error = %err, "Log record exporter did not shut down cleanly; audit records may be lost.");
+        }
         if let Some(provider) = self.provider.take() {
             OTEL_ON.store(false, Ordering::Relaxed);
             if let Err(err) = provider.shutdown_with_timeout(SHUTDOWN_TIMEOUT) {
@@ -140,7 +148,12 @@ pub fn init(
             "Exporting traces over OTLP/HTTP."
         );
     }
-    Ok(TelemetryGuard { provider })
+    let logs = otel::logger_provider(otel).map_err(InitError::Exporter)?;
+    if let Some(logs) = &logs {
+        use opentelemetry::logs::LoggerProvider as _;
+        crate::audit::export_to(logs.logger("mcp-audit"));
+    }
+    Ok(TelemetryGuard { provider, logs })
 }
 
 /// The OpenTelemetry layer over `provider`, with its own filter: this

@@ -8,7 +8,9 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
 //! `OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL`, `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT`,
 //! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`,
-//! `OTEL_TRACES_SAMPLER_ARG`, and `HOSTNAME` for `service.instance.id`.
+//! `OTEL_TRACES_SAMPLER_ARG`, and `HOSTNAME` for `service.instance.id`;
+//! for the audit trail's log records, `OTEL_LOGS_EXPORTER` and
+//! `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT` (else `/v1/logs` beside the traces).
 //!
 //! Read by the OpenTelemetry SDK itself from the process environment, as the
 //! specification describes them, and checked here first so that a value
@@ -59,6 +61,9 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The OTLP/HTTP path of traces, appended to a base endpoint.
 const TRACES_PATH: &str = "v1/traces";
 
+/// The OTLP/HTTP path of log records.
+const LOGS_PATH: &str = "v1/logs";
+
 #[cfg(feature = "otlp")]
 /// The largest collector answer read: an `ExportTraceServiceResponse` is a
 /// few bytes; anything much larger is not a collector.
@@ -71,6 +76,12 @@ pub struct OtelConfig {
     /// The URL spans are POSTed to (`…/v1/traces`), `http` only. `None`:
     /// traces are off, and every tracing helper of this crate does nothing.
     pub traces_endpoint: Option<String>,
+    /// The URL log records are POSTed to (`…/v1/logs`): the audit trail's,
+    /// when `[audit]` asks for them (`otlp = true`). Beside the traces,
+    /// at the same collector: `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`, else the
+    /// base endpoint's `/v1/logs`; `None` with traces off, or with
+    /// `OTEL_LOGS_EXPORTER=none`.
+    pub logs_endpoint: Option<String>,
     /// `service.name`: `OTEL_SERVICE_NAME`, else the `service.name` of
     /// `OTEL_RESOURCE_ATTRIBUTES`, else [`DEFAULT_SERVICE_NAME`].
     pub service_name: String,
@@ -115,6 +126,7 @@ impl Default for OtelConfig {
     fn default() -> Self {
         Self {
             traces_endpoint: None,
+            logs_endpoint: None,
             service_name: DEFAULT_SERVICE_NAME.to_owned(),
             service_version: env!("CARGO_PKG_VERSION").to_owned(),
             service_instance_id: format!("{}-{}", hostname(None), std::process::id()),
@@ -212,8 +224,30 @@ impl OtelConfig {
         if endpoint.is_none() {
             return Ok(Self::default());
         }
+        let logs_endpoint = match get("OTEL_LOGS_EXPORTER") {
+            Some("none") => None,
+            Some("otlp") | None => {
+                if let Some(url) = get("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT") {
+                    check_url("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", url)?;
+                    Some(url.to_owned())
+                } else {
+                    endpoint
+                        .as_deref()
+                        .and_then(|traces| traces.strip_suffix(TRACES_PATH))
+                        .map(|base| format!("{base}{LOGS_PATH}"))
+                }
+            }
+            Some(other) => {
+                return Err(OtelConfigError {
+                    var: "OTEL_LOGS_EXPORTER",
+                    value: other.to_owned(),
+                    reason: "only otlp and none are supported",
+                });
+            }
+        };
         let mut config = Self {
             traces_endpoint: endpoint,
+            logs_endpoint,
             service_instance_id: format!("{}-{}", hostname(get("HOSTNAME")), std::process::id()),
             ..Self::default()
         };
@@ -577,6 +611,42 @@ fn exporting(_: &OtelConfig, endpoint: &str) -> Result<Option<SdkTracerProvider>
     ))
 }
 
+/// The provider of log records (the audit trail's), exporting to
+/// `logs_endpoint`; `None` when it is off.
+///
+/// # Errors
+/// The exporter could not be built.
+#[cfg(feature = "otlp")]
+pub(crate) fn logger_provider(
+    config: &OtelConfig,
+) -> Result<Option<opentelemetry_sdk::logs::SdkLoggerProvider>, String> {
+    let Some(endpoint) = &config.logs_endpoint else {
+        return Ok(None);
+    };
+    let exporter = opentelemetry_otlp::LogExporter::builder()
+        .with_http()
+        .with_http_client(BlockingHttp::new(config.timeout)?)
+        .with_endpoint(endpoint.clone())
+        .with_protocol(Protocol::HttpBinary)
+        .with_timeout(config.timeout)
+        .build()
+        .map_err(|err| err.to_string())?;
+    Ok(Some(
+        opentelemetry_sdk::logs::SdkLoggerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource(config))
+            .build(),
+    ))
+}
+
+/// No exporter in this build: no log records.
+#[cfg(not(feature = "otlp"))]
+pub(crate) fn logger_provider(
+    _: &OtelConfig,
+) -> Result<Option<opentelemetry_sdk::logs::SdkLoggerProvider>, String> {
+    Ok(None)
+}
+
 /// The provider exporting to `endpoint`.
 #[cfg(feature = "otlp")]
 fn exporting(config: &OtelConfig, endpoint: &str) -> Result<Option<SdkTracerProvider>, String> {
@@ -588,6 +658,23 @@ fn exporting(config: &OtelConfig, endpoint: &str) -> Result<Option<SdkTracerProv
         .with_timeout(config.timeout)
         .build()
         .map_err(|err| err.to_string())?;
+    Ok(Some(
+        SdkTracerProvider::builder()
+            .with_span_processor(
+                BatchSpanProcessor::builder(exporter)
+                    .with_batch_config(batch_config(config.batch))
+                    .build(),
+            )
+            .with_sampler(config.sampler.sampler())
+            .with_resource(resource(config))
+            .build(),
+    ))
+}
+
+/// What every span and log record says of the node: its service, version
+/// and instance, and `OTEL_RESOURCE_ATTRIBUTES`.
+#[cfg(feature = "otlp")]
+fn resource(config: &OtelConfig) -> Resource {
     let mut attributes = vec![
         KeyValue::new("service.version", config.service_version.clone()),
         KeyValue::new("service.instance.id", config.service_instance_id.clone()),
@@ -600,22 +687,11 @@ fn exporting(config: &OtelConfig, endpoint: &str) -> Result<Option<SdkTracerProv
     );
     // Empty builder: the SDK's own detectors would read the process
     // environment again, and pick `unknown_service` over our default.
-    let resource = Resource::builder_empty()
+    Resource::builder_empty()
         .with_detector(Box::new(TelemetryResourceDetector))
         .with_attributes(attributes)
         .with_service_name(config.service_name.clone())
-        .build();
-    Ok(Some(
-        SdkTracerProvider::builder()
-            .with_span_processor(
-                BatchSpanProcessor::builder(exporter)
-                    .with_batch_config(batch_config(config.batch))
-                    .build(),
-            )
-            .with_sampler(config.sampler.sampler())
-            .with_resource(resource)
-            .build(),
-    ))
+        .build()
 }
 
 #[cfg(feature = "otlp")]
@@ -707,6 +783,36 @@ mod tests {
         assert!(!OtelConfig::default().is_enabled());
         // An empty value is unset.
         assert!(!config(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")]).is_enabled());
+    }
+
+    #[test]
+    fn log_records_go_beside_the_traces_unless_turned_off_or_sent_elsewhere() {
+        let c = config(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://gw/otlp/")]);
+        assert_eq!(c.logs_endpoint.as_deref(), Some("http://gw/otlp/v1/logs"));
+        let c = config(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://gw"),
+            ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://logs:4318/in"),
+        ]);
+        assert_eq!(c.logs_endpoint.as_deref(), Some("http://logs:4318/in"));
+        let c = config(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://gw"),
+            ("OTEL_LOGS_EXPORTER", "none"),
+        ]);
+        assert_eq!(c.logs_endpoint, None);
+        // A traces endpoint of its own names no place for logs.
+        let c = config(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t/spans")]);
+        assert_eq!(c.logs_endpoint, None);
+        // Traces off: logs off.
+        assert_eq!(config(&[]).logs_endpoint, None);
+        let refused = OtelConfig::from_env(
+            vars(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://gw"),
+                ("OTEL_LOGS_EXPORTER", "console"),
+            ]),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(refused.var, "OTEL_LOGS_EXPORTER");
     }
 
     #[test]

@@ -17,8 +17,8 @@
 //! - [`fixtures`]: a server with test-only tools.
 //! - [`Prometheus`] (`prometheus`): a real Prometheus scraping nodes every
 //!   second, queried over its HTTP API.
-//! - [`OtlpReceiver`] (`otlp`): a real OTLP/HTTP trace receiver keeping the
-//!   spans it gets.
+//! - [`OtlpReceiver`] (`otlp`): a real OTLP/HTTP receiver keeping the
+//!   spans and log records it gets.
 //! - [`TestIssuer`] (`issuer`): an OAuth 2.1 authorization server over real
 //!   HTTP (metadata, JWKS, introspection, client credentials) and the
 //!   tokens, valid or forged, that tests present to nodes.
@@ -701,7 +701,7 @@ pub use cluster::{
 };
 pub use issuer::{Discovery, IssuerOptions, KeyAlg, PublicKeyForm, TestIssuer, TokenBuilder};
 pub use nginx::Nginx;
-pub use otlp::{OtlpReceiver, ReceivedLink, ReceivedSpan};
+pub use otlp::{OtlpReceiver, ReceivedLink, ReceivedLog, ReceivedSpan};
 pub use pki::TestPki;
 pub use prometheus::{PROMETHEUS_JOB, Prometheus};
 pub use proxy::TcpProxy;

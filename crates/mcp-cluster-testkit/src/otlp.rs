@@ -1,7 +1,7 @@
 //! A test OTLP receiver: a real HTTP server on `127.0.0.1:0` taking
-//! `POST /v1/traces` as OTLP/HTTP does (protobuf, or OTLP/JSON), decoded
-//! with the `opentelemetry-proto` messages, keeping every span for the
-//! test's assertions.
+//! `POST /v1/traces` as OTLP/HTTP does (protobuf, or OTLP/JSON), and
+//! `POST /v1/logs` (protobuf), decoded with the `opentelemetry-proto`
+//! messages, keeping every span and log record for the test's assertions.
 //!
 //! Owner: the test holding the [`OtlpReceiver`]. Stop path: dropping it
 //! stops the server's actix system and joins its thread.
@@ -14,6 +14,9 @@ use std::time::Duration;
 
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use anyhow::{Context, bail};
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -68,11 +71,26 @@ impl ReceivedSpan {
     }
 }
 
+/// One log record as received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceivedLog {
+    /// Its event name.
+    pub event_name: String,
+    /// Its severity text.
+    pub severity_text: String,
+    /// Attributes, values as text (as a span's).
+    pub attributes: BTreeMap<String, String>,
+    /// The attributes of the resource that sent it.
+    pub resource: BTreeMap<String, String>,
+}
+
 /// What the server's handler shares with the test.
 #[derive(Debug, Default)]
 struct Received {
     /// Every span received so far, in arrival order.
     spans: Mutex<Vec<ReceivedSpan>>,
+    /// Every log record received so far, in arrival order.
+    logs: Mutex<Vec<ReceivedLog>>,
     /// Bumped after each export request is stored; [`OtlpReceiver::wait_until`]
     /// waits on it.
     arrivals: tokio::sync::Notify,
@@ -105,6 +123,7 @@ impl OtlpReceiver {
                     .app_data(web::Data::from(Arc::clone(&shared)))
                     .app_data(web::PayloadConfig::new(MAX_EXPORT_BYTES))
                     .route("/v1/traces", web::post().to(export))
+                    .route("/v1/logs", web::post().to(export_logs))
             })
             .workers(1)
             .disable_signals()
@@ -151,6 +170,41 @@ impl OtlpReceiver {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Every log record received so far.
+    pub fn logs(&self) -> Vec<ReceivedLog> {
+        self.received
+            .logs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Waits until one received log record satisfies `predicate`, and
+    /// returns it.
+    ///
+    /// # Errors
+    /// None did within `timeout`; the error lists the records received.
+    pub async fn wait_for_log(
+        &self,
+        predicate: impl Fn(&ReceivedLog) -> bool,
+        timeout: Duration,
+    ) -> anyhow::Result<ReceivedLog> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let arrived = self.received.arrivals.notified();
+            let logs = self.logs();
+            if let Some(log) = logs.iter().find(|l| predicate(l)) {
+                return Ok(log.clone());
+            }
+            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
+                bail!(
+                    "no match within {timeout:?}; received {} log records: {logs:#?}",
+                    logs.len()
+                );
+            }
+        }
     }
 
     /// Waits until one received span satisfies `predicate`, and returns it.
@@ -249,6 +303,40 @@ async fn export(req: HttpRequest, body: web::Bytes, received: web::Data<Received
             .content_type("application/x-protobuf")
             .body(response.encode_to_vec())
     }
+}
+
+/// `POST /v1/logs`: protobuf; answers an empty `ExportLogsServiceResponse`.
+async fn export_logs(body: web::Bytes, received: web::Data<Received>) -> HttpResponse {
+    let request = match ExportLogsServiceRequest::decode(body.as_ref()) {
+        Ok(request) => request,
+        Err(err) => return HttpResponse::BadRequest().body(err.to_string()),
+    };
+    let mut logs = Vec::new();
+    for resource_logs in request.resource_logs {
+        let resource = resource_logs
+            .resource
+            .map(|r| attributes(&r.attributes))
+            .unwrap_or_default();
+        for scope_logs in resource_logs.scope_logs {
+            for record in scope_logs.log_records {
+                logs.push(ReceivedLog {
+                    event_name: record.event_name,
+                    severity_text: record.severity_text,
+                    attributes: attributes(&record.attributes),
+                    resource: resource.clone(),
+                });
+            }
+        }
+    }
+    received
+        .logs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .extend(logs);
+    received.arrivals.notify_waiters();
+    HttpResponse::Ok()
+        .content_type("application/x-protobuf")
+        .body(ExportLogsServiceResponse::default().encode_to_vec())
 }
 
 fn flatten(request: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
