@@ -202,8 +202,9 @@ if [ "$cargo_status" != 0 ]; then
 fi
 
 # The traces tests once more, against the release binary that operators run, started
-# as they start it (the tests launch MCP_NODE_BIN).
-TRACES_TESTS=(traces_otlp traces_completed_requests traces_cross_node_cancel relay_traces)
+# as they start it (the tests launch MCP_NODE_BIN); the audit trail's too, whose
+# records go out as OTLP log records as well.
+TRACES_TESTS=(traces_otlp traces_completed_requests traces_cross_node_cancel relay_traces audit_trail)
 echo "== traces tests against the release build (${TRACES_TESTS[*]})"
 traces_args=()
 for t in "${TRACES_TESTS[@]}"; do traces_args+=(--test "$t"); done
