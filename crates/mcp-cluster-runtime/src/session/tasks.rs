@@ -48,12 +48,18 @@ impl Unstarted {
 
 impl Drop for Unstarted {
     fn drop(&mut self) {
-        if let Some(run) = self.0.take() {
-            tokio::spawn(async move {
-                let err = ErrorObject::internal("the session stopped before the task started");
-                run.finish(Some(Err(err))).await;
-            });
-        }
+        let Some(run) = self.0.take() else {
+            return;
+        };
+        // Dropped outside any runtime (the process ending), nothing can
+        // finish it: its lease lapses and the task fails as any orphan.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let err = ErrorObject::internal("the session stopped before the task started");
+            run.finish(Some(Err(err))).await;
+        });
     }
 }
 
