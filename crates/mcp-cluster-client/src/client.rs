@@ -14,6 +14,15 @@ const SESSION_ID: &str = "mcp-session-id";
 /// `MCP-Protocol-Version`.
 const PROTOCOL_VERSION: &str = "mcp-protocol-version";
 
+/// The `Mcp-Session-Id` a server's answer names, if it names one (as
+/// visible ASCII).
+pub fn session_id_of(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    headers
+        .get(SESSION_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -177,11 +186,7 @@ impl Client {
             .json(&body)
             .send()
             .await?;
-        let session = response
-            .headers()
-            .get(SESSION_ID)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let session = session_id_of(response.headers());
         // Servers may answer with a JSON body or with an SSE stream that
         // carries the response (the official SDKs do the latter).
         let value = match self.reply(response).await? {

@@ -14,6 +14,6 @@ pub mod client;
 pub mod http;
 pub mod sse;
 
-pub use client::{BearerSource, Client, ClientError, Reply};
+pub use client::{BearerSource, Client, ClientError, Reply, session_id_of};
 pub use http::HttpOptions;
 pub use sse::{SseEvent, SseParser, SseStream};

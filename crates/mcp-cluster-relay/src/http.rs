@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use mcp_cluster_client::{Client, Reply, SseStream};
+use mcp_cluster_client::{Client, Reply, SseStream, session_id_of};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
@@ -538,9 +538,9 @@ async fn initialize(
     id: &Value,
 ) -> Result<(), InitializeError> {
     let (answer, session) = match client.post(message).await {
-        Ok(Reply::Json(answer, headers)) => (answer, session_id(&headers)),
+        Ok(Reply::Json(answer, headers)) => (answer, session_id_of(&headers)),
         Ok(Reply::Sse(mut stream)) => {
-            let session = session_id(stream.headers());
+            let session = session_id_of(stream.headers());
             match answer_on(upstream, &mut stream, id).await {
                 Some(answer) => (answer, session),
                 None => {
@@ -572,13 +572,6 @@ async fn initialize(
     client.set_session_id(session);
     upstream.received(answer.to_string().as_bytes()).await;
     Ok(())
-}
-
-fn session_id(headers: &reqwest::header::HeaderMap) -> Option<String> {
-    headers
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
 }
 
 /// Answers request `id` with -32603 saying why the upstream could not;
