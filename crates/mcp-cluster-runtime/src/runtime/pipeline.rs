@@ -20,14 +20,12 @@ use mcp_cluster_protocol::{
 };
 use mcp_cluster_store::Hold;
 use mcp_cluster_telemetry::metrics;
-use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::node::config::ResponseMode;
 use crate::node::error::RuntimeError;
 use crate::request::call::{Call, Inbound, notification_label};
 use crate::request::exchange::{Exchange, ExchangeReply};
-use crate::request::service::TaskSupport;
 use crate::runtime::Runtime;
 use crate::session::SessionHandle;
 
@@ -461,23 +459,18 @@ impl Runtime {
         request: &Request,
         inbound: &Inbound,
     ) -> Result<Option<crate::node::quota::SlotLease>, RuntimeError> {
-        let params = request.params.as_ref();
-        let asked = request.method == methods::TOOLS_CALL
-            && params
-                .and_then(|p| p.get("task"))
-                .is_some_and(Value::is_object)
+        // A call the session runs as a task, by the session's own rule
+        // (one it refuses takes no slot: it never runs).
+        let task = request.method == methods::TOOLS_CALL
             && session
                 .protocol_version()
-                .is_some_and(ProtocolVersion::has_session_tasks);
-        if !asked || !self.service().runs_tasks() {
-            return Ok(None);
-        }
-        let tool = params
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if self.service().task_support(tool) == TaskSupport::Forbidden {
-            // Refused by the session (-32601).
+                .is_some_and(ProtocolVersion::has_session_tasks)
+            && self.service().runs_tasks()
+            && matches!(
+                crate::session::tasks::augmentation(&**self.service(), request),
+                Ok(Some(_))
+            );
+        if !task {
             return Ok(None);
         }
         if self.inner.stateless.running_tasks() >= self.config().max_running_tasks {
