@@ -248,9 +248,12 @@ pub struct Audit {
 }
 
 impl Audit {
-    /// A record of `request`, when the trail is on.
-    pub fn start(request: AuditedRequest<'_>) -> Option<Self> {
+    /// A record of the request `describe` tells of, when the trail is on
+    /// (`describe` is not called otherwise: a node without `[audit]` pays
+    /// one atomic load per request).
+    pub fn start<'a>(describe: impl FnOnce() -> AuditedRequest<'a>) -> Option<Self> {
         let trail = TRAIL.get()?;
+        let request = describe();
         let name = request.params.and_then(|p| {
             p.get("name")
                 .or_else(|| p.get("uri"))

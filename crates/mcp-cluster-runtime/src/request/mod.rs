@@ -81,15 +81,16 @@ pub(crate) fn run_handler(
     // The audit trail's record ([audit]): written when the handler ends,
     // or as cancelled when this future is dropped before (a cancellation,
     // the timeout).
-    let audit =
-        mcp_cluster_telemetry::audit::Audit::start(mcp_cluster_telemetry::audit::AuditedRequest {
+    let audit = mcp_cluster_telemetry::audit::Audit::start(|| {
+        mcp_cluster_telemetry::audit::AuditedRequest {
             method: &request.method,
             params: request.params.as_ref(),
             id: serde_json::to_value(&request.id).unwrap_or_default(),
             principal: context.principal().map(mcp_cluster_store::Principal::key),
             session: context.session_id().map(ToString::to_string),
             upstream: service.upstream_of(&request),
-        });
+        }
+    });
     Box::pin(
         async move {
             let _hold = hold;
