@@ -4,13 +4,18 @@
 //! `max_children` (past it, 503 with `Retry-After`). Refused sessions start
 //! no child and keep nothing; a session ended gives its place back. A
 //! 2026-07-28 principal's requests run on pooled children of its own,
-//! never on another principal's.
+//! never on another principal's. An HTTP upstream with `token_exchange`
+//! gets each caller's token exchanged for one of its own (RFC 8693) at the
+//! test authorization server, kept per principal.
 
 mod auth_support;
 mod relay_support;
 
+use std::sync::{Arc, Mutex};
+
 use auth_support::*;
-use mcp_cluster_testkit::{TestIssuer, node_binary};
+use mcp_cluster_client::Client;
+use mcp_cluster_testkit::{IssuerOptions, NodeProcess, TestIssuer, metric, node_binary, within};
 use relay_support::children_of;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
@@ -109,8 +114,24 @@ async fn children_past_a_principal_s_or_the_node_s_limit_are_refused_with_429_or
 
 /// A 2026-07-28 `tools/call` of `echo` as `token`'s principal: its text.
 async fn stateless_echo(url: &str, token: &str, id: u64) -> String {
+    let answer = stateless_call(url, token, id, "echo", json!({"message": "mine"})).await;
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned()
+}
+
+/// A 2026-07-28 `tools/call` of `tool` as `token`'s principal: the
+/// answer.
+async fn stateless_call(
+    url: &str,
+    token: &str,
+    id: u64,
+    tool: &str,
+    arguments: serde_json::Value,
+) -> serde_json::Value {
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-    "name": "echo", "arguments": {"message": "mine"},
+    "name": tool, "arguments": arguments,
     "_meta": {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientInfo": {"name": "relay-auth", "version": "0"},
@@ -122,17 +143,13 @@ async fn stateless_echo(url: &str, token: &str, id: u64) -> String {
         .header("Accept", "application/json, text/event-stream")
         .header("MCP-Protocol-Version", "2026-07-28")
         .header("Mcp-Method", "tools/call")
-        .header("Mcp-Name", "echo")
+        .header("Mcp-Name", tool)
         .json(&body)
         .send()
         .await
         .unwrap();
     assert_eq!(answer.status(), StatusCode::OK);
-    let answer: serde_json::Value = answer.json().await.unwrap();
-    answer["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{answer}"))
-        .to_owned()
+    answer.json().await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,4 +186,156 @@ async fn a_principal_s_2026_requests_never_run_on_another_principal_s_child() {
     assert_eq!(children_of(node.pid()), 2, "bob got a child of his own");
     assert_eq!(stateless_echo(&url, &alice, 5).await, "Echo: mine");
     assert_eq!(children_of(node.pid()), 2, "alice's child served her again");
+}
+
+/// The resource of the upstream behind the token exchange: it takes only
+/// tokens for it, never one for the node ([`RESOURCE`]).
+const UPSTREAM: &str = "http://127.0.0.1:1/upstream";
+
+/// A node at [`RESOURCE`] hosting `upstream` (a node that takes only
+/// tokens for [`UPSTREAM`]) with `token_exchange` at `issuer`; its
+/// directory of files is dropped with the test.
+fn exchanging(
+    name: &str,
+    issuer: &TestIssuer,
+    upstream: &NodeProcess,
+) -> (NodeProcess, relay_support::Scratch) {
+    let dir = std::env::temp_dir().join(format!("mcp-relay-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("client.secret");
+    std::fs::write(&secret, issuer.client_secret()).unwrap();
+    let config = config_file(
+        name,
+        issuer,
+        RESOURCE,
+        "",
+        &format!(
+            "[[upstreams]]\nname = \"guarded\"\nurls = [\"{}\"]\n\n[upstreams.token_exchange]\n\
+             token_url = {:?}\nclient_id = {:?}\nclient_secret_file = {:?}\nresource = \"{UPSTREAM}\"\n",
+            upstream.url(),
+            issuer.token_endpoint(),
+            issuer.client_id(),
+            secret.display().to_string()
+        ),
+    );
+    (node(&config), relay_support::Scratch(dir))
+}
+
+/// The upstream: a node of its own that takes `issuer`'s tokens for
+/// [`UPSTREAM`] only.
+fn guarded(issuer: &TestIssuer) -> NodeProcess {
+    node(&config_file("relay-guarded", issuer, UPSTREAM, "", ""))
+}
+
+/// A session as the principal of the token `token` holds now (read again
+/// for every request): the upstream's `whoami` through it.
+async fn whoami(client: &Client) -> serde_json::Value {
+    let (answer, _) = relay_support::call(client, "whoami", json!({})).await;
+    answer["result"]["structuredContent"].clone()
+}
+
+/// A session-era client of `url` sending the token `token` holds.
+async fn client_with(url: &str, token: &Arc<Mutex<String>>) -> Client {
+    let mut client = Client::new(url, VERSION);
+    let token = Arc::clone(token);
+    client.set_bearer(Arc::new(move || Some(token.lock().unwrap().clone())));
+    within("initialize", client.initialize(json!({})))
+        .await
+        .unwrap();
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_caller_s_token_is_exchanged_for_one_of_the_upstream_s_kept_per_principal() {
+    let issuer = TestIssuer::start().await.unwrap();
+    let upstream = tokio::task::block_in_place(|| guarded(&issuer));
+    let (front, _scratch) =
+        tokio::task::block_in_place(|| exchanging("relay-exchange", &issuer, &upstream));
+    let url = front.url().to_owned();
+    let token = |who: &str| issuer.token().audience(RESOURCE).subject(who).sign();
+    let alice = token("alice");
+
+    // The client's own token would not do at the upstream.
+    assert_eq!(
+        initialize(upstream.url(), &alice).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    // Through the node, the upstream sees alice, acted for by the node's
+    // client: her token exchanged.
+    let first = client_with(&url, &Arc::new(Mutex::new(alice.clone()))).await;
+    let seen = whoami(&first).await;
+    assert_eq!(seen["subject"], "alice", "{seen}");
+    assert_eq!(seen["clientId"], issuer.client_id(), "{seen}");
+    assert_eq!(issuer.exchanged_subject_tokens(), [alice]);
+
+    // Her next session (another token of hers) uses the token kept for
+    // her; bob gets his own.
+    let again = client_with(&url, &Arc::new(Mutex::new(token("alice")))).await;
+    assert_eq!(whoami(&again).await["subject"], "alice");
+    assert_eq!(issuer.token_exchanges(), 1, "kept per principal");
+    let bob = client_with(&url, &Arc::new(Mutex::new(token("bob")))).await;
+    assert_eq!(whoami(&bob).await["subject"], "bob");
+    assert_eq!(issuer.token_exchanges(), 2);
+
+    // 2026-07-28: the request's own token, exchanged the same way.
+    let carol = token("carol");
+    let answer = stateless_call(&url, &carol, 9, "whoami", json!({})).await;
+    assert_eq!(
+        answer["result"]["structuredContent"]["subject"], "carol",
+        "{answer}"
+    );
+    assert_eq!(issuer.token_exchanges(), 3);
+
+    let base = url.trim_end_matches("/mcp");
+    let series = "mcp_upstream_token_requests_total{grant=\"token_exchange\",outcome=\"ok\",upstream=\"guarded\"}";
+    assert_eq!(metric(base, series).await, 3.0);
+    assert_eq!(
+        metric(base, "mcp_upstream_exchanged_tokens{upstream=\"guarded\"}").await,
+        3.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_due_again_is_exchanged_from_the_caller_s_newest_and_a_refusal_names_why() {
+    // Tokens that last 5 s are due again at once (the node renews 30 s
+    // before the end): every request exchanges the token it came with.
+    let issuer = TestIssuer::start_with(IssuerOptions {
+        exchanged_lifetime_secs: 5,
+        ..IssuerOptions::default()
+    })
+    .await
+    .unwrap();
+    let upstream = tokio::task::block_in_place(|| guarded(&issuer));
+    let (front, _scratch) =
+        tokio::task::block_in_place(|| exchanging("relay-exchange-due", &issuer, &upstream));
+    let url = front.url().to_owned();
+    let token = |who: &str| issuer.token().audience(RESOURCE).subject(who).sign();
+    let (first, second) = (token("alice"), token("alice"));
+    let held = Arc::new(Mutex::new(first.clone()));
+    let client = client_with(&url, &held).await;
+    assert_eq!(whoami(&client).await["subject"], "alice");
+    *held.lock().unwrap() = second.clone();
+    assert_eq!(whoami(&client).await["subject"], "alice");
+    let exchanged = issuer.exchanged_subject_tokens();
+    assert_eq!(exchanged.first(), Some(&first), "initialize's token first");
+    assert_eq!(exchanged.last(), Some(&second), "then the newest");
+
+    // The authorization server refuses: a new session fails, saying why,
+    // and nothing of the token is in the answer.
+    issuer.set_down(true);
+    let dave = token("dave");
+    let refused = initialize(&url, &dave).await;
+    let message = refused.body["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{refused:?}"))
+        .to_owned();
+    assert!(
+        message.contains("upstream guarded has no token for this caller")
+            && message.contains("temporarily_unavailable"),
+        "{message}"
+    );
+    assert!(!message.contains(&dave), "{message}");
+    let base = url.trim_end_matches("/mcp");
+    let series = "mcp_upstream_token_requests_total{grant=\"token_exchange\",outcome=\"refused\",upstream=\"guarded\"}";
+    assert_eq!(metric(base, series).await, 1.0);
 }

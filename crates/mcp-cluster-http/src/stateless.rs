@@ -16,7 +16,7 @@ use mcp_cluster_protocol::jsonrpc::Body;
 use mcp_cluster_protocol::{
     ErrorCode, ErrorObject, Message, ProtocolVersion, Request, Response, methods,
 };
-use mcp_cluster_runtime::{ExchangeReply, Inbound, RequestMeta, StatelessReply};
+use mcp_cluster_runtime::{Caller, ExchangeReply, Inbound, RequestMeta, StatelessReply};
 
 use crate::HttpState;
 use crate::error::HttpError;
@@ -94,7 +94,7 @@ pub(crate) async fn post(
     let service = state.runtime.service();
     // What the headers are checked against (a hosted server's mirrored
     // arguments) may be learnt only now.
-    if let Err(error) = service.prepare_stateless().await {
+    if let Err(error) = service.prepare_stateless(&Caller::of(&inbound)).await {
         return Ok(json(Response::error(Some(id), error)));
     }
     headers::check_required_headers(req.headers(), &request, service.as_ref())?;

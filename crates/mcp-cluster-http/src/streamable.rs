@@ -1,7 +1,7 @@
 //! The Streamable HTTP endpoint: POST (messages), GET (standalone stream or
 //! resumption), DELETE (end the session).
 
-use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use actix_web::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -224,10 +224,21 @@ pub(crate) fn inbound(
         }),
         client: req.peer_addr(),
         client_ip: client_ip(req),
+        // Only a token that was checked (a principal was read from it).
+        caller_token: principal.as_ref().and_then(|_| bearer_token(req)),
         principal,
         body_bytes: 0,
         body_hold: mcp_cluster_runtime::BodyHold::default(),
     }
+}
+
+/// The credential of the request's `Authorization: Bearer` header.
+fn bearer_token(req: &HttpRequest) -> Option<mcp_cluster_runtime::CallerToken> {
+    let value = req.headers().get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| mcp_cluster_runtime::CallerToken::new(token.trim()))
 }
 
 /// The client's address as quotas count it: the peer, or behind trusted

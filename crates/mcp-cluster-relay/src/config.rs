@@ -37,6 +37,12 @@ pub struct UpstreamConfig {
     /// server; kept until shortly before it expires. Exclusive with
     /// `bearer_token_file`.
     pub client_credentials: Option<ClientCredentials>,
+    /// RFC 8693 token exchange: each caller's access token is exchanged at
+    /// the upstream's authorization server (which trusts the node's
+    /// issuer) for a token of the upstream, kept per principal until
+    /// shortly before it expires. Needs the node's authorization on;
+    /// exclusive with the other two credentials.
+    pub token_exchange: Option<TokenExchange>,
     /// Variables the child gets, on top of those of `inherit_env`. The
     /// child's environment comes from here alone: none of the node's own
     /// variables (its Redis URL, its secrets) reaches it otherwise.
@@ -113,6 +119,7 @@ impl Default for UpstreamConfig {
             connect_timeout_secs: 5,
             bearer_token_file: None,
             client_credentials: None,
+            token_exchange: None,
             env: BTreeMap::new(),
             inherit_env: ["PATH", "HOME", "LANG", "TMPDIR"]
                 .map(str::to_owned)
@@ -153,6 +160,47 @@ pub struct ClientCredentials {
     /// The upstream's resource URI (RFC 8707 `resource`), which the
     /// token's audience names; none by default.
     pub resource: Option<String>,
+}
+
+/// The node's OAuth 2.0 client at an HTTP upstream's authorization server
+/// for RFC 8693 token exchange (`[upstreams.token_exchange]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TokenExchange {
+    /// The token endpoint (`https://`; `http://` on loopback only).
+    pub token_url: String,
+    /// The node's client id there.
+    pub client_id: String,
+    /// A file holding the client's secret (sent with HTTP Basic), read
+    /// again whenever it changes.
+    pub client_secret_file: PathBuf,
+    /// The upstream's resource URI (RFC 8707 `resource`): the exchanged
+    /// token's audience. Default: none (the authorization server decides).
+    pub resource: Option<String>,
+    /// The logical name of the upstream (RFC 8693 `audience`); none by
+    /// default.
+    pub audience: Option<String>,
+    /// The scopes to ask for, space-separated; none by default (those the
+    /// authorization server grants).
+    pub scope: Option<String>,
+    /// The most principals whose exchanged tokens this node keeps at once
+    /// (those expired go first, then those expiring soonest). Default
+    /// 10,000.
+    pub max_principals: usize,
+}
+
+impl Default for TokenExchange {
+    fn default() -> Self {
+        Self {
+            token_url: String::new(),
+            client_id: String::new(),
+            client_secret_file: PathBuf::new(),
+            resource: None,
+            audience: None,
+            scope: None,
+            max_principals: 10_000,
+        }
+    }
 }
 
 /// A configuration the relay refuses, and why.
@@ -213,11 +261,20 @@ impl UpstreamConfig {
                 "urls: {url:?} is not an http:// or https:// URL with a host"
             ));
         }
-        if self.bearer_token_file.is_some() && self.client_credentials.is_some() {
-            return fail("give bearer_token_file or client_credentials, not both");
+        let credentials = [
+            self.bearer_token_file.is_some(),
+            self.client_credentials.is_some(),
+            self.token_exchange.is_some(),
+        ];
+        if credentials.iter().filter(|given| **given).count() > 1 {
+            return fail(
+                "give one of bearer_token_file, client_credentials and token_exchange, not both",
+            );
         }
-        if self.urls.is_empty() && self.bearer_token_file.is_some() {
-            return fail("bearer_token_file is for an HTTP server (urls)");
+        if self.urls.is_empty() && credentials.contains(&true) {
+            return fail(
+                "bearer_token_file, client_credentials and token_exchange are for an HTTP server (urls)",
+            );
         }
         if let Some(path) = &self.bearer_token_file
             && let Err(problem) = crate::http::TokenFile::open(path)
@@ -225,24 +282,24 @@ impl UpstreamConfig {
             return fail(&format!("bearer_token_file {problem}"));
         }
         if let Some(client) = &self.client_credentials {
-            if self.urls.is_empty() {
-                return fail("client_credentials is for an HTTP server (urls)");
-            }
-            let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
-                .iter()
-                .any(|p| client.token_url.starts_with(p));
-            if !(client.token_url.starts_with("https://") || loopback)
-                || !is_http_url(&client.token_url)
-            {
-                return fail(
-                    "client_credentials.token_url must be an https:// URL (http:// on loopback only)",
-                );
-            }
-            if client.client_id.is_empty() {
-                return fail("client_credentials.client_id must be set");
-            }
-            if let Err(problem) = crate::http::TokenFile::open(&client.client_secret_file) {
-                return fail(&format!("client_credentials.client_secret_file {problem}"));
+            check_client(
+                "client_credentials",
+                &client.token_url,
+                &client.client_id,
+                &client.client_secret_file,
+            )
+            .or_else(|problem| fail(&problem))?;
+        }
+        if let Some(exchange) = &self.token_exchange {
+            check_client(
+                "token_exchange",
+                &exchange.token_url,
+                &exchange.client_id,
+                &exchange.client_secret_file,
+            )
+            .or_else(|problem| fail(&problem))?;
+            if exchange.max_principals == 0 {
+                return fail("token_exchange.max_principals must be at least 1");
             }
         }
         if !self.urls.is_empty() && self.stateless {
@@ -303,6 +360,30 @@ impl UpstreamConfig {
 }
 
 /// `http://host…` or `https://host…`.
+/// Checks the node's client at an authorization server (`what`: its
+/// table's name).
+fn check_client(
+    what: &str,
+    token_url: &str,
+    client_id: &str,
+    secret_file: &std::path::Path,
+) -> Result<(), String> {
+    let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
+        .iter()
+        .any(|p| token_url.starts_with(p));
+    if !(token_url.starts_with("https://") || loopback) || !is_http_url(token_url) {
+        return Err(format!(
+            "{what}.token_url must be an https:// URL (http:// on loopback only)"
+        ));
+    }
+    if client_id.is_empty() {
+        return Err(format!("{what}.client_id must be set"));
+    }
+    crate::http::TokenFile::open(secret_file)
+        .map(drop)
+        .map_err(|problem| format!("{what}.client_secret_file {problem}"))
+}
+
 fn is_http_url(url: &str) -> bool {
     let rest = url
         .strip_prefix("http://")

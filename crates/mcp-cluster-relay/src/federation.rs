@@ -27,8 +27,8 @@ use futures_util::future::join_all;
 use mcp_cluster_protocol::types::{Implementation, LoggingLevel, ServerCapabilities};
 use mcp_cluster_protocol::{ErrorCode, ErrorObject, Notification, Request, methods};
 use mcp_cluster_runtime::{
-    McpService, MirroredParam, OpenError, RequestContext, ResourceWatch, SessionOpen, TaskSupport,
-    Watching,
+    Caller, McpService, MirroredParam, OpenError, RequestContext, ResourceWatch, SessionOpen,
+    TaskSupport, Watching,
 };
 use mcp_cluster_store::SessionId;
 use serde_json::{Map, Value, json};
@@ -670,8 +670,13 @@ impl McpService for Federation {
 
     /// Every member learns what it says of itself; one that cannot leaves
     /// the others serving.
-    async fn prepare_stateless(&self) -> Result<(), ErrorObject> {
-        let prepared = join_all(self.members.iter().map(|m| m.relay.prepare_stateless())).await;
+    async fn prepare_stateless(&self, caller: &Caller) -> Result<(), ErrorObject> {
+        let prepared = join_all(
+            self.members
+                .iter()
+                .map(|m| m.relay.prepare_stateless(caller)),
+        )
+        .await;
         if prepared.iter().any(Result::is_ok) {
             return Ok(());
         }
@@ -802,8 +807,9 @@ impl McpService for Federation {
                 continue;
             }
             let (updates, mut reported) = tokio::sync::mpsc::channel::<String>(UPDATES_QUEUE);
-            let asked =
-                ResourceWatch::new(watch.principal.clone(), own, updates).with_lists(watch.lists);
+            let asked = ResourceWatch::new(watch.principal.clone(), own, updates)
+                .with_lists(watch.lists)
+                .with_caller_token(watch.caller_token.clone());
             let Some(watching) = member.relay.watch_resources(asked).await? else {
                 continue;
             };

@@ -30,11 +30,14 @@
 //! `mcp_upstream_replica_up`); an `initialize` that cannot reach its
 //! replica tries the next, as nothing was opened there.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mcp_cluster_client::{Client, Reply, SseStream, session_id_of};
+use mcp_cluster_runtime::CallerToken;
+use mcp_cluster_telemetry::Secret;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
@@ -64,9 +67,11 @@ pub(crate) struct Replicas {
     down_until: Vec<AtomicU64>,
     /// The node's own credential for the upstream.
     credential: Option<Arc<Credential>>,
+    /// Or: the caller's token exchanged for one of the upstream's.
+    exchanger: Option<Arc<TokenExchanger>>,
 }
 
-/// The node's own credential for an HTTP upstream.
+/// What the node sends an HTTP upstream as `Authorization: Bearer`.
 #[derive(Debug)]
 pub(crate) enum Credential {
     /// `bearer_token_file`.
@@ -74,15 +79,19 @@ pub(crate) enum Credential {
     /// `client_credentials`: tokens from the upstream's authorization
     /// server.
     Client(Box<ClientCredentials>),
+    /// `token_exchange`: the caller's token exchanged for one of the
+    /// upstream's (one session's, of one principal).
+    Exchange(ExchangeFor),
 }
 
 impl Credential {
-    /// Makes sure a token is at hand for the next request (a client's is
-    /// got again shortly before it expires).
+    /// Makes sure a token is at hand for the next request (a client's or
+    /// an exchanged one is got again shortly before it expires).
     async fn prepare(&self) -> Result<(), String> {
         match self {
             Self::File(_) => Ok(()),
             Self::Client(client) => client.fresh().await,
+            Self::Exchange(exchange) => exchange.fresh().await,
         }
     }
 
@@ -91,6 +100,18 @@ impl Credential {
         match self {
             Self::File(file) => Some(file.token()),
             Self::Client(client) => client.current(),
+            Self::Exchange(exchange) => exchange.current(),
+        }
+    }
+
+    /// The caller's token, as a request brings it (kept for the next
+    /// exchange of a `token_exchange` credential, ignored otherwise).
+    pub(crate) fn offer(&self, caller: Option<&CallerToken>) {
+        if let (Self::Exchange(exchange), Some(caller)) = (self, caller)
+            && let Ok(mut held) = exchange.caller.lock()
+            && held.as_ref() != Some(caller)
+        {
+            *held = Some(caller.clone());
         }
     }
 }
@@ -98,19 +119,115 @@ impl Credential {
 /// A token got again this long before it expires.
 const TOKEN_MARGIN: Duration = Duration::from_secs(30);
 
+/// The grant of RFC 8693 token exchange.
+const TOKEN_EXCHANGE_GRANT: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+/// RFC 8693 section 3: the type of the caller's token and of the one asked
+/// for.
+const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
+
+/// A token an authorization server issued, and how long it lasts.
+struct Issued {
+    token: Secret,
+    lifetime: Duration,
+}
+
+/// POSTs `form` to `token_url` as the node's client `client_id` (HTTP
+/// Basic with `secret`): the token it answers (RFC 6749 section 5.1), or
+/// why there is none (never the secret or a token). `grant`: the grant's
+/// label in `mcp_upstream_token_requests_total`.
+async fn request_token(
+    http: &reqwest::Client,
+    upstream: &str,
+    grant: &'static str,
+    (token_url, client_id, secret): (&str, &str, &str),
+    form: &[(&str, &str)],
+) -> Result<Issued, String> {
+    let body = form
+        .iter()
+        .map(|(k, v)| format!("{k}={}", form_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+    let answer = http
+        .post(token_url)
+        .basic_auth(client_id, Some(secret))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .header("Accept", "application/json")
+        .body(body)
+        .send()
+        .await;
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(err) => {
+            metrics::token_request(upstream, grant, "unreachable");
+            return Err(format!("its token endpoint could not be reached ({err})"));
+        }
+    };
+    let status = answer.status();
+    let answer: Value = match read_bounded(answer, MAX_TOKEN_ANSWER_BYTES).await {
+        Some(body) => serde_json::from_slice(&body).unwrap_or(Value::Null),
+        None => Value::Null,
+    };
+    if !answer.is_object() {
+        metrics::token_request(upstream, grant, "refused");
+        return Err(format!(
+            "its token endpoint answered HTTP {status}, not a token (or one over {MAX_TOKEN_ANSWER_BYTES} bytes)"
+        ));
+    }
+    let Some(token) = answer["access_token"]
+        .as_str()
+        .filter(|t| status.is_success() && !t.is_empty() && t.len() as u64 <= MAX_TOKEN_BYTES)
+    else {
+        metrics::token_request(upstream, grant, "refused");
+        let error = answer["error"].as_str().unwrap_or("no access_token");
+        return Err(format!(
+            "its token endpoint refused the node's client ({status}, {error})"
+        ));
+    };
+    metrics::token_request(upstream, grant, "ok");
+    Ok(Issued {
+        token: Secret::new(token),
+        lifetime: Duration::from_secs(answer["expires_in"].as_u64().unwrap_or(3600)),
+    })
+}
+
+/// The largest answer of a token endpoint read.
+const MAX_TOKEN_ANSWER_BYTES: usize = 64 * 1024;
+
+/// `answer`'s body, unless it is over `max` bytes (or breaks).
+async fn read_bounded(mut answer: reqwest::Response, max: usize) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    while let Some(chunk) = answer.chunk().await.ok()? {
+        if body.len() + chunk.len() > max {
+            return None;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Some(body)
+}
+
 /// The node's OAuth 2.0 client (client credentials grant) at an upstream's
 /// authorization server: one token at a time, got again shortly before it
 /// expires. Neither the secret nor a token is ever logged.
 #[derive(Debug)]
 pub(crate) struct ClientCredentials {
     config: crate::config::ClientCredentials,
+    upstream: String,
     secret: TokenFile,
     http: reqwest::Client,
     /// The token and when it is to be got again; one request for it at a
     /// time.
-    held: tokio::sync::Mutex<Option<(String, tokio::time::Instant)>>,
+    held: tokio::sync::Mutex<Option<(Secret, tokio::time::Instant)>>,
     /// The token requests carry (read without waiting).
-    current: std::sync::RwLock<Option<String>>,
+    current: std::sync::RwLock<Option<Secret>>,
+}
+
+/// The client every token endpoint is reached with.
+fn token_client(connect_timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .timeout(RETRY_MAX)
+        .build()
+        .unwrap_or_default()
 }
 
 impl ClientCredentials {
@@ -118,25 +235,26 @@ impl ClientCredentials {
     /// The secret's file cannot be read.
     pub(crate) fn new(
         config: &crate::config::ClientCredentials,
+        upstream: &str,
         connect_timeout: Duration,
     ) -> Result<Self, String> {
         let secret = TokenFile::open(&config.client_secret_file)
             .map_err(|why| format!("client_credentials.client_secret_file {why}"))?;
         Ok(Self {
             config: config.clone(),
+            upstream: upstream.to_owned(),
             secret,
-            http: reqwest::Client::builder()
-                .connect_timeout(connect_timeout)
-                .timeout(RETRY_MAX)
-                .build()
-                .unwrap_or_default(),
+            http: token_client(connect_timeout),
             held: tokio::sync::Mutex::new(None),
             current: std::sync::RwLock::new(None),
         })
     }
 
     fn current(&self) -> Option<String> {
-        self.current.read().ok().and_then(|t| t.clone())
+        self.current
+            .read()
+            .ok()
+            .and_then(|t| t.as_ref().map(|t| t.expose().to_owned()))
     }
 
     /// Gets a token when none is held, or the held one is about to expire.
@@ -148,49 +266,167 @@ impl ClientCredentials {
         {
             return Ok(());
         }
-        let mut form = vec![("grant_type", "client_credentials".to_owned())];
+        let mut form = vec![("grant_type", "client_credentials")];
         if let Some(scope) = &self.config.scope {
-            form.push(("scope", scope.clone()));
+            form.push(("scope", scope));
         }
         if let Some(resource) = &self.config.resource {
-            form.push(("resource", resource.clone()));
+            form.push(("resource", resource));
         }
-        let body = form
-            .iter()
-            .map(|(k, v)| format!("{k}={}", form_encode(v)))
-            .collect::<Vec<_>>()
-            .join("&");
-        let answer = self
-            .http
-            .post(&self.config.token_url)
-            .basic_auth(&self.config.client_id, Some(self.secret.token()))
-            .header("Content-Type", "application/x-www-form-urlencoded")
-            .header("Accept", "application/json")
-            .body(body)
-            .send()
-            .await
-            .map_err(|err| format!("its token endpoint could not be reached ({err})"))?;
-        let status = answer.status();
-        let answer: Value = answer
-            .json()
-            .await
-            .map_err(|_| format!("its token endpoint answered HTTP {status}, not a token"))?;
-        let Some(token) = answer["access_token"]
-            .as_str()
-            .filter(|_| status.is_success())
-        else {
-            let error = answer["error"].as_str().unwrap_or("no access_token");
-            return Err(format!(
-                "its token endpoint refused the node's client ({status}, {error})"
-            ));
-        };
-        let lifetime = Duration::from_secs(answer["expires_in"].as_u64().unwrap_or(3600));
-        let renew = tokio::time::Instant::now() + lifetime.saturating_sub(TOKEN_MARGIN);
-        *held = Some((token.to_owned(), renew));
+        let secret = self.secret.token();
+        let issued = request_token(
+            &self.http,
+            &self.upstream,
+            "client_credentials",
+            (&self.config.token_url, &self.config.client_id, &secret),
+            &form,
+        )
+        .await?;
+        let renew = tokio::time::Instant::now() + issued.lifetime.saturating_sub(TOKEN_MARGIN);
+        *held = Some((issued.token.clone(), renew));
         if let Ok(mut current) = self.current.write() {
-            *current = Some(token.to_owned());
+            *current = Some(issued.token);
         }
         Ok(())
+    }
+}
+
+/// An exchanged token of one principal.
+#[derive(Debug)]
+struct Exchanged {
+    token: Secret,
+    /// Got again from then on.
+    renew: tokio::time::Instant,
+    /// Sent no more from then on.
+    expires: tokio::time::Instant,
+}
+
+/// The node's client for RFC 8693 token exchange at an upstream's
+/// authorization server, and the tokens it got there, per principal (at
+/// most `max_principals`). Neither the secret nor a token is ever logged.
+#[derive(Debug)]
+pub(crate) struct TokenExchanger {
+    config: crate::config::TokenExchange,
+    upstream: String,
+    secret: TokenFile,
+    http: reqwest::Client,
+    held: std::sync::Mutex<HashMap<String, Exchanged>>,
+}
+
+impl TokenExchanger {
+    /// # Errors
+    /// The secret's file cannot be read.
+    pub(crate) fn new(
+        config: &crate::config::TokenExchange,
+        upstream: &str,
+        connect_timeout: Duration,
+    ) -> Result<Self, String> {
+        let secret = TokenFile::open(&config.client_secret_file)
+            .map_err(|why| format!("token_exchange.client_secret_file {why}"))?;
+        Ok(Self {
+            config: config.clone(),
+            upstream: upstream.to_owned(),
+            secret,
+            http: token_client(connect_timeout),
+            held: std::sync::Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// `principal`'s token while it lasts, and whether it is not yet due
+    /// to be got again.
+    fn held(&self, principal: &str) -> Option<(String, bool)> {
+        let now = tokio::time::Instant::now();
+        let held = self.held.lock().ok()?;
+        held.get(principal)
+            .filter(|t| now < t.expires)
+            .map(|t| (t.token.expose().to_owned(), now < t.renew))
+    }
+
+    /// Exchanges `caller` (a token of `principal`) for one of the
+    /// upstream's, kept for `principal`.
+    async fn exchange(&self, principal: &str, caller: &CallerToken) -> Result<(), String> {
+        let mut form = vec![
+            ("grant_type", TOKEN_EXCHANGE_GRANT),
+            ("subject_token", caller.secret()),
+            ("subject_token_type", ACCESS_TOKEN_TYPE),
+            ("requested_token_type", ACCESS_TOKEN_TYPE),
+        ];
+        for (key, value) in [
+            ("resource", &self.config.resource),
+            ("audience", &self.config.audience),
+            ("scope", &self.config.scope),
+        ] {
+            if let Some(value) = value {
+                form.push((key, value));
+            }
+        }
+        let secret = self.secret.token();
+        let issued = request_token(
+            &self.http,
+            &self.upstream,
+            "token_exchange",
+            (&self.config.token_url, &self.config.client_id, &secret),
+            &form,
+        )
+        .await
+        .map_err(|why| format!("the caller's token could not be exchanged: {why}"))?;
+        let now = tokio::time::Instant::now();
+        let kept = Exchanged {
+            token: issued.token,
+            renew: now + issued.lifetime.saturating_sub(TOKEN_MARGIN),
+            expires: now + issued.lifetime,
+        };
+        let Ok(mut held) = self.held.lock() else {
+            return Ok(());
+        };
+        if held.len() >= self.config.max_principals && !held.contains_key(principal) {
+            held.retain(|_, t| now < t.expires);
+            if held.len() >= self.config.max_principals
+                && let Some(soonest) = held
+                    .iter()
+                    .min_by_key(|(_, t)| t.expires)
+                    .map(|(k, _)| k.clone())
+            {
+                held.remove(&soonest);
+            }
+        }
+        held.insert(principal.to_owned(), kept);
+        metrics::exchanged_tokens(&self.upstream, held.len());
+        Ok(())
+    }
+}
+
+/// One session's credential at a `token_exchange` upstream: the tokens of
+/// its principal, exchanged from the last token of the caller's that a
+/// request of the session brought to this node.
+#[derive(Debug)]
+pub(crate) struct ExchangeFor {
+    exchanger: Arc<TokenExchanger>,
+    principal: String,
+    caller: std::sync::Mutex<Option<CallerToken>>,
+    /// One exchange at a time for the session.
+    one: tokio::sync::Mutex<()>,
+}
+
+impl ExchangeFor {
+    fn current(&self) -> Option<String> {
+        self.exchanger.held(&self.principal).map(|(token, _)| token)
+    }
+
+    async fn fresh(&self) -> Result<(), String> {
+        let due = || !matches!(self.exchanger.held(&self.principal), Some((_, true)));
+        if !due() {
+            return Ok(());
+        }
+        let _one = self.one.lock().await;
+        if !due() {
+            return Ok(());
+        }
+        let caller = self.caller.lock().ok().and_then(|c| c.clone());
+        let Some(caller) = caller else {
+            return Err("no token of the caller's is at hand to exchange".to_owned());
+        };
+        self.exchanger.exchange(&self.principal, &caller).await
     }
 }
 
@@ -218,7 +454,7 @@ const MAX_TOKEN_BYTES: u64 = 16 * 1024;
 pub(crate) struct TokenFile {
     path: std::path::PathBuf,
     /// The file's (modification time, length) when last read, and its token.
-    read: std::sync::Mutex<(Option<(SystemTime, u64)>, String)>,
+    read: std::sync::Mutex<(Option<(SystemTime, u64)>, Secret)>,
 }
 
 impl TokenFile {
@@ -229,7 +465,7 @@ impl TokenFile {
     pub(crate) fn open(path: &std::path::Path) -> Result<Self, String> {
         let file = Self {
             path: path.to_owned(),
-            read: std::sync::Mutex::new((None, String::new())),
+            read: std::sync::Mutex::new((None, Secret::default())),
         };
         file.reread()
             .map_err(|why| format!("{}: {why}", path.display()))?;
@@ -251,7 +487,10 @@ impl TokenFile {
                 read.0 = stamp;
             }
         }
-        self.read.lock().map(|r| r.1.clone()).unwrap_or_default()
+        self.read
+            .lock()
+            .map(|r| r.1.expose().to_owned())
+            .unwrap_or_default()
     }
 
     fn reread(&self) -> Result<(), String> {
@@ -267,7 +506,7 @@ impl TokenFile {
         if let Ok(mut read) = self.read.lock() {
             *read = (
                 Some((meta.modified().map_err(|err| err.to_string())?, meta.len())),
-                token.to_owned(),
+                Secret::new(token),
             );
         }
         Ok(())
@@ -288,12 +527,14 @@ impl Replicas {
         urls: &[String],
         connect_timeout: Duration,
         credential: Option<Credential>,
+        exchanger: Option<TokenExchanger>,
     ) -> Self {
         for url in urls {
             metrics::replica_up(upstream, url, true);
         }
         Self {
             credential: credential.map(Arc::new),
+            exchanger: exchanger.map(Arc::new),
             upstream: upstream.to_owned(),
             urls: urls.to_vec(),
             pool: reqwest::Client::builder()
@@ -304,6 +545,20 @@ impl Replicas {
             next: AtomicUsize::new(0),
             down_until: urls.iter().map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// What a new session acting for `caller` sends the upstream: the
+    /// node's own credential, or the caller's token exchanged.
+    pub(crate) fn credential_for(&self, caller: &Who) -> Option<Arc<Credential>> {
+        let Some(exchanger) = &self.exchanger else {
+            return self.credential.clone();
+        };
+        Some(Arc::new(Credential::Exchange(ExchangeFor {
+            exchanger: Arc::clone(exchanger),
+            principal: caller.principal.clone().unwrap_or_default(),
+            caller: std::sync::Mutex::new(caller.token.clone()),
+            one: tokio::sync::Mutex::new(()),
+        })))
     }
 
     /// The replica a new session opens at: the next in turn that is up
@@ -333,6 +588,25 @@ impl Replicas {
     }
 }
 
+/// Who a new upstream session acts for: the principal's key and the token
+/// its request brought (both `None` for the relay's own sessions and
+/// without authorization).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Who {
+    pub(crate) principal: Option<String>,
+    pub(crate) token: Option<CallerToken>,
+}
+
+impl Who {
+    /// Who `caller` is.
+    pub(crate) fn of(caller: &mcp_cluster_runtime::Caller) -> Self {
+        Self {
+            principal: caller.principal.as_ref().map(|p| p.key()),
+            token: caller.token.clone(),
+        }
+    }
+}
+
 /// Says that the conversation's replica could not be reached.
 type Unreachable = Arc<dyn Fn() + Send + Sync>;
 
@@ -341,13 +615,22 @@ type Unreachable = Arc<dyn Fn() + Send + Sync>;
 pub(crate) async fn converse(
     upstream: Arc<Upstream>,
     replicas: Arc<Replicas>,
+    credential: Option<Arc<Credential>>,
     max_message: usize,
     mut lines: mpsc::Receiver<String>,
 ) -> String {
     let Some(first) = lines.recv().await else {
         return "closed before it began".to_owned();
     };
-    let (client, replica) = match open(&upstream, &replicas, max_message, &first).await {
+    let opened = open(
+        &upstream,
+        &replicas,
+        credential.as_ref(),
+        max_message,
+        &first,
+    )
+    .await;
+    let (client, replica) = match opened {
         Ok((client, replica)) => (Arc::new(client), replica),
         Err(why) => return why,
     };
@@ -356,7 +639,6 @@ pub(crate) async fn converse(
         let replicas = Arc::clone(&replicas);
         Arc::new(move || replicas.failed(replica))
     };
-    let credential = replicas.credential.clone();
     let lost = Arc::new(LostSignal::default());
     let mut tasks = JoinSet::new();
     let ended = loop {
@@ -366,13 +648,18 @@ pub(crate) async fn converse(
                     break "closed".to_owned();
                 };
                 let Ok(message) = serde_json::from_str::<Value>(&line) else { continue };
+                let request = message.get("method").is_some() && message.get("id").is_some();
                 // A token shortly before it expires is got again first.
                 if let Some(credential) = &credential
                     && let Err(why) = credential.prepare().await
                 {
+                    if request && credential.token().is_none() {
+                        // Nothing to send: the request fails, saying why.
+                        refuse(&upstream, &message["id"], &format!("has no token for this caller: {why}")).await;
+                        continue;
+                    }
                     tracing::warn!(upstream = %upstream.name(), why, "No token for the upstream; the request goes without a fresh one.");
                 }
-                let request = message.get("method").is_some() && message.get("id").is_some();
                 if request {
                     tasks.spawn(call(
                         Arc::clone(&client),
@@ -490,6 +777,7 @@ enum InitializeError {
 async fn open(
     upstream: &Arc<Upstream>,
     replicas: &Replicas,
+    credential: Option<&Arc<Credential>>,
     max_message: usize,
     first: &str,
 ) -> Result<(Client, usize), String> {
@@ -505,9 +793,11 @@ async fn open(
         let url = &replicas.urls[replica];
         let mut client = Client::with_http(replicas.pool.clone(), url, asked);
         client.set_max_message_bytes(max_message);
-        if let Some(credential) = &replicas.credential {
+        if let Some(credential) = credential {
             if let Err(why) = credential.prepare().await {
-                return Err(fail(upstream, &id, &why).await);
+                let why = format!("has no token for this caller: {why}");
+                refuse(upstream, &id, &why).await;
+                return Err(why);
             }
             let credential = Arc::clone(credential);
             client.set_bearer(Arc::new(move || credential.token()));
@@ -578,10 +868,15 @@ async fn initialize(
 /// returns why.
 async fn fail(upstream: &Arc<Upstream>, id: &Value, why: &str) -> String {
     metrics::relay_error(upstream.name(), "http_failed");
+    refuse(upstream, id, why).await;
+    why.to_owned()
+}
+
+/// Answers request `id` with -32603 `upstream {name} {why}`.
+async fn refuse(upstream: &Arc<Upstream>, id: &Value, why: &str) {
     let error = json!({"jsonrpc": "2.0", "id": id, "error": {
         "code": -32603, "message": format!("upstream {} {why}", upstream.name())}});
     upstream.received(error.to_string().as_bytes()).await;
-    why.to_owned()
 }
 
 /// Hands every message of `stream` to `upstream` until the answer to `id`
@@ -717,5 +1012,46 @@ async fn standalone(
             _ => pause = (pause * 2).min(RETRY_MAX),
         }
         tokio::time::sleep(pause).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_credential_shows_its_token_in_debug_output() {
+        let dir = std::env::temp_dir().join(format!("mcp-relay-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("token");
+        std::fs::write(&path, "s3cr3t-token\n").unwrap();
+        let file = TokenFile::open(&path).unwrap();
+        assert_eq!(file.token(), "s3cr3t-token");
+        let exchange = ExchangeFor {
+            exchanger: Arc::new(
+                TokenExchanger::new(
+                    &crate::config::TokenExchange {
+                        client_secret_file: path,
+                        ..crate::config::TokenExchange::default()
+                    },
+                    "up",
+                    Duration::from_secs(1),
+                )
+                .unwrap(),
+            ),
+            principal: "https://idp#alice".into(),
+            caller: std::sync::Mutex::new(Some(CallerToken::new("caller-token"))),
+            one: tokio::sync::Mutex::new(()),
+        };
+        let shown = format!(
+            "{:?} {:?}",
+            Credential::File(file),
+            Credential::Exchange(exchange)
+        );
+        assert!(
+            !shown.contains("s3cr3t") && !shown.contains("caller-token"),
+            "{shown}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -55,6 +55,36 @@ const ERRORS: &[&str] = &[
     "http_status",
 ];
 
+/// A request of the node's for a token of `upstream`'s, by `grant`
+/// (`client_credentials`, `token_exchange`): `ok`, `refused` or
+/// `unreachable`.
+pub(crate) fn token_request(upstream: &str, grant: &str, outcome: &str) {
+    metrics()
+        .upstream_token_requests
+        .with_label_values(&[upstream, grant, outcome])
+        .inc();
+}
+
+/// Principals whose exchanged token of `upstream`'s the node keeps.
+pub(crate) fn exchanged_tokens(upstream: &str, held: usize) {
+    metrics()
+        .upstream_exchanged_tokens
+        .with_label_values(&[upstream])
+        .set(i64::try_from(held).unwrap_or(i64::MAX));
+}
+
+/// Every label value of `upstream`'s token metrics for `grant`, at 0.
+pub(crate) fn register_grant(upstream: &str, grant: &str) {
+    for outcome in ["ok", "refused", "unreachable"] {
+        metrics()
+            .upstream_token_requests
+            .with_label_values(&[upstream, grant, outcome]);
+    }
+    if grant == "token_exchange" {
+        exchanged_tokens(upstream, 0);
+    }
+}
+
 /// An HTTP upstream's `replica`: up (answering) or not.
 pub(crate) fn replica_up(upstream: &str, replica: &str, up: bool) {
     metrics()

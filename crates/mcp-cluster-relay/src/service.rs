@@ -16,14 +16,15 @@ use mcp_cluster_protocol::types::{
 };
 use mcp_cluster_protocol::{ErrorObject, Notification, Request, methods};
 use mcp_cluster_runtime::{
-    AskError, McpService, MirroredParam, OpenError, RequestContext, ResourceWatch, ServerEvent,
-    SessionOpen, TaskSupport, Watching,
+    AskError, Caller, McpService, MirroredParam, OpenError, RequestContext, ResourceWatch,
+    ServerEvent, SessionOpen, TaskSupport, Watching,
 };
 use mcp_cluster_store::SessionId;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use crate::config::{UpstreamConfig, UpstreamConfigError};
+use crate::http::Who;
 use crate::metrics;
 use crate::naming::Naming;
 use crate::pool::{Pool, PoolKey};
@@ -302,20 +303,33 @@ impl RelayService {
         // Read before the relay's threads start: a refusal then drops no
         // runtime inside the node's own.
         let connect_timeout = Duration::from_secs(config.connect_timeout_secs);
+        let refused = |problem| UpstreamConfigError {
+            name: config.name.clone(),
+            problem,
+        };
         let credential = match (&config.bearer_token_file, &config.client_credentials) {
             (Some(path), _) => crate::http::TokenFile::open(path)
                 .map(crate::http::Credential::File)
                 .map(Some)
                 .map_err(|why| format!("bearer_token_file {why}")),
-            (None, Some(client)) => crate::http::ClientCredentials::new(client, connect_timeout)
-                .map(|client| crate::http::Credential::Client(Box::new(client)))
-                .map(Some),
+            (None, Some(client)) => {
+                metrics::register_grant(&config.name, "client_credentials");
+                crate::http::ClientCredentials::new(client, &config.name, connect_timeout)
+                    .map(|client| crate::http::Credential::Client(Box::new(client)))
+                    .map(Some)
+            }
             (None, None) => Ok(None),
         }
-        .map_err(|problem| UpstreamConfigError {
-            name: config.name.clone(),
-            problem,
-        })?;
+        .map_err(refused)?;
+        let exchanger = config
+            .token_exchange
+            .as_ref()
+            .map(|exchange| {
+                metrics::register_grant(&config.name, "token_exchange");
+                crate::http::TokenExchanger::new(exchange, &config.name, connect_timeout)
+            })
+            .transpose()
+            .map_err(refused)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(RELAY_THREADS)
             .thread_name("mcp-relay")
@@ -343,6 +357,7 @@ impl RelayService {
                 &config.urls,
                 connect_timeout,
                 credential,
+                exchanger,
             ))
         });
         Ok(Self {
@@ -377,7 +392,7 @@ impl RelayService {
         &self,
         max_pages: usize,
     ) -> Result<Vec<(String, String)>, ErrorObject> {
-        let (upstream, result, _place) = self.probe_child().await?;
+        let (upstream, result, _place) = self.probe_child(&Who::default()).await?;
         let declared = result.get("capabilities").cloned().unwrap_or_default();
         let mut names = Vec::new();
         let lists = [
@@ -588,14 +603,17 @@ impl RelayService {
     /// A child started for the relay's own look at the server (no
     /// client's), initialized, its answer kept ([`Self::known`]); counted
     /// against the node's limits until the place returned is dropped.
-    async fn probe_child(&self) -> Result<(Arc<Upstream>, Value, Place<'_>), ErrorObject> {
+    async fn probe_child(
+        &self,
+        who: &Who,
+    ) -> Result<(Arc<Upstream>, Value, Place<'_>), ErrorObject> {
         self.admit(None).map_err(limit_error)?;
         let place = Place {
             relay: self,
             principal: None,
             taken: false,
         };
-        let (upstream, result) = self.start_own(json!({}), false).await?;
+        let (upstream, result) = self.start_own(json!({}), false, who).await?;
         self.remember(&result);
         Ok((upstream, result, place))
     }
@@ -603,12 +621,12 @@ impl RelayService {
     /// Learns [`Self::known`] from a child started for that alone (a
     /// 2026-07-28 `server/discover` before any child ran), counted against
     /// the node's limits while it runs.
-    async fn learn(&self) -> Result<(), ErrorObject> {
+    async fn learn(&self, who: &Who) -> Result<(), ErrorObject> {
         let _one = self.probe.lock().await;
         if self.known.get().is_some() {
             return Ok(());
         }
-        let (upstream, _, _place) = self.probe_child().await?;
+        let (upstream, _, _place) = self.probe_child(who).await?;
         // Its first page of tools too: a 2026-07-28 client may call one
         // before it lists them, with headers to check.
         let listing = self
@@ -668,12 +686,16 @@ impl RelayService {
             });
         }
         self.admit(principal.as_deref()).map_err(limit_error)?;
+        let who = Who {
+            principal: principal.clone(),
+            token: ctx.caller_token().cloned(),
+        };
         let mut place = Place {
             relay: self,
             principal,
             taken: false,
         };
-        let (upstream, result) = self.start_own(capabilities, true).await?;
+        let (upstream, result) = self.start_own(capabilities, true, &who).await?;
         self.remember(&result);
         let mut children = lock(&self.children);
         children.starting = children.starting.saturating_sub(1);
@@ -695,12 +717,13 @@ impl RelayService {
         &self,
         capabilities: Value,
         announce: bool,
+        who: &Who,
     ) -> Result<(Arc<Upstream>, Value), ErrorObject> {
         let (upstream, result) = if self.config.stateless {
-            self.start_with(methods::SERVER_DISCOVER, own_meta(capabilities))
+            self.start_with(methods::SERVER_DISCOVER, own_meta(capabilities), who)
                 .await?
         } else {
-            self.start(own_initialize(capabilities)).await?
+            self.start(own_initialize(capabilities), who).await?
         };
         if announce {
             upstream.announce_to(self.changes.clone());
@@ -715,16 +738,16 @@ impl RelayService {
 
     /// How the next session reaches the server: a child of the program, or
     /// a session at one of its replicas.
-    fn reach(&self) -> Reach {
+    fn reach(&self, who: &Who) -> Reach {
         match &self.replicas {
-            Some(replicas) => Reach::Http(Arc::clone(replicas)),
+            Some(replicas) => Reach::Http(Arc::clone(replicas), replicas.credential_for(who)),
             None => Reach::Spawn(self.env.clone()),
         }
     }
 
     /// Starts a child and has it answer the client's `initialize`.
-    async fn start(&self, params: Value) -> Result<(Arc<Upstream>, Value), ErrorObject> {
-        self.start_with(methods::INITIALIZE, params).await
+    async fn start(&self, params: Value, who: &Who) -> Result<(Arc<Upstream>, Value), ErrorObject> {
+        self.start_with(methods::INITIALIZE, params, who).await
     }
 
     /// Starts a child and has it answer `method` (`initialize`, or
@@ -733,9 +756,10 @@ impl RelayService {
         &self,
         method: &'static str,
         params: Value,
+        who: &Who,
     ) -> Result<(Arc<Upstream>, Value), ErrorObject> {
         let config = self.config.clone();
-        let reach = self.reach();
+        let reach = self.reach(who);
         let name = config.name.clone();
         let started = Instant::now();
         let timeout = config.initialize_timeout();
@@ -884,11 +908,11 @@ impl McpService for RelayService {
         lock(&self.tools).get(tool).cloned().unwrap_or_default()
     }
 
-    async fn prepare_stateless(&self) -> Result<(), ErrorObject> {
+    async fn prepare_stateless(&self, caller: &Caller) -> Result<(), ErrorObject> {
         if self.known.get().is_some() {
             return Ok(());
         }
-        self.learn().await
+        self.learn(&Who::of(caller)).await
     }
 
     /// A child's question waits for its answer: a call cannot be run
@@ -920,7 +944,11 @@ impl McpService for RelayService {
             principal: open.principal,
             taken: false,
         };
-        let (upstream, result) = self.start(open.params).await?;
+        let who = Who {
+            principal: place.principal.clone(),
+            token: open.caller_token,
+        };
+        let (upstream, result) = self.start(open.params, &who).await?;
         self.remember(&result);
         if let Some(naming) = &self.naming {
             upstream.federated(Arc::clone(naming));
@@ -1039,6 +1067,7 @@ async fn relay_call(
     ctx: &RequestContext,
 ) -> Result<Value, ErrorObject> {
     let started = Instant::now();
+    upstream.offer_caller(ctx.caller_token());
     let mut call = upstream
         .call(
             &request.method,

@@ -106,6 +106,8 @@ pub(crate) struct Upstream {
     ended_by_us: std::sync::atomic::AtomicBool,
     /// Turns true once the child is gone.
     gone_tx: watch::Sender<bool>,
+    /// An HTTP session's bearer token source.
+    credential: std::sync::OnceLock<Arc<crate::http::Credential>>,
 }
 
 /// A request on its way to the child: its answer, the events for its
@@ -147,8 +149,12 @@ impl Drop for Call {
 pub(crate) enum Reach {
     /// A child of the program, with this whole environment.
     Spawn(BTreeMap<String, String>),
-    /// A session of the HTTP server, at one of its replicas.
-    Http(Arc<crate::http::Replicas>),
+    /// A session of the HTTP server, at one of its replicas, with what it
+    /// sends there as its bearer token.
+    Http(
+        Arc<crate::http::Replicas>,
+        Option<Arc<crate::http::Credential>>,
+    ),
 }
 
 impl Upstream {
@@ -166,6 +172,7 @@ impl Upstream {
             end: Notify::new(),
             ended_by_us: std::sync::atomic::AtomicBool::new(false),
             gone_tx: watch::Sender::new(false),
+            credential: std::sync::OnceLock::new(),
         })
     }
 
@@ -174,26 +181,46 @@ impl Upstream {
     pub(crate) fn start(config: &UpstreamConfig, reach: Reach) -> std::io::Result<Arc<Self>> {
         match reach {
             Reach::Spawn(env) => Self::spawn(config, &env),
-            Reach::Http(replicas) => Ok(Self::connect(config, replicas)),
+            Reach::Http(replicas, credential) => Ok(Self::connect(config, replicas, credential)),
         }
     }
 
     /// A session of the HTTP server at one of `replicas`: opened by the
     /// first line (`initialize`), carried by `crate::http`.
-    fn connect(config: &UpstreamConfig, replicas: Arc<crate::http::Replicas>) -> Arc<Self> {
+    fn connect(
+        config: &UpstreamConfig,
+        replicas: Arc<crate::http::Replicas>,
+        credential: Option<Arc<crate::http::Credential>>,
+    ) -> Arc<Self> {
         let name: Arc<str> = Arc::from(config.name.as_str());
         let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
         let upstream = Self::new(&name, stdin_tx);
+        if let Some(credential) = &credential {
+            let _ = upstream.credential.set(Arc::clone(credential));
+        }
         metrics::spawned(&name);
         let max_message = config.max_line_bytes;
         let conversation = Arc::clone(&upstream);
         tokio::spawn(async move {
-            let cause =
-                crate::http::converse(Arc::clone(&conversation), replicas, max_message, stdin_rx)
-                    .await;
+            let cause = crate::http::converse(
+                Arc::clone(&conversation),
+                replicas,
+                credential,
+                max_message,
+                stdin_rx,
+            )
+            .await;
             conversation.gone(&cause);
         });
         upstream
+    }
+
+    /// The caller's token a request brings, for a session whose upstream
+    /// gets it exchanged (`token_exchange`); nothing otherwise.
+    pub(crate) fn offer_caller(&self, token: Option<&mcp_cluster_runtime::CallerToken>) {
+        if let Some(credential) = self.credential.get() {
+            credential.offer(token);
+        }
     }
 
     /// Resolves when the node ends the conversation ([`Self::end`]).

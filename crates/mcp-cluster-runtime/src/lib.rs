@@ -57,9 +57,9 @@ pub use node::error::{NodeFull, RuntimeError};
 pub use node::follow::{Follow, FollowEnd, FollowItem};
 pub use node::quota::{Quota, QuotaConfig};
 pub use request::call::{
-    BodyBytes, BodyHold, Inbound, SMALL_BODY_BYTES, Transport, known_client_method,
+    BodyBytes, BodyHold, CallerToken, Inbound, SMALL_BODY_BYTES, Transport, known_client_method,
 };
-pub use request::context::{AskError, NamedInput, RequestContext};
+pub use request::context::{AskError, Caller, NamedInput, RequestContext};
 pub use request::exchange::{Exchange, ExchangeReply};
 pub use request::link::{HostedEnd, MAX_SESSION_ASKS, SessionLink};
 pub use request::service::{

@@ -231,6 +231,12 @@ pub struct Metrics {
     /// `mcp_upstream_replica_failures_total` by upstream and replica: an
     /// HTTP upstream's replica that could not be reached.
     pub upstream_replica_failures: IntCounterVec,
+    /// `mcp_upstream_token_requests_total` by upstream, grant and outcome:
+    /// the node's requests for a token of an HTTP upstream's.
+    pub upstream_token_requests: IntCounterVec,
+    /// `mcp_upstream_exchanged_tokens` by upstream: principals whose
+    /// exchanged token the node keeps.
+    pub upstream_exchanged_tokens: IntGaugeVec,
     /// `mcp_audit_records_total` by outcome: audit records written.
     pub audit_records: IntCounterVec,
     /// `mcp_audit_records_dropped_total`: audit records dropped, the
@@ -593,6 +599,16 @@ impl Metrics {
                 "Times an HTTP upstream's replica could not be reached, by upstream and replica (its URL).",
                 &["upstream", "replica"],
             ),
+            upstream_token_requests: counters(
+                "mcp_upstream_token_requests_total",
+                "The node's requests for a token of an HTTP upstream's, by upstream, grant (client_credentials, token_exchange) and outcome (ok, refused, unreachable).",
+                &["upstream", "grant", "outcome"],
+            ),
+            upstream_exchanged_tokens: gauges(
+                "mcp_upstream_exchanged_tokens",
+                "Principals whose token exchanged for an HTTP upstream's the node keeps, by upstream (at most its token_exchange.max_principals).",
+                &["upstream"],
+            ),
             upstream_spawn_duration: histogram(
                 "mcp_upstream_spawn_duration_seconds",
                 "From starting a hosted server's child to its initialize answer, by upstream.",
@@ -676,6 +692,8 @@ impl Metrics {
             Box::new(self.upstream_spawn_duration.clone()),
             Box::new(self.upstream_replica_up.clone()),
             Box::new(self.upstream_replica_failures.clone()),
+            Box::new(self.upstream_token_requests.clone()),
+            Box::new(self.upstream_exchanged_tokens.clone()),
             Box::new(self.audit_records.clone()),
             Box::new(self.audit_dropped.clone()),
         ];

@@ -11,8 +11,11 @@
 //! - `GET [PATH]/jwks`: the published keys (RFC 7517), `kid` the key's
 //!   RFC 7638 thumbprint;
 //! - `POST [PATH]/introspect`: RFC 7662, HTTP Basic client authentication;
-//! - `POST [PATH]/token`: the client credentials grant only (RFC 6749
-//!   section 4.4), `resource` (RFC 8707) becoming the token's `aud`.
+//! - `POST [PATH]/token`: the client credentials grant (RFC 6749 section
+//!   4.4) and token exchange (RFC 8693) of a token this issuer signed (the
+//!   new token keeps its `sub`, names the exchanging client in
+//!   `client_id` and `act`), `resource` (RFC 8707) or `audience` becoming
+//!   the token's `aud`.
 //!
 //! Tests make tokens with [`TestIssuer::token`], valid ones and the
 //! forgeries a resource server must refuse ([`TokenBuilder::forge_alg_none`]
@@ -51,6 +54,10 @@ const MAX_FORM_BYTES: usize = 16 << 10;
 
 /// Lifetime of a token when the test does not choose one, in seconds.
 const DEFAULT_LIFETIME_SECS: i64 = 300;
+/// The grant of RFC 8693 token exchange.
+const TOKEN_EXCHANGE_GRANT: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+/// RFC 8693 section 3: an access token.
+const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
 
 /// The subject of a token when the test does not choose one.
 const DEFAULT_SUBJECT: &str = "alice";
@@ -135,6 +142,9 @@ pub struct IssuerOptions {
     /// other scopes (`invalid_scope`) unless it is empty. Default
     /// `mcp:tools`, `mcp:resources`, `mcp:prompts`.
     pub scopes_supported: Vec<String>,
+    /// `expires_in` of a token got by token exchange (never past the
+    /// exchanged token's own `exp`). Default 300.
+    pub exchanged_lifetime_secs: i64,
 }
 
 impl Default for IssuerOptions {
@@ -147,6 +157,7 @@ impl Default for IssuerOptions {
             scopes_supported: ["mcp:tools", "mcp:resources", "mcp:prompts"]
                 .map(str::to_owned)
                 .to_vec(),
+            exchanged_lifetime_secs: DEFAULT_LIFETIME_SECS,
         }
     }
 }
@@ -206,6 +217,9 @@ impl TestIssuer {
             metadata_fetches: AtomicU64::new(0),
             introspections: AtomicU64::new(0),
             token_requests: AtomicU64::new(0),
+            token_exchanges: AtomicU64::new(0),
+            exchanged: Mutex::new(Vec::new()),
+            exchanged_lifetime_secs: options.exchanged_lifetime_secs,
             next_jti: AtomicU64::new(1),
         });
         let (control, control_rx) = mpsc::channel(CONTROL_CAPACITY);
@@ -376,6 +390,21 @@ impl TestIssuer {
     /// Requests to the token endpoint so far, whatever the answer.
     pub fn token_requests(&self) -> u64 {
         self.shared.token_requests.load(Ordering::SeqCst)
+    }
+
+    /// Token exchanges answered with a token so far.
+    pub fn token_exchanges(&self) -> u64 {
+        self.shared.token_exchanges.load(Ordering::SeqCst)
+    }
+
+    /// The subject tokens of the token exchanges so far, in order (to
+    /// tell which of a caller's tokens a node exchanged).
+    pub fn exchanged_subject_tokens(&self) -> Vec<String> {
+        self.shared
+            .exchanged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// While `down`, every endpoint (metadata, JWKS, introspection, token)
@@ -876,6 +905,11 @@ struct Shared {
     metadata_fetches: AtomicU64,
     introspections: AtomicU64,
     token_requests: AtomicU64,
+    token_exchanges: AtomicU64,
+    /// The subject tokens exchanged, in order. Unbounded: a test makes a
+    /// few.
+    exchanged: Mutex<Vec<String>>,
+    exchanged_lifetime_secs: i64,
     /// Makes each token's `jti` unique within this issuer.
     next_jti: AtomicU64,
 }
@@ -936,7 +970,7 @@ impl Shared {
             "introspection_endpoint": format!("{issuer}/introspect"),
             "scopes_supported": self.scopes_supported,
             "response_types_supported": ["code"],
-            "grant_types_supported": ["client_credentials"],
+            "grant_types_supported": ["client_credentials", TOKEN_EXCHANGE_GRANT],
             "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
             "introspection_endpoint_auth_methods_supported": ["client_secret_basic"],
         });
@@ -1165,11 +1199,12 @@ async fn token(req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>) ->
     if !shared.client_authenticated(&req, Some(&form)) {
         return invalid_client();
     }
-    match form.get("grant_type").map(String::as_str) {
-        Some("client_credentials") => {}
+    let exchange = match form.get("grant_type").map(String::as_str) {
+        Some("client_credentials") => false,
+        Some(TOKEN_EXCHANGE_GRANT) => true,
         Some(_) => return oauth_error(StatusCode::BAD_REQUEST, "unsupported_grant_type"),
         None => return oauth_error(StatusCode::BAD_REQUEST, "invalid_request"),
-    }
+    };
     let scopes: Vec<&str> = form
         .get("scope")
         .map(|s| s.split_whitespace().collect())
@@ -1182,10 +1217,41 @@ async fn token(req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>) ->
         return oauth_error(StatusCode::BAD_REQUEST, "invalid_scope");
     }
     let client_id = shared.client_id.clone();
-    let mut builder = TokenBuilder::new(shared.into_inner())
-        .subject(client_id.clone())
-        .client_id(client_id);
-    if let Some(resource) = form.get("resource") {
+    // Token exchange (RFC 8693 section 2.1): the subject token must be an
+    // access token of this issuer's, valid now; the new one acts for its
+    // subject, the exchanging client its actor.
+    let mut lifetime = DEFAULT_LIFETIME_SECS;
+    let subject = if exchange {
+        let (Some(token), Some(ACCESS_TOKEN_TYPE)) = (
+            form.get("subject_token"),
+            form.get("subject_token_type").map(String::as_str),
+        ) else {
+            return oauth_error(StatusCode::BAD_REQUEST, "invalid_request");
+        };
+        let claims = shared.introspect(token);
+        let Some(sub) = claims["sub"].as_str().filter(|_| claims["active"] == true) else {
+            return oauth_error(StatusCode::BAD_REQUEST, "invalid_grant");
+        };
+        let left = claims["exp"].as_i64().map_or(lifetime, |exp| exp - now());
+        lifetime = shared.exchanged_lifetime_secs.min(left);
+        shared
+            .exchanged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(token.clone());
+        sub.to_owned()
+    } else {
+        client_id.clone()
+    };
+    let shared = shared.into_inner();
+    let mut builder = TokenBuilder::new(Arc::clone(&shared))
+        .subject(subject)
+        .client_id(client_id.clone())
+        .expires_in(lifetime);
+    if exchange {
+        builder = builder.claim("act", json!({ "sub": client_id }));
+    }
+    if let Some(resource) = form.get("resource").or_else(|| form.get("audience")) {
         builder = builder.audience(resource.clone());
     }
     if !scopes.is_empty() {
@@ -1197,8 +1263,14 @@ async fn token(req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>) ->
     let mut answer = json!({
         "access_token": access_token,
         "token_type": "Bearer",
-        "expires_in": DEFAULT_LIFETIME_SECS,
+        "expires_in": lifetime,
     });
+    if exchange {
+        shared.token_exchanges.fetch_add(1, Ordering::SeqCst);
+        if let Value::Object(answer) = &mut answer {
+            answer.insert("issued_token_type".into(), ACCESS_TOKEN_TYPE.into());
+        }
+    }
     if !scopes.is_empty()
         && let Value::Object(answer) = &mut answer
     {

@@ -779,6 +779,12 @@ impl NodeConfig {
             return bad("upstream_separator must be one to four of _, - and .");
         }
         for upstream in &self.upstreams {
+            if upstream.token_exchange.is_some() && self.auth.is_none() {
+                return Err(ConfigError(format!(
+                    "[[upstreams]] upstream {:?}: token_exchange exchanges the caller's access token, which needs [auth] (the node's own authorization) on",
+                    upstream.name
+                )));
+            }
             upstream
                 .validate()
                 .map_err(|err| ConfigError(format!("[[upstreams]] {err}")))?;
@@ -1064,6 +1070,17 @@ mod tests {
         two.validate().unwrap();
         let (bad, _) = overridden(&[("MCP__UPSTREAM_SEPARATOR", "::")]).unwrap();
         assert!(bad.validate().unwrap_err().0.contains("upstream_separator"));
+        // Token exchange needs the caller's token: the node's auth on.
+        let (exchanging, _) = overridden(&[(
+            "MCP__UPSTREAMS",
+            r#"[{"name": "up", "urls": ["http://127.0.0.1:9/mcp"], "token_exchange": {"token_url": "http://127.0.0.1:9/token", "client_id": "node", "client_secret_file": "/run/secret"}}]"#,
+        )])
+        .unwrap();
+        let refused = exchanging.validate().unwrap_err().0;
+        assert!(
+            refused.contains("\"up\"") && refused.contains("needs [auth]"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -119,7 +119,12 @@ impl Stateless {
             Ok(meta) => meta,
             Err(error) => return self.send(Response::error(Some(id), error)).await,
         };
-        if let Err(error) = self.runtime.service().prepare_stateless().await {
+        if let Err(error) = self
+            .runtime
+            .service()
+            .prepare_stateless(&Default::default())
+            .await
+        {
             return self.send(Response::error(Some(id), error)).await;
         }
         let (reply, guard) = match self.runtime.stateless(request, meta, &self.inbound).await {

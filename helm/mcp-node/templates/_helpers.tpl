@@ -304,6 +304,9 @@ upstream_separator = {{ toJson .Values.upstreamSeparator }}
 {{- /* Each upstream a TOML table; JSON strings, arrays and numbers are
        TOML values, a map an inline table of quoted keys. */}}
 {{- range .Values.upstreams }}
+{{- if and .token_exchange (not $.Values.auth.enabled) }}
+{{- fail (printf "upstreams %s: token_exchange exchanges the caller's access token, which needs auth.enabled" .name) }}
+{{- end }}
 
 [[upstreams]]
 {{- range $key, $value := . }}

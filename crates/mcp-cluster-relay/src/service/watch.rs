@@ -32,6 +32,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Children, OWN_REQUEST_TIMEOUT, Place, RelayService, lock, own_meta, subscription};
+use crate::http::Who;
 use crate::upstream::{Call, Event, Upstream};
 
 /// URIs a watching child reported changed, waiting to be fanned out.
@@ -137,13 +138,19 @@ impl RelayService {
     /// Joins the principal's watcher, started if it has none (or its
     /// last one just ended); one caller per principal at a time.
     async fn join(&self, watch: ResourceWatch) -> Result<Option<Watching>, OpenError> {
-        let principal = watch.principal.clone();
+        let who = Who {
+            principal: watch.principal.clone(),
+            token: watch.caller_token.clone(),
+        };
         for _ in 0..2 {
-            let running = lock(&self.children).watchers.get(&principal).cloned();
+            let running = lock(&self.children).watchers.get(&who.principal).cloned();
             let watcher = match running {
                 Some(watcher) => watcher,
-                None => self.start_watcher(principal.clone()).await?,
+                None => self.start_watcher(&who).await?,
             };
+            // The newest token of the principal's, for the watcher's next
+            // exchange.
+            watcher.upstream.offer_caller(who.token.as_ref());
             let stream = watcher.next_stream.fetch_add(1, Ordering::Relaxed);
             let (watched_tx, watched) = oneshot::channel();
             let join = Command::Join {
@@ -176,7 +183,8 @@ impl RelayService {
 
     /// Starts the principal's watching child, counted against the same
     /// limits as every child.
-    async fn start_watcher(&self, principal: Option<String>) -> Result<Arc<Watcher>, OpenError> {
+    async fn start_watcher(&self, who: &Who) -> Result<Arc<Watcher>, OpenError> {
+        let principal = who.principal.clone();
         self.admit(principal.as_deref())?;
         let mut place = Place {
             relay: self,
@@ -184,7 +192,7 @@ impl RelayService {
             taken: false,
         };
         let (upstream, result) = self
-            .start_own(json!({}), true)
+            .start_own(json!({}), true, who)
             .await
             .map_err(OpenError::Failed)?;
         self.remember(&result);

@@ -70,6 +70,11 @@ pub struct Inbound {
     /// Who the body acts for: the principal of its validated access token
     /// (`None` when authorization is off, and on stdio).
     pub principal: Option<Arc<mcp_cluster_store::Principal>>,
+    /// The access token that principal was read from, as the client sent
+    /// it: for a hosted server whose authorization server exchanges it for
+    /// one of the upstream's (RFC 8693). It stays on the node that received
+    /// it: a request handed to another node goes without it.
+    pub caller_token: Option<CallerToken>,
     /// Bytes of the body as received (its JSON): what its requests hold
     /// while they run, charged to their owner ([`Inbound::owner`]) in the
     /// node's in-flight bytes. 0 when unknown.
@@ -148,6 +153,26 @@ impl BodyHold {
     }
 }
 
+/// A client's access token as it sent it, kept only to be exchanged for
+/// an upstream's (RFC 8693 token exchange) and never written anywhere: its
+/// `Debug` shows nothing of it, and it is neither serialized nor sent to
+/// another node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallerToken(Arc<mcp_cluster_telemetry::Secret>);
+
+impl CallerToken {
+    /// The token `token` (the credential of an `Authorization: Bearer`
+    /// header).
+    pub fn new(token: &str) -> Self {
+        Self(Arc::new(token.into()))
+    }
+
+    /// The token itself, to send to an authorization server.
+    pub fn secret(&self) -> &str {
+        self.0.expose()
+    }
+}
+
 impl Inbound {
     /// A body with no trace context and no peer (stdio).
     pub fn new(transport: Transport) -> Self {
@@ -157,6 +182,7 @@ impl Inbound {
             client: None,
             client_ip: None,
             principal: None,
+            caller_token: None,
             body_bytes: 0,
             body_hold: BodyHold::default(),
         }
@@ -269,6 +295,8 @@ pub(crate) struct Call {
     pub(crate) span: tracing::Span,
     /// Who the request acts for (its handler's context tells).
     pub(crate) principal: Option<Arc<mcp_cluster_store::Principal>>,
+    /// The access token it came with ([`Inbound::caller_token`]).
+    pub(crate) caller_token: Option<CallerToken>,
     /// Who the request is charged to ([`Inbound::owner`]), as its `hold`
     /// names it; `None` until it holds bytes.
     pub(crate) owner: Option<Arc<str>>,
@@ -348,6 +376,7 @@ impl Call {
             recorded: false,
             span,
             principal: inbound.principal.clone(),
+            caller_token: inbound.caller_token.clone(),
             owner: None,
             hold: None,
             task_slot: None,
@@ -490,6 +519,21 @@ fn known(list: &[&'static str], name: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_caller_s_token_never_shows_in_debug_output() {
+        let inbound = Inbound {
+            caller_token: Some(CallerToken::new("eyJ.secret.sig")),
+            ..Inbound::new(Transport::StreamableHttp)
+        };
+        let shown = format!("{inbound:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(shown.contains("CallerToken(\"<redacted>\")"), "{shown}");
+        assert_eq!(
+            inbound.caller_token.as_ref().map(CallerToken::secret),
+            Some("eyJ.secret.sig")
+        );
+    }
 
     #[test]
     fn unknown_methods_are_one_label() {

@@ -22,6 +22,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use crate::request::call::CallerToken;
 use crate::request::exchange::Exchange;
 use crate::request::method_table;
 use crate::request::tasks::TaskOutput;
@@ -338,6 +339,28 @@ struct ContextInner {
     scope: Scope,
     ask_timeout: Duration,
     principal: Option<Arc<Principal>>,
+    caller_token: Option<CallerToken>,
+}
+
+/// Who a request acts for, as its transport told: the principal of its
+/// access token, and the token (for an exchange, never passed on). Both
+/// `None` without authorization.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    /// The principal of the request's access token.
+    pub principal: Option<Arc<Principal>>,
+    /// The token itself ([`RequestContext::caller_token`]).
+    pub token: Option<CallerToken>,
+}
+
+impl Caller {
+    /// Who `inbound` acts for.
+    pub fn of(inbound: &crate::Inbound) -> Self {
+        Self {
+            principal: inbound.principal.clone(),
+            token: inbound.caller_token.clone(),
+        }
+    }
 }
 
 /// What a request belongs to.
@@ -365,14 +388,14 @@ impl RequestContext {
         asks: Recipient<RegisterAsk>,
         shared: Arc<SessionShared>,
         ask_timeout: Duration,
-        principal: Option<Arc<Principal>>,
+        caller: Caller,
     ) -> Self {
         let scope = Scope::Session {
             id: session_id,
             asks,
             shared,
         };
-        Self::with_scope(request, cancel, output, scope, ask_timeout, principal)
+        Self::with_scope(request, cancel, output, scope, ask_timeout, caller)
     }
 
     /// The context of a stateless (2026-07-28) request.
@@ -381,11 +404,11 @@ impl RequestContext {
         cancel: CancellationToken,
         output: Arc<RequestOutput>,
         scope: Arc<dyn Carried>,
-        principal: Option<Arc<Principal>>,
+        caller: Caller,
     ) -> Self {
         // No wait for answers: a question becomes an input round.
         let scope = Scope::Stateless(scope);
-        Self::with_scope(request, cancel, output, scope, Duration::ZERO, principal)
+        Self::with_scope(request, cancel, output, scope, Duration::ZERO, caller)
     }
 
     fn with_scope(
@@ -394,7 +417,7 @@ impl RequestContext {
         output: Arc<RequestOutput>,
         scope: Scope,
         ask_timeout: Duration,
-        principal: Option<Arc<Principal>>,
+        caller: Caller,
     ) -> Self {
         Self {
             inner: Arc::new(ContextInner {
@@ -404,7 +427,8 @@ impl RequestContext {
                 output,
                 scope,
                 ask_timeout,
-                principal,
+                principal: caller.principal,
+                caller_token: caller.token,
             }),
         }
     }
@@ -425,9 +449,19 @@ impl RequestContext {
     /// Who the request acts for: the principal of its validated access
     /// token, with the scopes that token grants. `None` when authorization
     /// is off (and on stdio). The token itself is never handed to
-    /// handlers: a server must not pass it on (no token passthrough).
+    /// handlers but as [`Self::caller_token`]: a server must not pass it on
+    /// (no token passthrough).
     pub fn principal(&self) -> Option<&Principal> {
         self.inner.principal.as_deref()
+    }
+
+    /// The access token the request came with, to be exchanged at an
+    /// authorization server for a token of another resource (RFC 8693),
+    /// never sent to that resource itself. `None` without authorization,
+    /// and for a request another node received and handed to this one
+    /// (the token stays on the node that received it).
+    pub fn caller_token(&self) -> Option<&CallerToken> {
+        self.inner.caller_token.as_ref()
     }
 
     /// The negotiated protocol revision.

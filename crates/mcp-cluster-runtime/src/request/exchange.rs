@@ -22,6 +22,7 @@ use tokio::sync::{Mutex, oneshot};
 use crate::node::config::ResponseMode;
 use crate::node::{ExchangeTicket, NodeContext};
 use crate::request::call::Call;
+use crate::request::context::Caller;
 
 /// How the transport answers the POST.
 #[derive(Debug)]
@@ -499,12 +500,21 @@ impl Exchange {
 
     /// Who request `id` answered here acts for.
     pub(crate) fn principal_of(&self, id: &RequestId) -> Option<Arc<mcp_cluster_store::Principal>> {
-        self.calls.lock().ok().and_then(|calls| {
-            calls
-                .iter()
-                .find(|c| c.id == *id)
-                .and_then(|c| c.principal.clone())
-        })
+        self.caller_of(id).principal
+    }
+
+    /// Who request `id` answered here acts for, and the token it came with.
+    pub(crate) fn caller_of(&self, id: &RequestId) -> Caller {
+        self.calls
+            .lock()
+            .ok()
+            .and_then(|calls| {
+                calls.iter().find(|c| c.id == *id).map(|c| Caller {
+                    principal: c.principal.clone(),
+                    token: c.caller_token.clone(),
+                })
+            })
+            .unwrap_or_default()
     }
 
     fn complete_call(&self, response: &Response) {

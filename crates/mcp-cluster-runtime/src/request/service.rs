@@ -229,12 +229,15 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
     /// carries, the mirrored arguments): a service that
     /// learns those at run time (a hosted server, from its first child)
     /// learns them here. Called by the transport for every such request:
-    /// make it cheap once learnt.
+    /// make it cheap once learnt. `caller`: who the request acts for (a
+    /// hosted server reached with the caller's exchanged token needs it to
+    /// learn anything).
     /// Default: nothing to learn.
     ///
     /// # Errors
     /// They cannot be learnt now: the request is answered with the error.
-    async fn prepare_stateless(&self) -> Result<(), ErrorObject> {
+    async fn prepare_stateless(&self, caller: &crate::Caller) -> Result<(), ErrorObject> {
+        let _ = caller;
         Ok(())
     }
 
@@ -365,6 +368,9 @@ pub struct ResourceWatch {
     /// it listens (a hosted server of 2026-07-28) listens for as long as
     /// the watch lives.
     pub lists: bool,
+    /// The access token the stream's request came with (see
+    /// [`crate::RequestContext::caller_token`]).
+    pub caller_token: Option<crate::CallerToken>,
 }
 
 /// What [`McpService::watch_resources`] watches, for as long as it lives.
@@ -406,7 +412,15 @@ impl ResourceWatch {
             uris,
             updates,
             lists: false,
+            caller_token: None,
         }
+    }
+
+    /// The stream's request came with `token` ([`Self::caller_token`]).
+    #[must_use]
+    pub fn with_caller_token(mut self, token: Option<crate::CallerToken>) -> Self {
+        self.caller_token = token;
+        self
     }
 
     /// The stream also wants list changes ([`Self::lists`]).
@@ -491,6 +505,10 @@ pub struct SessionOpen {
     /// ([`mcp_cluster_store::Principal::key`]); `None` without
     /// authorization.
     pub principal: Option<String>,
+    /// The access token of the `initialize` (see
+    /// [`crate::RequestContext::caller_token`]); `None` without
+    /// authorization.
+    pub caller_token: Option<crate::CallerToken>,
     /// The `initialize` params as the client sent them (every field, known
     /// to this runtime or not).
     pub params: Value,

@@ -45,7 +45,8 @@ use crate::node::error::RuntimeError;
 use crate::node::{InFlightTicket, NodeContext};
 use crate::request::call::SessionLabel;
 use crate::request::context::{
-    AskError, AskOutcome, RegisterAsk, RequestContext, RequestOutput, SaveGuard, SessionShared,
+    AskError, AskOutcome, Caller, RegisterAsk, RequestContext, RequestOutput, SaveGuard,
+    SessionShared,
 };
 use crate::request::exchange::Exchange;
 use crate::request::executor::Executor;
@@ -1098,6 +1099,7 @@ impl Session {
         let open = SessionOpen {
             session: self.record.id.clone(),
             principal: self.shared.owner.get().map(ToString::to_string),
+            caller_token: exchange.caller_of(&request.id).token,
             params: request.params.clone().map_or(Value::Null, Value::Object),
             link,
         };
@@ -1424,8 +1426,8 @@ impl Session {
         }
         let cancel = self.cancel.child_token();
         let output = Arc::new(RequestOutput::new(exchange));
-        let principal = output.exchange.principal_of(&request.id);
-        let context = self.context(&request, &cancel, &output, principal, ctx);
+        let caller = output.exchange.caller_of(&request.id);
+        let context = self.context(&request, &cancel, &output, caller, ctx);
         let id = request.id.clone();
         let job = handler_job(&self.deps.service, request, context, &output.exchange);
         self.run_in_flight(id, output, cancel, job, ctx);
@@ -1437,7 +1439,7 @@ impl Session {
         request: &Request,
         cancel: &CancellationToken,
         output: &Arc<RequestOutput>,
-        principal: Option<Arc<mcp_cluster_store::Principal>>,
+        caller: Caller,
         ctx: &mut Context<Self>,
     ) -> RequestContext {
         RequestContext::new(
@@ -1448,7 +1450,7 @@ impl Session {
             ctx.address().recipient(),
             Arc::clone(&self.shared),
             self.deps.config.ask_timeout(),
-            principal,
+            caller,
         )
     }
 
@@ -1501,7 +1503,7 @@ impl Session {
         let cancel = self.cancel.child_token();
         let span = exchange.span_of(&request.id);
         let hold = exchange.take_hold(&request.id);
-        let principal = exchange.principal_of(&request.id);
+        let caller = exchange.caller_of(&request.id);
         let client = hold
             .as_ref()
             .and_then(|h| h.owner())
@@ -1541,7 +1543,7 @@ impl Session {
                 act.record.standalone_stream.clone(),
             );
             let output = Arc::new(RequestOutput::of_task(stream, run));
-            let context = act.context(&request, &cancel, &output, principal, ctx);
+            let context = act.context(&request, &cancel, &output, caller, ctx);
             let id = request.id.clone();
             let handler = run_handler(&act.deps.service, request, context, span, hold);
             let job: Job = Box::pin(async move {

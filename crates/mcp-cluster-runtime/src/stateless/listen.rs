@@ -323,7 +323,8 @@ impl Stateless {
                 filter.uris.clone(),
                 updates,
             )
-            .with_lists(lists);
+            .with_lists(lists)
+            .with_caller_token(inbound.caller_token.clone());
             match self.service().watch_resources(watch).await {
                 Ok(None) => {}
                 Ok(Some(watching)) => {

@@ -875,7 +875,7 @@ impl Stateless {
             job.clone(),
             Arc::clone(&output),
             Arc::clone(&scope) as Arc<dyn Carried>,
-            inbound.principal.clone(),
+            crate::request::context::Caller::of(inbound),
         );
         let handler = handler_job(self.service(), request, context, &exchange);
         let stateless = self.clone();
