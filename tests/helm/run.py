@@ -540,6 +540,10 @@ def expect_full(docs):
         "MCP_SERVER_CARD__PUBLIC_URL": "https://mcp.example.com",
         "MCP_SERVER_CARD__PUBLISH_TOOLS": "true"}, values
     spec = deployment["spec"]["template"]["spec"]
+    # extraVolumes and extraVolumeMounts, beside the chart's own.
+    assert {"name": "upstream-token", "secret": {"secretName": "upstream-token"}} in spec["volumes"]
+    assert {"name": "upstream-token", "mountPath": "/var/run/secrets/upstream",
+            "readOnly": True} in container["volumeMounts"]
     assert spec["terminationGracePeriodSeconds"] == 2 + 10 + 60 + 10
     assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 2
     assert "maxUnavailable" not in one(docs, "PodDisruptionBudget")["spec"]
