@@ -261,6 +261,15 @@ async fn the_2026_07_28_era_walks_the_same_merged_lists() {
     let discovered = post(1, "server/discover", json!({})).await;
     let info = &discovered["result"]["_meta"]["io.modelcontextprotocol/serverInfo"];
     assert_eq!(info["name"], "alpha+beta+broken", "{discovered}");
+    // Upstreams spoken to in the session era: every revision the node
+    // speaks, through it.
+    let versions = discovered["result"]["supportedVersions"]
+        .as_array()
+        .unwrap();
+    assert!(
+        versions.contains(&json!("2026-07-28")) && versions.contains(&json!("2025-11-25")),
+        "{discovered}"
+    );
     let mut names = Vec::new();
     let mut cursor: Option<String> = None;
     for id in 2..100 {

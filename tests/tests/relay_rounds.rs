@@ -266,6 +266,12 @@ async fn a_child_that_speaks_2026_07_28_gets_requests_as_they_come_and_is_shared
         "hostile-modern",
         "{discovered}"
     );
+    // The revisions it names itself, of those the node speaks.
+    assert_eq!(
+        discovered["result"]["supportedVersions"],
+        json!(["2026-07-28"]),
+        "{discovered}"
+    );
     // Its own input round, its own state, passed through both ways; the
     // retry on the other node.
     let act = |id, extra, caps| tool_call(id, "act", json!({}), extra, caps);

@@ -577,6 +577,18 @@ impl McpService for Federation {
         serde_json::from_value(merged).unwrap_or_default()
     }
 
+    /// Those every member serves (the intersection of the members that
+    /// name theirs).
+    fn supported_versions(&self) -> Option<Vec<String>> {
+        self.members
+            .iter()
+            .filter_map(|m| m.relay.supported_versions())
+            .reduce(|mut both, next| {
+                both.retain(|v| next.contains(v));
+                both
+            })
+    }
+
     fn instructions(&self) -> Option<String> {
         let answers: Vec<(&str, Value)> = self
             .members

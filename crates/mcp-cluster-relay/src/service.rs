@@ -153,6 +153,8 @@ struct Known {
     capabilities: ServerCapabilities,
     server_info: Implementation,
     instructions: Option<String>,
+    /// `supportedVersions` of a `server/discover` answer.
+    versions: Option<Vec<String>>,
 }
 
 impl Known {
@@ -171,6 +173,9 @@ impl Known {
                 .get("instructions")
                 .and_then(Value::as_str)
                 .map(str::to_owned),
+            versions: result
+                .get("supportedVersions")
+                .and_then(|v| serde_json::from_value(v.clone()).ok()),
         })
     }
 }
@@ -854,6 +859,16 @@ impl McpService for RelayService {
 
     fn instructions(&self) -> Option<String> {
         self.known.get().and_then(|k| k.instructions.clone())
+    }
+
+    /// A server of 2026-07-28 serves the revisions its own
+    /// `server/discover` names; one spoken to in the session era serves
+    /// every revision the node speaks (the node speaks its era to it).
+    fn supported_versions(&self) -> Option<Vec<String>> {
+        if !self.config.stateless {
+            return None;
+        }
+        self.known.get().and_then(|k| k.versions.clone())
     }
 
     async fn handle(&self, request: Request, ctx: RequestContext) -> Result<Value, ErrorObject> {

@@ -153,6 +153,14 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
         None
     }
 
+    /// The protocol revisions the service can serve, when it cannot serve
+    /// every one the node speaks (a hosted server of 2026-07-28 that names
+    /// fewer in its own `server/discover`): `server/discover` then answers
+    /// those of the node's that are among them. Default `None`: all.
+    fn supported_versions(&self) -> Option<Vec<String>> {
+        None
+    }
+
     /// Handles one request. The future runs in an in-flight request actor:
     /// it is dropped on cancellation and bounded by the request timeout.
     ///

@@ -657,7 +657,11 @@ impl Stateless {
         let service = self.service();
         let mut result = Map::new();
         result.insert("resultType".into(), json!("complete"));
-        result.insert("supportedVersions".into(), json!(supported_versions()));
+        let mut versions = supported_versions();
+        if let Some(served) = service.supported_versions() {
+            versions.retain(|v| served.iter().any(|s| s == v));
+        }
+        result.insert("supportedVersions".into(), json!(versions));
         let mut capabilities =
             serde_json::to_value(service.capabilities()).unwrap_or_else(|_| json!({}));
         // The service's extensions (skills), and the era's own (tasks).
