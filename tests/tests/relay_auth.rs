@@ -273,9 +273,20 @@ async fn the_caller_s_token_is_exchanged_for_one_of_the_upstream_s_kept_per_prin
     let again = client_with(&url, &Arc::new(Mutex::new(token("alice")))).await;
     assert_eq!(whoami(&again).await["subject"], "alice");
     assert_eq!(issuer.token_exchanges(), 1, "kept per principal");
+    // A token of hers that grants other scopes gets one of its own: never
+    // one exchanged from a token that grants more.
+    let scoped = issuer
+        .token()
+        .audience(RESOURCE)
+        .subject("alice")
+        .scopes(["mcp:tools"])
+        .sign();
+    let narrower = client_with(&url, &Arc::new(Mutex::new(scoped.clone()))).await;
+    assert_eq!(whoami(&narrower).await["subject"], "alice");
+    assert_eq!(issuer.exchanged_subject_tokens().last(), Some(&scoped));
     let bob = client_with(&url, &Arc::new(Mutex::new(token("bob")))).await;
     assert_eq!(whoami(&bob).await["subject"], "bob");
-    assert_eq!(issuer.token_exchanges(), 2);
+    assert_eq!(issuer.token_exchanges(), 3);
 
     // 2026-07-28: the request's own token, exchanged the same way.
     let carol = token("carol");
@@ -284,14 +295,14 @@ async fn the_caller_s_token_is_exchanged_for_one_of_the_upstream_s_kept_per_prin
         answer["result"]["structuredContent"]["subject"], "carol",
         "{answer}"
     );
-    assert_eq!(issuer.token_exchanges(), 3);
+    assert_eq!(issuer.token_exchanges(), 4);
 
     let base = url.trim_end_matches("/mcp");
     let series = "mcp_upstream_token_requests_total{grant=\"token_exchange\",outcome=\"ok\",upstream=\"guarded\"}";
-    assert_eq!(metric(base, series).await, 3.0);
+    assert_eq!(metric(base, series).await, 4.0);
     assert_eq!(
         metric(base, "mcp_upstream_exchanged_tokens{upstream=\"guarded\"}").await,
-        3.0
+        4.0
     );
 }
 

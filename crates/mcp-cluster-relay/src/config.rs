@@ -39,8 +39,8 @@ pub struct UpstreamConfig {
     pub client_credentials: Option<ClientCredentials>,
     /// RFC 8693 token exchange: each caller's access token is exchanged at
     /// the upstream's authorization server (which trusts the node's
-    /// issuer) for a token of the upstream, kept per principal until
-    /// shortly before it expires. Needs the node's authorization on;
+    /// issuer) for a token of the upstream, kept per principal and scopes
+    /// until shortly before it expires. Needs the node's authorization on;
     /// exclusive with the other two credentials.
     pub token_exchange: Option<TokenExchange>,
     /// Variables the child gets, on top of those of `inherit_env`. The
@@ -183,9 +183,9 @@ pub struct TokenExchange {
     /// The scopes to ask for, space-separated; none by default (those the
     /// authorization server grants).
     pub scope: Option<String>,
-    /// The most principals whose exchanged tokens this node keeps at once
-    /// (those expired go first, then those expiring soonest). Default
-    /// 10,000.
+    /// The most exchanged tokens this node keeps at once, one per
+    /// principal and scopes (those expired go first, then those expiring
+    /// soonest). Default 10,000.
     pub max_principals: usize,
 }
 

@@ -821,7 +821,7 @@ impl McpService for Federation {
             let (updates, mut reported) = tokio::sync::mpsc::channel::<String>(UPDATES_QUEUE);
             let asked = ResourceWatch::new(watch.principal.clone(), own, updates)
                 .with_lists(watch.lists)
-                .with_caller_token(watch.caller_token.clone());
+                .with_caller(watch.caller.clone());
             let Some(watching) = member.relay.watch_resources(asked).await? else {
                 continue;
             };

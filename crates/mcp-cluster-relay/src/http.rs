@@ -104,14 +104,20 @@ impl Credential {
         }
     }
 
-    /// The caller's token, as a request brings it (kept for the next
-    /// exchange of a `token_exchange` credential, ignored otherwise).
-    pub(crate) fn offer(&self, caller: Option<&CallerToken>) {
-        if let (Self::Exchange(exchange), Some(caller)) = (self, caller)
+    /// Whether it is the caller's token exchanged.
+    pub(crate) fn exchanges(&self) -> bool {
+        matches!(self, Self::Exchange(_))
+    }
+
+    /// The caller's token and scopes, as a request brings them (kept for
+    /// the next exchange of a `token_exchange` credential, ignored
+    /// otherwise).
+    pub(crate) fn offer(&self, who: &Who) {
+        if let (Self::Exchange(exchange), Some(token)) = (self, &who.token)
             && let Ok(mut held) = exchange.caller.lock()
-            && held.as_ref() != Some(caller)
+            && held.0.as_ref() != Some(token)
         {
-            *held = Some(caller.clone());
+            *held = (Some(token.clone()), who.scopes.clone());
         }
     }
 }
@@ -302,8 +308,9 @@ struct Exchanged {
 }
 
 /// The node's client for RFC 8693 token exchange at an upstream's
-/// authorization server, and the tokens it got there, per principal (at
-/// most `max_principals`). Neither the secret nor a token is ever logged.
+/// authorization server, and the tokens it got there, per principal and
+/// scopes (at most `max_principals`). Neither the secret nor a token is
+/// ever logged.
 #[derive(Debug)]
 pub(crate) struct TokenExchanger {
     config: crate::config::TokenExchange,
@@ -332,19 +339,19 @@ impl TokenExchanger {
         })
     }
 
-    /// `principal`'s token while it lasts, and whether it is not yet due
-    /// to be got again.
-    fn held(&self, principal: &str) -> Option<(String, bool)> {
+    /// The token kept under `key` while it lasts, and whether it is not
+    /// yet due to be got again.
+    fn held(&self, key: &str) -> Option<(String, bool)> {
         let now = tokio::time::Instant::now();
         let held = self.held.lock().ok()?;
-        held.get(principal)
+        held.get(key)
             .filter(|t| now < t.expires)
             .map(|t| (t.token.expose().to_owned(), now < t.renew))
     }
 
-    /// Exchanges `caller` (a token of `principal`) for one of the
-    /// upstream's, kept for `principal`.
-    async fn exchange(&self, principal: &str, caller: &CallerToken) -> Result<(), String> {
+    /// Exchanges `caller` (a token of the principal and scopes `key`
+    /// names) for one of the upstream's, kept under `key`.
+    async fn exchange(&self, key: &str, caller: &CallerToken) -> Result<(), String> {
         let mut form = vec![
             ("grant_type", TOKEN_EXCHANGE_GRANT),
             ("subject_token", caller.secret()),
@@ -379,7 +386,7 @@ impl TokenExchanger {
         let Ok(mut held) = self.held.lock() else {
             return Ok(());
         };
-        if held.len() >= self.config.max_principals && !held.contains_key(principal) {
+        if held.len() >= self.config.max_principals && !held.contains_key(key) {
             held.retain(|_, t| now < t.expires);
             if held.len() >= self.config.max_principals
                 && let Some(soonest) = held
@@ -390,31 +397,43 @@ impl TokenExchanger {
                 held.remove(&soonest);
             }
         }
-        held.insert(principal.to_owned(), kept);
+        held.insert(key.to_owned(), kept);
         metrics::exchanged_tokens(&self.upstream, held.len());
         Ok(())
     }
 }
 
 /// One session's credential at a `token_exchange` upstream: the tokens of
-/// its principal, exchanged from the last token of the caller's that a
-/// request of the session brought to this node.
+/// its principal, exchanged from the newest token of the caller's that a
+/// request of the session brought to this node. Tokens are kept per
+/// principal and scopes: a token that grants fewer scopes never gets one
+/// exchanged from a token that grants more.
 #[derive(Debug)]
 pub(crate) struct ExchangeFor {
     exchanger: Arc<TokenExchanger>,
     principal: String,
-    caller: std::sync::Mutex<Option<CallerToken>>,
+    /// The newest token of the caller's, and the scopes it grants.
+    caller: std::sync::Mutex<(Option<CallerToken>, String)>,
     /// One exchange at a time for the session.
     one: tokio::sync::Mutex<()>,
 }
 
 impl ExchangeFor {
+    /// The key of the tokens kept for the caller's newest token, and that
+    /// token.
+    fn caller(&self) -> (String, Option<CallerToken>) {
+        let held = self.caller.lock().map(|c| c.clone()).unwrap_or_default();
+        (format!("{}\n{}", self.principal, held.1), held.0)
+    }
+
     fn current(&self) -> Option<String> {
-        self.exchanger.held(&self.principal).map(|(token, _)| token)
+        self.exchanger
+            .held(&self.caller().0)
+            .map(|(token, _)| token)
     }
 
     async fn fresh(&self) -> Result<(), String> {
-        let due = || !matches!(self.exchanger.held(&self.principal), Some((_, true)));
+        let due = || !matches!(self.exchanger.held(&self.caller().0), Some((_, true)));
         if !due() {
             return Ok(());
         }
@@ -422,11 +441,11 @@ impl ExchangeFor {
         if !due() {
             return Ok(());
         }
-        let caller = self.caller.lock().ok().and_then(|c| c.clone());
+        let (key, caller) = self.caller();
         let Some(caller) = caller else {
             return Err("no token of the caller's is at hand to exchange".to_owned());
         };
-        self.exchanger.exchange(&self.principal, &caller).await
+        self.exchanger.exchange(&key, &caller).await
     }
 }
 
@@ -556,7 +575,7 @@ impl Replicas {
         Some(Arc::new(Credential::Exchange(ExchangeFor {
             exchanger: Arc::clone(exchanger),
             principal: caller.principal.clone().unwrap_or_default(),
-            caller: std::sync::Mutex::new(caller.token.clone()),
+            caller: std::sync::Mutex::new((caller.token.clone(), caller.scopes.clone())),
             one: tokio::sync::Mutex::new(()),
         })))
     }
@@ -588,21 +607,40 @@ impl Replicas {
     }
 }
 
-/// Who a new upstream session acts for: the principal's key and the token
-/// its request brought (both `None` for the relay's own sessions and
-/// without authorization).
+/// Who a new upstream session acts for: the principal's key, the token
+/// its request brought and the scopes that grants (`None` and empty for
+/// the relay's own sessions and without authorization).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Who {
     pub(crate) principal: Option<String>,
     pub(crate) token: Option<CallerToken>,
+    /// Sorted, space-separated.
+    pub(crate) scopes: String,
 }
 
 impl Who {
     /// Who `caller` is.
     pub(crate) fn of(caller: &mcp_cluster_runtime::Caller) -> Self {
+        Self::from_parts(caller.principal.as_deref(), caller.token.as_ref())
+    }
+
+    /// Who the request of `ctx` acts for.
+    pub(crate) fn of_request(ctx: &mcp_cluster_runtime::RequestContext) -> Self {
+        Self::from_parts(ctx.principal(), ctx.caller_token())
+    }
+
+    fn from_parts(
+        principal: Option<&mcp_cluster_store::Principal>,
+        token: Option<&CallerToken>,
+    ) -> Self {
+        let mut scopes: Vec<&str> = principal
+            .map(|p| p.scopes.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        scopes.sort_unstable();
         Self {
-            principal: caller.principal.as_ref().map(|p| p.key()),
-            token: caller.token.clone(),
+            principal: principal.map(mcp_cluster_store::Principal::key),
+            token: token.cloned(),
+            scopes: scopes.join(" "),
         }
     }
 }
@@ -1040,7 +1078,7 @@ mod tests {
                 .unwrap(),
             ),
             principal: "https://idp#alice".into(),
-            caller: std::sync::Mutex::new(Some(CallerToken::new("caller-token"))),
+            caller: std::sync::Mutex::new((Some(CallerToken::new("caller-token")), String::new())),
             one: tokio::sync::Mutex::new(()),
         };
         let shown = format!(

@@ -691,10 +691,7 @@ impl RelayService {
             });
         }
         self.admit(principal.as_deref()).map_err(limit_error)?;
-        let who = Who {
-            principal: principal.clone(),
-            token: ctx.caller_token().cloned(),
-        };
+        let who = Who::of_request(ctx);
         let mut place = Place {
             relay: self,
             principal,
@@ -959,10 +956,7 @@ impl McpService for RelayService {
             principal: open.principal,
             taken: false,
         };
-        let who = Who {
-            principal: place.principal.clone(),
-            token: open.caller_token,
-        };
+        let who = Who::of(&open.caller);
         let (upstream, result) = self.start(open.params, &who).await?;
         self.remember(&result);
         if let Some(naming) = &self.naming {
@@ -1082,7 +1076,7 @@ async fn relay_call(
     ctx: &RequestContext,
 ) -> Result<Value, ErrorObject> {
     let started = Instant::now();
-    upstream.offer_caller(ctx.caller_token());
+    upstream.offer_caller(ctx);
     let mut call = upstream
         .call(
             &request.method,

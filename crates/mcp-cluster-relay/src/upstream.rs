@@ -215,11 +215,21 @@ impl Upstream {
         upstream
     }
 
-    /// The caller's token a request brings, for a session whose upstream
-    /// gets it exchanged (`token_exchange`); nothing otherwise.
-    pub(crate) fn offer_caller(&self, token: Option<&mcp_cluster_runtime::CallerToken>) {
+    /// Who a request of `ctx` acts for, with its token, for a session
+    /// whose upstream gets the caller's token exchanged
+    /// (`token_exchange`); nothing otherwise.
+    pub(crate) fn offer_caller(&self, ctx: &mcp_cluster_runtime::RequestContext) {
+        if let Some(credential) = self.credential.get()
+            && credential.exchanges()
+        {
+            credential.offer(&crate::http::Who::of_request(ctx));
+        }
+    }
+
+    /// As [`Self::offer_caller`], for `who`.
+    pub(crate) fn offer(&self, who: &crate::http::Who) {
         if let Some(credential) = self.credential.get() {
-            credential.offer(token);
+            credential.offer(who);
         }
     }
 

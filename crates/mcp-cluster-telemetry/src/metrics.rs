@@ -234,8 +234,8 @@ pub struct Metrics {
     /// `mcp_upstream_token_requests_total` by upstream, grant and outcome:
     /// the node's requests for a token of an HTTP upstream's.
     pub upstream_token_requests: IntCounterVec,
-    /// `mcp_upstream_exchanged_tokens` by upstream: principals whose
-    /// exchanged token the node keeps.
+    /// `mcp_upstream_exchanged_tokens` by upstream: exchanged tokens the
+    /// node keeps (one per principal and scopes).
     pub upstream_exchanged_tokens: IntGaugeVec,
     /// `mcp_audit_records_total` by outcome: audit records written.
     pub audit_records: IntCounterVec,
@@ -606,7 +606,7 @@ impl Metrics {
             ),
             upstream_exchanged_tokens: gauges(
                 "mcp_upstream_exchanged_tokens",
-                "Principals whose token exchanged for an HTTP upstream's the node keeps, by upstream (at most its token_exchange.max_principals).",
+                "Tokens exchanged for an HTTP upstream's that the node keeps, one per principal and scopes, by upstream (at most its token_exchange.max_principals).",
                 &["upstream"],
             ),
             upstream_spawn_duration: histogram(

@@ -140,7 +140,7 @@ impl RelayService {
     async fn join(&self, watch: ResourceWatch) -> Result<Option<Watching>, OpenError> {
         let who = Who {
             principal: watch.principal.clone(),
-            token: watch.caller_token.clone(),
+            ..Who::of(&watch.caller)
         };
         for _ in 0..2 {
             let running = lock(&self.children).watchers.get(&who.principal).cloned();
@@ -150,7 +150,7 @@ impl RelayService {
             };
             // The newest token of the principal's, for the watcher's next
             // exchange.
-            watcher.upstream.offer_caller(who.token.as_ref());
+            watcher.upstream.offer(&who);
             let stream = watcher.next_stream.fetch_add(1, Ordering::Relaxed);
             let (watched_tx, watched) = oneshot::channel();
             let join = Command::Join {

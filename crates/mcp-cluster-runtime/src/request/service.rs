@@ -376,9 +376,9 @@ pub struct ResourceWatch {
     /// it listens (a hosted server of 2026-07-28) listens for as long as
     /// the watch lives.
     pub lists: bool,
-    /// The access token the stream's request came with (see
+    /// Who the stream's request acts for, with its token (see
     /// [`crate::RequestContext::caller_token`]).
-    pub caller_token: Option<crate::CallerToken>,
+    pub caller: crate::Caller,
 }
 
 /// What [`McpService::watch_resources`] watches, for as long as it lives.
@@ -420,14 +420,14 @@ impl ResourceWatch {
             uris,
             updates,
             lists: false,
-            caller_token: None,
+            caller: crate::Caller::default(),
         }
     }
 
-    /// The stream's request came with `token` ([`Self::caller_token`]).
+    /// The stream's request acts for `caller` ([`Self::caller`]).
     #[must_use]
-    pub fn with_caller_token(mut self, token: Option<crate::CallerToken>) -> Self {
-        self.caller_token = token;
+    pub fn with_caller(mut self, caller: crate::Caller) -> Self {
+        self.caller = caller;
         self
     }
 
@@ -513,10 +513,10 @@ pub struct SessionOpen {
     /// ([`mcp_cluster_store::Principal::key`]); `None` without
     /// authorization.
     pub principal: Option<String>,
-    /// The access token of the `initialize` (see
-    /// [`crate::RequestContext::caller_token`]); `None` without
+    /// Who the `initialize` acts for, with its token (see
+    /// [`crate::RequestContext::caller_token`]); empty without
     /// authorization.
-    pub caller_token: Option<crate::CallerToken>,
+    pub caller: crate::Caller,
     /// The `initialize` params as the client sent them (every field, known
     /// to this runtime or not).
     pub params: Value,

@@ -1099,7 +1099,7 @@ impl Session {
         let open = SessionOpen {
             session: self.record.id.clone(),
             principal: self.shared.owner.get().map(ToString::to_string),
-            caller_token: exchange.caller_of(&request.id).token,
+            caller: exchange.caller_of(&request.id),
             params: request.params.clone().map_or(Value::Null, Value::Object),
             link,
         };

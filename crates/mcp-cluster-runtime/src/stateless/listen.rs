@@ -324,7 +324,7 @@ impl Stateless {
                 updates,
             )
             .with_lists(lists)
-            .with_caller_token(inbound.caller_token.clone());
+            .with_caller(crate::Caller::of(inbound));
             match self.service().watch_resources(watch).await {
                 Ok(None) => {}
                 Ok(Some(watching)) => {
