@@ -355,7 +355,7 @@ pub struct Caller {
 
 impl Caller {
     /// Who `inbound` acts for.
-    pub fn of(inbound: &crate::Inbound) -> Self {
+    pub fn of(inbound: &crate::request::call::Inbound) -> Self {
         Self {
             principal: inbound.principal.clone(),
             token: inbound.caller_token.clone(),

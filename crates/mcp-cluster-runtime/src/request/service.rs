@@ -244,7 +244,10 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
     ///
     /// # Errors
     /// They cannot be learnt now: the request is answered with the error.
-    async fn prepare_stateless(&self, caller: &crate::Caller) -> Result<(), ErrorObject> {
+    async fn prepare_stateless(
+        &self,
+        caller: &crate::request::context::Caller,
+    ) -> Result<(), ErrorObject> {
         let _ = caller;
         Ok(())
     }
@@ -378,7 +381,7 @@ pub struct ResourceWatch {
     pub lists: bool,
     /// Who the stream's request acts for, with its token (see
     /// [`crate::RequestContext::caller_token`]).
-    pub caller: crate::Caller,
+    pub caller: crate::request::context::Caller,
 }
 
 /// What [`McpService::watch_resources`] watches, for as long as it lives.
@@ -420,13 +423,13 @@ impl ResourceWatch {
             uris,
             updates,
             lists: false,
-            caller: crate::Caller::default(),
+            caller: crate::request::context::Caller::default(),
         }
     }
 
     /// The stream's request acts for `caller` ([`Self::caller`]).
     #[must_use]
-    pub fn with_caller(mut self, caller: crate::Caller) -> Self {
+    pub fn with_caller(mut self, caller: crate::request::context::Caller) -> Self {
         self.caller = caller;
         self
     }
@@ -516,7 +519,7 @@ pub struct SessionOpen {
     /// Who the `initialize` acts for, with its token (see
     /// [`crate::RequestContext::caller_token`]); empty without
     /// authorization.
-    pub caller: crate::Caller,
+    pub caller: crate::request::context::Caller,
     /// The `initialize` params as the client sent them (every field, known
     /// to this runtime or not).
     pub params: Value,

@@ -324,7 +324,7 @@ impl Stateless {
                 updates,
             )
             .with_lists(lists)
-            .with_caller(crate::Caller::of(inbound));
+            .with_caller(crate::request::context::Caller::of(inbound));
             match self.service().watch_resources(watch).await {
                 Ok(None) => {}
                 Ok(Some(watching)) => {
