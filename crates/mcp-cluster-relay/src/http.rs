@@ -117,7 +117,10 @@ impl Credential {
             && let Ok(mut held) = exchange.caller.lock()
             && held.0.as_ref() != Some(token)
         {
-            *held = (Some(token.clone()), who.scopes.clone());
+            *held = (
+                Some(token.clone()),
+                ExchangeFor::key(&exchange.principal, &who.scopes),
+            );
         }
     }
 }
@@ -137,63 +140,90 @@ struct Issued {
     lifetime: Duration,
 }
 
-/// POSTs `form` to `token_url` as the node's client `client_id` (HTTP
-/// Basic with `secret`): the token it answers (RFC 6749 section 5.1), or
-/// why there is none (never the secret or a token). `grant`: the grant's
-/// label in `mcp_upstream_token_requests_total`.
-async fn request_token(
-    http: &reqwest::Client,
-    upstream: &str,
-    grant: &'static str,
-    (token_url, client_id, secret): (&str, &str, &str),
-    form: &[(&str, &str)],
-) -> Result<Issued, String> {
-    let body = form
-        .iter()
-        .map(|(k, v)| format!("{k}={}", form_encode(v)))
-        .collect::<Vec<_>>()
-        .join("&");
-    let answer = http
-        .post(token_url)
-        .basic_auth(client_id, Some(secret))
-        .header("Content-Type", "application/x-www-form-urlencoded")
-        .header("Accept", "application/json")
-        .body(body)
-        .send()
-        .await;
-    let answer = match answer {
-        Ok(answer) => answer,
-        Err(err) => {
-            metrics::token_request(upstream, grant, "unreachable");
-            return Err(format!("its token endpoint could not be reached ({err})"));
-        }
-    };
-    let status = answer.status();
-    let answer: Value = match read_bounded(answer, MAX_TOKEN_ANSWER_BYTES).await {
-        Some(body) => serde_json::from_slice(&body).unwrap_or(Value::Null),
-        None => Value::Null,
-    };
-    if !answer.is_object() {
-        metrics::token_request(upstream, grant, "refused");
-        return Err(format!(
-            "its token endpoint answered HTTP {status}, not a token (or one over {MAX_TOKEN_ANSWER_BYTES} bytes)"
-        ));
+/// The node's client at an upstream's authorization server: its token
+/// endpoint, client id and secret (HTTP Basic), read again when its file
+/// changes. Neither the secret nor a token it gets is ever logged.
+#[derive(Debug)]
+struct TokenEndpoint {
+    upstream: String,
+    token_url: String,
+    client_id: String,
+    secret: TokenFile,
+    http: reqwest::Client,
+}
+
+impl TokenEndpoint {
+    /// # Errors
+    /// The secret's file cannot be read (`what`: its table, for the
+    /// message).
+    fn new(
+        what: &str,
+        upstream: &str,
+        (token_url, client_id, secret_file): (&str, &str, &std::path::Path),
+        connect_timeout: Duration,
+    ) -> Result<Self, String> {
+        let secret = TokenFile::open(secret_file)
+            .map_err(|why| format!("{what}.client_secret_file {why}"))?;
+        Ok(Self {
+            upstream: upstream.to_owned(),
+            token_url: token_url.to_owned(),
+            client_id: client_id.to_owned(),
+            secret,
+            http: reqwest::Client::builder()
+                .connect_timeout(connect_timeout)
+                .timeout(RETRY_MAX)
+                .build()
+                .unwrap_or_default(),
+        })
     }
-    let Some(token) = answer["access_token"]
-        .as_str()
-        .filter(|t| status.is_success() && !t.is_empty() && t.len() as u64 <= MAX_TOKEN_BYTES)
-    else {
-        metrics::token_request(upstream, grant, "refused");
-        let error = answer["error"].as_str().unwrap_or("no access_token");
-        return Err(format!(
-            "its token endpoint refused the node's client ({status}, {error})"
-        ));
-    };
-    metrics::token_request(upstream, grant, "ok");
-    Ok(Issued {
-        token: Secret::new(token),
-        lifetime: Duration::from_secs(answer["expires_in"].as_u64().unwrap_or(3600)),
-    })
+
+    /// POSTs `form`: the token the endpoint answers (RFC 6749 section
+    /// 5.1), or why there is none (never the secret or a token). `grant`:
+    /// the grant's label in `mcp_upstream_token_requests_total`.
+    async fn request(&self, grant: &'static str, form: &[(&str, &str)]) -> Result<Issued, String> {
+        let upstream = &self.upstream;
+        let answer = self
+            .http
+            .post(&self.token_url)
+            .basic_auth(&self.client_id, Some(self.secret.token()))
+            .header("Accept", "application/json")
+            .form(form)
+            .send()
+            .await;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(err) => {
+                metrics::token_request(upstream, grant, "unreachable");
+                return Err(format!("its token endpoint could not be reached ({err})"));
+            }
+        };
+        let status = answer.status();
+        let answer: Value = match read_bounded(answer, MAX_TOKEN_ANSWER_BYTES).await {
+            Some(body) => serde_json::from_slice(&body).unwrap_or(Value::Null),
+            None => Value::Null,
+        };
+        if !answer.is_object() {
+            metrics::token_request(upstream, grant, "refused");
+            return Err(format!(
+                "its token endpoint answered HTTP {status}, not a token (or one over {MAX_TOKEN_ANSWER_BYTES} bytes)"
+            ));
+        }
+        let Some(token) = answer["access_token"]
+            .as_str()
+            .filter(|t| status.is_success() && !t.is_empty() && t.len() as u64 <= MAX_TOKEN_BYTES)
+        else {
+            metrics::token_request(upstream, grant, "refused");
+            let error = answer["error"].as_str().unwrap_or("no access_token");
+            return Err(format!(
+                "its token endpoint refused the node's client ({status}, {error})"
+            ));
+        };
+        metrics::token_request(upstream, grant, "ok");
+        Ok(Issued {
+            token: Secret::new(token),
+            lifetime: Duration::from_secs(answer["expires_in"].as_u64().unwrap_or(3600)),
+        })
+    }
 }
 
 /// The largest answer of a token endpoint read.
@@ -217,23 +247,12 @@ async fn read_bounded(mut answer: reqwest::Response, max: usize) -> Option<Vec<u
 #[derive(Debug)]
 pub(crate) struct ClientCredentials {
     config: crate::config::ClientCredentials,
-    upstream: String,
-    secret: TokenFile,
-    http: reqwest::Client,
+    endpoint: TokenEndpoint,
     /// The token and when it is to be got again; one request for it at a
     /// time.
     held: tokio::sync::Mutex<Option<(Secret, tokio::time::Instant)>>,
     /// The token requests carry (read without waiting).
     current: std::sync::RwLock<Option<Secret>>,
-}
-
-/// The client every token endpoint is reached with.
-fn token_client(connect_timeout: Duration) -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(connect_timeout)
-        .timeout(RETRY_MAX)
-        .build()
-        .unwrap_or_default()
 }
 
 impl ClientCredentials {
@@ -244,13 +263,14 @@ impl ClientCredentials {
         upstream: &str,
         connect_timeout: Duration,
     ) -> Result<Self, String> {
-        let secret = TokenFile::open(&config.client_secret_file)
-            .map_err(|why| format!("client_credentials.client_secret_file {why}"))?;
+        let client = (
+            config.token_url.as_str(),
+            config.client_id.as_str(),
+            config.client_secret_file.as_path(),
+        );
         Ok(Self {
             config: config.clone(),
-            upstream: upstream.to_owned(),
-            secret,
-            http: token_client(connect_timeout),
+            endpoint: TokenEndpoint::new("client_credentials", upstream, client, connect_timeout)?,
             held: tokio::sync::Mutex::new(None),
             current: std::sync::RwLock::new(None),
         })
@@ -279,15 +299,7 @@ impl ClientCredentials {
         if let Some(resource) = &self.config.resource {
             form.push(("resource", resource));
         }
-        let secret = self.secret.token();
-        let issued = request_token(
-            &self.http,
-            &self.upstream,
-            "client_credentials",
-            (&self.config.token_url, &self.config.client_id, &secret),
-            &form,
-        )
-        .await?;
+        let issued = self.endpoint.request("client_credentials", &form).await?;
         let renew = tokio::time::Instant::now() + issued.lifetime.saturating_sub(TOKEN_MARGIN);
         *held = Some((issued.token.clone(), renew));
         if let Ok(mut current) = self.current.write() {
@@ -314,9 +326,7 @@ struct Exchanged {
 #[derive(Debug)]
 pub(crate) struct TokenExchanger {
     config: crate::config::TokenExchange,
-    upstream: String,
-    secret: TokenFile,
-    http: reqwest::Client,
+    endpoint: TokenEndpoint,
     held: std::sync::Mutex<HashMap<String, Exchanged>>,
 }
 
@@ -328,13 +338,14 @@ impl TokenExchanger {
         upstream: &str,
         connect_timeout: Duration,
     ) -> Result<Self, String> {
-        let secret = TokenFile::open(&config.client_secret_file)
-            .map_err(|why| format!("token_exchange.client_secret_file {why}"))?;
+        let client = (
+            config.token_url.as_str(),
+            config.client_id.as_str(),
+            config.client_secret_file.as_path(),
+        );
         Ok(Self {
             config: config.clone(),
-            upstream: upstream.to_owned(),
-            secret,
-            http: token_client(connect_timeout),
+            endpoint: TokenEndpoint::new("token_exchange", upstream, client, connect_timeout)?,
             held: std::sync::Mutex::new(HashMap::new()),
         })
     }
@@ -367,16 +378,11 @@ impl TokenExchanger {
                 form.push((key, value));
             }
         }
-        let secret = self.secret.token();
-        let issued = request_token(
-            &self.http,
-            &self.upstream,
-            "token_exchange",
-            (&self.config.token_url, &self.config.client_id, &secret),
-            &form,
-        )
-        .await
-        .map_err(|why| format!("the caller's token could not be exchanged: {why}"))?;
+        let issued = self
+            .endpoint
+            .request("token_exchange", &form)
+            .await
+            .map_err(|why| format!("the caller's token could not be exchanged: {why}"))?;
         let now = tokio::time::Instant::now();
         let kept = Exchanged {
             token: issued.token,
@@ -398,7 +404,7 @@ impl TokenExchanger {
             }
         }
         held.insert(key.to_owned(), kept);
-        metrics::exchanged_tokens(&self.upstream, held.len());
+        metrics::exchanged_tokens(&self.endpoint.upstream, held.len());
         Ok(())
     }
 }
@@ -412,18 +418,25 @@ impl TokenExchanger {
 pub(crate) struct ExchangeFor {
     exchanger: Arc<TokenExchanger>,
     principal: String,
-    /// The newest token of the caller's, and the scopes it grants.
+    /// The newest token of the caller's, and the key of the tokens kept
+    /// for it ([`Self::key`]).
     caller: std::sync::Mutex<(Option<CallerToken>, String)>,
     /// One exchange at a time for the session.
     one: tokio::sync::Mutex<()>,
 }
 
 impl ExchangeFor {
+    /// Tokens are kept per principal and the scopes (sorted, space
+    /// separated) its token grants.
+    fn key(principal: &str, scopes: &str) -> String {
+        format!("{principal}\n{scopes}")
+    }
+
     /// The key of the tokens kept for the caller's newest token, and that
     /// token.
     fn caller(&self) -> (String, Option<CallerToken>) {
         let held = self.caller.lock().map(|c| c.clone()).unwrap_or_default();
-        (format!("{}\n{}", self.principal, held.1), held.0)
+        (held.1, held.0)
     }
 
     fn current(&self) -> Option<String> {
@@ -447,20 +460,6 @@ impl ExchangeFor {
         };
         self.exchanger.exchange(&key, &caller).await
     }
-}
-
-/// `application/x-www-form-urlencoded` of one value.
-fn form_encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            b' ' => "+".to_owned(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// The longest bearer token read from a file.
@@ -572,10 +571,14 @@ impl Replicas {
         let Some(exchanger) = &self.exchanger else {
             return self.credential.clone();
         };
+        let principal = caller.principal.clone().unwrap_or_default();
         Some(Arc::new(Credential::Exchange(ExchangeFor {
             exchanger: Arc::clone(exchanger),
-            principal: caller.principal.clone().unwrap_or_default(),
-            caller: std::sync::Mutex::new((caller.token.clone(), caller.scopes.clone())),
+            principal: principal.clone(),
+            caller: std::sync::Mutex::new((
+                caller.token.clone(),
+                ExchangeFor::key(&principal, &caller.scopes),
+            )),
             one: tokio::sync::Mutex::new(()),
         })))
     }
