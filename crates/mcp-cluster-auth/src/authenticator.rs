@@ -528,7 +528,11 @@ impl Authenticator {
 
 /// The token of a `Bearer` credential (RFC 6750 section 2.1: the scheme is
 /// case-insensitive, the token is `b64token`).
-fn bearer(header: Option<&[u8]>) -> Result<&str, AuthError> {
+///
+/// # Errors
+/// [`AuthError::Missing`] without a header, [`AuthError::MalformedHeader`]
+/// for anything but `Bearer <b64token>`.
+pub fn bearer(header: Option<&[u8]>) -> Result<&str, AuthError> {
     let header = header.ok_or(AuthError::Missing)?;
     let header = std::str::from_utf8(header).map_err(|_| AuthError::MalformedHeader)?;
     let (scheme, token) = header.split_once(' ').ok_or(AuthError::MalformedHeader)?;

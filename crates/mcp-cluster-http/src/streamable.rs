@@ -232,13 +232,13 @@ pub(crate) fn inbound(
     }
 }
 
-/// The credential of the request's `Authorization: Bearer` header.
+/// The credential of the request's `Authorization: Bearer` header, read
+/// as authorization read it.
 fn bearer_token(req: &HttpRequest) -> Option<mcp_cluster_runtime::CallerToken> {
-    let value = req.headers().get(AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| mcp_cluster_runtime::CallerToken::new(token.trim()))
+    let header = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
+    mcp_cluster_auth::authenticator::bearer(header)
+        .ok()
+        .map(mcp_cluster_runtime::CallerToken::new)
 }
 
 /// The client's address as quotas count it: the peer, or behind trusted
