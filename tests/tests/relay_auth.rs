@@ -199,6 +199,7 @@ fn exchanging(
     name: &str,
     issuer: &TestIssuer,
     upstream: &NodeProcess,
+    extra: &str,
 ) -> (NodeProcess, relay_support::Scratch) {
     let dir = std::env::temp_dir().join(format!("mcp-relay-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -211,7 +212,7 @@ fn exchanging(
         "",
         &format!(
             "[[upstreams]]\nname = \"guarded\"\nurls = [\"{}\"]\n\n[upstreams.token_exchange]\n\
-             token_url = {:?}\nclient_id = {:?}\nclient_secret_file = {:?}\nresource = \"{UPSTREAM}\"\n",
+             token_url = {:?}\nclient_id = {:?}\nclient_secret_file = {:?}\nresource = \"{UPSTREAM}\"\n{extra}\n",
             upstream.url(),
             issuer.token_endpoint(),
             issuer.client_id(),
@@ -250,7 +251,7 @@ async fn the_caller_s_token_is_exchanged_for_one_of_the_upstream_s_kept_per_prin
     let issuer = TestIssuer::start().await.unwrap();
     let upstream = tokio::task::block_in_place(|| guarded(&issuer));
     let (front, _scratch) =
-        tokio::task::block_in_place(|| exchanging("relay-exchange", &issuer, &upstream));
+        tokio::task::block_in_place(|| exchanging("relay-exchange", &issuer, &upstream, ""));
     let url = front.url().to_owned();
     let token = |who: &str| issuer.token().audience(RESOURCE).subject(who).sign();
     let alice = token("alice");
@@ -318,7 +319,7 @@ async fn a_token_due_again_is_exchanged_from_the_caller_s_newest_and_a_refusal_n
     .unwrap();
     let upstream = tokio::task::block_in_place(|| guarded(&issuer));
     let (front, _scratch) =
-        tokio::task::block_in_place(|| exchanging("relay-exchange-due", &issuer, &upstream));
+        tokio::task::block_in_place(|| exchanging("relay-exchange-due", &issuer, &upstream, ""));
     let url = front.url().to_owned();
     let token = |who: &str| issuer.token().audience(RESOURCE).subject(who).sign();
     let (first, second) = (token("alice"), token("alice"));
@@ -349,4 +350,37 @@ async fn a_token_due_again_is_exchanged_from_the_caller_s_newest_and_a_refusal_n
     let base = url.trim_end_matches("/mcp");
     let series = "mcp_upstream_token_requests_total{grant=\"token_exchange\",outcome=\"refused\",upstream=\"guarded\"}";
     assert_eq!(metric(base, series).await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exchanged_tokens_past_max_principals_are_dropped_soonest_to_expire_first() {
+    let issuer = TestIssuer::start().await.unwrap();
+    let upstream = tokio::task::block_in_place(|| guarded(&issuer));
+    let (front, _scratch) = tokio::task::block_in_place(|| {
+        exchanging(
+            "relay-exchange-max",
+            &issuer,
+            &upstream,
+            "max_principals = 2",
+        )
+    });
+    let url = front.url().to_owned();
+    let base = url.trim_end_matches("/mcp").to_owned();
+    let kept = "mcp_upstream_exchanged_tokens{upstream=\"guarded\"}";
+    let token = |who: &str| issuer.token().audience(RESOURCE).subject(who).sign();
+    for (n, who) in ["alice", "bob", "carol"].into_iter().enumerate() {
+        let client = client_with(&url, &Arc::new(Mutex::new(token(who)))).await;
+        assert_eq!(whoami(&client).await["subject"], who);
+        assert_eq!(issuer.token_exchanges(), n as u64 + 1);
+        assert_eq!(metric(&base, kept).await, (n + 1).min(2) as f64);
+    }
+    // Alice's, the soonest to expire, made room for carol's: she exchanges
+    // again; carol's is still kept.
+    let alice = client_with(&url, &Arc::new(Mutex::new(token("alice")))).await;
+    assert_eq!(whoami(&alice).await["subject"], "alice");
+    assert_eq!(issuer.token_exchanges(), 4);
+    let carol = client_with(&url, &Arc::new(Mutex::new(token("carol")))).await;
+    assert_eq!(whoami(&carol).await["subject"], "carol");
+    assert_eq!(issuer.token_exchanges(), 4);
+    assert_eq!(metric(&base, kept).await, 2.0);
 }
