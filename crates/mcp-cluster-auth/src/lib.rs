@@ -12,6 +12,7 @@
 //! # Layout
 //! - [`config`]: [`AuthConfig`], validated once.
 //! - [`authenticator`]: [`Authenticator`], header to principal.
+//! - [`bearer`]: the `Bearer` credential of an `Authorization` header.
 //! - `issuer`: discovery and key caching per authorization server.
 //! - `introspection_budget`: which introspection calls a node makes (per
 //!   address, in all, and the reserve for addresses in good standing).
@@ -29,6 +30,7 @@ pub mod authenticator;
 #[cfg(not(feature = "verify"))]
 #[path = "unbuilt.rs"]
 pub mod authenticator;
+pub mod bearer;
 pub mod config;
 pub mod error;
 #[cfg(feature = "verify")]

@@ -236,7 +236,7 @@ pub(crate) fn inbound(
 /// as authorization read it.
 fn bearer_token(req: &HttpRequest) -> Option<mcp_cluster_runtime::CallerToken> {
     let header = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
-    mcp_cluster_auth::authenticator::bearer(header)
+    mcp_cluster_auth::bearer::bearer(header)
         .ok()
         .map(mcp_cluster_runtime::CallerToken::new)
 }
