@@ -53,6 +53,28 @@ return 1
     )
 });
 
+/// KEYS: session, subs, lease. ARGV: JSON, TTL ms, the host it replaces,
+/// holder. Replaces a live record whose `host` is still the one named and
+/// renews both TTLs; 1 when written, 0 when the session is gone or its
+/// host is another, `{holder}` when another node holds the lease.
+static REHOST: LazyLock<Script> = LazyLock::new(|| {
+    writing(
+        r"
+local record = redis.call('GET', KEYS[1])
+if not record then
+  return 0
+end
+local ok, stored = pcall(cjson.decode, record)
+if not ok or type(stored) ~= 'table' or stored['host'] ~= ARGV[3] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'XX', 'PX', ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+",
+    )
+});
+
 /// KEYS: session, subs, lease. ARGV: holder, lease TTL ms, `1` to take the
 /// lease. The record and subscriptions of a live session, and whether this
 /// node holds the lease (taken when free and asked for, renewed when held):
@@ -405,6 +427,20 @@ impl SessionStore for RedisSessionStore {
         let args = [json, millis(idle_ttl).to_string()];
         let reply = self
             .write("session_save", &SAVE, &record.id, &[], &args)
+            .await?;
+        Ok(reply::int(&reply)? == 1)
+    }
+
+    async fn rehost(
+        &self,
+        record: &SessionRecord,
+        from: &str,
+        idle_ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let json = serde_json::to_string(record).map_err(corrupt)?;
+        let args = [json, millis(idle_ttl).to_string(), from.to_owned()];
+        let reply = self
+            .write("session_rehost", &REHOST, &record.id, &[], &args)
             .await?;
         Ok(reply::int(&reply)? == 1)
     }

@@ -563,6 +563,24 @@ impl SessionStore for MemorySessionStore {
         }
     }
 
+    async fn rehost(
+        &self,
+        record: &SessionRecord,
+        from: &str,
+        idle_ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        match self.sessions.get_mut(&record.id) {
+            Some(mut e) if e.1 > now && e.0.host.as_deref() == Some(from) => {
+                let subscriptions = std::mem::take(&mut e.0.subscriptions);
+                *e = (record.clone(), now + idle_ttl);
+                e.0.subscriptions = subscriptions;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     async fn subscribe(
         &self,
         id: &SessionId,

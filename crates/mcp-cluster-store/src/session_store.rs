@@ -71,6 +71,13 @@ pub struct SessionRecord {
     /// session served by handlers every node has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// What another node needs to take the session's own server over when
+    /// its host is gone (an HTTP server's session: its replica and
+    /// `Mcp-Session-Id`), as the runtime wrote it; `None` when only the
+    /// host can serve it (a child process dies with its node). Bounded by
+    /// the runtime (a few kilobytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<RawJson>,
 }
 
 /// A JSON value kept as its text: what the session only stores and passes
@@ -232,6 +239,22 @@ pub trait SessionStore: Send + Sync + Debug + 'static {
     /// [`StoreError::Unavailable`].
     async fn save(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<bool, StoreError>;
 
+    /// Replaces a live session's state with `record`, whose `host` is the
+    /// node taking the session's own server over, and renews its TTL, only
+    /// if the stored session's host is still `from` (a node found gone):
+    /// atomically, so of nodes that find the same host gone at once
+    /// exactly one takes the session over. `false` when the host is no
+    /// longer `from` (another node was first) or the session is gone.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`], [`StoreError::Corrupt`].
+    async fn rehost(
+        &self,
+        record: &SessionRecord,
+        from: &str,
+        idle_ttl: Duration,
+    ) -> Result<bool, StoreError>;
+
     /// Adds `uri` to a live session's subscriptions unless it holds `max`
     /// already, atomically (two nodes adding at once never exceed `max`).
     /// The subscriptions live and expire with the session.
@@ -310,6 +333,7 @@ mod tests {
             principal: None,
             created_at_ms: 1,
             host: None,
+            handover: None,
         };
         let text = serde_json::to_string(&record).unwrap();
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -36,6 +36,7 @@ pub fn record() -> SessionRecord {
         principal: None,
         created_at_ms: 1,
         host: None,
+        handover: None,
     }
 }
 
@@ -52,6 +53,7 @@ pub async fn run_all(store: &Store) {
     streams_keep_their_request_ids(store).await;
     session_records_round_trip(store).await;
     deleted_sessions_are_gone(store).await;
+    a_session_is_taken_over_once_and_only_from_its_host(store).await;
     create_refuses_an_existing_session(store).await;
     a_session_created_with_its_stream_has_both(store).await;
     the_standalone_stream_opens_once_and_only_for_a_live_session(store).await;
@@ -734,6 +736,38 @@ pub async fn deleted_sessions_are_gone(store: &Store) {
     assert_eq!(store.sessions.load(&r.id).await.unwrap(), None);
     assert!(!store.sessions.save(&r, TTL).await.unwrap());
     assert!(!store.sessions.touch(&r.id, TTL).await.unwrap());
+    assert_eq!(store.sessions.load(&r.id).await.unwrap(), None);
+}
+
+/// `rehost` replaces the record only while its host is the one named:
+/// of two nodes that found the host gone, the second changes nothing; the
+/// subscriptions stay; a gone session is not brought back.
+pub async fn a_session_is_taken_over_once_and_only_from_its_host(store: &Store) {
+    let mut r = record();
+    r.host = Some("node-a".into());
+    r.handover = Some(crate::RawJson::of(&json!({"state": 1})).unwrap());
+    store.sessions.create(&r, TTL).await.unwrap();
+    assert_eq!(
+        store
+            .sessions
+            .subscribe(&r.id, "file:///kept", 4)
+            .await
+            .unwrap(),
+        crate::Subscribed::Added
+    );
+    let mut by_b = r.clone();
+    by_b.host = Some("node-b".into());
+    let mut by_c = r.clone();
+    by_c.host = Some("node-c".into());
+    assert!(!store.sessions.rehost(&by_b, "node-x", TTL).await.unwrap());
+    assert!(store.sessions.rehost(&by_b, "node-a", TTL).await.unwrap());
+    assert!(!store.sessions.rehost(&by_c, "node-a", TTL).await.unwrap());
+    let stored = store.sessions.load(&r.id).await.unwrap().unwrap();
+    assert_eq!(stored.host.as_deref(), Some("node-b"));
+    assert_eq!(stored.handover, r.handover);
+    assert!(stored.subscriptions.contains("file:///kept"));
+    assert!(store.sessions.delete(&r.id).await.unwrap());
+    assert!(!store.sessions.rehost(&by_c, "node-b", TTL).await.unwrap());
     assert_eq!(store.sessions.load(&r.id).await.unwrap(), None);
 }
 
