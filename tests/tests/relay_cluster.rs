@@ -326,6 +326,160 @@ async fn a_killed_owner_s_sessions_answer_404_elsewhere_and_leave_no_child() {
     assert_eq!(echoed["result"]["content"][0]["text"], "Echo: still?");
 }
 
+/// `tools/call` params of the echo tool `name`.
+fn echo(name: &str) -> Value {
+    json!({"name": name, "arguments": {"message": "still here"}})
+}
+
+/// Calls `tool` (an echo) through `other` until it answers as before the
+/// owner was killed. Until `other` knows the owner dead (its heartbeat
+/// lapses), a request may be forwarded there and fail; then `other` takes
+/// the session over: never a 404 meanwhile.
+async fn until_taken_over(other: &Client, tool: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    for n in 2.. {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not taken over after 30 s"
+        );
+        let body = json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": echo(tool)});
+        let answer = match within("after the kill", other.post(&body)).await.unwrap() {
+            Reply::Json(response, _) => response,
+            Reply::Sse(mut stream) => {
+                let seen = read_to_end(&mut stream).await;
+                assert_eq!(seen.responses.len(), 1, "{seen:?}");
+                seen.responses[0].clone()
+            }
+            other => panic!("neither an answer nor an error: {other:?}"),
+        };
+        if answer["result"]["content"][0]["text"] == "Echo: still here" {
+            return;
+        }
+        assert!(answer["error"].is_object(), "{answer}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// An `mcp-node` replica of its own, for an HTTP upstream; its base URL.
+fn http_replica() -> (mcp_cluster_testkit::NodeProcess, String) {
+    let replica = mcp_cluster_testkit::NodeProcess::spawn_bound(
+        &node_binary(),
+        &["--log", "warn"],
+        &format!("127.0.0.1:{}", mcp_cluster_testkit::free_port().unwrap()),
+    )
+    .unwrap();
+    let base = replica.url().trim_end_matches("/mcp").to_owned();
+    (replica, base)
+}
+
+/// Sessions a replica opened.
+const OPENED: &str = "mcp_sessions_created_total{transport=\"streamable_http\"}";
+
+/// An HTTP server's session outlives the node that opened it: killed,
+/// its session is taken over by the node the client reaches next, which
+/// goes on with the same upstream session at the same replica (no second
+/// `initialize` there), its requests, progress and DELETE included.
+#[tokio::test]
+async fn a_killed_owner_s_http_session_goes_on_at_its_replica_through_another_node() {
+    let (replica, replica_base) = http_replica();
+    let urls = serde_json::to_string(&[replica.url()]).unwrap();
+    let (config, _dir) = config_file(
+        "mcp-relay-cluster-http",
+        &format!("[[upstreams]]\nname = \"replicas\"\nurls = {urls}\n"),
+    );
+    let mut cluster = start(2, &["--config", &config]);
+    let owner = session(&cluster.node_url(0), json!({})).await;
+    let other = client(&cluster.node_url(1), owner.session_id().unwrap());
+    let before = request(&other, "tools/call", echo("echo")).await;
+    assert_eq!(before["result"]["content"][0]["text"], "Echo: still here");
+    let opened = "mcp_sessions_created_total{transport=\"streamable_http\"}";
+    assert_eq!(
+        mcp_cluster_testkit::metric(&replica_base, OPENED).await,
+        1.0
+    );
+
+    cluster.kill_node(0);
+    until_taken_over(&other, "echo").await;
+    let survivor = cluster.node_url(1).trim_end_matches("/mcp").to_owned();
+    assert_eq!(
+        mcp_cluster_testkit::metric(&survivor, "mcp_sessions_adopted_total").await,
+        1.0
+    );
+    assert_eq!(
+        mcp_cluster_testkit::metric(&replica_base, opened).await,
+        1.0,
+        "the replica's session goes on: no second initialize"
+    );
+
+    // Progress streams through the node that took it over.
+    let body = call_with_progress(
+        100,
+        "long_running_operation",
+        json!({"duration_ms": 200, "steps": 2}),
+        "after",
+    );
+    let Reply::Sse(mut stream) = within("POST", other.post(&body)).await.unwrap() else {
+        panic!("progress comes on a stream");
+    };
+    let seen = read_to_end(&mut stream).await;
+    assert_eq!(seen.responses.len(), 1, "{seen:?}");
+    assert!(seen.responses[0]["result"].is_object(), "{seen:?}");
+    assert_eq!(seen.progress.len(), 2, "{seen:?}");
+
+    // DELETE ends the upstream session too.
+    within("DELETE", other.delete()).await.unwrap();
+    let ended = "mcp_sessions_ended_total{reason=\"deleted\"}";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while mcp_cluster_testkit::metric(&replica_base, ended).await < 1.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the replica's session was not ended"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A federation of two HTTP servers: its session is taken over whole, each
+/// part at its own replica; each tool answers under its prefixed name.
+#[tokio::test]
+async fn a_killed_owner_s_federated_http_session_goes_on_through_another_node() {
+    let (a, a_base) = http_replica();
+    let (b, b_base) = http_replica();
+    let (config, _dir) = config_file(
+        "mcp-relay-cluster-federation",
+        &format!(
+            "[[upstreams]]\nname = \"a\"\nurls = [\"{}\"]\n\n[[upstreams]]\nname = \"b\"\nurls = [\"{}\"]\n",
+            a.url(),
+            b.url()
+        ),
+    );
+    let mut cluster = start(2, &["--config", &config]);
+    let owner = session(&cluster.node_url(0), json!({})).await;
+    let other = client(&cluster.node_url(1), owner.session_id().unwrap());
+    for tool in ["a_echo", "b_echo"] {
+        let answer = request(&other, "tools/call", echo(tool)).await;
+        assert_eq!(answer["result"]["content"][0]["text"], "Echo: still here");
+    }
+    // Each node's start opened (and ended) sessions of its own to read
+    // the upstreams' names: counted from here.
+    let opened = [
+        mcp_cluster_testkit::metric(&a_base, OPENED).await,
+        mcp_cluster_testkit::metric(&b_base, OPENED).await,
+    ];
+    cluster.kill_node(0);
+    until_taken_over(&other, "a_echo").await;
+    let answer = request(&other, "tools/call", echo("b_echo")).await;
+    assert_eq!(answer["result"]["content"][0]["text"], "Echo: still here");
+    for (base, before) in [&a_base, &b_base].into_iter().zip(opened) {
+        assert_eq!(mcp_cluster_testkit::metric(base, OPENED).await, before);
+    }
+    let survivor = cluster.node_url(1).trim_end_matches("/mcp").to_owned();
+    assert_eq!(
+        mcp_cluster_testkit::metric(&survivor, "mcp_sessions_adopted_total").await,
+        1.0
+    );
+}
+
 /// A child that writes a log line while its question is still on its way
 /// to the client (the question's write to Redis not yet done): the line
 /// waits its turn behind the question, and neither holds up the other.

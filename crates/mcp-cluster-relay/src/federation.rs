@@ -27,8 +27,8 @@ use futures_util::future::join_all;
 use mcp_cluster_protocol::types::{Implementation, LoggingLevel, ServerCapabilities};
 use mcp_cluster_protocol::{ErrorCode, ErrorObject, Notification, Request, methods};
 use mcp_cluster_runtime::{
-    Caller, McpService, MirroredParam, OpenError, RequestContext, ResourceWatch, SessionOpen,
-    TaskSupport, Watching,
+    Caller, McpService, MirroredParam, OpenError, RequestContext, ResourceWatch, SessionAdopt,
+    SessionOpen, TaskSupport, Watching,
 };
 use mcp_cluster_store::SessionId;
 use serde_json::{Map, Value, json};
@@ -760,6 +760,45 @@ impl McpService for Federation {
             lock(&self.missing).insert(open.session, failed);
         }
         Ok(Some(merged))
+    }
+
+    /// Each member's part, by name, when every part can be taken over (a
+    /// session with a child in it ends with its node).
+    fn session_handover(&self, session: &SessionId) -> Option<Value> {
+        let mut parts = Map::new();
+        for member in self.hosting(session) {
+            let part = member.relay.session_handover(session)?;
+            parts.insert(member.name().to_owned(), part);
+        }
+        (!parts.is_empty()).then_some(Value::Object(parts))
+    }
+
+    /// Every part taken over, or none: a member that cannot take its part
+    /// over ends the session (the parts taken are closed).
+    async fn adopt_session(&self, adopt: SessionAdopt) -> Result<(), OpenError> {
+        let Value::Object(parts) = &adopt.handover else {
+            return Err(ErrorObject::internal("the session's handover names no upstreams").into());
+        };
+        let mut adopting = Vec::new();
+        for (name, part) in parts {
+            let member = self
+                .members
+                .iter()
+                .find(|m| m.name() == name.as_str())
+                .ok_or_else(|| {
+                    ErrorObject::internal(format!(
+                        "upstream {name} of this session is no longer configured"
+                    ))
+                })?;
+            let mut one = adopt.clone();
+            one.handover = part.clone();
+            adopting.push(member.relay.adopt_session(one));
+        }
+        if let Some(err) = join_all(adopting).await.into_iter().find_map(Result::err) {
+            self.close_session(&adopt.session).await;
+            return Err(err);
+        }
+        Ok(())
     }
 
     fn hosts_session(&self, session: &SessionId) -> bool {

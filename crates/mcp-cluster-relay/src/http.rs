@@ -583,6 +583,11 @@ impl Replicas {
         })))
     }
 
+    /// Which replica `url` is.
+    pub(crate) fn index_of(&self, url: &str) -> Option<usize> {
+        self.urls.iter().position(|u| u == url)
+    }
+
     /// The replica a new session opens at: the next in turn that is up
     /// (the next in turn when none is).
     fn pick(&self) -> usize {
@@ -648,29 +653,64 @@ impl Who {
     }
 }
 
+/// Where an upstream session was opened: what another node needs to go on
+/// with it (a session's handover, kept in its record).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Attached {
+    /// The replica's URL.
+    pub(crate) url: String,
+    /// Its `Mcp-Session-Id`; `None` for a server that named none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) session_id: Option<String>,
+    /// The revision its `initialize` negotiated.
+    pub(crate) protocol_version: String,
+}
+
 /// Says that the conversation's replica could not be reached.
 type Unreachable = Arc<dyn Fn() + Send + Sync>;
 
 /// Carries the conversation of `upstream` with a session it opens at one
-/// of `replicas` until it ends; returns why.
+/// of `replicas` until it ends; returns why. `rejoined`: the session was
+/// opened by another node, at that replica ([`Upstream::attached`] says
+/// how): no `initialize`, and its GET stream opens at once.
 pub(crate) async fn converse(
     upstream: Arc<Upstream>,
     replicas: Arc<Replicas>,
     credential: Option<Arc<Credential>>,
     max_message: usize,
     mut lines: mpsc::Receiver<String>,
+    rejoined: Option<usize>,
 ) -> String {
-    let Some(first) = lines.recv().await else {
-        return "closed before it began".to_owned();
+    let opened = match (rejoined, upstream.attached()) {
+        (Some(replica), Some(attached)) => {
+            let mut client = Client::with_http(
+                replicas.pool.clone(),
+                &replicas.urls[replica],
+                &attached.protocol_version,
+            );
+            client.set_max_message_bytes(max_message);
+            client.set_session_id(attached.session_id.clone());
+            if let Some(credential) = &credential {
+                let credential = Arc::clone(credential);
+                client.set_bearer(Arc::new(move || credential.token()));
+            }
+            Ok((client, replica))
+        }
+        _ => {
+            let Some(first) = lines.recv().await else {
+                return "closed before it began".to_owned();
+            };
+            open(
+                &upstream,
+                &replicas,
+                credential.as_ref(),
+                max_message,
+                &first,
+            )
+            .await
+        }
     };
-    let opened = open(
-        &upstream,
-        &replicas,
-        credential.as_ref(),
-        max_message,
-        &first,
-    )
-    .await;
     let (client, replica) = match opened {
         Ok((client, replica)) => (Arc::new(client), replica),
         Err(why) => return why,
@@ -682,6 +722,14 @@ pub(crate) async fn converse(
     };
     let lost = Arc::new(LostSignal::default());
     let mut tasks = JoinSet::new();
+    if rejoined.is_some() {
+        tasks.spawn(standalone(
+            Arc::clone(&client),
+            Arc::clone(&upstream),
+            Arc::clone(&lost),
+            credential.clone(),
+        ));
+    }
     let ended = loop {
         tokio::select! {
             line = lines.recv() => {
@@ -844,7 +892,7 @@ async fn open(
             client.set_bearer(Arc::new(move || credential.token()));
         }
         tries -= 1;
-        match initialize(upstream, &mut client, &message, &id).await {
+        match initialize(upstream, &mut client, &message, &id, url).await {
             Ok(()) => {
                 replicas.answered(replica);
                 return Ok((client, replica));
@@ -867,6 +915,7 @@ async fn initialize(
     client: &mut Client,
     message: &Value,
     id: &Value,
+    url: &str,
 ) -> Result<(), InitializeError> {
     let (answer, session) = match client.post(message).await {
         Ok(Reply::Json(answer, headers)) => (answer, session_id_of(&headers)),
@@ -899,6 +948,11 @@ async fn initialize(
     };
     if let Some(version) = answer["result"]["protocolVersion"].as_str() {
         client.set_protocol_version(version);
+        upstream.set_attached(Attached {
+            url: url.to_owned(),
+            session_id: session.clone(),
+            protocol_version: version.to_owned(),
+        });
     }
     client.set_session_id(session);
     upstream.received(answer.to_string().as_bytes()).await;

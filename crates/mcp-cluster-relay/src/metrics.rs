@@ -108,6 +108,15 @@ pub(crate) fn spawned(upstream: &str) {
     m.upstream_running.with_label_values(&[upstream]).inc();
 }
 
+/// A session of the upstream taken over from a gone node: running here
+/// now, opened elsewhere.
+pub(crate) fn rejoined(upstream: &str) {
+    metrics()
+        .upstream_running
+        .with_label_values(&[upstream])
+        .inc();
+}
+
 pub(crate) fn ended(upstream: &str, cause: &str) {
     let m = metrics();
     m.upstream_ended.with_label_values(&[upstream, cause]).inc();

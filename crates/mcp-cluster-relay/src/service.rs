@@ -17,14 +17,14 @@ use mcp_cluster_protocol::types::{
 use mcp_cluster_protocol::{ErrorObject, Notification, Request, methods};
 use mcp_cluster_runtime::{
     AskError, Caller, McpService, MirroredParam, OpenError, RequestContext, ResourceWatch,
-    ServerEvent, SessionOpen, TaskSupport, Watching,
+    ServerEvent, SessionAdopt, SessionOpen, TaskSupport, Watching,
 };
 use mcp_cluster_store::SessionId;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use crate::config::{UpstreamConfig, UpstreamConfigError};
-use crate::http::Who;
+use crate::http::{Attached, Who};
 use crate::metrics;
 use crate::naming::Naming;
 use crate::pool::{Pool, PoolKey};
@@ -497,6 +497,12 @@ impl RelayService {
     /// Takes a place for a new child, or says why there is none: the node's
     /// limits (503) or the principal's (429), each with when to try again.
     fn admit(&self, principal: Option<&str>) -> Result<(), OpenError> {
+        self.admit_as(principal, true)
+    }
+
+    /// As [`Self::admit`]; `spawn` false for a session taken over from a
+    /// gone node (nothing is started: `spawns_per_sec` does not apply).
+    fn admit_as(&self, principal: Option<&str>, spawn: bool) -> Result<(), OpenError> {
         let mut children = lock(&self.children);
         let name = &self.config.name;
         let running = children.running();
@@ -528,7 +534,7 @@ impl RelayService {
                 retry_after: CLIENT_LIMIT_RETRY_AFTER,
             });
         }
-        if !children.spawns.take() {
+        if spawn && !children.spawns.take() {
             return busy(
                 "spawn_rate",
                 format!(
@@ -974,6 +980,63 @@ impl McpService for RelayService {
         );
         place.taken = true;
         Ok(Some(result))
+    }
+
+    fn session_handover(&self, session: &SessionId) -> Option<Value> {
+        let attached = self.upstream(session)?.attached()?.clone();
+        serde_json::to_value(attached).ok()
+    }
+
+    async fn adopt_session(&self, adopt: SessionAdopt) -> Result<(), OpenError> {
+        let name = &self.config.name;
+        let Some(replicas) = &self.replicas else {
+            return Err(ErrorObject::internal(format!(
+                "upstream {name} has no replicas: its sessions cannot be taken over"
+            ))
+            .into());
+        };
+        let attached: Attached = serde_json::from_value(adopt.handover).map_err(|err| {
+            ErrorObject::internal(format!(
+                "upstream {name}: the session's handover cannot be read ({err})"
+            ))
+        })?;
+        self.admit_as(adopt.principal.as_deref(), false)?;
+        let mut place = Place {
+            relay: self,
+            principal: adopt.principal,
+            taken: false,
+        };
+        // The caller's token comes with the session's next request
+        // (`token_exchange`); the node's own credential is at hand.
+        let who = Who {
+            principal: place.principal.clone(),
+            ..Who::default()
+        };
+        let upstream = {
+            let _relay = self.runtime.handle().enter();
+            Upstream::rejoin(
+                &self.config,
+                Arc::clone(replicas),
+                replicas.credential_for(&who),
+                attached,
+            )
+            .map_err(|why| ErrorObject::internal(format!("upstream {name} {why}")))?
+        };
+        if let Some(naming) = &self.naming {
+            upstream.federated(Arc::clone(naming));
+        }
+        upstream.attach(adopt.link);
+        let mut children = lock(&self.children);
+        children.starting = children.starting.saturating_sub(1);
+        children.by_session.insert(
+            adopt.session,
+            Child {
+                upstream,
+                principal: place.principal.take(),
+            },
+        );
+        place.taken = true;
+        Ok(())
     }
 
     fn hosts_session(&self, session: &SessionId) -> bool {

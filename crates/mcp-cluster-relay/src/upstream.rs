@@ -108,6 +108,9 @@ pub(crate) struct Upstream {
     gone_tx: watch::Sender<bool>,
     /// An HTTP session's bearer token source.
     credential: std::sync::OnceLock<Arc<crate::http::Credential>>,
+    /// An HTTP session's replica, `Mcp-Session-Id` and revision, once
+    /// opened: what another node needs to take it over.
+    attached: std::sync::OnceLock<crate::http::Attached>,
 }
 
 /// A request on its way to the child: its answer, the events for its
@@ -173,6 +176,7 @@ impl Upstream {
             ended_by_us: std::sync::atomic::AtomicBool::new(false),
             gone_tx: watch::Sender::new(false),
             credential: std::sync::OnceLock::new(),
+            attached: std::sync::OnceLock::new(),
         })
     }
 
@@ -208,11 +212,67 @@ impl Upstream {
                 credential,
                 max_message,
                 stdin_rx,
+                None,
             )
             .await;
             conversation.gone(&cause);
         });
         upstream
+    }
+
+    /// The session another node opened at one of `replicas` (`attached`),
+    /// taken over without a new `initialize`: carried by `crate::http`
+    /// from its next message on.
+    ///
+    /// # Errors
+    /// `attached` names a replica the upstream no longer has.
+    pub(crate) fn rejoin(
+        config: &UpstreamConfig,
+        replicas: Arc<crate::http::Replicas>,
+        credential: Option<Arc<crate::http::Credential>>,
+        attached: crate::http::Attached,
+    ) -> Result<Arc<Self>, String> {
+        let name: Arc<str> = Arc::from(config.name.as_str());
+        let replica = replicas.index_of(&attached.url).ok_or_else(|| {
+            format!(
+                "no longer has the replica {} its session was opened at",
+                attached.url
+            )
+        })?;
+        let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
+        let upstream = Self::new(&name, stdin_tx);
+        if let Some(credential) = &credential {
+            let _ = upstream.credential.set(Arc::clone(credential));
+        }
+        let _ = upstream.attached.set(attached);
+        metrics::rejoined(&name);
+        let max_message = config.max_line_bytes;
+        let conversation = Arc::clone(&upstream);
+        tokio::spawn(async move {
+            let cause = crate::http::converse(
+                Arc::clone(&conversation),
+                replicas,
+                credential,
+                max_message,
+                stdin_rx,
+                Some(replica),
+            )
+            .await;
+            conversation.gone(&cause);
+        });
+        Ok(upstream)
+    }
+
+    /// An HTTP session's replica, `Mcp-Session-Id` and revision, once
+    /// opened.
+    pub(crate) fn attached(&self) -> Option<&crate::http::Attached> {
+        self.attached.get()
+    }
+
+    /// Records where the HTTP session opened (before its `initialize` is
+    /// answered).
+    pub(crate) fn set_attached(&self, attached: crate::http::Attached) {
+        let _ = self.attached.set(attached);
     }
 
     /// Who a request of `ctx` acts for, with its token, for a session

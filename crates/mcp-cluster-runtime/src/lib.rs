@@ -63,8 +63,8 @@ pub use request::context::{AskError, Caller, NamedInput, RequestContext};
 pub use request::exchange::{Exchange, ExchangeReply};
 pub use request::link::{HostedEnd, MAX_SESSION_ASKS, SessionLink};
 pub use request::service::{
-    McpService, MirroredParam, OpenError, ResourceWatch, ServerEvent, SessionOpen, TaskSupport,
-    Watching,
+    MAX_HANDOVER_BYTES, McpService, MirroredParam, OpenError, ResourceWatch, ServerEvent,
+    SessionAdopt, SessionOpen, TaskSupport, Watching,
 };
 pub use runtime::Runtime;
 pub use runtime::pipeline::{Answers, Refusal, Submitted};

@@ -103,6 +103,9 @@ pub struct Metrics {
     /// `mcp_sessions_rehydrated_total`: sessions loaded from the store onto
     /// this node (created elsewhere, or evicted here before).
     pub sessions_rehydrated: IntCounter,
+    /// `mcp_sessions_adopted_total`: sessions whose own server this node
+    /// took over from a host that was gone.
+    pub sessions_adopted: IntCounter,
     /// `mcp_sessions_ended_total` by reason.
     pub sessions_ended: IntCounterVec,
     /// `mcp_sessions_held`: session actors on this node.
@@ -356,9 +359,13 @@ impl Metrics {
                 "mcp_sessions_rehydrated_total",
                 "Sessions loaded from the store onto this node to serve a request.",
             ),
+            sessions_adopted: counter(
+                "mcp_sessions_adopted_total",
+                "Sessions whose own server (an HTTP upstream's session) this node took over from a node that was gone.",
+            ),
             sessions_ended: counters(
                 "mcp_sessions_ended_total",
-                "Sessions ended by this node, by reason (deleted, disconnected, expired, upstream_exited, host_lost).",
+                "Sessions ended by this node, by reason (deleted, disconnected, expired, upstream_exited, host_lost: the node running its own server was gone and the server could not be taken over).",
                 &["reason"],
             ),
             sessions_held: gauge("mcp_sessions_held", "Sessions with an actor on this node."),
@@ -640,6 +647,7 @@ impl Metrics {
             Box::new(self.sessions_created.clone()),
             Box::new(self.sessions_rejected.clone()),
             Box::new(self.sessions_rehydrated.clone()),
+            Box::new(self.sessions_adopted.clone()),
             Box::new(self.sessions_ended.clone()),
             Box::new(self.sessions_held.clone()),
             Box::new(self.max_sessions.clone()),

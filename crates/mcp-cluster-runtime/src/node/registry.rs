@@ -129,6 +129,20 @@ where
         }
     }
 
+    /// Puts `member` under `key` in place of the one there (returned): a
+    /// member the node holds again, outside the maximum, as in
+    /// [`Self::get_or_replace`].
+    pub(crate) fn replace(&self, key: K, member: M) -> Option<M> {
+        match self.members.entry(key) {
+            dashmap::Entry::Occupied(mut e) => Some(e.insert(member)),
+            dashmap::Entry::Vacant(vacant) => {
+                vacant.insert(member);
+                self.occupied.fetch_add(1, Ordering::AcqRel);
+                None
+            }
+        }
+    }
+
     /// Takes the member under `key` out.
     pub(crate) fn remove(&self, key: &K) -> Option<M> {
         self.left(self.members.remove(key).map(|(_, m)| m))

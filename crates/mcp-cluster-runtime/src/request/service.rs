@@ -302,6 +302,33 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
         Ok(None)
     }
 
+    /// What another node needs to take the server of `session` (opened by
+    /// [`Self::open_session`] here) over when this node is gone, without
+    /// a new `initialize`: an HTTP server's session, say, which lives on
+    /// at its replica (its address and `Mcp-Session-Id`). Asked once, when
+    /// the session is stored; kept in the session's record, with the
+    /// server's capabilities in at most [`MAX_HANDOVER_BYTES`] of JSON.
+    /// `None`, the default: the server
+    /// dies with this node (a child process), and so does the session.
+    fn session_handover(&self, _session: &SessionId) -> Option<Value> {
+        None
+    }
+
+    /// Takes over the server of a session whose host is gone, from what
+    /// [`Self::session_handover`] gave on that host: this node runs it from
+    /// now on ([`Self::hosts_session`]), as if it had opened it. Called
+    /// before the session handles anything here.
+    ///
+    /// # Errors
+    /// The server cannot be taken over ([`OpenError::Failed`]); the
+    /// session is then ended. The default: always.
+    async fn adopt_session(&self, adopt: SessionAdopt) -> Result<(), OpenError> {
+        Err(OpenError::Failed(ErrorObject::internal(format!(
+            "session {} cannot be taken over by this service",
+            adopt.session
+        ))))
+    }
+
     /// Whether this node runs the server of `session` (opened by
     /// [`Self::open_session`] and not closed since). A session whose server
     /// runs nowhere is over: the runtime ends it rather than serve it
@@ -526,6 +553,29 @@ pub struct SessionOpen {
     /// The session's way to its client outside any request.
     pub link: SessionLink,
 }
+
+/// What [`McpService::adopt_session`] gets: a session whose host is gone,
+/// and what its server's service said to take it over.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SessionAdopt {
+    /// The session.
+    pub session: SessionId,
+    /// The key of the principal that created it; `None` without
+    /// authorization.
+    pub principal: Option<String>,
+    /// The revision the session negotiated.
+    pub protocol_version: String,
+    /// What [`McpService::session_handover`] answered on the old host.
+    pub handover: Value,
+    /// The session's way to its client outside any request.
+    pub link: SessionLink,
+}
+
+/// Longest handover a session's record keeps, in bytes of JSON: what
+/// [`McpService::session_handover`] said with the server's capabilities. A
+/// longer one is not kept, and the session ends with its host.
+pub const MAX_HANDOVER_BYTES: usize = 16 * 1024;
 
 #[cfg(test)]
 mod tests {

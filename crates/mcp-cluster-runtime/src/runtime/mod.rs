@@ -54,6 +54,11 @@ struct Inner {
     deps: SessionDeps,
     /// The 2026-07-28 requests, listen streams and tasks of this node.
     stateless: Stateless,
+    /// Held while this node takes a session over from a host that is gone
+    /// (or finds that another node did): one at a time, so that no request
+    /// meets a session between its record naming this node and its actor
+    /// here running its server.
+    adopting: tokio::sync::Mutex<()>,
 }
 
 impl Runtime {
@@ -107,6 +112,7 @@ impl Runtime {
                 _sweeper: sweeper,
                 deps,
                 stateless,
+                adopting: tokio::sync::Mutex::new(()),
             }),
         };
         crate::runtime::cluster::start(&runtime);
@@ -282,6 +288,7 @@ impl Runtime {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
             host: None,
+            handover: None,
         };
         if store_now
             && let Err(err) = crate::session::store_new(self.store(), &record, idle_ttl).await
@@ -355,8 +362,10 @@ impl Runtime {
         if !located.0.belongs_to(principal) {
             return Err(RuntimeError::SessionNotFound);
         }
-        if let Some(host) = located.0.host_elsewhere() {
-            self.host_alive(&located.0, host).await?;
+        if let Some(host) = located.0.host_elsewhere()
+            && !self.store().nodes.alive(host).await?
+        {
+            return self.host_gone(&located.0, host).await;
         }
         Ok(located)
     }
@@ -404,7 +413,13 @@ impl Runtime {
             // lives only with that server, and its actor here never left
             // while the server ran: left behind by this node, it is over
             // (never served with a server that was not initialized). Held
-            // by another node, this node forwards its requests there.
+            // by another node, this node forwards its requests there. One
+            // this node took over a moment ago has its actor once the
+            // takeover is done.
+            let _adopting = self.inner.adopting.lock().await;
+            if let Some(handle) = self.inner.sessions.get(id).filter(SessionHandle::is_alive) {
+                return Ok((handle, false));
+            }
             let _ = self.end_session(id, Some(("expired", "tcp"))).await;
             return Err(RuntimeError::SessionNotFound);
         }
@@ -421,18 +436,87 @@ impl Runtime {
         Ok((handle, started))
     }
 
-    /// Checks that `host`, the node running `session`'s own server, is
-    /// alive. A session whose host is gone is over: ended everywhere, and
-    /// the client starts a new one (404), never served by a server that
-    /// was not initialized with its `initialize`.
-    async fn host_alive(&self, session: &SessionHandle, host: &NodeId) -> Result<(), RuntimeError> {
-        if self.store().nodes.alive(host).await? {
-            return Ok(());
-        }
+    /// `session`'s host, the node running its own server, is gone. A
+    /// server that lives on without it (an HTTP server's session, with
+    /// what its service kept in the record: [`McpService::session_handover`])
+    /// is taken over: by this node, if the store names the gone host still
+    /// (of several nodes, the store lets one), or by the node it names now,
+    /// which this node then forwards to. A server that died with its host
+    /// ends the session everywhere, and the client starts a new one (404):
+    /// never served by a server that was not initialized with its
+    /// `initialize`.
+    ///
+    /// [`McpService::session_handover`]: crate::request::service::McpService::session_handover
+    async fn host_gone(
+        &self,
+        session: &SessionHandle,
+        host: &NodeId,
+    ) -> Result<(SessionHandle, bool), RuntimeError> {
         let id = session.id();
-        tracing::info!(session_id = %id, %host, "The node running this session's server is gone; session ended.");
-        let _ = self.end_session(id, Some(("host_lost", "tcp"))).await;
-        Err(RuntimeError::SessionNotFound)
+        let _adopting = self.inner.adopting.lock().await;
+        // Taken over here while this request waited.
+        if let Some(handle) = self.inner.sessions.get(id).filter(SessionHandle::is_alive)
+            && !handle.same_actor(session)
+            && handle.host_elsewhere() != Some(host)
+        {
+            return Ok((handle, false));
+        }
+        let mut record = self
+            .store()
+            .sessions
+            .load(id)
+            .await?
+            .ok_or(RuntimeError::SessionNotFound)?;
+        if record.host.as_deref() == Some(host.as_str()) {
+            if record.handover.is_none() || !self.inner.deps.service.runs_server_per_session() {
+                tracing::info!(session_id = %id, %host, "The node running this session's server is gone; session ended.");
+                let _ = self.end_session(id, Some(("host_lost", "tcp"))).await;
+                return Err(RuntimeError::SessionNotFound);
+            }
+            record.host = Some(self.node_id().to_string());
+            let ttl = self.inner.deps.config.session_idle_ttl();
+            if self
+                .store()
+                .sessions
+                .rehost(&record, host.as_str(), ttl)
+                .await?
+            {
+                tracing::info!(session_id = %id, %host, "The node running this session's server is gone; this node takes the server over.");
+                let handle = Session::adopt(record, self.inner.deps.clone(), &self.node().stop);
+                self.replace_actor(id, &handle);
+                mcp_cluster_telemetry::metrics::metrics()
+                    .sessions_adopted
+                    .inc();
+                return Ok((handle, true));
+            }
+            // Another node was first: read again.
+            record = self
+                .store()
+                .sessions
+                .load(id)
+                .await?
+                .ok_or(RuntimeError::SessionNotFound)?;
+        }
+        // Another node runs the server now (or the session ended there).
+        let Some(new_host) = record.host.clone() else {
+            return Err(RuntimeError::SessionNotFound);
+        };
+        if new_host == self.node_id().as_str() || new_host == host.as_str() {
+            return Err(RuntimeError::SessionNotFound);
+        }
+        let handle = Session::start_with(record, self.inner.deps.clone(), &self.node().stop);
+        self.replace_actor(id, &handle);
+        Ok((handle, true))
+    }
+
+    /// Puts `handle` in place of this node's actor of session `id`, which
+    /// stops.
+    fn replace_actor(&self, id: &SessionId, handle: &SessionHandle) {
+        if let Some(old) = self.inner.sessions.replace(id.clone(), handle.clone())
+            && !old.same_actor(handle)
+        {
+            old.evict();
+        }
     }
 
     /// Evicts a session from this node only: its actor stops, its state

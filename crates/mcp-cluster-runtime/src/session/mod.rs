@@ -34,6 +34,7 @@ use mcp_cluster_store::{
     ControlMessage, NodeId, RawJson, SessionId, SessionRecord, Store, StoreError, StreamId,
     Subscribed,
 };
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -56,7 +57,9 @@ use crate::request::link::{
 };
 use crate::request::method_table::{self, By};
 use crate::request::service::ServerEvent;
-use crate::request::service::{McpService, OpenError, SessionOpen};
+use crate::request::service::{
+    MAX_HANDOVER_BYTES, McpService, OpenError, SessionAdopt, SessionOpen,
+};
 use crate::request::tasks::{SessionTasks, TaskStart};
 use crate::request::{Cancel, InFlightRequest, Job, RequestFinished, handler_job, run_handler};
 use crate::session::registry::Sessions;
@@ -133,6 +136,22 @@ pub(crate) struct Refresh {
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub(crate) struct Terminate;
+
+/// Take the session's own server over from a host that is gone (the first
+/// message of an actor [`Session::adopt`] started).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+struct Adopt;
+
+/// What a session's record keeps for another node to take its own server
+/// over ([`SessionRecord::handover`]).
+#[derive(Debug, Serialize, Deserialize)]
+struct Handover {
+    /// The server's capabilities, as its `initialize` answered them.
+    capabilities: ServerCapabilities,
+    /// What [`McpService::session_handover`] said.
+    service: Value,
+}
 
 /// Stop the actor on this node; the session lives on in the store.
 #[derive(Message, Debug)]
@@ -233,6 +252,21 @@ impl Session {
         node: &CancellationToken,
     ) -> SessionHandle {
         Self::start(record, deps, node, true)
+    }
+
+    /// As [`Self::start_with`], for a session this node just took over
+    /// from a host that is gone (the stored record names this node now):
+    /// before it handles anything, the actor has the service take the
+    /// session's own server over ([`McpService::adopt_session`]), and the
+    /// session ends if it cannot.
+    pub(crate) fn adopt(
+        record: SessionRecord,
+        deps: SessionDeps,
+        node: &CancellationToken,
+    ) -> SessionHandle {
+        let handle = Self::start(record, deps, node, true);
+        handle.addr.do_send(Adopt);
+        handle
     }
 
     /// As [`Self::start_with`]; `stored` false for a new session its
@@ -503,6 +537,44 @@ impl Handler<Evict> for Session {
 
     fn handle(&mut self, _msg: Evict, ctx: &mut Self::Context) {
         ctx.stop();
+    }
+}
+
+impl Handler<Adopt> for Session {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Adopt, ctx: &mut Self::Context) {
+        let id = self.record.id.clone();
+        let handover = self
+            .record
+            .handover
+            .as_ref()
+            .and_then(|h| h.parse::<Handover>().ok());
+        let Some(Handover {
+            capabilities,
+            service: handover,
+        }) = handover
+        else {
+            self.not_adopted("its record keeps nothing to take it over with", ctx);
+            return;
+        };
+        let adopt = SessionAdopt {
+            session: id,
+            principal: self.record.principal.clone(),
+            protocol_version: self.record.protocol_version.clone().unwrap_or_default(),
+            handover,
+            link: self.link(ctx),
+        };
+        let service = Arc::clone(&self.deps.service);
+        let adopting = async move { service.adopt_session(adopt).await };
+        ctx.wait(
+            adopting
+                .into_actor(self)
+                .map(move |adopted, act, ctx| match adopted {
+                    Ok(()) => act.hosted = Some(capabilities),
+                    Err(err) => act.not_adopted(&format!("{err:?}"), ctx),
+                }),
+        );
     }
 }
 
@@ -1090,12 +1162,7 @@ impl Session {
         // The session's own server starts now, with the client's own
         // `initialize`; its answer is the session's. `wait`: nothing else
         // of this session is handled before it has its server (or not).
-        let link = SessionLink::new(
-            self.record.id.clone(),
-            ctx.address().recipient::<HostedNotify>().downgrade(),
-            ctx.address().recipient::<HostedAsk>().downgrade(),
-            ctx.address().recipient::<EndHosted>().downgrade(),
-        );
+        let link = self.link(ctx);
         let open = SessionOpen {
             session: self.record.id.clone(),
             principal: self.shared.owner.get().map(ToString::to_string),
@@ -1135,6 +1202,30 @@ impl Session {
         }));
     }
 
+    /// The session's way to its client outside any request, for its own
+    /// server.
+    fn link(&self, ctx: &mut Context<Self>) -> SessionLink {
+        SessionLink::new(
+            self.record.id.clone(),
+            ctx.address().recipient::<HostedNotify>().downgrade(),
+            ctx.address().recipient::<HostedAsk>().downgrade(),
+            ctx.address().recipient::<EndHosted>().downgrade(),
+        )
+    }
+
+    /// The session's own server could not be taken over from its gone
+    /// host: the session ends everywhere (its client starts a new one).
+    fn not_adopted(&mut self, why: &str, ctx: &mut Context<Self>) {
+        let id = self.record.id.clone();
+        tracing::warn!(session_id = %id, why, "The session's own server could not be taken over; session ended.");
+        self.terminated = true;
+        let deps = self.deps.clone();
+        actix::spawn(async move {
+            let _ = end_session(&deps, &id, Some(("host_lost", "tcp"))).await;
+        });
+        ctx.stop();
+    }
+
     /// Answers `initialize` and stores the new session: with the service's
     /// own answer, or with the answer of the session's own server
     /// (`hosted`: its version, capabilities and whole result).
@@ -1150,6 +1241,8 @@ impl Session {
         let service = &self.deps.service;
         let (version, result) = match hosted {
             Some((version, server_capabilities, result)) => {
+                self.record.handover =
+                    handover_of(service.as_ref(), &self.record.id, &server_capabilities);
                 self.hosted = Some(server_capabilities);
                 self.record.host = Some(self.deps.node.id.to_string());
                 (version, result)
@@ -1825,6 +1918,26 @@ impl SessionHandle {
         // mailbox; broadcasts are rare and bounded by the registry's rate.
         self.addr.do_send(Broadcast(event));
     }
+}
+
+/// What the record of session `id` keeps for another node to take over its
+/// own server, whose capabilities are `capabilities`; `None` when its
+/// service says there is nothing to take over, or too much to keep.
+fn handover_of(
+    service: &dyn McpService,
+    id: &SessionId,
+    capabilities: &ServerCapabilities,
+) -> Option<RawJson> {
+    let handover = Handover {
+        capabilities: capabilities.clone(),
+        service: service.session_handover(id)?,
+    };
+    let json = RawJson::of(&handover).ok()?;
+    if json.get().len() > MAX_HANDOVER_BYTES {
+        tracing::warn!(session_id = %id, bytes = json.get().len(), limit = MAX_HANDOVER_BYTES, "The session's handover is too long to keep; it ends with its host.");
+        return None;
+    }
+    Some(json)
 }
 
 /// The node running `record`'s own server, when that is not `here`.
