@@ -281,3 +281,208 @@ async fn a_pooled_child_s_list_change_reaches_a_listen_stream() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// An HTTP server that speaks 2026-07-28 (`urls` with `stateless = true`),
+/// here an `mcp-node` replica: no session opened there; every request goes
+/// as the client sent it, with the standard headers the server requires
+/// (a mirrored argument's too, base64 when it is not plain ASCII); its own
+/// input round and its refusals pass through.
+#[tokio::test]
+async fn an_http_server_of_2026_07_28_gets_each_request_with_its_headers_and_no_session() {
+    let replica = NodeProcess::spawn_bound(
+        &node_binary(),
+        &["--log", "warn"],
+        &format!("127.0.0.1:{}", mcp_cluster_testkit::free_port().unwrap()),
+    )
+    .unwrap();
+    let replica_base = replica.url().trim_end_matches("/mcp").to_owned();
+    let dir = std::env::temp_dir().join(format!("mcp-relay-stateless-http-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[upstreams]]\nname = \"modern\"\nurls = [\"{}\"]\nstateless = true\n",
+            replica.url()
+        ),
+    )
+    .unwrap();
+    let node =
+        NodeProcess::spawn_logged(&node_binary(), &["--config", config.to_str().unwrap()], &[])
+            .unwrap();
+    let url = node.url();
+
+    let discovered = call(
+        url,
+        &request(1, "server/discover", json!({}), json!({})),
+        &[],
+    )
+    .await;
+    let result = &discovered.response["result"];
+    assert!(
+        result["capabilities"]["tools"].is_object(),
+        "{discovered:?}"
+    );
+    assert!(
+        result["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("2026-07-28")),
+        "{discovered:?}"
+    );
+    let echoed = call(
+        url,
+        &tool_call(
+            2,
+            "echo",
+            json!({"message": "modern"}),
+            json!({}),
+            json!({}),
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(text(&echoed.response), "Echo: modern", "{echoed:?}");
+
+    // The replica requires Mcp-Param-Region: the node sends it, as the
+    // client did (plain, then base64 for a non-ASCII value).
+    for (region, header) in [("eu", "eu"), ("Zürich", "=?base64?WsO8cmljaA==?=")] {
+        let body = tool_call(
+            3,
+            "test_header_param",
+            json!({"region": region}),
+            json!({}),
+            json!({}),
+        );
+        let answered = call(url, &body, &[("Mcp-Param-Region", Some(header))]).await;
+        assert_eq!(
+            text(&answered.response),
+            format!("Region: {region}"),
+            "{answered:?}"
+        );
+    }
+
+    // The replica's own input round, both ways.
+    let ask = |id, extra| {
+        tool_call(
+            id,
+            "test_elicitation",
+            json!({"message": "who?"}),
+            extra,
+            all_caps(),
+        )
+    };
+    let first = call(url, &ask(4, json!({})), &[]).await;
+    let result = &first.response["result"];
+    assert_eq!(result["resultType"], "input_required", "{first:?}");
+    let (key, question) = result["inputRequests"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
+    assert_eq!(question["method"], "elicitation/create", "{first:?}");
+    let state = result["requestState"].as_str().unwrap();
+    let answer = json!({ key.as_str(): {"action": "accept",
+        "content": {"username": "ada", "email": "ada@example.com"}}});
+    let retried = call(
+        url,
+        &ask(5, json!({"inputResponses": answer, "requestState": state})),
+        &[],
+    )
+    .await;
+    assert!(
+        text(&retried.response).contains("ada@example.com"),
+        "{retried:?}"
+    );
+
+    // A refusal of the replica's own (400, its JSON-RPC error in the body)
+    // is the client's answer.
+    let node_base = url.trim_end_matches("/mcp").to_owned();
+    let relayed = "mcp_upstream_requests_total{mcp_method_name=\"tools/call\",upstream=\"modern\"}";
+    let relayed_before = mcp_cluster_testkit::metric(&node_base, relayed).await;
+    let unknown = call(
+        url,
+        &tool_call(
+            6,
+            "test_elicitation",
+            json!({"message": "who?"}),
+            json!({}),
+            json!({}),
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(unknown.status, 400, "{unknown:?}");
+    assert_eq!(unknown.response["error"]["code"], -32021, "{unknown:?}");
+    assert_eq!(
+        mcp_cluster_testkit::metric(&node_base, relayed).await,
+        relayed_before + 1.0,
+        "relayed, and refused by the replica"
+    );
+
+    // A stream the client closes is closed at the replica too: its
+    // handler stops (the revision's cancellation).
+    let mut m = meta(json!({}));
+    m["progressToken"] = json!("p");
+    let long = request(
+        7,
+        "tools/call",
+        json!({"name": "long_running_operation",
+               "arguments": {"duration_ms": 60_000, "steps": 600},
+               "_meta": m}),
+        json!({}),
+    );
+    let mut stream = Messages::new(send(url, &long, &[]).await);
+    let first = stream.next().await.expect("progress");
+    assert_eq!(first["method"], "notifications/progress", "{first}");
+    let running = "mcp_requests_in_flight";
+    assert_eq!(
+        mcp_cluster_testkit::metric(&replica_base, running).await,
+        1.0
+    );
+    drop(stream);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while mcp_cluster_testkit::metric(&replica_base, running).await > 0.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the replica's handler still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    assert_eq!(
+        mcp_cluster_testkit::metric(
+            &replica_base,
+            "mcp_sessions_created_total{transport=\"streamable_http\"}"
+        )
+        .await,
+        0.0,
+        "no session opened at the replica"
+    );
+
+    // A session-era client gets an upstream session of its own there.
+    let mut client = mcp_cluster_client::Client::new(url, "2025-11-25");
+    mcp_cluster_testkit::within("initialize", client.initialize(json!({})))
+        .await
+        .unwrap();
+    let (echoed, _) = mcp_cluster_testkit::within(
+        "tools/call",
+        client.request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"message": "session"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(echoed["result"]["content"][0]["text"], "Echo: session");
+    assert_eq!(
+        mcp_cluster_testkit::metric(
+            &replica_base,
+            "mcp_sessions_created_total{transport=\"streamable_http\"}"
+        )
+        .await,
+        1.0
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

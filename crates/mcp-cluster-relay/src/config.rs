@@ -302,11 +302,6 @@ impl UpstreamConfig {
                 return fail("token_exchange.max_principals must be at least 1");
             }
         }
-        if !self.urls.is_empty() && self.stateless {
-            return fail(
-                "stateless is for stdio servers; an HTTP server is spoken to in the session era",
-            );
-        }
         if self.connect_timeout_secs == 0 {
             return fail("connect_timeout_secs must be at least 1");
         }

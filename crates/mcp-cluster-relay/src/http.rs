@@ -36,6 +36,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mcp_cluster_client::{Client, Reply, SseStream, session_id_of};
+use mcp_cluster_protocol::ProtocolVersion;
+use mcp_cluster_protocol::methods::{self, meta};
 use mcp_cluster_runtime::CallerToken;
 use mcp_cluster_telemetry::Secret;
 use serde_json::{Value, json};
@@ -69,7 +71,15 @@ pub(crate) struct Replicas {
     credential: Option<Arc<Credential>>,
     /// Or: the caller's token exchanged for one of the upstream's.
     exchanger: Option<Arc<TokenExchanger>>,
+    /// The arguments each tool mirrors into `Mcp-Param-*` headers, as the
+    /// relay learnt them from the server's lists (2026-07-28 requests
+    /// carry them).
+    mirrors: Mirrors,
 }
+
+/// The arguments each tool of an upstream mirrors into headers, by tool.
+pub(crate) type Mirrors =
+    Arc<std::sync::Mutex<HashMap<String, Vec<mcp_cluster_runtime::MirroredParam>>>>;
 
 /// What the node sends an HTTP upstream as `Authorization: Bearer`.
 #[derive(Debug)]
@@ -531,6 +541,32 @@ impl TokenFile {
     }
 }
 
+/// A value in a standard header: a string as it is when it is plain
+/// visible ASCII (inner spaces allowed), else base64 between `=?base64?`
+/// and `?=`; a number in decimal, a boolean in lowercase; nothing else.
+fn header_value(value: &Value) -> Option<reqwest::header::HeaderValue> {
+    use base64::Engine as _;
+    let text = match value {
+        Value::String(s) => {
+            let padded = s.starts_with([' ', '\t']) || s.ends_with([' ', '\t']);
+            let sentinel = s.starts_with("=?base64?") && s.ends_with("?=");
+            let visible = s.bytes().all(|b| b == b' ' || (0x21..=0x7e).contains(&b));
+            if visible && !padded && !sentinel {
+                s.clone()
+            } else {
+                format!(
+                    "=?base64?{}?=",
+                    base64::engine::general_purpose::STANDARD.encode(s)
+                )
+            }
+        }
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        _ => return None,
+    };
+    reqwest::header::HeaderValue::from_str(&text).ok()
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -546,6 +582,7 @@ impl Replicas {
         connect_timeout: Duration,
         credential: Option<Credential>,
         exchanger: Option<TokenExchanger>,
+        mirrors: Mirrors,
     ) -> Self {
         for url in urls {
             metrics::replica_up(upstream, url, true);
@@ -553,6 +590,7 @@ impl Replicas {
         Self {
             credential: credential.map(Arc::new),
             exchanger: exchanger.map(Arc::new),
+            mirrors,
             upstream: upstream.to_owned(),
             urls: urls.to_vec(),
             pool: reqwest::Client::builder()
@@ -581,6 +619,46 @@ impl Replicas {
             )),
             one: tokio::sync::Mutex::new(()),
         })))
+    }
+
+    /// The standard headers of a 2026-07-28 request (`message`):
+    /// `Mcp-Method`, `Mcp-Name` where the method names something, and an
+    /// `Mcp-Param-*` for each argument the tool mirrors (as the server
+    /// requires them: SEP-2243).
+    fn standard_headers(&self, message: &Value) -> reqwest::header::HeaderMap {
+        let mut headers = reqwest::header::HeaderMap::new();
+        let mut put = |name: &str, value: &Value| {
+            if let (Ok(name), Some(value)) = (
+                reqwest::header::HeaderName::from_bytes(name.as_bytes()),
+                header_value(value),
+            ) {
+                headers.insert(name, value);
+            }
+        };
+        let method = message["method"].as_str().unwrap_or_default();
+        put("mcp-method", &message["method"]);
+        let params = &message["params"];
+        if let Some(field) = mcp_cluster_protocol::methods::name_param(method)
+            && !params[field].is_null()
+        {
+            put("mcp-name", &params[field]);
+        }
+        if method == mcp_cluster_protocol::methods::TOOLS_CALL
+            && let Some(tool) = params["name"].as_str()
+        {
+            let mirrored = self
+                .mirrors
+                .lock()
+                .map(|m| m.get(tool).cloned().unwrap_or_default())
+                .unwrap_or_default();
+            for param in mirrored {
+                let argument = &params["arguments"][&param.argument];
+                if !argument.is_null() {
+                    put(&format!("mcp-param-{}", param.header), argument);
+                }
+            }
+        }
+        headers
     }
 
     /// Which replica `url` is.
@@ -716,12 +794,18 @@ pub(crate) async fn converse(
         Err(why) => return why,
     };
     let url = replicas.urls[replica].clone();
+    // A conversation of 2026-07-28 (opened by `server/discover`): no
+    // session, the standard headers on every message, and a status with a
+    // JSON-RPC error in its body is that error, not the end.
+    let stateless = client.protocol_version() == ProtocolVersion::STATELESS.as_str();
     let unreachable: Unreachable = {
         let replicas = Arc::clone(&replicas);
         Arc::new(move || replicas.failed(replica))
     };
     let lost = Arc::new(LostSignal::default());
     let mut tasks = JoinSet::new();
+    // 2026-07-28: the POSTs running, by request id (as JSON text).
+    let mut posting: HashMap<String, tokio::task::AbortHandle> = HashMap::new();
     if rejoined.is_some() {
         tasks.spawn(standalone(
             Arc::clone(&client),
@@ -749,18 +833,39 @@ pub(crate) async fn converse(
                     }
                     tracing::warn!(upstream = %upstream.name(), why, "No token for the upstream; the request goes without a fresh one.");
                 }
+                let headers = if stateless {
+                    replicas.standard_headers(&message)
+                } else {
+                    reqwest::header::HeaderMap::new()
+                };
                 if request {
-                    tasks.spawn(call(
+                    let id = message["id"].clone();
+                    let running = tasks.spawn(call(
                         Arc::clone(&client),
                         Arc::clone(&upstream),
-                        message,
+                        (message, headers),
                         Arc::clone(&lost),
                         Arc::clone(&unreachable),
                     ));
+                    if stateless {
+                        posting.retain(|_, task: &mut tokio::task::AbortHandle| !task.is_finished());
+                        posting.insert(id.to_string(), running);
+                    }
                     continue;
                 }
-                match client.post(&message).await {
-                    Ok(Reply::Status(status, ..)) if status.as_u16() == 404 => break gone_404(&url),
+                // 2026-07-28: closing a request's stream is its
+                // cancellation (the revision has no notification for it).
+                if stateless {
+                    if message["method"] == methods::NOTIFICATION_CANCELLED
+                        && let Some(task) = posting.remove(&message["params"]["requestId"].to_string())
+                    {
+                        tracing::debug!(upstream = %upstream.name(), "A request was cancelled; its POST is closed.");
+                        task.abort();
+                    }
+                    continue;
+                }
+                match client.post_with(&message, headers).await {
+                    Ok(Reply::Status(status, ..)) if status.as_u16() == 404 && !stateless => break gone_404(&url),
                     Ok(Reply::Accepted | Reply::Json(..) | Reply::Sse(_)) => {
                         if message["method"] == "notifications/initialized" {
                             tasks.spawn(standalone(
@@ -788,7 +893,9 @@ pub(crate) async fn converse(
             () = lost.notify.notified() => break lost.describe(&url),
             () = upstream.ended() => {
                 // The polite end: the upstream forgets the session now.
-                let _ = tokio::time::timeout(RETRY_MAX, client.delete()).await;
+                if !stateless {
+                    let _ = tokio::time::timeout(RETRY_MAX, client.delete()).await;
+                }
                 break "was ended by the node".to_owned();
             }
         }
@@ -873,9 +980,17 @@ async fn open(
     let message: Value =
         serde_json::from_str(first).map_err(|err| format!("was sent no JSON ({err})"))?;
     let id = message["id"].clone();
+    // `initialize` names its revision in its params, `server/discover`
+    // (2026-07-28) in its `_meta`.
     let asked = message["params"]["protocolVersion"]
         .as_str()
+        .or_else(|| message["params"]["_meta"][meta::PROTOCOL_VERSION].as_str())
         .unwrap_or_default();
+    let headers = if message["method"] == methods::SERVER_DISCOVER {
+        replicas.standard_headers(&message)
+    } else {
+        reqwest::header::HeaderMap::new()
+    };
     let mut tries = replicas.urls.len();
     loop {
         let replica = replicas.pick();
@@ -892,7 +1007,7 @@ async fn open(
             client.set_bearer(Arc::new(move || credential.token()));
         }
         tries -= 1;
-        match initialize(upstream, &mut client, &message, &id, url).await {
+        match initialize(upstream, &mut client, (&message, &headers), &id, url).await {
             Ok(()) => {
                 replicas.answered(replica);
                 return Ok((client, replica));
@@ -913,11 +1028,11 @@ async fn open(
 async fn initialize(
     upstream: &Arc<Upstream>,
     client: &mut Client,
-    message: &Value,
+    (message, headers): (&Value, &reqwest::header::HeaderMap),
     id: &Value,
     url: &str,
 ) -> Result<(), InitializeError> {
-    let (answer, session) = match client.post(message).await {
+    let (answer, session) = match client.post_with(message, headers.clone()).await {
         Ok(Reply::Json(answer, headers)) => (answer, session_id_of(&headers)),
         Ok(Reply::Sse(mut stream)) => {
             let session = session_id_of(stream.headers());
@@ -999,17 +1114,32 @@ async fn answer_on(upstream: &Arc<Upstream>, stream: &mut SseStream, id: &Value)
 async fn call(
     client: Arc<Client>,
     upstream: Arc<Upstream>,
-    message: Value,
+    (message, headers): (Value, reqwest::header::HeaderMap),
     lost: Arc<LostSignal>,
     unreachable: Unreachable,
 ) {
     let id = message["id"].clone();
-    let mut stream = match client.post(&message).await {
+    // Only 2026-07-28 requests carry the standard headers.
+    let stateless = !headers.is_empty();
+    let mut stream = match client.post_with(&message, headers).await {
         Ok(Reply::Json(answer, _)) => {
             upstream.received(answer.to_string().as_bytes()).await;
             return;
         }
         Ok(Reply::Sse(stream)) => stream,
+        // 2026-07-28: a refusal's body is the request's JSON-RPC error
+        // (-32601 with 404, -32020 with 400, ...): the client's answer.
+        Ok(Reply::Status(status, body, _)) if stateless => {
+            match serde_json::from_str::<Value>(&body) {
+                Ok(answer) if answer["id"] == id && answer["error"].is_object() => {
+                    upstream.received(body.as_bytes()).await;
+                }
+                _ => {
+                    fail(&upstream, &id, &format!("answered HTTP {status}")).await;
+                }
+            }
+            return;
+        }
         Ok(Reply::Status(status, ..)) if status.as_u16() == 404 => {
             lost.lost(Lost::NotFound);
             return;

@@ -89,7 +89,7 @@ pub struct RelayService {
     /// The tools the hosted server listed (in any era, to any client), with
     /// the arguments each mirrors into `Mcp-Param-*` headers: the
     /// 2026-07-28 transport checks those headers before the request runs.
-    tools: Mutex<HashMap<String, Vec<MirroredParam>>>,
+    tools: crate::http::Mirrors,
     /// The list changes pooled children announce, for the node to pass to
     /// every `subscriptions/listen` stream ([`Self::events`]).
     changes: tokio::sync::broadcast::Sender<ServerEvent>,
@@ -356,6 +356,7 @@ impl RelayService {
             spawns,
         }));
         runtime.spawn(reap(Arc::downgrade(&children)));
+        let tools = crate::http::Mirrors::default();
         let replicas = config.is_http().then(|| {
             Arc::new(crate::http::Replicas::new(
                 &config.name,
@@ -363,6 +364,7 @@ impl RelayService {
                 connect_timeout,
                 credential,
                 exchanger,
+                Arc::clone(&tools),
             ))
         });
         Ok(Self {
@@ -371,7 +373,7 @@ impl RelayService {
             children,
             known: OnceLock::new(),
             probe: tokio::sync::Mutex::new(()),
-            tools: Mutex::new(HashMap::new()),
+            tools,
             changes: tokio::sync::broadcast::Sender::new(CHANGES_QUEUE),
             watch_gates: watch::Gates::default(),
             replicas,
