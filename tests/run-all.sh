@@ -738,6 +738,32 @@ sed -n 's/^relay-replica-kill: \([0-9]* passed, [0-9]* failed\)$/\1/p' \
   "$LOG_DIR/relay-replica-kill.log" >"$LOG_DIR/relay-replica-kill.counts"
 stop_cluster
 stop_replicas
+# The same surface on the TypeScript SDK v2 (tests/js/sdk-v2-server.mjs:
+# createMcpHandler, 2026-07-28 itself and a stateless fallback for 2025-era
+# clients, no sessions), three replicas hosted with `stateless = true` by
+# three nodes behind nginx: both clients, compared with the first replica
+# reached directly.
+echo "== hosted servers: a TypeScript SDK v2 server of 2026-07-28 (3 replicas) through nginx in front of 3 nodes"
+start_replicas sdk-v2 3 'MCP_PORT=%s' "$ROOT/tests/js/node_modules/.bin/node" "$ROOT/tests/js/sdk-v2-server.mjs"
+cat >"$LOG_DIR/hosted-sdk-v2.toml" <<TOML
+[[upstreams]]
+name = "sdk-v2"
+urls = [$(IFS=,; echo "${REPLICA_URLS[*]}")]
+stateless = true
+TOML
+start_cluster --config "$LOG_DIR/hosted-sdk-v2.toml" --page-size 2
+first_v2=${REPLICA_URLS[0]//\"/}
+for era in session 2026-07-28; do
+  set +e
+  tests/js/node_modules/.bin/node tests/js/relay-sdk-example.mjs "$LB_URL" "$first_v2" --era "$era" --server v2 2>&1 \
+    | tee "$LOG_DIR/relay-sdk-v2-$era.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || relay_status=1
+  set -e
+  sed -n 's/^relay-sdk-example [a-z0-9-]*: \([0-9]* passed, [0-9]* failed\)$/\1/p' \
+    "$LOG_DIR/relay-sdk-v2-$era.log" >"$LOG_DIR/relay-sdk-v2-$era.counts"
+done
+stop_cluster
+stop_replicas
 # Several servers behind one endpoint (a federation): server-everything and
 # the Python SDK server (stdio), mcp-node --stdio in pages of two, and two
 # replicas of the TypeScript SDK's example server (HTTP); names that would
@@ -852,7 +878,7 @@ set -e
 stop_node
 read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/conformance-hosted-cluster.log" \
   "$LOG_DIR/conformance-hosted-http.log" "$LOG_DIR/conformance-hosted-federation.log" \
-  "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-sdk-example-*.counts "$LOG_DIR"/relay-federation-*.counts "$LOG_DIR/relay-replica-kill.counts" \
+  "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-sdk-example-*.counts "$LOG_DIR"/relay-sdk-v2-*.counts "$LOG_DIR"/relay-federation-*.counts "$LOG_DIR/relay-replica-kill.counts" \
   "$LOG_DIR"/relay-python-*.log "$LOG_DIR"/relay-federation-python-*.log \
   "$LOG_DIR/hosted-matrix-2026.counts")
 

@@ -4,9 +4,11 @@
 // hosted by the node over HTTP (`[[upstreams]] urls`), driven by an official
 // client and compared with one replica reached directly: the same tools,
 // prompts and resources, the same answers, its log lines and its questions
-// carried across.
+// carried across. `--server v2`: the same surface on the SDK v2
+// (`sdk-v2-server.mjs`, `createMcpHandler`: 2026-07-28 itself, no sessions),
+// hosted with `stateless = true`.
 //
-//   node tests/js/relay-sdk-example.mjs HOSTED-URL DIRECT-URL [--era session|2026-07-28]
+//   node tests/js/relay-sdk-example.mjs HOSTED-URL DIRECT-URL [--era session|2026-07-28] [--server v1|v2]
 //
 // `session` (the default): the SDK v1 client through the node, which opens
 // an upstream session per session at the replicas in turn. `2026-07-28`: the
@@ -22,10 +24,16 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { ElicitRequestSchema, LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { MODERN, checker, sleep, textOf } from './client-matrix-lib.mjs';
 
-const [hostedUrl, directUrl, flag, eraArg] = process.argv.slice(2);
-const era = eraArg ?? 'session';
-if (!hostedUrl || !directUrl || (flag !== undefined && (flag !== '--era' || !['session', MODERN].includes(era)))) {
-  console.error(`usage: node relay-sdk-example.mjs HOSTED-URL DIRECT-URL [--era session|${MODERN}]`);
+const [hostedUrl, directUrl, ...flags] = process.argv.slice(2);
+const option = (name, fallback) => {
+  const at = flags.indexOf(name);
+  return at < 0 ? fallback : flags[at + 1];
+};
+const era = option('--era', 'session');
+const server = option('--server', 'v1');
+const SERVER_NAMES = { v1: 'simple-streamable-http-server', v2: 'sdk-v2-example-server' };
+if (!hostedUrl || !directUrl || !['session', MODERN].includes(era) || !SERVER_NAMES[server]) {
+  console.error(`usage: node relay-sdk-example.mjs HOSTED-URL DIRECT-URL [--era session|${MODERN}] [--server v1|v2]`);
   process.exit(2);
 }
 const modern = era === MODERN;
@@ -70,7 +78,7 @@ await check(`connect through the node (${era}) and to one replica directly`, asy
   await direct.client.connect(direct.transport());
   connected = true;
   const info = hosted.client.getServerVersion();
-  assert.equal(info?.name, 'simple-streamable-http-server', `serverInfo ${JSON.stringify(info)}`);
+  assert.equal(info?.name, SERVER_NAMES[server], `serverInfo ${JSON.stringify(info)}`);
   return `${info.name} ${info.version}`;
 });
 
@@ -94,14 +102,29 @@ if (connected) {
     assert.deepEqual((await hosted.client.readResource(read)).contents, (await direct.client.readResource(read)).contents);
   });
 
-  await check('collect-user-info: the server asks the client through the node, and hears its answer', async () => {
+  // The v2 server answers a 2025-era client one request at a time (its
+  // legacy fallback), and cannot ask it anything then: directly as through
+  // the node.
+  if (server === 'v2' && !modern) {
+    await check('collect-user-info: the same refusal as directly (the v2 legacy fallback cannot ask)', async () => {
+      const outcome = (side) =>
+        call(side, 'collect-user-info', { infoType: 'contact' }).then(
+          (r) => `result ${textOf(r)}`,
+          (e) => `error ${e.message}`,
+        );
+      const [a, b] = [await outcome(hosted), await outcome(direct)];
+      assert.ok(a.includes('cannot receive server-to-client requests'), a);
+      assert.equal(a, b);
+    });
+  } else await check('collect-user-info: the server asks the client through the node, and hears its answer', async () => {
     const result = await call(hosted, 'collect-user-info', { infoType: 'contact' });
     const text = textOf(result);
     assert.ok(text.startsWith('Thank you! Collected contact information'), text);
     assert.ok(text.includes('ada@example.com'), text);
   });
 
-  if (!modern) {
+  // The v2 server keeps no session, hence no GET stream for its logs.
+  if (!modern && server === 'v1') {
     await check('multi-greet: its log lines reach the client while it runs', async () => {
       const before = hosted.logs.length;
       const result = await call(hosted, 'multi-greet', { name: 'Relay' });
@@ -119,4 +142,4 @@ if (connected) {
 
 await hosted.client.close().catch(() => {});
 await direct.client.close().catch(() => {});
-finish(`relay-sdk-example ${era}`);
+finish(`relay-sdk-example ${server === 'v1' ? era : `${server}-${era}`}`);
