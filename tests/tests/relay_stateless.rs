@@ -24,18 +24,19 @@ fn hosting() -> (NodeProcess, std::path::PathBuf) {
 /// A node hosting `mcp-node --stdio`, with `settings` (more lines of the
 /// upstream's table).
 fn hosting_with(settings: &str) -> (NodeProcess, std::path::PathBuf) {
+    let argv =
+        serde_json::to_string(&[node_binary().display().to_string(), "--stdio".into()]).unwrap();
+    hosting_table(&format!("name = \"inner\"\ncommand = {argv}\n{settings}\n"))
+}
+
+/// A node hosting the upstream of `table` (its `[[upstreams]]` lines).
+fn hosting_table(table: &str) -> (NodeProcess, std::path::PathBuf) {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("mcp-relay-stateless-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("node.toml");
-    let argv =
-        serde_json::to_string(&[node_binary().display().to_string(), "--stdio".into()]).unwrap();
-    std::fs::write(
-        &config,
-        format!("[[upstreams]]\nname = \"inner\"\ncommand = {argv}\n{settings}\n"),
-    )
-    .unwrap();
+    std::fs::write(&config, format!("[[upstreams]]\n{table}")).unwrap();
     let node =
         NodeProcess::spawn_logged(&node_binary(), &["--config", config.to_str().unwrap()], &[])
             .unwrap();
@@ -296,20 +297,10 @@ async fn an_http_server_of_2026_07_28_gets_each_request_with_its_headers_and_no_
     )
     .unwrap();
     let replica_base = replica.url().trim_end_matches("/mcp").to_owned();
-    let dir = std::env::temp_dir().join(format!("mcp-relay-stateless-http-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[upstreams]]\nname = \"modern\"\nurls = [\"{}\"]\nstateless = true\n",
-            replica.url()
-        ),
-    )
-    .unwrap();
-    let node =
-        NodeProcess::spawn_logged(&node_binary(), &["--config", config.to_str().unwrap()], &[])
-            .unwrap();
+    let (node, dir) = hosting_table(&format!(
+        "name = \"modern\"\nurls = [\"{}\"]\nstateless = true\n",
+        replica.url()
+    ));
     let url = node.url();
 
     let discovered = call(

@@ -17,7 +17,7 @@ use mcp_cluster_protocol::types::{
 use mcp_cluster_protocol::{ErrorObject, Notification, Request, methods};
 use mcp_cluster_runtime::{
     AskError, Caller, McpService, MirroredParam, OpenError, RequestContext, ResourceWatch,
-    ServerEvent, SessionAdopt, SessionOpen, TaskSupport, Watching,
+    ServerEvent, SessionAdopt, SessionLink, SessionOpen, TaskSupport, Watching,
 };
 use mcp_cluster_store::SessionId;
 use serde_json::{Map, Value, json};
@@ -555,6 +555,31 @@ impl RelayService {
         Ok(())
     }
 
+    /// `upstream` is the server of `session` from now on, telling it
+    /// through `link`, in the place `place` took.
+    fn seat(
+        &self,
+        session: SessionId,
+        upstream: Arc<Upstream>,
+        link: SessionLink,
+        place: &mut Place<'_>,
+    ) {
+        if let Some(naming) = &self.naming {
+            upstream.federated(Arc::clone(naming));
+        }
+        upstream.attach(link);
+        let mut children = lock(&self.children);
+        children.starting = children.starting.saturating_sub(1);
+        children.by_session.insert(
+            session,
+            Child {
+                upstream,
+                principal: place.principal.take(),
+            },
+        );
+        place.taken = true;
+    }
+
     /// Gives back a principal's place.
     fn release(children: &mut Children, principal: Option<&str>) {
         if let Some(principal) = principal
@@ -967,20 +992,7 @@ impl McpService for RelayService {
         let who = Who::of(&open.caller);
         let (upstream, result) = self.start(open.params, &who).await?;
         self.remember(&result);
-        if let Some(naming) = &self.naming {
-            upstream.federated(Arc::clone(naming));
-        }
-        upstream.attach(open.link);
-        let mut children = lock(&self.children);
-        children.starting = children.starting.saturating_sub(1);
-        children.by_session.insert(
-            open.session,
-            Child {
-                upstream,
-                principal: place.principal.take(),
-            },
-        );
-        place.taken = true;
+        self.seat(open.session, upstream, open.link, &mut place);
         Ok(Some(result))
     }
 
@@ -1024,20 +1036,7 @@ impl McpService for RelayService {
             )
             .map_err(|why| ErrorObject::internal(format!("upstream {name} {why}")))?
         };
-        if let Some(naming) = &self.naming {
-            upstream.federated(Arc::clone(naming));
-        }
-        upstream.attach(adopt.link);
-        let mut children = lock(&self.children);
-        children.starting = children.starting.saturating_sub(1);
-        children.by_session.insert(
-            adopt.session,
-            Child {
-                upstream,
-                principal: place.principal.take(),
-            },
-        );
-        place.taken = true;
+        self.seat(adopt.session, upstream, adopt.link, &mut place);
         Ok(())
     }
 

@@ -196,28 +196,8 @@ impl Upstream {
         replicas: Arc<crate::http::Replicas>,
         credential: Option<Arc<crate::http::Credential>>,
     ) -> Arc<Self> {
-        let name: Arc<str> = Arc::from(config.name.as_str());
-        let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
-        let upstream = Self::new(&name, stdin_tx);
-        if let Some(credential) = &credential {
-            let _ = upstream.credential.set(Arc::clone(credential));
-        }
-        metrics::spawned(&name);
-        let max_message = config.max_line_bytes;
-        let conversation = Arc::clone(&upstream);
-        tokio::spawn(async move {
-            let cause = crate::http::converse(
-                Arc::clone(&conversation),
-                replicas,
-                credential,
-                max_message,
-                stdin_rx,
-                None,
-            )
-            .await;
-            conversation.gone(&cause);
-        });
-        upstream
+        metrics::spawned(&config.name);
+        Self::converse(config, replicas, credential, None)
     }
 
     /// The session another node opened at one of `replicas` (`attached`),
@@ -232,20 +212,40 @@ impl Upstream {
         credential: Option<Arc<crate::http::Credential>>,
         attached: crate::http::Attached,
     ) -> Result<Arc<Self>, String> {
-        let name: Arc<str> = Arc::from(config.name.as_str());
         let replica = replicas.index_of(&attached.url).ok_or_else(|| {
             format!(
                 "no longer has the replica {} its session was opened at",
                 attached.url
             )
         })?;
+        metrics::rejoined(&config.name);
+        Ok(Self::converse(
+            config,
+            replicas,
+            credential,
+            Some((replica, attached)),
+        ))
+    }
+
+    /// The conversation with a session at one of `replicas`, carried by
+    /// `crate::http` on a task of its own: a new one, or (`rejoined`) the
+    /// one at that replica another node opened.
+    fn converse(
+        config: &UpstreamConfig,
+        replicas: Arc<crate::http::Replicas>,
+        credential: Option<Arc<crate::http::Credential>>,
+        rejoined: Option<(usize, crate::http::Attached)>,
+    ) -> Arc<Self> {
+        let name: Arc<str> = Arc::from(config.name.as_str());
         let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
         let upstream = Self::new(&name, stdin_tx);
         if let Some(credential) = &credential {
             let _ = upstream.credential.set(Arc::clone(credential));
         }
-        let _ = upstream.attached.set(attached);
-        metrics::rejoined(&name);
+        let replica = rejoined.map(|(replica, attached)| {
+            let _ = upstream.attached.set(attached);
+            replica
+        });
         let max_message = config.max_line_bytes;
         let conversation = Arc::clone(&upstream);
         tokio::spawn(async move {
@@ -255,12 +255,12 @@ impl Upstream {
                 credential,
                 max_message,
                 stdin_rx,
-                Some(replica),
+                replica,
             )
             .await;
             conversation.gone(&cause);
         });
-        Ok(upstream)
+        upstream
     }
 
     /// An HTTP session's replica, `Mcp-Session-Id` and revision, once

@@ -515,6 +515,29 @@ impl MemorySessionStore {
     }
 }
 
+impl MemorySessionStore {
+    /// Replaces a live session's record whose stored state `may` accepts,
+    /// and renews its TTL; its subscriptions stay (they change only
+    /// through `subscribe`). `false` when it is gone or refused.
+    fn replace(
+        &self,
+        record: &SessionRecord,
+        idle_ttl: Duration,
+        may: impl FnOnce(&SessionRecord) -> bool,
+    ) -> bool {
+        let now = Instant::now();
+        match self.sessions.get_mut(&record.id) {
+            Some(mut e) if e.1 > now && may(&e.0) => {
+                let subscriptions = std::mem::take(&mut e.0.subscriptions);
+                *e = (record.clone(), now + idle_ttl);
+                e.0.subscriptions = subscriptions;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 #[async_trait]
 impl SessionStore for MemorySessionStore {
     async fn create(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<(), StoreError> {
@@ -550,17 +573,7 @@ impl SessionStore for MemorySessionStore {
     }
 
     async fn save(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<bool, StoreError> {
-        let now = Instant::now();
-        match self.sessions.get_mut(&record.id) {
-            Some(mut e) if e.1 > now => {
-                // Subscriptions change only through `subscribe`.
-                let subscriptions = std::mem::take(&mut e.0.subscriptions);
-                *e = (record.clone(), now + idle_ttl);
-                e.0.subscriptions = subscriptions;
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        Ok(self.replace(record, idle_ttl, |_| true))
     }
 
     async fn rehost(
@@ -569,16 +582,9 @@ impl SessionStore for MemorySessionStore {
         from: &str,
         idle_ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let now = Instant::now();
-        match self.sessions.get_mut(&record.id) {
-            Some(mut e) if e.1 > now && e.0.host.as_deref() == Some(from) => {
-                let subscriptions = std::mem::take(&mut e.0.subscriptions);
-                *e = (record.clone(), now + idle_ttl);
-                e.0.subscriptions = subscriptions;
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        Ok(self.replace(record, idle_ttl, |stored| {
+            stored.host.as_deref() == Some(from)
+        }))
     }
 
     async fn subscribe(
