@@ -764,6 +764,38 @@ for era in session 2026-07-28; do
 done
 stop_cluster
 stop_replicas
+# That server with its sessions in its memory (`--sessions`: one transport
+# per session, as the SDK v2's stateful pattern has it), three replicas
+# hosted as session-era servers: both clients, then one replica killed under
+# nine sessions (its sessions end, the others go on).
+echo "== hosted servers: a TypeScript SDK v2 server keeping its sessions in memory (3 replicas) through nginx in front of 3 nodes"
+start_replicas sdk-v2-sessions 3 'MCP_PORT=%s' "$ROOT/tests/js/node_modules/.bin/node" \
+  "$ROOT/tests/js/sdk-v2-server.mjs" --sessions
+cat >"$LOG_DIR/hosted-sdk-v2-sessions.toml" <<TOML
+[[upstreams]]
+name = "sdk-v2"
+urls = [$(IFS=,; echo "${REPLICA_URLS[*]}")]
+TOML
+start_cluster --config "$LOG_DIR/hosted-sdk-v2-sessions.toml" --page-size 2
+first_v2=${REPLICA_URLS[0]//\"/}
+for era in session 2026-07-28; do
+  set +e
+  tests/js/node_modules/.bin/node tests/js/relay-sdk-example.mjs "$LB_URL" "$first_v2" --era "$era" \
+    --server v2-sessions 2>&1 | tee "$LOG_DIR/relay-sdk-v2-sessions-$era.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || relay_status=1
+  set -e
+  sed -n 's/^relay-sdk-example [a-z0-9-]*: \([0-9]* passed, [0-9]* failed\)$/\1/p' \
+    "$LOG_DIR/relay-sdk-v2-sessions-$era.log" >"$LOG_DIR/relay-sdk-v2-sessions-$era.counts"
+done
+set +e
+tests/js/node_modules/.bin/node tests/js/relay-replica-kill.mjs "$LB_URL" "${REPLICA_PIDS[0]}" 2>&1 \
+  | tee "$LOG_DIR/relay-replica-kill-v2.log"
+[ "${PIPESTATUS[0]}" = 0 ] || relay_status=1
+set -e
+sed -n 's/^relay-replica-kill: \([0-9]* passed, [0-9]* failed\)$/\1/p' \
+  "$LOG_DIR/relay-replica-kill-v2.log" >"$LOG_DIR/relay-replica-kill-v2.counts"
+stop_cluster
+stop_replicas
 # Several servers behind one endpoint (a federation): server-everything and
 # the Python SDK server (stdio), mcp-node --stdio in pages of two, and two
 # replicas of the TypeScript SDK's example server (HTTP); names that would
@@ -878,7 +910,7 @@ set -e
 stop_node
 read -r relay_passed relay_failed < <(sum_counts "$LOG_DIR/conformance-hosted.log" "$LOG_DIR/conformance-hosted-cluster.log" \
   "$LOG_DIR/conformance-hosted-http.log" "$LOG_DIR/conformance-hosted-federation.log" \
-  "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-sdk-example-*.counts "$LOG_DIR"/relay-sdk-v2-*.counts "$LOG_DIR"/relay-federation-*.counts "$LOG_DIR/relay-replica-kill.counts" \
+  "$LOG_DIR"/relay-everything-*.log "$LOG_DIR"/relay-sdk-example-*.counts "$LOG_DIR"/relay-sdk-v2-*.counts "$LOG_DIR/relay-replica-kill-v2.counts" "$LOG_DIR"/relay-federation-*.counts "$LOG_DIR/relay-replica-kill.counts" \
   "$LOG_DIR"/relay-python-*.log "$LOG_DIR"/relay-federation-python-*.log \
   "$LOG_DIR/hosted-matrix-2026.counts")
 

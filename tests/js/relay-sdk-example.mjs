@@ -6,9 +6,10 @@
 // prompts and resources, the same answers, its log lines and its questions
 // carried across. `--server v2`: the same surface on the SDK v2
 // (`sdk-v2-server.mjs`, `createMcpHandler`: 2026-07-28 itself, no sessions),
-// hosted with `stateless = true`.
+// hosted with `stateless = true`; `--server v2-sessions`: that server with
+// its sessions in its memory (`sdk-v2-server.mjs --sessions`).
 //
-//   node tests/js/relay-sdk-example.mjs HOSTED-URL DIRECT-URL [--era session|2026-07-28] [--server v1|v2]
+//   node tests/js/relay-sdk-example.mjs HOSTED-URL DIRECT-URL [--era session|2026-07-28] [--server v1|v2|v2-sessions]
 //
 // `session` (the default): the SDK v1 client through the node, which opens
 // an upstream session per session at the replicas in turn. `2026-07-28`: the
@@ -31,9 +32,15 @@ const option = (name, fallback) => {
 };
 const era = option('--era', 'session');
 const server = option('--server', 'v1');
-const SERVER_NAMES = { v1: 'simple-streamable-http-server', v2: 'sdk-v2-example-server' };
+const SERVER_NAMES = {
+  v1: 'simple-streamable-http-server',
+  v2: 'sdk-v2-example-server',
+  'v2-sessions': 'sdk-v2-example-server',
+};
 if (!hostedUrl || !directUrl || !['session', MODERN].includes(era) || !SERVER_NAMES[server]) {
-  console.error(`usage: node relay-sdk-example.mjs HOSTED-URL DIRECT-URL [--era session|${MODERN}] [--server v1|v2]`);
+  console.error(
+    `usage: node relay-sdk-example.mjs HOSTED-URL DIRECT-URL [--era session|${MODERN}] [--server v1|v2|v2-sessions]`,
+  );
   process.exit(2);
 }
 const modern = era === MODERN;

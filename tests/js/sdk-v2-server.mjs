@@ -1,20 +1,33 @@
 #!/usr/bin/env node
 // A server on the TypeScript SDK v2 (`@modelcontextprotocol/server`), served
-// the way that SDK serves HTTP: `createMcpHandler`, which speaks 2026-07-28
-// to each request and answers 2025-era clients through its stateless legacy
-// fallback (no sessions kept anywhere). The surface of the SDK v1 example
-// server the relay tests also host (`greet`, `collect-user-info`, a prompt,
-// a resource), so that one driver (`relay-sdk-example.mjs --server v2`)
-// checks both behind the node.
+// over HTTP in one of the two ways that SDK offers:
+// - by default `createMcpHandler`, which speaks 2026-07-28 to each request
+//   and answers 2025-era clients through its stateless legacy fallback (no
+//   sessions kept anywhere);
+// - with `--sessions`, one `WebStandardStreamableHTTPServerTransport` per
+//   session, kept in this process's memory by its `Mcp-Session-Id` (the
+//   stateful pattern: another process knows none of them).
+// The surface of the SDK v1 example server the relay tests also host
+// (`greet`, `collect-user-info`, a prompt, a resource), so that one driver
+// (`relay-sdk-example.mjs --server v2|v2-sessions`) checks them all behind
+// the node.
 //
-//   MCP_PORT=3000 node tests/js/sdk-v2-server.mjs
+//   MCP_PORT=3000 node tests/js/sdk-v2-server.mjs [--sessions]
 //
 // Listens on 127.0.0.1 only.
 
+import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import { Readable } from 'node:stream';
 
-import { McpServer, acceptedContent, createMcpHandler, inputRequired } from '@modelcontextprotocol/server';
+import {
+  McpServer,
+  WebStandardStreamableHTTPServerTransport,
+  acceptedContent,
+  createMcpHandler,
+  inputRequired,
+  isInitializeRequest,
+} from '@modelcontextprotocol/server';
 import * as z from 'zod';
 
 export const NAME = 'sdk-v2-example-server';
@@ -71,8 +84,36 @@ function build() {
   return server;
 }
 
-const handler = createMcpHandler(() => build());
 const port = Number(process.env.MCP_PORT ?? 3000);
+
+/** `--sessions`: each session's transport, by its id, in this process only. */
+function sessions() {
+  const transports = new Map();
+  const error = (status, message) =>
+    Response.json({ jsonrpc: '2.0', id: null, error: { code: -32000, message } }, { status });
+  return {
+    async fetch(request) {
+      const id = request.headers.get('mcp-session-id');
+      if (id) {
+        const transport = transports.get(id);
+        return transport ? transport.handleRequest(request) : error(404, 'Session not found');
+      }
+      if (request.method !== 'POST') return error(400, 'No session');
+      const body = await request.json();
+      if (!isInitializeRequest(body)) return error(400, 'No session: initialize first');
+      const transport = new WebStandardStreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        onsessioninitialized: (sid) => transports.set(sid, transport),
+        onsessionclosed: (sid) => transports.delete(sid),
+      });
+      transport.onclose = () => transport.sessionId && transports.delete(transport.sessionId);
+      await build().connect(transport);
+      return transport.handleRequest(request, { parsedBody: body });
+    },
+  };
+}
+
+const handler = process.argv.includes('--sessions') ? sessions() : createMcpHandler(() => build());
 
 http
   .createServer(async (req, res) => {
