@@ -336,7 +336,8 @@ fn echo(name: &str) -> Value {
 /// lapses), a request may be forwarded there and fail; then `other` takes
 /// the session over: never a 404 meanwhile.
 async fn until_taken_over(other: &Client, tool: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let killed = tokio::time::Instant::now();
+    let deadline = killed + Duration::from_secs(30);
     for n in 2.. {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -353,6 +354,10 @@ async fn until_taken_over(other: &Client, tool: &str) {
             other => panic!("neither an answer nor an error: {other:?}"),
         };
         if answer["result"]["content"][0]["text"] == "Echo: still here" {
+            eprintln!(
+                "taken over {:?} after the kill, at request {n}",
+                killed.elapsed()
+            );
             return;
         }
         assert!(answer["error"].is_object(), "{answer}");
