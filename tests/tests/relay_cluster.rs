@@ -444,6 +444,107 @@ async fn a_killed_owner_s_http_session_goes_on_at_its_replica_through_another_no
     }
 }
 
+/// A node drained (SIGTERM, as a rolling deploy stops it) leaves its HTTP
+/// servers' sessions to the cluster instead of ending them: no DELETE
+/// reaches the replica, and the next request, on another node, is answered
+/// by the same upstream session.
+#[tokio::test]
+async fn a_drained_owner_leaves_its_http_session_to_another_node() {
+    let (replica, replica_base) = http_replica();
+    let urls = serde_json::to_string(&[replica.url()]).unwrap();
+    let (config, _dir) = config_file(
+        "mcp-relay-cluster-drain",
+        &format!("[[upstreams]]\nname = \"replicas\"\nurls = {urls}\n"),
+    );
+    let mut cluster = start(2, &["--config", &config]);
+    let owner = session(&cluster.node_url(0), json!({})).await;
+    let other = client(&cluster.node_url(1), owner.session_id().unwrap());
+    let before = request(&owner, "tools/call", echo("echo")).await;
+    assert_eq!(before["result"]["content"][0]["text"], "Echo: still here");
+
+    let status = cluster.terminate_node(0).unwrap().expect("node 0 was up");
+    assert!(status.success(), "{status:?}");
+    let after = request(&other, "tools/call", echo("echo")).await;
+    assert_eq!(
+        after["result"]["content"][0]["text"], "Echo: still here",
+        "{after}"
+    );
+    assert_eq!(
+        mcp_cluster_testkit::metric(&replica_base, OPENED).await,
+        1.0
+    );
+    assert_eq!(
+        mcp_cluster_testkit::metric(
+            &replica_base,
+            "mcp_sessions_ended_total{reason=\"deleted\"}"
+        )
+        .await,
+        0.0,
+        "no DELETE reached the replica"
+    );
+    let survivor = cluster.node_url(1).trim_end_matches("/mcp").to_owned();
+    assert_eq!(
+        mcp_cluster_testkit::metric(&survivor, "mcp_sessions_adopted_total").await,
+        1.0
+    );
+}
+
+/// An owner that was only away (stopped past its heartbeat, then going on)
+/// finds its session taken over by another node: it lets the upstream
+/// session go without ending it and forwards the session's requests to
+/// the new host; no DELETE, no second initialize at the replica.
+#[tokio::test]
+async fn an_owner_back_from_a_pause_leaves_its_taken_over_session_to_the_new_host() {
+    let (replica, replica_base) = http_replica();
+    let urls = serde_json::to_string(&[replica.url()]).unwrap();
+    let (config, _dir) = config_file(
+        "mcp-relay-cluster-pause",
+        &format!("[[upstreams]]\nname = \"replicas\"\nurls = {urls}\n"),
+    );
+    let cluster = start(2, &["--config", &config]);
+    let owner = session(&cluster.node_url(0), json!({})).await;
+    let other = client(&cluster.node_url(1), owner.session_id().unwrap());
+    let pid = cluster.node(0).unwrap().pid().to_string();
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {name}");
+    };
+    signal("-STOP");
+    until_taken_over(&other, "echo").await;
+    signal("-CONT");
+    // Its timers run late: the idle keep-alive connection the client holds
+    // to it is closed first (a client reusing it at that moment would see
+    // the connection end, and retry).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Back, the old owner answers through the new host.
+    let back = request(&owner, "tools/call", echo("echo")).await;
+    assert_eq!(
+        back["result"]["content"][0]["text"], "Echo: still here",
+        "{back}"
+    );
+    let again = request(&other, "tools/call", echo("echo")).await;
+    assert_eq!(
+        again["result"]["content"][0]["text"], "Echo: still here",
+        "{again}"
+    );
+    assert_eq!(
+        mcp_cluster_testkit::metric(&replica_base, OPENED).await,
+        1.0
+    );
+    assert_eq!(
+        mcp_cluster_testkit::metric(
+            &replica_base,
+            "mcp_sessions_ended_total{reason=\"deleted\"}"
+        )
+        .await,
+        0.0,
+        "no DELETE reached the replica"
+    );
+}
+
 /// A federation of two HTTP servers: its session is taken over whole, each
 /// part at its own replica; each tool answers under its prefixed name.
 #[tokio::test]

@@ -805,6 +805,16 @@ impl McpService for Federation {
         self.hosting(session).next().is_some()
     }
 
+    async fn release_session(&self, session: &SessionId) {
+        lock(&self.missing).remove(session);
+        join_all(
+            self.members
+                .iter()
+                .map(|m| m.relay.release_session(session)),
+        )
+        .await;
+    }
+
     async fn close_session(&self, session: &SessionId) {
         lock(&self.missing).remove(session);
         join_all(self.members.iter().map(|m| m.relay.close_session(session))).await;

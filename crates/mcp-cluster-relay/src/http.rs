@@ -893,7 +893,7 @@ pub(crate) async fn converse(
             () = lost.notify.notified() => break lost.describe(&url),
             () = upstream.ended() => {
                 // The polite end: the upstream forgets the session now.
-                if !stateless {
+                if !stateless && !upstream.is_released() {
                     let _ = tokio::time::timeout(RETRY_MAX, client.delete()).await;
                 }
                 break "was ended by the node".to_owned();

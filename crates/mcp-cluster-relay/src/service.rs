@@ -555,6 +555,15 @@ impl RelayService {
         Ok(())
     }
 
+    /// Takes the server of `session` out of the table, its place given
+    /// back.
+    fn unseat(&self, session: &SessionId) -> Option<Arc<Upstream>> {
+        let mut children = lock(&self.children);
+        let child = children.by_session.remove(session)?;
+        Self::release(&mut children, child.principal.as_deref());
+        Some(child.upstream)
+    }
+
     /// `upstream` is the server of `session` from now on, telling it
     /// through `link`, in the place `place` took.
     fn seat(
@@ -1044,17 +1053,17 @@ impl McpService for RelayService {
         lock(&self.children).by_session.contains_key(session)
     }
 
+    /// The conversation ends here without a DELETE: the upstream session
+    /// lives on at its replica for the node that takes it over.
+    async fn release_session(&self, session: &SessionId) {
+        if let Some(upstream) = self.unseat(session) {
+            upstream.release();
+        }
+    }
+
     async fn close_session(&self, session: &SessionId) {
-        let child = {
-            let mut children = lock(&self.children);
-            let child = children.by_session.remove(session);
-            if let Some(child) = &child {
-                Self::release(&mut children, child.principal.as_deref());
-            }
-            child
-        };
-        if let Some(child) = child {
-            child.upstream.end();
+        if let Some(upstream) = self.unseat(session) {
+            upstream.end();
         }
     }
 

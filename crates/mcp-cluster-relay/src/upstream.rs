@@ -104,6 +104,9 @@ pub(crate) struct Upstream {
     /// Set when the node ends the child itself (the session ended): its
     /// exit then ends nothing more.
     ended_by_us: std::sync::atomic::AtomicBool,
+    /// Set when an HTTP session is let go for another node to take over:
+    /// its conversation ends without a DELETE.
+    released: std::sync::atomic::AtomicBool,
     /// Turns true once the child is gone.
     gone_tx: watch::Sender<bool>,
     /// An HTTP session's bearer token source.
@@ -174,6 +177,7 @@ impl Upstream {
             updates: Mutex::new(None),
             end: Notify::new(),
             ended_by_us: std::sync::atomic::AtomicBool::new(false),
+            released: std::sync::atomic::AtomicBool::new(false),
             gone_tx: watch::Sender::new(false),
             credential: std::sync::OnceLock::new(),
             attached: std::sync::OnceLock::new(),
@@ -476,6 +480,18 @@ impl Upstream {
     pub(crate) fn end(&self) {
         self.ended_by_us.store(true, Ordering::Release);
         self.end.notify_one();
+    }
+
+    /// Ends an HTTP session's conversation here, leaving the upstream
+    /// session to the node that takes it over (no DELETE).
+    pub(crate) fn release(&self) {
+        self.released.store(true, Ordering::Release);
+        self.end();
+    }
+
+    /// Whether [`Self::release`] ended the conversation.
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
     }
 
     /// Resolves once the child is gone (its process exited and was

@@ -158,13 +158,16 @@ impl BoundNode {
         let drained = actix_web::rt::spawn(async move {
             shutdown.await;
             let answered = drain(&runtime, grace, delay, &handle, &listener).await;
+            // Sessions whose server another node can take over are left to
+            // the cluster, before their actors stop with the workers.
+            runtime.hand_over_sessions().await;
             // The workers stop once their (now finished) connections end.
             handle.stop(true).await;
             if let Some(admin) = admin {
                 admin.stop(true).await;
             }
-            // Whatever the service started (a hosted server's children)
-            // ends before the node leaves.
+            // Whatever else the service started (a hosted server's
+            // children) ends before the node leaves.
             runtime.service().shutdown().await;
             if answered {
                 runtime.leave().await;

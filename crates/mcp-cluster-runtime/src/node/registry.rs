@@ -129,6 +129,14 @@ where
         }
     }
 
+    /// Every member now.
+    pub(crate) fn all(&self) -> Vec<M>
+    where
+        M: Clone,
+    {
+        self.members.iter().map(|m| m.value().clone()).collect()
+    }
+
     /// Puts `member` under `key` in place of the one there (returned): a
     /// member the node holds again, outside the maximum, as in
     /// [`Self::get_or_replace`].

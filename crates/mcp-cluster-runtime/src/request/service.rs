@@ -329,6 +329,15 @@ pub trait McpService: Send + Sync + std::fmt::Debug + 'static {
         ))))
     }
 
+    /// Lets the server of `session` go without ending it: another node
+    /// takes it over ([`Self::adopt_session`]), because this node is
+    /// stopping or because another node already did while this one was
+    /// away. Called only for a session [`Self::session_handover`] gave
+    /// something for. Default: [`Self::close_session`].
+    async fn release_session(&self, session: &SessionId) {
+        self.close_session(session).await;
+    }
+
     /// Whether this node runs the server of `session` (opened by
     /// [`Self::open_session`] and not closed since). A session whose server
     /// runs nowhere is over: the runtime ends it rather than serve it

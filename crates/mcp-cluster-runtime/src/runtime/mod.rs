@@ -402,6 +402,21 @@ impl Runtime {
                 handle.terminate();
                 return Err(RuntimeError::SessionNotFound);
             };
+            let moved = handle.host_elsewhere().is_none()
+                && record
+                    .host
+                    .as_deref()
+                    .is_some_and(|host| host != self.node_id().as_str());
+            if moved {
+                // Another node took this session's server over while this
+                // one was away (its heartbeat lapsed): the actor here lets
+                // the server go (the record tells it), and a new one
+                // forwards to that node.
+                handle.refresh(record.clone(), save_events);
+                let fresh = Session::start_with(record, self.inner.deps.clone(), &self.node().stop);
+                self.replace_actor(id, &fresh);
+                return Ok((fresh, true));
+            }
             handle.refresh(record, save_events);
             return Ok((handle, false));
         }
@@ -517,6 +532,33 @@ impl Runtime {
         {
             old.evict();
         }
+    }
+
+    /// The node is leaving a cluster: the sessions whose own server another
+    /// node can take over (an HTTP server's sessions, kept at their
+    /// replicas) are let go without ending them, before the service ends
+    /// the rest ([`McpService::shutdown`]); the next request of each, on
+    /// any node, has that node take it over. How many.
+    ///
+    /// [`McpService::shutdown`]: crate::request::service::McpService::shutdown
+    pub async fn hand_over_sessions(&self) -> usize {
+        if !self.store().shared {
+            return 0;
+        }
+        let mut handed = 0;
+        for handle in self.inner.sessions.all() {
+            if handle.hand_over().await {
+                self.inner.deps.service.release_session(handle.id()).await;
+                handed += 1;
+            }
+        }
+        if handed > 0 {
+            tracing::info!(
+                sessions = handed,
+                "Hosted sessions left to the cluster to take over."
+            );
+        }
+        handed
     }
 
     /// Evicts a session from this node only: its actor stops, its state

@@ -137,6 +137,14 @@ pub(crate) struct Refresh {
 #[rtype(result = "()")]
 pub(crate) struct Terminate;
 
+/// This node is leaving: stop, and let the session's own server go without
+/// ending it when another node can take it over (its record keeps a
+/// handover, and neither the client nor the server ended the session);
+/// `true` then.
+#[derive(Message, Debug)]
+#[rtype(result = "bool")]
+pub(crate) struct HandOver;
+
 /// Take the session's own server over from a host that is gone (the first
 /// message of an actor [`Session::adopt`] started).
 #[derive(Message, Debug)]
@@ -232,6 +240,10 @@ pub struct Session {
     /// A client has read the standalone stream (on any node) since this
     /// actor started: questions go out at once.
     reader_seen: bool,
+    /// Set when another node took the session's own server over while
+    /// this node was away (its record names that node now): the actor
+    /// stops and lets the server go without ending it.
+    handed_over: bool,
 }
 
 impl std::fmt::Debug for Session {
@@ -317,6 +329,7 @@ impl Session {
             ending: None,
             held_asks: Vec::new(),
             reader_seen: false,
+            handed_over: false,
         };
         let addr = Session::create(|ctx| {
             ctx.set_mailbox_capacity(mailbox);
@@ -357,7 +370,15 @@ impl Actor for Session {
             .sessions
             .remove_if(&self.record.id, |handle| handle.addr == me);
         tracing::debug!(session_id = %self.record.id, terminated = self.terminated, "Session stopped.");
-        if self.hosted.is_some() {
+        if self.hosted.is_some() && self.handed_over {
+            // Another node takes the server over (it already did, or will
+            // at the session's next request once this node is gone): let
+            // it go, ending neither it nor the session.
+            tracing::debug!(session_id = %self.record.id, "Hosted session handed over.");
+            let service = Arc::clone(&self.deps.service);
+            let id = self.record.id.clone();
+            actix::spawn(async move { service.release_session(&id).await });
+        } else if self.hosted.is_some() {
             // The session lives exactly as long as its own server: whatever
             // stopped the actor (idle expiry, eviction, a DELETE, the
             // node's end) ends both, everywhere.
@@ -540,6 +561,22 @@ impl Handler<Evict> for Session {
     }
 }
 
+impl Handler<HandOver> for Session {
+    type Result = bool;
+
+    fn handle(&mut self, _msg: HandOver, ctx: &mut Self::Context) -> bool {
+        let hands_over = self.hosted.is_some()
+            && self.record.handover.is_some()
+            && !self.terminated
+            && self.ending.is_none();
+        if hands_over {
+            self.handed_over = true;
+            ctx.stop();
+        }
+        hands_over
+    }
+}
+
 impl Handler<Adopt> for Session {
     type Result = ();
 
@@ -617,7 +654,8 @@ impl Handler<Reload> for Session {
 impl Handler<Refresh> for Session {
     type Result = ();
 
-    fn handle(&mut self, msg: Refresh, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: Refresh, ctx: &mut Self::Context) {
+        self.host_moved(&msg.record, ctx);
         let quiet = self.shared.saves_pending.load(Ordering::Acquire) == 0
             && self.shared.save_events.load(Ordering::Acquire) == msg.save_events;
         if quiet && !self.terminated {
@@ -851,7 +889,7 @@ impl Session {
             let id = self.record.id.clone();
             let load = async move { sessions.load(&id).await };
             ctx.spawn(load.into_actor(self).map(|loaded, act, ctx| match loaded {
-                Ok(Some(_)) => {}
+                Ok(Some(record)) => act.host_moved(&record, ctx),
                 Ok(None) => {
                     tracing::debug!(session_id = %act.record.id, "Hosted session expired.");
                     ctx.stop();
@@ -1211,6 +1249,23 @@ impl Session {
             ctx.address().recipient::<HostedAsk>().downgrade(),
             ctx.address().recipient::<EndHosted>().downgrade(),
         )
+    }
+
+    /// `record`, just read from the store, names another node as the one
+    /// running the session's own server, which this actor ran: that node
+    /// took it over while this one was away (its heartbeat lapsed). This
+    /// actor stops and lets the server go.
+    fn host_moved(&mut self, record: &SessionRecord, ctx: &mut Context<Self>) {
+        if self.hosted.is_some()
+            && record
+                .host
+                .as_deref()
+                .is_some_and(|host| host != self.deps.node.id.as_str())
+        {
+            tracing::warn!(session_id = %self.record.id, host = ?record.host, "Another node took this session's server over; letting it go here.");
+            self.handed_over = true;
+            ctx.stop();
+        }
     }
 
     /// The session's own server could not be taken over from its gone
@@ -1902,6 +1957,12 @@ impl SessionHandle {
     /// on the node that published the takeover).
     pub(crate) fn reader_attached(&self) {
         self.addr.do_send(ReaderAttached);
+    }
+
+    /// This node is leaving: whether the session's own server is let go
+    /// for another node to take over (the actor then stops).
+    pub(crate) async fn hand_over(&self) -> bool {
+        self.addr.send(HandOver).await.unwrap_or(false)
     }
 
     /// Stops the actor as part of ending the session.
