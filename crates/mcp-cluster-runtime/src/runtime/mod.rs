@@ -542,7 +542,7 @@ impl Runtime {
     ///
     /// [`McpService::shutdown`]: crate::request::service::McpService::shutdown
     pub async fn hand_over_sessions(&self) -> usize {
-        if !self.store().shared {
+        if !self.store().shared || !self.inner.deps.service.runs_server_per_session() {
             return 0;
         }
         let mut handed = 0;
