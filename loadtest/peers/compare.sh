@@ -8,9 +8,9 @@
 #   TARGETS="ours rmcp actix hyper-floor" bash loadtest/peers/compare.sh
 #
 #   TARGETS       subset of: ours ours-redis ours-2026 ours-redis-2026 ours-traced
-#                 ours-base ours-auth ours-auth-nocache rmcp ts py actix hyper-floor
-#                 (default: all but ours-traced, ours-base, the ours-auth pair and
-#                 the -2026 pair)
+#                 ours-base ours-auth ours-auth-nocache rmcp rmcp-stateless ts py
+#                 actix hyper-floor
+#                 (default: all but ours-base and the ours-auth pair)
 #   BASE_REV      git revision ours-base is built from (default: d1af96f, the last
 #                 build before metrics and traces)
 #   BASE_BIN      an mcp-node release binary to run as ours-base instead of
@@ -21,9 +21,12 @@
 #   SESSIONS_N    sessions per target that tools/call rotates over (default 64)
 #   INIT_DURATION wrk duration per initialize run (default 5s)
 #   INIT_CONNS    connections for the initialize runs (default 16)
+#   LIFE_DURATION wrk duration per session-life run (default 5s)
+#   LIFE_CONNS    connections (and wrk threads) for the session-life runs
+#                 (default 16)
 #   MEM_SESSIONS  idle-session counts for the memory step (default "1000 10000")
 #   HOLD_SECS     seconds the memory step holds the sessions (default 5)
-#   STEPS         which steps to run, of: calls init memory (default all three)
+#   STEPS         which steps to run, of: calls init life memory (default all four)
 #   JOBS          cargo build jobs (default 2)
 #
 # Targets:
@@ -49,6 +52,8 @@
 #   ours-auth-nocache  the same with auth.token_cache_entries = 0: the
 #                signature is verified on every request
 #   rmcp         official Rust SDK (crates.io rmcp), loadtest/peers/rmcp-echo
+#   rmcp-stateless  the same in rmcp's stateless mode (no sessions, JSON
+#                bodies): tools/call without a session
 #   ts           official TypeScript SDK (npm @modelcontextprotocol/sdk), loadtest/peers/ts-echo
 #   py           official Python SDK (PyPI mcp), loadtest/peers/py-echo
 #   actix        bare actix-web JSON echo, no MCP (the throughput ceiling)
@@ -63,6 +68,10 @@
 #      so every run gets a freshly started server, is short, and session
 #      caps are lifted (ours --max-sessions 1000000, py MAX_SESSIONS) so no
 #      cheap 503 is counted. Interleaved like step 1.
+#   2b. session lives/s (step `life`): initialize, notifications/initialized,
+#      DELETE, one after the other on each connection (peers/wrk/life.lua,
+#      one wrk thread per connection), a fresh server per run; a life counts
+#      once all three are answered right.
 #   3. memory per idle session: for each session-keeping target, N in
 #      MEM_SESSIONS, with and without a standalone GET stream per session, a
 #      fresh server and `mcp-loadtest hold --server-pid`, which samples the
@@ -91,7 +100,11 @@
 # the run's cells in the table ("!N failed"), and makes the script exit 1
 # at the end with the list of failing runs: such a table is not a result.
 # Latency percentiles are wrk's (--latency), over every answer (all checked
-# successes when the run has no failure). The table also gives wrk's CPU
+# successes when the run has no failure). Every figure is the median of the
+# ROUNDS runs, with their range beside it. Server CPU per answer: the
+# server process's user + system time (/proc/<pid>/stat, every thread; the
+# node's alone for ours-redis) grown over the run, divided by its checked
+# answers. The table also gives wrk's CPU
 # share of its core: one wrk thread tops out near 125k req/s here (less
 # with the per-answer check), so near 100 % the ceiling measured is the
 # generator's.
@@ -124,7 +137,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-TARGETS=${TARGETS:-"ours ours-redis rmcp ts py actix hyper-floor"}
+TARGETS=${TARGETS:-"ours ours-redis ours-2026 ours-redis-2026 ours-traced rmcp rmcp-stateless ts py actix hyper-floor"}
 OURS_BIN=${OURS_BIN:-./target/release/mcp-node}
 BASE_REV=${BASE_REV:-d1af96f}
 ROUNDS=${ROUNDS:-3}
@@ -135,7 +148,9 @@ INIT_DURATION=${INIT_DURATION:-5s}
 INIT_CONNS=${INIT_CONNS:-16}
 MEM_SESSIONS=${MEM_SESSIONS:-"1000 10000"}
 HOLD_SECS=${HOLD_SECS:-5}
-STEPS=${STEPS:-"calls init memory"}
+LIFE_DURATION=${LIFE_DURATION:-5s}
+LIFE_CONNS=${LIFE_CONNS:-16}
+STEPS=${STEPS:-"calls init life memory"}
 JOBS=${JOBS:-2}
 
 SERVER_CORE=0
@@ -149,7 +164,7 @@ RESULTS=$OUT/results.md
 LOADTEST=./target/release/mcp-loadtest
 declare -A PORT=([ours]=18501 [ours-redis]=18502 [rmcp]=18503 [ts]=18504 [py]=18505
   [actix]=18506 [hyper-floor]=18507 [ours-traced]=18508 [ours-base]=18509 [ours-auth]=18512
-  [ours-auth-nocache]=18513 [ours-2026]=18514 [ours-redis-2026]=18515)
+  [ours-auth-nocache]=18513 [ours-2026]=18514 [ours-redis-2026]=18515 [rmcp-stateless]=18516)
 REDIS_PORT=18510
 OTLP_PORT=18511
 PROTOCOL_VERSION=2025-11-25
@@ -164,6 +179,8 @@ secs() { # "10s" or "10" -> 10
 }
 DURATION_SECS=$(secs "$DURATION")
 INIT_SECS=$(secs "$INIT_DURATION")
+LIFE_SECS=$(secs "$LIFE_DURATION")
+[[ $LIFE_CONNS -ge 1 && $LIFE_CONNS -le 99 ]] || die "LIFE_CONNS is a wrk thread count: 1 to 99 (got $LIFE_CONNS)"
 
 for target in $TARGETS; do
   [[ -n ${PORT[$target]:-} ]] || die "unknown target $target (known: ${!PORT[*]})"
@@ -241,7 +258,7 @@ fi
 # Peers are standalone cargo projects (own [workspace]), built against the
 # registry's newest matching versions into target/peers/cargo.
 for peer in rmcp-echo hyper-floor; do
-  has "${peer%-echo}" || continue
+  has "${peer%-echo}" || { [[ $peer == rmcp-echo ]] && has rmcp-stateless; } || continue
   cargo build --release --quiet -j "$JOBS" --manifest-path "$PEERS/$peer/Cargo.toml" --target-dir "$OUT/cargo"
 done
 if has ts; then
@@ -374,6 +391,7 @@ start_server() {
       [[ $target == ours-auth-nocache ]] && cmd+=(MCP_AUTH__TOKEN_CACHE_ENTRIES=0)
       cmd+=("$OURS_BIN" "${current[@]}") ;;
     rmcp) cmd=("$OUT/cargo/release/rmcp-echo" "$addr" 1) ;;
+    rmcp-stateless) cmd=("$OUT/cargo/release/rmcp-echo" "$addr" 1 stateless) ;;
     ts) cmd=("$PEERS/ts-echo/node_modules/.bin/node" "$PEERS/ts-echo/server.mjs" "$addr") ;;
     py) cmd=(env MAX_SESSIONS="$max_sessions" "$OUT/py-venv/bin/python" "$PEERS/py-echo/server.py" "$addr") ;;
     actix) cmd=(./target/release/examples/json_echo "$addr" 1) ;;
@@ -436,25 +454,30 @@ WRK_RUN=0
 # echo_prefix TARGET: what the target's echo tool puts before the message.
 echo_prefix() { [[ $1 == ours* ]] && echo "Echo: " || echo ""; }
 
-# run_wrk LABEL CONNS SECS SCRIPT URL RUN_ID TARGET [SESSIONS]
-#   -> "ok_rate p50_ms p99_ms failed generator_cpu_percent"
+# run_wrk LABEL CONNS SECS SCRIPT URL RUN_ID TARGET [SESSIONS [THREADS]]
+#   -> "ok_rate p50_ms p99_ms failed generator_cpu_percent server_cpu_us"
 # ok_rate: checked successes per second (the script's done() line). failed:
 # failed answers plus socket errors; -1 when the script printed no summary
 # (wrk or the script broke; see raw.log). A run with failed != 0 is also
 # written to $FAILURES and reported on stderr at once.
 # The generator's CPU share (of its one core) is the check on the ceiling:
-# near 100 % the number is wrk's limit, not the server's.
+# near 100 % the number is wrk's limit, not the server's. server_cpu_us:
+# the server's CPU time per checked answer, in microseconds ("-" when
+# there were none).
 run_wrk() {
-  local label=$1 conns=$2 secs=$3 script=$4 url=$5 run_id=$6 target=$7 sessions=${8:-} out timer=() line
+  local label=$1 conns=$2 secs=$3 script=$4 url=$5 run_id=$6 target=$7 sessions=${8:-} threads=${9:-1}
+  local out timer=() line cpu_before cpu_after
   [[ -x /usr/bin/time ]] && timer=(/usr/bin/time -f 'generator_cpu_seconds %U %S')
   local init_expect=mcp
   [[ $target == actix ]] && init_expect=bare
   # Bounded: wrk stops itself after SECS; timeout covers a wedged server.
   local stateless=0
   [[ $target == *-2026 ]] && stateless=1
+  cpu_before=$(server_cpu_ticks "$target")
   out=$(env SESSIONS="$sessions" STATELESS="$stateless" BEARERS="${TOKENS_OF[$target]:-}" RUN_ID="$run_id" ECHO_PREFIX="$(echo_prefix "$target")" \
     INIT_EXPECT="$init_expect" WRK_LUA_DIR="$PEERS/wrk" timeout $((secs + 30)) taskset -c $LOAD_CORE "${timer[@]}" \
-    wrk -t1 -c"$conns" -d"${secs}s" --timeout 5s --latency -s "$script" "$url" 2>&1) || true
+    wrk -t"$threads" -c"$conns" -d"${secs}s" --timeout 5s --latency -s "$script" "$url" 2>&1) || true
+  cpu_after=$(server_cpu_ticks "$target")
   printf '### %s\n%s\n\n' "$label" "$out" >>"$RAW"
   line=$(awk '
     function ms(v) {
@@ -470,9 +493,11 @@ run_wrk() {
     $1 == "99%" { p99 = ms($2) }
     $1 == "generator_cpu_seconds" { cpu = $2 + $3; timed = 1 }
     END {
-      if (checked && t > 0) printf "%.0f %.3f %.3f %d %s\n", ok_rate, p50, p99, bad, timed ? sprintf("%.0f", 100 * cpu / t) : "-"
-      else print "0 -1 -1 -1 -"
-    }' <<<"$out")
+      ok = ok_rate * t
+      server = (ok > 0 && before != "" && after != "") ? sprintf("%.1f", (after - before) / hz * 1e6 / ok) : "-"
+      if (checked && t > 0) printf "%.0f %.3f %.3f %d %s %s\n", ok_rate, p50, p99, bad, timed ? sprintf("%.0f", 100 * cpu / t) : "-", server
+      else print "0 -1 -1 -1 - -"
+    }' before="$cpu_before" after="$cpu_after" hz="$CLK_TCK" <<<"$out")
   read -r _ _ _ failed _ <<<"$line"
   if [[ $failed != 0 ]]; then
     local why
@@ -489,6 +514,36 @@ run_wrk() {
 }
 
 sum() { awk -v a="$1" -v b="$2" 'BEGIN { print a + b }'; }
+
+# server_cpu_ticks TARGET -> the server process's user + system time so far,
+# in clock ticks (fields 14 and 15 of /proc/<pid>/stat, counted after the
+# command name, which may hold spaces); empty when it is not running.
+CLK_TCK=$(getconf CLK_TCK)
+server_cpu_ticks() {
+  local pid=${SERVER_PID[$1]:-}
+  [[ -n $pid && -r /proc/$pid/stat ]] || return 0
+  sed 's/.*) //' "/proc/$pid/stat" | awk '{ print $12 + $13 }'
+}
+
+# Lists of the rounds' values (space-separated) -> median, and range.
+median() { # median "v1 v2 ..." [DECIMALS] -> the median, "-" when empty
+  tr ' ' '\n' <<<"$1" | awk -v d="${2:-0}" 'NF { v[n++] = $1 } END {
+    if (!n) { print "-"; exit }
+    for (i = 1; i < n; i++) for (j = i; j > 0 && v[j-1] > v[j]; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
+    m = (n % 2) ? v[(n - 1) / 2] : (v[n/2 - 1] + v[n/2]) / 2
+    printf "%.*f\n", d, m
+  }'
+}
+range() { # range "v1 v2 ..." [DECIMALS] -> "min–max", "-" when empty
+  tr ' ' '\n' <<<"$1" | awk -v d="${2:-0}" 'NF { if (!n || $1 < lo) lo = $1; if (!n || $1 > hi) hi = $1; n++ }
+    END { if (!n) print "-"; else printf "%.*f–%.*f\n", d, lo, d, hi }'
+}
+# spread "v1 v2 ..." -> "median (min–max)", or the value alone for one run
+spread() {
+  local m
+  m=$(median "$1")
+  if [[ $m == - || $(wc -w <<<"$1") -le 1 ]]; then echo "$m"; else echo "$m ($(range "$1"))"; fi
+}
 
 # ---- Redis cost per checked answer (targets on Redis)
 # redis_counts TARGET -> "cmd:<command> <calls>" and "rt:<op> <round trips>"
@@ -517,46 +572,46 @@ cost_end() {
 }
 
 # ---- the three steps; a cell never measured stays "-"
-declare -A SESSIONS_OF RPS P50 P99 ERRS GEN_CPU INIT INIT_ERRS MEM
+declare -A SESSIONS_OF RPS P50 P99 ERRS GEN_CPU CPU INIT INIT_ERRS LIFE LIFE_ERRS LIFE_CPU MEM
 # ours-traced: checked answers (rate x duration, summed) and what the sink got.
 TRACED_ANSWERS=0 OTLP_EXPORTS=- OTLP_SPANS=-
 for target in $TARGETS; do
   for conns in $CONNS_LIST; do
-    RPS[$target,$conns]=- P50[$target,$conns]=- P99[$target,$conns]=- ERRS[$target,$conns]=0
+    RPS[$target,$conns]="" P50[$target,$conns]="" P99[$target,$conns]="" CPU[$target,$conns]="" ERRS[$target,$conns]=0
   done
-  INIT[$target]=- INIT_ERRS[$target]=0
+  INIT[$target]="" INIT_ERRS[$target]=0 LIFE[$target]="" LIFE_ERRS[$target]=0 LIFE_CPU[$target]=""
   for n in $MEM_SESSIONS; do MEM[$target,$n,stream]=- MEM[$target,$n,nostream]=-; done
 done
 
 # Step 1: tools/call. Every target is up at once, idle but for the one
 # under load; runs go round -> connections -> target.
 step_calls() {
-  local target conns round rate p50 p99 errs cpu
+  local target conns round rate p50 p99 errs cpu server
   echo "== tools/call: starting $TARGETS"
   for target in $TARGETS; do
     start_server "$target"
-    if [[ $target == actix || $target == *-2026 ]]; then
+    if [[ $target == actix || $target == rmcp-stateless || $target == *-2026 ]]; then
       SESSIONS_OF[$target]=""
     else
       SESSIONS_OF[$target]=$(open_sessions "$target" "$SESSIONS_N")
     fi
-    for conns in $CONNS_LIST; do RPS[$target,$conns]=0 P50[$target,$conns]=0 P99[$target,$conns]=0; done
   done
   for round in $(seq 1 "$ROUNDS"); do
     for conns in $CONNS_LIST; do
       for target in $TARGETS; do
         WRK_RUN=$((WRK_RUN + 1))
         cost_begin "$target"
-        read -r rate p50 p99 errs cpu < <(run_wrk "tools/call round=$round conns=$conns $target" "$conns" \
+        read -r rate p50 p99 errs cpu server < <(run_wrk "tools/call round=$round conns=$conns $target" "$conns" \
           "$DURATION_SECS" "$PEERS/wrk/tools_call.lua" "http://127.0.0.1:${PORT[$target]}/mcp" "$WRK_RUN" "$target" \
           "${SESSIONS_OF[$target]}")
         cost_end "$target" "tools/call" "$(awk -v r="$rate" -v d="$DURATION_SECS" 'BEGIN { printf "%.0f", r * d }')"
         [[ $errs == -1 ]] && errs=1 # no summary: counted as one failure
-        printf 'tools/call round %d conns %-3d %-12s %9s ok/s  p50 %8s ms  p99 %8s ms  failed %s  wrk cpu %s%%\n' \
-          "$round" "$conns" "$target" "$rate" "$p50" "$p99" "$errs" "$cpu"
-        RPS[$target,$conns]=$(sum "${RPS[$target,$conns]}" "$rate")
-        P50[$target,$conns]=$(sum "${P50[$target,$conns]}" "$p50")
-        P99[$target,$conns]=$(sum "${P99[$target,$conns]}" "$p99")
+        printf 'tools/call round %d conns %-3d %-14s %9s ok/s  p50 %8s ms  p99 %8s ms  failed %s  wrk cpu %s%%  server cpu %s us/answer\n' \
+          "$round" "$conns" "$target" "$rate" "$p50" "$p99" "$errs" "$cpu" "$server"
+        RPS[$target,$conns]+=" $rate"
+        P50[$target,$conns]+=" $p50"
+        P99[$target,$conns]+=" $p99"
+        [[ $server == - ]] || CPU[$target,$conns]+=" $server"
         ERRS[$target,$conns]=$(sum "${ERRS[$target,$conns]}" "$errs")
         GEN_CPU[$target,$conns]=$(awk -v a="${GEN_CPU[$target,$conns]:-0}" -v b="$cpu" 'BEGIN { print (b > a) ? b : a }')
         if [[ $target == ours-traced ]]; then
@@ -579,12 +634,9 @@ step_calls() {
 step_init() {
   local target round rate errs cpu
   echo "== initialize: $INIT_CONNS connections, ${INIT_SECS}s per run, fresh server each"
-  for target in $TARGETS; do INIT[$target]=0; done
   for round in $(seq 1 "$ROUNDS"); do
     for target in $TARGETS; do
-      # initialize.lua sends no token: the auth targets are measured by
-      # the calls step only.
-      [[ $target == ours-auth* || $target == *-2026 ]] && continue
+      measures_sessions "$target" || continue
       start_server "$target" init
       WRK_RUN=$((WRK_RUN + 1))
       cost_begin "$target"
@@ -594,8 +646,38 @@ step_init() {
       stop_server "$target"
       [[ $errs == -1 ]] && errs=1 # no summary: counted as one failure
       printf 'initialize round %d %-12s %9s ok/s  failed %s  wrk cpu %s%%\n' "$round" "$target" "$rate" "$errs" "$cpu"
-      INIT[$target]=$(sum "${INIT[$target]}" "$rate")
+      INIT[$target]+=" $rate"
       INIT_ERRS[$target]=$(sum "${INIT_ERRS[$target]}" "$errs")
+    done
+  done
+}
+
+# measures_sessions TARGET: the target is measured opening sessions (the
+# initialize and life steps): not the 2026-07-28 targets and not
+# rmcp-stateless (no sessions), not the auth targets (the scripts send no
+# token). actix answers initialize (its bare echo) but keeps no session.
+measures_sessions() { [[ $1 != ours-auth* && $1 != *-2026 && $1 != rmcp-stateless ]]; }
+
+# Step 2b: session lives/s (initialize, initialized, DELETE), a fresh
+# server per run, LIFE_CONNS connections each with its own wrk thread.
+step_life() {
+  local target round rate errs cpu server
+  echo "== session lives: $LIFE_CONNS connections, ${LIFE_SECS}s per run, fresh server each"
+  for round in $(seq 1 "$ROUNDS"); do
+    for target in $TARGETS; do
+      measures_sessions "$target" && [[ $target != actix ]] || continue
+      start_server "$target" init
+      WRK_RUN=$((WRK_RUN + 1))
+      cost_begin "$target"
+      read -r rate _ _ errs cpu server < <(run_wrk "life round=$round $target" "$LIFE_CONNS" "$LIFE_SECS" \
+        "$PEERS/wrk/life.lua" "http://127.0.0.1:${PORT[$target]}/mcp" "$WRK_RUN" "$target" "" "$LIFE_CONNS")
+      cost_end "$target" "session-life" "$(awk -v r="$rate" -v d="$LIFE_SECS" 'BEGIN { printf "%.0f", r * d }')"
+      stop_server "$target"
+      [[ $errs == -1 ]] && errs=1 # no summary: counted as one failure
+      printf 'life round %d %-14s %9s lives/s  failed %s  wrk cpu %s%%  server cpu %s us/life\n' "$round" "$target" "$rate" "$errs" "$cpu" "$server"
+      LIFE[$target]+=" $rate"
+      LIFE_ERRS[$target]=$(sum "${LIFE_ERRS[$target]}" "$errs")
+      [[ $server == - ]] || LIFE_CPU[$target]+=" $server"
     done
   done
 }
@@ -631,12 +713,16 @@ step_memory() {
 STARTED=$(date +%s)
 if step calls; then step_calls; fi
 if step init; then step_init; fi
+if step life; then step_life; fi
 if step memory; then step_memory; fi
 ELAPSED=$(($(date +%s) - STARTED))
 
 # ---- results
-mean() { awk -v s="$1" -v r="$ROUNDS" 'BEGIN { if (s == "-") print "-"; else printf "%.0f", s / r }'; }
-mean2() { awk -v s="$1" -v r="$ROUNDS" 'BEGIN { if (s == "-") print "-"; else printf "%.2f", s / r }'; }
+# The medians the tables and ratios are made of ("-" when not measured).
+rps() { median "${RPS[$1,$2]:-}"; }                  # rps TARGET CONNS
+p50_us() { median "$(awk '{ for (i = 1; i <= NF; i++) printf "%s ", $i * 1000 }' <<<"${P50[$1,$2]:-}")"; }
+cpu_us() { median "${CPU[$1,$2]:-}" 1; }             # server µs per answer
+lives() { median "${LIFE[$1]:-}"; }
 # marked VALUE FAILED: VALUE, or "VALUE !N failed" when its runs had failures
 marked() { if [[ $2 == 0 ]]; then echo "$1"; else echo "$1 !$2 failed"; fi; }
 # ratio A B GOAL OP: "1.23 (met)" against a goal, "-" when either is missing
@@ -661,6 +747,76 @@ versions() {
 
 read -r -a conns_list <<<"$CONNS_LIST"
 top=${conns_list[-1]}
+
+# val TARGET -> its cell of a summary row: `$1` through the getter in GET
+# ("-" when the target was not run).
+val() { has "$1" && "${GET[@]}" "$1" || echo "-"; }
+# summary_row MEASURE GOAL STAND: one row of the summary table, its cells
+# from the getter in GET.
+summary_row() {
+  echo "| $1 | $(val actix) | $(val rmcp) / $(val rmcp-stateless) | $(val ours) | $(val ours-redis) | $2 | $3 |"
+}
+# goal_of A B GOAL OP: the ratio A / B against GOAL ("-" unless both ran).
+goal_of() { ratio "$1" "$2" "$3" "$4"; }
+# The table the goals are read from: one row per measure, the ceiling, rmcp
+# in both modes and mcp-node on both stores side by side.
+summary() {
+  local c n max_n
+  max_n=$(tr " " "\n" <<<"$MEM_SESSIONS" | sort -n | tail -n 1)
+  echo "## Where mcp-node stands"
+  echo
+  echo "Medians of $ROUNDS runs (the tables below give each run's range). Goals: tools/call at one connection ≥ 1.2× rmcp stateless with p50 within 25 µs of the ceiling's; at more connections ≥ 2× rmcp in both modes and ≥ 0.7 of the ceiling, server CPU per call ≤ 1.5× the ceiling's; a session's life on Redis ≥ 0.6× embedded; an idle session ≤ 1.2× the floor with its GET stream and ≤ 2 KiB without; the 2026-07-28 era at least the session era's rate; a span per request ≥ 0.85× untraced."
+  echo
+  echo "| measure | actix ceiling | rmcp stateful / stateless | mcp-node embedded | mcp-node Redis | goal | where it stands |"
+  echo "| --- | ---: | ---: | ---: | ---: | --- | --- |"
+  for c in $CONNS_LIST; do
+    GET=(rps_at "$c")
+    if [[ $c == 1 ]]; then
+      summary_row "\`tools/call\` req/s, 1 connection" "≥ 1.2× rmcp stateless" \
+        "embedded $(goal_of "$(rps ours 1)" "$(rps rmcp-stateless 1)" 1.2 ">="), Redis $(goal_of "$(rps ours-redis 1)" "$(rps rmcp-stateless 1)" 1.2 ">=") of rmcp stateless"
+      GET=(p50_at 1)
+      summary_row "p50, 1 connection (µs)" "≤ the ceiling's + 25 µs" \
+        "embedded $(awk -v a="$(p50_us ours 1)" -v b="$(p50_us actix 1)" 'BEGIN { if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/) print "-"; else printf "%+.0f µs (%s)", a - b, (a - b <= 25) ? "met" : "not met" }') of the ceiling"
+    else
+      summary_row "\`tools/call\` req/s, $c connections" "≥ 2× rmcp (both), ≥ 0.7 of the ceiling" \
+        "embedded $(goal_of "$(rps ours "$c")" "$(rps rmcp "$c")" 2 ">=") / $(goal_of "$(rps ours "$c")" "$(rps rmcp-stateless "$c")" 2 ">=") of rmcp, $(goal_of "$(rps ours "$c")" "$(rps actix "$c")" 0.7 ">=") of the ceiling; Redis $(goal_of "$(rps ours-redis "$c")" "$(rps actix "$c")" 0.7 ">=") of the ceiling"
+    fi
+  done
+  GET=(cpu_at "$top")
+  summary_row "server CPU per call, $top connections (µs)" "≤ 1.5× the ceiling's" \
+    "embedded $(goal_of "$(cpu_us ours "$top")" "$(cpu_us actix "$top")" 1.5 "<="), Redis $(goal_of "$(cpu_us ours-redis "$top")" "$(cpu_us actix "$top")" 1.5 "<=") of the ceiling's"
+  GET=(lives_of)
+  summary_row "session lives/s (initialize, initialized, DELETE)" "Redis ≥ 0.6× embedded" \
+    "Redis $(goal_of "$(lives ours-redis)" "$(lives ours)" 0.6 ">=") of embedded; embedded $(goal_of "$(lives ours)" "$(lives rmcp)" 1 ">=") of rmcp"
+  GET=(lives_cpu_of)
+  summary_row "server CPU per session life (µs)" "" "Redis $(goal_of "$(median "${LIFE_CPU[ours-redis]:-}" 1)" "$(median "${LIFE_CPU[ours]:-}" 1)" 1 "<=") of embedded"
+  if step memory; then
+    for n in $MEM_SESSIONS; do
+      GET=(mem_of "$n" stream)
+      summary_row "RSS per idle session with a GET stream, $n (bytes)" "≤ 1.2× the floor (hyper, in the rmcp column's place: $(mem_of "$n" stream hyper-floor))" \
+        "embedded $(goal_of "${MEM[ours,$n,stream]:--}" "${MEM[hyper-floor,$n,stream]:--}" 1.2 "<="), Redis $(goal_of "${MEM[ours-redis,$n,stream]:--}" "${MEM[hyper-floor,$n,stream]:--}" 1.2 "<=") of the floor"
+      GET=(mem_of "$n" nostream)
+      summary_row "RSS per idle session without a stream, $n (bytes)" "≤ 2,048" \
+        "embedded $(goal_of "${MEM[ours,$n,nostream]:--}" 2048 1 "<=") of 2 KiB, Redis $(goal_of "${MEM[ours-redis,$n,nostream]:--}" 2048 1 "<=")"
+    done
+  fi
+  for c in $CONNS_LIST; do
+    if has ours-2026; then
+      echo "| 2026-07-28 \`tools/call\` req/s, $c connection(s) | | | $(rps ours-2026 "$c") | $(rps ours-redis-2026 "$c") | ≥ the session era's | embedded $(goal_of "$(rps ours-2026 "$c")" "$(rps ours "$c")" 1 ">="), Redis $(goal_of "$(rps ours-redis-2026 "$c")" "$(rps ours-redis "$c")" 1 ">=") of the session era |"
+    fi
+    if has ours-traced; then
+      echo "| a span per request exported, req/s, $c connection(s) | | | $(rps ours-traced "$c") | | ≥ 0.85× untraced | $(goal_of "$(rps ours-traced "$c")" "$(rps ours "$c")" 0.85 ">=") of untraced |"
+    fi
+  done
+  echo
+}
+# Getters for summary rows: TARGET last.
+rps_at() { rps "$2" "$1"; }
+p50_at() { p50_us "$2" "$1"; }
+cpu_at() { cpu_us "$2" "$1"; }
+lives_of() { lives "$1"; }
+lives_cpu_of() { median "${LIFE_CPU[$1]:-}" 1; }
+mem_of() { echo "${MEM[$3,$1,$2]:--}"; } # mem_of N stream|nostream TARGET
 {
   echo "# Peer comparison"
   echo
@@ -675,22 +831,24 @@ top=${conns_list[-1]}
     sed 's/^/- /' "$FAILURES"
     echo
   fi
+  summary
   echo "## Throughput and latency"
   echo
-  echo "tools/call echo, checked successes per second (answers with the request's id and the exact echo text; see peers/wrk/mcp_check.lua), mean of $ROUNDS; p50/p99 in ms at $top connections, mean of $ROUNDS; initialize/s: checked initialize results at $INIT_CONNS connections. failed: answers that failed the check plus wrk socket errors, summed over all runs (anything but 0 means the row is not a result). wrk CPU: the generator's highest share of its core in any tools/call run at $top connections; near 100 % the rate is the generator's limit, so a lower bound for the server."
+  echo "tools/call echo, checked successes per second (answers with the request's id and the exact echo text; see peers/wrk/mcp_check.lua): the median of $ROUNDS runs, their range in parentheses; p50 at ${conns_list[0]} connection(s) in µs, p50/p99 at $top in ms, and the server's CPU per answer at $top in µs (user + system time of every thread of the server process over the run / checked answers), medians; initialize/s: checked initialize results at $INIT_CONNS connections; lives/s: whole sessions (initialize, notifications/initialized, DELETE) at $LIFE_CONNS connections. failed: answers that failed the check plus wrk socket errors, summed over all runs (anything but 0 means the row is not a result). wrk CPU: the generator's highest share of its core in any tools/call run at $top connections; near 100 % the rate is the generator's limit, so a lower bound for the server."
   echo
   header="| target |"; rule="| --- |"
   for conns in $CONNS_LIST; do header+=" req/s @$conns |"; rule+=" ---: |"; done
-  echo "$header p50 @$top | p99 @$top | initialize/s | failed | wrk CPU @$top |"
-  echo "$rule ---: | ---: | ---: | ---: | ---: |"
+  echo "$header p50 @${conns_list[0]} µs | p50 @$top | p99 @$top | CPU µs/call @$top | initialize/s | lives/s | failed | wrk CPU @$top |"
+  echo "$rule ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for target in $TARGETS; do
     row="| $target |"
-    errs=${INIT_ERRS[$target]}
+    errs=$(sum "${INIT_ERRS[$target]}" "${LIFE_ERRS[$target]}")
     for conns in $CONNS_LIST; do
-      row+=" $(marked "$(mean "${RPS[$target,$conns]}")" "${ERRS[$target,$conns]}") |"
+      row+=" $(marked "$(spread "${RPS[$target,$conns]}")" "${ERRS[$target,$conns]}") |"
       errs=$(sum "$errs" "${ERRS[$target,$conns]}")
     done
-    echo "$row $(mean2 "${P50[$target,$top]}") | $(mean2 "${P99[$target,$top]}") | $(marked "$(mean "${INIT[$target]}")" "${INIT_ERRS[$target]}") | $errs | ${GEN_CPU[$target,$top]:--}% |"
+    row+=" $(p50_us "$target" "${conns_list[0]}") | $(median "${P50[$target,$top]}" 2) | $(median "${P99[$target,$top]}" 2) | $(cpu_us "$target" "$top") |"
+    echo "$row $(marked "$(spread "${INIT[$target]}")" "${INIT_ERRS[$target]}") | $(marked "$(spread "${LIFE[$target]}")" "${LIFE_ERRS[$target]}") | $errs | ${GEN_CPU[$target,$top]:--}% |"
   done
   echo
   if has ours-traced && step calls; then
@@ -726,24 +884,24 @@ top=${conns_list[-1]}
       goal=2
       [[ $peer == actix ]] && goal=0.7
       row="| $ours / $peer |"
-      for conns in $CONNS_LIST; do row+=" $(ratio "${RPS[$ours,$conns]}" "${RPS[$peer,$conns]}" "$goal" ">=") |"; done
-      echo "$row $(ratio "${INIT[$ours]}" "${INIT[$peer]}" 0 ">=" | sed 's/ (met)//') |"
+      for conns in $CONNS_LIST; do row+=" $(ratio "$(rps "$ours" "$conns")" "$(rps "$peer" "$conns")" "$goal" ">=") |"; done
+      echo "$row $(ratio "$(median "${INIT[$ours]}")" "$(median "${INIT[$peer]}")" 0 ">=" | sed 's/ (met)//') |"
     done
   done
   if has ours-redis && has ours; then
     row="| ours-redis / ours (Redis / embedded; goals 0.8, initialize 0.6) |"
-    for conns in $CONNS_LIST; do row+=" $(ratio "${RPS[ours-redis,$conns]}" "${RPS[ours,$conns]}" 0.8 ">=") |"; done
-    echo "$row $(ratio "${INIT[ours-redis]}" "${INIT[ours]}" 0.6 ">=") |"
+    for conns in $CONNS_LIST; do row+=" $(ratio "$(rps ours-redis "$conns")" "$(rps ours "$conns")" 0.8 ">=") |"; done
+    echo "$row $(ratio "$(median "${INIT[ours-redis]}")" "$(median "${INIT[ours]}")" 0.6 ">=") |"
   fi
   if has ours-base && has ours; then
     row="| ours / ours-base (this build / BASE_BIN; goal 0.95 for the executor's hop) |"
-    for conns in $CONNS_LIST; do row+=" $(ratio "${RPS[ours,$conns]}" "${RPS[ours-base,$conns]}" 0.95 ">=") |"; done
+    for conns in $CONNS_LIST; do row+=" $(ratio "$(rps ours "$conns")" "$(rps ours-base "$conns")" 0.95 ">=") |"; done
     echo "$row - |"
   fi
   for era in ours ours-redis; do
     if has "$era-2026" && has "$era"; then
       row="| $era-2026 / $era (stateless / session era) |"
-      for conns in $CONNS_LIST; do row+=" $(ratio "${RPS[$era-2026,$conns]}" "${RPS[$era,$conns]}" 1 ">=") |"; done
+      for conns in $CONNS_LIST; do row+=" $(ratio "$(rps "$era-2026" "$conns")" "$(rps "$era" "$conns")" 1 ">=") |"; done
       echo "$row - |"
     fi
   done

@@ -347,20 +347,36 @@ end
 -- The decimal text of an id, as next_id() gave it.
 function M.id_text(id) return format("%d", id) end
 
+-- Checks one answer of this thread (M.check against the thread's
+-- outstanding ids). -> nil or a failure key.
+function M.check_answer(status, headers, body, expect, expect_session)
+  return M.check(status, headers, body, outstanding, expect, expect_session)
+end
+
+-- Counts an outcome: a success when `failure` is nil, else a failure under
+-- that key (the first one's answer kept as the thread's sample).
+function M.count(failure, status, body)
+  if failure == nil then
+    checked_ok = checked_ok + 1
+    return
+  end
+  checked_failed = checked_failed + 1
+  checked_failures[failure] = (checked_failures[failure] or 0) + 1
+  if not checked_sample then
+    checked_sample = failure .. " " .. status .. " " .. sub(body, 1, 400):gsub("[\r\n]", "\\n")
+  end
+end
+
 -- A response() hook that checks with `expect` (see M.check) and counts.
 function M.response_hook(expect, expect_session)
   return function(status, headers, body)
-    local failure = M.check(status, headers, body, outstanding, expect, expect_session)
-    if failure == nil then
-      checked_ok = checked_ok + 1
-      return
-    end
-    checked_failed = checked_failed + 1
-    checked_failures[failure] = (checked_failures[failure] or 0) + 1
-    if not checked_sample then
-      checked_sample = failure .. " " .. status .. " " .. sub(body, 1, 400):gsub("[\r\n]", "\\n")
-    end
+    M.count(M.check(status, headers, body, outstanding, expect, expect_session), status, body)
   end
+end
+
+-- A header's value by its lower-case name (see header above).
+function M.header(headers, lower, usual)
+  return header(headers, lower, usual)
 end
 
 -- Main state only: the threads, numbered from 1, for done().
@@ -397,14 +413,19 @@ end
 -- body. `extra`: more headers (name -> value). Call from init(): wrk sets
 -- the Host header just before.
 function M.post_head(extra)
+  return M.head("POST", extra) .. "\r\nContent-Length: "
+end
+
+-- The request line and headers of a request to wrk's URL without a body,
+-- ending with the last header line (no CRLF after it).
+function M.head(method, extra)
   local lines = {
-    format("POST %s HTTP/1.1", wrk.path),
+    format("%s %s HTTP/1.1", method, wrk.path),
     "Host: " .. wrk.headers["Host"],
     "Content-Type: application/json",
     "Accept: application/json, text/event-stream",
   }
   for name, value in pairs(extra or {}) do lines[#lines + 1] = name .. ": " .. value end
-  lines[#lines + 1] = "Content-Length: "
   return concat(lines, "\r\n")
 end
 

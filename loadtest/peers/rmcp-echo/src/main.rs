@@ -2,9 +2,14 @@
 //! official Rust SDK (`rmcp`, Streamable HTTP over axum), with the SDK's
 //! default stateful session manager and default server config.
 //!
-//! `rmcp-echo ADDR [WORKERS]` (or env `WORKERS`). One worker runs a
-//! current-thread runtime, the same shape as `mcp-node --workers 1`, so the
-//! whole server lives on the one core it is pinned to.
+//! `rmcp-echo ADDR [WORKERS] [stateless]` (or env `WORKERS`). One worker
+//! runs a current-thread runtime, the same shape as `mcp-node --workers 1`,
+//! so the whole server lives on the one core it is pinned to.
+//!
+//! `stateless`: rmcp's stateless mode (`legacy_session_mode = false`): no
+//! sessions, each POST served on its own, answered with a JSON body
+//! (`json_response = true`, the mode's fast path that rmcp documents for
+//! plain request and response tools).
 
 use std::sync::Arc;
 
@@ -54,6 +59,7 @@ fn main() -> std::io::Result<()> {
         .or_else(|| std::env::var("WORKERS").ok())
         .and_then(|w| w.parse().ok())
         .unwrap_or(1);
+    let stateless = args.next().is_some_and(|mode| mode == "stateless");
     let runtime = if workers <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -68,16 +74,22 @@ fn main() -> std::io::Result<()> {
         // One router, built once; each session gets a clone (its routes and
         // schemas are behind Arcs, so the clone is shallow).
         let tool_router = Echo::tool_router();
+        // Defaults throughout (the in-memory session manager, stateful
+        // sessions, SSE response bodies, the loopback Host allowlist) but
+        // for the stateless mode's two settings.
+        let mut config = StreamableHttpServerConfig::default();
+        if stateless {
+            config.legacy_session_mode = false;
+            config.json_response = true;
+        }
         let service = StreamableHttpService::new(
             move || {
                 Ok(Echo {
                     tool_router: tool_router.clone(),
                 })
             },
-            // Defaults throughout: the in-memory session manager, stateful
-            // sessions, SSE response bodies, the loopback Host allowlist.
             Arc::new(LocalSessionManager::default()),
-            StreamableHttpServerConfig::default(),
+            config,
         );
         let app = axum::Router::new().nest_service("/mcp", service);
         // TCP_NODELAY, as actix-web, hyper-floor and Node set it: the SSE
@@ -87,7 +99,8 @@ fn main() -> std::io::Result<()> {
             // A socket that refuses the option is only slower.
             let _ = tcp.set_nodelay(true);
         });
-        println!("rmcp-echo listening on http://{addr}/mcp");
+        let mode = if stateless { "stateless" } else { "stateful" };
+        println!("rmcp-echo ({mode}) listening on http://{addr}/mcp");
         axum::serve(listener, app).await
     })
 }
