@@ -933,8 +933,15 @@ impl Session {
     /// reload it, then answers the request that changed it: a client that
     /// has the answer sends its next request (perhaps to another node) only
     /// after the change is stored and announced. When the store fails the
-    /// request gets -32603 instead. `done` is told at the same moment (the
-    /// 202 of `notifications/initialized` waits for it).
+    /// request gets -32603 instead.
+    ///
+    /// `done` (the 202 of `notifications/initialized`) is told once the
+    /// record is stored, before the announcement: a node that serves the
+    /// client's next request without this session's lease reads the record
+    /// (`Runtime::locate`), so it finds the session initialized; the lease
+    /// stays here until another node asks for it. The announcement only
+    /// refreshes the copies of actors elsewhere (a standalone stream's),
+    /// which read nothing of `initialized` to serve a request.
     fn persist_then(
         &self,
         answer: Option<(Arc<Exchange>, Response)>,
@@ -947,6 +954,9 @@ impl Session {
         actix::spawn(async move {
             let saved = node.store.sessions.save(&record, ttl).await;
             drop(guard);
+            if let Some(done) = done {
+                let _ = done.send(saved.as_ref().map(drop).map_err(Clone::clone));
+            }
             match &saved {
                 Ok(_) => {
                     let changed = ControlMessage::SessionChanged {
@@ -958,9 +968,6 @@ impl Session {
                 Err(err) => {
                     tracing::warn!(session_id = %record.id, error = %err, "Session state could not be saved.")
                 }
-            }
-            if let Some(done) = done {
-                let _ = done.send(saved.as_ref().map(drop).map_err(Clone::clone));
             }
             if let Some((exchange, response)) = answer {
                 let response = match saved {
@@ -2072,11 +2079,21 @@ pub(crate) async fn end_session(
         .as_ref()
         .and_then(|h| h.owner().map(str::to_owned))
         .or_else(|| record.as_ref().and_then(|r| r.principal.clone()));
+    // The record's deletion is the commit: a session whose record could
+    // not be deleted keeps everything. What follows is independent work,
+    // done side by side (one store round trip of waiting, not three).
     let existed = store.sessions.delete(id).await?;
-    store.events.delete_session(id).await?;
-    if let Some(owner) = owner {
-        node.quotas.release_session(&owner, id).await;
-    }
+    let release = async {
+        if let Some(owner) = owner {
+            node.quotas.release_session(&owner, id).await;
+        }
+    };
+    // Every other node stops its actor of this session.
+    let ended = node.publish(ControlMessage::SessionEnded {
+        session: id.clone(),
+        origin: node.id.clone(),
+    });
+    let (streams, (), _) = tokio::join!(store.events.delete_session(id), release, ended);
     let local = deps.sessions.remove(id);
     if let Some(handle) = &local {
         handle.terminate();
@@ -2093,12 +2110,11 @@ pub(crate) async fn end_session(
             _ => {}
         }
     }
-    // Every other node stops its actor of this session.
-    node.publish(ControlMessage::SessionEnded {
-        session: id.clone(),
-        origin: node.id.clone(),
-    })
-    .await;
+    // The session is gone; streams left behind by a store that failed
+    // here expire with their TTL.
+    if let Err(err) = streams {
+        tracing::warn!(session_id = %id, error = %err, "Ended session's streams could not be deleted.");
+    }
     if existed || local.is_some() {
         Ok(())
     } else {
