@@ -3,7 +3,8 @@
 //! Publishing is one `PUBLISH` of the JSON message, from a script, on the
 //! command connection (`SPUBLISH` on a Redis Cluster: a sharded channel stays on the
 //! shard of its slot instead of going to every member); receiving shares the node's one pub/sub connection
-//! (`pubsub`). Delivery is Redis pub/sub's: every node connected at
+//! (`pubsub`). Off a Redis Cluster the same script logs the message (below):
+//! one command per message. Delivery is Redis pub/sub's: every node connected at
 //! that moment, nothing kept for a node that is away or reconnecting. So
 //! each message (but a `kick` or a `release`, which must not arrive late,
 //! and one longer than `LOG_ENTRY_MAX`) also goes, at the same time, into a
@@ -80,36 +81,53 @@ impl Publisher {
             message,
             ControlMessage::Kick { .. } | ControlMessage::Release { .. }
         );
-        let logged = async {
-            if late_is_wrong || json.len() > LOG_ENTRY_MAX {
-                return Ok(());
-            }
-            let mut log = redis::pipe();
-            log.cmd("XADD")
-                .arg(&self.log)
-                .arg("MAXLEN")
-                .arg("~")
+        let log = !late_is_wrong && json.len() <= LOG_ENTRY_MAX;
+        let published = if log && !self.redis.is_cluster() {
+            // One Redis: the log and the channel in one script, one
+            // command.
+            let mut both = LOG_AND_PUBLISH.prepare_invoke();
+            both.key(&self.log)
+                .key(&self.channel)
                 .arg(LOG_LEN)
-                .arg("*")
-                .arg(LOG_FIELD)
-                .arg(&json)
-                .ignore()
-                .cmd("PEXPIRE")
-                .arg(&self.log)
                 .arg(crate::config::millis(LOG_TTL))
-                .ignore();
-            self.redis.pipe("bus_log", &log).await.map(drop)
+                .arg(LOG_FIELD)
+                .arg(&json);
+            self.redis.script("bus_publish", &both).await.map(drop)
+        } else {
+            // On a Redis Cluster the log and the channel are in different
+            // slots: two commands, both at once (a Redis that is away
+            // costs one command timeout, not two). Which one Redis takes
+            // first does not matter: a node replays only what it did not
+            // receive live.
+            let logged = async {
+                if !log {
+                    return Ok(());
+                }
+                let mut log = redis::pipe();
+                log.cmd("XADD")
+                    .arg(&self.log)
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(LOG_LEN)
+                    .arg("*")
+                    .arg(LOG_FIELD)
+                    .arg(&json)
+                    .ignore()
+                    .cmd("PEXPIRE")
+                    .arg(&self.log)
+                    .arg(crate::config::millis(LOG_TTL))
+                    .ignore();
+                self.redis.pipe("bus_log", &log).await.map(drop)
+            };
+            let mut publish = PUBLISH.prepare_invoke();
+            publish
+                .key(&self.channel)
+                .arg(self.redis.publish_command())
+                .arg(&json);
+            let (logged, published) =
+                tokio::join!(logged, self.redis.script("bus_publish", &publish));
+            logged.and(published.map(drop))
         };
-        let mut publish = PUBLISH.prepare_invoke();
-        publish
-            .key(&self.channel)
-            .arg(self.redis.publish_command())
-            .arg(&json);
-        // Both at once: a Redis that is away costs one command timeout, not
-        // two. Which one Redis takes first does not matter: a node replays
-        // only what it did not receive live.
-        let (logged, published) = tokio::join!(logged, self.redis.script("bus_publish", &publish));
-        let published = logged.and(published.map(drop));
         // A failure is counted as a drop by whoever gives up on the
         // message (the runtime tries again while Redis is away).
         if published.is_ok() {
@@ -121,6 +139,23 @@ impl Publisher {
         published
     }
 }
+
+/// KEYS: the control log, the control channel. ARGV: the log's length,
+/// its TTL ms, the entry's field, the message. Logs the message and
+/// publishes it (off a Redis Cluster: both keys on one Redis).
+///
+/// Flagged, without `allow-oom`, like the log's own commands: a Redis out
+/// of memory refuses it whole (publishing nothing, so the caller tries
+/// again), and a replica refuses it as a writing script.
+static LOG_AND_PUBLISH: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "#!lua
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', ARGV[3], ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return redis.call('PUBLISH', KEYS[2], ARGV[4])
+",
+    )
+});
 
 /// KEYS: the control channel. ARGV: the publish command (`PUBLISH`, or
 /// `SPUBLISH` on a Redis Cluster), the message.

@@ -102,15 +102,19 @@ return {record, redis.call('SMEMBERS', KEYS[2]), leased}
     )
 });
 
-/// KEYS: session, subs, ended, lease. ARGV: ended marker TTL ms, holder.
-/// Ends a session: 1 when it was live, 0 when already gone, `{holder}` when
+/// KEYS: session, subs, ended, then (off a Redis Cluster) the expiry
+/// index, then the lease. ARGV: ended marker TTL ms, then (with the index)
+/// the session id, then holder. Ends a session: 1 when it was live, 0 when already gone, `{holder}` when
 /// another node holds the lease (nothing changed).
 static DELETE: LazyLock<Script> = LazyLock::new(|| {
     writing(
         r"
 local live = redis.call('DEL', KEYS[1])
-redis.call('DEL', KEYS[2], KEYS[4])
+redis.call('DEL', KEYS[2], KEYS[#KEYS])
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[1])
+if #KEYS == 5 then
+  redis.call('ZREM', KEYS[4], ARGV[2])
+end
 return live
 ",
     )
@@ -530,28 +534,34 @@ impl SessionStore for RedisSessionStore {
         Ok(reply::int(&reply)? == 1)
     }
 
-    /// Two round trips: the session's keys (after any other node let its
-    /// lease go), then its entry in the expiry index, in another slot.
+    /// One round trip on one Redis: the session's keys and its entry in
+    /// the expiry index, in one script (after any other node let its lease
+    /// go). On a Redis Cluster the index is in another slot: its entry
+    /// goes in a second round trip, after the keys.
     async fn delete(&self, id: &SessionId) -> Result<bool, StoreError> {
         let ended = millis(mcp_cluster_store::ENDED_MEMORY).to_string();
-        let reply = self
-            .write(
-                "session_delete",
-                &DELETE,
-                id,
-                &[self.keys.ended(id)],
-                &[ended],
+        let index = self.keys.session_expiry(id);
+        let one_slot = !self.redis.is_cluster();
+        let (more, args) = if one_slot {
+            (
+                vec![self.keys.ended(id), index.clone()],
+                vec![ended, id.as_str().to_owned()],
             )
+        } else {
+            (vec![self.keys.ended(id)], vec![ended])
+        };
+        let reply = self
+            .write("session_delete", &DELETE, id, &more, &args)
             .await?;
         self.leases.forget(id);
-        self.redis
-            .cmd(
-                "session_unindex",
-                redis::cmd("ZREM")
-                    .arg(self.keys.session_expiry(id))
-                    .arg(id.as_str()),
-            )
-            .await?;
+        if !one_slot {
+            self.redis
+                .cmd(
+                    "session_unindex",
+                    redis::cmd("ZREM").arg(index).arg(id.as_str()),
+                )
+                .await?;
+        }
         Ok(reply::int(&reply)? == 1)
     }
 }

@@ -224,3 +224,75 @@ async fn quota_keys_always_carry_a_ttl_and_go_when_they_hold_nothing() {
         .unwrap();
     assert!(keys.is_empty(), "left behind: {keys:?}");
 }
+
+/// On one Redis a deletion takes the session's entry out of the expiry
+/// index in the same script as its keys, and a control message goes into
+/// the log and out on the channel in one script: nothing of either is left
+/// for a second command to do.
+#[tokio::test]
+async fn a_deletion_and_a_control_message_each_finish_in_one_script() {
+    let server = RedisServer::start();
+    let store = connect(&server.config()).await.unwrap();
+    let mut con = support::raw(&server).await;
+    let r = suite::record();
+    store
+        .sessions
+        .create(&r, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let indexed = |con: &mut redis::aio::MultiplexedConnection| {
+        let mut con = con.clone();
+        let id = r.id.as_str().to_owned();
+        async move {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("mcp:{sessions:*}:expiry")
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            let mut found = 0;
+            for key in keys {
+                let score: Option<f64> = redis::cmd("ZSCORE")
+                    .arg(&key)
+                    .arg(&id)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                found += usize::from(score.is_some());
+            }
+            found
+        }
+    };
+    assert_eq!(indexed(&mut con).await, 1, "a new session is indexed");
+    assert!(store.sessions.delete(&r.id).await.unwrap());
+    assert_eq!(indexed(&mut con).await, 0, "a deleted one is not");
+    assert!(!store.sessions.delete(&r.id).await.unwrap(), "gone already");
+
+    let mut rx = store.bus.subscribe();
+    let message = mcp_cluster_store::ControlMessage::SessionEnded {
+        session: r.id.clone(),
+        origin: mcp_cluster_store::NodeId::random(),
+    };
+    let before: usize = redis::cmd("XLEN")
+        .arg("mcp:{ctl}:log")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    store.bus.publish(&message).await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("the message arrives")
+        .unwrap();
+    assert_eq!(heard, message);
+    let after: usize = redis::cmd("XLEN")
+        .arg("mcp:{ctl}:log")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(after, before + 1, "and it is in the log");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("mcp:{ctl}:log")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(ttl > 0, "the log expires: {ttl}");
+}

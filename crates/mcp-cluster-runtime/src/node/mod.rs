@@ -65,6 +65,8 @@ pub(crate) struct NodeContext {
     pub(crate) closing: AtomicBool,
     /// Control messages being published again while the store is away.
     retrying_publishes: AtomicUsize,
+    /// Session ends finishing after their answer ([`DeferredEnd`]).
+    deferred_ends: AtomicUsize,
 }
 
 /// Counts one open exchange on its node while it lives.
@@ -141,12 +143,43 @@ struct RetryingPublish<'a>(&'a NodeContext);
 
 impl<'a> RetryingPublish<'a> {
     fn take(node: &'a NodeContext) -> Option<Self> {
-        let taken =
-            node.retrying_publishes
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < MAX_RETRYING_PUBLISHES).then_some(n + 1)
-                });
-        taken.is_ok().then_some(Self(node))
+        take_slot(&node.retrying_publishes, MAX_RETRYING_PUBLISHES).then_some(Self(node))
+    }
+}
+
+/// Counts one more on `count` unless it is at `max`; whether it did.
+fn take_slot(count: &AtomicUsize, max: usize) -> bool {
+    count
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .is_ok()
+}
+
+/// Session ends whose last work (deleting the streams, announcing the end)
+/// may run on a node after their answer; one more waits for its own.
+const MAX_DEFERRED_ENDS: usize = 1024;
+
+/// One session end's last work running after its answer, counted on its
+/// node while it lives; and counted as a running request, so a draining
+/// node waits for it.
+pub(crate) struct DeferredEnd {
+    node: Arc<NodeContext>,
+    _running: InFlightTicket,
+}
+
+impl DeferredEnd {
+    pub(crate) fn take(node: &Arc<NodeContext>) -> Option<Self> {
+        take_slot(&node.deferred_ends, MAX_DEFERRED_ENDS).then(|| Self {
+            node: Arc::clone(node),
+            _running: InFlightTicket::issue(node),
+        })
+    }
+}
+
+impl Drop for DeferredEnd {
+    fn drop(&mut self) {
+        self.node.deferred_ends.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -227,6 +260,7 @@ impl NodeContext {
             draining: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             retrying_publishes: AtomicUsize::new(0),
+            deferred_ends: AtomicUsize::new(0),
         }
     }
 
@@ -429,5 +463,25 @@ mod tests {
         let started = tokio::time::Instant::now();
         assert!(!node.publish(changed()).await);
         assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[test]
+    fn session_ends_left_to_run_after_their_answer_are_bounded_and_counted_as_running() {
+        let node = Arc::new(node_on(Arc::new(Away {
+            inner: MemoryBus::new(),
+            away: AtomicUsize::new(0),
+        })));
+        let held: Vec<DeferredEnd> = (0..MAX_DEFERRED_ENDS)
+            .map(|_| DeferredEnd::take(&node).expect("within the bound"))
+            .collect();
+        assert_eq!(node.in_flight.load(Ordering::Acquire), MAX_DEFERRED_ENDS);
+        assert!(
+            DeferredEnd::take(&node).is_none(),
+            "one more waits for its own"
+        );
+        drop(held);
+        assert_eq!(node.in_flight.load(Ordering::Acquire), 0);
+        assert_eq!(node.deferred_ends.load(Ordering::Acquire), 0);
+        assert!(DeferredEnd::take(&node).is_some());
     }
 }

@@ -41,9 +41,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use futures_util::FutureExt as _;
+
 use crate::node::config::RuntimeConfig;
 use crate::node::error::RuntimeError;
-use crate::node::{InFlightTicket, NodeContext};
+use crate::node::{DeferredEnd, InFlightTicket, NodeContext};
 use crate::request::call::SessionLabel;
 use crate::request::context::{
     AskError, AskOutcome, Caller, RegisterAsk, RequestContext, RequestOutput, SaveGuard,
@@ -2080,20 +2082,28 @@ pub(crate) async fn end_session(
         .and_then(|h| h.owner().map(str::to_owned))
         .or_else(|| record.as_ref().and_then(|r| r.principal.clone()));
     // The record's deletion is the commit: a session whose record could
-    // not be deleted keeps everything. What follows is independent work,
-    // done side by side (one store round trip of waiting, not three).
+    // not be deleted keeps everything. What follows is independent work.
     let existed = store.sessions.delete(id).await?;
-    let release = async {
-        if let Some(owner) = owner {
-            node.quotas.release_session(&owner, id).await;
+    // Its streams go and every other node stops its actor of this session:
+    // nothing the answer depends on (no node serves a session without its
+    // record), so unless it is done at once it goes on after the answer,
+    // on up to `MAX_DEFERRED_ENDS` sessions at once.
+    let mut last = Box::pin(end_everywhere(Arc::clone(node), id.clone()));
+    if (&mut last).now_or_never().is_none() {
+        match DeferredEnd::take(node) {
+            Some(deferred) => {
+                actix::spawn(async move {
+                    last.await;
+                    drop(deferred);
+                });
+            }
+            None => last.await,
         }
-    };
-    // Every other node stops its actor of this session.
-    let ended = node.publish(ControlMessage::SessionEnded {
-        session: id.clone(),
-        origin: node.id.clone(),
-    });
-    let (streams, (), _) = tokio::join!(store.events.delete_session(id), release, ended);
+    }
+    // The session slot is free when the answer says the session is gone.
+    if let Some(owner) = owner {
+        node.quotas.release_session(&owner, id).await;
+    }
     let local = deps.sessions.remove(id);
     if let Some(handle) = &local {
         handle.terminate();
@@ -2110,15 +2120,25 @@ pub(crate) async fn end_session(
             _ => {}
         }
     }
-    // The session is gone; streams left behind by a store that failed
-    // here expire with their TTL.
-    if let Err(err) = streams {
-        tracing::warn!(session_id = %id, error = %err, "Ended session's streams could not be deleted.");
-    }
     if existed || local.is_some() {
         Ok(())
     } else {
         Err(RuntimeError::SessionNotFound)
+    }
+}
+
+/// What ends a session beyond its record, side by side (one store round
+/// trip of waiting): its streams are deleted, and the other nodes told.
+async fn end_everywhere(node: Arc<NodeContext>, id: SessionId) {
+    let ended = node.publish(ControlMessage::SessionEnded {
+        session: id.clone(),
+        origin: node.id.clone(),
+    });
+    let (streams, _) = tokio::join!(node.store.events.delete_session(&id), ended);
+    // The session is gone; streams left behind by a store that failed
+    // here expire with their TTL.
+    if let Err(err) = streams {
+        tracing::warn!(session_id = %id, error = %err, "Ended session's streams could not be deleted.");
     }
 }
 
