@@ -43,6 +43,11 @@ pub(crate) struct ErrorWindow {
     pub(crate) first_unix_ms: Option<u64>,
     /// The last error of the run; `null` when there was none.
     pub(crate) last_unix_ms: Option<u64>,
+    /// When the latest-started failed operation of the run began (an
+    /// operation may fail well after it began, at its timeout): a fault's
+    /// window takes the errors of what was sent during it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) last_started_unix_ms: Option<u64>,
     /// Per error key (`http_status:503`, `timeout`, ...).
     pub(crate) by_key: BTreeMap<String, KeyWindow>,
 }
@@ -52,6 +57,9 @@ pub(crate) struct ErrorWindow {
 pub(crate) struct KeyWindow {
     pub(crate) first_unix_ms: u64,
     pub(crate) last_unix_ms: u64,
+    /// When the latest-started operation failing with this key began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) last_started_unix_ms: Option<u64>,
     pub(crate) count: u64,
 }
 
@@ -60,18 +68,29 @@ impl KeyWindow {
     fn absorb(&mut self, other: &KeyWindow) {
         self.first_unix_ms = self.first_unix_ms.min(other.first_unix_ms);
         self.last_unix_ms = self.last_unix_ms.max(other.last_unix_ms);
+        self.last_started_unix_ms = later(self.last_started_unix_ms, other.last_started_unix_ms);
         self.count += other.count;
     }
 }
 
+/// The later of two optional stamps.
+fn later(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 impl ErrorWindow {
-    /// One error of `key`, counted at `at_unix_ms`. Stamps may come out of
-    /// order (taken before the lock, or a clock stepped back): the window
-    /// keeps the earliest and the latest.
-    pub(crate) fn record(&mut self, key: &str, at_unix_ms: u64) {
+    /// One error of `key`, counted at `at_unix_ms`, of an operation begun
+    /// at `started_unix_ms`. Stamps may come out of order (taken before
+    /// the lock, or a clock stepped back): the window keeps the earliest
+    /// and the latest.
+    pub(crate) fn record(&mut self, key: &str, at_unix_ms: u64, started_unix_ms: u64) {
         let one = KeyWindow {
             first_unix_ms: at_unix_ms,
             last_unix_ms: at_unix_ms,
+            last_started_unix_ms: Some(started_unix_ms.min(at_unix_ms)),
             count: 1,
         };
         self.absorb(key, &one);
@@ -99,6 +118,7 @@ impl ErrorWindow {
             self.last_unix_ms
                 .map_or(window.last_unix_ms, |t| t.max(window.last_unix_ms)),
         );
+        self.last_started_unix_ms = later(self.last_started_unix_ms, window.last_started_unix_ms);
     }
 }
 
@@ -170,18 +190,21 @@ mod tests {
     fn the_window_spans_the_first_and_last_error_overall_and_per_key() {
         let mut window = ErrorWindow::default();
         assert_eq!((window.first_unix_ms, window.last_unix_ms), (None, None));
-        window.record("http_status:503", 1_000);
-        window.record("timeout", 1_500);
+        window.record("http_status:503", 1_000, 990);
+        // A timeout: counted long after it was sent.
+        window.record("timeout", 1_500, 500);
         // Out of order: stamped before another thread's, counted after.
-        window.record("http_status:503", 900);
-        window.record("http_status:503", 2_000);
+        window.record("http_status:503", 900, 890);
+        window.record("http_status:503", 2_000, 1_990);
         assert_eq!(window.first_unix_ms, Some(900));
         assert_eq!(window.last_unix_ms, Some(2_000));
+        assert_eq!(window.last_started_unix_ms, Some(1_990));
         assert_eq!(
             window.by_key["http_status:503"],
             KeyWindow {
                 first_unix_ms: 900,
                 last_unix_ms: 2_000,
+                last_started_unix_ms: Some(1_990),
                 count: 3
             }
         );
@@ -190,6 +213,7 @@ mod tests {
             KeyWindow {
                 first_unix_ms: 1_500,
                 last_unix_ms: 1_500,
+                last_started_unix_ms: Some(500),
                 count: 1
             }
         );
@@ -199,9 +223,10 @@ mod tests {
             serde_json::json!({
                 "first_unix_ms": 900,
                 "last_unix_ms": 2000,
+                "last_started_unix_ms": 1990,
                 "by_key": {
-                    "http_status:503": {"first_unix_ms": 900, "last_unix_ms": 2000, "count": 3},
-                    "timeout": {"first_unix_ms": 1500, "last_unix_ms": 1500, "count": 1}
+                    "http_status:503": {"first_unix_ms": 900, "last_unix_ms": 2000, "last_started_unix_ms": 1990, "count": 3},
+                    "timeout": {"first_unix_ms": 1500, "last_unix_ms": 1500, "last_started_unix_ms": 500, "count": 1}
                 }
             })
         );
@@ -215,12 +240,12 @@ mod tests {
     #[test]
     fn merged_windows_take_the_first_of_the_firsts_and_the_last_of_the_lasts() {
         let mut a = ErrorWindow::default();
-        a.record("http_status:503", 5_000);
-        a.record("http_status:503", 6_000);
+        a.record("http_status:503", 5_000, 5_000);
+        a.record("http_status:503", 6_000, 5_200);
         let mut b = ErrorWindow::default();
-        b.record("http_status:503", 4_000);
-        b.record("http_status:503", 5_500);
-        b.record("transport", 7_000);
+        b.record("http_status:503", 4_000, 4_000);
+        b.record("http_status:503", 5_500, 5_400);
+        b.record("transport", 7_000, 7_000);
         let empty = ErrorWindow::default();
 
         let mut merged = ErrorWindow::default();
@@ -234,6 +259,7 @@ mod tests {
             KeyWindow {
                 first_unix_ms: 4_000,
                 last_unix_ms: 6_000,
+                last_started_unix_ms: Some(5_400),
                 count: 4
             }
         );

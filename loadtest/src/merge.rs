@@ -424,8 +424,8 @@ mod tests {
         early.started_unix_ms = Some(1_000);
         early.ended_unix_ms = Some(11_000);
         early.errors = BTreeMap::from([("http_status:503".to_owned(), 2)]);
-        early.error_window.record("http_status:503", 3_000);
-        early.error_window.record("http_status:503", 4_000);
+        early.error_window.record("http_status:503", 3_000, 2_900);
+        early.error_window.record("http_status:503", 4_000, 3_500);
         early.retry.record("http_status:503", true);
         early.retry.record("http_status:503", false);
         let mut late = report(&[1], 3, &[]);
@@ -433,9 +433,9 @@ mod tests {
         late.ended_unix_ms = Some(12_000);
         late.errors =
             BTreeMap::from([("http_status:503".to_owned(), 1), ("timeout".to_owned(), 2)]);
-        late.error_window.record("http_status:503", 2_500);
-        late.error_window.record("timeout", 9_000);
-        late.error_window.record("timeout", 9_500);
+        late.error_window.record("http_status:503", 2_500, 2_400);
+        late.error_window.record("timeout", 9_000, 4_000);
+        late.error_window.record("timeout", 9_500, 4_500);
         late.retry.record("http_status:503", true);
         late.retry.record("timeout", false);
         late.retry.record("timeout", false);
@@ -457,6 +457,10 @@ mod tests {
             (2_500, 4_000, 3)
         );
         assert_eq!(window.by_key["timeout"].count, 2);
+        // Timeouts fail long after they were sent: the latest send is kept.
+        assert_eq!(http.last_started_unix_ms, Some(3_500));
+        assert_eq!(window.by_key["timeout"].last_started_unix_ms, Some(4_500));
+        assert_eq!(window.last_started_unix_ms, Some(4_500));
         assert_eq!(merged.retry.said["http_status:503"], 2);
         assert_eq!(merged.retry.not_said["http_status:503"], 1);
         assert_eq!(merged.retry.not_said["timeout"], 2);

@@ -203,7 +203,11 @@ mod tests {
         let stats = Stats::new(&["initialize".to_owned(), "call_tool:add".to_owned()]).unwrap();
         stats.ok(OpId(1), Duration::from_millis(20));
         stats.ok(OpId(1), Duration::from_millis(40));
-        stats.failed(OpId(1), &ErrorKind::Check("check:equals"));
+        stats.failed(
+            OpId(1),
+            &ErrorKind::Check("check:equals"),
+            tokio::time::Instant::now(),
+        );
         let text = text(&stats).unwrap();
         for line in [
             "mcp_loadtest_operations_total{operation=\"call_tool:add\",outcome=\"ok\"} 2",

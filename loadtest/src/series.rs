@@ -383,7 +383,7 @@ mod tests {
         for ms in 1..=100 {
             stats.ok(ECHO, Duration::from_millis(ms));
         }
-        stats.failed(LONG, &ErrorKind::Timeout);
+        stats.failed(LONG, &ErrorKind::Timeout, tokio::time::Instant::now());
         state.sample(start + Duration::from_secs(1));
         for _ in 0..10 {
             stats.ok(ECHO, Duration::from_millis(500));

@@ -147,7 +147,7 @@ pub(crate) async fn connect_until(
             Ok(Err(error)) => error,
             Err(_) => ErrorKind::Timeout,
         };
-        stats.failed(row, &error);
+        stats.failed(row, &error, started);
         sleep(INITIALIZE_RETRY_PAUSE).await;
     }
     None
@@ -200,8 +200,9 @@ async fn lane(
             }
         }
         let entry = plan.scenario.pick(era);
-        let deadline = (Instant::now() + entry.op.nominal_duration() + OP_TIMEOUT_SLACK)
-            .min(plan.hard_deadline);
+        let started = Instant::now();
+        let deadline =
+            (started + entry.op.nominal_duration() + OP_TIMEOUT_SLACK).min(plan.hard_deadline);
         // The session this operation runs in (a 404 ends that one only).
         let ran_in = client.read().await.session_id().map(str::to_owned);
         let outcome = match &entry.op {
@@ -209,7 +210,9 @@ async fn lane(
                 let mut client = client.write().await;
                 let outcome = timeout_at(deadline, delete_session(&mut client, plan, http)).await;
                 let failed = !matches!(outcome, Ok(Ok(_)));
-                record(plan, entry, outcome, &|| where_ran(era, ran_in.as_deref()));
+                record(plan, entry, outcome, started, &|| {
+                    where_ran(era, ran_in.as_deref())
+                });
                 if failed {
                     let Some(fresh) = initialize(plan, http).await else {
                         return;
@@ -234,7 +237,9 @@ async fn lane(
             }
         };
         let gone = era == Era::Session && session_gone(&outcome);
-        record(plan, entry, outcome, &|| where_ran(era, ran_in.as_deref()));
+        record(plan, entry, outcome, started, &|| {
+            where_ran(era, ran_in.as_deref())
+        });
         if gone {
             // 2025-11-25 transports, session management: a client that
             // gets 404 for its session MUST start a new one. The first lane
@@ -278,14 +283,15 @@ pub(crate) async fn exclusive_op(
     late: Duration,
 ) -> Option<Client> {
     let http = plan.pools.for_session(session);
+    let started = Instant::now();
     let deadline =
-        (Instant::now() + entry.op.nominal_duration() + OP_TIMEOUT_SLACK).min(plan.hard_deadline);
+        (started + entry.op.nominal_duration() + OP_TIMEOUT_SLACK).min(plan.hard_deadline);
     let outcome = match &entry.op {
         Operation::DeleteSession => {
             let outcome = timeout_at(deadline, delete_session(&mut client, plan, http)).await;
             let failed = !matches!(outcome, Ok(Ok(_)));
             let ran_in = client.session_id().map(str::to_owned);
-            record(plan, entry, late_by(outcome, late), &|| {
+            record(plan, entry, late_by(outcome, late), started, &|| {
                 where_ran(plan.scenario.era_of(session), ran_in.as_deref())
             });
             if failed {
@@ -296,7 +302,7 @@ pub(crate) async fn exclusive_op(
         _ => timeout_at(deadline, run_op(&client, plan, entry, session)).await,
     };
     let gone = client.session_id().is_some() && session_gone(&outcome);
-    record(plan, entry, late_by(outcome, late), &|| {
+    record(plan, entry, late_by(outcome, late), started, &|| {
         where_ran(plan.scenario.era_of(session), client.session_id())
     });
     if gone {
@@ -320,15 +326,17 @@ fn record(
     plan: &Plan,
     entry: &Weighted,
     outcome: Result<Result<Duration, ErrorKind>, tokio::time::error::Elapsed>,
+    started: Instant,
     context: &dyn Fn() -> String,
 ) {
     let id: OpId = entry.id;
     match outcome {
         Ok(Ok(latency)) if entry.max_latency.is_some_and(|max| latency > max) => {
-            plan.stats.failed(id, &ErrorKind::Check("check:latency"));
+            plan.stats
+                .failed(id, &ErrorKind::Check("check:latency"), started);
         }
         Ok(Ok(latency)) => plan.stats.ok(id, latency),
-        Ok(Err(error)) => plan.stats.failed(id, &error),
+        Ok(Err(error)) => plan.stats.failed(id, &error, started),
         Err(elapsed) => {
             // Which operation went unanswered: the first one is the sample.
             plan.stats.sample(
@@ -336,7 +344,7 @@ fn record(
                 &ErrorKind::Timeout,
                 &Value::String(format!("no answer ({}): {elapsed}", context())),
             );
-            plan.stats.failed(id, &ErrorKind::Timeout);
+            plan.stats.failed(id, &ErrorKind::Timeout, started);
         }
     }
 }

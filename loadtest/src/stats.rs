@@ -16,6 +16,7 @@ use anyhow::Context;
 use hdrhistogram::Histogram;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
 
 use crate::failures::{ErrorWindow, Retry, now_unix_ms};
 use crate::scenario::OpId;
@@ -345,23 +346,23 @@ impl Stats {
         }
     }
 
-    /// A failed operation.
-    pub(crate) fn failed(&self, id: OpId, error: &ErrorKind) {
+    /// A failed operation, begun at `started`.
+    pub(crate) fn failed(&self, id: OpId, error: &ErrorKind, started: Instant) {
         let op = &self.ops[id.0];
         op.failed.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut latency) = op.latency.lock() {
             latency.interval_failed += 1;
         }
-        self.counted(&self.names[id.0], error);
+        self.counted(&self.names[id.0], error, started);
     }
 
     /// An error outside any measured operation (the final DELETE).
     pub(crate) fn error(&self, error: &ErrorKind) {
-        self.counted("outside any operation", error);
+        self.counted("outside any operation", error, Instant::now());
     }
 
-    /// Counts `error` of `operation`.
-    fn counted(&self, operation: &str, error: &ErrorKind) {
+    /// Counts `error` of `operation`, begun at `started`.
+    fn counted(&self, operation: &str, error: &ErrorKind, started: Instant) {
         match error {
             ErrorKind::Protocol(_) => {
                 self.violations.fetch_add(1, Ordering::Relaxed);
@@ -373,9 +374,10 @@ impl Stats {
             _ => {}
         }
         let at = now_unix_ms();
+        let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         if let Ok(mut errors) = self.errors.lock() {
             let key = error.key();
-            errors.window.record(&key, at);
+            errors.window.record(&key, at, at.saturating_sub(took));
             errors.retry.record(&key, error.retry_said());
             *errors.interval.entry(key.clone()).or_default() += 1;
             *errors.total.entry(key).or_default() += 1;
@@ -576,7 +578,7 @@ mod tests {
 
         let stats = Stats::new(&["initialize".to_owned()]).unwrap();
         for code in [401, 401, 403, 429] {
-            stats.failed(INITIALIZE, &ErrorKind::status(code));
+            stats.failed(INITIALIZE, &ErrorKind::status(code), Instant::now());
         }
         let (ok, failed, violations) = stats.totals();
         assert_eq!((ok, failed, violations), (0, 4, 0));
@@ -613,10 +615,10 @@ mod tests {
         );
 
         let stats = Stats::new(&["initialize".to_owned()]).unwrap();
-        stats.failed(INITIALIZE, &ErrorKind::answer(503, &told));
-        stats.failed(INITIALIZE, &ErrorKind::answer(503, &told));
-        stats.failed(INITIALIZE, &ErrorKind::answer(503, &silent));
-        stats.failed(INITIALIZE, &ErrorKind::JsonRpc(-32603));
+        stats.failed(INITIALIZE, &ErrorKind::answer(503, &told), Instant::now());
+        stats.failed(INITIALIZE, &ErrorKind::answer(503, &told), Instant::now());
+        stats.failed(INITIALIZE, &ErrorKind::answer(503, &silent), Instant::now());
+        stats.failed(INITIALIZE, &ErrorKind::JsonRpc(-32603), Instant::now());
         stats.error(&ErrorKind::answer(429, &told));
         let errors = stats.errors();
         let retry = stats.retry();
@@ -648,8 +650,12 @@ mod tests {
         assert_eq!(error.key(), "transport");
 
         let stats = Stats::new(&["initialize".to_owned()]).unwrap();
-        stats.failed(INITIALIZE, &error);
-        stats.failed(INITIALIZE, &ErrorKind::Transport("later".to_owned()));
+        stats.failed(INITIALIZE, &error, Instant::now());
+        stats.failed(
+            INITIALIZE,
+            &ErrorKind::Transport("later".to_owned()),
+            Instant::now(),
+        );
         assert_eq!(stats.errors()["transport"], 2);
         assert_eq!(
             stats.samples()["transport"],

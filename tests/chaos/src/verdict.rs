@@ -87,6 +87,11 @@ impl Verdict {
         let violations = count(&report["protocol_violations"]);
         let at = |ms: u64| i64::try_from(ms).unwrap_or(i64::MAX) - window.from_ms as i64;
         let span = error_span(report).map(|(first, last)| (at(first), at(last)));
+        // An error belongs to the fault if its operation was sent before
+        // the window closed: a call sent during it may fail at its timeout.
+        let last_sent = report["error_window"]["last_started_unix_ms"]
+            .as_u64()
+            .map(at);
         let allowed_ms = at(window.until_ms);
         let (retry_said, retry_not_said) = retry_counts(report);
         let (p99_during_ms, p99_after_ms) = p99s(report, window);
@@ -113,7 +118,7 @@ impl Verdict {
                     "{} errors where none may show",
                     count(&report["total_failed"])
                 ));
-            } else if first < 0 || last > allowed_ms {
+            } else if first < 0 || last_sent.unwrap_or(last) > allowed_ms {
                 problems.push(format!(
                     "errors from {first} ms to {last} ms, outside 0..={allowed_ms} ms: {}",
                     outside_keys(report, window).join(", ")
@@ -283,8 +288,9 @@ fn outside_keys(report: &Value, window: Window) -> Vec<String> {
             w["first_unix_ms"]
                 .as_u64()
                 .is_some_and(|t| t < window.from_ms)
-                || w["last_unix_ms"]
+                || w["last_started_unix_ms"]
                     .as_u64()
+                    .or_else(|| w["last_unix_ms"].as_u64())
                     .is_some_and(|t| t > window.until_ms)
         })
         .map(|(key, w)| {
@@ -465,6 +471,26 @@ mod tests {
             window(),
         );
         assert!(!early.passed(), "{early}");
+    }
+
+    #[test]
+    fn an_error_counts_by_when_its_operation_was_sent() {
+        // Failed after the window closed, sent inside it (a call that
+        // waited out its timeout): the fault's.
+        let mut sent_inside = report(FAULT_AT + 10, FAULT_AT + 5_100);
+        sent_inside["error_window"]["last_started_unix_ms"] = json!(FAULT_AT + 4_900);
+        sent_inside["error_window"]["by_key"]["http_status:503"]["last_started_unix_ms"] =
+            json!(FAULT_AT + 4_900);
+        let verdict = Verdict::judge(Fault::ShardFailover, &sent_inside, window());
+        assert!(verdict.passed(), "{verdict}");
+        // Sent after it closed: not the fault's, whenever it failed.
+        let mut sent_after = report(FAULT_AT + 10, FAULT_AT + 5_300);
+        sent_after["error_window"]["last_started_unix_ms"] = json!(FAULT_AT + 5_200);
+        sent_after["error_window"]["by_key"]["http_status:503"]["last_started_unix_ms"] =
+            json!(FAULT_AT + 5_200);
+        let verdict = Verdict::judge(Fault::ShardFailover, &sent_after, window());
+        assert!(!verdict.passed(), "{verdict}");
+        assert!(verdict.problems[0].contains("http_status:503"), "{verdict}");
     }
 
     #[test]
