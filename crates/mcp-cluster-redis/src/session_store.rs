@@ -104,8 +104,9 @@ return {record, redis.call('SMEMBERS', KEYS[2]), leased}
 
 /// KEYS: session, subs, ended, then (off a Redis Cluster) the expiry
 /// index, then the lease. ARGV: ended marker TTL ms, then (with the index)
-/// the session id, then holder. Ends a session: 1 when it was live, 0 when already gone, `{holder}` when
-/// another node holds the lease (nothing changed).
+/// the session id, then holder. Ends a session: 1 when it was live, 0 when
+/// already gone, `{holder}` when another node holds the lease (nothing
+/// changed).
 static DELETE: LazyLock<Script> = LazyLock::new(|| {
     writing(
         r"

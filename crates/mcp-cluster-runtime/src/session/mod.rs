@@ -22,6 +22,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use actix::prelude::*;
+use futures_util::FutureExt as _;
 use mcp_cluster_protocol::types::{
     CancelledParams, InitializeParams, InitializeResult, LoggingLevel, ServerCapabilities,
     SetLevelParams, UriParams, empty_result,
@@ -40,8 +41,6 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-
-use futures_util::FutureExt as _;
 
 use crate::node::config::RuntimeConfig;
 use crate::node::error::RuntimeError;
