@@ -68,16 +68,9 @@ impl KeyWindow {
     fn absorb(&mut self, other: &KeyWindow) {
         self.first_unix_ms = self.first_unix_ms.min(other.first_unix_ms);
         self.last_unix_ms = self.last_unix_ms.max(other.last_unix_ms);
-        self.last_started_unix_ms = later(self.last_started_unix_ms, other.last_started_unix_ms);
+        // `None` orders first: the later stamp, or the one there is.
+        self.last_started_unix_ms = self.last_started_unix_ms.max(other.last_started_unix_ms);
         self.count += other.count;
-    }
-}
-
-/// The later of two optional stamps.
-fn later(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
     }
 }
 
@@ -118,7 +111,7 @@ impl ErrorWindow {
             self.last_unix_ms
                 .map_or(window.last_unix_ms, |t| t.max(window.last_unix_ms)),
         );
-        self.last_started_unix_ms = later(self.last_started_unix_ms, window.last_started_unix_ms);
+        self.last_started_unix_ms = self.last_started_unix_ms.max(window.last_started_unix_ms);
     }
 }
 
