@@ -120,6 +120,12 @@ async fn an_expired_sessions_streams_are_deleted_by_the_sweep() {
     let id = session.id().clone();
     let standalone = session.standalone_stream().clone();
     let events = &runtime.store().events;
+    // Made by its first reader (a GET), not with the session.
+    assert_eq!(
+        events.tail(&id, &standalone).await.unwrap_err(),
+        StoreError::StreamNotFound
+    );
+    runtime.open_standalone(&session).await.unwrap();
     assert!(events.tail(&id, &standalone).await.is_ok());
     // Idle past the TTL, one idle check and one sweep.
     tokio::time::sleep(Duration::from_secs(60 + 5 + 5 + 1)).await;
@@ -153,7 +159,8 @@ async fn abandoned_sessions_leave_no_stream_in_the_embedded_store() {
     );
     for round in 0..3 {
         for _ in 0..500 {
-            initialized(&runtime).await;
+            let session = initialized(&runtime).await;
+            runtime.open_standalone(&session).await.unwrap();
         }
         assert!(
             log.stream_count() >= 500,

@@ -31,4 +31,8 @@ pub enum StoreError {
     /// follows them would follow a gap.
     #[error("events lost: the store no longer holds events it acknowledged")]
     EventsLost,
+    /// The store holds as many sessions as it may (the embedded store's
+    /// maximum, the node's `max_sessions`): no new one is made.
+    #[error("the store holds its most sessions")]
+    Full,
 }

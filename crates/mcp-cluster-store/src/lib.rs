@@ -70,10 +70,17 @@ pub struct Store {
 }
 
 impl Store {
-    /// The embedded in-memory store.
+    /// The embedded in-memory store, without a maximum of sessions.
     pub fn memory(retention: memory::Retention) -> Self {
+        Self::memory_holding(retention, usize::MAX)
+    }
+
+    /// The embedded in-memory store, holding at most `max_sessions` live
+    /// sessions (a node's `max_sessions`: its sessions live here, whether
+    /// or not their actors run).
+    pub fn memory_holding(retention: memory::Retention, max_sessions: usize) -> Self {
         Self {
-            sessions: Arc::new(memory::MemorySessionStore::new()),
+            sessions: Arc::new(memory::MemorySessionStore::with_max_sessions(max_sessions)),
             events: Arc::new(memory::MemoryEventLog::new(retention)),
             bus: Arc::new(memory::MemoryBus::new()),
             nodes: Arc::new(memory::MemoryNodes::default()),

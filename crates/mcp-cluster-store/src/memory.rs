@@ -323,7 +323,14 @@ impl EventLog for MemoryEventLog {
             wake: None,
             touched: Instant::now(),
         };
-        self.streams.insert(id.clone(), Arc::new(Mutex::new(log)));
+        // A stream that exists stays as it is, events and all: made twice
+        // (two first readers of a standalone stream), it is made once.
+        match self.streams.entry(id.clone()) {
+            dashmap::Entry::Occupied(_) => return Ok(()),
+            dashmap::Entry::Vacant(vacant) => {
+                vacant.insert(Arc::new(Mutex::new(log)));
+            }
+        }
         self.by_session
             .entry(session.clone())
             .or_default()
@@ -469,10 +476,16 @@ impl EventLog for MemoryEventLog {
     }
 }
 
-/// In-memory [`SessionStore`] with idle expiry.
-#[derive(Debug, Default)]
+/// In-memory [`SessionStore`] with idle expiry, holding at most a maximum
+/// of live sessions.
+#[derive(Debug)]
 pub struct MemorySessionStore {
     sessions: DashMap<SessionId, (SessionRecord, Instant)>,
+    /// Most live sessions held: a `create` beyond it gets
+    /// [`StoreError::Full`]. The node's `max_sessions`, so that sessions
+    /// whose actors stopped while idle (their records stay here) still
+    /// count against it.
+    max_sessions: usize,
     /// Sessions ended by `delete`, until [`crate::ENDED_MEMORY`] after; swept
     /// with the sessions (bounded by the sessions ended in that time).
     ended: DashMap<SessionId, Instant>,
@@ -483,10 +496,27 @@ pub struct MemorySessionStore {
     last_sweep: Mutex<Option<Instant>>,
 }
 
+impl Default for MemorySessionStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl MemorySessionStore {
-    /// An empty store.
+    /// An empty store, without a maximum.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_max_sessions(usize::MAX)
+    }
+
+    /// An empty store holding at most `max_sessions` live sessions.
+    pub fn with_max_sessions(max_sessions: usize) -> Self {
+        Self {
+            sessions: DashMap::new(),
+            ended: DashMap::new(),
+            expired: Mutex::new(Vec::new()),
+            last_sweep: Mutex::new(None),
+            max_sessions,
+        }
     }
 
     /// Moves expired sessions to `expired`, at most every
@@ -550,6 +580,15 @@ impl SessionStore for MemorySessionStore {
             record.subscriptions.clear();
             (record, now + idle_ttl)
         };
+        // Counted before the entry is taken (`len` reads every shard): two
+        // creates at the maximum may both pass, by at most the number of
+        // `initialize`s in flight at that instant.
+        if self.sessions.len() >= self.max_sessions {
+            self.sweep(true);
+            if self.sessions.len() >= self.max_sessions {
+                return Err(StoreError::Full);
+            }
+        }
         match self.sessions.entry(record.id.clone()) {
             dashmap::Entry::Occupied(e) if e.get().1 > now => Err(StoreError::Conflict),
             dashmap::Entry::Occupied(mut e) => {
@@ -561,6 +600,39 @@ impl SessionStore for MemorySessionStore {
                 Ok(())
             }
         }
+    }
+
+    /// Writes the record alone: the standalone stream is made by
+    /// [`Self::open_standalone`] when a client first opens it, which most
+    /// sessions never do (as in the Redis store).
+    async fn create_with_stream(
+        &self,
+        record: &SessionRecord,
+        idle_ttl: Duration,
+        _events: &dyn EventLog,
+    ) -> Result<(), StoreError> {
+        self.create(record, idle_ttl).await
+    }
+
+    /// Makes the stream if the session is live and the stream missing
+    /// ([`EventLog::create_stream_as`] of the memory log leaves a stream
+    /// that exists as it is, so two first readers make one stream).
+    async fn open_standalone(
+        &self,
+        id: &SessionId,
+        stream: &StreamId,
+        events: &dyn EventLog,
+    ) -> Result<Position, StoreError> {
+        match events.tail(id, stream).await {
+            Err(StoreError::StreamNotFound) => {}
+            tail => return tail,
+        }
+        let now = Instant::now();
+        if self.sessions.get(id).is_none_or(|e| e.1 <= now) {
+            return Err(StoreError::StreamNotFound);
+        }
+        events.create_stream_as(id, stream, &[]).await?;
+        events.tail(id, stream).await
     }
 
     async fn load(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {

@@ -207,3 +207,82 @@ async fn quota_entries_are_swept_once_they_hold_nothing_and_bounded_in_number() 
         .unwrap();
     assert_eq!(quotas.len(), (1, 0), "a released set goes at once");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_session_store_holds_at_most_its_maximum_and_counts_expired_sessions_out() {
+    let sessions = MemorySessionStore::with_max_sessions(2);
+    let ttl = Duration::from_secs(30);
+    let (a, b, c) = (suite::record(), suite::record(), suite::record());
+    sessions.create(&a, ttl).await.unwrap();
+    sessions.create(&b, ttl).await.unwrap();
+    assert_eq!(
+        sessions.create(&c, ttl).await.unwrap_err(),
+        StoreError::Full
+    );
+    assert!(
+        sessions.load(&c.id).await.unwrap().is_none(),
+        "nothing half made"
+    );
+    assert!(sessions.delete(&a.id).await.unwrap());
+    sessions.create(&c, ttl).await.unwrap();
+    // Expired, a session no longer counts, swept or not.
+    tokio::time::advance(Duration::from_secs(31)).await;
+    let d = suite::record();
+    sessions.create(&d, ttl).await.unwrap();
+    assert!(sessions.load(&d.id).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_standalone_stream_is_made_by_its_first_opening_only_while_its_session_lives() {
+    let store = Store::memory(Retention::default());
+    let r = suite::record();
+    let ttl = Duration::from_secs(30);
+    store
+        .sessions
+        .create_with_stream(&r, ttl, &*store.events)
+        .await
+        .unwrap();
+    let standalone = &r.standalone_stream;
+    assert_eq!(
+        store.events.tail(&r.id, standalone).await.unwrap_err(),
+        StoreError::StreamNotFound,
+        "no stream before a client opens it"
+    );
+    let tail = store
+        .sessions
+        .open_standalone(&r.id, standalone, &*store.events)
+        .await
+        .unwrap();
+    let appended = store
+        .events
+        .append(&r.id, standalone, Arc::from("{}"))
+        .await
+        .unwrap();
+    // Opened again (a second reader, another GET): the same stream, its
+    // event kept.
+    let again = store
+        .sessions
+        .open_standalone(&r.id, standalone, &*store.events)
+        .await
+        .unwrap();
+    assert!(tail < again);
+    assert_eq!(again, appended.position);
+    // A session that is gone gets no stream.
+    let gone = suite::record();
+    assert_eq!(
+        store
+            .sessions
+            .open_standalone(&gone.id, &gone.standalone_stream, &*store.events)
+            .await
+            .unwrap_err(),
+        StoreError::StreamNotFound
+    );
+    assert_eq!(
+        store
+            .events
+            .tail(&gone.id, &gone.standalone_stream)
+            .await
+            .unwrap_err(),
+        StoreError::StreamNotFound
+    );
+}

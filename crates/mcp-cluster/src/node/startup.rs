@@ -131,7 +131,10 @@ pub async fn start(server: impl Into<Served>, config: NodeConfig) -> std::io::Re
     let admin_socket = config.admin_bind.map(listen).transpose()?;
     let tls = https(&config)?;
     let first = match redis_config(&config) {
-        None => Ok(Store::memory(config.retention.to_retention())),
+        None => Ok(Store::memory_holding(
+            config.retention.to_retention(),
+            config.runtime.max_sessions,
+        )),
         Some(redis) => crate::features::connect(&redis)
             .await
             .map_err(|err| (redis, err)),
