@@ -1,6 +1,6 @@
 //! The session registry and session actors, driven through the runtime's
-//! handles: creation cap, idle expiry (paused time), eviction and
-//! rehydration from the store, termination.
+//! handles: creation cap, idle expiry and passivation (paused time),
+//! eviction and rehydration from the store, termination.
 
 #![allow(clippy::unwrap_used)]
 
@@ -137,6 +137,7 @@ async fn idle_sessions_expire_and_then_are_not_found() {
     tokio::time::pause();
     let runtime = runtime(RuntimeConfig {
         session_idle_ttl_secs: 60,
+        session_passivate_secs: 0,
         ..RuntimeConfig::default()
     });
     let session = initialized(&runtime).await;
@@ -151,6 +152,117 @@ async fn idle_sessions_expire_and_then_are_not_found() {
         runtime.session(&id).await.unwrap_err(),
         RuntimeError::SessionNotFound
     );
+}
+
+/// Waits (paused time) until `session`'s actor stopped, at most `secs`.
+async fn stopped_within(session: &SessionHandle, secs: u64) {
+    tokio::time::timeout(Duration::from_secs(secs), async {
+        while session.is_alive() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the actor still runs after {secs} s"));
+}
+
+#[actix_rt::test]
+async fn idle_sessions_passivate_and_their_next_request_finds_them_with_their_state() {
+    tokio::time::pause();
+    let runtime = runtime(RuntimeConfig {
+        session_idle_ttl_secs: 60,
+        session_passivate_secs: 10,
+        ..RuntimeConfig::default()
+    });
+    let session = initialized(&runtime).await;
+    let id = session.id().clone();
+    let r = call(
+        &runtime,
+        &session,
+        1,
+        "logging/setLevel",
+        json!({"level": "error"}),
+    )
+    .await;
+    assert!(r.outcome.is_ok(), "{r:?}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        session.is_alive(),
+        "passivated before it was idle long enough"
+    );
+    // Idle 10 s is seen at the next check (every 5 s), then the grace (1 s).
+    stopped_within(&session, 12).await;
+    assert_eq!(runtime.session_count(), 0, "out of the registry");
+    let passivated_at = tokio::time::Instant::now();
+    // Its next request starts an actor from the stored record, whose TTL
+    // that activity renews: the session outlives the TTL counted from
+    // before it passivated.
+    let (again, started) = runtime.locate(&id).await.unwrap();
+    assert!(started, "rehydrated, not found running");
+    assert_eq!(again.protocol_version().unwrap().as_str(), "2025-06-18");
+    let r = call(&runtime, &again, 2, "tools/list", json!({})).await;
+    assert_eq!(r.outcome.unwrap()["version"], "2025-06-18");
+    let stored = runtime.store().sessions.load(&id).await.unwrap().unwrap();
+    assert!(stored.initialized);
+    assert_eq!(stored.log_level.as_deref(), Some("error"));
+    // 60 s after the last renewal before it passivated; passivated again
+    // meanwhile, as a client finds it between requests.
+    tokio::time::sleep(Duration::from_secs(50)).await;
+    assert!(passivated_at.elapsed() >= Duration::from_secs(50));
+    assert!(!again.is_alive(), "passivated again");
+    let (third, started) = runtime.locate(&id).await.unwrap();
+    assert!(started);
+    let r = call(&runtime, &third, 3, "tools/list", json!({})).await;
+    assert!(r.outcome.is_ok(), "the renewed session lives: {r:?}");
+}
+
+#[actix_rt::test]
+async fn a_session_running_a_request_does_not_passivate() {
+    tokio::time::pause();
+    let runtime = Runtime::new(
+        Arc::new(Hang),
+        Store::memory(Retention::default()),
+        RuntimeConfig {
+            session_passivate_secs: 10,
+            ..RuntimeConfig::default()
+        },
+    );
+    let session = initialized(&runtime).await;
+    let (exchange, _reply) = runtime.exchange(&session, vec![RequestId::Number(1)]);
+    session
+        .dispatch(
+            Request::new(RequestId::Number(1), "tools/call", json!({})),
+            exchange,
+        )
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    assert!(session.is_alive(), "passivated with a request running");
+    assert_eq!(runtime.session_count(), 1);
+}
+
+#[actix_rt::test]
+async fn with_the_embedded_store_passivated_sessions_count_against_the_cap() {
+    tokio::time::pause();
+    let runtime = Runtime::new(
+        Arc::new(Echo),
+        Store::memory_holding(Retention::default(), 2),
+        RuntimeConfig {
+            max_sessions: 2,
+            session_passivate_secs: 10,
+            ..RuntimeConfig::default()
+        },
+    );
+    let first = initialized(&runtime).await;
+    let second = initialized(&runtime).await;
+    stopped_within(&first, 20).await;
+    stopped_within(&second, 20).await;
+    assert_eq!(runtime.session_count(), 0);
+    assert_eq!(
+        runtime.create_session(None).await.unwrap_err(),
+        RuntimeError::TooManySessions,
+        "the store still holds both"
+    );
+    runtime.terminate(first.id()).await.unwrap();
+    runtime.create_session(None).await.unwrap();
 }
 
 #[actix_rt::test]

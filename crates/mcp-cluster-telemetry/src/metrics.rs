@@ -103,6 +103,9 @@ pub struct Metrics {
     /// `mcp_sessions_rehydrated_total`: sessions loaded from the store onto
     /// this node (created elsewhere, or evicted here before).
     pub sessions_rehydrated: IntCounter,
+    /// `mcp_sessions_passivated_total`: idle sessions whose actor stopped
+    /// on this node, their records kept in the store.
+    pub sessions_passivated: IntCounter,
     /// `mcp_sessions_adopted_total`: sessions whose own server this node
     /// took over from a host that was gone.
     pub sessions_adopted: IntCounter,
@@ -358,6 +361,10 @@ impl Metrics {
             sessions_rehydrated: counter(
                 "mcp_sessions_rehydrated_total",
                 "Sessions loaded from the store onto this node to serve a request.",
+            ),
+            sessions_passivated: counter(
+                "mcp_sessions_passivated_total",
+                "Idle sessions whose actor stopped on this node, their records kept in the store for their next request.",
             ),
             sessions_adopted: counter(
                 "mcp_sessions_adopted_total",
@@ -647,6 +654,7 @@ impl Metrics {
             Box::new(self.sessions_created.clone()),
             Box::new(self.sessions_rejected.clone()),
             Box::new(self.sessions_rehydrated.clone()),
+            Box::new(self.sessions_passivated.clone()),
             Box::new(self.sessions_adopted.clone()),
             Box::new(self.sessions_ended.clone()),
             Box::new(self.sessions_held.clone()),

@@ -127,6 +127,11 @@ struct Cli {
     /// Seconds an idle session lives [default: 1800].
     #[arg(long, env = "MCP_SESSION_TTL_SECS")]
     session_ttl_secs: Option<u64>,
+    /// Seconds an idle session's actor runs before it passivates (its
+    /// record stays in the store; its next request starts it again); 0
+    /// never [default: 30].
+    #[arg(long, env = "MCP_SESSION_PASSIVATE_SECS")]
+    session_passivate_secs: Option<u64>,
     /// Most live sessions on this node [default: 10000].
     #[arg(long, env = "MCP_MAX_SESSIONS")]
     max_sessions: Option<usize>,
@@ -290,6 +295,9 @@ impl Cli {
         }
         if let Some(v) = self.session_ttl_secs {
             c.runtime.session_idle_ttl_secs = v;
+        }
+        if let Some(v) = self.session_passivate_secs {
+            c.runtime.session_passivate_secs = v;
         }
         if let Some(v) = self.max_sessions {
             c.runtime.max_sessions = v;

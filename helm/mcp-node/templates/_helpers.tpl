@@ -185,6 +185,7 @@ endpoint: MCP_HTTP__ENDPOINT
 drainDelaySecs: MCP_DRAIN_DELAY_SECS
 drainGraceSecs: MCP_DRAIN_GRACE_SECS
 sessionTtlSecs: MCP_SESSION_TTL_SECS
+sessionPassivateSecs: MCP_SESSION_PASSIVATE_SECS
 maxSessions: MCP_MAX_SESSIONS
 maxInFlight: MCP_MAX_IN_FLIGHT
 maxBodyBytes: MCP_MAX_BODY_BYTES

@@ -30,8 +30,18 @@ pub struct RuntimeConfig {
     /// Seconds a session may stay idle (no request, no open stream) before
     /// it expires. Default 1800: long enough for a human pause.
     pub session_idle_ttl_secs: u64,
+    /// Seconds a session may go without a request, a notification or an
+    /// open stream of its client before its actor stops on this node
+    /// (passivates): its record stays in the store, and its next request,
+    /// on any node, starts it again from there. Only a session with
+    /// nothing running, nothing held for its client and no stream open
+    /// passivates; one whose own server runs on this node (a hosted
+    /// server's child) never does. 0: never. Default 30.
+    pub session_passivate_secs: u64,
     /// Most live sessions on this node; `initialize` beyond it gets HTTP 503.
-    /// Default 10,000.
+    /// With the embedded store, passivated sessions count too (their
+    /// records are kept on this node); with Redis, the sessions whose
+    /// actors run here. Default 10,000.
     pub max_sessions: usize,
     /// Most in-flight requests per session; more get -32603 "too many
     /// in-flight requests". Default 64.
@@ -138,6 +148,7 @@ impl std::fmt::Debug for RuntimeConfig {
         // is printed here (or left out on purpose, as `quotas`).
         let Self {
             session_idle_ttl_secs,
+            session_passivate_secs,
             max_sessions,
             max_in_flight_per_session,
             request_timeout_secs,
@@ -169,6 +180,7 @@ impl std::fmt::Debug for RuntimeConfig {
         } = self;
         f.debug_struct("RuntimeConfig")
             .field("session_idle_ttl_secs", session_idle_ttl_secs)
+            .field("session_passivate_secs", session_passivate_secs)
             .field("max_sessions", max_sessions)
             .field("max_in_flight_per_session", max_in_flight_per_session)
             .field("request_timeout_secs", request_timeout_secs)
@@ -210,6 +222,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             session_idle_ttl_secs: 1800,
+            session_passivate_secs: 30,
             max_sessions: 10_000,
             max_in_flight_per_session: 64,
             request_timeout_secs: 600,
@@ -246,6 +259,12 @@ impl RuntimeConfig {
     /// Session idle TTL.
     pub fn session_idle_ttl(&self) -> Duration {
         Duration::from_secs(self.session_idle_ttl_secs)
+    }
+
+    /// How long an idle session's actor runs before it passivates; `None`:
+    /// never.
+    pub fn session_passivate_after(&self) -> Option<Duration> {
+        (self.session_passivate_secs > 0).then(|| Duration::from_secs(self.session_passivate_secs))
     }
 
     /// Handler timeout.

@@ -150,6 +150,7 @@ impl From<StoreError> for RuntimeError {
         match err {
             StoreError::StreamNotFound | StoreError::EventNotFound => Self::UnknownEvent,
             StoreError::Trimmed => Self::EventsExpired,
+            StoreError::Full => Self::TooManySessions,
             other => Self::Store(other),
         }
     }

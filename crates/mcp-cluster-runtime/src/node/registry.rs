@@ -151,6 +151,20 @@ where
         }
     }
 
+    /// Puts `member` under `key` unless one is there (`false`): a member
+    /// the node holds again, outside the maximum, as in
+    /// [`Self::get_or_replace`].
+    pub(crate) fn insert_if_vacant(&self, key: K, member: M) -> bool {
+        match self.members.entry(key) {
+            dashmap::Entry::Occupied(_) => false,
+            dashmap::Entry::Vacant(vacant) => {
+                vacant.insert(member);
+                self.occupied.fetch_add(1, Ordering::AcqRel);
+                true
+            }
+        }
+    }
+
     /// Takes the member under `key` out.
     pub(crate) fn remove(&self, key: &K) -> Option<M> {
         self.left(self.members.remove(key).map(|(_, m)| m))
@@ -212,6 +226,10 @@ impl<K: Eq + Hash, M> Drop for Reservation<'_, K, M> {
     }
 }
 
+/// Room for members a registry keeps however few it holds: below four
+/// times its members and this, it gives no room back.
+const SHRINK_FLOOR: usize = 256;
+
 /// A registry the [`Sweeper`] looks after.
 pub(crate) trait Swept: Send + Sync + std::fmt::Debug {
     /// Takes out the members that ended without leaving; how many.
@@ -234,6 +252,12 @@ where
             alive
         });
         self.occupied.fetch_sub(swept, Ordering::AcqRel);
+        // A table keeps the room its busiest moment needed: after most
+        // members left (idle sessions passivated, a burst of streams
+        // over), the room goes back too.
+        if self.members.capacity() > 4 * (self.members.len() + SHRINK_FLOOR) {
+            self.members.shrink_to_fit();
+        }
         swept
     }
 
@@ -307,6 +331,35 @@ mod tests {
         fn is_alive(&self) -> bool {
             self.alive.load(Ordering::Relaxed)
         }
+    }
+
+    #[test]
+    fn the_sweep_gives_back_the_room_of_members_that_left() {
+        let registry = Registry::<u32, Probe>::new("probes", 100_000);
+        for key in 0..20_000 {
+            registry.reserve().unwrap().fill(key, Probe::new(0));
+        }
+        let busiest = registry.members.capacity();
+        assert!(busiest >= 20_000);
+        for key in 0..19_990 {
+            registry.remove(&key);
+        }
+        assert!(
+            registry.members.capacity() > busiest / 2,
+            "removal keeps the room"
+        );
+        assert_eq!(registry.sweep(), 0);
+        assert!(
+            registry.members.capacity() < busiest / 4,
+            "{} of {busiest}",
+            registry.members.capacity()
+        );
+        assert_eq!(registry.len(), 10);
+        assert!(registry.get(&19_995).is_some(), "members kept");
+        // A registry near its busiest keeps its room.
+        let room = registry.members.capacity();
+        assert_eq!(registry.sweep(), 0);
+        assert_eq!(registry.members.capacity(), room);
     }
 
     #[test]

@@ -67,6 +67,11 @@ use crate::session::registry::Sessions;
 /// How often a session checks whether it is idle.
 const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long a passivating session, already out of the registry, still
+/// takes what was sent to it by someone who found it just before: any of
+/// it keeps the actor running (see [`Session::passivate`]).
+const PASSIVATE_GRACE: Duration = Duration::from_secs(1);
+
 /// The store TTL is renewed at most every `TTL / TOUCH_FRACTION` while the
 /// session is active, so a session expires between 7/8 of its TTL and its
 /// TTL after its last activity.
@@ -245,6 +250,9 @@ pub struct Session {
     /// this node was away (its record names that node now): the actor
     /// stops and lets the server go without ending it.
     handed_over: bool,
+    /// Out of the registry, about to stop while idle (see
+    /// [`Self::passivate`]); undone by any activity.
+    passivating: bool,
 }
 
 impl std::fmt::Debug for Session {
@@ -314,6 +322,15 @@ impl Session {
         let host = host_elsewhere(&record, &deps.node.id);
         let mailbox = deps.config.session_mailbox;
         let now = Instant::now();
+        // A session started from its stored record (rehydrated, perhaps
+        // after passivating here) does not know when its TTL was last
+        // renewed: its first activity renews it.
+        let ttl = deps.config.session_idle_ttl();
+        let last_touch = if stored {
+            now.checked_sub(ttl / TOUCH_FRACTION).unwrap_or(now)
+        } else {
+            now
+        };
         let session = Self {
             record,
             shared: Arc::clone(&shared),
@@ -323,7 +340,7 @@ impl Session {
             next_serial: 0,
             pending_asks: HashMap::new(),
             last_activity: now,
-            last_touch: now,
+            last_touch,
             terminated: false,
             stored,
             hosted: None,
@@ -331,6 +348,7 @@ impl Session {
             held_asks: Vec::new(),
             reader_seen: false,
             handed_over: false,
+            passivating: false,
         };
         let addr = Session::create(|ctx| {
             ctx.set_mailbox_capacity(mailbox);
@@ -820,7 +838,87 @@ impl Session {
 
     fn active(&mut self, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
+        if self.passivating {
+            self.passivating = false;
+            self.rejoin(ctx);
+        }
         self.maybe_touch(ctx);
+    }
+
+    /// Whether stopping the actor now loses nothing: the session is stored
+    /// and not ending, runs nothing, waits for no answer, holds nothing
+    /// for its client, no client listens to its standalone stream here,
+    /// no save of it is under way, and its own server (if any) does not
+    /// live here.
+    fn at_rest(&self) -> bool {
+        self.stored
+            && !self.terminated
+            && self.hosted.is_none()
+            && self.ending.is_none()
+            && self.in_flight.is_empty()
+            && self.pending_asks.is_empty()
+            && self.held_asks.is_empty()
+            && self.shared.saves_pending.load(Ordering::Acquire) == 0
+            && !self
+                .deps
+                .node
+                .attachments
+                .is_listening(&self.record.standalone_stream)
+    }
+
+    /// Stops the actor of a session idle for `session_passivate_secs`; its
+    /// record stays in the store, and its next request (on any node)
+    /// starts an actor from it. First out of the registry, so that no one
+    /// finds this actor any more; then, after [`PASSIVATE_GRACE`], the stop,
+    /// unless something reached it meanwhile (sent by someone who found it
+    /// just before): then it runs on ([`Self::active`] puts it back).
+    fn passivate(&mut self, ctx: &mut Context<Self>) {
+        let Some(after) = self.deps.config.session_passivate_after() else {
+            return;
+        };
+        if self.passivating || self.last_activity.elapsed() < after || !self.at_rest() {
+            return;
+        }
+        self.passivating = true;
+        let me = ctx.address();
+        self.deps
+            .sessions
+            .remove_if(&self.record.id, |handle| handle.addr == me);
+        ctx.run_later(PASSIVATE_GRACE, |act, ctx| {
+            if !act.passivating {
+                // A request or notification undid it (`Self::active`).
+                return;
+            }
+            act.passivating = false;
+            if act.at_rest() {
+                tracing::debug!(session_id = %act.record.id, "Session idle; passivated.");
+                mcp_cluster_telemetry::metrics::metrics()
+                    .sessions_passivated
+                    .inc();
+                ctx.stop();
+            } else {
+                // A stream opened meanwhile (its reader tells the actor
+                // nothing): the session stays.
+                act.rejoin(ctx);
+            }
+        });
+    }
+
+    /// Back in the registry after a passivation that something undid,
+    /// unless another actor of the session took the place meanwhile: this
+    /// one then finishes what reached it and stops at its next idle check.
+    fn rejoin(&self, ctx: &mut Context<Self>) {
+        let handle = SessionHandle {
+            id: self.record.id.clone(),
+            addr: ctx.address(),
+            shared: Arc::clone(&self.shared),
+            standalone: self.record.standalone_stream.clone(),
+            created_at_ms: self.record.created_at_ms,
+            host: host_elsewhere(&self.record, &self.deps.node.id),
+        };
+        self.deps
+            .sessions
+            .insert_if_vacant(self.record.id.clone(), handle);
     }
 
     /// Renews the store TTL (and the standalone stream's retention) at most
@@ -879,6 +977,7 @@ impl Session {
         // The store record expires a TTL after its last renewal; the actor
         // goes with it, so the two never disagree about a live session.
         if self.last_touch.elapsed() < self.deps.config.session_idle_ttl() {
+            self.passivate(ctx);
             return;
         }
         if self.hosted.is_some() {
