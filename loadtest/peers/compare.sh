@@ -25,7 +25,17 @@
 #   LIFE_CONNS    connections (and wrk threads) for the session-life runs
 #                 (default 16)
 #   MEM_SESSIONS  idle-session counts for the memory step (default "1000 10000")
+#   MEM_NOSTREAM_ONLY  of those, the counts measured without streams only,
+#                 and only for MEM_LARGE_TARGETS (default "100000": more
+#                 streams than this machine's open files allow)
+#   MEM_LARGE_TARGETS  targets measured at those counts (default "ours
+#                 ours-redis hyper-floor")
 #   HOLD_SECS     seconds the memory step holds the sessions (default 5)
+#   SETTLE_SECS   seconds between the last session opened and the memory
+#                 reading, for sessions without a stream (default 40: past
+#                 mcp-node's default passivation of a session idle for 30 s,
+#                 its idle check every 5 s and the 1 s grace; with a stream
+#                 the session never passivates and the reading is at 2 s)
 #   STEPS         which steps to run, of: calls init life memory (default all four)
 #   JOBS          cargo build jobs (default 2)
 #
@@ -42,6 +52,8 @@
 #   OURS_BIN     the mcp-node binary the ours* targets run (default
 #                ./target/release/mcp-node, built by this script): an older
 #                build kept aside, to measure a change side by side
+#   MIMALLOC_PURGE_DELAY  the ours* targets' allocator setting (default 0, as
+#                the image sets it; 10 is mimalloc's own default)
 #   ours-base    mcp-node built from BASE_REV in a git worktree (target/peers/base):
 #                the same node without what came after, side by side
 #   ours-auth    mcp-node with authorization on: every request carries a JWT
@@ -148,6 +160,9 @@ INIT_DURATION=${INIT_DURATION:-5s}
 INIT_CONNS=${INIT_CONNS:-16}
 MEM_SESSIONS=${MEM_SESSIONS:-"1000 10000"}
 HOLD_SECS=${HOLD_SECS:-5}
+MEM_NOSTREAM_ONLY=${MEM_NOSTREAM_ONLY:-"100000"}
+MEM_LARGE_TARGETS=${MEM_LARGE_TARGETS:-"ours ours-redis hyper-floor"}
+SETTLE_SECS=${SETTLE_SECS:-40}
 LIFE_DURATION=${LIFE_DURATION:-5s}
 LIFE_CONNS=${LIFE_CONNS:-16}
 STEPS=${STEPS:-"calls init life memory"}
@@ -367,27 +382,30 @@ if has ours-redis || has ours-redis-2026; then
   PIDS+=($!)
 fi
 
-# start_server TARGET [init]: starts TARGET pinned to the server core and
-# waits until it answers HTTP. `init` lifts session caps (initialize step).
+# start_server TARGET [init|memory]: starts TARGET pinned to the server core
+# and waits until it answers HTTP. `init` and `memory` lift session caps (the
+# initialize and memory steps).
 start_server() {
   local target=$1 mode=${2:-} addr=127.0.0.1:${PORT[$1]} cmd
   local max_sessions=20000
-  [[ $mode == init ]] && max_sessions=1000000
+  [[ $mode == init || $mode == memory ]] && max_sessions=1000000
   local node_flags=(--bind "$addr" --workers 1 --log error --max-in-flight 1024 --max-sessions "$max_sessions")
   # Quotas off (the peers have none, and one load generator on one address
   # is not the many clients they are for); ours-base predates the flags.
   local current=("${node_flags[@]}" --quota-initialize-per-address 0 --quota-requests-per-principal 0
     --quota-sessions-per-principal 0 --quota-streams-per-principal 0
     --quota-requests-per-address 0 --quota-streams-per-address 0)
+  # The image's allocator setting (Dockerfile: MIMALLOC_PURGE_DELAY=0).
+  local image_env=(env MIMALLOC_PURGE_DELAY="${MIMALLOC_PURGE_DELAY-0}")
   case $target in
-    ours | ours-2026) cmd=("$OURS_BIN" "${current[@]}") ;;
+    ours | ours-2026) cmd=("${image_env[@]}" "$OURS_BIN" "${current[@]}") ;;
     ours-redis | ours-redis-2026)
-      cmd=("$OURS_BIN" "${current[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
-    ours-traced) cmd=(env OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$OTLP_PORT" OTEL_TRACES_SAMPLER=always_on
+      cmd=("${image_env[@]}" "$OURS_BIN" "${current[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
+    ours-traced) cmd=("${image_env[@]}" OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$OTLP_PORT" OTEL_TRACES_SAMPLER=always_on
       "$OURS_BIN" "${current[@]}") ;;
     ours-base) cmd=("${BASE_BIN:-$OUT/base-target/release/mcp-node}" "${node_flags[@]}") ;;
     ours-auth | ours-auth-nocache)
-      cmd=(env MCP_AUTH__RESOURCE="http://$addr/mcp" MCP_AUTH__ISSUERS="${ISSUER_OF[$target]}")
+      cmd=("${image_env[@]}" MCP_AUTH__RESOURCE="http://$addr/mcp" MCP_AUTH__ISSUERS="${ISSUER_OF[$target]}")
       [[ $target == ours-auth-nocache ]] && cmd+=(MCP_AUTH__TOKEN_CACHE_ENTRIES=0)
       cmd+=("$OURS_BIN" "${current[@]}") ;;
     rmcp) cmd=("$OUT/cargo/release/rmcp-echo" "$addr" 1) ;;
@@ -684,19 +702,23 @@ step_life() {
 
 # Step 3: memory per idle session, a fresh server per measurement.
 step_memory() {
-  local target n stream flags line per
+  local target n stream flags line per large
   echo "== memory: sessions $MEM_SESSIONS, with and without a GET stream, fresh server each"
   for target in $MEMORY_TARGETS; do
     has "$target" || continue
     for n in $MEM_SESSIONS; do
+      large=false
+      [[ " $MEM_NOSTREAM_ONLY " == *" $n "* ]] && large=true
+      if $large && [[ " $MEM_LARGE_TARGETS " != *" $target "* ]]; then continue; fi
       for stream in stream nostream; do
-        flags=()
-        [[ $stream == stream ]] && flags=(--get-stream)
-        start_server "$target"
+        if $large && [[ $stream == stream ]]; then continue; fi
+        flags=(--settle "$SETTLE_SECS")
+        [[ $stream == stream ]] && flags=(--get-stream --settle 2)
+        start_server "$target" memory
         echo "### $target $n $stream" >>"$LOG_DIR/hold.log"
         # Bounded: opening is the slow part (the Python peer opens a few
         # hundred sessions a second); the hold itself is HOLD_SECS.
-        line=$(timeout $((120 + n / 40 + HOLD_SECS)) taskset -c $LOAD_CORE "$LOADTEST" hold \
+        line=$(timeout $((120 + n / 40 + SETTLE_SECS + HOLD_SECS)) taskset -c $LOAD_CORE "$LOADTEST" hold \
           --url "http://127.0.0.1:${PORT[$target]}/mcp" --sessions "$n" "${flags[@]}" \
           --server-pid "${SERVER_PID[$target]}" --hold "$HOLD_SECS" 2>>"$LOG_DIR/hold.log") ||
           line="failed exit=$?"
@@ -820,7 +842,7 @@ mem_of() { echo "${MEM[$3,$1,$2]:--}"; } # mem_of N stream|nostream TARGET
 {
   echo "# Peer comparison"
   echo
-  echo "\`STEPS=\"$STEPS\" ROUNDS=$ROUNDS DURATION=$DURATION CONNS_LIST=\"$CONNS_LIST\" SESSIONS_N=$SESSIONS_N INIT_DURATION=$INIT_DURATION INIT_CONNS=$INIT_CONNS MEM_SESSIONS=\"$MEM_SESSIONS\" TARGETS=\"$TARGETS\" bash loadtest/peers/compare.sh\`"
+  echo "\`STEPS=\"$STEPS\" ROUNDS=$ROUNDS DURATION=$DURATION CONNS_LIST=\"$CONNS_LIST\" SESSIONS_N=$SESSIONS_N INIT_DURATION=$INIT_DURATION INIT_CONNS=$INIT_CONNS MEM_SESSIONS=\"$MEM_SESSIONS\" MEM_NOSTREAM_ONLY=\"$MEM_NOSTREAM_ONLY\" SETTLE_SECS=$SETTLE_SECS TARGETS=\"$TARGETS\" bash loadtest/peers/compare.sh\`"
   echo
   echo "$(date -u '+%Y-%m-%d %H:%M UTC'); $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores; server on core $SERVER_CORE, load on core $LOAD_CORE; steps took ${ELAPSED}s; load average before start $LOAD_BEFORE (above ~0.5 means other processes shared the cores)."
   echo "$(versions)."

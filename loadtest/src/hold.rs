@@ -5,7 +5,9 @@
 //! The figure it prints, bytes per idle session, is
 //! `(RSS with every session open and settled - RSS before) / sessions`, read
 //! from `/proc/<pid>/status` of the server process (so the server must run
-//! on this machine).
+//! on this machine). After the hold every session must still answer a
+//! `ping` (a server that dropped idle sessions to save memory fails here),
+//! then it gets its DELETE.
 //!
 //! Owner and stop path: `run` owns every client and stream. Each open GET
 //! stream is drained by one task in a `JoinSet` (a real client reads what
@@ -28,11 +30,8 @@ use crate::rss::{OwnUsage, own_usage, rss_bytes};
 
 /// Bound on opening one session (initialize, initialized, GET).
 const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
-/// Bound on one DELETE.
+/// Bound on one DELETE, and on one `ping`.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Wait after the last session opened before reading the server's RSS, so
-/// that work the server defers (buffers, timers) is counted.
-const SETTLE: Duration = Duration::from_secs(2);
 
 /// What `hold` was asked to do (from the command line).
 #[derive(Debug)]
@@ -42,6 +41,10 @@ pub(crate) struct HoldPlan {
     pub(crate) sessions: usize,
     pub(crate) get_stream: bool,
     pub(crate) hold: Duration,
+    /// Wait after the last session opened before reading the server's
+    /// RSS, so that what the server does later with idle sessions (frees,
+    /// buffers, timers) is counted.
+    pub(crate) settle: Duration,
     pub(crate) server_pid: Option<u32>,
     /// Sessions being opened at once.
     pub(crate) open_concurrency: usize,
@@ -111,7 +114,7 @@ pub(crate) async fn run(plan: HoldPlan, pools: Pools) -> anyhow::Result<HoldResu
     }
     drop(opening);
     let open_time = started.elapsed();
-    sleep(SETTLE).await;
+    sleep(plan.settle).await;
     let rss_after = plan.server_pid.map(rss_bytes).transpose()?;
     let result = HoldResult {
         sessions: held.len(),
@@ -129,6 +132,7 @@ pub(crate) async fn run(plan: HoldPlan, pools: Pools) -> anyhow::Result<HoldResu
         );
         sleep(plan.hold).await;
     }
+    let silent = ping_all(&held, plan.open_concurrency).await;
     drains.abort_all();
     while drains.join_next().await.is_some() {}
     close_all(held, plan.open_concurrency).await;
@@ -137,6 +141,12 @@ pub(crate) async fn run(plan: HoldPlan, pools: Pools) -> anyhow::Result<HoldResu
             "{} of {} sessions could not be opened; first error: {first:#}",
             failures.len(),
             plan.sessions
+        );
+    }
+    if silent > 0 {
+        bail!(
+            "{silent} of {} sessions did not answer ping after the hold",
+            result.sessions
         );
     }
     Ok(result)
@@ -176,6 +186,23 @@ async fn open(
 /// Reads a standalone stream until it ends (or the task is aborted).
 async fn drain(mut stream: SseStream) {
     while let Ok(Some(_)) = stream.next_event().await {}
+}
+
+/// Sends every session a `ping`, a bounded number at a time; how many got
+/// no result (an error, a 404 of a session the server lost, a timeout).
+async fn ping_all(held: &[Client], concurrency: usize) -> usize {
+    stream::iter(held)
+        .map(|client| async move {
+            let answer = timeout(
+                DELETE_TIMEOUT,
+                client.request("ping", serde_json::json!({})),
+            );
+            matches!(answer.await, Ok(Ok((response, _))) if response.get("result").is_some())
+        })
+        .buffer_unordered(concurrency)
+        .filter(|ok| std::future::ready(!ok))
+        .count()
+        .await
 }
 
 /// DELETEs every session, a bounded number at a time; failures are reported

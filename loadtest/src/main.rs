@@ -279,12 +279,19 @@ struct HoldArgs {
     #[arg(long)]
     get_stream: bool,
 
-    /// Seconds to hold the sessions open after the measurement.
+    /// Seconds to hold the sessions open after the measurement; then every session must
+    /// answer a `ping`, and gets its DELETE.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     hold: u64,
 
+    /// Seconds to wait after the last session opened before reading the server's memory:
+    /// long enough for what a server does with idle sessions later (mcp-node passivates a
+    /// session idle for 30 s by default) to be counted.
+    #[arg(long, value_name = "SECS", default_value_t = 2)]
+    settle: u64,
+
     /// The server's process id, to read its resident memory (VmRSS in /proc/PID/status)
-    /// before opening and once every session is open and settled (2 s).
+    /// before opening and once every session is open and settled (--settle).
     #[arg(long, value_name = "PID")]
     server_pid: Option<u32>,
 
@@ -455,6 +462,7 @@ fn hold(args: HoldArgs) -> anyhow::Result<u64> {
         sessions: args.sessions,
         get_stream: args.get_stream,
         hold: Duration::from_secs(args.hold),
+        settle: Duration::from_secs(args.settle),
         server_pid: args.server_pid,
         open_concurrency: args.open_concurrency,
     };

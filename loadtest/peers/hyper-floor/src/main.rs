@@ -142,6 +142,11 @@ async fn handle(
                         {"type": "text", "text": message["params"]["arguments"]["message"]}]}}),
                     None,
                 )
+            } else if method == "ping" {
+                json_reply(
+                    json!({"jsonrpc": "2.0", "id": message["id"], "result": {}}),
+                    None,
+                )
             } else if method == "tools/list" {
                 json_reply(
                     json!({"jsonrpc": "2.0", "id": message["id"], "result": {"tools": [{
