@@ -10,10 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use mcp_cluster_protocol::jsonrpc::Body;
 use mcp_cluster_protocol::types::{Implementation, ServerCapabilities};
-use mcp_cluster_protocol::{ErrorObject, Notification, Request, RequestId};
+use mcp_cluster_protocol::{ErrorObject, Message, Notification, Request, RequestId};
 use mcp_cluster_runtime::{
-    ExchangeReply, McpService, RequestContext, Runtime, RuntimeConfig, RuntimeError, SessionHandle,
+    Answers, ExchangeReply, Inbound, McpService, RequestContext, Runtime, RuntimeConfig,
+    RuntimeError, SessionHandle, Submitted, Transport,
 };
 use mcp_cluster_store::Store;
 use mcp_cluster_store::memory::Retention;
@@ -213,6 +215,44 @@ async fn idle_sessions_passivate_and_their_next_request_finds_them_with_their_st
     assert!(started);
     let r = call(&runtime, &third, 3, "tools/list", json!({})).await;
     assert!(r.outcome.is_ok(), "the renewed session lives: {r:?}");
+}
+
+#[actix_rt::test]
+async fn a_body_that_found_the_session_before_it_passivated_is_served_by_a_new_actor() {
+    tokio::time::pause();
+    let runtime = runtime(RuntimeConfig {
+        session_passivate_secs: 10,
+        ..RuntimeConfig::default()
+    });
+    let session = initialized(&runtime).await;
+    // Found, then kept waiting (its quota, say) while the session went
+    // idle and stopped.
+    stopped_within(&session, 20).await;
+    let body = Body::Single(Message::Request(Request::new(
+        RequestId::Number(7),
+        "tools/list",
+        json!({}),
+    )));
+    let submitted = runtime
+        .submit(
+            &session,
+            body,
+            Answers::Reply,
+            &Inbound::new(Transport::Stdio),
+        )
+        .await
+        .unwrap_or_else(|refusal| panic!("refused: {:?}", refusal.responses()));
+    let Submitted::Reply { reply, .. } = submitted else {
+        panic!("expected a reply");
+    };
+    let ExchangeReply::Json(mut answers) = reply.await.unwrap() else {
+        panic!("expected JSON");
+    };
+    assert_eq!(
+        answers.pop().unwrap().outcome.unwrap()["version"],
+        "2025-06-18"
+    );
+    assert_eq!(runtime.session_count(), 1, "served by a new actor");
 }
 
 #[actix_rt::test]

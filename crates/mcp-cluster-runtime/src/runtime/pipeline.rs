@@ -130,6 +130,15 @@ impl Refusal {
         }
     }
 
+    /// The refusal of everything in `body` (none of it ran).
+    fn of_body(error: RuntimeError, body: &Body) -> Self {
+        match body {
+            Body::Single(Message::Request(r)) => Self::runtime(error, Some(r.id.clone())),
+            Body::Batch(items) => Self::of_batch(error, items),
+            Body::Single(_) => Self::runtime(error, None),
+        }
+    }
+
     fn runtime(error: RuntimeError, id: Option<RequestId>) -> Self {
         Self::Runtime {
             error,
@@ -347,6 +356,19 @@ impl Runtime {
         inbound: &Inbound,
     ) -> Result<Submitted, Refusal> {
         self.admit_body(&body, inbound).await?;
+        // The session's actor stopped while the body waited for its quota
+        // (it passivated: idle, it left the registry a grace before): the
+        // session lives on in its record, and a new actor takes the body.
+        let relocated;
+        let session = if session.is_alive() {
+            session
+        } else {
+            relocated = self
+                .session_as(session.id(), inbound.principal.as_deref())
+                .await
+                .map_err(|err| Refusal::of_body(err, &body))?;
+            &relocated
+        };
         match body {
             Body::Single(Message::Request(request)) => {
                 let slot = self
@@ -438,11 +460,7 @@ impl Runtime {
         else {
             return Ok(());
         };
-        Err(match body {
-            Body::Single(Message::Request(r)) => Refusal::runtime(error, Some(r.id.clone())),
-            Body::Batch(items) => Refusal::of_batch(error, items),
-            Body::Single(_) => Refusal::runtime(error, None),
-        })
+        Err(Refusal::of_body(error, body))
     }
 
     /// A 2025-11-25 session's task-augmented `tools/call` of a tool that

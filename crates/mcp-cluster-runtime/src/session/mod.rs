@@ -906,7 +906,8 @@ impl Session {
 
     /// Back in the registry after a passivation that something undid,
     /// unless another actor of the session took the place meanwhile: this
-    /// one then finishes what reached it and stops at its next idle check.
+    /// one then finishes what reached it, unreachable by new requests, and
+    /// passivates once idle again.
     fn rejoin(&self, ctx: &mut Context<Self>) {
         let handle = SessionHandle {
             id: self.record.id.clone(),
