@@ -117,7 +117,7 @@ async fn an_idle_session_passivates_and_its_next_request_finds_it_with_its_state
     assert!(status.is_success(), "{status}");
     let (gone, _) = within("tools/list", idle.request("tools/list", json!({})))
         .await
-        .map_or_else(|e| (json!({"error": e.to_string()}), Vec::new()), |r| r);
+        .unwrap_or_else(|e| (json!({"error": e.to_string()}), Vec::new()));
     assert!(
         gone.get("result").is_none(),
         "a deleted session answered: {gone}"
