@@ -10,6 +10,12 @@
 #              stream (default "5000 9500": each connection holds two
 #              descriptors, and this machine's limit is 20,000), embedded
 #   OPEN       sessions opened at once (default 64)
+#   SETTLE     seconds between the last session opened and the memory reading
+#              for sessions without streams (default 40: past the node's
+#              passivation of a session idle for 30 s, its idle check every
+#              5 s and the 1 s grace); with streams, 2
+#   MIMALLOC_PURGE_DELAY  the node's allocator setting (default 0, as the
+#              image sets it)
 #   SOURCES    local addresses the generator connects from, taken in turn
 #              (default "127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5"): one source
 #              address reaches the node's port about 28,000 times, so stream
@@ -17,7 +23,8 @@
 #              127.0.0.0/8 exempt from its 512 connections per address)
 #
 # Prints one line per measurement: node RSS per session (from /proc/PID/status,
-# after the sessions opened and settled) and, on Redis, Redis's `used_memory`
+# after the sessions opened and settled; idle sessions without a stream have
+# passivated by then) and, on Redis, Redis's `used_memory`
 # per session. Each stream holds one connection, so one file descriptor on the
 # node and one in the generator: the script raises both processes' open-file
 # limit to the hard limit (20,000 on the machines this project is measured
@@ -32,6 +39,8 @@ LOADTEST=${LOADTEST:-$ROOT/target/release/mcp-loadtest}
 SESSIONS=${SESSIONS:-100000}
 STREAMS=${STREAMS:-5000 9500}
 OPEN=${OPEN:-64}
+SETTLE=${SETTLE:-40}
+export MIMALLOC_PURGE_DELAY=${MIMALLOC_PURGE_DELAY-0}
 SOURCES=${SOURCES:-127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5}
 source_args=()
 for source in $SOURCES; do source_args+=(--source-address "$source"); done
@@ -109,7 +118,7 @@ hold() {
 
 echo "== $SESSIONS sessions without streams, embedded store"
 start_node
-hold "" --sessions "$SESSIONS"
+hold "" --sessions "$SESSIONS" --settle "$SETTLE"
 stop_node
 
 echo "== $SESSIONS sessions without streams, on Redis"
@@ -119,7 +128,7 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --d
 pids+=("$!")
 for _ in $(seq 1 100); do redis-cli -p "$redis_port" PING >/dev/null 2>&1 && break; sleep 0.1; done
 start_node --redis-url "redis://127.0.0.1:$redis_port/"
-hold "$redis_port" --sessions "$SESSIONS"
+hold "$redis_port" --sessions "$SESSIONS" --settle "$SETTLE"
 stop_node
 
 for n in $STREAMS; do
