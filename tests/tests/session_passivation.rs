@@ -6,24 +6,11 @@
 use std::time::Duration;
 
 use mcp_cluster_client::{Client, Reply, SseStream};
-use mcp_cluster_testkit::{NodeProcess, node_binary, within};
+use mcp_cluster_testkit::{NodeProcess, metric, node_binary, within};
 use serde_json::{Value, json};
 use tokio::time::{Instant, sleep};
 
 const VERSION: &str = "2025-11-25";
-
-async fn metric(base: &str, series: &str) -> f64 {
-    let text = within("metrics", reqwest::get(format!("{base}/metrics")))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{series} not in /metrics"))
-}
 
 /// Waits (at most 20 s) until `series` reads `want`.
 async fn until(base: &str, series: &str, want: f64) {
