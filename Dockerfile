@@ -30,12 +30,6 @@ USER 10001:10001
 # Inside a container the node listens on every interface; the published port
 # and MCP_ALLOWED_HOSTS decide who may reach it.
 ENV MCP_BIND=0.0.0.0:8080
-# mimalloc gives freed memory back to the system at once rather than 10 ms
-# later, a delay it honours only when the allocator runs again: a node that
-# goes quiet after a burst (sessions passivated, streams closed) would keep
-# that memory. Measured: idle sessions 1.4 KB instead of 1.8-2.6 KB each at
-# 9,000, throughput within 1 % (PERFORMANCE.md, "Memory per idle session").
-ENV MIMALLOC_PURGE_DELAY=0
 EXPOSE 8080
 # Alive: /healthz answers 200 on the admin listener (MCP_ADMIN_BIND), else on
 # the main one; it never depends on Redis, so an orchestrator that replaces

@@ -14,8 +14,8 @@
 #              for sessions without streams (default 40: past the node's
 #              passivation of a session idle for 30 s, its idle check every
 #              5 s and the 1 s grace); with streams, 2
-#   MIMALLOC_PURGE_DELAY  the node's allocator setting (default 0, as the
-#              image sets it)
+#   MIMALLOC_PURGE_DELAY  when set, the node's allocator setting (unset, as
+#              in the image)
 #   SOURCES    local addresses the generator connects from, taken in turn
 #              (default "127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5"): one source
 #              address reaches the node's port about 28,000 times, so stream
@@ -40,7 +40,6 @@ SESSIONS=${SESSIONS:-100000}
 STREAMS=${STREAMS:-5000 9500}
 OPEN=${OPEN:-64}
 SETTLE=${SETTLE:-40}
-export MIMALLOC_PURGE_DELAY=${MIMALLOC_PURGE_DELAY-0}
 SOURCES=${SOURCES:-127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5}
 source_args=()
 for source in $SOURCES; do source_args+=(--source-address "$source"); done

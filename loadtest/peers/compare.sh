@@ -52,8 +52,9 @@
 #   OURS_BIN     the mcp-node binary the ours* targets run (default
 #                ./target/release/mcp-node, built by this script): an older
 #                build kept aside, to measure a change side by side
-#   MIMALLOC_PURGE_DELAY  the ours* targets' allocator setting (default 0, as
-#                the image sets it; 10 is mimalloc's own default)
+#   MIMALLOC_PURGE_DELAY  when set, the ours* targets' allocator setting
+#                (unset, as in the image: mimalloc's own 1000 ms; 0 gives
+#                freed memory back at once, at a cost in throughput)
 #   ours-base    mcp-node built from BASE_REV in a git worktree (target/peers/base):
 #                the same node without what came after, side by side
 #   ours-auth    mcp-node with authorization on: every request carries a JWT
@@ -395,17 +396,15 @@ start_server() {
   local current=("${node_flags[@]}" --quota-initialize-per-address 0 --quota-requests-per-principal 0
     --quota-sessions-per-principal 0 --quota-streams-per-principal 0
     --quota-requests-per-address 0 --quota-streams-per-address 0)
-  # The image's allocator setting (Dockerfile: MIMALLOC_PURGE_DELAY=0).
-  local image_env=(env MIMALLOC_PURGE_DELAY="${MIMALLOC_PURGE_DELAY-0}")
   case $target in
-    ours | ours-2026) cmd=("${image_env[@]}" "$OURS_BIN" "${current[@]}") ;;
+    ours | ours-2026) cmd=("$OURS_BIN" "${current[@]}") ;;
     ours-redis | ours-redis-2026)
-      cmd=("${image_env[@]}" "$OURS_BIN" "${current[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
-    ours-traced) cmd=("${image_env[@]}" OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$OTLP_PORT" OTEL_TRACES_SAMPLER=always_on
+      cmd=("$OURS_BIN" "${current[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
+    ours-traced) cmd=(env OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$OTLP_PORT" OTEL_TRACES_SAMPLER=always_on
       "$OURS_BIN" "${current[@]}") ;;
     ours-base) cmd=("${BASE_BIN:-$OUT/base-target/release/mcp-node}" "${node_flags[@]}") ;;
     ours-auth | ours-auth-nocache)
-      cmd=("${image_env[@]}" MCP_AUTH__RESOURCE="http://$addr/mcp" MCP_AUTH__ISSUERS="${ISSUER_OF[$target]}")
+      cmd=(env MCP_AUTH__RESOURCE="http://$addr/mcp" MCP_AUTH__ISSUERS="${ISSUER_OF[$target]}")
       [[ $target == ours-auth-nocache ]] && cmd+=(MCP_AUTH__TOKEN_CACHE_ENTRIES=0)
       cmd+=("$OURS_BIN" "${current[@]}") ;;
     rmcp) cmd=("$OUT/cargo/release/rmcp-echo" "$addr" 1) ;;
