@@ -813,9 +813,12 @@ summary() {
   summary_row "server CPU per session life (µs)" "" "Redis $(goal_of "$(median "${LIFE_CPU[ours-redis]:-}" 1)" "$(median "${LIFE_CPU[ours]:-}" 1)" 1 "<=") of embedded"
   if step memory; then
     for n in $MEM_SESSIONS; do
-      GET=(mem_of "$n" stream)
-      summary_row "RSS per idle session with a GET stream, $n (bytes)" "≤ 1.2× the floor (hyper, in the rmcp column's place: $(mem_of "$n" stream hyper-floor))" \
-        "embedded $(goal_of "${MEM[ours,$n,stream]:--}" "${MEM[hyper-floor,$n,stream]:--}" 1.2 "<="), Redis $(goal_of "${MEM[ours-redis,$n,stream]:--}" "${MEM[hyper-floor,$n,stream]:--}" 1.2 "<=") of the floor"
+      # Counts measured without streams only have no stream row.
+      if [[ " $MEM_NOSTREAM_ONLY " != *" $n "* ]]; then
+        GET=(mem_of "$n" stream)
+        summary_row "RSS per idle session with a GET stream, $n (bytes)" "≤ 1.2× the floor (hyper, in the rmcp column's place: $(mem_of "$n" stream hyper-floor))" \
+          "embedded $(goal_of "${MEM[ours,$n,stream]:--}" "${MEM[hyper-floor,$n,stream]:--}" 1.2 "<="), Redis $(goal_of "${MEM[ours-redis,$n,stream]:--}" "${MEM[hyper-floor,$n,stream]:--}" 1.2 "<=") of the floor"
+      fi
       GET=(mem_of "$n" nostream)
       summary_row "RSS per idle session without a stream, $n (bytes)" "≤ 2,048" \
         "embedded $(goal_of "${MEM[ours,$n,nostream]:--}" 2048 1 "<=") of 2 KiB, Redis $(goal_of "${MEM[ours-redis,$n,nostream]:--}" 2048 1 "<=")"
