@@ -29,6 +29,7 @@ pub mod card;
 pub mod config;
 pub mod connections;
 pub mod error;
+pub mod first_request;
 pub mod forwarded;
 pub mod headers;
 pub mod legacy;

@@ -155,6 +155,7 @@ pub async fn access_log(
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let started = Instant::now();
+    crate::first_request::arrived(req.request());
     let id = request_id(&req);
     let mut res = next.call(req).await?;
     let elapsed = started.elapsed();

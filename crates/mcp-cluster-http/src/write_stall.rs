@@ -253,6 +253,11 @@ pub struct ConnectionSocket {
 }
 
 impl ConnectionSocket {
+    /// A handle on the socket that does not keep the connection open.
+    pub fn handle(&self) -> Weak<Socket> {
+        Arc::downgrade(&self.socket)
+    }
+
     /// The `on_connect` hook, after the gate's
     /// ([`crate::connections::ConnectionGate::on_connect`]): keeps a handle
     /// on the socket of a connection the gate admitted (`connection`: the

@@ -24,6 +24,7 @@ use actix_web::{App, HttpResponse, HttpServer, web};
 use mcp_cluster_auth::Authenticator;
 use mcp_cluster_http::HttpState;
 use mcp_cluster_http::connections::ConnectionGate;
+use mcp_cluster_http::first_request;
 use mcp_cluster_http::write_stall::{ConnectionSocket, StallWatch};
 use mcp_cluster_runtime::Runtime;
 use mcp_cluster_store::Store;
@@ -503,6 +504,7 @@ fn serve_on(
     );
     let drain_grace = Duration::from_secs(config.drain_grace_secs);
     let admitted = Arc::clone(&gate);
+    let header_timeout = Duration::from_secs(http.request_header_timeout_secs);
     let closed = Arc::new(AtomicBool::new(false));
     let closing = Arc::clone(&closed);
     let app_state = state.clone();
@@ -554,7 +556,10 @@ fn serve_on(
     // (about 40 ms on Linux), e.g. the end of a cancelled request's stream.
     .tcp_nodelay(true)
     .keep_alive(Duration::from_secs(http.keep_alive_secs))
-    .client_request_timeout(Duration::from_secs(http.request_header_timeout_secs))
+    // A backstop: a new connection without a request is closed silently
+    // at the header timeout (`first_request`), before actix would answer
+    // it with a 408 its client never asked for.
+    .client_request_timeout(header_timeout + first_request::BACKSTOP)
     // The gate bounds connections (and closes the ones beyond at once);
     // actix's own per-worker bound, which stops accepting, is just above
     // each worker's share, so that the connections accepted but not yet
@@ -567,6 +572,7 @@ fn serve_on(
         let tcp = tcp_stream(connection);
         admitted.on_connect(tcp, data);
         ConnectionSocket::keep(tcp, data);
+        first_request::watch(data, header_timeout);
     })
     // Connections still open when the workers stop (after the drain) get
     // this long to end.

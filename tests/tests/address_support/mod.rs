@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use mcp_cluster_testkit::within;
 use reqwest::StatusCode;
@@ -17,10 +18,17 @@ use serde_json::{Value, json};
 /// The session-era version these tests speak.
 pub const VERSION: &str = "2025-11-25";
 
-/// A client whose connections come from `ip`.
+/// A client whose connections come from `ip`. It keeps an idle connection
+/// for less time than the node does (5 s: keep-alive, and a new
+/// connection's first request), as the README asks of a load balancer in
+/// front of the nodes: otherwise a request sent on a spare connection
+/// just as the node closes it fails ("connection closed before message
+/// completed"), and a flood of calls that keeps the node busy for seconds
+/// leaves such connections in the pool.
 pub fn client_from(ip: &str) -> reqwest::Client {
     reqwest::Client::builder()
         .local_address(ip.parse::<IpAddr>().unwrap())
+        .pool_idle_timeout(Duration::from_secs(2))
         .build()
         .unwrap()
 }

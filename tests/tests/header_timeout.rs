@@ -1,0 +1,105 @@
+//! A new connection must bring its first request within the header timeout
+//! (`http.request_header_timeout_secs`), or the node closes it without a
+//! word; a connection that did stays open for its next request for the
+//! keep-alive time.
+//!
+//! Before, actix-web answered `408 Request Timeout` on a connection that
+//! had sent nothing. HTTP clients park spare connections in their pools
+//! (hyper opens one for a waiting request and keeps it when another frees
+//! up first): a client that picked such a connection for its next request
+//! as the 408 arrived failed that request with "unexpected message"
+//! (`hostile_retained_owners` failed so on a busy machine, its 32 calls
+//! sharing one client's pool).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use mcp_cluster_testkit::{NodeProcess, node_binary};
+use tokio::time::Instant;
+
+/// The node's header timeout here, short to keep the test short.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn node() -> NodeProcess {
+    NodeProcess::spawn_logged(
+        &node_binary(),
+        &["--keep-alive-secs", "10"],
+        &[("MCP_HTTP__REQUEST_HEADER_TIMEOUT_SECS", "1")],
+    )
+    .unwrap_or_else(|err| panic!("{err:#}"))
+}
+
+/// What the node sends on `stream` until it closes it, and how long that
+/// took from `since`. Gives up after 30 s (the node never closed it).
+fn until_closed(mut stream: TcpStream, since: Instant) -> (Vec<u8>, Duration) {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            // A reset ends it too; a timeout means it was never closed.
+            Err(err) if err.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(err) => panic!("the node did not close the connection: {err}"),
+        }
+    }
+    (bytes, since.elapsed())
+}
+
+#[test]
+fn a_connection_without_a_request_is_closed_without_a_word() {
+    let node = node();
+    let since = Instant::now();
+    let silent = TcpStream::connect(node.addr()).unwrap();
+    let mut partial = TcpStream::connect(node.addr()).unwrap();
+    partial
+        .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .unwrap();
+    for (what, stream) in [("nothing sent", silent), ("half a head sent", partial)] {
+        let (bytes, waited) = until_closed(stream, since);
+        assert!(
+            bytes.is_empty(),
+            "{what}: closed without an answer, got {:?}",
+            String::from_utf8_lossy(&bytes)
+        );
+        assert!(
+            waited >= HEADER_TIMEOUT - Duration::from_millis(100),
+            "{what}: not before the header timeout ({waited:?})"
+        );
+    }
+}
+
+/// One `GET /healthz` on `stream`, kept alive; its status line.
+fn healthz(stream: &mut TcpStream) -> String {
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 1024];
+    // The answer is small and ends with the body "ok".
+    while !answer.ends_with(b"ok") {
+        let n = stream.read(&mut chunk).expect("an answer");
+        assert!(n > 0, "closed before answering: {answer:?}");
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    text.lines().next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_connection_that_brought_its_request_in_time_stays_for_the_next() {
+    let node = node();
+    let mut stream = TcpStream::connect(node.addr()).unwrap();
+    assert_eq!(healthz(&mut stream), "HTTP/1.1 200 OK");
+    // Past the header timeout (and actix's backstop after it), within the
+    // keep-alive time: the connection still serves.
+    std::thread::sleep(HEADER_TIMEOUT * 3);
+    assert_eq!(healthz(&mut stream), "HTTP/1.1 200 OK");
+}
