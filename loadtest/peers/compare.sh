@@ -8,8 +8,8 @@
 #   TARGETS="ours rmcp actix hyper-floor" bash loadtest/peers/compare.sh
 #
 #   TARGETS       subset of: ours ours-redis ours-2026 ours-redis-2026 ours-traced
-#                 ours-base ours-auth ours-auth-nocache rmcp rmcp-stateless ts py
-#                 actix hyper-floor
+#                 ours-sampled ours-base ours-auth ours-auth-nocache rmcp
+#                 rmcp-stateless ts py actix hyper-floor
 #                 (default: all but ours-base and the ours-auth pair)
 #   BASE_REV      git revision ours-base is built from (default: d1af96f, the last
 #                 build before metrics and traces)
@@ -49,6 +49,12 @@
 #   ours-traced  mcp-node exporting a span per request (sampler always_on) over
 #                OTLP/HTTP to a sink this script starts (it answers 200 and counts
 #                the spans it got; the report gives the count, and none is a failure)
+#   ours-sampled  the same with a ratio sampler, one request in ten
+#                (OTEL_TRACES_SAMPLER=parentbased_traceidratio, ARG 0.1), to a
+#                sink of its own: what a lighter sampler than the default
+#                costs. Its sink must count between 5 and 15 % of its checked
+#                answers as spans, else the run is a failure (sampling not
+#                applied, or spans lost)
 #   OURS_BIN     the mcp-node binary the ours* targets run (default
 #                ./target/release/mcp-node, built by this script): an older
 #                build kept aside, to measure a change side by side
@@ -150,7 +156,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-TARGETS=${TARGETS:-"ours ours-redis ours-2026 ours-redis-2026 ours-traced rmcp rmcp-stateless ts py actix hyper-floor"}
+TARGETS=${TARGETS:-"ours ours-redis ours-2026 ours-redis-2026 ours-traced ours-sampled rmcp rmcp-stateless ts py actix hyper-floor"}
 OURS_BIN=${OURS_BIN:-./target/release/mcp-node}
 BASE_REV=${BASE_REV:-d1af96f}
 ROUNDS=${ROUNDS:-3}
@@ -180,9 +186,11 @@ RESULTS=$OUT/results.md
 LOADTEST=./target/release/mcp-loadtest
 declare -A PORT=([ours]=18501 [ours-redis]=18502 [rmcp]=18503 [ts]=18504 [py]=18505
   [actix]=18506 [hyper-floor]=18507 [ours-traced]=18508 [ours-base]=18509 [ours-auth]=18512
-  [ours-auth-nocache]=18513 [ours-2026]=18514 [ours-redis-2026]=18515 [rmcp-stateless]=18516)
+  [ours-auth-nocache]=18513 [ours-2026]=18514 [ours-redis-2026]=18515 [rmcp-stateless]=18516
+  [ours-sampled]=18517)
 REDIS_PORT=18510
 OTLP_PORT=18511
+SAMPLED_OTLP_PORT=18518
 PROTOCOL_VERSION=2025-11-25
 MEMORY_TARGETS="ours ours-redis rmcp ts py hyper-floor"
 
@@ -291,13 +299,14 @@ if has py; then
 fi
 
 # ---- servers
-if has ours-traced; then
-  # An OTLP/HTTP sink: answers every export with 200 and an empty body (an
-  # empty ExportTraceServiceResponse), keeping nothing but counts: GET
-  # answers "<export requests> <spans>", the spans counted by walking the
-  # protobuf (ExportTraceServiceRequest.resource_spans(1) -> ResourceSpans.
-  # scope_spans(2) -> ScopeSpans.spans(2)), so that the traced target's
-  # figure is known to be one of spans that left the node.
+# An OTLP/HTTP sink on port $1: answers every export with 200 and an empty
+# body (an empty ExportTraceServiceResponse), keeping nothing but counts: GET
+# answers "<export requests> <spans>", the spans counted by walking the
+# protobuf (ExportTraceServiceRequest.resource_spans(1) -> ResourceSpans.
+# scope_spans(2) -> ScopeSpans.spans(2)), so that a traced target's figure is
+# known to be one of spans that left the node. One per traced target, so that
+# each count is its own.
+start_sink() { # start_sink PORT NAME
   (exec taskset -c $LOAD_CORE python3 -c '
 import http.server, sys, threading
 def varint(b, i):
@@ -354,9 +363,11 @@ class Sink(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_forever()
-' "$OTLP_PORT" >"$LOG_DIR/otlp-sink.log" 2>&1) &
+' "$1" >"$LOG_DIR/$2.log" 2>&1) &
   PIDS+=($!)
-fi
+}
+if has ours-traced; then start_sink "$OTLP_PORT" otlp-sink; fi
+if has ours-sampled; then start_sink "$SAMPLED_OTLP_PORT" otlp-sink-sampled; fi
 # ISSUER_URL and TOKENS_OF[target]: the test issuer and, per auth target,
 # SESSIONS_N tokens whose audience is that target's endpoint.
 declare -A TOKENS_OF
@@ -402,6 +413,8 @@ start_server() {
       cmd=("$OURS_BIN" "${current[@]}" --redis-url "redis://127.0.0.1:$REDIS_PORT/") ;;
     ours-traced) cmd=(env OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$OTLP_PORT" OTEL_TRACES_SAMPLER=always_on
       "$OURS_BIN" "${current[@]}") ;;
+    ours-sampled) cmd=(env OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$SAMPLED_OTLP_PORT"
+      OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG=0.1 "$OURS_BIN" "${current[@]}") ;;
     ours-base) cmd=("${BASE_BIN:-$OUT/base-target/release/mcp-node}" "${node_flags[@]}") ;;
     ours-auth | ours-auth-nocache)
       cmd=(env MCP_AUTH__RESOURCE="http://$addr/mcp" MCP_AUTH__ISSUERS="${ISSUER_OF[$target]}")
@@ -590,8 +603,10 @@ cost_end() {
 
 # ---- the three steps; a cell never measured stays "-"
 declare -A SESSIONS_OF RPS P50 P99 ERRS GEN_CPU CPU INIT INIT_ERRS LIFE LIFE_ERRS LIFE_CPU MEM
-# ours-traced: checked answers (rate x duration, summed) and what the sink got.
+# ours-traced, ours-sampled: checked answers (rate x duration, summed) and
+# what their sinks got.
 TRACED_ANSWERS=0 OTLP_EXPORTS=- OTLP_SPANS=-
+SAMPLED_ANSWERS=0 SAMPLED_EXPORTS=- SAMPLED_SPANS=-
 for target in $TARGETS; do
   for conns in $CONNS_LIST; do
     RPS[$target,$conns]="" P50[$target,$conns]="" P99[$target,$conns]="" CPU[$target,$conns]="" ERRS[$target,$conns]=0
@@ -633,16 +648,26 @@ step_calls() {
         GEN_CPU[$target,$conns]=$(awk -v a="${GEN_CPU[$target,$conns]:-0}" -v b="$cpu" 'BEGIN { print (b > a) ? b : a }')
         if [[ $target == ours-traced ]]; then
           TRACED_ANSWERS=$(awk -v a="$TRACED_ANSWERS" -v r="$rate" -v d="$DURATION_SECS" 'BEGIN { printf "%.0f", a + r * d }')
+        elif [[ $target == ours-sampled ]]; then
+          SAMPLED_ANSWERS=$(awk -v a="$SAMPLED_ANSWERS" -v r="$rate" -v d="$DURATION_SECS" 'BEGIN { printf "%.0f", a + r * d }')
         fi
       done
     done
   done
+  # One batch delay (5 s) for the last spans, before the nodes stop.
+  if has ours-traced || has ours-sampled; then sleep 6; fi
   if has ours-traced; then
-    # One batch delay (5 s) for the last spans, before the node stops.
-    sleep 6
     read -r OTLP_EXPORTS OTLP_SPANS < <(curl -sf "http://127.0.0.1:$OTLP_PORT/" || echo "0 0")
     echo "ours-traced: the OTLP sink received $OTLP_SPANS spans in $OTLP_EXPORTS export requests; about $TRACED_ANSWERS checked tools/call answers"
     [[ $OTLP_SPANS -gt 0 ]] || echo "ours-traced: no span reached the OTLP sink" >>"$FAILURES"
+  fi
+  if has ours-sampled; then
+    read -r SAMPLED_EXPORTS SAMPLED_SPANS < <(curl -sf "http://127.0.0.1:$SAMPLED_OTLP_PORT/" || echo "0 0")
+    echo "ours-sampled: its OTLP sink received $SAMPLED_SPANS spans in $SAMPLED_EXPORTS export requests; about $SAMPLED_ANSWERS checked tools/call answers"
+    # One request in ten: a count outside 5 to 15 % of the answers means
+    # the sampler was not applied or spans were lost.
+    awk -v s="$SAMPLED_SPANS" -v a="$SAMPLED_ANSWERS" 'BEGIN { exit !(s >= 0.05 * a && s <= 0.15 * a && s > 0) }' ||
+      echo "ours-sampled: its sink counted $SAMPLED_SPANS spans for about $SAMPLED_ANSWERS answers, not about one in ten" >>"$FAILURES"
   fi
   for target in $TARGETS; do stop_server "$target"; done
 }
@@ -779,6 +804,13 @@ summary_row() {
 }
 # goal_of A B GOAL OP: the ratio A / B against GOAL ("-" unless both ran).
 goal_of() { ratio "$1" "$2" "$3" "$4"; }
+# ratio_of A B: the ratio A / B where no goal applies ("-" unless both ran).
+ratio_of() {
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/ || b == 0) { print "-"; exit }
+    printf "%.2f", a / b
+  }'
+}
 # The table the goals are read from: one row per measure, the ceiling, rmcp
 # in both modes and mcp-node on both stores side by side.
 summary() {
@@ -831,6 +863,9 @@ summary() {
     if has ours-traced; then
       echo "| a span per request exported, req/s, $c connection(s) | | | $(rps ours-traced "$c") | | ≥ 0.85× untraced | $(goal_of "$(rps ours-traced "$c")" "$(rps ours "$c")" 0.85 ">=") of untraced |"
     fi
+    if has ours-sampled; then
+      echo "| one request in ten traced (ratio sampler 0.1), req/s, $c connection(s) | | | $(rps ours-sampled "$c") | | | $(ratio_of "$(rps ours-sampled "$c")" "$(rps ours "$c")") of untraced |"
+    fi
   done
   echo
 }
@@ -877,6 +912,10 @@ mem_of() { echo "${MEM[$3,$1,$2]:--}"; } # mem_of N stream|nostream TARGET
   echo
   if has ours-traced && step calls; then
     echo "ours-traced: the OTLP sink received $OTLP_SPANS spans in $OTLP_EXPORTS export requests during the tools/call runs (counted in each request's protobuf, up to 6 s after the last run), for about $TRACED_ANSWERS checked tools/call answers (rate × duration, summed over the runs) plus the sessions' opening requests."
+    echo
+  fi
+  if has ours-sampled && step calls; then
+    echo "ours-sampled: its OTLP sink received $SAMPLED_SPANS spans in $SAMPLED_EXPORTS export requests, for about $SAMPLED_ANSWERS checked tools/call answers (one in ten expected)."
     echo
   fi
   if step memory; then
