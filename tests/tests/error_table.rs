@@ -82,7 +82,6 @@ const TRIGGERS: &[&str] = &[
     "E-body-size",
     "E-body-read",
     "E-body-time",
-    "E-header-time",
     "E-parse",
     "E-invalid",
     "E-params",
@@ -576,10 +575,6 @@ async fn trigger(id: &str, n: &Nodes) -> Vec<Seen> {
                 "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: {ACCEPT_BOTH}\r\nContent-Length: 100\r\n\r\n{{\"jsonrpc\"",
                 n.plain.addr()
             );
-            one(raw(&n.plain, head.into_bytes(), true).await)
-        }
-        "E-header-time" => {
-            let head = format!("POST /mcp HTTP/1.1\r\nHost: {}\r\n", n.plain.addr());
             one(raw(&n.plain, head.into_bytes(), true).await)
         }
         "E-parse" => {
