@@ -771,11 +771,13 @@ cpu_us() { median "${CPU[$1,$2]:-}" 1; }             # server µs per answer
 lives() { median "${LIFE[$1]:-}"; }
 # marked VALUE FAILED: VALUE, or "VALUE !N failed" when its runs had failures
 marked() { if [[ $2 == 0 ]]; then echo "$1"; else echo "$1 !$2 failed"; fi; }
-# ratio A B GOAL OP: "1.23 (met)" against a goal, "-" when either is missing
+# ratio A B [GOAL OP]: "1.23 (met)" against a goal, "1.23" without one, "-"
+# when either is missing
 ratio() {
-  awk -v a="$1" -v b="$2" -v goal="$3" -v op="$4" 'BEGIN {
+  awk -v a="$1" -v b="$2" -v goal="${3:-}" -v op="${4:-}" 'BEGIN {
     if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/ || b == 0) { print "-"; exit }
     r = a / b
+    if (goal == "") { printf "%.2f", r; exit }
     met = (op == ">=") ? r >= goal : r <= goal
     printf "%.2f (%s)", r, met ? "met" : "not met"
   }'
@@ -804,13 +806,6 @@ summary_row() {
 }
 # goal_of A B GOAL OP: the ratio A / B against GOAL ("-" unless both ran).
 goal_of() { ratio "$1" "$2" "$3" "$4"; }
-# ratio_of A B: the ratio A / B where no goal applies ("-" unless both ran).
-ratio_of() {
-  awk -v a="$1" -v b="$2" 'BEGIN {
-    if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/ || b == 0) { print "-"; exit }
-    printf "%.2f", a / b
-  }'
-}
 # The table the goals are read from: one row per measure, the ceiling, rmcp
 # in both modes and mcp-node on both stores side by side.
 summary() {
@@ -864,7 +859,7 @@ summary() {
       echo "| a span per request exported, req/s, $c connection(s) | | | $(rps ours-traced "$c") | | ≥ 0.85× untraced | $(goal_of "$(rps ours-traced "$c")" "$(rps ours "$c")" 0.85 ">=") of untraced |"
     fi
     if has ours-sampled; then
-      echo "| one request in ten traced (ratio sampler 0.1), req/s, $c connection(s) | | | $(rps ours-sampled "$c") | | | $(ratio_of "$(rps ours-sampled "$c")" "$(rps ours "$c")") of untraced |"
+      echo "| one request in ten traced (ratio sampler 0.1), req/s, $c connection(s) | | | $(rps ours-sampled "$c") | | | $(ratio "$(rps ours-sampled "$c")" "$(rps ours "$c")") of untraced |"
     fi
   done
   echo
@@ -948,7 +943,7 @@ mem_of() { echo "${MEM[$3,$1,$2]:--}"; } # mem_of N stream|nostream TARGET
       [[ $peer == actix ]] && goal=0.7
       row="| $ours / $peer |"
       for conns in $CONNS_LIST; do row+=" $(ratio "$(rps "$ours" "$conns")" "$(rps "$peer" "$conns")" "$goal" ">=") |"; done
-      echo "$row $(ratio "$(median "${INIT[$ours]}")" "$(median "${INIT[$peer]}")" 0 ">=" | sed 's/ (met)//') |"
+      echo "$row $(ratio "$(median "${INIT[$ours]}")" "$(median "${INIT[$peer]}")") |"
     done
   done
   if has ours-redis && has ours; then
