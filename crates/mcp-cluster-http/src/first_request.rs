@@ -12,9 +12,8 @@
 //! Here a new connection's first request must arrive within the header
 //! timeout, or the connection is closed without a word (as nginx closes a
 //! connection that sent nothing): a FIN, which a client's pool takes as an
-//! ordinary idle close. actix's own
-//! timer stays as a backstop, set a little later than this one
-//! ([`BACKSTOP`]), so it never fires first.
+//! ordinary idle close. actix's own timer stays as a backstop, set a little
+//! later than this one ([`BACKSTOP`]), so it never fires first.
 //!
 //! - [`watch`], in the `on_connect` hook after
 //!   [`crate::write_stall::ConnectionSocket::keep`], marks the connection
