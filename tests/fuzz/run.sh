@@ -3,7 +3,9 @@
 # Rust) and runs each for a bounded time, starting from its checked-in seed
 # corpus. Prints one line per target and a closing "N passed, M failed";
 # exits non-zero when any target crashed (panic, broken invariant, timeout,
-# memory limit) or did not build.
+# memory limit) or did not build. With --build-only it installs cargo-fuzz if
+# needed, builds the targets and exits (tests/run-all.sh builds them early,
+# beside the Rust tests, and runs them later).
 #
 # Environment:
 #   FUZZ_SECONDS   seconds per target (default 35)
@@ -17,6 +19,8 @@
 # stable. Our code forbids `unsafe`, so AddressSanitizer adds little.
 set -euo pipefail
 cd "$(dirname "$0")"
+BUILD_ONLY=
+[ "${1:-}" = --build-only ] && BUILD_ONLY=1
 FUZZ_DIR=$PWD
 ROOT=$(cd ../.. && pwd)
 LOG_DIR=${LOG_DIR:-$ROOT/target/test-logs}
@@ -52,6 +56,7 @@ if ! cargo fuzz build "${FLAGS[@]}" >"$LOG_DIR/fuzz-build.log" 2>&1; then
   exit 1
 fi
 echo "built in $((SECONDS - build_start)) s"
+[ -n "$BUILD_ONLY" ] && exit 0
 BIN_DIR=$FUZZ_DIR/target/$(rustc -vV | sed -n 's/^host: //p')/release
 
 # Runs one target; its libFuzzer output goes to $LOG_DIR/fuzz-<target>.log.
