@@ -1,7 +1,9 @@
 //! A new connection must bring its first request within the header timeout
 //! (`http.request_header_timeout_secs`), or the node closes it without a
 //! word; a connection that did stays open for its next request for the
-//! keep-alive time.
+//! keep-alive time, and must bring that request's head within the header
+//! timeout after it; a request served for longer than both keeps its
+//! connection.
 //!
 //! Before, actix-web answered `408 Request Timeout` on a connection that
 //! had sent nothing. HTTP clients park spare connections in their pools
@@ -15,16 +17,24 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use mcp_cluster_testkit::{NodeProcess, node_binary};
+use mcp_cluster_client::Client;
+use mcp_cluster_testkit::{NodeProcess, node_binary, within};
+use serde_json::json;
 use tokio::time::Instant;
 
 /// The node's header timeout here, short to keep the test short.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn node() -> NodeProcess {
+    node_keeping_alive("10")
+}
+
+/// A node with the header timeout above and `keep_alive` seconds of
+/// keep-alive.
+fn node_keeping_alive(keep_alive: &str) -> NodeProcess {
     NodeProcess::spawn_logged(
         &node_binary(),
-        &["--keep-alive-secs", "10"],
+        &["--keep-alive-secs", keep_alive],
         &[("MCP_HTTP__REQUEST_HEADER_TIMEOUT_SECS", "1")],
     )
     .unwrap_or_else(|err| panic!("{err:#}"))
@@ -102,4 +112,56 @@ fn a_connection_that_brought_its_request_in_time_stays_for_the_next() {
     // keep-alive time: the connection still serves.
     std::thread::sleep(HEADER_TIMEOUT * 3);
     assert_eq!(healthz(&mut stream), "HTTP/1.1 200 OK");
+}
+
+#[test]
+fn half_a_head_after_a_served_request_is_closed_too() {
+    // Before, actix stopped its keep-alive timer at the first byte of the
+    // next request and started no other: this connection stayed open.
+    let keep_alive = Duration::from_secs(1);
+    let node = node_keeping_alive("1");
+    let mut stream = TcpStream::connect(node.addr()).unwrap();
+    assert_eq!(healthz(&mut stream), "HTTP/1.1 200 OK");
+    let served = Instant::now();
+    stream
+        .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .unwrap();
+    let (bytes, waited) = until_closed(stream, served);
+    assert!(
+        bytes.is_empty(),
+        "closed without an answer, got {:?}",
+        String::from_utf8_lossy(&bytes)
+    );
+    assert!(
+        waited >= keep_alive + HEADER_TIMEOUT - Duration::from_millis(100),
+        "not before the keep-alive time and the header timeout ({waited:?})"
+    );
+}
+
+#[tokio::test]
+async fn a_request_served_longer_than_the_timeouts_keeps_its_connection() {
+    // 1 s of keep-alive and 1 s for a head: a connection is due a request
+    // 2 s after its last response, but not while one is served.
+    let node = node_keeping_alive("1");
+    let mut client = Client::new(node.url(), "2025-11-25");
+    within("initialize", client.initialize(json!({})))
+        .await
+        .unwrap();
+    let (answer, progress) = within(
+        "a 4 s call",
+        client.request(
+            "tools/call",
+            json!({"name": "long_running_operation",
+                "arguments": {"duration_ms": 4000, "steps": 4},
+                "_meta": {"progressToken": "p"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        "Long running operation completed: 4 steps in 4000 ms",
+        "{answer}"
+    );
+    assert_eq!(progress.len(), 4, "{progress:?}");
 }

@@ -23,9 +23,10 @@ pub struct HttpConfig {
     /// Allowed `Host` values: `host[:port]`, a port of `*` matching any, or
     /// `*` for all. Default: localhost, 127.0.0.1 and `[::1]`, any port.
     pub allowed_hosts: Vec<String>,
-    /// Seconds a new connection has to bring its first request's headers;
-    /// slower is closed without an answer ([`crate::first_request`]).
-    /// Default 5.
+    /// Seconds a new connection has to bring its first request's headers,
+    /// and a kept-alive one the next request's after the keep-alive time
+    /// from the end of the previous response; slower is closed without an
+    /// answer ([`crate::request_head`]). Default 5.
     pub request_header_timeout_secs: u64,
     /// Seconds a client has to send a request's whole body once its headers
     /// arrived; slower gets 408 and the connection is closed. Default 30:

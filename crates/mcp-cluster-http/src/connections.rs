@@ -11,7 +11,8 @@
 //! connection ends, gives the slot back.
 //!
 //! The time a connection may hold its slot without sending a request is
-//! bounded by the header timeout, a request's body by the body timeout
+//! bounded by the header timeout ([`crate::request_head`], for every
+//! request of the connection), a request's body by the body timeout
 //! (`streamable::read_body`), and an idle keep-alive connection by the
 //! keep-alive timeout.
 

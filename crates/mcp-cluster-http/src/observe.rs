@@ -155,7 +155,7 @@ pub async fn access_log(
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let started = Instant::now();
-    crate::first_request::arrived(req.request());
+    let served = crate::request_head::arrived(req.request());
     let id = request_id(&req);
     let mut res = next.call(req).await?;
     let elapsed = started.elapsed();
@@ -199,5 +199,5 @@ pub async fn access_log(
         );
     }
     res.headers_mut().insert(REQUEST_ID, id);
-    Ok(res)
+    Ok(res.map_body(|_, body| crate::request_head::UntilServed::new(body, served)))
 }

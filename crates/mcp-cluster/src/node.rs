@@ -24,7 +24,7 @@ use actix_web::{App, HttpResponse, HttpServer, web};
 use mcp_cluster_auth::Authenticator;
 use mcp_cluster_http::HttpState;
 use mcp_cluster_http::connections::ConnectionGate;
-use mcp_cluster_http::first_request;
+use mcp_cluster_http::request_head;
 use mcp_cluster_http::write_stall::{ConnectionSocket, StallWatch};
 use mcp_cluster_runtime::Runtime;
 use mcp_cluster_store::Store;
@@ -505,6 +505,7 @@ fn serve_on(
     let drain_grace = Duration::from_secs(config.drain_grace_secs);
     let admitted = Arc::clone(&gate);
     let header_timeout = Duration::from_secs(http.request_header_timeout_secs);
+    let keep_alive = Duration::from_secs(http.keep_alive_secs);
     let closed = Arc::new(AtomicBool::new(false));
     let closing = Arc::clone(&closed);
     let app_state = state.clone();
@@ -555,11 +556,11 @@ fn serve_on(
     // write behind an unacknowledged one waits for the peer's delayed ACK
     // (about 40 ms on Linux), e.g. the end of a cancelled request's stream.
     .tcp_nodelay(true)
-    .keep_alive(Duration::from_secs(http.keep_alive_secs))
+    .keep_alive(keep_alive)
     // A backstop: a new connection without a request is closed silently
-    // at the header timeout (`first_request`), before actix would answer
+    // at the header timeout (`request_head`), before actix would answer
     // it with a 408 its client never asked for.
-    .client_request_timeout(header_timeout + first_request::BACKSTOP)
+    .client_request_timeout(header_timeout + request_head::BACKSTOP)
     // The gate bounds connections (and closes the ones beyond at once);
     // actix's own per-worker bound, which stops accepting, is just above
     // each worker's share, so that the connections accepted but not yet
@@ -572,7 +573,7 @@ fn serve_on(
         let tcp = tcp_stream(connection);
         admitted.on_connect(tcp, data);
         ConnectionSocket::keep(tcp, data);
-        first_request::watch(data, header_timeout);
+        request_head::watch(data, header_timeout, keep_alive);
     })
     // Connections still open when the workers stop (after the drain) get
     // this long to end.
