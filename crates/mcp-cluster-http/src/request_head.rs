@@ -31,12 +31,18 @@
 //!   header timeout for its head;
 //! - one sweep per worker thread, every [`SWEEP`] while the worker has
 //!   connections, shuts down each connection past its deadline through the
-//!   kept socket; actix reads end-of-stream and drops it.
+//!   kept socket; actix reads end-of-stream and drops it. A connection
+//!   whose socket holds bytes not read yet is left for the next sweep: its
+//!   client sent in time, and the worker was too busy to read (an
+//!   overloaded node closed connections whose whole request waited in the
+//!   socket, and their clients saw the connection close before any
+//!   answer).
 //!
 //! actix's own timer stays as a backstop for the first request, set a
 //! little later than this one ([`BACKSTOP`]), so it never fires first.
 
 use std::cell::{Cell, RefCell};
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::rc::{self, Rc};
 use std::sync::{LazyLock, Weak};
@@ -136,6 +142,12 @@ async fn sweep() {
                     return true;
                 }
                 if let Some(socket) = watched.socket.upgrade() {
+                    if unread(&socket) {
+                        // The client sent, and this worker was too busy
+                        // to read it: the delay is the node's, not the
+                        // client's. Looked at again at the next sweep.
+                        return true;
+                    }
                     tracing::debug!(peer = ?socket.peer_addr().ok().and_then(|a| a.as_socket()), "Connection closed: no request within the header timeout.");
                     let _ = socket.shutdown(std::net::Shutdown::Both);
                 }
@@ -151,6 +163,14 @@ async fn sweep() {
             return;
         }
     }
+}
+
+/// Whether `socket` holds bytes from its client that were not read yet.
+/// The socket shares its descriptor's non-blocking mode with the
+/// connection's, so an empty one answers at once.
+fn unread(socket: &Socket) -> bool {
+    let mut byte = [MaybeUninit::<u8>::uninit(); 1];
+    matches!(socket.peek(&mut byte), Ok(n) if n > 0)
 }
 
 /// Marks `req`'s connection as serving it: no deadline until the response
@@ -215,5 +235,38 @@ impl<B: MessageBody> MessageBody for UntilServed<B> {
     fn try_into_bytes(self) -> Result<Bytes, Self> {
         let Self { body, served } = self;
         body.try_into_bytes().map_err(|body| Self { body, served })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read as _, Write as _};
+    use std::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    #[test]
+    fn bytes_not_read_yet_are_seen_without_being_taken() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        // The second handle a connection's data keeps: the same
+        // descriptor's description, non-blocking like the connection's.
+        let kept = Socket::from(server.try_clone().unwrap());
+        assert!(!unread(&kept), "nothing sent yet");
+        client.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        for _ in 0..500 {
+            if unread(&kept) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(unread(&kept), "sent, not read");
+        assert!(unread(&kept), "looking takes nothing");
+        let mut head = [0u8; 64];
+        let n = server.read(&mut head).unwrap();
+        assert_eq!(&head[..n], b"GET / HTTP/1.1\r\n");
+        assert!(!unread(&kept), "read by the connection");
     }
 }
