@@ -38,8 +38,9 @@
 //!   socket, and their clients saw the connection close before any
 //!   answer).
 //!
-//! actix's own timer stays as a backstop for the first request, set a
-//! little later than this one ([`BACKSTOP`]), so it never fires first.
+//! actix's own timer stays as a backstop for the first request, set well
+//! after this one ([`BACKSTOP`]), so it never fires first, not even for a
+//! request left unread by a busy worker.
 
 use std::cell::{Cell, RefCell};
 use std::mem::MaybeUninit;
@@ -59,8 +60,11 @@ use tokio::time::Instant;
 use crate::write_stall::ConnectionSocket;
 
 /// How much later than the header timeout actix's own timer is set: its
-/// 408 is for a connection this watch could not close.
-pub const BACKSTOP: Duration = Duration::from_secs(1);
+/// 408 is for a connection this watch could not close. actix times from
+/// the connection's first poll and answers 408 even when the request waits
+/// unread in the socket, so a worker busy for longer than the header
+/// timeout plus this sent 408s for requests that came in time.
+pub const BACKSTOP: Duration = Duration::from_secs(10);
 
 /// How often a worker looks for connections past their deadline: a
 /// connection is closed at most this long after it.
