@@ -70,17 +70,23 @@ fn a_connection_without_a_request_is_closed_without_a_word() {
         .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .unwrap();
     for (what, stream) in [("nothing sent", silent), ("half a head sent", partial)] {
-        let (bytes, waited) = until_closed(stream, since);
-        assert!(
-            bytes.is_empty(),
-            "{what}: closed without an answer, got {:?}",
-            String::from_utf8_lossy(&bytes)
-        );
-        assert!(
-            waited >= HEADER_TIMEOUT - Duration::from_millis(100),
-            "{what}: not before the header timeout ({waited:?})"
-        );
+        closed_without_a_word(what, stream, since, HEADER_TIMEOUT);
     }
+}
+
+/// Asserts that the node closes `stream` without sending anything, and not
+/// sooner than `after` from `since`.
+fn closed_without_a_word(what: &str, stream: TcpStream, since: Instant, after: Duration) {
+    let (bytes, waited) = until_closed(stream, since);
+    assert!(
+        bytes.is_empty(),
+        "{what}: closed without an answer, got {:?}",
+        String::from_utf8_lossy(&bytes)
+    );
+    assert!(
+        waited >= after - Duration::from_millis(100),
+        "{what}: not before {after:?} ({waited:?})"
+    );
 }
 
 /// One `GET /healthz` on `stream`, kept alive; its status line.
@@ -126,16 +132,8 @@ fn half_a_head_after_a_served_request_is_closed_too() {
     stream
         .write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .unwrap();
-    let (bytes, waited) = until_closed(stream, served);
-    assert!(
-        bytes.is_empty(),
-        "closed without an answer, got {:?}",
-        String::from_utf8_lossy(&bytes)
-    );
-    assert!(
-        waited >= keep_alive + HEADER_TIMEOUT - Duration::from_millis(100),
-        "not before the keep-alive time and the header timeout ({waited:?})"
-    );
+    // Due the keep-alive time and the header timeout after the response.
+    closed_without_a_word("half a head", stream, served, keep_alive + HEADER_TIMEOUT);
 }
 
 #[tokio::test]
