@@ -171,8 +171,12 @@ async fn sweep() {
 
 /// Whether `socket` holds bytes from its client that were not read yet.
 /// The socket shares its descriptor's non-blocking mode with the
-/// connection's, so an empty one answers at once.
+/// connection's, so an empty one answers at once; one found blocking is
+/// not looked into (a peek would stop the worker until the client sends).
 fn unread(socket: &Socket) -> bool {
+    if !matches!(socket.nonblocking(), Ok(true)) {
+        return false;
+    }
     let mut byte = [MaybeUninit::<u8>::uninit(); 1];
     matches!(socket.peek(&mut byte), Ok(n) if n > 0)
 }
@@ -272,5 +276,9 @@ mod tests {
         let n = server.read(&mut head).unwrap();
         assert_eq!(&head[..n], b"GET / HTTP/1.1\r\n");
         assert!(!unread(&kept), "read by the connection");
+        server.set_nonblocking(false).unwrap();
+        client.write_all(b"Host: a\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!unread(&kept), "a blocking socket is not looked into");
     }
 }
