@@ -46,7 +46,7 @@ use std::cell::{Cell, RefCell};
 use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::rc::{self, Rc};
-use std::sync::{LazyLock, Weak};
+use std::sync::Weak;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -70,29 +70,16 @@ pub const BACKSTOP: Duration = Duration::from_secs(10);
 /// connection is closed at most this long after it.
 pub const SWEEP: Duration = Duration::from_millis(250);
 
-/// The deadline of a connection serving a request: none.
-const SERVING: u64 = u64::MAX;
-
-/// Deadlines are milliseconds since this instant.
-static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
-
-fn now_ms() -> u64 {
-    millis(EPOCH.elapsed())
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(SERVING - 1)
-}
-
 /// One watched connection, shared by its data and its worker's sweep.
 #[derive(Debug)]
 struct Watched {
     /// Weak: a connection that ended already is gone.
     socket: Weak<Socket>,
-    /// When its next request must have arrived ([`SERVING`]: none).
-    deadline: Cell<u64>,
-    /// The keep-alive time plus the header timeout, in milliseconds.
-    after_response: u64,
+    /// When its next request must have arrived (`None` while one is
+    /// served).
+    deadline: Cell<Option<Instant>>,
+    /// The keep-alive time plus the header timeout.
+    after_response: Duration,
 }
 
 thread_local! {
@@ -119,8 +106,8 @@ pub fn watch(data: &mut Extensions, header_timeout: Duration, keep_alive: Durati
     };
     let watched = Rc::new(Watched {
         socket,
-        deadline: Cell::new(now_ms().saturating_add(millis(header_timeout))),
-        after_response: millis(keep_alive.saturating_add(header_timeout)),
+        deadline: Cell::new(Some(Instant::now() + header_timeout)),
+        after_response: keep_alive + header_timeout,
     });
     WATCHED.with_borrow_mut(|all| all.push(Rc::downgrade(&watched)));
     data.insert(RequestDeadline(watched));
@@ -136,13 +123,13 @@ async fn sweep() {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let now = now_ms();
+        let now = Instant::now();
         let left = WATCHED.with_borrow_mut(|all| {
             all.retain(|watched| {
                 let Some(watched) = watched.upgrade() else {
                     return false;
                 };
-                if watched.deadline.get() > now {
+                if watched.deadline.get().is_none_or(|deadline| deadline > now) {
                     return true;
                 }
                 if let Some(socket) = watched.socket.upgrade() {
@@ -186,7 +173,7 @@ fn unread(socket: &Socket) -> bool {
 /// ([`UntilServed`]); `None` for a connection not watched.
 pub fn arrived(req: &HttpRequest) -> Option<Served> {
     let watched = &req.conn_data::<RequestDeadline>()?.0;
-    watched.deadline.set(SERVING);
+    watched.deadline.set(None);
     Some(Served(Rc::clone(watched)))
 }
 
@@ -200,7 +187,7 @@ impl Drop for Served {
         let watched = &self.0;
         watched
             .deadline
-            .set(now_ms().saturating_add(watched.after_response));
+            .set(Some(Instant::now() + watched.after_response));
     }
 }
 
