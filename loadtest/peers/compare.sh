@@ -804,8 +804,6 @@ val() { has "$1" && "${GET[@]}" "$1" || echo "-"; }
 summary_row() {
   echo "| $1 | $(val actix) | $(val rmcp) / $(val rmcp-stateless) | $(val ours) | $(val ours-redis) | $2 | $3 |"
 }
-# goal_of A B GOAL OP: the ratio A / B against GOAL ("-" unless both ran).
-goal_of() { ratio "$1" "$2" "$3" "$4"; }
 # The table the goals are read from: one row per measure, the ceiling, rmcp
 # in both modes and mcp-node on both stores side by side.
 summary() {
@@ -821,42 +819,42 @@ summary() {
     GET=(rps_at "$c")
     if [[ $c == 1 ]]; then
       summary_row "\`tools/call\` req/s, 1 connection" "≥ 1.2× rmcp stateless" \
-        "embedded $(goal_of "$(rps ours 1)" "$(rps rmcp-stateless 1)" 1.2 ">="), Redis $(goal_of "$(rps ours-redis 1)" "$(rps rmcp-stateless 1)" 1.2 ">=") of rmcp stateless"
+        "embedded $(ratio "$(rps ours 1)" "$(rps rmcp-stateless 1)" 1.2 ">="), Redis $(ratio "$(rps ours-redis 1)" "$(rps rmcp-stateless 1)" 1.2 ">=") of rmcp stateless"
       GET=(p50_at 1)
       summary_row "p50, 1 connection (µs)" "≤ the ceiling's + 25 µs" \
         "embedded $(awk -v a="$(p50_us ours 1)" -v b="$(p50_us actix 1)" 'BEGIN { if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/) print "-"; else printf "%+.0f µs (%s)", a - b, (a - b <= 25) ? "met" : "not met" }') of the ceiling"
     else
       summary_row "\`tools/call\` req/s, $c connections" "≥ 2× rmcp (both), ≥ 0.7 of the ceiling" \
-        "embedded $(goal_of "$(rps ours "$c")" "$(rps rmcp "$c")" 2 ">=") / $(goal_of "$(rps ours "$c")" "$(rps rmcp-stateless "$c")" 2 ">=") of rmcp, $(goal_of "$(rps ours "$c")" "$(rps actix "$c")" 0.7 ">=") of the ceiling; Redis $(goal_of "$(rps ours-redis "$c")" "$(rps actix "$c")" 0.7 ">=") of the ceiling"
+        "embedded $(ratio "$(rps ours "$c")" "$(rps rmcp "$c")" 2 ">=") / $(ratio "$(rps ours "$c")" "$(rps rmcp-stateless "$c")" 2 ">=") of rmcp, $(ratio "$(rps ours "$c")" "$(rps actix "$c")" 0.7 ">=") of the ceiling; Redis $(ratio "$(rps ours-redis "$c")" "$(rps actix "$c")" 0.7 ">=") of the ceiling"
     fi
   done
   GET=(cpu_at "$top")
   summary_row "server CPU per call, $top connections (µs)" "≤ 1.5× the ceiling's" \
-    "embedded $(goal_of "$(cpu_us ours "$top")" "$(cpu_us actix "$top")" 1.5 "<="), Redis $(goal_of "$(cpu_us ours-redis "$top")" "$(cpu_us actix "$top")" 1.5 "<=") of the ceiling's"
+    "embedded $(ratio "$(cpu_us ours "$top")" "$(cpu_us actix "$top")" 1.5 "<="), Redis $(ratio "$(cpu_us ours-redis "$top")" "$(cpu_us actix "$top")" 1.5 "<=") of the ceiling's"
   GET=(lives_of)
   summary_row "session lives/s (initialize, initialized, DELETE)" "Redis ≥ 0.6× embedded" \
-    "Redis $(goal_of "$(lives ours-redis)" "$(lives ours)" 0.6 ">=") of embedded; embedded $(goal_of "$(lives ours)" "$(lives rmcp)" 1 ">=") of rmcp"
+    "Redis $(ratio "$(lives ours-redis)" "$(lives ours)" 0.6 ">=") of embedded; embedded $(ratio "$(lives ours)" "$(lives rmcp)" 1 ">=") of rmcp"
   GET=(lives_cpu_of)
-  summary_row "server CPU per session life (µs)" "" "Redis $(goal_of "$(median "${LIFE_CPU[ours-redis]:-}" 1)" "$(median "${LIFE_CPU[ours]:-}" 1)" 1 "<=") of embedded"
+  summary_row "server CPU per session life (µs)" "" "Redis $(ratio "$(median "${LIFE_CPU[ours-redis]:-}" 1)" "$(median "${LIFE_CPU[ours]:-}" 1)" 1 "<=") of embedded"
   if step memory; then
     for n in $MEM_SESSIONS; do
       # Counts measured without streams only have no stream row.
       if [[ " $MEM_NOSTREAM_ONLY " != *" $n "* ]]; then
         GET=(mem_of "$n" stream)
         summary_row "RSS per idle session with a GET stream, $n (bytes)" "≤ 1.2× the floor (hyper, in the rmcp column's place: $(mem_of "$n" stream hyper-floor))" \
-          "embedded $(goal_of "${MEM[ours,$n,stream]:--}" "${MEM[hyper-floor,$n,stream]:--}" 1.2 "<="), Redis $(goal_of "${MEM[ours-redis,$n,stream]:--}" "${MEM[hyper-floor,$n,stream]:--}" 1.2 "<=") of the floor"
+          "embedded $(ratio "${MEM[ours,$n,stream]:--}" "${MEM[hyper-floor,$n,stream]:--}" 1.2 "<="), Redis $(ratio "${MEM[ours-redis,$n,stream]:--}" "${MEM[hyper-floor,$n,stream]:--}" 1.2 "<=") of the floor"
       fi
       GET=(mem_of "$n" nostream)
       summary_row "RSS per idle session without a stream, $n (bytes)" "≤ 2,048" \
-        "embedded $(goal_of "${MEM[ours,$n,nostream]:--}" 2048 1 "<=") of 2 KiB, Redis $(goal_of "${MEM[ours-redis,$n,nostream]:--}" 2048 1 "<=")"
+        "embedded $(ratio "${MEM[ours,$n,nostream]:--}" 2048 1 "<=") of 2 KiB, Redis $(ratio "${MEM[ours-redis,$n,nostream]:--}" 2048 1 "<=")"
     done
   fi
   for c in $CONNS_LIST; do
     if has ours-2026; then
-      echo "| 2026-07-28 \`tools/call\` req/s, $c connection(s) | | | $(rps ours-2026 "$c") | $(rps ours-redis-2026 "$c") | ≥ the session era's | embedded $(goal_of "$(rps ours-2026 "$c")" "$(rps ours "$c")" 1 ">="), Redis $(goal_of "$(rps ours-redis-2026 "$c")" "$(rps ours-redis "$c")" 1 ">=") of the session era |"
+      echo "| 2026-07-28 \`tools/call\` req/s, $c connection(s) | | | $(rps ours-2026 "$c") | $(rps ours-redis-2026 "$c") | ≥ the session era's | embedded $(ratio "$(rps ours-2026 "$c")" "$(rps ours "$c")" 1 ">="), Redis $(ratio "$(rps ours-redis-2026 "$c")" "$(rps ours-redis "$c")" 1 ">=") of the session era |"
     fi
     if has ours-traced; then
-      echo "| a span per request exported, req/s, $c connection(s) | | | $(rps ours-traced "$c") | | ≥ 0.85× untraced | $(goal_of "$(rps ours-traced "$c")" "$(rps ours "$c")" 0.85 ">=") of untraced |"
+      echo "| a span per request exported, req/s, $c connection(s) | | | $(rps ours-traced "$c") | | ≥ 0.85× untraced | $(ratio "$(rps ours-traced "$c")" "$(rps ours "$c")" 0.85 ">=") of untraced |"
     fi
     if has ours-sampled; then
       echo "| one request in ten traced (ratio sampler 0.1), req/s, $c connection(s) | | | $(rps ours-sampled "$c") | | | $(ratio "$(rps ours-sampled "$c")" "$(rps ours "$c")") of untraced |"
