@@ -26,14 +26,15 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use actix_web::http::header::HeaderMap;
+use actix_web::http::header::{HeaderMap, HeaderName};
 use ipnet::IpNet;
 
 use crate::HttpConfig;
 use crate::connections::parse_net;
 
-/// The header proxies append client addresses to.
-pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
+/// The header proxies append client addresses to (a name, not a `&str`:
+/// looking a header up by a string that is no standard name allocates).
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// Most `X-Forwarded-For` hops looked at, from the right: more trusted
 /// proxies than this in a row is a misconfiguration, not a deployment.
@@ -115,7 +116,7 @@ fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
 
 #[cfg(test)]
 mod tests {
-    use actix_web::http::header::{HeaderName, HeaderValue};
+    use actix_web::http::header::HeaderValue;
 
     use super::*;
 
@@ -130,10 +131,7 @@ mod tests {
     fn headers(lines: &[&str]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for line in lines {
-            map.append(
-                HeaderName::from_static(X_FORWARDED_FOR),
-                HeaderValue::from_str(line).unwrap(),
-            );
+            map.append(X_FORWARDED_FOR, HeaderValue::from_str(line).unwrap());
         }
         map
     }
@@ -199,10 +197,7 @@ mod tests {
     fn raw_headers(lines: &[&[u8]]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for line in lines {
-            map.append(
-                HeaderName::from_static(X_FORWARDED_FOR),
-                HeaderValue::from_bytes(line).unwrap(),
-            );
+            map.append(X_FORWARDED_FOR, HeaderValue::from_bytes(line).unwrap());
         }
         map
     }

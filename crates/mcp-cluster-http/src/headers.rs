@@ -42,17 +42,14 @@ pub fn check_host_and_origin(req: &HttpRequest, config: &HttpConfig) -> Result<(
     // The raw Host header (or the HTTP/2 authority), never X-Forwarded-Host,
     // which any client can set.
     let host = match req.headers().get(HOST) {
-        Some(value) => value
-            .to_str()
-            .map_err(|_| HttpError::ForbiddenHost)?
-            .to_owned(),
+        Some(value) => value.to_str().map_err(|_| HttpError::ForbiddenHost)?,
         None => req
             .uri()
             .authority()
-            .map(|a| a.as_str().to_owned())
+            .map(|a| a.as_str())
             .ok_or(HttpError::ForbiddenHost)?,
     };
-    if !allowed(&config.allowed_hosts, &host) {
+    if !allowed(&config.allowed_hosts, host) {
         return Err(HttpError::ForbiddenHost);
     }
     if let Some(origin) = req.headers().get(ORIGIN) {
@@ -127,9 +124,8 @@ pub fn check_content_type(headers: &HeaderMap) -> Result<(), HttpError> {
     let media = headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .map(|v| v.trim().to_ascii_lowercase());
-    if media.as_deref() == Some("application/json") {
+        .and_then(|v| v.split(';').next());
+    if media.is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json")) {
         Ok(())
     } else {
         Err(HttpError::UnsupportedMediaType)

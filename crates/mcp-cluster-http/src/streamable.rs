@@ -1,7 +1,7 @@
 //! The Streamable HTTP endpoint: POST (messages), GET (standalone stream or
 //! resumption), DELETE (end the session).
 
-use actix_web::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use actix_web::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderName};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -220,7 +220,9 @@ pub(crate) fn inbound(
     Inbound {
         transport,
         trace: mcp_cluster_telemetry::parent_from_headers(|name| {
-            req.headers().get(name).and_then(|v| v.to_str().ok())
+            req.headers()
+                .get(HeaderName::from_static(name))
+                .and_then(|v| v.to_str().ok())
         }),
         client: req.peer_addr(),
         client_ip: client_ip(req),

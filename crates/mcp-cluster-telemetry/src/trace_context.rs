@@ -25,9 +25,10 @@ pub const TRACEPARENT: &str = "traceparent";
 pub const TRACESTATE: &str = "tracestate";
 
 /// The caller's trace context from HTTP headers: `get` returns a header's
-/// value by (lowercase) name. An empty [`Context`] when traces are off or
-/// `traceparent` is missing or invalid.
-pub fn parent_from_headers<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Context {
+/// value by (lowercase) name, [`TRACEPARENT`] or [`TRACESTATE`] (static: a
+/// caller can make a header name of it without allocating). An empty
+/// [`Context`] when traces are off or `traceparent` is missing or invalid.
+pub fn parent_from_headers<'a>(get: impl Fn(&'static str) -> Option<&'a str>) -> Context {
     if !crate::otel_enabled() {
         return Context::new();
     }

@@ -380,13 +380,15 @@ impl Runtime {
         // shared store, while it holds the session's lease, no other node
         // writes without asking it first. Either way the local actor is
         // the truth: no read needed.
-        if let Some(handle) = &local
-            && (!self.store().shared || self.store().sessions.leased(id))
+        if (!self.store().shared || self.store().sessions.leased(id))
+            && let Some(handle) = local
         {
             if self.is_closing() {
                 return Err(RuntimeError::ShuttingDown);
             }
-            return Ok((handle.clone(), false));
+            // The registry's copy itself, not a clone of it: every clone
+            // of an actix address allocates state of its own.
+            return Ok((handle, false));
         }
         let save_events = local.as_ref().map(SessionHandle::save_events);
         let loaded = self.inner.deps.node.store.sessions.load_held(id).await?;
