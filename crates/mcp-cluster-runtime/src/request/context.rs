@@ -26,6 +26,7 @@ use crate::request::call::CallerToken;
 use crate::request::exchange::Exchange;
 use crate::request::method_table;
 use crate::request::tasks::TaskOutput;
+use crate::session::SessionRecipients;
 
 /// Session state that handlers read without a mailbox round trip. Written by
 /// the session actor only.
@@ -369,8 +370,9 @@ enum Scope {
     /// A session (2024-11-05 … 2025-11-25).
     Session {
         id: SessionId,
-        /// The session actor, which allocates the ids of questions.
-        asks: Recipient<RegisterAsk>,
+        /// The session actor's recipients: its `asks` allocates the ids
+        /// of questions.
+        recipients: Arc<SessionRecipients>,
         shared: Arc<SessionShared>,
     },
     /// Nothing but itself (2026-07-28): what a session would hold comes with
@@ -385,14 +387,14 @@ impl RequestContext {
         session_id: SessionId,
         cancel: CancellationToken,
         output: Arc<RequestOutput>,
-        asks: Recipient<RegisterAsk>,
+        recipients: Arc<SessionRecipients>,
         shared: Arc<SessionShared>,
         ask_timeout: Duration,
         caller: Caller,
     ) -> Self {
         let scope = Scope::Session {
             id: session_id,
-            asks,
+            recipients,
             shared,
         };
         Self::with_scope(request, cancel, output, scope, ask_timeout, caller)
@@ -660,7 +662,13 @@ impl RequestContext {
             Scope::Session { shared, .. } if !shared.initialized.load(Ordering::Acquire) => {
                 return Err(AskError::NotInitialized);
             }
-            Scope::Session { asks, .. } => self.ask_sent(asks, method, params).await,
+            // A sender of its own for the question: the mailbox keeps
+            // room for one message per sender, and one that waits for
+            // room must not make the session's other requests wait.
+            Scope::Session { recipients, .. } => {
+                self.ask_sent(&recipients.asks.clone(), method, params)
+                    .await
+            }
             Scope::Stateless(scope) => {
                 let params = serde_json::to_value(params)
                     .map_err(|err| AskError::InvalidAnswer(err.to_string()))?;

@@ -50,6 +50,7 @@ use crate::request::context::{RequestContext, RequestOutput};
 use crate::request::exchange::Exchange;
 use crate::request::executor::Executor;
 use crate::request::service::McpService;
+use crate::session::SessionRecipients;
 
 /// The handler's future.
 pub(crate) type Job = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>> + Send>>;
@@ -126,8 +127,9 @@ pub(crate) struct InFlightRequest {
     /// Tripped on cancel and on stop; the handler's context holds it.
     cancel: CancellationToken,
     output: Arc<RequestOutput>,
-    /// Told when this actor stops, to free the in-flight slot.
-    session: Recipient<RequestFinished>,
+    /// Its session's recipients: `finished` is told when this actor
+    /// stops, to free the in-flight slot.
+    session: Arc<SessionRecipients>,
     /// Taken in `started`.
     job: Option<Job>,
     timeout: Duration,
@@ -164,7 +166,7 @@ impl InFlightRequest {
         serial: u64,
         cancel: CancellationToken,
         output: Arc<RequestOutput>,
-        session: Recipient<RequestFinished>,
+        session: Arc<SessionRecipients>,
         job: Job,
         timeout: Duration,
         executor: Arc<Executor>,
@@ -268,7 +270,7 @@ impl Actor for InFlightRequest {
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         self.cancel.cancel();
-        self.session.do_send(RequestFinished {
+        self.session.finished.do_send(RequestFinished {
             id: self.id.clone(),
             serial: self.serial,
         });

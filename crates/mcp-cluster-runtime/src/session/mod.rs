@@ -253,6 +253,22 @@ pub struct Session {
     /// Out of the registry, about to stop while idle (see
     /// [`Self::passivate`]); undone by any activity.
     passivating: bool,
+    /// This actor's recipients its requests hold, made at its first
+    /// request and shared from then on: every `ctx.address()` and
+    /// `recipient()` allocates, three allocations each per request.
+    recipients: Option<Arc<SessionRecipients>>,
+}
+
+/// The session's recipients for its in-flight requests.
+#[derive(Debug)]
+pub(crate) struct SessionRecipients {
+    /// Where a request registers a question to the client. A request
+    /// clones it when it asks (a sender of its own keeps the mailbox's
+    /// per-sender room), never just to hold it.
+    pub(crate) asks: Recipient<RegisterAsk>,
+    /// Where a request says it finished: `do_send` only, which never
+    /// waits for room, so all requests share the one sender.
+    pub(crate) finished: Recipient<RequestFinished>,
 }
 
 impl std::fmt::Debug for Session {
@@ -349,6 +365,7 @@ impl Session {
             reader_seen: false,
             handed_over: false,
             passivating: false,
+            recipients: None,
         };
         let addr = Session::create(|ctx| {
             ctx.set_mailbox_capacity(mailbox);
@@ -1689,9 +1706,22 @@ impl Session {
         self.run_in_flight(id, output, cancel, job, ctx);
     }
 
+    /// The recipients this session's requests hold (see
+    /// [`Self::recipients`]'s field).
+    fn recipients(&mut self, ctx: &mut Context<Self>) -> Arc<SessionRecipients> {
+        let recipients = self.recipients.get_or_insert_with(|| {
+            let me = ctx.address();
+            Arc::new(SessionRecipients {
+                asks: me.clone().recipient(),
+                finished: me.recipient(),
+            })
+        });
+        Arc::clone(recipients)
+    }
+
     /// The handler's context of `request` in this session.
     fn context(
-        &self,
+        &mut self,
         request: &Request,
         cancel: &CancellationToken,
         output: &Arc<RequestOutput>,
@@ -1703,7 +1733,7 @@ impl Session {
             self.record.id.clone(),
             cancel.clone(),
             Arc::clone(output),
-            ctx.address().recipient(),
+            self.recipients(ctx),
             Arc::clone(&self.shared),
             self.deps.config.ask_timeout(),
             caller,
@@ -1726,7 +1756,7 @@ impl Session {
             serial,
             cancel,
             output,
-            ctx.address().recipient(),
+            self.recipients(ctx),
             job,
             self.deps.config.request_timeout(),
             Arc::clone(&self.deps.executor),
