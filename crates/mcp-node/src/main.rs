@@ -20,6 +20,10 @@ use mcp_cluster::cli::{self, Program};
 /// mimalloc: the request path allocates many small short-lived objects
 /// (JSON values, futures, actor contexts); measured faster than glibc malloc
 /// under load (see the issue notes / PERFORMANCE figures).
+///
+/// The `system-allocator` feature leaves the system's in its place, for heap
+/// profilers (see `loadtest/peers/allocations.sh`).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
