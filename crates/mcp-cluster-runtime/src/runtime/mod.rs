@@ -380,9 +380,9 @@ impl Runtime {
         // shared store, while it holds the session's lease, no other node
         // writes without asking it first. Either way the local actor is
         // the truth: no read needed.
-        if (!self.store().shared || self.store().sessions.leased(id))
-            && let Some(handle) = local
-        {
+        // `leased` marks a held lease used: asked only with an actor here.
+        let trusted = local.is_some() && (!self.store().shared || self.store().sessions.leased(id));
+        if trusted && let Some(handle) = local {
             if self.is_closing() {
                 return Err(RuntimeError::ShuttingDown);
             }
