@@ -22,11 +22,11 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use crate::request::SessionRecipients;
 use crate::request::call::CallerToken;
 use crate::request::exchange::Exchange;
 use crate::request::method_table;
 use crate::request::tasks::TaskOutput;
-use crate::session::SessionRecipients;
 
 /// Session state that handlers read without a mailbox round trip. Written by
 /// the session actor only.

@@ -46,11 +46,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::node::InFlightTicket;
-use crate::request::context::{RequestContext, RequestOutput};
+use crate::request::context::{RegisterAsk, RequestContext, RequestOutput};
 use crate::request::exchange::Exchange;
 use crate::request::executor::Executor;
 use crate::request::service::McpService;
-use crate::session::SessionRecipients;
 
 /// The handler's future.
 pub(crate) type Job = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>> + Send>>;
@@ -118,6 +117,19 @@ pub(crate) struct RequestFinished {
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub(crate) struct Cancel;
+
+/// A session actor's recipients that its in-flight requests hold, one
+/// `Arc` of them per session (made by the session).
+#[derive(Debug)]
+pub(crate) struct SessionRecipients {
+    /// Where a request registers a question to the client. A request
+    /// clones it when it asks (a sender of its own keeps the mailbox's
+    /// per-sender room), never just to hold it.
+    pub(crate) asks: Recipient<RegisterAsk>,
+    /// Where a request says it finished: `do_send` only, which never
+    /// waits for room, so all requests share the one sender.
+    pub(crate) finished: Recipient<RequestFinished>,
+}
 
 /// One in-flight request.
 pub(crate) struct InFlightRequest {

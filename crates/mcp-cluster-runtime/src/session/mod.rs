@@ -62,7 +62,9 @@ use crate::request::service::{
     MAX_HANDOVER_BYTES, McpService, OpenError, SessionAdopt, SessionOpen,
 };
 use crate::request::tasks::{SessionTasks, TaskStart};
-use crate::request::{Cancel, InFlightRequest, Job, RequestFinished, handler_job, run_handler};
+use crate::request::{
+    Cancel, InFlightRequest, Job, RequestFinished, SessionRecipients, handler_job, run_handler,
+};
 use crate::session::registry::Sessions;
 /// How often a session checks whether it is idle.
 const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
@@ -253,22 +255,10 @@ pub struct Session {
     /// Out of the registry, about to stop while idle (see
     /// [`Self::passivate`]); undone by any activity.
     passivating: bool,
-    /// This actor's recipients its requests hold, made at its first
-    /// request and shared from then on: every `ctx.address()` and
-    /// `recipient()` allocates, three allocations each per request.
+    /// The recipients of this actor that its requests hold, made at its
+    /// first request and shared from then on (each `ctx.address()` and
+    /// `recipient()` costs three allocations).
     recipients: Option<Arc<SessionRecipients>>,
-}
-
-/// The session's recipients for its in-flight requests.
-#[derive(Debug)]
-pub(crate) struct SessionRecipients {
-    /// Where a request registers a question to the client. A request
-    /// clones it when it asks (a sender of its own keeps the mailbox's
-    /// per-sender room), never just to hold it.
-    pub(crate) asks: Recipient<RegisterAsk>,
-    /// Where a request says it finished: `do_send` only, which never
-    /// waits for room, so all requests share the one sender.
-    pub(crate) finished: Recipient<RequestFinished>,
 }
 
 impl std::fmt::Debug for Session {
@@ -1706,8 +1696,7 @@ impl Session {
         self.run_in_flight(id, output, cancel, job, ctx);
     }
 
-    /// The recipients this session's requests hold (see
-    /// [`Self::recipients`]'s field).
+    /// The recipients of this actor that its requests hold, made once.
     fn recipients(&mut self, ctx: &mut Context<Self>) -> Arc<SessionRecipients> {
         let recipients = self.recipients.get_or_insert_with(|| {
             let me = ctx.address();
