@@ -52,7 +52,7 @@ run() {
     curl -s -o /dev/null --max-time 1 "$url" && break
     sleep 0.2
   done
-  # heaptrack runs the node as its child: the node is what must be stopped.
+  # heaptrack starts the node as a process of its own: that is what must be stopped.
   node=$(pgrep -n -f -- "$BIN --bind 127.0.0.1:$PORT") || { echo "the node did not start: see $data.log" >&2; exit 1; }
   if [[ $era == session ]]; then
     local head=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
