@@ -30,6 +30,8 @@ LONG=${LONG:-5}
 PORT=18592
 OUT=target/alloc-profile
 PROTOCOL_VERSION=2025-11-25
+# shellcheck source=sessions.sh
+source loadtest/peers/sessions.sh
 command -v heaptrack >/dev/null || { echo "heaptrack is required (apt-get install heaptrack)" >&2; exit 1; }
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 1; }
 if [[ -n ${NODE_BIN:-} ]]; then
@@ -42,7 +44,7 @@ mkdir -p "$OUT/heaptrack"
 
 # run ERA SECS -> "checked_answers allocation_calls"
 run() {
-  local era=$1 secs=$2 data=$OUT/heaptrack/$1-$2 node url=http://127.0.0.1:$PORT/mcp sessions= ids=() sid i
+  local era=$1 secs=$2 data=$OUT/heaptrack/$1-$2 node url=http://127.0.0.1:$PORT/mcp sessions= i
   rm -f "$data".*
   taskset -c 0 heaptrack -o "$data" "$BIN" --bind 127.0.0.1:$PORT --workers 1 --log error \
     --max-in-flight 1024 --quota-initialize-per-address 0 --quota-requests-per-principal 0 \
@@ -55,17 +57,7 @@ run() {
   # heaptrack starts the node as a process of its own: that is what must be stopped.
   node=$(pgrep -n -f -- "$BIN --bind 127.0.0.1:$PORT") || { echo "the node did not start: see $data.log" >&2; exit 1; }
   if [[ $era == session ]]; then
-    local head=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
-    for i in $(seq 1 "$CONNS"); do
-      sid=$(curl -s --max-time 10 -D - -o /dev/null "${head[@]}" \
-        -d "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"$PROTOCOL_VERSION\",\"capabilities\":{},\"clientInfo\":{\"name\":\"wrk\",\"version\":\"0\"}}}" \
-        "$url" | tr -d '\r' | awk 'tolower($1)=="mcp-session-id:" {print $2}')
-      [[ -n $sid ]] || { echo "no Mcp-Session-Id on initialize" >&2; kill "$node"; exit 1; }
-      curl -s --max-time 10 -o /dev/null "${head[@]}" -H "Mcp-Session-Id: $sid" \
-        -H "MCP-Protocol-Version: $PROTOCOL_VERSION" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' "$url"
-      ids+=("$sid")
-    done
-    sessions=$(IFS=,; echo "${ids[*]}")
+    sessions=$(open_sessions_at "$url" "$CONNS" "$PROTOCOL_VERSION") || { kill "$node"; exit 1; }
   fi
   SESSIONS=$sessions STATELESS=$([[ $era == 2026 ]] && echo 1 || echo 0) RUN_ID=$RANDOM ECHO_PREFIX="Echo: " \
     WRK_LUA_DIR=loadtest/peers/wrk timeout $((secs + 30)) taskset -c 1 \

@@ -178,6 +178,8 @@ JOBS=${JOBS:-2}
 SERVER_CORE=0
 LOAD_CORE=1
 PEERS=loadtest/peers
+# shellcheck source=sessions.sh
+source "$PEERS/sessions.sh"
 OUT=target/peers
 LOG_DIR=$OUT/logs
 RAW=$OUT/raw.log
@@ -456,25 +458,10 @@ stop_server() {
   unset "SERVER_PID[$1]"
 }
 
-# open_sessions TARGET N -> comma-separated session ids (initialize, then
-# notifications/initialized). The id comes from the Mcp-Session-Id header,
-# whether the body is JSON or SSE.
+# open_sessions TARGET N -> comma-separated session ids (sessions.sh).
 open_sessions() {
-  local url="http://127.0.0.1:${PORT[$1]}/mcp" ids=() sid i
-  local tokens=()
-  IFS=, read -r -a tokens <<<"${TOKENS_OF[$1]:-}"
-  for i in $(seq 0 $(($2 - 1))); do
-    local accept=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
-    [[ ${#tokens[@]} -gt 0 ]] && accept+=(-H "Authorization: Bearer ${tokens[$((i % ${#tokens[@]}))]}")
-    sid=$(curl -s --max-time 10 -D - -o /dev/null "${accept[@]}" \
-      -d "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"$PROTOCOL_VERSION\",\"capabilities\":{},\"clientInfo\":{\"name\":\"wrk\",\"version\":\"0\"}}}" \
-      "$url" | tr -d '\r' | awk 'tolower($1)=="mcp-session-id:" {print $2}')
-    [[ -n $sid ]] || die "$1 gave no Mcp-Session-Id on initialize"
-    curl -s --max-time 10 -o /dev/null "${accept[@]}" -H "Mcp-Session-Id: $sid" -H "MCP-Protocol-Version: $PROTOCOL_VERSION" \
-      -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' "$url"
-    ids+=("$sid")
-  done
-  (IFS=,; echo "${ids[*]}")
+  open_sessions_at "http://127.0.0.1:${PORT[$1]}/mcp" "$2" "$PROTOCOL_VERSION" "${TOKENS_OF[$1]:-}" ||
+    die "$1 gave no Mcp-Session-Id on initialize"
 }
 
 # Every wrk run gets its own RUN_ID, so request ids never repeat in a

@@ -31,6 +31,8 @@ DURATION=${DURATION:-8s}
 RUNS=${RUNS:-3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 TICK=$(getconf CLK_TCK)
+# shellcheck source=sessions.sh
+source "$HERE/sessions.sh"
 
 command -v wrk >/dev/null || { echo "paired.sh: wrk is not installed" >&2; exit 1; }
 command -v taskset >/dev/null || { echo "paired.sh: taskset is not installed" >&2; exit 1; }
@@ -59,20 +61,7 @@ wait_up() {
 
 # sessions PORT -> 64 comma-separated session ids, each initialized
 sessions() {
-  local port=$1 ids="" sid
-  for _ in $(seq 64); do
-    sid=$(curl -s -D - -o /dev/null -X POST "http://127.0.0.1:$port/mcp" \
-      -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \
-      -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"paired","version":"0"}}}' |
-      awk -F': ' 'tolower($1)=="mcp-session-id"{print $2}' | tr -d '\r')
-    [ -n "$sid" ] || { echo "paired.sh: initialize failed on port $port" >&2; exit 1; }
-    curl -s -o /dev/null -X POST "http://127.0.0.1:$port/mcp" \
-      -H 'content-type: application/json' -H "mcp-session-id: $sid" \
-      -H 'mcp-protocol-version: 2025-11-25' -H 'accept: application/json, text/event-stream' \
-      -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
-    ids="$ids${ids:+,}$sid"
-  done
-  echo "$ids"
+  open_sessions_at "http://127.0.0.1:$1/mcp" 64 2025-11-25 || { echo "paired.sh: initialize failed on port $1" >&2; exit 1; }
 }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

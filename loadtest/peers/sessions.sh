@@ -1,0 +1,24 @@
+# Sourced by compare.sh, paired.sh and allocations.sh: opening the sessions
+# their wrk runs of tools_call.lua rotate over.
+
+# open_sessions_at URL N VERSION [TOKENS] -> N comma-separated session ids, each
+# initialized (initialize, then notifications/initialized, both at VERSION).
+# The id comes from the Mcp-Session-Id header, whether the body is JSON or
+# SSE. TOKENS: comma-separated bearer tokens, used in turn. Returns 1 (and
+# says so on stderr) when an initialize gives no session id.
+open_sessions_at() {
+  local url=$1 n=$2 version=$3 tokens=() ids=() sid i
+  IFS=, read -r -a tokens <<<"${4:-}"
+  for i in $(seq 0 $((n - 1))); do
+    local head=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
+    [[ ${#tokens[@]} -gt 0 ]] && head+=(-H "Authorization: Bearer ${tokens[$((i % ${#tokens[@]}))]}")
+    sid=$(curl -s --max-time 10 -D - -o /dev/null "${head[@]}" \
+      -d "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"$version\",\"capabilities\":{},\"clientInfo\":{\"name\":\"wrk\",\"version\":\"0\"}}}" \
+      "$url" | tr -d '\r' | awk 'tolower($1)=="mcp-session-id:" {print $2}')
+    [[ -n $sid ]] || { echo "$url gave no Mcp-Session-Id on initialize" >&2; return 1; }
+    curl -s --max-time 10 -o /dev/null "${head[@]}" -H "Mcp-Session-Id: $sid" -H "MCP-Protocol-Version: $version" \
+      -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' "$url"
+    ids+=("$sid")
+  done
+  (IFS=,; echo "${ids[*]}")
+}
