@@ -177,7 +177,7 @@ pub fn check_standard_headers(
     service: &dyn McpService,
 ) -> Result<(), HttpError> {
     let (method, params, id) = match message {
-        Message::Request(r) => (r.method.as_str(), r.params.as_ref(), Some(r.id.clone())),
+        Message::Request(r) => (r.method.as_str(), r.params.as_ref(), Some(&r.id)),
         Message::Notification(n) => (n.method.as_str(), n.params.as_ref(), None),
         Message::Response(_) => return Ok(()),
     };
@@ -190,19 +190,21 @@ fn check_fields(
     headers: &HeaderMap,
     method: &str,
     params: Option<&serde_json::Map<String, Value>>,
-    id: Option<mcp_cluster_protocol::RequestId>,
+    id: Option<&mcp_cluster_protocol::RequestId>,
     service: &dyn McpService,
     required: bool,
 ) -> Result<(), HttpError> {
     let mismatch = |message: String| HttpError::HeaderMismatch {
         message,
-        id: id.clone(),
+        id: id.cloned(),
     };
     let missing = |name: &str| mismatch(format!("required header {name} is missing"));
-    if required && !headers.contains_key(MCP_METHOD) {
+    // One lookup per header name: each hashes the name.
+    let mut sent_methods = headers.get_all(MCP_METHOD).peekable();
+    if required && sent_methods.peek().is_none() {
         return Err(missing("Mcp-Method"));
     }
-    for value in headers.get_all(MCP_METHOD) {
+    for value in sent_methods {
         let sent = value
             .to_str()
             .map_err(|_| mismatch("Mcp-Method is not visible ASCII".into()))?;
@@ -214,10 +216,11 @@ fn check_fields(
     }
     if let Some(field) = methods::name_param(method) {
         let body = params.and_then(|p| p.get(field));
-        if required && body.is_some() && !headers.contains_key(MCP_NAME) {
+        let mut sent_names = headers.get_all(MCP_NAME).peekable();
+        if required && body.is_some() && sent_names.peek().is_none() {
             return Err(missing("Mcp-Name"));
         }
-        for value in headers.get_all(MCP_NAME) {
+        for value in sent_names {
             let sent = header_text(value.as_bytes())
                 .ok_or_else(|| mismatch("Mcp-Name has invalid characters".into()))?;
             if body.and_then(Value::as_str) != Some(&*sent) {
@@ -228,10 +231,12 @@ fn check_fields(
         }
     }
     if method == methods::TOOLS_CALL {
-        let has_param_headers = headers
-            .keys()
-            .any(|k| k.as_str().starts_with(MCP_PARAM_PREFIX));
-        if required || has_param_headers {
+        let has_param_headers = || {
+            headers
+                .keys()
+                .any(|k| k.as_str().starts_with(MCP_PARAM_PREFIX))
+        };
+        if required || has_param_headers() {
             let tool = params
                 .and_then(|p| p.get("name"))
                 .and_then(Value::as_str)
@@ -244,10 +249,11 @@ fn check_fields(
                 let body = args
                     .and_then(|a| a.get(&mirrored.argument))
                     .filter(|v| !v.is_null());
-                if required && body.is_some() && !headers.contains_key(name.as_str()) {
+                let mut sent_values = headers.get_all(name.as_str()).peekable();
+                if required && body.is_some() && sent_values.peek().is_none() {
                     return Err(missing(&format!("Mcp-Param-{}", mirrored.header)));
                 }
-                for value in headers.get_all(name.as_str()) {
+                for value in sent_values {
                     let sent = header_text(value.as_bytes()).ok_or_else(|| {
                         mismatch(format!(
                             "Mcp-Param-{} has invalid characters",
@@ -285,7 +291,7 @@ pub fn check_required_headers(
         headers,
         &request.method,
         request.params.as_ref(),
-        Some(request.id.clone()),
+        Some(&request.id),
         service,
         true,
     )

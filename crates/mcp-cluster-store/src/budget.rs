@@ -28,6 +28,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use prometheus::{IntCounter, IntGauge};
 use tokio::time::Instant;
 
 /// The owner of what a request whose client cannot be told apart keeps
@@ -102,9 +103,10 @@ struct Books<K> {
 #[derive(Debug)]
 pub struct Ledger<K> {
     books: Mutex<Books<K>>,
-    /// The `kind` labels of `mcp_retained_bytes` and
-    /// `mcp_retention_evictions_total` it reports under, if any.
-    metrics: Option<(&'static str, &'static str)>,
+    /// Its series of `mcp_retained_bytes` and
+    /// `mcp_retention_evictions_total`, if it reports: looked up once (a
+    /// lookup by label hashes the label and takes the family's lock).
+    metrics: Option<(IntGauge, IntCounter)>,
 }
 
 impl<K: Hash + Eq + Clone> Ledger<K> {
@@ -129,25 +131,22 @@ impl<K: Hash + Eq + Clone> Ledger<K> {
     /// as `mcp_retention_evictions_total{kind=dropped}`, as they change.
     #[must_use]
     pub fn reporting(mut self, held: &'static str, dropped: &'static str) -> Self {
-        self.metrics = Some((held, dropped));
+        let metrics = mcp_cluster_telemetry::metrics::metrics();
+        self.metrics = Some((
+            metrics.retained_bytes.with_label_values(&[held]),
+            metrics.retention_evictions.with_label_values(&[dropped]),
+        ));
         self
     }
 
     /// Publishes the bytes held (and `dropped` more drops).
     fn report(&self, total: u64, dropped: usize) {
-        let Some((held, evicted)) = self.metrics else {
+        let Some((held, evicted)) = &self.metrics else {
             return;
         };
-        let metrics = mcp_cluster_telemetry::metrics::metrics();
-        metrics
-            .retained_bytes
-            .with_label_values(&[held])
-            .set(i64::try_from(total).unwrap_or(i64::MAX));
+        held.set(i64::try_from(total).unwrap_or(i64::MAX));
         if dropped > 0 {
-            metrics
-                .retention_evictions
-                .with_label_values(&[evicted])
-                .inc_by(dropped as u64);
+            evicted.inc_by(dropped as u64);
         }
     }
 
@@ -412,8 +411,9 @@ pub struct InFlightBytes {
     /// `per_node` and `per_client`; `floor` is not used.
     budget: ByteBudget,
     books: Mutex<InFlightBooks>,
-    /// Reports its bytes as `mcp_retained_bytes{kind="in_flight"}`.
-    reporting: bool,
+    /// Its series `mcp_retained_bytes{kind="in_flight"}`, if it reports
+    /// (every hold and release sets it).
+    reporting: Option<IntGauge>,
 }
 
 impl InFlightBytes {
@@ -422,14 +422,18 @@ impl InFlightBytes {
         Self {
             budget,
             books: Mutex::new(InFlightBooks::default()),
-            reporting: false,
+            reporting: None,
         }
     }
 
     /// Reports its bytes as `mcp_retained_bytes{kind="in_flight"}`.
     #[must_use]
     pub fn reporting(mut self) -> Self {
-        self.reporting = true;
+        self.reporting = Some(
+            mcp_cluster_telemetry::metrics::metrics()
+                .retained_bytes
+                .with_label_values(&["in_flight"]),
+        );
         self
     }
 
@@ -517,11 +521,8 @@ impl InFlightBytes {
     }
 
     fn report(&self, total: u64) {
-        if self.reporting {
-            mcp_cluster_telemetry::metrics::metrics()
-                .retained_bytes
-                .with_label_values(&["in_flight"])
-                .set(i64::try_from(total).unwrap_or(i64::MAX));
+        if let Some(gauge) = &self.reporting {
+            gauge.set(i64::try_from(total).unwrap_or(i64::MAX));
         }
     }
 }
