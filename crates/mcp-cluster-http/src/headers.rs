@@ -61,31 +61,45 @@ pub fn check_host_and_origin(req: &HttpRequest, config: &HttpConfig) -> Result<(
     Ok(())
 }
 
-/// Whether an `Accept` header lists `wanted` (directly or by wildcard) with
-/// a nonzero weight.
-fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
-    let (kind, _) = wanted.split_once('/').unwrap_or((wanted, ""));
-    headers
+/// Whether the `Accept` header lists every media type of `wanted`
+/// (directly or by wildcard) with a nonzero weight, read in one pass.
+fn accepts(headers: &HeaderMap, wanted: &[&str]) -> bool {
+    debug_assert!(wanted.len() <= 8);
+    let all = (1u8 << wanted.len()) - 1;
+    let mut listed = 0u8;
+    let items = headers
         .get_all(ACCEPT)
         .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|item| {
-            let mut parts = item.split(';');
-            let media = parts.next().unwrap_or("").trim();
-            let listed = media.eq_ignore_ascii_case(wanted)
+        .flat_map(|v| v.split(','));
+    for item in items {
+        let (media, params) = item.split_once(';').unwrap_or((item, ""));
+        let media = media.trim();
+        // RFC 9110 12.4.2: a weight of 0 means "not acceptable".
+        let refused = params.split(';').any(|param| {
+            param.split_once('=').is_some_and(|(name, value)| {
+                name.trim().eq_ignore_ascii_case("q")
+                    && value.trim().parse::<f32>().is_ok_and(|q| q == 0.0)
+            })
+        });
+        if refused {
+            continue;
+        }
+        for (bit, wanted) in wanted.iter().enumerate() {
+            let (kind, _) = wanted.split_once('/').unwrap_or((wanted, ""));
+            let matches = media.eq_ignore_ascii_case(wanted)
                 || media == "*/*"
                 || media
                     .strip_suffix("/*")
                     .is_some_and(|k| k.eq_ignore_ascii_case(kind));
-            // RFC 9110 12.4.2: a weight of 0 means "not acceptable".
-            listed
-                && !parts.any(|param| {
-                    param.split_once('=').is_some_and(|(name, value)| {
-                        name.trim().eq_ignore_ascii_case("q")
-                            && value.trim().parse::<f32>().is_ok_and(|q| q == 0.0)
-                    })
-                })
-        })
+            if matches {
+                listed |= 1 << bit;
+            }
+        }
+        if listed == all {
+            return true;
+        }
+    }
+    false
 }
 
 /// POST must accept both JSON and SSE (Streamable HTTP, sending messages).
@@ -93,7 +107,7 @@ fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
 /// # Errors
 /// [`HttpError::NotAcceptable`].
 pub fn check_post_accept(headers: &HeaderMap) -> Result<(), HttpError> {
-    if accepts(headers, "application/json") && accepts(headers, "text/event-stream") {
+    if accepts(headers, &["application/json", "text/event-stream"]) {
         Ok(())
     } else {
         Err(HttpError::NotAcceptable(
@@ -107,7 +121,7 @@ pub fn check_post_accept(headers: &HeaderMap) -> Result<(), HttpError> {
 /// # Errors
 /// [`HttpError::NotAcceptable`].
 pub fn check_get_accept(headers: &HeaderMap) -> Result<(), HttpError> {
-    if accepts(headers, "text/event-stream") {
+    if accepts(headers, &["text/event-stream"]) {
         Ok(())
     } else {
         Err(HttpError::NotAcceptable(

@@ -37,18 +37,22 @@ pub(crate) const LOG_FIELD: &str = "m";
 /// twice by one node) stay two for a node that replays the log and tells
 /// what it received live from what it missed by their text.
 fn with_nonce(message: &ControlMessage) -> Result<String, StoreError> {
+    /// The message's fields and its nonce, written in one pass.
+    #[derive(serde::Serialize)]
+    struct WithNonce<'a> {
+        #[serde(flatten)]
+        message: &'a ControlMessage,
+        nonce: String,
+    }
     static PROCESS: std::sync::LazyLock<String> =
         std::sync::LazyLock::new(|| mcp_cluster_store::StreamId::random().to_string());
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let mut value = serde_json::to_value(message).map_err(corrupt)?;
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if let serde_json::Value::Object(fields) = &mut value {
-        fields.insert(
-            "nonce".to_owned(),
-            serde_json::Value::String(format!("{}.{n}", &*PROCESS)),
-        );
-    }
-    serde_json::to_string(&value).map_err(corrupt)
+    serde_json::to_string(&WithNonce {
+        message,
+        nonce: format!("{}.{n}", &*PROCESS),
+    })
+    .map_err(corrupt)
 }
 
 /// Publishes control messages (the bus, and the stores that ask for a
@@ -216,6 +220,9 @@ mod tests {
         for wire in [a, b] {
             let decoded: ControlMessage = serde_json::from_str(&wire).unwrap();
             assert_eq!(decoded, message);
+            let fields: serde_json::Value = serde_json::from_str(&wire).unwrap();
+            assert_eq!(fields["type"], "session_changed", "{wire}");
+            assert!(fields["nonce"].is_string(), "{wire}");
         }
     }
 }

@@ -289,21 +289,21 @@ impl<K: Hash + Eq + Clone> Ledger<K> {
     /// work that would add to it should be refused until it is not.
     pub fn over_budget(&self) -> bool {
         let mut books = lock(&self.books);
-        books.forget_expired(Instant::now());
+        books.forget_expired_now();
         books.total > books.budget.per_node
     }
 
     /// Bytes recorded in all.
     pub fn bytes(&self) -> u64 {
         let mut books = lock(&self.books);
-        books.forget_expired(Instant::now());
+        books.forget_expired_now();
         books.total
     }
 
     /// Bytes recorded for `owner`.
     pub fn bytes_of(&self, owner: &str) -> u64 {
         let mut books = lock(&self.books);
-        books.forget_expired(Instant::now());
+        books.forget_expired_now();
         books.owners.get(owner).map_or(0, |o| o.bytes)
     }
 
@@ -321,6 +321,14 @@ impl<K: Hash + Eq + Clone> Ledger<K> {
 impl<K: Hash + Eq + Clone> Books<K> {
     /// Forgets the oldest items while they are past their TTL (items of one
     /// kind share a TTL, so they expire oldest first).
+    /// As [`Self::forget_expired`], reading the clock only when anything is
+    /// kept (most requests ask an empty ledger whether it has room).
+    fn forget_expired_now(&mut self) {
+        if !self.order.is_empty() {
+            self.forget_expired(Instant::now());
+        }
+    }
+
     fn forget_expired(&mut self, now: Instant) {
         while let Some((_, k)) = self.order.first_key_value()
             && self.items.get(k).is_some_and(|i| i.expires <= now)
