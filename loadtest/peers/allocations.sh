@@ -30,8 +30,8 @@ LONG=${LONG:-5}
 PORT=18592
 OUT=target/alloc-profile
 PROTOCOL_VERSION=2025-11-25
-# shellcheck source=sessions.sh
-source loadtest/peers/sessions.sh
+# shellcheck source=common.sh
+source loadtest/peers/common.sh
 command -v heaptrack >/dev/null || { echo "heaptrack is required (apt-get install heaptrack)" >&2; exit 1; }
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 1; }
 if [[ -n ${NODE_BIN:-} ]]; then
@@ -46,10 +46,8 @@ mkdir -p "$OUT/heaptrack"
 run() {
   local era=$1 secs=$2 data=$OUT/heaptrack/$1-$2 node url=http://127.0.0.1:$PORT/mcp sessions= i
   rm -f "$data".*
-  taskset -c 0 heaptrack -o "$data" "$BIN" --bind 127.0.0.1:$PORT --workers 1 --log error \
-    --max-in-flight 1024 --quota-initialize-per-address 0 --quota-requests-per-principal 0 \
-    --quota-sessions-per-principal 0 --quota-streams-per-principal 0 --quota-requests-per-address 0 \
-    --quota-streams-per-address 0 >"$data.log" 2>&1 &
+  taskset -c 0 heaptrack -o "$data" "$BIN" --bind 127.0.0.1:$PORT "${NODE_FLAGS[@]}" \
+    "${QUOTAS_OFF[@]}" >"$data.log" 2>&1 &
   for i in $(seq 1 100); do
     curl -s -o /dev/null --max-time 1 "$url" && break
     sleep 0.2

@@ -178,8 +178,8 @@ JOBS=${JOBS:-2}
 SERVER_CORE=0
 LOAD_CORE=1
 PEERS=loadtest/peers
-# shellcheck source=sessions.sh
-source "$PEERS/sessions.sh"
+# shellcheck source=common.sh
+source "$PEERS/common.sh"
 OUT=target/peers
 LOG_DIR=$OUT/logs
 RAW=$OUT/raw.log
@@ -403,12 +403,8 @@ start_server() {
   local target=$1 mode=${2:-} addr=127.0.0.1:${PORT[$1]} cmd
   local max_sessions=20000
   [[ $mode == init || $mode == memory ]] && max_sessions=1000000
-  local node_flags=(--bind "$addr" --workers 1 --log error --max-in-flight 1024 --max-sessions "$max_sessions")
-  # Quotas off (the peers have none, and one load generator on one address
-  # is not the many clients they are for); ours-base predates the flags.
-  local current=("${node_flags[@]}" --quota-initialize-per-address 0 --quota-requests-per-principal 0
-    --quota-sessions-per-principal 0 --quota-streams-per-principal 0
-    --quota-requests-per-address 0 --quota-streams-per-address 0)
+  local node_flags=(--bind "$addr" "${NODE_FLAGS[@]}" --max-sessions "$max_sessions")
+  local current=("${node_flags[@]}" "${QUOTAS_OFF[@]}")
   case $target in
     ours | ours-2026) cmd=("$OURS_BIN" "${current[@]}") ;;
     ours-redis | ours-redis-2026)
@@ -458,7 +454,7 @@ stop_server() {
   unset "SERVER_PID[$1]"
 }
 
-# open_sessions TARGET N -> comma-separated session ids (sessions.sh).
+# open_sessions TARGET N -> comma-separated session ids (common.sh).
 open_sessions() {
   open_sessions_at "http://127.0.0.1:${PORT[$1]}/mcp" "$2" "$PROTOCOL_VERSION" "${TOKENS_OF[$1]:-}" ||
     die "$1 gave no Mcp-Session-Id on initialize"

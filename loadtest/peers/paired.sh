@@ -31,8 +31,8 @@ DURATION=${DURATION:-8s}
 RUNS=${RUNS:-3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 TICK=$(getconf CLK_TCK)
-# shellcheck source=sessions.sh
-source "$HERE/sessions.sh"
+# shellcheck source=common.sh
+source "$HERE/common.sh"
 
 command -v wrk >/dev/null || { echo "paired.sh: wrk is not installed" >&2; exit 1; }
 command -v taskset >/dev/null || { echo "paired.sh: taskset is not installed" >&2; exit 1; }
@@ -43,10 +43,8 @@ trap cleanup EXIT
 
 # start BIN PORT -> the server's pid
 start() {
-  taskset -c 0 "$1" --bind "127.0.0.1:$2" --workers 1 --log error \
-    --max-in-flight 1024 --max-sessions 20000 --quota-initialize-per-address 0 \
-    --quota-requests-per-principal 0 --quota-sessions-per-principal 0 \
-    --quota-streams-per-principal 0 >/dev/null 2>&1 &
+  taskset -c 0 "$1" --bind "127.0.0.1:$2" "${NODE_FLAGS[@]}" --max-sessions 20000 \
+    "${QUOTAS_OFF[@]}" >/dev/null 2>&1 &
   echo $!
 }
 

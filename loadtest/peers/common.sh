@@ -1,5 +1,17 @@
-# Sourced by compare.sh, paired.sh and allocations.sh: opening the sessions
-# their wrk runs of tools_call.lua rotate over.
+# Sourced by compare.sh, paired.sh and allocations.sh: how they start
+# mcp-node, and opening the sessions their wrk runs of tools_call.lua rotate
+# over.
+
+# The flags every script here starts mcp-node with, after --bind: one HTTP
+# worker (the peers are given one core too), errors only, in-flight room for
+# 64 connections' worth of requests.
+NODE_FLAGS=(--workers 1 --log error --max-in-flight 1024)
+# The quotas off: the peers have none, and one load generator on one address
+# is not the many clients they are for. (A build that predates these flags
+# is started with NODE_FLAGS alone.)
+QUOTAS_OFF=(--quota-initialize-per-address 0 --quota-requests-per-principal 0
+  --quota-sessions-per-principal 0 --quota-streams-per-principal 0
+  --quota-requests-per-address 0 --quota-streams-per-address 0)
 
 # open_sessions_at URL N VERSION [TOKENS] -> N comma-separated session ids, each
 # initialized (initialize, then notifications/initialized, both at VERSION).
