@@ -63,10 +63,8 @@ pub fn check_host_and_origin(req: &HttpRequest, config: &HttpConfig) -> Result<(
 
 /// Whether the `Accept` header lists every media type of `wanted`
 /// (directly or by wildcard) with a nonzero weight, read in one pass.
-fn accepts(headers: &HeaderMap, wanted: &[&str]) -> bool {
-    debug_assert!(wanted.len() <= 8);
-    let all = (1u8 << wanted.len()) - 1;
-    let mut listed = 0u8;
+fn accepts<const N: usize>(headers: &HeaderMap, wanted: [&str; N]) -> bool {
+    let mut listed = [false; N];
     let items = headers
         .get_all(ACCEPT)
         .filter_map(|v| v.to_str().ok())
@@ -84,18 +82,15 @@ fn accepts(headers: &HeaderMap, wanted: &[&str]) -> bool {
         if refused {
             continue;
         }
-        for (bit, wanted) in wanted.iter().enumerate() {
+        for (listed, wanted) in listed.iter_mut().zip(wanted) {
             let (kind, _) = wanted.split_once('/').unwrap_or((wanted, ""));
-            let matches = media.eq_ignore_ascii_case(wanted)
+            *listed |= media.eq_ignore_ascii_case(wanted)
                 || media == "*/*"
                 || media
                     .strip_suffix("/*")
                     .is_some_and(|k| k.eq_ignore_ascii_case(kind));
-            if matches {
-                listed |= 1 << bit;
-            }
         }
-        if listed == all {
+        if listed.iter().all(|&l| l) {
             return true;
         }
     }
@@ -107,7 +102,7 @@ fn accepts(headers: &HeaderMap, wanted: &[&str]) -> bool {
 /// # Errors
 /// [`HttpError::NotAcceptable`].
 pub fn check_post_accept(headers: &HeaderMap) -> Result<(), HttpError> {
-    if accepts(headers, &["application/json", "text/event-stream"]) {
+    if accepts(headers, ["application/json", "text/event-stream"]) {
         Ok(())
     } else {
         Err(HttpError::NotAcceptable(
@@ -121,7 +116,7 @@ pub fn check_post_accept(headers: &HeaderMap) -> Result<(), HttpError> {
 /// # Errors
 /// [`HttpError::NotAcceptable`].
 pub fn check_get_accept(headers: &HeaderMap) -> Result<(), HttpError> {
-    if accepts(headers, &["text/event-stream"]) {
+    if accepts(headers, ["text/event-stream"]) {
         Ok(())
     } else {
         Err(HttpError::NotAcceptable(
@@ -380,6 +375,18 @@ mod tests {
         assert!(check_post_accept(&accept("Application/JSON, TEXT/Event-Stream")).is_ok());
         assert!(check_post_accept(&accept("application/*, text/*;q=0.1")).is_ok());
         assert!(check_post_accept(&accept("application/json, image/*")).is_err());
+        // An item weighted 0 refuses only itself; a wildcard beside it lists
+        // its type again.
+        assert!(check_post_accept(&accept("application/json;q=0, */*")).is_ok());
+        assert!(check_get_accept(&accept("application/json")).is_err());
+        // The types may come in separate Accept headers.
+        let mut two = accept("application/json");
+        two.append(
+            ACCEPT,
+            actix_web::http::header::HeaderValue::from_static("text/event-stream"),
+        );
+        assert!(check_post_accept(&two).is_ok());
+        assert!(check_get_accept(&two).is_ok());
     }
 
     #[test]
