@@ -319,8 +319,6 @@ impl<K: Hash + Eq + Clone> Ledger<K> {
 }
 
 impl<K: Hash + Eq + Clone> Books<K> {
-    /// Forgets the oldest items while they are past their TTL (items of one
-    /// kind share a TTL, so they expire oldest first).
     /// As [`Self::forget_expired`], reading the clock only when anything is
     /// kept (most requests ask an empty ledger whether it has room).
     fn forget_expired_now(&mut self) {
@@ -329,6 +327,8 @@ impl<K: Hash + Eq + Clone> Books<K> {
         }
     }
 
+    /// Forgets the oldest items while they are past their TTL (items of one
+    /// kind share a TTL, so they expire oldest first).
     fn forget_expired(&mut self, now: Instant) {
         while let Some((_, k)) = self.order.first_key_value()
             && self.items.get(k).is_some_and(|i| i.expires <= now)
