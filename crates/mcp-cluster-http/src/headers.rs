@@ -64,6 +64,7 @@ pub fn check_host_and_origin(req: &HttpRequest, config: &HttpConfig) -> Result<(
 /// Whether the `Accept` header lists every media type of `wanted`
 /// (directly or by wildcard) with a nonzero weight, read in one pass.
 fn accepts<const N: usize>(headers: &HeaderMap, wanted: [&str; N]) -> bool {
+    let kinds = wanted.map(|w| w.split_once('/').map_or(w, |(kind, _)| kind));
     let mut listed = [false; N];
     let items = headers
         .get_all(ACCEPT)
@@ -82,8 +83,7 @@ fn accepts<const N: usize>(headers: &HeaderMap, wanted: [&str; N]) -> bool {
         if refused {
             continue;
         }
-        for (listed, wanted) in listed.iter_mut().zip(wanted) {
-            let (kind, _) = wanted.split_once('/').unwrap_or((wanted, ""));
+        for ((listed, wanted), kind) in listed.iter_mut().zip(wanted).zip(kinds) {
             *listed |= media.eq_ignore_ascii_case(wanted)
                 || media == "*/*"
                 || media
@@ -239,42 +239,40 @@ fn check_fields(
             }
         }
     }
-    if method == methods::TOOLS_CALL {
-        let has_param_headers = || {
-            headers
+    if method == methods::TOOLS_CALL
+        && (required
+            || headers
                 .keys()
-                .any(|k| k.as_str().starts_with(MCP_PARAM_PREFIX))
-        };
-        if required || has_param_headers() {
-            let tool = params
-                .and_then(|p| p.get("name"))
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let args = params
-                .and_then(|p| p.get("arguments"))
-                .and_then(Value::as_object);
-            for mirrored in service.mirrored_params(tool) {
-                let name = format!("{MCP_PARAM_PREFIX}{}", mirrored.header.to_ascii_lowercase());
-                let body = args
-                    .and_then(|a| a.get(&mirrored.argument))
-                    .filter(|v| !v.is_null());
-                let mut sent_values = headers.get_all(name.as_str()).peekable();
-                if required && body.is_some() && sent_values.peek().is_none() {
-                    return Err(missing(&format!("Mcp-Param-{}", mirrored.header)));
-                }
-                for value in sent_values {
-                    let sent = header_text(value.as_bytes()).ok_or_else(|| {
-                        mismatch(format!(
-                            "Mcp-Param-{} has invalid characters",
-                            mirrored.header
-                        ))
-                    })?;
-                    if !body.is_some_and(|v| same_value(&sent, v)) {
-                        return Err(mismatch(format!(
-                            "Mcp-Param-{} does not match argument {}",
-                            mirrored.header, mirrored.argument
-                        )));
-                    }
+                .any(|k| k.as_str().starts_with(MCP_PARAM_PREFIX)))
+    {
+        let tool = params
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let args = params
+            .and_then(|p| p.get("arguments"))
+            .and_then(Value::as_object);
+        for mirrored in service.mirrored_params(tool) {
+            let name = format!("{MCP_PARAM_PREFIX}{}", mirrored.header.to_ascii_lowercase());
+            let body = args
+                .and_then(|a| a.get(&mirrored.argument))
+                .filter(|v| !v.is_null());
+            let mut sent_values = headers.get_all(name.as_str()).peekable();
+            if required && body.is_some() && sent_values.peek().is_none() {
+                return Err(missing(&format!("Mcp-Param-{}", mirrored.header)));
+            }
+            for value in sent_values {
+                let sent = header_text(value.as_bytes()).ok_or_else(|| {
+                    mismatch(format!(
+                        "Mcp-Param-{} has invalid characters",
+                        mirrored.header
+                    ))
+                })?;
+                if !body.is_some_and(|v| same_value(&sent, v)) {
+                    return Err(mismatch(format!(
+                        "Mcp-Param-{} does not match argument {}",
+                        mirrored.header, mirrored.argument
+                    )));
                 }
             }
         }
