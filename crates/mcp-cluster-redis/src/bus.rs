@@ -81,21 +81,13 @@ impl Publisher {
     /// which every control message tolerates).
     pub(crate) async fn publish(&self, message: &ControlMessage) -> Result<(), StoreError> {
         let json = with_nonce(message)?;
-        let late_is_wrong = matches!(
-            message,
-            ControlMessage::Kick { .. } | ControlMessage::Release { .. }
-        );
-        let log = !late_is_wrong && json.len() <= LOG_ENTRY_MAX;
+        let log = loggable(message, &json);
         let published = if log && !self.redis.is_cluster() {
             // One Redis: the log and the channel in one script, one
             // command.
             let mut both = LOG_AND_PUBLISH.prepare_invoke();
-            both.key(&self.log)
-                .key(&self.channel)
-                .arg(LOG_LEN)
-                .arg(crate::config::millis(LOG_TTL))
-                .arg(LOG_FIELD)
-                .arg(&json);
+            let announcement = self.announcement(message, json);
+            both.key(&announcement.keys[..]).arg(&announcement.args[..]);
             self.redis.script("bus_publish", &both).await.map(drop)
         } else {
             // On a Redis Cluster the log and the channel are in different
@@ -135,14 +127,92 @@ impl Publisher {
         // A failure is counted as a drop by whoever gives up on the
         // message (the runtime tries again while Redis is away).
         if published.is_ok() {
-            mcp_cluster_telemetry::metrics::metrics()
-                .bus_published
-                .with_label_values(&[message.kind()])
-                .inc();
+            counted(message.kind());
         }
         published
     }
+
+    /// `message` ready to go out inside another writing script on this
+    /// Redis (a session's save or deletion), logged and published as
+    /// [`Self::publish`] would ([`ANNOUNCE`]): `None` on a Redis Cluster,
+    /// where the log and the channel are in other slots than the session,
+    /// and for a message [`Self::publish`] would not log.
+    pub(crate) fn inline(
+        &self,
+        message: &ControlMessage,
+    ) -> Result<Option<Announcement>, StoreError> {
+        if self.redis.is_cluster() {
+            return Ok(None);
+        }
+        let json = with_nonce(message)?;
+        Ok(loggable(message, &json).then(|| self.announcement(message, json)))
+    }
+
+    /// `message`, written as `json`, with what [`ANNOUNCE`] takes.
+    fn announcement(&self, message: &ControlMessage, json: String) -> Announcement {
+        Announcement {
+            keys: [self.log.clone(), self.channel.clone()],
+            args: [
+                LOG_LEN.to_string(),
+                crate::config::millis(LOG_TTL).to_string(),
+                LOG_FIELD.to_owned(),
+                json,
+            ],
+            kind: message.kind(),
+        }
+    }
 }
+
+/// Whether the control log keeps `message` (written as `json`): not a
+/// `kick` or a `release`, which must not arrive late, nor one longer than
+/// [`LOG_ENTRY_MAX`].
+fn loggable(message: &ControlMessage, json: &str) -> bool {
+    let late_is_wrong = matches!(
+        message,
+        ControlMessage::Kick { .. } | ControlMessage::Release { .. }
+    );
+    !late_is_wrong && json.len() <= LOG_ENTRY_MAX
+}
+
+/// Counts a published message of `kind`.
+fn counted(kind: &str) {
+    mcp_cluster_telemetry::metrics::metrics()
+        .bus_published
+        .with_label_values(&[kind])
+        .inc();
+}
+
+/// A control message as it goes out inside a script, with what
+/// [`ANNOUNCE`] takes ([`Publisher::inline`]).
+#[derive(Debug)]
+pub(crate) struct Announcement {
+    /// The control log, the control channel.
+    pub(crate) keys: [String; 2],
+    /// The log's length, its TTL ms, the entry's field, the message (with
+    /// its nonce).
+    pub(crate) args: [String; 4],
+    /// Its kind, for the count of published messages.
+    kind: &'static str,
+}
+
+impl Announcement {
+    /// Counts the message as published, once the script that carried it
+    /// ran.
+    pub(crate) fn published(&self) {
+        counted(self.kind);
+    }
+}
+
+/// Lua: `announce(log, channel, length, ttl, field, message)` logs a
+/// control message and publishes it, as [`Publisher::publish`] does on one
+/// Redis; its arguments are an [`Announcement`]'s keys, then its arguments.
+pub(crate) const ANNOUNCE: &str = r"
+local function announce(log, channel, length, ttl, field, message)
+  redis.call('XADD', log, 'MAXLEN', '~', length, '*', field, message)
+  redis.call('PEXPIRE', log, ttl)
+  return redis.call('PUBLISH', channel, message)
+end
+";
 
 /// KEYS: the control log, the control channel. ARGV: the log's length,
 /// its TTL ms, the entry's field, the message. Logs the message and
@@ -152,13 +222,12 @@ impl Publisher {
 /// of memory refuses it whole (publishing nothing, so the caller tries
 /// again), and a replica refuses it as a writing script.
 static LOG_AND_PUBLISH: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-    redis::Script::new(
+    redis::Script::new(&format!(
         "#!lua
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', ARGV[3], ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return redis.call('PUBLISH', KEYS[2], ARGV[4])
-",
-    )
+{ANNOUNCE}
+return announce(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+"
+    ))
 });
 
 /// KEYS: the control channel. ARGV: the publish command (`PUBLISH`, or

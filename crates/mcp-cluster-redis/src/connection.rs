@@ -127,6 +127,7 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
     let publisher = Publisher::new(redis.clone(), &keys);
     let leases = Arc::new(Leases::new(redis.clone(), keys.clone()));
     Leases::start(&leases, &pubsub);
+    let closed = crate::event_log::closed_streams(&config.retention);
     Ok(Store {
         sessions: Arc::new(RedisSessionStore::new(
             redis.clone(),
@@ -135,11 +136,13 @@ pub async fn connect(config: &RedisConfig) -> Result<Store, ClusterError> {
             leases,
             publisher.clone(),
             config.retention.idle_stream_ttl_ms.max(1),
+            Arc::clone(&closed),
         )),
         events: Arc::new(RedisEventLog::new(
             redis.clone(),
             keys.clone(),
             config.retention,
+            closed,
             pubsub.clone(),
         )),
         bus: Arc::new(RedisBus::new(publisher, pubsub)),

@@ -273,22 +273,43 @@ return 1
     )
 });
 
-/// KEYS: the session's stream set. ARGV: stream key prefix, meta key
-/// prefix, wake channel prefix, publish command. Deletes every stream and wakes its readers
-/// (who re-read and find it gone).
-static DELETE_SESSION: LazyLock<Script> = LazyLock::new(|| {
-    script(
-        r"
-local ids = redis.call('SMEMBERS', KEYS[1])
-for _, id in ipairs(ids) do
-  redis.call('DEL', ARGV[1] .. id, ARGV[2] .. id)
-  redis.call(ARGV[4], ARGV[3] .. id, 'deleted')
+/// Lua: `delete_streams(set, stream_prefix, meta_prefix, wake_prefix,
+/// publish)` deletes every stream of a session (its stream set, then the
+/// stream key prefix, meta key prefix, wake channel prefix of the session
+/// and the publish command) and wakes its readers (who re-read and find it
+/// gone); the number of streams. The session's own scripts run it too: its
+/// keys are all in the session's slot.
+pub(crate) const DELETE_STREAMS: &str = r"
+local function delete_streams(set, stream_prefix, meta_prefix, wake_prefix, publish)
+  local ids = redis.call('SMEMBERS', set)
+  for _, id in ipairs(ids) do
+    redis.call('DEL', stream_prefix .. id, meta_prefix .. id)
+    redis.call(publish, wake_prefix .. id, 'deleted')
+  end
+  redis.call('DEL', set)
+  return #ids
 end
-redis.call('DEL', KEYS[1])
-return #ids
-",
-    )
+";
+
+/// KEYS: the session's stream set. ARGV: stream key prefix, meta key
+/// prefix, wake channel prefix, publish command. [`DELETE_STREAMS`].
+static DELETE_SESSION: LazyLock<Script> = LazyLock::new(|| {
+    script(&format!(
+        "{DELETE_STREAMS}
+return delete_streams(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+"
+    ))
 });
+
+/// The streams a node closed, their bytes, their owners, grouped by
+/// session: shared by the event log, which admits them, and the session
+/// store, which forgets a session's when it deletes them with the session.
+pub(crate) type ClosedStreams = Ledger<(SessionId, StreamId)>;
+
+/// The ledger of a node's closed streams, within `retention`'s budget.
+pub(crate) fn closed_streams(retention: &RedisRetention) -> Arc<ClosedStreams> {
+    Arc::new(Ledger::new(retention.closed_streams).reporting("closed_streams", "stream"))
+}
 
 /// The Redis [`EventLog`]. Holds no per-stream state: any node reads and
 /// writes any stream.
@@ -304,7 +325,7 @@ pub struct RedisEventLog {
     max_stream_bytes: u64,
     /// The streams this node closed, their bytes, their owners, grouped by
     /// session.
-    closed: Ledger<(SessionId, StreamId)>,
+    closed: Arc<ClosedStreams>,
     /// Hands out wake-ups from the node's one pub/sub connection.
     pubsub: PubSub,
 }
@@ -348,7 +369,13 @@ impl RedisEventLog {
         }
     }
 
-    pub(crate) fn new(redis: Redis, keys: Keys, retention: RedisRetention, pubsub: PubSub) -> Self {
+    pub(crate) fn new(
+        redis: Redis,
+        keys: Keys,
+        retention: RedisRetention,
+        closed: Arc<ClosedStreams>,
+        pubsub: PubSub,
+    ) -> Self {
         Self {
             redis,
             keys,
@@ -359,7 +386,7 @@ impl RedisEventLog {
             closed_ttl_ms: retention.closed_stream_ttl_ms.max(1),
             // Lua numbers are doubles: beyond 2^53 the bound is "none".
             max_stream_bytes: retention.max_stream_bytes.min(1 << 53),
-            closed: Ledger::new(retention.closed_streams).reporting("closed_streams", "stream"),
+            closed,
             pubsub,
         }
     }
@@ -626,16 +653,9 @@ impl EventLog for RedisEventLog {
     }
 
     async fn delete_session(&self, session: &SessionId) -> Result<(), StoreError> {
+        let (set, args) = streams_of(&self.keys, &self.redis, session);
         self.redis
-            .script(
-                "streams_delete",
-                DELETE_SESSION
-                    .key(self.keys.streams(session))
-                    .arg(self.keys.stream_prefix(session))
-                    .arg(self.keys.meta_prefix(session))
-                    .arg(self.keys.wake_prefix(session))
-                    .arg(self.redis.publish_command()),
-            )
+            .script("streams_delete", DELETE_SESSION.key(set).arg(&args[..]))
             .await?;
         self.closed.forget_group(session.as_str());
         Ok(())
@@ -644,6 +664,20 @@ impl EventLog for RedisEventLog {
     fn over_budget(&self) -> bool {
         self.closed.over_budget()
     }
+}
+
+/// What [`DELETE_STREAMS`] takes for `session`: its key (the stream set)
+/// and its four arguments.
+pub(crate) fn streams_of(keys: &Keys, redis: &Redis, session: &SessionId) -> (String, [String; 4]) {
+    (
+        keys.streams(session),
+        [
+            keys.stream_prefix(session),
+            keys.meta_prefix(session),
+            keys.wake_prefix(session),
+            redis.publish_command().to_owned(),
+        ],
+    )
 }
 
 /// A script's 0 (missing stream) / 1 (done) reply.

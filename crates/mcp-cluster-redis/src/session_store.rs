@@ -9,16 +9,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use mcp_cluster_store::{
-    EventLog, Position, SessionId, SessionRecord, SessionStore, StoreError, StreamId, Subscribed,
+    ControlMessage, Ended, EventLog, Position, Saved, SessionId, SessionRecord, SessionStore,
+    StoreError, StreamId, Subscribed,
 };
 use redis::{Cmd, Script, Value};
 use tokio::time::Instant;
 
-use crate::bus::Publisher;
+use crate::bus::{ANNOUNCE, Announcement, Publisher};
 use crate::config::millis;
 use crate::connection::Redis;
 use crate::error::corrupt;
-use crate::event_log::OPEN_STANDALONE;
+use crate::event_log::{ClosedStreams, DELETE_STREAMS, OPEN_STANDALONE, streams_of};
 use crate::keys::Keys;
 use crate::lease::{HELD_ELSEWHERE, LEASE_TTL, Leases, written};
 use crate::pubsub::PubSub;
@@ -38,19 +39,26 @@ end
     ))
 }
 
-/// KEYS: session, subs, lease. ARGV: JSON, TTL ms, holder. Replaces a live
-/// record and renews both TTLs; 1 when written, 0 when the session is
-/// gone, `{holder}` when another node holds the lease.
+/// KEYS: session, subs, then (when an announcement goes with it) the
+/// control log and channel, then the lease. ARGV: JSON, TTL ms, then (with
+/// the announcement) the four arguments of an [`Announcement`], then
+/// holder. Replaces a live record, renews both TTLs and, on one Redis,
+/// announces the change ([`ANNOUNCE`]); 1 when written, 0 when the session
+/// is gone (nothing announced), `{holder}` when another node holds the
+/// lease.
 static SAVE: LazyLock<Script> = LazyLock::new(|| {
-    writing(
-        r"
+    writing(&format!(
+        r"{ANNOUNCE}
 if not redis.call('SET', KEYS[1], ARGV[1], 'XX', 'PX', ARGV[2]) then
   return 0
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if #KEYS == 5 then
+  announce(KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+end
 return 1
-",
-    )
+"
+    ))
 });
 
 /// KEYS: session, subs, lease. ARGV: JSON, TTL ms, the host it replaces,
@@ -102,23 +110,31 @@ return {record, redis.call('SMEMBERS', KEYS[2]), leased}
     )
 });
 
-/// KEYS: session, subs, ended, then (off a Redis Cluster) the expiry
-/// index, then the lease. ARGV: ended marker TTL ms, then (with the index)
-/// the session id, then holder. Ends a session: 1 when it was live, 0 when
-/// already gone, `{holder}` when another node holds the lease (nothing
-/// changed).
-static DELETE: LazyLock<Script> = LazyLock::new(|| {
-    writing(
-        r"
+/// KEYS: session, subs, ended, the stream set, then (off a Redis Cluster)
+/// the expiry index and (when the announcement goes with it) the control
+/// log and channel, then the lease. ARGV: ended marker TTL ms, the four
+/// arguments of [`DELETE_STREAMS`], then (with the index) the session id,
+/// then (with the announcement) the four arguments of an [`Announcement`],
+/// then holder. Ends a session with its streams (in its slot) and its
+/// announcement, remembering that it was ended: 1 when the session was
+/// live, 0 when already gone, `{holder}` when another node holds the lease
+/// (nothing changed).
+static END: LazyLock<Script> = LazyLock::new(|| {
+    writing(&format!(
+        r"{DELETE_STREAMS}{ANNOUNCE}
 local live = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2], KEYS[#KEYS])
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[1])
-if #KEYS == 5 then
-  redis.call('ZREM', KEYS[4], ARGV[2])
+delete_streams(KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+if #KEYS >= 6 then
+  redis.call('ZREM', KEYS[5], ARGV[6])
+end
+if #KEYS == 8 then
+  announce(KEYS[6], KEYS[7], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
 end
 return live
-",
-    )
+"
+    ))
 });
 
 /// KEYS: session, subs. ARGV: TTL ms. Renews both TTLs; 1 when the session
@@ -191,11 +207,15 @@ pub struct RedisSessionStore {
     pubsub: PubSub,
     /// The leases this node holds.
     leases: Arc<Leases>,
-    /// Asks a lease's holder to let it go.
+    /// Asks a lease's holder to let it go; announces a session's change
+    /// and end with the scripts that make them.
     publisher: Publisher,
     /// The event log's idle TTL of a stream (a standalone stream created
     /// with its session).
     stream_idle_ttl_ms: u64,
+    /// The event log's ledger of the streams this node closed: a session
+    /// ended with its streams is forgotten there.
+    closed: Arc<ClosedStreams>,
 }
 
 /// Milliseconds since the Unix epoch on this node's clock: expiry index
@@ -226,6 +246,7 @@ impl RedisSessionStore {
         leases: Arc<Leases>,
         publisher: Publisher,
         stream_idle_ttl_ms: u64,
+        closed: Arc<ClosedStreams>,
     ) -> Self {
         Self {
             redis,
@@ -235,6 +256,7 @@ impl RedisSessionStore {
             leases,
             publisher,
             stream_idle_ttl_ms,
+            closed,
         }
     }
 
@@ -428,12 +450,31 @@ impl SessionStore for RedisSessionStore {
     }
 
     async fn save(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<bool, StoreError> {
-        let json = serde_json::to_string(record).map_err(corrupt)?;
-        let args = [json, millis(idle_ttl).to_string()];
-        let reply = self
-            .write("session_save", &SAVE, &record.id, &[], &args)
+        self.save_with(record, idle_ttl, None).await
+    }
+
+    /// On one Redis, one script (`SAVE`): the announcement costs no
+    /// round trip of its own. On a Redis Cluster the control log and
+    /// channel are in other slots: the record alone, as [`Self::save`].
+    async fn save_announcing(
+        &self,
+        record: &SessionRecord,
+        idle_ttl: Duration,
+        changed: &ControlMessage,
+    ) -> Result<Saved, StoreError> {
+        let announcement = self.publisher.inline(changed)?;
+        let written = self
+            .save_with(record, idle_ttl, announcement.as_ref())
             .await?;
-        Ok(reply::int(&reply)? == 1)
+        if let Some(announcement) = &announcement
+            && written
+        {
+            announcement.published();
+        }
+        Ok(Saved {
+            written,
+            announced: written && announcement.is_some(),
+        })
     }
 
     async fn rehost(
@@ -535,26 +576,86 @@ impl SessionStore for RedisSessionStore {
         Ok(reply::int(&reply)? == 1)
     }
 
-    /// One round trip on one Redis: the session's keys and its entry in
-    /// the expiry index, in one script (after any other node let its lease
-    /// go). On a Redis Cluster the index is in another slot: its entry
-    /// goes in a second round trip, after the keys.
+    /// One round trip on one Redis: the session's keys, its streams (all in
+    /// its slot) and its entry in the expiry index, in one script (`END`,
+    /// after any other node let its lease go). On a Redis Cluster the index
+    /// is in another slot: its entry goes in a second round trip, after the
+    /// keys.
     async fn delete(&self, id: &SessionId) -> Result<bool, StoreError> {
-        let ended = millis(mcp_cluster_store::ENDED_MEMORY).to_string();
+        self.end_here(id, None).await
+    }
+
+    /// One script on the session's slot: the record, its streams (all in
+    /// that slot), and on one Redis its expiry index entry and the
+    /// announcement (`END`); on a Redis Cluster the index entry follows
+    /// in a second round trip and the caller publishes.
+    async fn end(
+        &self,
+        id: &SessionId,
+        _events: &dyn EventLog,
+        ended: &ControlMessage,
+    ) -> Result<Ended, StoreError> {
+        let announcement = self.publisher.inline(ended)?;
+        let existed = self.end_here(id, announcement.as_ref()).await?;
+        if let Some(announcement) = &announcement {
+            announcement.published();
+        }
+        Ok(Ended {
+            existed,
+            streams_deleted: true,
+            announced: announcement.is_some(),
+        })
+    }
+}
+
+impl RedisSessionStore {
+    /// Replaces a live record ([`SAVE`]), with `announcement` in the same
+    /// script; whether it was written.
+    async fn save_with(
+        &self,
+        record: &SessionRecord,
+        idle_ttl: Duration,
+        announcement: Option<&Announcement>,
+    ) -> Result<bool, StoreError> {
+        let json = serde_json::to_string(record).map_err(corrupt)?;
+        let mut args = vec![json, millis(idle_ttl).to_string()];
+        let mut more = Vec::new();
+        if let Some(announcement) = announcement {
+            more.extend(announcement.keys.iter().cloned());
+            args.extend(announcement.args.iter().cloned());
+        }
+        let reply = self
+            .write("session_save", &SAVE, &record.id, &more, &args)
+            .await?;
+        Ok(reply::int(&reply)? == 1)
+    }
+
+    /// [`SessionStore::end`] on one Redis, or on a Redis Cluster with the
+    /// announcement left to the caller: one script ([`END`]) on the
+    /// session's slot, then on a Redis Cluster the expiry index's entry (in
+    /// another slot) in a second round trip.
+    async fn end_here(
+        &self,
+        id: &SessionId,
+        announcement: Option<&Announcement>,
+    ) -> Result<bool, StoreError> {
         let index = self.keys.session_expiry(id);
         let one_slot = !self.redis.is_cluster();
-        let (more, args) = if one_slot {
-            (
-                vec![self.keys.ended(id), index.clone()],
-                vec![ended, id.as_str().to_owned()],
-            )
-        } else {
-            (vec![self.keys.ended(id)], vec![ended])
-        };
-        let reply = self
-            .write("session_delete", &DELETE, id, &more, &args)
-            .await?;
+        let (streams, streams_args) = streams_of(&self.keys, &self.redis, id);
+        let mut more = vec![self.keys.ended(id), streams];
+        let mut args = vec![millis(mcp_cluster_store::ENDED_MEMORY).to_string()];
+        args.extend(streams_args);
+        if one_slot {
+            more.push(index.clone());
+            args.push(id.as_str().to_owned());
+            if let Some(announcement) = announcement {
+                more.extend(announcement.keys.iter().cloned());
+                args.extend(announcement.args.iter().cloned());
+            }
+        }
+        let reply = self.write("session_delete", &END, id, &more, &args).await?;
         self.leases.forget(id);
+        self.closed.forget_group(id.as_str());
         if !one_slot {
             self.redis
                 .cmd(
@@ -565,9 +666,7 @@ impl SessionStore for RedisSessionStore {
         }
         Ok(reply::int(&reply)? == 1)
     }
-}
 
-impl RedisSessionStore {
     /// Three round trips: the ids due in one bucket of the index; their
     /// records' remaining TTLs (on a Redis Cluster, each on its own shard);
     /// then `ZREM` for the expired ones (the caller whose `ZREM` removed an

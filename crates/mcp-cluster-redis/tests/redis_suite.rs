@@ -226,9 +226,10 @@ async fn quota_keys_always_carry_a_ttl_and_go_when_they_hold_nothing() {
 }
 
 /// On one Redis a deletion takes the session's entry out of the expiry
-/// index in the same script as its keys, and a control message goes into
-/// the log and out on the channel in one script: nothing of either is left
-/// for a second command to do.
+/// index in the same script as its keys, a session's end takes its streams
+/// and announcement with it, a save its announcement, and a control
+/// message goes into the log and out on the channel in one script: nothing
+/// of any is left for a second command to do.
 #[tokio::test]
 async fn a_deletion_and_a_control_message_each_finish_in_one_script() {
     let server = RedisServer::start();
@@ -240,9 +241,9 @@ async fn a_deletion_and_a_control_message_each_finish_in_one_script() {
         .create(&r, Duration::from_secs(60))
         .await
         .unwrap();
-    let indexed = |con: &mut redis::aio::MultiplexedConnection| {
+    let indexed = |con: &mut redis::aio::MultiplexedConnection, id: &SessionId| {
         let mut con = con.clone();
-        let id = r.id.as_str().to_owned();
+        let id = id.as_str().to_owned();
         async move {
             let keys: Vec<String> = redis::cmd("KEYS")
                 .arg("mcp:{sessions:*}:expiry")
@@ -262,10 +263,67 @@ async fn a_deletion_and_a_control_message_each_finish_in_one_script() {
             found
         }
     };
-    assert_eq!(indexed(&mut con).await, 1, "a new session is indexed");
+    assert_eq!(
+        indexed(&mut con, &r.id).await,
+        1,
+        "a new session is indexed"
+    );
     assert!(store.sessions.delete(&r.id).await.unwrap());
-    assert_eq!(indexed(&mut con).await, 0, "a deleted one is not");
+    assert_eq!(indexed(&mut con, &r.id).await, 0, "a deleted one is not");
     assert!(!store.sessions.delete(&r.id).await.unwrap(), "gone already");
+
+    // A session's change and its end carry their announcements: the
+    // control log takes each (and the suite checks that the bus carries
+    // them); the end takes the session's streams and index entry too.
+    let log_len = |con: &mut redis::aio::MultiplexedConnection| {
+        let mut con = con.clone();
+        async move {
+            redis::cmd("XLEN")
+                .arg("mcp:{ctl}:log")
+                .query_async::<usize>(&mut con)
+                .await
+                .unwrap()
+        }
+    };
+    let origin = mcp_cluster_store::NodeId::random();
+    let r = suite::record();
+    let ttl = Duration::from_secs(60);
+    store.sessions.create(&r, ttl).await.unwrap();
+    let stream = store.events.create_stream(&r.id, &[]).await.unwrap();
+    assert_eq!(indexed(&mut con, &r.id).await, 1);
+    let logged = log_len(&mut con).await;
+    let changed = mcp_cluster_store::ControlMessage::SessionChanged {
+        session: r.id.clone(),
+        origin: origin.clone(),
+    };
+    let saved = store
+        .sessions
+        .save_announcing(&r, ttl, &changed)
+        .await
+        .unwrap();
+    assert!(saved.written && saved.announced, "{saved:?}");
+    assert_eq!(log_len(&mut con).await, logged + 1);
+    let ended = mcp_cluster_store::ControlMessage::SessionEnded {
+        session: r.id.clone(),
+        origin,
+    };
+    let done = store
+        .sessions
+        .end(&r.id, &*store.events, &ended)
+        .await
+        .unwrap();
+    assert!(
+        done.existed && done.streams_deleted && done.announced,
+        "{done:?}"
+    );
+    assert_eq!(log_len(&mut con).await, logged + 2);
+    assert_eq!(indexed(&mut con, &r.id).await, 0);
+    let err = store
+        .events
+        .read(&r.id, &stream, Position::START, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err, StoreError::StreamNotFound);
 
     let mut rx = store.bus.subscribe();
     let message = mcp_cluster_store::ControlMessage::SessionEnded {

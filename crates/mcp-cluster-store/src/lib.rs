@@ -44,7 +44,9 @@ pub use mcp_cluster_protocol::RequestId;
 pub use nodes::{NodeRegistry, OpenStream};
 pub use principal::Principal;
 pub use quota::{QuotaKey, QuotaStore, Rate, Verdict};
-pub use session_store::{ENDED_MEMORY, RawJson, SessionRecord, SessionStore, Subscribed};
+pub use session_store::{
+    ENDED_MEMORY, Ended, RawJson, Saved, SessionRecord, SessionStore, Subscribed,
+};
 pub use task_store::{AddedInputs, InputLimits, StoredTask, TaskStore};
 
 /// The storage a node runs on, shared by every node of a cluster.

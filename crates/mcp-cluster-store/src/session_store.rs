@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::{EventLog, NodeId, Position, SessionId, StoreError, StreamId};
+use crate::{ControlMessage, EventLog, NodeId, Position, SessionId, StoreError, StreamId};
 
 /// Serializes an id newtype as its string form and validates on the way in.
 macro_rules! serde_plain_id {
@@ -146,6 +146,29 @@ pub enum Subscribed {
     SessionGone,
 }
 
+/// What [`SessionStore::save_announcing`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Saved {
+    /// The record was written (`false`: the session is gone).
+    pub written: bool,
+    /// The announcement went out with it; when not, the caller publishes
+    /// it (if the record was written).
+    pub announced: bool,
+}
+
+/// What [`SessionStore::end`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    /// The session was live (`false`: it was already gone).
+    pub existed: bool,
+    /// Its streams went with it; when not, the caller deletes them
+    /// ([`EventLog::delete_session`]).
+    pub streams_deleted: bool,
+    /// The announcement went out with it; when not, the caller publishes
+    /// it.
+    pub announced: bool,
+}
+
 /// Durable session state with an idle TTL.
 #[async_trait]
 pub trait SessionStore: Send + Sync + Debug + 'static {
@@ -239,6 +262,28 @@ pub trait SessionStore: Send + Sync + Debug + 'static {
     /// [`StoreError::Unavailable`].
     async fn save(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<bool, StoreError>;
 
+    /// Saves the record as [`Self::save`] does and, when it was written,
+    /// publishes `changed` (the session's change, for the other nodes) in
+    /// the same step where the store's control bus shares its backend (on
+    /// one Redis: one script, one round trip). This default saves and
+    /// publishes nothing: the caller publishes.
+    ///
+    /// # Errors
+    /// As [`Self::save`]; then nothing was published.
+    async fn save_announcing(
+        &self,
+        record: &SessionRecord,
+        idle_ttl: Duration,
+        changed: &ControlMessage,
+    ) -> Result<Saved, StoreError> {
+        let _ = changed;
+        let written = self.save(record, idle_ttl).await?;
+        Ok(Saved {
+            written,
+            announced: false,
+        })
+    }
+
     /// Replaces a live session's state with `record`, whose `host` is the
     /// node taking the session's own server over, and renews its TTL, only
     /// if the stored session's host is still `from` (a node found gone):
@@ -312,6 +357,32 @@ pub trait SessionStore: Send + Sync + Debug + 'static {
     /// # Errors
     /// [`StoreError::Unavailable`].
     async fn delete(&self, id: &SessionId) -> Result<bool, StoreError>;
+
+    /// Ends a session as [`Self::delete`] does and, in the same step where
+    /// the backend allows it, deletes its streams from `events` (this
+    /// store's own event log) and publishes `ended` on the control bus: a
+    /// store whose streams live beside the record (Redis: in the session's
+    /// slot) deletes them in the same script, and on one Redis the
+    /// announcement goes in it too. What was not done, the caller does
+    /// (the session is gone either way: the record's deletion is the
+    /// commit). This default deletes the record alone.
+    ///
+    /// # Errors
+    /// As [`Self::delete`]; then nothing was done.
+    async fn end(
+        &self,
+        id: &SessionId,
+        events: &dyn EventLog,
+        ended: &ControlMessage,
+    ) -> Result<Ended, StoreError> {
+        let _ = (events, ended);
+        let existed = self.delete(id).await?;
+        Ok(Ended {
+            existed,
+            streams_deleted: false,
+            announced: false,
+        })
+    }
 }
 
 #[cfg(test)]

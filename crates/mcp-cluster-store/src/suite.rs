@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::task_store::{AddedInputs, InputLimits, TERMINAL};
 use crate::{
-    ControlMessage, NodeId, OpenStream, Position, QuotaKey, Rate, RawJson, SessionId,
+    ControlMessage, NodeId, OpenStream, Position, QuotaKey, Rate, RawJson, Saved, SessionId,
     SessionRecord, Store, StoreError, StreamId, Verdict,
 };
 
@@ -53,6 +53,7 @@ pub async fn run_all(store: &Store) {
     streams_keep_their_request_ids(store).await;
     session_records_round_trip(store).await;
     deleted_sessions_are_gone(store).await;
+    announcing_saves_and_ends_do_what_they_say(store).await;
     a_session_is_taken_over_once_and_only_from_its_host(store).await;
     create_refuses_an_existing_session(store).await;
     a_session_created_with_its_stream_has_both(store).await;
@@ -739,6 +740,119 @@ pub async fn deleted_sessions_are_gone(store: &Store) {
     assert_eq!(store.sessions.load(&r.id).await.unwrap(), None);
 }
 
+/// A save that announces and an end say what they did, and did it: the
+/// record is written (a gone session's is not, nor announced); an end ends
+/// the session, and one that took its streams left none; the bus carries
+/// what the store says it announced, once each and in order, and nothing
+/// else.
+pub async fn announcing_saves_and_ends_do_what_they_say(store: &Store) {
+    let mut rx = store.bus.subscribe();
+    let origin = NodeId::random();
+    let mut r = record();
+    store.sessions.create(&r, TTL).await.unwrap();
+    r.initialized = true;
+    let changed = ControlMessage::SessionChanged {
+        session: r.id.clone(),
+        origin: origin.clone(),
+    };
+    let saved = store
+        .sessions
+        .save_announcing(&r, TTL, &changed)
+        .await
+        .unwrap();
+    assert!(saved.written);
+    assert_eq!(store.sessions.load(&r.id).await.unwrap().as_ref(), Some(&r));
+
+    let stream = store.events.create_stream(&r.id, &[]).await.unwrap();
+    store
+        .events
+        .append(&r.id, &stream, Arc::from("x"))
+        .await
+        .unwrap();
+    let ended = ControlMessage::SessionEnded {
+        session: r.id.clone(),
+        origin: origin.clone(),
+    };
+    let done = store
+        .sessions
+        .end(&r.id, &*store.events, &ended)
+        .await
+        .unwrap();
+    assert!(done.existed);
+    assert!(store.sessions.ended(&r.id).await.unwrap());
+    assert_eq!(store.sessions.load(&r.id).await.unwrap(), None);
+    if done.streams_deleted {
+        let err = store
+            .events
+            .read(&r.id, &stream, Position::START, 10)
+            .await
+            .unwrap_err();
+        assert_eq!(err, StoreError::StreamNotFound);
+    }
+
+    let again = store
+        .sessions
+        .save_announcing(&r, TTL, &changed)
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Saved {
+            written: false,
+            announced: false
+        },
+        "a gone session is neither written nor announced"
+    );
+    let twice = store
+        .sessions
+        .end(&r.id, &*store.events, &ended)
+        .await
+        .unwrap();
+    assert!(!twice.existed);
+
+    // A message of the test's own goes last: everything announced before
+    // it has arrived when it does.
+    let last = ControlMessage::ServerEvent {
+        name: "last".into(),
+        uri: None,
+        origin: origin.clone(),
+    };
+    store.bus.publish(&last).await.unwrap();
+    let expected: Vec<ControlMessage> = [
+        (saved.announced, &changed),
+        (done.announced, &ended),
+        (twice.announced, &ended),
+        (true, &last),
+    ]
+    .into_iter()
+    .filter(|(announced, _)| *announced)
+    .map(|(_, m)| m.clone())
+    .collect();
+    let got = heard_from(&mut rx, &origin, |got| got.last() == Some(&last)).await;
+    assert_eq!(got, expected);
+}
+
+/// The messages `rx` receives from `origin` (other tests, or nodes, may
+/// publish on the same bus), until `enough` says so; each must arrive
+/// within 5 s.
+async fn heard_from(
+    rx: &mut tokio::sync::broadcast::Receiver<ControlMessage>,
+    origin: &NodeId,
+    enough: impl Fn(&[ControlMessage]) -> bool,
+) -> Vec<ControlMessage> {
+    let mut got = Vec::new();
+    while !enough(&got) {
+        let m = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("message arrives")
+            .unwrap();
+        if m.origin() == origin {
+            got.push(m);
+        }
+    }
+    got
+}
+
 /// `rehost` replaces the record only while its host is the one named:
 /// of two nodes that found the host gone, the second changes nothing; the
 /// subscriptions stay; a gone session is not brought back.
@@ -818,17 +932,7 @@ pub async fn bus_delivers_published_messages(store: &Store) {
     for m in &sent {
         store.bus.publish(m).await.unwrap();
     }
-    let mut got = Vec::new();
-    while got.len() < sent.len() {
-        let m = tokio::time::timeout(Duration::from_secs(5), rx.recv())
-            .await
-            .expect("message arrives")
-            .unwrap();
-        // Other tests (or nodes) may publish on the same bus.
-        if m.origin() == &origin {
-            got.push(m);
-        }
-    }
+    let got = heard_from(&mut rx, &origin, |got| got.len() == sent.len()).await;
     assert_eq!(got, sent);
 }
 

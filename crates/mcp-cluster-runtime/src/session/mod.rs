@@ -32,7 +32,7 @@ use mcp_cluster_protocol::{
     methods,
 };
 use mcp_cluster_store::{
-    ControlMessage, NodeId, RawJson, SessionId, SessionRecord, Store, StoreError, StreamId,
+    ControlMessage, Ended, NodeId, RawJson, SessionId, SessionRecord, Store, StoreError, StreamId,
     Subscribed,
 };
 use serde::{Deserialize, Serialize};
@@ -1044,12 +1044,14 @@ impl Session {
     /// request gets -32603 instead.
     ///
     /// `done` (the 202 of `notifications/initialized`) is told once the
-    /// record is stored, before the announcement: a node that serves the
-    /// client's next request without this session's lease reads the record
-    /// (`Runtime::locate`), so it finds the session initialized; the lease
-    /// stays here until another node asks for it. The announcement only
-    /// refreshes the copies of actors elsewhere (a standalone stream's),
-    /// which read nothing of `initialized` to serve a request.
+    /// record is stored, before the announcement when that is a step of its
+    /// own: a node that serves the client's next request without this
+    /// session's lease reads the record (`Runtime::locate`), so it finds the
+    /// session initialized; the lease stays here until another node asks
+    /// for it. The announcement only refreshes the copies of actors
+    /// elsewhere (a standalone stream's), which read nothing of
+    /// `initialized` to serve a request. On one Redis it goes out in the
+    /// save's own script (`SessionStore::save_announcing`).
     fn persist_then(
         &self,
         answer: Option<(Arc<Exchange>, Response)>,
@@ -1060,19 +1062,24 @@ impl Session {
         let ttl = self.deps.config.session_idle_ttl();
         let guard = SaveGuard::begin(&self.shared);
         actix::spawn(async move {
-            let saved = node.store.sessions.save(&record, ttl).await;
+            let changed = ControlMessage::SessionChanged {
+                session: record.id.clone(),
+                origin: node.id.clone(),
+            };
+            let saved = node
+                .store
+                .sessions
+                .save_announcing(&record, ttl, &changed)
+                .await;
             drop(guard);
             if let Some(done) = done {
                 let _ = done.send(saved.as_ref().map(drop).map_err(Clone::clone));
             }
             match &saved {
-                Ok(_) => {
-                    let changed = ControlMessage::SessionChanged {
-                        session: record.id.clone(),
-                        origin: node.id.clone(),
-                    };
+                Ok(saved) if !saved.announced => {
                     node.publish(changed).await;
                 }
+                Ok(_) => {}
                 Err(err) => {
                     tracing::warn!(session_id = %record.id, error = %err, "Session state could not be saved.")
                 }
@@ -2200,13 +2207,20 @@ pub(crate) async fn end_session(
         .and_then(|h| h.owner().map(str::to_owned))
         .or_else(|| record.as_ref().and_then(|r| r.principal.clone()));
     // The record's deletion is the commit: a session whose record could
-    // not be deleted keeps everything. What follows is independent work.
-    let existed = store.sessions.delete(id).await?;
+    // not be deleted keeps everything. What follows is independent work,
+    // which the store may have done in the same step (on Redis its streams
+    // and, on one Redis, the announcement go in the deletion's script).
+    let ended = ControlMessage::SessionEnded {
+        session: id.clone(),
+        origin: node.id.clone(),
+    };
+    let done = store.sessions.end(id, &*store.events, &ended).await?;
+    let existed = done.existed;
     // Its streams go and every other node stops its actor of this session:
     // nothing the answer depends on (no node serves a session without its
     // record), so unless it is done at once it goes on after the answer,
     // on up to `MAX_DEFERRED_ENDS` sessions at once.
-    let mut last = Box::pin(end_everywhere(Arc::clone(node), id.clone()));
+    let mut last = Box::pin(end_everywhere(Arc::clone(node), id.clone(), ended, done));
     if (&mut last).now_or_never().is_none() {
         match DeferredEnd::take(node) {
             Some(deferred) => {
@@ -2245,14 +2259,22 @@ pub(crate) async fn end_session(
     }
 }
 
-/// What ends a session beyond its record, side by side (one store round
-/// trip of waiting): its streams are deleted, and the other nodes told.
-async fn end_everywhere(node: Arc<NodeContext>, id: SessionId) {
-    let ended = node.publish(ControlMessage::SessionEnded {
-        session: id.clone(),
-        origin: node.id.clone(),
-    });
-    let (streams, _) = tokio::join!(node.store.events.delete_session(&id), ended);
+/// What ends a session beyond its record and the store did not do with it
+/// (`done`), side by side (one store round trip of waiting): its streams
+/// are deleted, and the other nodes told (`ended`).
+async fn end_everywhere(node: Arc<NodeContext>, id: SessionId, ended: ControlMessage, done: Ended) {
+    let streams = async {
+        if done.streams_deleted {
+            return Ok(());
+        }
+        node.store.events.delete_session(&id).await
+    };
+    let told = async {
+        if !done.announced {
+            node.publish(ended).await;
+        }
+    };
+    let (streams, ()) = tokio::join!(streams, told);
     // The session is gone; streams left behind by a store that failed
     // here expire with their TTL.
     if let Err(err) = streams {
