@@ -23,6 +23,7 @@
 //!   HTTP (metadata, JWKS, introspection, client credentials) and the
 //!   tokens, valid or forged, that tests present to nodes.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -126,21 +127,41 @@ pub async fn metric(base: &str, series: &str) -> f64 {
 /// already in use") while a chaos run's load was running. Outside it,
 /// only another listener can take it, and this one checks that none has.
 ///
+/// Each port is handed out once per process: the tests of one binary run
+/// side by side, each drawing ports for its Redis, nginx and nodes before
+/// they bind, and two draws of the same port (a node and another test's
+/// nginx) left one of them without it ("Address already in use"). A port
+/// drawn here stays the drawer's, so a node restarted on its address finds
+/// it free of the other tests' listeners too.
+///
 /// # Errors
 /// No free port was found.
 pub fn free_port() -> anyhow::Result<u16> {
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some((low, high)) = listener_ports() {
         for _ in 0..256 {
             let port = fastrand::u16(low..high);
-            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            if !handed_out.contains(&port)
+                && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+            {
+                handed_out.insert(port);
                 return Ok(port);
             }
         }
     }
     // No room outside the ephemeral range, or none free there: the
-    // kernel's choice, as a last resort.
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
-    Ok(listener.local_addr()?.port())
+    // kernel's choice, as a last resort (never one handed out: it holds
+    // the listener until it has a port it did not give before).
+    let mut held = Vec::new();
+    loop {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+        let port = listener.local_addr()?.port();
+        if handed_out.insert(port) {
+            return Ok(port);
+        }
+        held.push(listener);
+    }
 }
 
 /// The ports [`free_port`] draws from: the larger side of the ephemeral
@@ -721,6 +742,13 @@ mod tests {
             }
             // Free indeed (another listener could take it only now).
             std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        }
+        // Never the same port twice in one process, however many are
+        // drawn (by chance, 2,000 draws of about 22,000 ports repeat one).
+        let mut drawn = std::collections::BTreeSet::new();
+        for _ in 0..2_000 {
+            let port = free_port().unwrap();
+            assert!(drawn.insert(port), "{port} handed out twice");
         }
         // The usual ephemeral range leaves the ports below it.
         if std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
