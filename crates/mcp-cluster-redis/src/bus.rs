@@ -86,7 +86,7 @@ impl Publisher {
             // One Redis: the log and the channel in one script, one
             // command.
             let mut both = LOG_AND_PUBLISH.prepare_invoke();
-            let announcement = self.announcement(message, json);
+            let announcement = self.announcement(json);
             both.key(&announcement.keys[..]).arg(&announcement.args[..]);
             self.redis.script("bus_publish", &both).await.map(drop)
         } else {
@@ -145,11 +145,11 @@ impl Publisher {
             return Ok(None);
         }
         let json = with_nonce(message)?;
-        Ok(loggable(message, &json).then(|| self.announcement(message, json)))
+        Ok(loggable(message, &json).then(|| self.announcement(json)))
     }
 
-    /// `message`, written as `json`, with what [`ANNOUNCE`] takes.
-    fn announcement(&self, message: &ControlMessage, json: String) -> Announcement {
+    /// A message written as `json`, with what [`ANNOUNCE`] takes.
+    fn announcement(&self, json: String) -> Announcement {
         Announcement {
             keys: [self.log.clone(), self.channel.clone()],
             args: [
@@ -158,7 +158,6 @@ impl Publisher {
                 LOG_FIELD.to_owned(),
                 json,
             ],
-            kind: message.kind(),
         }
     }
 }
@@ -174,8 +173,9 @@ fn loggable(message: &ControlMessage, json: &str) -> bool {
     !late_is_wrong && json.len() <= LOG_ENTRY_MAX
 }
 
-/// Counts a published message of `kind`.
-fn counted(kind: &str) {
+/// Counts a published message of `kind` (a script that carried an
+/// [`Announcement`] counts it once it ran).
+pub(crate) fn counted(kind: &str) {
     mcp_cluster_telemetry::metrics::metrics()
         .bus_published
         .with_label_values(&[kind])
@@ -191,15 +191,15 @@ pub(crate) struct Announcement {
     /// The log's length, its TTL ms, the entry's field, the message (with
     /// its nonce).
     pub(crate) args: [String; 4],
-    /// Its kind, for the count of published messages.
-    kind: &'static str,
 }
 
 impl Announcement {
-    /// Counts the message as published, once the script that carried it
-    /// ran.
-    pub(crate) fn published(&self) {
-        counted(self.kind);
+    /// Moves its keys to the end of `keys` and its arguments to the end of
+    /// `args`, for a script that announces after its own keys and
+    /// arguments.
+    pub(crate) fn append_to(self, keys: &mut Vec<String>, args: &mut Vec<String>) {
+        keys.extend(self.keys);
+        args.extend(self.args);
     }
 }
 

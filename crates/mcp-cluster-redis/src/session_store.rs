@@ -15,7 +15,7 @@ use mcp_cluster_store::{
 use redis::{Cmd, Script, Value};
 use tokio::time::Instant;
 
-use crate::bus::{ANNOUNCE, Announcement, Publisher};
+use crate::bus::{ANNOUNCE, Announcement, Publisher, counted};
 use crate::config::millis;
 use crate::connection::Redis;
 use crate::error::corrupt;
@@ -463,18 +463,13 @@ impl SessionStore for RedisSessionStore {
         changed: &ControlMessage,
     ) -> Result<Saved, StoreError> {
         let announcement = self.publisher.inline(changed)?;
-        let written = self
-            .save_with(record, idle_ttl, announcement.as_ref())
-            .await?;
-        if let Some(announcement) = &announcement
-            && written
-        {
-            announcement.published();
+        let carried = announcement.is_some();
+        let written = self.save_with(record, idle_ttl, announcement).await?;
+        let announced = written && carried;
+        if announced {
+            counted(changed.kind());
         }
-        Ok(Saved {
-            written,
-            announced: written && announcement.is_some(),
-        })
+        Ok(Saved { written, announced })
     }
 
     async fn rehost(
@@ -596,14 +591,15 @@ impl SessionStore for RedisSessionStore {
         ended: &ControlMessage,
     ) -> Result<Ended, StoreError> {
         let announcement = self.publisher.inline(ended)?;
-        let existed = self.end_here(id, announcement.as_ref()).await?;
-        if let Some(announcement) = &announcement {
-            announcement.published();
+        let announced = announcement.is_some();
+        let existed = self.end_here(id, announcement).await?;
+        if announced {
+            counted(ended.kind());
         }
         Ok(Ended {
             existed,
             streams_deleted: true,
-            announced: announcement.is_some(),
+            announced,
         })
     }
 }
@@ -615,14 +611,13 @@ impl RedisSessionStore {
         &self,
         record: &SessionRecord,
         idle_ttl: Duration,
-        announcement: Option<&Announcement>,
+        announcement: Option<Announcement>,
     ) -> Result<bool, StoreError> {
         let json = serde_json::to_string(record).map_err(corrupt)?;
         let mut args = vec![json, millis(idle_ttl).to_string()];
         let mut more = Vec::new();
         if let Some(announcement) = announcement {
-            more.extend(announcement.keys.iter().cloned());
-            args.extend(announcement.args.iter().cloned());
+            announcement.append_to(&mut more, &mut args);
         }
         let reply = self
             .write("session_save", &SAVE, &record.id, &more, &args)
@@ -637,7 +632,7 @@ impl RedisSessionStore {
     async fn end_here(
         &self,
         id: &SessionId,
-        announcement: Option<&Announcement>,
+        announcement: Option<Announcement>,
     ) -> Result<bool, StoreError> {
         let index = self.keys.session_expiry(id);
         let one_slot = !self.redis.is_cluster();
@@ -649,8 +644,7 @@ impl RedisSessionStore {
             more.push(index.clone());
             args.push(id.as_str().to_owned());
             if let Some(announcement) = announcement {
-                more.extend(announcement.keys.iter().cloned());
-                args.extend(announcement.args.iter().cloned());
+                announcement.append_to(&mut more, &mut args);
             }
         }
         let reply = self.write("session_delete", &END, id, &more, &args).await?;
