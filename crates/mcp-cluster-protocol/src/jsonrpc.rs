@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::de::Error as _;
 use serde::ser::SerializeMap;
@@ -125,6 +126,13 @@ pub struct Response {
     pub id: Option<RequestId>,
     /// The result object or the error.
     pub outcome: Result<Value, ErrorObject>,
+    /// Members written into the result object after its own, each only
+    /// where the result has no member of that name: what every result of
+    /// an era carries (the 2026-07-28 revision's `resultType` and server
+    /// identity), made once and shared by the responses instead of copied
+    /// into each result. Ignored for an error or a result that is not an
+    /// object; `None` once decoded (they are then the result's own).
+    pub shared: Option<Arc<Map<String, Value>>>,
 }
 
 impl Response {
@@ -133,6 +141,7 @@ impl Response {
         Self {
             id: Some(id),
             outcome: Ok(result),
+            shared: None,
         }
     }
 
@@ -141,6 +150,16 @@ impl Response {
         Self {
             id,
             outcome: Err(error),
+            shared: None,
+        }
+    }
+
+    /// A response for `id` with this outcome, nothing shared.
+    pub fn new(id: Option<RequestId>, outcome: Result<Value, ErrorObject>) -> Self {
+        Self {
+            id,
+            outcome,
+            shared: None,
         }
     }
 }
@@ -505,7 +524,7 @@ fn validate(raw: RawEnvelope) -> Result<Message, DecodeError> {
     if id.is_none() && outcome.is_ok() {
         return Err(DecodeError::invalid("a response needs an id", None));
     }
-    Ok(Message::Response(Response { id, outcome }))
+    Ok(Message::Response(Response::new(id, outcome)))
 }
 
 /// The `error` member, an object (the derived `ErrorObject` would also read
@@ -568,9 +587,34 @@ impl Serialize for Response {
         map.serialize_entry("jsonrpc", "2.0")?;
         // JSON-RPC 2.0 section 5: id is null when it could not be detected.
         map.serialize_entry("id", &self.id)?;
-        match &self.outcome {
-            Ok(result) => map.serialize_entry("result", result)?,
-            Err(error) => map.serialize_entry("error", error)?,
+        match (&self.outcome, &self.shared) {
+            (Ok(Value::Object(own)), Some(shared)) => {
+                map.serialize_entry("result", &WithShared { own, shared })?;
+            }
+            (Ok(result), _) => map.serialize_entry("result", result)?,
+            (Err(error), _) => map.serialize_entry("error", error)?,
+        }
+        map.end()
+    }
+}
+
+/// A result object written with [`Response::shared`]'s members after its
+/// own.
+struct WithShared<'a> {
+    own: &'a Map<String, Value>,
+    shared: &'a Map<String, Value>,
+}
+
+impl Serialize for WithShared<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        for (key, value) in self.own {
+            map.serialize_entry(key, value)?;
+        }
+        for (key, value) in self.shared {
+            if !self.own.contains_key(key) {
+                map.serialize_entry(key, value)?;
+            }
         }
         map.end()
     }
@@ -876,7 +920,8 @@ mod tests {
                 m,
                 Message::Response(Response {
                     id: None,
-                    outcome: Err(_)
+                    outcome: Err(_),
+                    ..
                 })
             ));
         }
@@ -955,6 +1000,45 @@ mod tests {
         assert_eq!(
             Message::Response(r).to_json(),
             r#"{"jsonrpc":"2.0","id":1,"result":{}}"#
+        );
+    }
+
+    #[test]
+    fn shared_members_are_written_after_the_results_own_unless_it_has_them() {
+        let shared = Arc::new(
+            serde_json::json!({"resultType": "complete", "ttlMs": 5, "_meta": {"k": 1}})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        );
+        let mut response = Response::result(
+            RequestId::Number(1),
+            serde_json::json!({"content": [], "ttlMs": 9}),
+        );
+        response.shared = Some(Arc::clone(&shared));
+        assert_eq!(
+            Message::Response(response).to_json(),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"ttlMs":9,"_meta":{"k":1},"resultType":"complete"}}"#
+        );
+        // Decoded, they are the result's own.
+        let decoded = decode_message(
+            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"resultType":"complete"}}"#,
+        )
+        .unwrap();
+        let Message::Response(decoded) = decoded else {
+            panic!("a response")
+        };
+        assert_eq!(decoded.shared, None);
+        assert_eq!(decoded.outcome.unwrap()["resultType"], "complete");
+        // Not for an error, nor a result that is not an object.
+        let mut error = Response::error(Some(RequestId::Number(2)), ErrorObject::internal("x"));
+        error.shared = Some(Arc::clone(&shared));
+        assert!(!Message::Response(error).to_json().contains("resultType"));
+        let mut scalar = Response::result(RequestId::Number(3), serde_json::json!(7));
+        scalar.shared = Some(shared);
+        assert_eq!(
+            Message::Response(scalar).to_json(),
+            r#"{"jsonrpc":"2.0","id":3,"result":7}"#
         );
     }
 }

@@ -231,18 +231,17 @@ fn emitted(fixture: &Fixture, message: Message) -> Result<Option<Value>, String>
         Message::Response(Response {
             id,
             outcome: Ok(result),
+            ..
         }) => {
             let Some(retype) = result_type(&fixture.method) else {
                 return Ok(None);
             };
-            Message::Response(Response {
-                id,
-                outcome: Ok(retype(result).map_err(err)?),
-            })
+            Message::Response(Response::new(id, Ok(retype(result).map_err(err)?)))
         }
         Message::Response(Response {
             id,
             outcome: Err(error),
+            ..
         }) => {
             let error: ErrorObject =
                 serde_json::from_value(serde_json::to_value(error).unwrap()).map_err(err)?;
@@ -615,6 +614,7 @@ fn error_fixtures_carry_the_codes_the_crate_names() {
             let Ok(Message::Response(Response {
                 id: Some(_),
                 outcome: Err(error),
+                ..
             })) = decode_message(&fixture.bytes)
             else {
                 panic!("{}: not an error response with an id", fixture.name());

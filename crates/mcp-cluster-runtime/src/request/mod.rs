@@ -270,12 +270,7 @@ impl Actor for InFlightRequest {
             };
             // From here on `Cancel` leaves this future alone.
             answering.store(true, Ordering::Release);
-            output
-                .finish(Some(Response {
-                    id: Some(id),
-                    outcome,
-                }))
-                .await;
+            output.finish(Some(Response::new(Some(id), outcome))).await;
         };
         self.task = Some(ctx.spawn(run.into_actor(self).map(|(), _, ctx| ctx.stop())));
     }

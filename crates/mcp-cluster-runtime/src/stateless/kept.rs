@@ -192,10 +192,7 @@ impl TaskRun {
             )
             .await;
         kept.output
-            .finish(Some(Response {
-                id: Some(kept.request_id.clone()),
-                outcome,
-            }))
+            .finish(Some(Response::new(Some(kept.request_id.clone()), outcome)))
             .await;
     }
 
@@ -300,10 +297,7 @@ impl Stateless {
                 }
             }
             output
-                .finish(outcome.map(|outcome| Response {
-                    id: Some(id),
-                    outcome,
-                }))
+                .finish(outcome.map(|outcome| Response::new(Some(id), outcome)))
                 .await;
         });
         StatelessReply::Running { reply, guard }

@@ -29,7 +29,9 @@ use std::time::Duration;
 
 use mcp_cluster_protocol::jsonrpc::StatelessMeta;
 use mcp_cluster_protocol::types::{ClientCapabilities, LoggingLevel};
-use mcp_cluster_protocol::{ErrorCode, ErrorObject, ProtocolVersion, Request, Response, methods};
+use mcp_cluster_protocol::{
+    ErrorCode, ErrorObject, ProtocolVersion, Request, RequestId, Response, methods,
+};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
@@ -474,8 +476,8 @@ pub(crate) struct Era {
     ring_read: tokio::sync::Mutex<Option<tokio::time::Instant>>,
     /// Tasks running on this node.
     running_tasks: AtomicUsize,
-    /// `serverInfo` as JSON, made on first use.
-    server_info: std::sync::OnceLock<Value>,
+    /// What completes a result, made on first use.
+    completions: std::sync::OnceLock<Completions>,
     /// Wake-ups between kept runs and their retries on this node.
     kept: kept::Wakers,
     /// The tasks this node's listen streams follow.
@@ -503,7 +505,7 @@ impl Stateless {
             key_ring: KeyRing::new(&configured),
             ring_read: tokio::sync::Mutex::new(None),
             running_tasks: AtomicUsize::new(0),
-            server_info: std::sync::OnceLock::new(),
+            completions: std::sync::OnceLock::new(),
             kept: kept::Wakers::default(),
             followed: followed::Followed::default(),
         }))
@@ -561,12 +563,93 @@ impl Stateless {
         &self.0.listeners
     }
 
-    /// The service's `serverInfo` as JSON, made once (every stateless
-    /// result carries it).
-    pub(crate) fn server_info_json(&self) -> &Value {
-        self.0.server_info.get_or_init(|| {
-            serde_json::to_value(self.service().server_info()).unwrap_or(Value::Null)
+    /// What completes a result, made once (every stateless result
+    /// carries it).
+    fn completions(&self) -> &Completions {
+        self.0.completions.get_or_init(|| {
+            let server_info =
+                serde_json::to_value(self.service().server_info()).unwrap_or(Value::Null);
+            Completions::new(server_info, self.config().cache_ttl_ms)
         })
+    }
+}
+
+/// The members a complete stateless result carries beside its own:
+/// `resultType`, the server's identity in `_meta`, and on a cacheable
+/// method's result the caching hints. Made once per node and shared by the
+/// responses ([`Response::shared`]) rather than copied into every result.
+#[derive(Debug)]
+struct Completions {
+    /// Every result's.
+    plain: Arc<Map<String, Value>>,
+    /// A cacheable result's that any client may share (`cacheScope`
+    /// `public`).
+    public: Arc<Map<String, Value>>,
+    /// `resources/read`'s: cacheable for its client only.
+    private: Arc<Map<String, Value>>,
+}
+
+impl Completions {
+    fn new(server_info: Value, ttl_ms: u64) -> Self {
+        let mut plain = Map::new();
+        plain.insert("resultType".into(), json!("complete"));
+        plain.insert("_meta".into(), json!({ meta::SERVER_INFO: server_info }));
+        let cacheable = |scope: &str| {
+            let mut members = plain.clone();
+            members.insert("ttlMs".into(), json!(ttl_ms));
+            members.insert("cacheScope".into(), json!(scope));
+            Arc::new(members)
+        };
+        Self {
+            public: cacheable("public"),
+            private: cacheable("private"),
+            plain: Arc::new(plain),
+        }
+    }
+
+    /// The members that complete a result of `method`.
+    fn of(&self, method: &str) -> &Arc<Map<String, Value>> {
+        if !method_table::is_cacheable(method) {
+            &self.plain
+        } else if method == methods::RESOURCES_READ {
+            &self.private
+        } else {
+            &self.public
+        }
+    }
+
+    /// Puts the members that complete a result of `method` into the result
+    /// itself: `resultType` (a result that says `input_required` is left as
+    /// it is), the server's identity into its `_meta`, and the caching
+    /// hints, each unless the handler set its own.
+    fn complete(&self, method: &str, result: &mut Value) {
+        let Value::Object(map) = result else { return };
+        // A service that runs its own input rounds says `input_required`.
+        if map.get("resultType").and_then(Value::as_str) == Some("input_required") {
+            return;
+        }
+        for (key, value) in self.of(method).iter() {
+            match (map.get_mut(key), value) {
+                (Some(own), _) if key == "resultType" => own.clone_from(value),
+                (Some(Value::Object(own)), Value::Object(added)) => {
+                    for (key, value) in added {
+                        own.entry(key.as_str()).or_insert_with(|| value.clone());
+                    }
+                }
+                (Some(_), _) => {}
+                (None, _) => {
+                    map.insert(key.clone(), value.clone());
+                }
+            }
+        }
+    }
+
+    /// Whether a result can be answered as it is with the members shared
+    /// ([`Response::shared`]): it has neither `resultType` (which completing
+    /// sets, or leaves when `input_required`) nor `_meta` (which completing
+    /// adds to).
+    fn can_share(result: &Map<String, Value>) -> bool {
+        !result.contains_key("resultType") && !result.contains_key("_meta")
     }
 }
 
@@ -640,10 +723,7 @@ impl Stateless {
                     .as_deref()
                     .map(mcp_cluster_store::Principal::key);
                 let outcome = self.task_method(&request, principal.as_deref()).await;
-                StatelessReply::Now(Response {
-                    id: Some(id),
-                    outcome,
-                })
+                StatelessReply::Now(Response::new(Some(id), outcome))
             }
             method if method_table::stateless(method) == By::Service => {
                 self.run_stateless(request, meta, inbound).await
@@ -678,33 +758,32 @@ impl Stateless {
         value
     }
 
-    /// Adds what every complete stateless result carries: `resultType`,
-    /// the server's identity in `_meta`, and caching hints where the
-    /// method is cacheable (unless the handler set its own).
+    /// Adds what every complete stateless result carries ([`Completions`])
+    /// into the result itself: `resultType`, the server's identity in
+    /// `_meta`, and caching hints where the method is cacheable (unless
+    /// the handler set its own).
     pub(crate) fn complete_result(&self, method: &str, result: &mut Value) {
-        let Value::Object(map) = result else { return };
-        // A service that runs its own input rounds says `input_required`.
-        if map.get("resultType").and_then(Value::as_str) == Some("input_required") {
-            return;
-        }
-        map.insert("resultType".into(), json!("complete"));
-        let meta = map
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if let Value::Object(meta) = meta {
-            meta.entry(meta::SERVER_INFO)
-                .or_insert_with(|| self.server_info_json().clone());
-        }
-        if method_table::is_cacheable(method) {
-            let config = self.config();
-            map.entry("ttlMs")
-                .or_insert_with(|| json!(config.cache_ttl_ms));
-            let scope = if method == methods::RESOURCES_READ {
-                "private"
-            } else {
-                "public"
-            };
-            map.entry("cacheScope").or_insert_with(|| json!(scope));
+        self.completions().complete(method, result);
+    }
+
+    /// The response to `id` that answers a handler's `outcome` as the
+    /// stateless era does ([`Self::complete_outcome`]). A result object
+    /// with neither `resultType` nor `_meta` of its own, the common case,
+    /// is not touched: the response shares the node's [`Completions`],
+    /// written with it.
+    pub(crate) fn respond(
+        &self,
+        id: RequestId,
+        method: &str,
+        outcome: Result<Value, ErrorObject>,
+    ) -> Response {
+        match outcome {
+            Ok(Value::Object(result)) if Completions::can_share(&result) => {
+                let mut response = Response::result(id, Value::Object(result));
+                response.shared = Some(Arc::clone(self.completions().of(method)));
+                response
+            }
+            outcome => Response::new(Some(id), self.complete_outcome(method, outcome)),
         }
     }
 
@@ -894,10 +973,9 @@ impl Stateless {
                 // A kept run that ended before its questions went out
                 // answers as a run that asked nothing.
                 if run.kept.as_ref().is_some_and(kept::Kept::take_reply) {
-                    let response = outcome.clone().map(|outcome| Response {
-                        id: Some(id),
-                        outcome: stateless.complete_outcome(&method, outcome),
-                    });
+                    let response = outcome
+                        .clone()
+                        .map(|outcome| stateless.respond(id, &method, outcome));
                     output.finish(response).await;
                 }
                 run.finish(outcome).await;
@@ -910,7 +988,7 @@ impl Stateless {
                 output.finish(None).await;
                 return;
             };
-            let response = stateless
+            let outcome = stateless
                 .finish_round(
                     &method,
                     params.as_ref(),
@@ -920,10 +998,7 @@ impl Stateless {
                 )
                 .await;
             output
-                .finish(Some(Response {
-                    id: Some(id),
-                    outcome: response,
-                }))
+                .finish(Some(stateless.respond(id, &method, outcome)))
                 .await;
         });
         StatelessReply::Running { reply, guard }
@@ -966,10 +1041,10 @@ impl Stateless {
         Ok(Round::Answers(answers))
     }
 
-    /// The response of a finished run: `input_required` when the handler
+    /// The outcome of a finished run: `input_required` when the handler
     /// asked what the client has not answered yet, -32021 when it needed a
     /// capability the request did not declare, otherwise the handler's own
-    /// outcome completed for the stateless era.
+    /// outcome (which [`Self::respond`] completes).
     async fn finish_round(
         &self,
         method: &str,
@@ -1016,7 +1091,7 @@ impl Stateless {
             )
             .with_data(json!({ "requiredCapabilities": { what: {} } })));
         }
-        self.complete_outcome(method, outcome)
+        outcome
     }
 
     /// A handler's outcome as the stateless era answers it.
@@ -1095,6 +1170,76 @@ mod tests {
             panic!("not a request: {body}");
         };
         RequestMeta::read(request.stateless_meta().as_deref())
+    }
+
+    /// A response as a client reads it.
+    fn written(response: Response) -> Value {
+        serde_json::from_str(&Message::Response(response).to_json()).unwrap()
+    }
+
+    #[test]
+    fn a_shared_completion_writes_what_completing_in_place_makes() {
+        let completions = Completions::new(json!({"name": "n", "version": "1"}), 60_000);
+        let info = json!({"name": "n", "version": "1"});
+        for (method, result) in [
+            (
+                methods::TOOLS_CALL,
+                json!({"content": [{"type": "text", "text": "x"}]}),
+            ),
+            (methods::TOOLS_CALL, json!({})),
+            (methods::TOOLS_LIST, json!({"tools": []})),
+            (methods::TOOLS_LIST, json!({"tools": [], "ttlMs": 5})),
+            (
+                methods::RESOURCES_READ,
+                json!({"contents": [], "cacheScope": "public"}),
+            ),
+        ] {
+            let map = result.as_object().unwrap();
+            assert!(Completions::can_share(map), "{result}");
+            let mut shared = Response::result(RequestId::Number(1), result.clone());
+            shared.shared = Some(Arc::clone(completions.of(method)));
+            let mut in_place = result.clone();
+            completions.complete(method, &mut in_place);
+            let in_place = Response::result(RequestId::Number(1), in_place);
+            let wrote = written(shared);
+            assert_eq!(wrote, written(in_place), "{method} {result}");
+            let result = &wrote["result"];
+            assert_eq!(result["resultType"], "complete", "{result}");
+            assert_eq!(result["_meta"][meta::SERVER_INFO], info, "{result}");
+            let cacheable = method_table::is_cacheable(method);
+            assert_eq!(result.get("ttlMs").is_some(), cacheable, "{method}");
+        }
+        let ttl = |method: &str, result: Value| {
+            let mut result = result;
+            completions.complete(method, &mut result);
+            (result["ttlMs"].clone(), result["cacheScope"].clone())
+        };
+        assert_eq!(
+            ttl(methods::TOOLS_LIST, json!({})),
+            (json!(60_000), json!("public"))
+        );
+        assert_eq!(
+            ttl(methods::RESOURCES_READ, json!({})),
+            (json!(60_000), json!("private"))
+        );
+        assert_eq!(ttl(methods::TOOLS_LIST, json!({"ttlMs": 5})).0, json!(5));
+        // What a result brings of its own is never shared, and completed
+        // in place: `_meta` gets the server's identity beside the
+        // handler's members, `resultType` is set unless `input_required`.
+        let own_meta = json!({"content": [], "_meta": {"mine": 1}});
+        assert!(!Completions::can_share(own_meta.as_object().unwrap()));
+        let mut completed = own_meta;
+        completions.complete(methods::TOOLS_CALL, &mut completed);
+        assert_eq!(completed["_meta"]["mine"], 1);
+        assert_eq!(completed["_meta"][meta::SERVER_INFO], info);
+        assert_eq!(completed["resultType"], "complete");
+        let mut asking = json!({"resultType": "input_required", "inputRequests": {}});
+        let before = asking.clone();
+        completions.complete(methods::TOOLS_CALL, &mut asking);
+        assert_eq!(asking, before);
+        let mut not_an_object = json!([1]);
+        completions.complete(methods::TOOLS_CALL, &mut not_an_object);
+        assert_eq!(not_an_object, json!([1]));
     }
 
     #[test]
