@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use actix_web::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt, stream};
+use futures_util::{Stream, StreamExt, future, stream};
 use mcp_cluster_runtime::{Follow, FollowEnd, FollowItem};
 use mcp_cluster_store::EventId;
 
@@ -154,8 +154,11 @@ pub fn body(
     let retry_ms = framing.retry_ms;
     let legacy = framing.legacy;
     let open = Open::new(framing.kind);
-    let events = follow.into_stream().filter_map(move |item| async move {
-        match item {
+    // `ready`, not an `async` block: the body keeps room for the pending
+    // future for as long as its stream is open, and a ready value needs
+    // half the room of a block holding the item.
+    let events = follow.into_stream().filter_map(move |item| {
+        future::ready(match item {
             FollowItem::Event(id, data) => Some(event(&id, &data, legacy)),
             FollowItem::KeepAlive => Some(Bytes::from_static(KEEP_ALIVE)),
             // No event id: there is nothing after it to resume.
@@ -164,7 +167,7 @@ pub fn body(
                 Some(Bytes::from(format!("retry: {retry_ms}\n\n")))
             }
             FollowItem::End(FollowEnd::Completed | FollowEnd::Gone) => None,
-        }
+        })
     });
     stream::iter(head).chain(events).map(move |chunk| {
         let _open = &open;
