@@ -632,8 +632,7 @@ impl EventLog for RedisEventLog {
         if reply::int(&exists)? == 0 {
             return Err(StoreError::StreamNotFound);
         }
-        let rx = self.pubsub.wake(self.keys.wake(session, stream)).await?;
-        Ok(Wakeup::new(rx))
+        self.pubsub.wake(self.keys.wake(session, stream)).await
     }
 
     async fn touch(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError> {

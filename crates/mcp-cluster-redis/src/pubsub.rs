@@ -2,12 +2,12 @@
 //! control bus.
 //!
 //! A task owns the connection. It forwards each message on a wake channel
-//! (`mcp:{<session>}:wake:<stream>`) to a tokio `watch` that every local
-//! [`mcp_cluster_store::Wakeup`] of that stream holds, and decodes each message on
+//! (`mcp:{<session>}:wake:<stream>`) to the [`WakeSender`] whose
+//! [`mcp_cluster_store::Wakeup`]s every local reader of that stream holds, and decodes each message on
 //! the control channel into a tokio `broadcast`. However many streams are
 //! followed, the node holds this one connection.
 //!
-//! Subscriptions are refcounted by the watches' receivers: the first
+//! Subscriptions are refcounted by the senders' receivers: the first
 //! [`PubSub::wake`] of a channel sends `SUBSCRIBE` (and waits for Redis to
 //! confirm it, so a reader that subscribes before reading misses nothing);
 //! later ones share it. Every [`SWEEP_INTERVAL`] the task `UNSUBSCRIBE`s the
@@ -16,7 +16,7 @@
 //! When the connection is lost (closed, or a [`PING_INTERVAL`] ping
 //! unanswered within the command timeout), the task reconnects with capped
 //! exponential backoff, subscribes again to the control channel and every
-//! wake channel it held, then bumps every watch once: a wake-up may have
+//! wake channel it held, then wakes every sender's readers once: a wake-up may have
 //! been missed meanwhile, and readers re-read. Control messages published
 //! while the connection was down are not delivered by Redis (pub/sub keeps
 //! nothing): the task replays them from the control log (`bus`), from a
@@ -27,8 +27,8 @@
 //! On a Redis Cluster the channels are sharded (`SSUBSCRIBE`; the scripts
 //! and the bus `SPUBLISH`): the cluster client keeps one RESP3 connection
 //! per member it subscribed on, and resubscribes by itself after a lost
-//! connection; every confirmation of a channel's subscription bumps its
-//! watch, since a wake-up may have been missed before it. A connection lost
+//! connection; every confirmation of a channel's subscription wakes its
+//! readers, since a wake-up may have been missed before it. A connection lost
 //! to any member replaces the whole pub/sub connection as above (the client
 //! would wait for the dead member instead of following its shard's
 //! failover): until every channel is subscribed again, on the member that
@@ -37,7 +37,7 @@
 //!
 //! Owner and stop path: the task runs until the last [`PubSub`] handle (held
 //! by the event log and the bus of one store) is dropped, then closes the
-//! connection and drops the watches, so pending `Wakeup::changed` calls
+//! connection and drops the senders, so pending `Wakeup::changed` calls
 //! return `false`.
 
 use std::collections::HashMap;
@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use mcp_cluster_store::{ControlMessage, StoreError};
+use mcp_cluster_store::{ControlMessage, StoreError, WakeSender, Wakeup};
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::cluster_async::ClusterConnection;
 use redis::{Msg, PushInfo, PushKind, RedisResult};
@@ -201,10 +201,10 @@ struct State {
 
 /// One wake channel.
 struct Wake {
-    /// Bumped by the task on each message (and after a reconnection); its
+    /// Woken by the task on each message (and after a reconnection); its
     /// receivers are the `Wakeup`s handed out. Dropped when no receiver is
     /// left (sweep) or with the task.
-    tx: watch::Sender<u64>,
+    tx: WakeSender,
     /// The connection generation whose `SUBSCRIBE` Redis confirmed.
     subscribed_in: u64,
 }
@@ -375,13 +375,13 @@ impl PubSub {
         self.inner.shared.control.subscribe()
     }
 
-    /// A receiver bumped on every message of `channel`, subscribed (and
+    /// A receiver woken on every message of `channel`, subscribed (and
     /// confirmed by Redis) before this returns.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the connection is down or Redis does
     /// not confirm in time.
-    pub(crate) async fn wake(&self, channel: String) -> Result<watch::Receiver<u64>, StoreError> {
+    pub(crate) async fn wake(&self, channel: String) -> Result<Wakeup, StoreError> {
         let shared = &self.inner.shared;
         let _gate = shared.gate.read().await;
         let (rx, mut sink, generation) = {
@@ -393,7 +393,7 @@ impl PubSub {
             };
             let generation = state.generation;
             let wake = state.wakes.entry(channel.clone()).or_insert_with(|| Wake {
-                tx: watch::channel(0).0,
+                tx: WakeSender::new(),
                 subscribed_in: 0,
             });
             let rx = wake.tx.subscribe();
@@ -436,7 +436,7 @@ impl Shared {
     }
 
     /// Opens a connection, subscribes to every channel, installs it and
-    /// bumps every watch.
+    /// wakes every reader.
     async fn establish(&self) -> Result<Incoming, ClusterError> {
         let (mut sink, incoming) = if let Some(seeds) = self.target.cluster_seeds() {
             let (push, rx) = mpsc::unbounded_channel();
@@ -475,16 +475,16 @@ impl Shared {
         for wake in state.wakes.values_mut() {
             wake.subscribed_in = generation;
             // A wake-up may have been published while disconnected.
-            wake.tx.send_modify(|n| *n = n.wrapping_add(1));
+            wake.tx.wake();
         }
         Ok(incoming)
     }
 
-    /// Bumps the watch of a channel whose subscription Redis confirmed
+    /// Wakes the readers of a channel whose subscription Redis confirmed
     /// again: a wake-up may have gone out while it was not.
     fn resubscribed(&self, channel: &str) {
         if let Some(wake) = self.lock().wakes.get(channel) {
-            wake.tx.send_modify(|n| *n = n.wrapping_add(1));
+            wake.tx.wake();
         }
     }
 
@@ -501,7 +501,7 @@ impl Shared {
         if channel == self.ctl {
             self.control_payload(msg.get_payload_bytes(), false);
         } else if let Some(wake) = self.lock().wakes.get(channel) {
-            wake.tx.send_modify(|n| *n = n.wrapping_add(1));
+            wake.tx.wake();
         }
     }
 

@@ -3,9 +3,10 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use mcp_cluster_protocol::RequestId;
 
@@ -29,26 +30,96 @@ pub struct ReadBatch {
     pub closed: bool,
 }
 
+/// The writing side of a stream's wake-ups: [`WakeSender::wake`] after an
+/// append, [`WakeSender::subscribe`] for each reader. Dropping it ends the
+/// readers' wait ([`Wakeup::changed`] answers `false`).
+///
+/// What a `tokio::sync::watch` channel of a counter would do, in a fifth
+/// of its memory: a node keeps one per followed stream (an idle session's
+/// GET stream among them), and the watch's shared state is 344 bytes, most
+/// of them the eight notifiers it keeps so that many receivers do not
+/// contend; a stream has one reader.
+#[derive(Debug, Default)]
+pub struct WakeSender(Arc<WakeState>);
+
+/// What a [`WakeSender`] and its [`Wakeup`]s share.
+#[derive(Debug, Default)]
+struct WakeState {
+    /// Bumped by every wake-up.
+    version: AtomicU64,
+    /// The sender is gone: no wake-up will come.
+    closed: AtomicBool,
+    /// Wakes the readers waiting in [`Wakeup::changed`].
+    notify: Notify,
+}
+
+impl WakeSender {
+    /// A sender with no reader yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Wakes every reader: something may have been appended.
+    pub fn wake(&self) {
+        self.0.version.fetch_add(1, Ordering::AcqRel);
+        self.0.notify.notify_waiters();
+    }
+
+    /// A reader that sees the wake-ups from now on (not the earlier ones).
+    pub fn subscribe(&self) -> Wakeup {
+        Wakeup {
+            seen: self.0.version.load(Ordering::Acquire),
+            state: Arc::clone(&self.0),
+        }
+    }
+
+    /// How many readers there are.
+    pub fn receiver_count(&self) -> usize {
+        Arc::strong_count(&self.0) - 1
+    }
+}
+
+impl Drop for WakeSender {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::Release);
+        self.0.notify.notify_waiters();
+    }
+}
+
 /// A wake-up subscription to a stream: [`Wakeup::changed`] resolves when
 /// something may have been appended (or the stream closed) since the
 /// subscription was taken or last woken. Wake-ups may be spurious; readers
 /// re-read. Subscribe *before* reading so that no append is missed.
 #[derive(Debug)]
-pub struct Wakeup(watch::Receiver<u64>);
+pub struct Wakeup {
+    state: Arc<WakeState>,
+    /// The sender's version when this reader last looked.
+    seen: u64,
+}
 
 impl Wakeup {
-    /// Wraps a watch receiver; the sender side bumps the value on append.
-    pub fn new(rx: watch::Receiver<u64>) -> Self {
-        Self(rx)
-    }
-
     /// Waits for the next change. Returns `false` when the stream's writer
     /// side is gone (deleted): no further change will come.
     ///
     /// Cancel safety: safe to use in `select!`; a change that arrives while
     /// the future is dropped is reported by the next call.
     pub async fn changed(&mut self) -> bool {
-        self.0.changed().await.is_ok()
+        loop {
+            // Registered before the version is read: a wake-up after the
+            // read wakes this wait, one before it is in the version.
+            let notified = self.state.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            let version = self.state.version.load(Ordering::Acquire);
+            if version != self.seen {
+                self.seen = version;
+                return true;
+            }
+            if self.state.closed.load(Ordering::Acquire) {
+                return false;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -209,4 +280,85 @@ pub trait EventLog: Send + Sync + Debug + 'static {
     /// # Errors
     /// [`StoreError::Unavailable`] when the backend cannot be reached.
     async fn delete_session(&self, session: &SessionId) -> Result<(), StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::timeout;
+
+    use super::*;
+
+    /// Whether `changed` resolves before the (paused) clock has run a
+    /// second: with time paused, the timeout fires only once nothing else
+    /// can run, so "pending" is decided without waiting.
+    async fn changes(wakeup: &mut Wakeup) -> Option<bool> {
+        timeout(Duration::from_secs(1), wakeup.changed()).await.ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_sees_the_wake_ups_after_it_subscribed_coalesced() {
+        let sender = WakeSender::new();
+        sender.wake();
+        let mut wakeup = sender.subscribe();
+        assert_eq!(
+            changes(&mut wakeup).await,
+            None,
+            "an earlier wake-up is not seen"
+        );
+        sender.wake();
+        sender.wake();
+        assert_eq!(changes(&mut wakeup).await, Some(true));
+        assert_eq!(changes(&mut wakeup).await, None, "two wake-ups, one change");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_reader_is_woken_and_a_gone_sender_ends_its_wait() {
+        let sender = WakeSender::new();
+        let mut wakeup = sender.subscribe();
+        let waiting = tokio::spawn(async move {
+            let first = wakeup.changed().await;
+            let second = wakeup.changed().await;
+            (first, second)
+        });
+        tokio::task::yield_now().await;
+        sender.wake();
+        tokio::task::yield_now().await;
+        drop(sender);
+        assert_eq!(waiting.await.ok(), Some((true, false)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_up_before_the_end_is_reported_first() {
+        let sender = WakeSender::new();
+        let mut wakeup = sender.subscribe();
+        sender.wake();
+        drop(sender);
+        assert_eq!(changes(&mut wakeup).await, Some(true));
+        assert_eq!(changes(&mut wakeup).await, Some(false));
+        assert_eq!(changes(&mut wakeup).await, Some(false));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_given_up_loses_no_wake_up() {
+        let sender = WakeSender::new();
+        let mut wakeup = sender.subscribe();
+        assert_eq!(changes(&mut wakeup).await, None);
+        sender.wake();
+        assert_eq!(changes(&mut wakeup).await, Some(true));
+    }
+
+    #[test]
+    fn receivers_are_counted_until_dropped() {
+        let sender = WakeSender::new();
+        assert_eq!(sender.receiver_count(), 0);
+        let first = sender.subscribe();
+        let second = sender.subscribe();
+        assert_eq!(sender.receiver_count(), 2);
+        drop(first);
+        assert_eq!(sender.receiver_count(), 1);
+        drop(second);
+        assert_eq!(sender.receiver_count(), 0);
+    }
 }

@@ -10,7 +10,8 @@
 //! - [`budget`]: [`ByteBudget`], the [`Ledger`] that holds kept data to it,
 //!   and [`InFlightBytes`], what running work holds.
 //! - [`ids`]: [`SessionId`], [`StreamId`], [`Position`], [`EventId`].
-//! - [`event_log`]: the [`EventLog`] port, [`ReadBatch`], [`Wakeup`].
+//! - [`event_log`]: the [`EventLog`] port, [`ReadBatch`], [`Wakeup`] and its
+//!   [`WakeSender`].
 //! - [`session_store`]: the [`SessionStore`] port and [`SessionRecord`].
 //! - [`bus`]: the [`ControlBus`] port (cluster-wide messages).
 //! - [`nodes`]: the [`NodeRegistry`] port (heartbeats, open streams, orphans).
@@ -37,7 +38,7 @@ use std::sync::Arc;
 pub use budget::{ByteBudget, Hold, HoldRefused, InFlightBytes, Ledger, UNKNOWN_OWNER};
 pub use bus::{ControlBus, ControlMessage};
 pub use error::StoreError;
-pub use event_log::{EventLog, ReadBatch, StoredEvent, Wakeup};
+pub use event_log::{EventLog, ReadBatch, StoredEvent, WakeSender, Wakeup};
 pub use ids::{EventId, IdError, NodeId, Position, SessionId, StreamId};
 /// Request ids, as the ports carry them (streams and open requests name them).
 pub use mcp_cluster_protocol::RequestId;

@@ -16,14 +16,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use dashmap::DashMap;
 use mcp_cluster_protocol::RequestId;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::budget::{ByteBudget, Ledger};
 use crate::{
     ControlBus, ControlMessage, EventId, EventLog, NodeId, NodeRegistry, OpenStream, Position,
     ReadBatch, SessionId, SessionRecord, SessionStore, StoreError, StoredEvent, StreamId,
-    Subscribed, Wakeup,
+    Subscribed, WakeSender, Wakeup,
 };
 
 mod quota;
@@ -126,7 +125,7 @@ struct StreamLog {
     /// Bumped on every append and on close; readers hold receivers. Made by
     /// the first reader: most standalone streams are never read, and an idle
     /// session should not pay for a channel.
-    wake: Option<watch::Sender<u64>>,
+    wake: Option<WakeSender>,
     /// Last append or close, for time-based retention.
     touched: Instant,
 }
@@ -134,7 +133,7 @@ struct StreamLog {
 impl StreamLog {
     fn wake_readers(&self) {
         if let Some(wake) = &self.wake {
-            wake.send_modify(|v| *v = v.wrapping_add(1));
+            wake.wake();
         }
     }
 }
@@ -447,11 +446,11 @@ impl EventLog for MemoryEventLog {
         stream: &StreamId,
     ) -> Result<Wakeup, StoreError> {
         let log = self.stream(session, stream)?;
-        let rx = lock(&log)
+        let wakeup = lock(&log)
             .wake
-            .get_or_insert_with(|| watch::channel(0).0)
+            .get_or_insert_with(WakeSender::new)
             .subscribe();
-        Ok(Wakeup::new(rx))
+        Ok(wakeup)
     }
 
     async fn touch(&self, session: &SessionId, stream: &StreamId) -> Result<(), StoreError> {
@@ -463,7 +462,7 @@ impl EventLog for MemoryEventLog {
     async fn delete_session(&self, session: &SessionId) -> Result<(), StoreError> {
         if let Some((_, ids)) = self.by_session.remove(session) {
             for id in ids {
-                // Dropping the log drops its watch sender: readers see the end.
+                // Dropping the log drops its wake sender: readers see the end.
                 self.streams.remove(&id);
             }
             self.closed.forget_group(session.as_str());
