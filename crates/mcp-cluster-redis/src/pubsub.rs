@@ -3,9 +3,9 @@
 //!
 //! A task owns the connection. It forwards each message on a wake channel
 //! (`mcp:{<session>}:wake:<stream>`) to the [`WakeSender`] whose
-//! [`mcp_cluster_store::Wakeup`]s every local reader of that stream holds, and decodes each message on
-//! the control channel into a tokio `broadcast`. However many streams are
-//! followed, the node holds this one connection.
+//! [`Wakeup`]s every local reader of that stream holds, and decodes each
+//! message on the control channel into a tokio `broadcast`. However many
+//! streams are followed, the node holds this one connection.
 //!
 //! Subscriptions are refcounted by the senders' receivers: the first
 //! [`PubSub::wake`] of a channel sends `SUBSCRIBE` (and waits for Redis to

@@ -122,9 +122,9 @@ struct StreamLog {
     /// Position of the newest event appended.
     last: Position,
     closed: bool,
-    /// Bumped on every append and on close; readers hold receivers. Made by
-    /// the first reader: most standalone streams are never read, and an idle
-    /// session should not pay for a channel.
+    /// Woken on every append and on close; readers hold its wake-ups. Made
+    /// by the first reader: most standalone streams are never read, and an
+    /// idle session should not pay for a sender.
     wake: Option<WakeSender>,
     /// Last append or close, for time-based retention.
     touched: Instant,
