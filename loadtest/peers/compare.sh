@@ -32,10 +32,9 @@
 #                 ours-redis hyper-floor")
 #   HOLD_SECS     seconds the memory step holds the sessions (default 5)
 #   SETTLE_SECS   seconds between the last session opened and the memory
-#                 reading, for sessions without a stream (default 40: past
-#                 mcp-node's default passivation of a session idle for 30 s,
-#                 its idle check every 5 s and the 1 s grace; with a stream
-#                 the session never passivates and the reading is at 2 s)
+#                 reading (default 40: past mcp-node's default passivation
+#                 of a session idle for 30 s, with or without its stream
+#                 open, its idle check every 5 s and the 1 s grace)
 #   STEPS         which steps to run, of: calls init life memory (default all four)
 #   JOBS          cargo build jobs (default 2)
 #
@@ -720,7 +719,7 @@ step_memory() {
       for stream in stream nostream; do
         if $large && [[ $stream == stream ]]; then continue; fi
         flags=(--settle "$SETTLE_SECS")
-        [[ $stream == stream ]] && flags=(--get-stream --settle 2)
+        [[ $stream == stream ]] && flags+=(--get-stream)
         start_server "$target" memory
         echo "### $target $n $stream" >>"$LOG_DIR/hold.log"
         # Bounded: opening is the slow part (the Python peer opens a few

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use cluster_support::*;
 use mcp_cluster_client::{Client, Reply};
-use mcp_cluster_testkit::{GUARD, within};
+use mcp_cluster_testkit::{GUARD, metric, within};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -152,6 +152,67 @@ async fn resource_update_reaches_the_standalone_stream_on_another_node_once() {
         None => {}
         Some(more) => panic!("a second delivery or an early end: {more:?}"),
     }
+}
+
+/// A session whose client only reads its standalone stream passivates on
+/// every node, the stream's too; an update made on a third node still
+/// reaches the stream once, written by the stream's node from the record
+/// in Redis, without starting the session's actor there.
+#[tokio::test]
+async fn an_update_reaches_a_passivated_session_whose_stream_is_read_on_another_node() {
+    let cluster = start(3, &["--session-passivate-secs", "1"]);
+    let bases: Vec<String> = (0..3)
+        .map(|i| cluster.node_url(i).trim_end_matches("/mcp").to_owned())
+        .collect();
+    let a = session(&cluster.node_url(0), json!({})).await;
+    let id = a.session_id().unwrap().to_owned();
+    let b = client(&cluster.node_url(1), &id);
+    let uri = "test://watched-resource";
+    let (subscribed, _) = within(
+        "subscribe on A",
+        a.request("resources/subscribe", json!({"uri": uri})),
+    )
+    .await
+    .unwrap();
+    assert!(subscribed["result"].is_object(), "{subscribed}");
+    let mut standalone = expect_sse(within("GET on B", b.get(None)).await.unwrap());
+    priming(&mut standalone).await;
+
+    // Idle 1 s, seen by the idle check (every 5 s), then 1 s of grace.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    for base in &bases[..2] {
+        while metric(base, "mcp_sessions_held ").await != 0.0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{base} still holds the session's actor"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let started = metric(&bases[1], "mcp_sessions_rehydrated_total ").await;
+
+    let toucher = session(&cluster.node_url(2), json!({})).await;
+    touch(&toucher, "test://not-watched").await;
+    touch(&toucher, uri).await;
+    let event = next_event(&mut standalone)
+        .await
+        .expect("the standalone stream stays open");
+    let update = message(&event);
+    assert_eq!(
+        update["method"], "notifications/resources/updated",
+        "{update}"
+    );
+    assert_eq!(update["params"]["uri"], uri, "{update}");
+    match event_within(&mut standalone, QUIET).await {
+        None => {}
+        Some(more) => panic!("a second delivery or an early end: {more:?}"),
+    }
+    assert_eq!(metric(&bases[1], "mcp_sessions_held ").await, 0.0);
+    assert_eq!(
+        metric(&bases[1], "mcp_sessions_rehydrated_total ").await,
+        started,
+        "the stream's node started the session's actor for the update"
+    );
 }
 
 /// Subscriptions made on one node while the standalone stream is read on

@@ -1,6 +1,7 @@
 //! An idle session's actor stops on the node (passivates) while its record
 //! stays in the store; its next request starts it again with its state. A
-//! session with its standalone stream open never passivates. The node is
+//! session whose client only reads its standalone stream passivates too:
+//! the node writes the server's events to the stream for it. The node is
 //! the release binary, started with `--session-passivate-secs`.
 
 use std::time::Duration;
@@ -28,6 +29,20 @@ async fn until(base: &str, series: &str, want: f64) {
     }
 }
 
+/// A resource the listening session subscribes to.
+const WATCHED: &str = "test://watched-resource";
+
+/// `touch_resource` of `uri` through `client`: subscribers hear of it.
+async fn touch(client: &Client, uri: &str) {
+    let touched = result(
+        client,
+        "tools/call",
+        json!({"name": "touch_resource", "arguments": {"uri": uri}}),
+    )
+    .await;
+    assert_eq!(touched["isError"], false, "{touched}");
+}
+
 async fn result(client: &Client, method: &str, params: Value) -> Value {
     let (response, _) = within(method, client.request(method, params))
         .await
@@ -52,27 +67,40 @@ async fn an_idle_session_passivates_and_its_next_request_finds_it_with_its_state
     within("initialize", listening.initialize(json!({})))
         .await
         .unwrap();
-    let stream: SseStream = match within("GET", listening.get(None)).await.unwrap() {
+    result(&listening, "resources/subscribe", json!({"uri": WATCHED})).await;
+    let mut stream: SseStream = match within("GET", listening.get(None)).await.unwrap() {
         Reply::Sse(stream) => stream,
         other => panic!("expected the standalone stream, got {other:?}"),
     };
     assert_eq!(metric(&base, "mcp_sessions_held ").await, 2.0);
 
-    // Idle 1 s, seen by the idle check (every 5 s), then 1 s of grace: the
-    // idle session's actor stops; the one with its stream open stays.
-    until(&base, "mcp_sessions_passivated_total ", 1.0).await;
-    assert_eq!(metric(&base, "mcp_sessions_held ").await, 1.0);
-    sleep(Duration::from_secs(7)).await;
-    assert_eq!(
-        metric(&base, "mcp_sessions_passivated_total ").await,
-        1.0,
-        "a session whose stream is open passivated"
-    );
+    // Idle 1 s, seen by the idle check (every 5 s), then 1 s of grace: both
+    // actors stop, the one whose client reads its stream too.
+    until(&base, "mcp_sessions_passivated_total ", 2.0).await;
+    assert_eq!(metric(&base, "mcp_sessions_held ").await, 0.0);
 
-    // The passivated session answers as before, from its record: it is
-    // initialized (tools are served), and keeps the log level it set: the
-    // tool's info logs, which a session without a level hears, do not
-    // reach it.
+    // The server's events still reach the open stream, written by the node
+    // from the stored record, without starting the session's actor: an
+    // update of the resource it subscribed to, not of another.
+    touch(&idle, "test://not-watched").await;
+    touch(&idle, WATCHED).await;
+    let update = within("the update", stream.next_message())
+        .await
+        .unwrap()
+        .expect("the standalone stream stays open");
+    assert_eq!(
+        update["method"], "notifications/resources/updated",
+        "{update}"
+    );
+    assert_eq!(update["params"]["uri"], WATCHED, "{update}");
+    // Only the session that sent `touch_resource` started again.
+    assert_eq!(metric(&base, "mcp_sessions_rehydrated_total ").await, 1.0);
+    assert_eq!(metric(&base, "mcp_sessions_held ").await, 1.0);
+
+    // The passivated sessions answer as before, from their records: they
+    // are initialized (tools are served), and keep the log level they set:
+    // the tool's info logs, which a session without a level hears, do not
+    // reach the one that set `error`.
     let logging = json!({"name": "test_tool_with_logging", "arguments": {}});
     let (_, heard) = within(
         "tools/call",
@@ -92,12 +120,12 @@ async fn an_idle_session_passivates_and_its_next_request_finds_it_with_its_state
         .unwrap();
     assert!(response.get("result").is_some(), "{response}");
     assert_eq!(logs(&notes), 0, "a log below the level it set: {notes:?}");
-    assert_eq!(metric(&base, "mcp_sessions_rehydrated_total ").await, 1.0);
+    assert_eq!(metric(&base, "mcp_sessions_rehydrated_total ").await, 2.0);
     assert_eq!(metric(&base, "mcp_sessions_held ").await, 2.0);
     drop(stream);
 
-    // Both end with DELETE, the passivated one as any other.
-    until(&base, "mcp_sessions_passivated_total ", 2.0).await;
+    // Both end with DELETE, passivated again, as any other.
+    until(&base, "mcp_sessions_passivated_total ", 4.0).await;
     let status = within("DELETE", idle.delete()).await.unwrap();
     assert!(status.is_success(), "{status}");
     let status = within("DELETE", listening.delete()).await.unwrap();

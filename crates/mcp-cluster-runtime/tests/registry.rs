@@ -14,8 +14,8 @@ use mcp_cluster_protocol::jsonrpc::Body;
 use mcp_cluster_protocol::types::{Implementation, ServerCapabilities};
 use mcp_cluster_protocol::{ErrorObject, Message, Notification, Request, RequestId};
 use mcp_cluster_runtime::{
-    Answers, ExchangeReply, Inbound, McpService, RequestContext, Runtime, RuntimeConfig,
-    RuntimeError, SessionHandle, Submitted, Transport,
+    Answers, ExchangeReply, FollowItem, Inbound, McpService, RequestContext, Runtime,
+    RuntimeConfig, RuntimeError, ServerEvent, SessionHandle, Submitted, Transport,
 };
 use mcp_cluster_store::Store;
 use mcp_cluster_store::memory::Retention;
@@ -42,6 +42,25 @@ impl McpService for Echo {
 
     async fn handle(&self, request: Request, ctx: RequestContext) -> Result<Value, ErrorObject> {
         Ok(json!({"method": request.method, "version": ctx.protocol_version().as_str()}))
+    }
+}
+
+/// As [`Echo`], with resources a client may subscribe to.
+#[derive(Debug)]
+struct Watched;
+
+#[async_trait]
+impl McpService for Watched {
+    fn server_info(&self) -> Implementation {
+        Echo.server_info()
+    }
+
+    fn capabilities(&self) -> ServerCapabilities {
+        serde_json::from_value(json!({"resources": {"subscribe": true}})).unwrap()
+    }
+
+    async fn handle(&self, request: Request, ctx: RequestContext) -> Result<Value, ErrorObject> {
+        Echo.handle(request, ctx).await
     }
 }
 
@@ -277,6 +296,98 @@ async fn a_session_running_a_request_does_not_passivate() {
     tokio::time::sleep(Duration::from_secs(40)).await;
     assert!(session.is_alive(), "passivated with a request running");
     assert_eq!(runtime.session_count(), 1);
+}
+
+/// The next message `follow` yields, past at most two keep-alives.
+async fn next_message(follow: &mut mcp_cluster_runtime::Follow) -> Value {
+    for _ in 0..3 {
+        match follow.next().await {
+            Some(FollowItem::KeepAlive) => {}
+            Some(FollowItem::Event(_, data)) => return serde_json::from_str(&data).unwrap(),
+            other => panic!("the stream ended: {other:?}"),
+        }
+    }
+    panic!("nothing written to the stream");
+}
+
+#[actix_rt::test]
+async fn a_session_whose_client_only_listens_passivates_and_still_hears_the_server() {
+    tokio::time::pause();
+    let runtime = Runtime::new(
+        Arc::new(Watched),
+        Store::memory(Retention::default()),
+        RuntimeConfig {
+            session_idle_ttl_secs: 60,
+            session_passivate_secs: 10,
+            ..RuntimeConfig::default()
+        },
+    );
+    let session = initialized(&runtime).await;
+    let id = session.id().clone();
+    let watched = "test://watched";
+    let r = call(
+        &runtime,
+        &session,
+        1,
+        "resources/subscribe",
+        json!({"uri": watched}),
+    )
+    .await;
+    assert!(r.outcome.is_ok(), "{r:?}");
+    let (_, mut follow) = runtime.follow_standalone(&session).await.unwrap();
+    stopped_within(&session, 20).await;
+    assert_eq!(
+        runtime.session_count(),
+        0,
+        "passivated with its stream read"
+    );
+
+    // Twice the TTL since the last request: the node renewed the session
+    // for its reader.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert!(
+        runtime.store().sessions.load(&id).await.unwrap().is_some(),
+        "a listened session expired"
+    );
+
+    // The server's events reach the stream as the actor would have written
+    // them, without starting it: a list change, and an update of a resource
+    // the session subscribed to, not of another.
+    runtime.broadcast(ServerEvent::ToolsListChanged);
+    let m = next_message(&mut follow).await;
+    assert_eq!(m["method"], "notifications/tools/list_changed", "{m}");
+    runtime.broadcast(ServerEvent::ResourceUpdated {
+        uri: "test://other".into(),
+    });
+    runtime.broadcast(ServerEvent::ResourceUpdated {
+        uri: watched.into(),
+    });
+    let m = next_message(&mut follow).await;
+    assert_eq!(m["method"], "notifications/resources/updated", "{m}");
+    assert_eq!(m["params"]["uri"], watched, "{m}");
+    assert_eq!(runtime.session_count(), 0, "no actor started for them");
+
+    // Once its reader is gone, nothing renews it: it expires a TTL later.
+    drop(follow);
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    assert!(runtime.store().sessions.load(&id).await.unwrap().is_none());
+}
+
+#[actix_rt::test]
+async fn without_passivation_a_listened_session_keeps_its_actor() {
+    tokio::time::pause();
+    let runtime = runtime(RuntimeConfig {
+        session_idle_ttl_secs: 60,
+        session_passivate_secs: 0,
+        ..RuntimeConfig::default()
+    });
+    let session = initialized(&runtime).await;
+    let (_, mut follow) = runtime.follow_standalone(&session).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert!(session.is_alive(), "evicted while its client listens");
+    runtime.broadcast(ServerEvent::ToolsListChanged);
+    let m = next_message(&mut follow).await;
+    assert_eq!(m["method"], "notifications/tools/list_changed", "{m}");
 }
 
 #[actix_rt::test]

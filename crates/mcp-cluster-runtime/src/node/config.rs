@@ -30,13 +30,15 @@ pub struct RuntimeConfig {
     /// Seconds a session may stay idle (no request, no open stream) before
     /// it expires. Default 1800: long enough for a human pause.
     pub session_idle_ttl_secs: u64,
-    /// Seconds a session may go without a request, a notification or an
-    /// open stream of its client before its actor stops on this node
-    /// (passivates): its record stays in the store, and its next request,
-    /// on any node, starts it again from there. Only a session with
-    /// nothing running, nothing held for its client and no stream open
-    /// passivates; one whose own server runs on this node (a hosted
-    /// server's child) never does. 0: never. Default 30.
+    /// Seconds a session may go without a request or a notification of
+    /// its client before its actor stops on this node (passivates): its
+    /// record stays in the store, and its next request, on any node,
+    /// starts it again from there. Only a session with nothing running and
+    /// nothing held for its client passivates; one whose own server runs
+    /// on this node (a hosted server's child) never does. A client reading
+    /// its standalone stream meanwhile keeps the session (the node renews
+    /// it) and hears the server's events (the node writes them). 0: never.
+    /// Default 30.
     pub session_passivate_secs: u64,
     /// Most live sessions on this node; `initialize` beyond it gets HTTP 503.
     /// With the embedded store, passivated sessions count too (their

@@ -8,7 +8,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -21,6 +21,7 @@ use mcp_cluster_store::{
     EventId, EventLog, Position, SessionId, SessionStore, StoreError, StoredEvent, StreamId, Wakeup,
 };
 use serde_json::Value;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::node::quota::SlotLease;
@@ -71,14 +72,98 @@ pub enum FollowEnd {
     Failed,
 }
 
+/// The session whose standalone stream a reader here follows: what this
+/// node keeps so that the session's actor need not run while its client
+/// only listens (it passivates, see `Session::at_rest`). The node renews
+/// the session in the store for the reader ([`Attachments::due_renewals`])
+/// and writes the server's events to the stream itself
+/// ([`Attachments::listened`]) while no actor of the session runs here.
+#[derive(Debug)]
+pub(crate) struct Listened {
+    session: SessionId,
+    /// The principal that created the session, whose quota slot for it is
+    /// renewed with it.
+    owner: Option<Box<str>>,
+    /// When the node last renewed the session for this reader; `None`
+    /// until the first renewal, which the next sweep makes.
+    renewed: Option<tokio::time::Instant>,
+}
+
+impl Listened {
+    pub(crate) fn new(session: SessionId, owner: Option<&str>) -> Box<Self> {
+        Box::new(Self {
+            session,
+            owner: owner.map(Box::from),
+            renewed: None,
+        })
+    }
+}
+
+/// A session to renew for the reader of its standalone stream
+/// ([`Attachments::due_renewals`]).
+#[derive(Debug)]
+pub(crate) struct Renewal {
+    pub(crate) session: SessionId,
+    pub(crate) stream: StreamId,
+    pub(crate) owner: Option<Box<str>>,
+}
+
+/// What tells a reader to end or to finish up: another reader took over
+/// (or the server asked its client to poll), its stream's writer on this
+/// node could not write its response or close it ([`Attachments::fail`]),
+/// or the node drains ([`Attachments::wake_all`]). One small allocation
+/// per reader, and one `Notified` in its wait.
+#[derive(Debug, Default)]
+pub(crate) struct ReaderSignal {
+    kicked: AtomicBool,
+    failed: AtomicBool,
+    notify: Notify,
+}
+
+impl ReaderSignal {
+    fn kick(&self) {
+        self.kicked.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    fn fail(&self) {
+        self.failed.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    /// Whether another reader took over, or the server kicked this one.
+    pub(crate) fn is_kicked(&self) -> bool {
+        self.kicked.load(Ordering::Acquire)
+    }
+
+    fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Returns once the reader is kicked, its writer failed, or `drain` is
+    /// cancelled (at once if any already is). Cancel safe.
+    async fn raised(&self, drain: &CancellationToken) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the flags are read: a signal raised after
+            // the read wakes this wait.
+            notified.as_mut().enable();
+            if self.is_kicked() || self.is_failed() || drain.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Slot {
     Reader {
         generation: u64,
-        kick: CancellationToken,
-        /// Cancelled when the stream's writer on this node could not write
-        /// its response or close it ([`Attachments::fail`]).
-        failed: CancellationToken,
+        signal: Arc<ReaderSignal>,
+        /// Set when the stream is its session's standalone stream.
+        listened: Option<Box<Listened>>,
     },
     KickPending,
     /// The writer failed before a reader attached. Taken by the next reader
@@ -92,7 +177,20 @@ enum Slot {
     /// client meanwhile is in the log when it resumes.
     Resuming {
         until: tokio::time::Instant,
+        listened: Option<Box<Listened>>,
     },
+}
+
+impl Slot {
+    /// The session listened to through this slot now: a reader's, or one
+    /// whose reader ended with `retry` less than the window ago.
+    fn listened(&self, now: tokio::time::Instant) -> Option<&Listened> {
+        match self {
+            Slot::Reader { listened, .. } => listened.as_deref(),
+            Slot::Resuming { until, listened } if *until > now => listened.as_deref(),
+            _ => None,
+        }
+    }
 }
 
 /// How long a stream whose reader ended with `retry` counts as listened to
@@ -117,37 +215,40 @@ pub struct Attachments {
 }
 
 impl Attachments {
-    /// Registers a new reader of `stream`, ending the previous one.
-    pub fn attach(self: &Arc<Self>, stream: &StreamId) -> Attachment {
+    /// Registers a new reader of `stream`, ending the previous one;
+    /// `listened` when the stream is its session's standalone stream.
+    pub(crate) fn attach(
+        self: &Arc<Self>,
+        stream: &StreamId,
+        listened: Option<Box<Listened>>,
+    ) -> Attachment {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
-        let kick = CancellationToken::new();
-        let failed = CancellationToken::new();
+        let signal = Arc::new(ReaderSignal::default());
         let previous = self.slots.insert(
             stream.clone(),
             Slot::Reader {
                 generation,
-                kick: kick.clone(),
-                failed: failed.clone(),
+                signal: Arc::clone(&signal),
+                listened,
             },
         );
         match previous {
-            Some(Slot::Reader { kick: old, .. }) => {
+            Some(Slot::Reader { signal: old, .. }) => {
                 mcp_cluster_telemetry::metrics::metrics()
                     .sse_takeovers
                     .inc();
-                old.cancel();
+                old.kick();
             }
             // The server asked to disconnect before this reader arrived.
-            Some(Slot::KickPending) => kick.cancel(),
-            Some(Slot::FailPending) => failed.cancel(),
+            Some(Slot::KickPending) => signal.kick(),
+            Some(Slot::FailPending) => signal.fail(),
             Some(Slot::Resuming { .. }) | None => {}
         }
         Attachment {
             attachments: Arc::clone(self),
             stream: stream.clone(),
             generation,
-            kick,
-            failed,
+            signal,
             resume: false,
         }
     }
@@ -161,7 +262,7 @@ impl Attachments {
         // As `kick`: one entry lock, so an attaching reader is not lost.
         match self.slots.entry(stream.clone()) {
             Entry::Occupied(mut slot) => match slot.get() {
-                Slot::Reader { failed, .. } => failed.cancel(),
+                Slot::Reader { signal, .. } => signal.fail(),
                 Slot::FailPending => {}
                 Slot::KickPending | Slot::Resuming { .. } => {
                     slot.insert(Slot::FailPending);
@@ -177,8 +278,8 @@ impl Attachments {
     /// reader here now is told (no mark is left for a later one, as this
     /// node may never see the stream).
     pub fn fail_reader(&self, stream: &StreamId) {
-        if let Some(Slot::Reader { failed, .. }) = self.slots.get(stream).as_deref() {
-            failed.cancel();
+        if let Some(Slot::Reader { signal, .. }) = self.slots.get(stream).as_deref() {
+            signal.fail();
         }
     }
 
@@ -190,8 +291,8 @@ impl Attachments {
         // pending kick and never kicked.
         match self.slots.entry(stream.clone()) {
             Entry::Occupied(slot) => {
-                if let Slot::Reader { kick, .. } = slot.get() {
-                    kick.cancel();
+                if let Slot::Reader { signal, .. } = slot.get() {
+                    signal.kick();
                 }
             }
             Entry::Vacant(slot) => {
@@ -206,12 +307,23 @@ impl Attachments {
     pub fn kick_reader(&self, stream: &StreamId) {
         if let Some((_, slot)) = self.slots.remove_if(stream, |_, slot| {
             matches!(slot, Slot::Reader { .. } | Slot::Resuming { .. })
-        }) && let Slot::Reader { kick, .. } = slot
+        }) && let Slot::Reader { signal, .. } = slot
         {
             mcp_cluster_telemetry::metrics::metrics()
                 .sse_takeovers
                 .inc();
-            kick.cancel();
+            signal.kick();
+        }
+    }
+
+    /// Wakes every reader on this node, once the node's drain token is
+    /// cancelled: each sends what its stream's log holds, then ends with
+    /// `retry` ([`FollowEnd::ShuttingDown`]).
+    pub(crate) fn wake_all(&self) {
+        for slot in &self.slots {
+            if let Slot::Reader { signal, .. } = slot.value() {
+                signal.notify.notify_waiters();
+            }
         }
     }
 
@@ -235,13 +347,13 @@ impl Attachments {
         // locks the same shard for writing: holding both would deadlock).
         let (listening, expired) = match self.slots.get(stream).as_deref() {
             Some(Slot::Reader { .. }) => (true, false),
-            Some(Slot::Resuming { until }) => (*until > now, *until <= now),
+            Some(Slot::Resuming { until, .. }) => (*until > now, *until <= now),
             _ => (false, false),
         };
         if expired {
             self.slots.remove_if(
                 stream,
-                |_, slot| matches!(slot, Slot::Resuming { until } if *until <= now),
+                |_, slot| matches!(slot, Slot::Resuming { until, .. } if *until <= now),
             );
         }
         listening
@@ -253,17 +365,24 @@ impl Attachments {
         let now = tokio::time::Instant::now();
         self.slots
             .iter()
-            .filter(|slot| matches!(slot.value(), Slot::Resuming { until } if *until > now))
+            .filter(|slot| matches!(slot.value(), Slot::Resuming { until, .. } if *until > now))
             .count()
     }
 
     /// The reader of `generation` ended telling its client to reconnect.
     fn resuming(&self, stream: &StreamId, generation: u64) {
         if let Entry::Occupied(mut slot) = self.slots.entry(stream.clone())
-            && matches!(slot.get(), Slot::Reader { generation: g, .. } if *g == generation)
+            && let Slot::Reader {
+                generation: g,
+                listened,
+                ..
+            } = slot.get_mut()
+            && *g == generation
         {
+            let listened = listened.take();
             slot.insert(Slot::Resuming {
                 until: tokio::time::Instant::now() + RESUME_WINDOW,
+                listened,
             });
         } else {
             return;
@@ -275,8 +394,59 @@ impl Attachments {
         {
             let now = tokio::time::Instant::now();
             self.slots
-                .retain(|_, slot| !matches!(slot, Slot::Resuming { until } if *until <= now));
+                .retain(|_, slot| !matches!(slot, Slot::Resuming { until, .. } if *until <= now));
         }
+    }
+}
+
+impl Attachments {
+    /// The sessions listened to here (a reader follows their standalone
+    /// stream, or did moments ago, see [`Self::is_listening`]) that `skip`
+    /// does not take, with their streams. `skip` is asked with no lock of
+    /// this map held.
+    pub(crate) fn listened(&self, skip: impl Fn(&SessionId) -> bool) -> Vec<(SessionId, StreamId)> {
+        let now = tokio::time::Instant::now();
+        let mut listened: Vec<(SessionId, StreamId)> = self
+            .slots
+            .iter()
+            .filter_map(|slot| {
+                let listened = slot.value().listened(now)?;
+                Some((listened.session.clone(), slot.key().clone()))
+            })
+            .collect();
+        listened.retain(|(session, _)| !skip(session));
+        listened
+    }
+
+    /// The sessions listened to here whose last renewal for their reader
+    /// is `every` ago or more (or which had none yet), marked renewed now:
+    /// the caller renews them. A session keeps its TTL while a client
+    /// listens, whether its actor runs or not.
+    pub(crate) fn due_renewals(&self, every: Duration) -> Vec<Renewal> {
+        let now = tokio::time::Instant::now();
+        let mut due = Vec::new();
+        for mut slot in self.slots.iter_mut() {
+            let (stream, slot) = slot.pair_mut();
+            let listened = match slot {
+                Slot::Reader { listened, .. } => listened.as_deref_mut(),
+                Slot::Resuming { until, listened } if *until > now => listened.as_deref_mut(),
+                _ => None,
+            };
+            let Some(listened) = listened else { continue };
+            if listened
+                .renewed
+                .is_some_and(|at| now.duration_since(at) < every)
+            {
+                continue;
+            }
+            listened.renewed = Some(now);
+            due.push(Renewal {
+                session: listened.session.clone(),
+                stream: stream.clone(),
+                owner: listened.owner.clone(),
+            });
+        }
+        due
     }
 }
 
@@ -286,10 +456,9 @@ pub struct Attachment {
     attachments: Arc<Attachments>,
     stream: StreamId,
     generation: u64,
-    /// Cancelled when another reader takes over or the server kicks.
-    kick: CancellationToken,
-    /// Cancelled when the stream's writer could not finish it.
-    failed: CancellationToken,
+    /// Raised when another reader takes over or the server kicks, or when
+    /// the stream's writer could not finish it.
+    signal: Arc<ReaderSignal>,
     /// Set when the follow of a standalone stream ended telling its client
     /// to reconnect: the detach leaves a resume mark ([`Slot::Resuming`]).
     resume: bool,
@@ -382,12 +551,13 @@ impl Follow {
         shutdown: CancellationToken,
         keep_alive: Duration,
         requests: Vec<RequestId>,
+        listened: Option<Box<Listened>>,
     ) -> Result<Self, StoreError> {
         // Subscribe before the first read so that no append is missed.
         let wake = events.subscribe(&session, &stream).await?;
         // Validates `after` (an event of this stream, or its start).
         events.read(&session, &stream, after, 0).await?;
-        let attachment = attachments.attach(&stream);
+        let attachment = attachments.attach(&stream, listened);
         Ok(Self {
             events,
             sessions,
@@ -413,7 +583,7 @@ impl Follow {
     /// reader that takes the stream over takes the slot with it.
     pub(crate) fn hold(&mut self, mut lease: Option<SlotLease>) {
         if let Some(lease) = &mut lease {
-            lease.yield_to_takeover(self.attachment.kick.clone());
+            lease.yield_to_takeover(Arc::clone(&self.attachment.signal));
         }
         self.lease = lease;
     }
@@ -447,7 +617,7 @@ impl Follow {
                 };
                 return Some(FollowItem::Event(id, event.data));
             }
-            if self.attachment.kick.is_cancelled() {
+            if self.attachment.signal.is_kicked() {
                 return Some(self.end(FollowEnd::Kicked));
             }
             match self
@@ -484,9 +654,18 @@ impl Follow {
                         return Some(self.end(FollowEnd::Failed));
                     }
                     tracing::debug!(stream = %self.stream, error = %err, "Stream read failed; retrying.");
+                    if self.shutdown.is_cancelled() {
+                        return Some(self.end(FollowEnd::ShuttingDown));
+                    }
+                    let signal = &self.attachment.signal;
                     tokio::select! {
-                        () = self.attachment.kick.cancelled() => return Some(self.end(FollowEnd::Kicked)),
-                        () = self.shutdown.cancelled() => return Some(self.end(FollowEnd::ShuttingDown)),
+                        () = signal.raised(&self.shutdown), if !signal.is_failed() => {
+                            if self.shutdown.is_cancelled() {
+                                return Some(self.end(FollowEnd::ShuttingDown));
+                            }
+                            // Kicked (seen at the top), or failed: read again.
+                            continue;
+                        }
                         () = tokio::time::sleep(STORE_RETRY) => continue,
                     }
                 }
@@ -501,7 +680,7 @@ impl Follow {
             if self.shutdown.is_cancelled() {
                 return Some(self.end(FollowEnd::ShuttingDown));
             }
-            if self.attachment.failed.is_cancelled() {
+            if self.attachment.signal.is_failed() {
                 return Some(self.unanswered(NOT_KEPT, FollowEnd::Failed));
             }
             tokio::select! {
@@ -510,12 +689,11 @@ impl Follow {
                         return self.lost().await;
                     }
                 }
-                // Read once more (whatever was written goes out), then end.
-                () = self.attachment.failed.cancelled() => {}
-                () = self.attachment.kick.cancelled() => return Some(self.end(FollowEnd::Kicked)),
-                // Read once more before ending: events appended just before
-                // the drain (a response, say) go out on this connection.
-                () = self.shutdown.cancelled() => {}
+                // Kicked: ends at the top of the loop. The writer failed, or
+                // the node drains: read once more (whatever was written
+                // goes out, a response appended just before the drain
+                // too), then end.
+                () = self.attachment.signal.raised(&self.shutdown) => {}
                 () = tokio::time::sleep(self.keep_alive) => return Some(FollowItem::KeepAlive),
             }
         }
@@ -613,7 +791,7 @@ mod tests {
 
     /// A reader of `stream` that ended telling its client to reconnect.
     fn ended_with_retry(attachments: &Arc<Attachments>, stream: &StreamId) {
-        let mut attachment = attachments.attach(stream);
+        let mut attachment = attachments.attach(stream, None);
         attachment.resume = true;
         drop(attachment);
     }
@@ -640,11 +818,125 @@ mod tests {
         assert!(attachments.slots.is_empty());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_listened_session_is_due_for_renewal_at_once_then_once_per_interval() {
+        let attachments = Arc::new(Attachments::default());
+        let (standalone, answer) = (StreamId::random(), StreamId::random());
+        let session = SessionId::random();
+        let every = Duration::from_secs(60);
+        let reader = attachments.attach(
+            &standalone,
+            Some(Listened::new(session.clone(), Some("alice"))),
+        );
+        let _answer = attachments.attach(&answer, None);
+        let due = attachments.due_renewals(every);
+        assert_eq!(
+            due.len(),
+            1,
+            "only the standalone stream's session: {due:?}"
+        );
+        assert_eq!(due[0].session, session);
+        assert_eq!(due[0].stream, standalone);
+        assert_eq!(due[0].owner.as_deref(), Some("alice"));
+        assert!(
+            attachments.due_renewals(every).is_empty(),
+            "renewed just now"
+        );
+        tokio::time::advance(every - Duration::from_millis(1)).await;
+        assert!(attachments.due_renewals(every).is_empty());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(attachments.due_renewals(every).len(), 1);
+
+        // A reader that ended with `retry` keeps the session renewed while
+        // its client may come back, and no longer.
+        let mut reader = reader;
+        reader.resume = true;
+        drop(reader);
+        let often = Duration::from_secs(1);
+        tokio::time::advance(often).await;
+        assert_eq!(attachments.due_renewals(often).len(), 1);
+        tokio::time::advance(RESUME_WINDOW).await;
+        assert!(attachments.due_renewals(often).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sessions_listened_to_are_those_of_readers_here_or_moments_ago() {
+        let attachments = Arc::new(Attachments::default());
+        let (a, b, c) = (
+            SessionId::random(),
+            SessionId::random(),
+            SessionId::random(),
+        );
+        let (sa, sb, sc) = (StreamId::random(), StreamId::random(), StreamId::random());
+        let _reading = attachments.attach(&sa, Some(Listened::new(a.clone(), None)));
+        let mut resuming = attachments.attach(&sb, Some(Listened::new(b.clone(), None)));
+        resuming.resume = true;
+        drop(resuming);
+        // A reader that left without `retry`.
+        drop(attachments.attach(&sc, Some(Listened::new(c, None))));
+        let mut listened = attachments.listened(|_| false);
+        listened.sort_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
+        let mut want = vec![(a.clone(), sa.clone()), (b.clone(), sb)];
+        want.sort_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
+        assert_eq!(listened, want);
+        // Those the caller serves otherwise (an actor runs) are skipped.
+        assert_eq!(attachments.listened(|id| *id != a), vec![(a, sa.clone())]);
+        tokio::time::advance(RESUME_WINDOW).await;
+        assert_eq!(attachments.listened(|_| false).len(), 1, "the mark lapsed");
+        // Taken over by a reader on another node: listened to there.
+        attachments.kick_reader(&sa);
+        assert!(attachments.listened(|_| false).is_empty());
+    }
+
+    /// Whether `wait` is still pending after everything runnable ran.
+    async fn pending<F: std::future::Future>(wait: std::pin::Pin<&mut F>) -> bool {
+        tokio::select! {
+            biased;
+            _ = wait => false,
+            () = tokio::task::yield_now() => true,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_waits_until_kicked_failed_or_woken_by_the_drain() {
+        let attachments = Arc::new(Attachments::default());
+        let drain = CancellationToken::new();
+        let (a, b, c) = (StreamId::random(), StreamId::random(), StreamId::random());
+        let (ra, rb, rc) = (
+            attachments.attach(&a, None),
+            attachments.attach(&b, None),
+            attachments.attach(&c, None),
+        );
+        let (wa, wb, wc) = (
+            ra.signal.raised(&drain),
+            rb.signal.raised(&drain),
+            rc.signal.raised(&drain),
+        );
+        tokio::pin!(wa, wb, wc);
+        assert!(pending(wa.as_mut()).await && pending(wb.as_mut()).await);
+        assert!(pending(wc.as_mut()).await);
+
+        attachments.kick(&a);
+        assert!(!pending(wa.as_mut()).await, "kicked");
+        assert!(ra.signal.is_kicked());
+        attachments.fail(&b);
+        assert!(!pending(wb.as_mut()).await, "its writer failed");
+        assert!(!rb.signal.is_kicked() && rb.signal.is_failed());
+        assert!(pending(wc.as_mut()).await);
+        // The node drains: the token first, then every reader is woken.
+        drain.cancel();
+        attachments.wake_all();
+        assert!(!pending(wc.as_mut()).await, "woken by the drain");
+        assert!(!rc.signal.is_kicked() && !rc.signal.is_failed());
+        // A wait begun after the drain returns at once.
+        assert!(!pending(std::pin::pin!(rc.signal.raised(&drain))).await);
+    }
+
     #[tokio::test]
     async fn a_reader_that_ends_without_retry_leaves_no_mark() {
         let attachments = Arc::new(Attachments::default());
         let stream = StreamId::random();
-        drop(attachments.attach(&stream));
+        drop(attachments.attach(&stream, None));
         assert!(!attachments.is_listening(&stream));
         assert!(attachments.slots.is_empty());
     }

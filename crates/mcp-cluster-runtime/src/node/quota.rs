@@ -50,9 +50,9 @@ use mcp_cluster_store::{
 };
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::node::error::RuntimeError;
+use crate::node::follow::ReaderSignal;
 
 /// Quota settings; 0 turns a quota off. Defaults are generous: they stop
 /// floods and runaway clients, not real use (an agent rarely sends more
@@ -741,14 +741,14 @@ fn rate_key(ip: IpAddr) -> IpAddr {
 pub(crate) struct SlotLease {
     quotas: Arc<Quotas>,
     ticket: u64,
-    /// The reader's takeover token (its `Attachment`'s): cancelled when
-    /// another reader took the stream over, here or on another node.
-    takeover: Option<CancellationToken>,
+    /// The reader's signal (its `Attachment`'s): kicked when another
+    /// reader took the stream over, here or on another node.
+    takeover: Option<Arc<ReaderSignal>>,
 }
 
 impl SlotLease {
-    /// Keeps the slot when dropped after `takeover` was cancelled.
-    pub(crate) fn yield_to_takeover(&mut self, takeover: CancellationToken) {
+    /// Keeps the slot when dropped after `takeover` was kicked.
+    pub(crate) fn yield_to_takeover(&mut self, takeover: Arc<ReaderSignal>) {
         self.takeover = Some(takeover);
     }
 }
@@ -761,7 +761,7 @@ impl Drop for SlotLease {
         if self
             .takeover
             .as_ref()
-            .is_some_and(CancellationToken::is_cancelled)
+            .is_some_and(|signal| signal.is_kicked())
         {
             // Renewed by the new reader's node from now on.
             return;

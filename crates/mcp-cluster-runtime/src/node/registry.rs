@@ -106,6 +106,11 @@ where
         self.members.get(key).map(|m| m.clone())
     }
 
+    /// Whether a live member is under `key`.
+    pub(crate) fn holds_live(&self, key: &K) -> bool {
+        self.members.get(key).is_some_and(|m| m.is_alive())
+    }
+
     /// The live member under `key`, or a new one from `make` in its place
     /// (`true`): a member the node holds again, outside the maximum (a
     /// session rehydrated from the store must be served).

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix::prelude::*;
+use futures_util::{StreamExt as _, stream};
 use mcp_cluster_protocol::{Request, RequestId, Response};
 use mcp_cluster_store::{
     ControlMessage, NodeId, Position, Principal, SessionId, SessionRecord, Store, StoreError,
@@ -25,7 +26,7 @@ use tokio::sync::oneshot;
 use crate::node::NodeContext;
 use crate::node::config::RuntimeConfig;
 use crate::node::error::RuntimeError;
-use crate::node::follow::Follow;
+use crate::node::follow::{Follow, Listened};
 use crate::node::quota::Quotas;
 use crate::node::registry::{Registry, Sweeper};
 use crate::request::call::{BodyBytes, Inbound};
@@ -35,8 +36,15 @@ use crate::request::service::McpService;
 use crate::request::service::ServerEvent;
 use crate::session::SessionHandle;
 use crate::session::registry::Sessions;
-use crate::session::{Session, SessionDeps};
+use crate::session::{
+    IDLE_CHECK_INTERVAL, Session, SessionDeps, TOUCH_FRACTION, renew, write_standalone,
+};
 use crate::stateless::{RequestMeta, Stateless, StatelessReply};
+
+/// Store round trips at once when the node works through many sessions
+/// itself (a server event for the sessions listened to without an actor,
+/// their renewals).
+const STORE_FAN_OUT: usize = 32;
 
 /// One node's runtime. Cheap to clone; create it once, inside the actix
 /// system, outside the HTTP worker factory.
@@ -116,6 +124,14 @@ impl Runtime {
             }),
         };
         crate::runtime::cluster::start(&runtime);
+        let rt = runtime.clone();
+        actix::spawn(async move {
+            let mut renew = tokio::time::interval(IDLE_CHECK_INTERVAL);
+            loop {
+                renew.tick().await;
+                rt.renew_listened().await;
+            }
+        });
         runtime
     }
 
@@ -802,6 +818,8 @@ impl Runtime {
         after: Position,
         requests: Vec<RequestId>,
     ) -> Result<Follow, RuntimeError> {
+        let listened = (stream == session.standalone_stream())
+            .then(|| Listened::new(session.id().clone(), session.owner()));
         Follow::start(
             Arc::clone(&self.inner.deps.node.store.events),
             Arc::clone(&self.inner.deps.node.store.sessions),
@@ -812,6 +830,7 @@ impl Runtime {
             self.node().drain_token(),
             self.config().sse_keep_alive(),
             requests,
+            listened,
         )
         .await
         .map_err(RuntimeError::from)
@@ -892,8 +911,74 @@ impl Runtime {
     /// eras: the sessions (each by its subscriptions) and the
     /// `subscriptions/listen` streams (each by its filter).
     pub(crate) fn fan_out(&self, event: &ServerEvent) {
+        // The sessions listened to here without an actor first, then the
+        // actors: a session whose actor starts in between hears the event
+        // twice at worst (which an update notification tolerates), never
+        // not at all.
+        self.fan_out_listened(event);
         self.inner.sessions.fan_out(event);
         self.inner.stateless.listeners().fan_out(event);
+    }
+
+    /// Writes a server event to the standalone stream of each session whose
+    /// client reads it here while no actor of the session runs here (it
+    /// passivated, see `Session::at_rest`), as that actor would have: when
+    /// the stored record says the client initialized and, for a resource's
+    /// update, subscribed to it.
+    fn fan_out_listened(&self, event: &ServerEvent) {
+        let sessions = self.sessions();
+        let listened = self
+            .node()
+            .attachments
+            .listened(|id| sessions.holds_live(id));
+        if listened.is_empty() {
+            return;
+        }
+        let data: Arc<str> = Arc::from(
+            mcp_cluster_protocol::Message::Notification(event.notification(None)).to_json(),
+        );
+        let uri = match event {
+            ServerEvent::ResourceUpdated { uri } => Some(uri.clone()),
+            _ => None,
+        };
+        let store = self.store().clone();
+        actix::spawn(async move {
+            let (store, data, uri) = (&store, &data, &uri);
+            stream::iter(listened)
+                .for_each_concurrent(STORE_FAN_OUT, |(id, standalone)| async move {
+                    match store.sessions.load(&id).await {
+                        Ok(Some(record))
+                            if record.initialized
+                                && uri.as_ref().is_none_or(|uri| record.subscriptions.contains(uri)) =>
+                        {
+                            write_standalone(&*store.events, &id, &standalone, Arc::clone(data))
+                                .await;
+                        }
+                        Ok(_) => {}
+                        Err(err) => {
+                            tracing::warn!(session_id = %id, error = %err, "Server event not written: the session's record could not be read.");
+                        }
+                    }
+                })
+                .await;
+        });
+    }
+
+    /// Renews the sessions whose standalone stream a client reads here, each
+    /// once per renewal interval of the idle TTL (as an active session's
+    /// actor renews its own): a listening client keeps its session whether
+    /// or not an actor of it runs.
+    async fn renew_listened(&self) {
+        let ttl = self.config().session_idle_ttl();
+        let due = self.node().attachments.due_renewals(ttl / TOUCH_FRACTION);
+        let node = self.node();
+        stream::iter(due)
+            .for_each_concurrent(STORE_FAN_OUT, |due| async move {
+                if !renew(node, &due.session, &due.stream, due.owner.as_deref(), ttl).await {
+                    tracing::debug!(session_id = %due.session, "A listened session is no longer in the store.");
+                }
+            })
+            .await;
     }
 
     /// Starts draining: readiness fails; everything is still served.
@@ -955,6 +1040,9 @@ impl Runtime {
     /// ends complete.
     pub fn close_streams(&self) {
         self.node().drain.cancel();
+        // After the cancel: a reader that saw the token whole is waiting
+        // on its signal by now.
+        self.node().attachments.wake_all();
     }
 
     /// Requests running on this node.

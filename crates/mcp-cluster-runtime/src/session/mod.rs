@@ -32,8 +32,8 @@ use mcp_cluster_protocol::{
     methods,
 };
 use mcp_cluster_store::{
-    ControlMessage, Ended, NodeId, RawJson, SessionId, SessionRecord, Store, StoreError, StreamId,
-    Subscribed,
+    ControlMessage, Ended, EventLog, NodeId, RawJson, SessionId, SessionRecord, Store, StoreError,
+    StreamId, Subscribed,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -67,7 +67,7 @@ use crate::request::{
 };
 use crate::session::registry::Sessions;
 /// How often a session checks whether it is idle.
-const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How long a passivating session, already out of the registry, still
 /// takes what was sent to it by someone who found it just before: any of
@@ -77,7 +77,7 @@ const PASSIVATE_GRACE: Duration = Duration::from_secs(1);
 /// The store TTL is renewed at most every `TTL / TOUCH_FRACTION` while the
 /// session is active, so a session expires between 7/8 of its TTL and its
 /// TTL after its last activity.
-const TOUCH_FRACTION: u32 = 8;
+pub(crate) const TOUCH_FRACTION: u32 = 8;
 
 /// Handle one client request; every output goes to the exchange.
 #[derive(Message, Debug)]
@@ -823,27 +823,16 @@ impl Session {
         let events = Arc::clone(&self.deps.node.store.events);
         let session = self.record.id.clone();
         let stream = self.record.standalone_stream.clone();
-        mcp_cluster_telemetry::metrics::metrics()
-            .event_appends
-            .inc();
-        actix::spawn(async move {
-            // Tried again while the store is away (a failover of the
-            // session's shard): written twice at worst, which an update
-            // notification tolerates.
-            let written = crate::node::while_store_away(
-                || true,
-                || events.append(&session, &stream, Arc::clone(&data)),
-            )
-            .await;
-            match written {
-                Ok(_) => {}
-                // No client opened the GET stream yet.
-                Err(StoreError::StreamNotFound) => {}
-                Err(err) => {
-                    tracing::warn!(session_id = %session, error = %err, "Notification could not be written.");
-                }
-            }
-        });
+        actix::spawn(async move { write_standalone(&*events, &session, &stream, data).await });
+    }
+
+    /// Whether the actor stops while its client only listens to the
+    /// standalone stream: the node then renews the session and writes the
+    /// server's events to the stream without it (see
+    /// `Attachments::listened`). Not with passivation off, nor for a session
+    /// whose own server runs here.
+    fn passivates_listened(&self) -> bool {
+        self.deps.config.session_passivate_after().is_some() && self.hosted.is_none()
     }
 
     fn active(&mut self, ctx: &mut Context<Self>) {
@@ -857,10 +846,15 @@ impl Session {
 
     /// Whether stopping the actor now loses nothing: the session is stored
     /// and not ending, runs nothing, waits for no answer, holds nothing
-    /// for its client, no client listens to its standalone stream here,
-    /// no save of it is under way, and its own server (if any) does not
-    /// live here.
+    /// for its client, no save of it is under way, its own server (if any)
+    /// does not live here, and no client listens to its standalone stream
+    /// here unless a reader follows it now (the node then writes the
+    /// server's events for it, `Runtime::fan_out`; a stream only awaiting
+    /// its reader's return waits, as that reader may come back on another
+    /// node).
     fn at_rest(&self) -> bool {
+        let attachments = &self.deps.node.attachments;
+        let stream = &self.record.standalone_stream;
         self.stored
             && !self.terminated
             && self.hosted.is_none()
@@ -869,11 +863,7 @@ impl Session {
             && self.pending_asks.is_empty()
             && self.held_asks.is_empty()
             && self.shared.saves_pending.load(Ordering::Acquire) == 0
-            && !self
-                .deps
-                .node
-                .attachments
-                .is_listening(&self.record.standalone_stream)
+            && (attachments.is_attached(stream) || !attachments.is_listening(stream))
     }
 
     /// Stops the actor of a session idle for `session_passivate_secs`; its
@@ -941,46 +931,30 @@ impl Session {
             return;
         }
         self.last_touch = self.last_activity;
-        let store = self.deps.node.store.clone();
+        let node = Arc::clone(&self.deps.node);
         let id = self.record.id.clone();
         let standalone = self.record.standalone_stream.clone();
         let addr = ctx.address();
-        // The session's quota slot lives exactly as long as its record.
         let owner = self.shared.owner.get().cloned();
-        let quotas = Arc::clone(&self.deps.node.quotas);
         actix::spawn(async move {
-            match store.sessions.touch(&id, ttl).await {
-                Ok(true) => {
-                    // A standalone stream no client opened yet may not
-                    // exist (see `SessionStore::open_standalone`).
-                    match store.events.touch(&id, &standalone).await {
-                        Ok(()) | Err(StoreError::StreamNotFound) => {}
-                        Err(err) => {
-                            tracing::warn!(session_id = %id, error = %err, "Stream retention renewal failed.");
-                        }
-                    }
-                    if let Some(owner) = owner {
-                        quotas.renew_session(&owner, &id, ttl).await;
-                    }
-                }
-                Ok(false) => {
-                    tracing::debug!(session_id = %id, "Session no longer in the store; stopping.");
-                    addr.do_send(Evict);
-                }
-                Err(err) => {
-                    tracing::warn!(session_id = %id, error = %err, "Session TTL renewal failed.")
-                }
+            if !renew(&node, &id, &standalone, owner.as_deref(), ttl).await {
+                tracing::debug!(session_id = %id, "Session no longer in the store; stopping.");
+                addr.do_send(Evict);
             }
         });
     }
 
     fn check_idle(&mut self, ctx: &mut Context<Self>) {
+        // A client reading the standalone stream keeps the actor running
+        // only where it does not passivate: elsewhere the node renews the
+        // session for the reader.
         let busy = !self.in_flight.is_empty()
-            || self
-                .deps
-                .node
-                .attachments
-                .is_attached(&self.record.standalone_stream);
+            || (!self.passivates_listened()
+                && self
+                    .deps
+                    .node
+                    .attachments
+                    .is_attached(&self.record.standalone_stream));
         if busy {
             self.active(ctx);
             return;
@@ -2116,6 +2090,71 @@ impl SessionHandle {
         // do_send: a broadcast to a busy session must not be lost to a full
         // mailbox; broadcasts are rare and bounded by the registry's rate.
         self.addr.do_send(Broadcast(event));
+    }
+}
+
+/// Renews session `id`'s idle TTL in the store, its standalone stream's
+/// retention and its principal's quota slot for it (which lives exactly as
+/// long as its record); `false` when the store no longer has the session
+/// (ended elsewhere, or expired). A failure to renew is logged and counts
+/// as still there: the next renewal tries again.
+pub(crate) async fn renew(
+    node: &NodeContext,
+    id: &SessionId,
+    standalone: &StreamId,
+    owner: Option<&str>,
+    ttl: Duration,
+) -> bool {
+    let store = &node.store;
+    match store.sessions.touch(id, ttl).await {
+        Ok(true) => {
+            // A standalone stream no client opened yet may not exist (see
+            // `SessionStore::open_standalone`).
+            match store.events.touch(id, standalone).await {
+                Ok(()) | Err(StoreError::StreamNotFound) => {}
+                Err(err) => {
+                    tracing::warn!(session_id = %id, error = %err, "Stream retention renewal failed.");
+                }
+            }
+            if let Some(owner) = owner {
+                node.quotas.renew_session(owner, id, ttl).await;
+            }
+            true
+        }
+        Ok(false) => false,
+        Err(err) => {
+            tracing::warn!(session_id = %id, error = %err, "Session TTL renewal failed.");
+            true
+        }
+    }
+}
+
+/// Appends a message that answers no request to session `session`'s
+/// standalone stream `stream`.
+pub(crate) async fn write_standalone(
+    events: &dyn EventLog,
+    session: &SessionId,
+    stream: &StreamId,
+    data: Arc<str>,
+) {
+    mcp_cluster_telemetry::metrics::metrics()
+        .event_appends
+        .inc();
+    // Tried again while the store is away (a failover of the session's
+    // shard): written twice at worst, which an update notification
+    // tolerates.
+    let written = crate::node::while_store_away(
+        || true,
+        || events.append(session, stream, Arc::clone(&data)),
+    )
+    .await;
+    match written {
+        Ok(_) => {}
+        // No client opened the GET stream yet.
+        Err(StoreError::StreamNotFound) => {}
+        Err(err) => {
+            tracing::warn!(session_id = %session, error = %err, "Notification could not be written.");
+        }
     }
 }
 
