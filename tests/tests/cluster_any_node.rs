@@ -9,8 +9,8 @@ mod cluster_support;
 use std::time::Duration;
 
 use cluster_support::*;
-use mcp_cluster_client::{Client, Reply};
-use mcp_cluster_testkit::{GUARD, metric, within};
+use mcp_cluster_client::{Client, Reply, SseStream};
+use mcp_cluster_testkit::{Cluster, GUARD, metric, within};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -115,15 +115,11 @@ async fn touch(client: &Client, uri: &str) {
     assert_eq!(touched["result"]["isError"], false, "{touched}");
 }
 
-#[tokio::test]
-async fn resource_update_reaches_the_standalone_stream_on_another_node_once() {
-    let cluster = start(3, &[]);
+/// A session made on node A that subscribes there to `uri`, and its
+/// standalone stream read on node B (past its priming event).
+async fn subscribed_on_a_read_on_b(cluster: &Cluster, uri: &str) -> (String, SseStream) {
     let a = session(&cluster.node_url(0), json!({})).await;
     let id = a.session_id().unwrap().to_owned();
-    let b = client(&cluster.node_url(1), &id);
-    let c = client(&cluster.node_url(2), &id);
-    let uri = "test://watched-resource";
-
     let (subscribed, _) = within(
         "subscribe on A",
         a.request("resources/subscribe", json!({"uri": uri})),
@@ -131,9 +127,18 @@ async fn resource_update_reaches_the_standalone_stream_on_another_node_once() {
     .await
     .unwrap();
     assert!(subscribed["result"].is_object(), "{subscribed}");
-
+    let b = client(&cluster.node_url(1), &id);
     let mut standalone = expect_sse(within("GET on B", b.get(None)).await.unwrap());
     priming(&mut standalone).await;
+    (id, standalone)
+}
+
+#[tokio::test]
+async fn resource_update_reaches_the_standalone_stream_on_another_node_once() {
+    let cluster = start(3, &[]);
+    let uri = "test://watched-resource";
+    let (id, mut standalone) = subscribed_on_a_read_on_b(&cluster, uri).await;
+    let c = client(&cluster.node_url(2), &id);
 
     touch(&c, uri).await;
 
@@ -164,19 +169,8 @@ async fn an_update_reaches_a_passivated_session_whose_stream_is_read_on_another_
     let bases: Vec<String> = (0..3)
         .map(|i| cluster.node_url(i).trim_end_matches("/mcp").to_owned())
         .collect();
-    let a = session(&cluster.node_url(0), json!({})).await;
-    let id = a.session_id().unwrap().to_owned();
-    let b = client(&cluster.node_url(1), &id);
     let uri = "test://watched-resource";
-    let (subscribed, _) = within(
-        "subscribe on A",
-        a.request("resources/subscribe", json!({"uri": uri})),
-    )
-    .await
-    .unwrap();
-    assert!(subscribed["result"].is_object(), "{subscribed}");
-    let mut standalone = expect_sse(within("GET on B", b.get(None)).await.unwrap());
-    priming(&mut standalone).await;
+    let (_, mut standalone) = subscribed_on_a_read_on_b(&cluster, uri).await;
 
     // Idle 1 s, seen by the idle check (every 5 s), then 1 s of grace.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
