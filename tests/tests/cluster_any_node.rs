@@ -141,8 +141,13 @@ async fn resource_update_reaches_the_standalone_stream_on_another_node_once() {
     let c = client(&cluster.node_url(2), &id);
 
     touch(&c, uri).await;
+    the_update_once(&mut standalone, uri).await;
+}
 
-    let event = next_event(&mut standalone)
+/// The next event of `standalone` is the update of `uri`, with an id, and
+/// nothing else arrives (keep-alive comments are no events).
+async fn the_update_once(standalone: &mut SseStream, uri: &str) {
+    let event = next_event(standalone)
         .await
         .expect("the standalone stream stays open");
     let update = message(&event);
@@ -152,8 +157,7 @@ async fn resource_update_reaches_the_standalone_stream_on_another_node_once() {
     );
     assert_eq!(update["params"]["uri"], uri, "{update}");
     assert!(event.id.is_some(), "{event:?}");
-    // Exactly once: nothing else arrives (keep-alive comments are no events).
-    match event_within(&mut standalone, QUIET).await {
+    match event_within(standalone, QUIET).await {
         None => {}
         Some(more) => panic!("a second delivery or an early end: {more:?}"),
     }
@@ -188,19 +192,7 @@ async fn an_update_reaches_a_passivated_session_whose_stream_is_read_on_another_
     let toucher = session(&cluster.node_url(2), json!({})).await;
     touch(&toucher, "test://not-watched").await;
     touch(&toucher, uri).await;
-    let event = next_event(&mut standalone)
-        .await
-        .expect("the standalone stream stays open");
-    let update = message(&event);
-    assert_eq!(
-        update["method"], "notifications/resources/updated",
-        "{update}"
-    );
-    assert_eq!(update["params"]["uri"], uri, "{update}");
-    match event_within(&mut standalone, QUIET).await {
-        None => {}
-        Some(more) => panic!("a second delivery or an early end: {more:?}"),
-    }
+    the_update_once(&mut standalone, uri).await;
     assert_eq!(metric(&bases[1], "mcp_sessions_held ").await, 0.0);
     assert_eq!(
         metric(&bases[1], "mcp_sessions_rehydrated_total ").await,
