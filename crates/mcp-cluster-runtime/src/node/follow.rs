@@ -397,9 +397,7 @@ impl Attachments {
                 .retain(|_, slot| !matches!(slot, Slot::Resuming { until, .. } if *until <= now));
         }
     }
-}
 
-impl Attachments {
     /// The sessions listened to here (a reader follows their standalone
     /// stream, or did moments ago, see [`Self::is_listening`]) that `skip`
     /// does not take, with their streams. `skip` is asked with no lock of

@@ -37,7 +37,7 @@ use crate::request::service::ServerEvent;
 use crate::session::SessionHandle;
 use crate::session::registry::Sessions;
 use crate::session::{
-    IDLE_CHECK_INTERVAL, Session, SessionDeps, TOUCH_FRACTION, renew, write_standalone,
+    IDLE_CHECK_INTERVAL, Session, SessionDeps, TOUCH_FRACTION, hears, renew, write_standalone,
 };
 use crate::stateless::{RequestMeta, Stateless, StatelessReply};
 
@@ -937,20 +937,14 @@ impl Runtime {
         let data: Arc<str> = Arc::from(
             mcp_cluster_protocol::Message::Notification(event.notification(None)).to_json(),
         );
-        let uri = match event {
-            ServerEvent::ResourceUpdated { uri } => Some(uri.clone()),
-            _ => None,
-        };
+        let event = event.clone();
         let store = self.store().clone();
         actix::spawn(async move {
-            let (store, data, uri) = (&store, &data, &uri);
+            let (store, data, event) = (&store, &data, &event);
             stream::iter(listened)
                 .for_each_concurrent(STORE_FAN_OUT, |(id, standalone)| async move {
                     match store.sessions.load(&id).await {
-                        Ok(Some(record))
-                            if record.initialized
-                                && uri.as_ref().is_none_or(|uri| record.subscriptions.contains(uri)) =>
-                        {
+                        Ok(Some(record)) if hears(&record, event) => {
                             write_standalone(&*store.events, &id, &standalone, Arc::clone(data))
                                 .await;
                         }

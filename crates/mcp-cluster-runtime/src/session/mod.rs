@@ -697,13 +697,22 @@ impl Handler<Broadcast> for Session {
     type Result = ();
 
     fn handle(&mut self, Broadcast(event): Broadcast, _ctx: &mut Self::Context) {
-        if let ServerEvent::ResourceUpdated { uri } = &event
-            && !self.record.subscriptions.contains(uri)
-        {
-            return;
+        if hears(&self.record, &event) {
+            self.to_standalone(event.notification(None));
         }
-        self.to_standalone(event.notification(None));
     }
+}
+
+/// Whether the client of the session `record` describes hears the server
+/// event `event`: it initialized and, for a resource's update, subscribed
+/// to that resource. Its session's actor asks, and the node for a session
+/// passivated while its client reads its stream (`Runtime::fan_out`).
+pub(crate) fn hears(record: &SessionRecord, event: &ServerEvent) -> bool {
+    record.initialized
+        && match event {
+            ServerEvent::ResourceUpdated { uri } => record.subscriptions.contains(uri),
+            _ => true,
+        }
 }
 
 impl Handler<HostedAsk> for Session {
