@@ -73,11 +73,22 @@ async fn an_idle_session_passivates_and_its_next_request_finds_it_with_its_state
         other => panic!("expected the standalone stream, got {other:?}"),
     };
     assert_eq!(metric(&base, "mcp_sessions_held ").await, 2.0);
+    // Its actor runs: the node does not stand in for it.
+    assert_eq!(
+        metric(&base, "mcp_sessions_listened_passivated ").await,
+        0.0
+    );
 
     // Idle 1 s, seen by the idle check (every 5 s), then 1 s of grace: both
     // actors stop, the one whose client reads its stream too.
     until(&base, "mcp_sessions_passivated_total ", 2.0).await;
     assert_eq!(metric(&base, "mcp_sessions_held ").await, 0.0);
+    // The one whose client reads its stream is counted as the node's to
+    // renew and write for; the other holds nothing here.
+    assert_eq!(
+        metric(&base, "mcp_sessions_listened_passivated ").await,
+        1.0
+    );
 
     // The server's events still reach the open stream, written by the node
     // from the stored record, without starting the session's actor: an
@@ -122,6 +133,10 @@ async fn an_idle_session_passivates_and_its_next_request_finds_it_with_its_state
     assert_eq!(logs(&notes), 0, "a log below the level it set: {notes:?}");
     assert_eq!(metric(&base, "mcp_sessions_rehydrated_total ").await, 2.0);
     assert_eq!(metric(&base, "mcp_sessions_held ").await, 2.0);
+    assert_eq!(
+        metric(&base, "mcp_sessions_listened_passivated ").await,
+        0.0
+    );
     drop(stream);
 
     // Both end with DELETE, passivated again, as any other.

@@ -82,6 +82,7 @@ pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
     let runtime = &state.runtime;
     let body = metrics::metrics().render(NodeGauges {
         sessions_held: runtime.session_count(),
+        sessions_listened_passivated: runtime.listened_passivated(),
         max_sessions: runtime.config().max_sessions,
         requests_in_flight: runtime.in_flight(),
         exchanges_open: runtime.open_exchanges(),

@@ -113,6 +113,9 @@ pub struct Metrics {
     pub sessions_ended: IntCounterVec,
     /// `mcp_sessions_held`: session actors on this node.
     pub sessions_held: IntGauge,
+    /// `mcp_sessions_listened_passivated`: sessions without an actor here
+    /// whose client reads their standalone stream on this node.
+    pub sessions_listened_passivated: IntGauge,
     /// `mcp_node_max_sessions`: the most sessions this node holds.
     pub max_sessions: IntGauge,
     /// `mcp_requests_in_flight`: handlers running on this node.
@@ -284,6 +287,8 @@ pub const STARTING: usize = 4;
 pub struct NodeGauges {
     /// Session actors on this node.
     pub sessions_held: usize,
+    /// Sessions without an actor here whose client reads their stream here.
+    pub sessions_listened_passivated: usize,
     /// Its limit (`max_sessions`).
     pub max_sessions: usize,
     /// Handlers running.
@@ -376,6 +381,10 @@ impl Metrics {
                 &["reason"],
             ),
             sessions_held: gauge("mcp_sessions_held", "Sessions with an actor on this node."),
+            sessions_listened_passivated: gauge(
+                "mcp_sessions_listened_passivated",
+                "Sessions without an actor on this node (passivated) whose client reads their standalone stream here: the node renews them and writes their server events.",
+            ),
             input_rounds_waiting: gauge(
                 "mcp_input_rounds_waiting",
                 "2026-07-28 calls kept running on this node while their client answers their questions (a hosted server's child waiting).",
@@ -658,6 +667,7 @@ impl Metrics {
             Box::new(self.sessions_adopted.clone()),
             Box::new(self.sessions_ended.clone()),
             Box::new(self.sessions_held.clone()),
+            Box::new(self.sessions_listened_passivated.clone()),
             Box::new(self.max_sessions.clone()),
             Box::new(self.requests_in_flight.clone()),
             Box::new(self.exchanges_open.clone()),
@@ -864,6 +874,8 @@ impl Metrics {
     /// text exposition format (version 0.0.4).
     pub fn render(&self, gauges: NodeGauges) -> String {
         self.sessions_held.set(clamp(gauges.sessions_held));
+        self.sessions_listened_passivated
+            .set(clamp(gauges.sessions_listened_passivated));
         self.max_sessions.set(clamp(gauges.max_sessions));
         self.requests_in_flight
             .set(clamp(gauges.requests_in_flight));
@@ -939,12 +951,14 @@ mod tests {
         .observe(0.0003);
         let text = m.render(NodeGauges {
             sessions_held: 3,
+            sessions_listened_passivated: 2,
             drain_phase: 1,
             ..NodeGauges::default()
         });
         for name in [
             "mcp_server_operation_duration_seconds_bucket",
             "mcp_sessions_held 3",
+            "mcp_sessions_listened_passivated 2",
             "mcp_node_drain_phase{phase=\"draining\"} 1",
             "mcp_node_drain_phase{phase=\"serving\"} 0",
             "mcp_build_info{version=",

@@ -242,6 +242,17 @@ impl Runtime {
         self.inner.sessions.len()
     }
 
+    /// Sessions without an actor here (passivated) whose client reads their
+    /// standalone stream on this node: those the node renews and writes
+    /// server events for itself.
+    pub fn listened_passivated(&self) -> usize {
+        let sessions = self.sessions();
+        self.node()
+            .attachments
+            .listened(|id| sessions.holds_live(id))
+            .len()
+    }
+
     /// Whether the node is draining.
     pub fn is_draining(&self) -> bool {
         self.node().is_draining()
