@@ -299,6 +299,21 @@ struct HoldArgs {
     #[arg(long, value_name = "K", default_value_t = 64)]
     open_concurrency: usize,
 
+    /// Once the memory is read, one session calls this tool (one that announces a change
+    /// to every listening client, such as mcp-node's `test_trigger_tool_change`), and every
+    /// stream must hear the announcement (--announced): prints how long the server took to
+    /// reach them all and the CPU it spent (with --server-pid). Needs --get-stream.
+    #[arg(long, value_name = "TOOL", requires = "get_stream")]
+    announce: Option<String>,
+
+    /// The notification --announce makes every stream hear.
+    #[arg(
+        long,
+        value_name = "METHOD",
+        default_value = "notifications/tools/list_changed"
+    )]
+    announced: String,
+
     /// Protocol version offered in `initialize`.
     #[arg(long, default_value = scenario::DEFAULT_PROTOCOL_VERSION)]
     protocol_version: String,
@@ -465,6 +480,8 @@ fn hold(args: HoldArgs) -> anyhow::Result<u64> {
         settle: Duration::from_secs(args.settle),
         server_pid: args.server_pid,
         open_concurrency: args.open_concurrency,
+        announce: args.announce,
+        announced: args.announced,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -473,6 +490,9 @@ fn hold(args: HoldArgs) -> anyhow::Result<u64> {
     match runtime.block_on(hold::run(plan, pools)) {
         Ok(result) => {
             println!("{}", result.line());
+            if let Some(announced) = &result.announced {
+                println!("{}", announced.line());
+            }
             Ok(0)
         }
         Err(err) => {

@@ -25,27 +25,37 @@ pub(crate) struct OwnUsage {
 /// # Errors
 /// `/proc/self` cannot be read (not Linux).
 pub(crate) fn own_usage() -> anyhow::Result<OwnUsage> {
-    let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    Ok(OwnUsage {
+        cpu_secs: cpu_secs("self")?,
+        rss_bytes: parse_kib(&status, "VmRSS:").context("no VmRSS")?,
+        peak_rss_bytes: parse_kib(&status, "VmHWM:").context("no VmHWM")?,
+    })
+}
+
+/// User and system CPU time of every thread of process `pid` (a number,
+/// or `self`) so far, seconds.
+///
+/// # Errors
+/// The process does not exist (or is not readable), or its stat is malformed.
+pub(crate) fn cpu_secs(pid: &str) -> anyhow::Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     // Fields after the command name (which ends at the last ')'): state is
     // field 3, utime 14, stime 15.
     let after = stat
         .rsplit_once(')')
         .map(|(_, rest)| rest)
-        .context("/proc/self/stat")?;
+        .with_context(|| format!("malformed {path}"))?;
     let fields: Vec<&str> = after.split_whitespace().collect();
     let ticks = |n: usize| -> anyhow::Result<f64> {
         Ok(fields
             .get(n - 3)
-            .context("/proc/self/stat is short")?
+            .with_context(|| format!("{path} is short"))?
             .parse::<f64>()?)
     };
-    let status =
-        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
-    Ok(OwnUsage {
-        cpu_secs: (ticks(14)? + ticks(15)?) / USER_HZ,
-        rss_bytes: parse_kib(&status, "VmRSS:").context("no VmRSS")?,
-        peak_rss_bytes: parse_kib(&status, "VmHWM:").context("no VmHWM")?,
-    })
+    Ok((ticks(14)? + ticks(15)?) / USER_HZ)
 }
 
 /// Resident set size of process `pid`, in bytes (`VmRSS`).
