@@ -43,7 +43,7 @@ const PURGE_HEARTBEAT_BYTES: usize = 1 << 20;
 /// its own is such a check, so a thread that does it every second returns
 /// what is due within about two seconds. Purging at once instead
 /// (`MIMALLOC_PURGE_DELAY=0`) keeps about 2 KB less per idle session with a
-/// stream but costs 10-14 % more CPU per `tools/call` answer, every burst
+/// stream but costs 11-16 % more CPU per `tools/call` answer, every burst
 /// of frees paying its page faults again (PERFORMANCE.md, "What the
 /// allocator keeps of an idle stream").
 fn purge_heartbeat() {
