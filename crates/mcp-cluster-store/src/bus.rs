@@ -161,6 +161,28 @@ impl ControlMessage {
         }
     }
 
+    /// Whether the publishing node must hear this message itself.
+    ///
+    /// `false` for what the origin already did for its own sessions before
+    /// publishing, and which only the other nodes act on: a client message
+    /// it delivered to its own actors, a session it ended or changed, a
+    /// stream it failed, a reader it attached. A bus may leave these out of
+    /// the origin's own subscription ([`ControlBus::subscribe_as`]), and a
+    /// node ignores them when it hears them. `true` for a server event (the
+    /// origin's sessions hear it only through the bus), a lease release
+    /// (the stores act on it) and a forward (its `host` runs it, whoever
+    /// sent it).
+    pub fn concerns_origin(&self) -> bool {
+        match self {
+            Self::Deliver { .. }
+            | Self::SessionEnded { .. }
+            | Self::SessionChanged { .. }
+            | Self::Kick { .. }
+            | Self::StreamFailed { .. } => false,
+            Self::ServerEvent { .. } | Self::Release { .. } | Self::Forward { .. } => true,
+        }
+    }
+
     /// The publishing node.
     pub fn origin(&self) -> &NodeId {
         match self {
@@ -188,11 +210,101 @@ pub trait ControlBus: Send + Sync + Debug + 'static {
     /// Receives every message published from now on. A receiver that lags
     /// loses the oldest messages (and is told so by the channel).
     fn subscribe(&self) -> broadcast::Receiver<ControlMessage>;
+
+    /// Receives what `node` must hear of the messages published from now
+    /// on: every one, except that a bus may leave out `node`'s own messages
+    /// that do not concern their origin
+    /// ([`ControlMessage::concerns_origin`]), so that the node is not woken
+    /// for what it already did. The in-memory bus leaves them out; by
+    /// default this is [`ControlBus::subscribe`].
+    fn subscribe_as(&self, node: &NodeId) -> broadcast::Receiver<ControlMessage> {
+        let _ = node;
+        self.subscribe()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_what_the_origin_did_not_do_itself_concerns_it() {
+        let (session, stream, origin) = (SessionId::random(), StreamId::random(), NodeId::random());
+        let cases = [
+            (
+                ControlMessage::Deliver {
+                    session: session.clone(),
+                    message: "{}".into(),
+                    origin: origin.clone(),
+                    trace: None,
+                },
+                false,
+            ),
+            (
+                ControlMessage::SessionEnded {
+                    session: session.clone(),
+                    origin: origin.clone(),
+                },
+                false,
+            ),
+            (
+                ControlMessage::SessionChanged {
+                    session: session.clone(),
+                    origin: origin.clone(),
+                },
+                false,
+            ),
+            (
+                ControlMessage::Kick {
+                    session: session.clone(),
+                    stream: stream.clone(),
+                    origin: origin.clone(),
+                    trace: None,
+                },
+                false,
+            ),
+            (
+                ControlMessage::StreamFailed {
+                    session: session.clone(),
+                    stream: stream.clone(),
+                    origin: origin.clone(),
+                },
+                false,
+            ),
+            (
+                ControlMessage::ServerEvent {
+                    name: "tools_list_changed".into(),
+                    uri: None,
+                    origin: origin.clone(),
+                },
+                true,
+            ),
+            (
+                ControlMessage::Release {
+                    session: session.clone(),
+                    holder: NodeId::random(),
+                    origin: origin.clone(),
+                },
+                true,
+            ),
+            (
+                ControlMessage::Forward {
+                    session,
+                    stream,
+                    attached: false,
+                    host: origin.clone(),
+                    requests: Vec::new(),
+                    principal: None,
+                    origin,
+                    trace: None,
+                },
+                true,
+            ),
+        ];
+        for (message, concerns) in cases {
+            assert_eq!(message.concerns_origin(), concerns, "{}", message.kind());
+        }
+    }
 
     #[test]
     fn trace_is_optional_on_the_wire_both_ways() {

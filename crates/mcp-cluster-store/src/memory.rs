@@ -733,10 +733,19 @@ impl SessionStore for MemorySessionStore {
 /// oldest messages.
 const BUS_CAPACITY: usize = 1024;
 
-/// In-memory [`ControlBus`]: one node, so every message loops back to it.
+/// In-memory [`ControlBus`]: every message loops back to the process.
+/// [`ControlBus::subscribe`] hears them all; [`ControlBus::subscribe_as`]
+/// leaves out the node's own messages that do not concern their origin:
+/// on one node, a session's life then wakes no other task (or thread) for
+/// its announcements.
 #[derive(Debug)]
 pub struct MemoryBus {
+    /// Every message.
     tx: tokio::sync::broadcast::Sender<ControlMessage>,
+    /// One channel per node subscribed with [`ControlBus::subscribe_as`]
+    /// (one per node of the process, usually one), dropped with its last
+    /// receiver.
+    nodes: Mutex<Vec<(NodeId, tokio::sync::broadcast::Sender<ControlMessage>)>>,
 }
 
 impl MemoryBus {
@@ -744,6 +753,7 @@ impl MemoryBus {
     pub fn new() -> Self {
         Self {
             tx: tokio::sync::broadcast::channel(BUS_CAPACITY).0,
+            nodes: Mutex::new(Vec::new()),
         }
     }
 }
@@ -758,12 +768,33 @@ impl Default for MemoryBus {
 impl ControlBus for MemoryBus {
     async fn publish(&self, message: &ControlMessage) -> Result<(), StoreError> {
         // No subscriber is not an error: nobody needed to hear it.
-        let _ = self.tx.send(message.clone());
+        if self.tx.receiver_count() > 0 {
+            let _ = self.tx.send(message.clone());
+        }
+        let mut nodes = lock(&self.nodes);
+        nodes.retain(|(_, tx)| tx.receiver_count() > 0);
+        let own = !message.concerns_origin();
+        for (node, tx) in nodes.iter() {
+            if !(own && node == message.origin()) {
+                let _ = tx.send(message.clone());
+            }
+        }
         Ok(())
     }
 
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<ControlMessage> {
         self.tx.subscribe()
+    }
+
+    fn subscribe_as(&self, node: &NodeId) -> tokio::sync::broadcast::Receiver<ControlMessage> {
+        let mut nodes = lock(&self.nodes);
+        nodes.retain(|(_, tx)| tx.receiver_count() > 0);
+        if let Some((_, tx)) = nodes.iter().find(|(n, _)| n == node) {
+            return tx.subscribe();
+        }
+        let (tx, rx) = tokio::sync::broadcast::channel(BUS_CAPACITY);
+        nodes.push((node.clone(), tx));
+        rx
     }
 }
 

@@ -286,3 +286,53 @@ async fn a_standalone_stream_is_made_by_its_first_opening_only_while_its_session
         StoreError::StreamNotFound
     );
 }
+
+/// A node subscribed as itself is not woken for its own messages that only
+/// other nodes act on; every other subscription hears them, and a message
+/// that concerns its origin reaches the origin too. A node's channel goes
+/// with its last receiver.
+#[tokio::test]
+async fn a_node_does_not_hear_its_own_announcements_on_the_memory_bus() {
+    use mcp_cluster_store::memory::MemoryBus;
+    use mcp_cluster_store::{ControlBus, ControlMessage, NodeId};
+    use tokio::sync::broadcast::error::TryRecvError;
+
+    let bus = MemoryBus::new();
+    let (a, b) = (NodeId::random(), NodeId::random());
+    let mut own = bus.subscribe_as(&a);
+    let mut other = bus.subscribe_as(&b);
+    let mut all = bus.subscribe();
+    let ended = ControlMessage::SessionEnded {
+        session: SessionId::random(),
+        origin: a.clone(),
+    };
+    let event = ControlMessage::ServerEvent {
+        name: "tools_list_changed".into(),
+        uri: None,
+        origin: a.clone(),
+    };
+    bus.publish(&ended).await.unwrap();
+    bus.publish(&event).await.unwrap();
+    assert_eq!(own.try_recv().unwrap(), event, "only what concerns it");
+    assert_eq!(own.try_recv(), Err(TryRecvError::Empty));
+    for rx in [&mut other, &mut all] {
+        assert_eq!(rx.try_recv().unwrap(), ended);
+        assert_eq!(rx.try_recv().unwrap(), event);
+    }
+
+    // A second receiver of the same node shares its channel; once every
+    // receiver of `a` is gone, a publish sends it nothing.
+    let mut again = bus.subscribe_as(&a);
+    drop(own);
+    let changed = ControlMessage::SessionChanged {
+        session: SessionId::random(),
+        origin: b.clone(),
+    };
+    bus.publish(&changed).await.unwrap();
+    assert_eq!(again.try_recv().unwrap(), changed, "b's message reaches a");
+    assert_eq!(other.try_recv(), Err(TryRecvError::Empty), "not b's own");
+    drop(again);
+    bus.publish(&changed).await.unwrap();
+    assert_eq!(all.try_recv().unwrap(), changed);
+    assert_eq!(all.try_recv().unwrap(), changed);
+}

@@ -42,7 +42,9 @@ pub const EXPIRY_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 const EXPIRED_BATCH: usize = 512;
 
 pub(crate) fn start(runtime: &Runtime) {
-    let mut messages = runtime.store().bus.subscribe();
+    // Not woken for this node's own announcements (on the embedded bus;
+    // through Redis they come back and are skipped below).
+    let mut messages = runtime.store().bus.subscribe_as(runtime.node_id());
     let rt = runtime.clone();
     actix::spawn(async move {
         loop {
@@ -100,14 +102,17 @@ pub(crate) fn start(runtime: &Runtime) {
 }
 
 fn on_control(rt: &Runtime, message: ControlMessage) {
-    let own = message.origin() == rt.node_id();
+    // What this node published for its own sessions, it already did.
+    if !message.concerns_origin() && message.origin() == rt.node_id() {
+        return;
+    }
     match message {
         ControlMessage::Deliver {
             session,
             message,
             trace,
             ..
-        } if !own => {
+        } => {
             let Some(handle) = rt.sessions().get(&session) else {
                 return;
             };
@@ -144,12 +149,12 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
                 trace.as_deref(),
             );
         }
-        ControlMessage::SessionEnded { session, .. } if !own => {
+        ControlMessage::SessionEnded { session, .. } => {
             if let Some(handle) = rt.sessions().remove(&session) {
                 handle.terminate();
             }
         }
-        ControlMessage::SessionChanged { session, .. } if !own => {
+        ControlMessage::SessionChanged { session, .. } => {
             if let Some(handle) = rt.sessions().get(&session) {
                 handle.reload();
             }
@@ -160,7 +165,7 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
             Some(event) => rt.fan_out(&event),
             None => tracing::debug!(%name, "Unknown server event ignored."),
         },
-        ControlMessage::StreamFailed { stream, .. } if !own => {
+        ControlMessage::StreamFailed { stream, .. } => {
             rt.node().attachments.fail_reader(&stream);
         }
         ControlMessage::Kick {
@@ -168,7 +173,7 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
             stream,
             trace,
             ..
-        } if !own => {
+        } => {
             let attachments = &rt.node().attachments;
             // A span only where a reader ends: every node hears every kick.
             let span = if trace.is_some() && attachments.is_attached(&stream) {
