@@ -183,6 +183,13 @@ impl ControlMessage {
         }
     }
 
+    /// Whether `node` must hear this message: always, unless `node` is its
+    /// origin and the message does not concern its origin
+    /// ([`ControlMessage::concerns_origin`]).
+    pub fn concerns(&self, node: &NodeId) -> bool {
+        self.concerns_origin() || self.origin() != node
+    }
+
     /// The publishing node.
     pub fn origin(&self) -> &NodeId {
         match self {
@@ -295,14 +302,17 @@ mod tests {
                     host: origin.clone(),
                     requests: Vec::new(),
                     principal: None,
-                    origin,
+                    origin: origin.clone(),
                     trace: None,
                 },
                 true,
             ),
         ];
+        let other = NodeId::random();
         for (message, concerns) in cases {
             assert_eq!(message.concerns_origin(), concerns, "{}", message.kind());
+            assert_eq!(message.concerns(&origin), concerns, "{}", message.kind());
+            assert!(message.concerns(&other), "{}", message.kind());
         }
     }
 

@@ -773,9 +773,8 @@ impl ControlBus for MemoryBus {
         }
         let mut nodes = lock(&self.nodes);
         nodes.retain(|(_, tx)| tx.receiver_count() > 0);
-        let own = !message.concerns_origin();
         for (node, tx) in nodes.iter() {
-            if !(own && node == message.origin()) {
+            if message.concerns(node) {
                 let _ = tx.send(message.clone());
             }
         }

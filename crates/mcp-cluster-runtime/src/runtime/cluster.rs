@@ -103,7 +103,7 @@ pub(crate) fn start(runtime: &Runtime) {
 
 fn on_control(rt: &Runtime, message: ControlMessage) {
     // What this node published for its own sessions, it already did.
-    if !message.concerns_origin() && message.origin() == rt.node_id() {
+    if !message.concerns(rt.node_id()) {
         return;
     }
     match message {
