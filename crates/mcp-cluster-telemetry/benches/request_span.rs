@@ -1,7 +1,7 @@
 //! What one request's tracing costs: extracting the caller's context from
 //! headers and `_meta`, creating the `mcp_request` span with its attributes
 //! and dropping it, with traces off (logs on, as a node runs by default;
-//! and no subscriber at all) and on (OpenTelemetry layer, logs off, spans
+//! and no subscriber at all) and on (the tracer, logs off, spans
 //! queued to the batch processor).
 //!
 //! `cargo bench -p mcp-cluster-telemetry --bench request_span`

@@ -8,14 +8,11 @@
 //! Named as the messaging conventions name a "process" span: kind CONSUMER,
 //! `process <message type>`, `messaging.operation.type=process`.
 
-use opentelemetry::Context;
-use opentelemetry::trace::TraceContextExt as _;
-use tracing::Span;
-use tracing::field::Empty;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
+use opentelemetry::trace::{SpanKind, TraceContextExt as _, Tracer as _};
+use opentelemetry::{Context, KeyValue};
 
-use crate::spans;
 use crate::trace_context::parse_traceparent;
+use crate::traced_span::TracedSpan;
 
 /// `messaging.system` of the control bus (not one of the conventions'
 /// well-known systems: it runs over Redis pub/sub or in memory).
@@ -55,34 +52,34 @@ impl ControlKind {
 
 /// The span of handling one control message of session `session_id` that
 /// carries `trace` (its publisher's `traceparent`), a child of that
-/// context. A disabled span (nothing recorded, nothing allocated) when
-/// traces are off or the message carries no valid context: a control
-/// message outside any trace is not worth a trace of its own.
+/// context. A span that records nothing (nothing allocated) when traces
+/// are off or the message carries no valid context: a control message
+/// outside any trace is not worth a trace of its own. It has no log span:
+/// the handlers' log lines name the session themselves.
 ///
-/// The handler may record `mcp.method.name` (the routed message's method)
-/// and `jsonrpc.request.id` on it.
-pub fn control_span(kind: ControlKind, session_id: &str, trace: Option<&str>) -> Span {
+/// The handler may set `mcp.method.name` (the routed message's method)
+/// and `jsonrpc.request.id` on it ([`TracedSpan::set_attribute`]).
+pub fn control_span(kind: ControlKind, session_id: &str, trace: Option<&str>) -> TracedSpan {
     if !crate::otel_enabled() {
-        return Span::none();
+        return TracedSpan::none();
     }
     let Some(parent) = trace.and_then(|tp| parse_traceparent(tp, None)) else {
-        return Span::none();
+        return TracedSpan::none();
     };
-    let span = tracing::info_span!(
-        spans::MCP_CONTROL,
-        "otel.name" = kind.span_name(),
-        "otel.kind" = "consumer",
-        "messaging.system" = MESSAGING_SYSTEM,
-        "messaging.operation.type" = "process",
-        "messaging.operation.name" = "process",
-        "mcp.session.id" = session_id,
-        "mcp.method.name" = Empty,
-        "jsonrpc.request.id" = Empty,
-    );
     let parent = Context::new().with_remote_span_context(parent);
-    // Only fails without the layer or once started: neither here.
-    let _ = span.set_parent(parent);
-    span
+    let otel = crate::init::with_tracer(|tracer| {
+        let builder = tracer
+            .span_builder(kind.span_name())
+            .with_kind(SpanKind::Consumer)
+            .with_attributes([
+                KeyValue::new("messaging.system", MESSAGING_SYSTEM),
+                KeyValue::new("messaging.operation.type", "process"),
+                KeyValue::new("messaging.operation.name", "process"),
+                KeyValue::new("mcp.session.id", session_id.to_owned()),
+            ]);
+        Context::new().with_span(tracer.build_with_context(builder, &parent))
+    });
+    TracedSpan::new(tracing::Span::none(), otel)
 }
 
 #[cfg(test)]
@@ -98,11 +95,19 @@ mod tests {
     fn a_handled_message_continues_the_publishers_trace() {
         let spans = capture_spans(|| {
             let span = control_span(ControlKind::Deliver, "s-1", Some(PUBLISHER));
-            span.record("mcp.method.name", "notifications/cancelled");
+            span.set_attribute("mcp.method.name", "notifications/cancelled");
             drop(span);
             // No context carried, or an invalid one: no span at all.
-            assert!(control_span(ControlKind::Kick, "s-1", None).is_none());
-            assert!(control_span(ControlKind::Kick, "s-1", Some("00-zz")).is_none());
+            assert!(
+                control_span(ControlKind::Kick, "s-1", None)
+                    .context()
+                    .is_none()
+            );
+            assert!(
+                control_span(ControlKind::Kick, "s-1", Some("00-zz"))
+                    .context()
+                    .is_none()
+            );
         });
         let [span] = spans.as_slice() else {
             panic!("one span: {spans:?}")

@@ -1,21 +1,25 @@
 //! The process's `tracing` subscriber: log lines on stderr (text or JSON,
-//! `EnvFilter` syntax), and, when [`OtelConfig`] enables it, an
-//! OpenTelemetry layer exporting spans over OTLP.
+//! `EnvFilter` syntax), and, when [`OtelConfig`] enables traces, the tracer
+//! that [`crate::request_span()`] and [`crate::control_span()`] make their
+//! OpenTelemetry spans with, plus a layer turning log events into events of
+//! the current OpenTelemetry span.
 //!
 //! Owner: the binary's `main` calls [`init`] once and keeps the
 //! [`TelemetryGuard`]. Stop path: [`TelemetryGuard::shutdown`] (or its drop)
 //! flushes the spans still buffered and stops the exporter's thread.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use tracing::level_filters::LevelFilter;
 use tracing::subscriber::Interest;
 use tracing::{Event, Metadata, Subscriber, span};
 use tracing_subscriber::Layer as _;
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::{FilterExt as _, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::layer::{Context, Filter};
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -28,14 +32,40 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 /// The instrumentation scope of every span this workspace emits.
 const TRACER_NAME: &str = "mcp-cluster-telemetry";
 
-/// Set once [`init`] installed an OpenTelemetry layer; read (relaxed, one
-/// load) by every tracing helper to skip all work when traces are off.
+/// Set once [`init`] made the tracer, cleared at shutdown; read (relaxed,
+/// one load) by every tracing helper to skip all work when traces are off.
 static OTEL_ON: AtomicBool = AtomicBool::new(false);
 
-/// Whether spans are exported (an OpenTelemetry layer is installed). Lets
-/// callers skip gathering span attributes when traces are off.
+/// The tracer of every span this workspace makes, set by [`init`] (once
+/// per process).
+static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+
+#[cfg(test)]
+thread_local! {
+    /// A test's tracer ([`capture_spans`]), on its thread only.
+    static TEST_TRACER: std::cell::RefCell<Option<SdkTracer>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Whether spans are exported (the tracer is made). Lets callers skip
+/// gathering span attributes when traces are off.
 pub fn otel_enabled() -> bool {
     OTEL_ON.load(Ordering::Relaxed)
+}
+
+/// `f` of the tracer, `None` when traces are off.
+pub(crate) fn with_tracer<R>(f: impl FnOnce(&SdkTracer) -> R) -> Option<R> {
+    #[cfg(test)]
+    {
+        TEST_TRACER.with_borrow(|t| t.as_ref().map(f))
+    }
+    #[cfg(not(test))]
+    {
+        if otel_enabled() {
+            TRACER.get().map(f)
+        } else {
+            None
+        }
+    }
 }
 
 /// Log output format.
@@ -107,10 +137,11 @@ impl Drop for TelemetryGuard {
 /// Installs the global `tracing` subscriber: log lines to stderr (stdout
 /// may carry the protocol, as in stdio mode) filtered by `filter`
 /// (`EnvFilter` syntax, e.g. `info,mcp_cluster_runtime=debug`), and, when `otel`
-/// enables traces, an OpenTelemetry layer. That layer has its own filter:
-/// spans and events of this workspace's crates (`mcp_*`) at INFO and above,
-/// whatever the log filter says, and nothing from libraries (the exporter's
-/// own HTTP client included).
+/// enables traces, the tracer of the node's spans and a layer that adds
+/// log events to the current span. That layer has its own filter: events
+/// of this workspace's crates (`mcp_*`) at INFO and above, whatever the log
+/// filter says, and nothing from libraries (the exporter's own HTTP client
+/// included).
 ///
 /// # Errors
 /// The filter does not parse, a subscriber is already installed, or the
@@ -131,13 +162,16 @@ pub fn init(
         LogFormat::Json => logs.json().with_filter(AskedPerCall(filter)).boxed(),
     };
     let provider = otel::provider(otel).map_err(InitError::Exporter)?;
-    let traces = provider.as_ref().map(otel_layer);
+    let events = provider.as_ref().map(|_| span_events());
     tracing_subscriber::registry()
         .with(logs)
-        .with(traces)
+        .with(events)
         .try_init()
         .map_err(InitError::AlreadyInstalled)?;
-    if let Some(endpoint) = &otel.traces_endpoint {
+    if let Some(provider) = &provider
+        && TRACER.set(provider.tracer(TRACER_NAME)).is_ok()
+        && let Some(endpoint) = &otel.traces_endpoint
+    {
         OTEL_ON.store(true, Ordering::Relaxed);
         let endpoint = crate::secret::redacted_url(endpoint);
         tracing::info!(
@@ -156,30 +190,71 @@ pub fn init(
     Ok(TelemetryGuard { provider, logs })
 }
 
-/// The OpenTelemetry layer over `provider`, with its own filter: this
-/// workspace's spans and events (`mcp_*` targets) at INFO and above.
-fn otel_layer<S>(provider: &SdkTracerProvider) -> impl tracing_subscriber::Layer<S> + use<S>
+/// The layer that adds log events to the current OpenTelemetry span, with
+/// its own filter: this workspace's events (`mcp_*` targets) at INFO and
+/// above, not the access log's (its lines belong to no request).
+fn span_events<S>() -> impl tracing_subscriber::Layer<S> + use<S>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
-    tracing_opentelemetry::layer()
-        .with_tracer(provider.tracer(TRACER_NAME))
-        // Attributes are the semantic conventions' only: no source
-        // location, thread, target or busy/idle timings.
-        .with_location(false)
-        .with_threads(false)
-        .with_target(false)
-        .with_tracked_inactivity(false)
-        // Nothing here reads `opentelemetry::Context::current()`;
-        // activating it on every enter would cost for nothing.
-        .with_context_activation(false)
-        // Not the access log (its lines belong to no span): with it on,
-        // every request would format a log line that is thrown away.
-        .with_filter(AskedPerCall(
-            Targets::new()
-                .with_target("mcp", LevelFilter::INFO)
-                .with_target("mcp_access", LevelFilter::OFF),
-        ))
+    // Events only: a span this layer took would be made (and entered on
+    // every poll) for it alone when the log filter leaves it out.
+    let events = tracing_subscriber::filter::filter_fn(|meta| meta.is_event());
+    SpanEvents.with_filter(AskedPerCall(
+        Targets::new()
+            .with_target("mcp", LevelFilter::INFO)
+            .with_target("mcp_access", LevelFilter::OFF)
+            .and(events),
+    ))
+}
+
+/// Adds each event to the current OpenTelemetry span, when it records: the
+/// event's message is the span event's name, its other fields (as text)
+/// and `level` its attributes.
+#[derive(Debug)]
+struct SpanEvents;
+
+impl<S: Subscriber> tracing_subscriber::Layer<S> for SpanEvents {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        let cx = opentelemetry::Context::current();
+        let span = cx.span();
+        if !span.is_recording() {
+            return;
+        }
+        let mut fields = EventFields::default();
+        event.record(&mut fields);
+        fields
+            .attributes
+            .push(KeyValue::new("level", event.metadata().level().as_str()));
+        span.add_event(fields.message, fields.attributes);
+    }
+}
+
+/// An event's fields as a span event takes them.
+#[derive(Debug, Default)]
+struct EventFields {
+    message: String,
+    attributes: Vec<KeyValue>,
+}
+
+impl tracing::field::Visit for EventFields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            value.clone_into(&mut self.message);
+        } else {
+            self.attributes
+                .push(KeyValue::new(field.name(), value.to_owned()));
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
+        } else {
+            self.attributes
+                .push(KeyValue::new(field.name(), format!("{value:?}")));
+        }
+    }
 }
 
 /// A per-layer filter that decides on every span and event, never once
@@ -278,10 +353,19 @@ pub(crate) fn otel_on_for_tests() {
     OTEL_ON.store(true, Ordering::Relaxed);
 }
 
-/// Runs `f` under a subscriber with the same OpenTelemetry layer as
-/// [`init`] (this thread only), and returns the spans it ended.
+/// Runs `f` with a tracer and the span events layer as [`init`] makes them
+/// (this thread only), and returns the spans it ended.
 #[cfg(test)]
 pub(crate) fn capture_spans(f: impl FnOnce()) -> Vec<opentelemetry_sdk::trace::SpanData> {
+    capture_sampled_spans(opentelemetry_sdk::trace::Sampler::AlwaysOn, f)
+}
+
+/// [`capture_spans`] with `sampler` deciding.
+#[cfg(test)]
+pub(crate) fn capture_sampled_spans(
+    sampler: opentelemetry_sdk::trace::Sampler,
+    f: impl FnOnce(),
+) -> Vec<opentelemetry_sdk::trace::SpanData> {
     use std::sync::{Arc, Mutex};
 
     use opentelemetry_sdk::error::OTelSdkResult;
@@ -301,9 +385,12 @@ pub(crate) fn capture_spans(f: impl FnOnce()) -> Vec<opentelemetry_sdk::trace::S
     let memory = Memory::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(memory.clone())
+        .with_sampler(sampler)
         .build();
-    let subscriber = tracing_subscriber::registry().with(otel_layer(&provider));
+    TEST_TRACER.set(Some(provider.tracer(TRACER_NAME)));
+    let subscriber = tracing_subscriber::registry().with(span_events());
     tracing::subscriber::with_default(subscriber, f);
+    TEST_TRACER.set(None);
     provider.force_flush().unwrap();
     memory.0.lock().unwrap().clone()
 }

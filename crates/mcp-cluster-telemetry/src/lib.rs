@@ -12,7 +12,10 @@
 //! - [`events`]: notable happenings, each logged and counted by one
 //!   `emit()`.
 //! - [`init`] (`init`): the `tracing` subscriber (text or JSON, env filter)
-//!   plus, when configured, the OpenTelemetry layer; [`TelemetryGuard`].
+//!   plus, when configured, the tracer and the layer turning log events
+//!   into span events; [`TelemetryGuard`].
+//! - [`TracedSpan`] (`traced_span`): a log span and its OpenTelemetry span,
+//!   made side by side; what the request and control spans are.
 //! - [`OtelConfig`] (`otel`): OTLP export from the standard `OTEL_*`
 //!   variables.
 //! - `trace_context`: `traceparent` from HTTP headers and `params._meta`,
@@ -53,6 +56,7 @@ mod otel;
 mod request_span;
 mod secret;
 mod trace_context;
+mod traced_span;
 
 pub use audit::rfc3339;
 pub use control_span::{ControlKind, control_span};
@@ -69,3 +73,4 @@ pub use trace_context::{
     RequestParent, TRACEPARENT, TRACESTATE, current_traceparent, link_from, parent_from_headers,
     parent_from_meta, traceparent_of, traceparent_of_context,
 };
+pub use traced_span::{Entered, TracedSpan};

@@ -11,20 +11,22 @@
 //! The pipeline creates the span ([`request_span`]) and records the outcome
 //! ([`record_error`]); this module knows no transport and no actor.
 //!
-//! With traces off the span is still the `mcp_request` log span, with only
-//! the method, request id and session id as fields: nothing else is
-//! formatted or allocated.
+//! The span is a [`TracedSpan`]: the `mcp_request` log span, with only the
+//! method, request id and session id as fields (made only when the log
+//! filter takes it), and, with traces on, the OpenTelemetry span, made with
+//! the SDK's tracer. With traces off nothing else is formatted or
+//! allocated; a span the sampler drops gets no attributes.
 
 use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
 
-use opentelemetry::trace::TraceContextExt as _;
-use tracing::Span;
-use tracing::field::{Empty, display};
-use tracing_opentelemetry::OpenTelemetrySpanExt;
+use opentelemetry::trace::{Link, Span as _, SpanKind, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::{Context, KeyValue};
+use tracing::field::Empty;
 
 use crate::spans;
 use crate::trace_context::RequestParent;
+use crate::traced_span::TracedSpan;
 
 /// What a request is about, beside its method.
 ///
@@ -153,78 +155,110 @@ pub struct User<'a> {
 /// Creates the SERVER span of one MCP request or notification, child of
 /// `parent` (a [`RequestParent`], or a [`opentelemetry::Context`] from
 /// [`crate::parent_from_headers`] / [`crate::parent_from_meta`]). With no
-/// valid remote parent the span is a child of the current span, if any.
+/// valid remote parent the span is a child of the current context's span,
+/// if any (a control message's, say).
 ///
-/// Carry it with `.instrument(span)` (never an entered guard across an
-/// `.await`); it ends, and is exported, when the last clone is dropped.
-pub fn request_span(attrs: &RequestSpanAttrs<'_>, parent: impl Into<RequestParent>) -> Span {
-    if !crate::otel_enabled() {
-        // The log span: three fields, nothing else formatted.
-        return tracing::info_span!(
-            spans::MCP_REQUEST,
-            "mcp.method.name" = attrs.method,
-            "jsonrpc.request.id" = attrs.request_id.map(display),
-            "mcp.session.id" = attrs.session_id,
-            "error.type" = Empty,
-            "rpc.response.status_code" = Empty,
-            "otel.status_code" = Empty,
-            "otel.status_description" = Empty,
-        );
-    }
-    // Every attribute given at creation: the OpenTelemetry layer turns the
-    // fields into attributes in one pass (setting them one by one after
-    // costs a lookup of the span's data each).
-    let name = match attrs.target {
-        Some(Target::Tool(name) | Target::Prompt(name)) => format!("{} {name}", attrs.method),
-        _ => attrs.method.to_owned(),
-    };
-    let (tool, prompt, uri) = match attrs.target {
-        Some(Target::Tool(name)) => (Some(name), None, None),
-        Some(Target::Prompt(name)) => (None, Some(name), None),
-        Some(Target::Resource(uri)) => (None, None, Some(uri)),
-        None => (None, None, None),
-    };
-    let (network, protocol, protocol_version) = match attrs.transport {
-        Transport::Http { version } => ("tcp", Some("http"), version),
-        Transport::Stdio => ("pipe", None, None),
-    };
-    let span = tracing::info_span!(
+/// Run the request's work with [`TracedSpan::instrument`] (never an
+/// entered guard across an `.await`); the OpenTelemetry span ends, and is
+/// exported, when the last clone is dropped.
+pub fn request_span(attrs: &RequestSpanAttrs<'_>, parent: impl Into<RequestParent>) -> TracedSpan {
+    // The log span: three fields, nothing else formatted. Disabled (and
+    // free) unless the log filter takes INFO lines of this crate.
+    let log = tracing::info_span!(
         spans::MCP_REQUEST,
-        "otel.name" = name.as_str(),
-        "otel.kind" = "server",
         "mcp.method.name" = attrs.method,
-        "jsonrpc.request.id" = attrs.request_id.map(display),
+        "jsonrpc.request.id" = attrs.request_id.map(tracing::field::display),
         "mcp.session.id" = attrs.session_id,
-        "mcp.protocol.version" = attrs.protocol_version,
-        "gen_ai.tool.name" = tool,
-        "gen_ai.operation.name" = tool.map(|_| "execute_tool"),
-        "gen_ai.prompt.name" = prompt,
-        "mcp.resource.uri" = uri,
-        "network.transport" = network,
-        "network.protocol.name" = protocol,
-        "network.protocol.version" = protocol_version,
-        "client.address" = attrs.client.map(|c| display(c.ip())),
-        "client.port" = attrs.client.map(|c| i64::from(c.port())),
-        "user.id" = attrs.user.map(|u| u.subject),
-        "mcp.auth.issuer" = attrs.user.map(|u| u.issuer),
-        "mcp.auth.client_id" = attrs.user.and_then(|u| u.client_id),
         "error.type" = Empty,
         "rpc.response.status_code" = Empty,
-        "otel.status_code" = Empty,
-        "otel.status_description" = Empty,
     );
-    if span.is_disabled() {
-        return span;
+    if !crate::otel_enabled() {
+        return TracedSpan::new(log, None);
     }
-    let parent = parent.into();
-    if parent.parent.span().span_context().is_valid() {
-        // Only fails without the layer or once started: neither here.
-        let _ = span.set_parent(parent.parent);
+    let otel = crate::init::with_tracer(|tracer| {
+        let parent = parent.into();
+        let builder = tracer
+            .span_builder(span_name(attrs))
+            .with_kind(SpanKind::Server);
+        let builder = match parent.link {
+            Some(link) => builder.with_links(vec![Link::with_context(link)]),
+            None => builder,
+        };
+        let mut span = if parent.parent.span().span_context().is_valid() {
+            tracer.build_with_context(builder, &parent.parent)
+        } else {
+            tracer.build_with_context(builder, &Context::current())
+        };
+        // Attributes only for a span the sampler kept: one it drops costs
+        // its name and identity, no more. (The samplers a node offers,
+        // `OTEL_TRACES_SAMPLER`'s, decide on the trace id and the parent,
+        // never on attributes.)
+        if span.is_recording() {
+            span.set_attributes(attributes(attrs));
+        }
+        Context::new().with_span(span)
+    });
+    TracedSpan::new(log, otel)
+}
+
+/// `{mcp.method.name} {target}`, the target only when it is a tool's or a
+/// prompt's name.
+fn span_name(attrs: &RequestSpanAttrs<'_>) -> String {
+    match attrs.target {
+        Some(Target::Tool(name) | Target::Prompt(name)) => format!("{} {name}", attrs.method),
+        _ => attrs.method.to_owned(),
     }
-    if let Some(link) = parent.link {
-        span.add_link(link);
+}
+
+/// The span's attributes, set once, as soon as it is made.
+fn attributes(attrs: &RequestSpanAttrs<'_>) -> Vec<KeyValue> {
+    let mut out = Vec::with_capacity(12);
+    out.push(KeyValue::new("mcp.method.name", attrs.method.to_owned()));
+    if let Some(id) = attrs.request_id {
+        out.push(KeyValue::new("jsonrpc.request.id", id.to_string()));
     }
-    span
+    if let Some(session) = attrs.session_id {
+        out.push(KeyValue::new("mcp.session.id", session.to_owned()));
+    }
+    if let Some(version) = attrs.protocol_version {
+        out.push(KeyValue::new("mcp.protocol.version", version.to_owned()));
+    }
+    match attrs.target {
+        Some(Target::Tool(name)) => {
+            out.push(KeyValue::new("gen_ai.tool.name", name.to_owned()));
+            out.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+        }
+        Some(Target::Prompt(name)) => {
+            out.push(KeyValue::new("gen_ai.prompt.name", name.to_owned()));
+        }
+        Some(Target::Resource(uri)) => out.push(KeyValue::new("mcp.resource.uri", uri.to_owned())),
+        None => {}
+    }
+    match attrs.transport {
+        Transport::Http { version } => {
+            out.push(KeyValue::new("network.transport", "tcp"));
+            out.push(KeyValue::new("network.protocol.name", "http"));
+            if let Some(version) = version {
+                out.push(KeyValue::new(
+                    "network.protocol.version",
+                    version.to_owned(),
+                ));
+            }
+        }
+        Transport::Stdio => out.push(KeyValue::new("network.transport", "pipe")),
+    }
+    if let Some(client) = attrs.client {
+        out.push(KeyValue::new("client.address", client.ip().to_string()));
+        out.push(KeyValue::new("client.port", i64::from(client.port())));
+    }
+    if let Some(user) = attrs.user {
+        out.push(KeyValue::new("user.id", user.subject.to_owned()));
+        out.push(KeyValue::new("mcp.auth.issuer", user.issuer.to_owned()));
+        if let Some(client_id) = user.client_id {
+            out.push(KeyValue::new("mcp.auth.client_id", client_id.to_owned()));
+        }
+    }
+    out
 }
 
 /// How a request failed.
@@ -248,26 +282,38 @@ pub enum RequestFailure<'a> {
 
 /// Records on `span` (from [`request_span`]) that its request failed; the
 /// span's status becomes ERROR. Record nothing for a success.
-pub fn record_error(span: &Span, failure: RequestFailure<'_>) {
+pub fn record_error(span: &TracedSpan, failure: RequestFailure<'_>) {
+    let log = span.log();
     match failure {
         RequestFailure::JsonRpc { code, message } => {
-            span.record("error.type", display(code));
-            span.record("rpc.response.status_code", display(code));
-            // A description makes the status ERROR. Bounded: a message may
-            // quote the client (`method not found: <its method>`).
+            log.record("error.type", code);
+            log.record("rpc.response.status_code", code);
+            if !span.is_recording() {
+                return;
+            }
+            span.set_attributes([
+                KeyValue::new("error.type", code.to_string()),
+                KeyValue::new("rpc.response.status_code", code.to_string()),
+            ]);
+            // Bounded: a message may quote the client (`method not found:
+            // <its method>`).
             let mut end = message.len().min(MAX_SHOWN_DESCRIPTION_BYTES);
             while !message.is_char_boundary(end) {
                 end -= 1;
             }
-            span.record("otel.status_description", &message[..end]);
+            span.set_status(Status::error(message[..end].to_owned()));
         }
-        RequestFailure::ToolError => {
-            span.record("error.type", "tool_error");
-            span.record("otel.status_code", "error");
-        }
-        RequestFailure::Other(reason) => {
-            span.record("error.type", reason);
-            span.record("otel.status_code", "error");
+        RequestFailure::ToolError | RequestFailure::Other(_) => {
+            let reason = match failure {
+                RequestFailure::Other(reason) => reason,
+                _ => "tool_error",
+            };
+            log.record("error.type", reason);
+            if !span.is_recording() {
+                return;
+            }
+            span.set_attributes([KeyValue::new("error.type", reason.to_owned())]);
+            span.set_status(Status::error(""));
         }
     }
 }
@@ -279,7 +325,7 @@ mod tests {
     use opentelemetry_sdk::trace::SpanData;
 
     use super::*;
-    use crate::init::capture_spans;
+    use crate::init::{capture_sampled_spans, capture_spans};
     use crate::trace_context::{format_traceparent, remote_context};
 
     const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -436,6 +482,26 @@ mod tests {
             "no id, no attribute"
         );
         assert_eq!(attr(&spans[2], "mcp.session.id"), None);
+    }
+
+    #[test]
+    fn a_span_the_sampler_drops_is_not_exported_but_carries_the_trace_on() {
+        use opentelemetry_sdk::trace::Sampler;
+        let mut out = None;
+        let spans = capture_sampled_spans(Sampler::TraceIdRatioBased(0.0), || {
+            let attrs = RequestSpanAttrs {
+                method: "tools/call",
+                target: Some(Target::Tool("echo")),
+                ..Default::default()
+            };
+            let span = request_span(&attrs, opentelemetry::Context::new());
+            assert!(!span.is_recording());
+            record_error(&span, RequestFailure::ToolError);
+            out = crate::traceparent_of(&span);
+        });
+        assert!(spans.is_empty(), "{spans:?}");
+        let out = out.expect("a dropped span still has an identity");
+        assert!(out.starts_with("00-") && out.ends_with("-00"), "{out}");
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! another node stays in the caller's trace.
 //!
 //! Transports and the pipeline call these; they know no HTTP framework:
-//! headers come through a getter. With traces off (no OpenTelemetry layer
-//! installed by [`crate::init`]) every function here returns at once,
+//! headers come through a getter. With traces off (no tracer made by
+//! [`crate::init`]) every function here returns at once,
 //! without parsing or allocating.
 //!
 //! Baggage is not propagated.
@@ -16,7 +16,8 @@ use std::str::FromStr;
 
 use opentelemetry::Context;
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
-use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::traced_span::TracedSpan;
 
 /// The W3C `traceparent` header name (lowercase; HTTP header lookups are
 /// case-insensitive), also the `params._meta` key.
@@ -96,28 +97,22 @@ impl From<Context> for RequestParent {
     }
 }
 
-/// The W3C `traceparent` of the current span, to carry the trace to
-/// another node (the control bus's `trace`). `None` when traces are off or
-/// no span is current.
+/// The W3C `traceparent` of the current span (the one whose work is
+/// running: [`TracedSpan::instrument`], [`TracedSpan::enter`]), to carry
+/// the trace to another node or process. `None` when traces are off or no
+/// span is current.
 pub fn current_traceparent() -> Option<String> {
     if !crate::otel_enabled() {
         return None;
     }
-    traceparent_of(&tracing::Span::current())
+    traceparent_of_context(&Context::current())
 }
 
 /// The W3C `traceparent` of `span` (e.g. a request's span kept by an actor
 /// that publishes on its behalf). `None` when traces are off or the span
-/// is not recorded by OpenTelemetry.
-pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
-    if !crate::otel_enabled() || span.is_disabled() {
-        return None;
-    }
-    let context = span.context();
-    let span_context = context.span().span_context().clone();
-    span_context
-        .is_valid()
-        .then(|| format_traceparent(&span_context))
+/// has no OpenTelemetry span.
+pub fn traceparent_of(span: &TracedSpan) -> Option<String> {
+    span.span_context().map(|sc| format_traceparent(&sc))
 }
 
 /// The W3C `traceparent` of a context's span (the caller's, from
@@ -133,8 +128,8 @@ pub fn traceparent_of_context(context: &Context) -> Option<String> {
 /// Links `span` to the span `traceparent` names (another node's, carried
 /// over the control bus). Nothing happens when traces are off or
 /// `traceparent` is invalid.
-pub fn link_from(span: &tracing::Span, traceparent: &str) {
-    if !crate::otel_enabled() {
+pub fn link_from(span: &TracedSpan, traceparent: &str) {
+    if !span.is_recording() {
         return;
     }
     if let Some(context) = parse_traceparent(traceparent, None) {

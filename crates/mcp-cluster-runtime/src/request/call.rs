@@ -244,7 +244,7 @@ impl Inbound {
         session: Option<SessionLabel<'_>>,
         id: Option<&RequestId>,
         params: Option<&serde_json::Map<String, serde_json::Value>>,
-    ) -> tracing::Span {
+    ) -> mcp_cluster_telemetry::TracedSpan {
         let request_id = id.map(log_id);
         let meta = params.and_then(|p| p.get("_meta"));
         let version = match session {
@@ -292,7 +292,7 @@ pub(crate) struct Call {
     started: Instant,
     recorded: bool,
     /// The request's span: the handler runs in it.
-    pub(crate) span: tracing::Span,
+    pub(crate) span: mcp_cluster_telemetry::TracedSpan,
     /// Who the request acts for (its handler's context tells).
     pub(crate) principal: Option<Arc<mcp_cluster_store::Principal>>,
     /// The access token it came with ([`Inbound::caller_token`]).

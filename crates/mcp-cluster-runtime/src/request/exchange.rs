@@ -490,12 +490,12 @@ impl Exchange {
     }
 
     /// The span of request `id` answered here (a disabled span if none).
-    pub(crate) fn span_of(&self, id: &RequestId) -> tracing::Span {
+    pub(crate) fn span_of(&self, id: &RequestId) -> mcp_cluster_telemetry::TracedSpan {
         self.calls
             .lock()
             .ok()
             .and_then(|calls| calls.iter().find(|c| c.id == *id).map(|c| c.span.clone()))
-            .unwrap_or_else(tracing::Span::none)
+            .unwrap_or_else(mcp_cluster_telemetry::TracedSpan::none)
     }
 
     /// Who request `id` answered here acts for.

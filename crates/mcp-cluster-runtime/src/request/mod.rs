@@ -43,7 +43,6 @@ use actix::prelude::*;
 use mcp_cluster_protocol::{ErrorObject, Request, RequestId, Response};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::node::InFlightTicket;
 use crate::request::context::{RegisterAsk, RequestContext, RequestOutput};
@@ -74,7 +73,7 @@ pub(crate) fn run_handler(
     service: &Arc<dyn McpService>,
     request: Request,
     context: RequestContext,
-    span: tracing::Span,
+    span: mcp_cluster_telemetry::TracedSpan,
     hold: Option<mcp_cluster_store::Hold>,
 ) -> Job {
     let service = Arc::clone(service);
@@ -91,17 +90,14 @@ pub(crate) fn run_handler(
             upstream: service.upstream_of(&request),
         }
     });
-    Box::pin(
-        async move {
-            let _hold = hold;
-            let outcome = service.handle(request, context).await;
-            if let Some(audit) = audit {
-                audit.finish(outcome.as_ref().map_err(|err| err.code.0));
-            }
-            outcome
+    span.instrument(async move {
+        let _hold = hold;
+        let outcome = service.handle(request, context).await;
+        if let Some(audit) = audit {
+            audit.finish(outcome.as_ref().map_err(|err| err.code.0));
         }
-        .instrument(span),
-    )
+        outcome
+    })
 }
 
 /// An in-flight request actor stopped: told to whoever started it (the

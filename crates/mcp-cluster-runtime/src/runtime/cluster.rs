@@ -179,7 +179,7 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
             let span = if trace.is_some() && attachments.is_attached(&stream) {
                 control_span(ControlKind::Kick, session.as_str(), trace.as_deref())
             } else {
-                tracing::Span::none()
+                mcp_cluster_telemetry::TracedSpan::none()
             };
             let _entered = span.enter();
             attachments.kick_reader(&stream);
@@ -196,22 +196,22 @@ fn on_control(rt: &Runtime, message: ControlMessage) {
 }
 
 /// Names on `span` the client message a `deliver` routes.
-fn record_routed(span: &tracing::Span, message: &Message) {
-    if span.is_disabled() {
+fn record_routed(span: &mcp_cluster_telemetry::TracedSpan, message: &Message) {
+    if !span.is_recording() {
         return;
     }
     match message {
         Message::Notification(n) => {
-            span.record("mcp.method.name", n.method.as_str());
+            span.set_attribute("mcp.method.name", n.method.as_str());
         }
         // The client's answer to a server request: the id of that request,
         // as text (a string id without its JSON quotes).
         Message::Response(Response { id: Some(id), .. }) => match id {
             RequestId::Number(n) => {
-                span.record("jsonrpc.request.id", tracing::field::display(n));
+                span.set_attribute("jsonrpc.request.id", n.to_string());
             }
             RequestId::String(s) => {
-                span.record("jsonrpc.request.id", s.as_str());
+                span.set_attribute("jsonrpc.request.id", s.as_str());
             }
         },
         _ => {}

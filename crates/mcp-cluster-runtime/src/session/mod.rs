@@ -40,7 +40,6 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::node::config::RuntimeConfig;
 use crate::node::error::RuntimeError;
@@ -1668,13 +1667,10 @@ impl Session {
                 let id = request.id.clone();
                 let span = exchange.span_of(&id);
                 let hold = exchange.take_hold(&id);
-                let job: Job = Box::pin(
-                    async move {
-                        let _hold = hold;
-                        node_tasks.answer(&owner, &request).await
-                    }
-                    .instrument(span),
-                );
+                let job: Job = span.instrument(async move {
+                    let _hold = hold;
+                    node_tasks.answer(&owner, &request).await
+                });
                 let output = Arc::new(RequestOutput::new(exchange));
                 let cancel = self.cancel.child_token();
                 return self.run_in_flight(id, output, cancel, job, ctx);
