@@ -73,4 +73,4 @@ pub use trace_context::{
     RequestParent, TRACEPARENT, TRACESTATE, current_traceparent, link_from, parent_from_headers,
     parent_from_meta, traceparent_of, traceparent_of_context,
 };
-pub use traced_span::{Entered, TracedSpan};
+pub use traced_span::{EnteredSpan, TracedSpan};
