@@ -34,20 +34,14 @@ pub mod events;
 pub mod metrics;
 
 pub mod spans {
-    //! Span names, written once.
+    //! Log span names, written once. (The control bus's spans are
+    //! OpenTelemetry spans only: [`crate::control_span()`].)
 
-    /// One HTTP request: fields `method`, `route`.
-    pub const HTTP_REQUEST: &str = "http_request";
-    /// One MCP session: field `session_id`.
-    pub const MCP_SESSION: &str = "mcp_session";
     /// One JSON-RPC request or notification received. Fields are named as
     /// the OpenTelemetry MCP conventions name the attributes, so that logs
     /// and traces agree: `mcp.method.name`, `jsonrpc.request.id`,
     /// `mcp.session.id` (see [`crate::request_span()`]).
     pub const MCP_REQUEST: &str = "mcp_request";
-    /// A control-bus message handled for another node, in its trace (see
-    /// [`crate::control_span()`]).
-    pub const MCP_CONTROL: &str = "mcp_control";
 }
 
 mod control_span;
