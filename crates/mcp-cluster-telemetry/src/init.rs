@@ -237,23 +237,23 @@ struct EventFields {
     attributes: Vec<KeyValue>,
 }
 
+impl EventFields {
+    fn take(&mut self, field: &tracing::field::Field, value: String) {
+        if field.name() == "message" {
+            self.message = value;
+        } else {
+            self.attributes.push(KeyValue::new(field.name(), value));
+        }
+    }
+}
+
 impl tracing::field::Visit for EventFields {
     fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        if field.name() == "message" {
-            value.clone_into(&mut self.message);
-        } else {
-            self.attributes
-                .push(KeyValue::new(field.name(), value.to_owned()));
-        }
+        self.take(field, value.to_owned());
     }
 
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.message = format!("{value:?}");
-        } else {
-            self.attributes
-                .push(KeyValue::new(field.name(), format!("{value:?}")));
-        }
+        self.take(field, format!("{value:?}"));
     }
 }
 

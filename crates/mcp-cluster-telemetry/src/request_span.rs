@@ -284,7 +284,7 @@ pub enum RequestFailure<'a> {
 /// span's status becomes ERROR. Record nothing for a success.
 pub fn record_error(span: &TracedSpan, failure: RequestFailure<'_>) {
     let log = span.log();
-    match failure {
+    let reason = match failure {
         RequestFailure::JsonRpc { code, message } => {
             log.record("error.type", code);
             log.record("rpc.response.status_code", code);
@@ -302,19 +302,15 @@ pub fn record_error(span: &TracedSpan, failure: RequestFailure<'_>) {
                 end -= 1;
             }
             span.set_status(Status::error(message[..end].to_owned()));
+            return;
         }
-        RequestFailure::ToolError | RequestFailure::Other(_) => {
-            let reason = match failure {
-                RequestFailure::Other(reason) => reason,
-                _ => "tool_error",
-            };
-            log.record("error.type", reason);
-            if !span.is_recording() {
-                return;
-            }
-            span.set_attributes([KeyValue::new("error.type", reason.to_owned())]);
-            span.set_status(Status::error(""));
-        }
+        RequestFailure::ToolError => "tool_error",
+        RequestFailure::Other(reason) => reason,
+    };
+    log.record("error.type", reason);
+    if span.is_recording() {
+        span.set_attributes([KeyValue::new("error.type", reason.to_owned())]);
+        span.set_status(Status::error(""));
     }
 }
 

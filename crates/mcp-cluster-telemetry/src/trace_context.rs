@@ -112,7 +112,7 @@ pub fn current_traceparent() -> Option<String> {
 /// that publishes on its behalf). `None` when traces are off or the span
 /// has no OpenTelemetry span.
 pub fn traceparent_of(span: &TracedSpan) -> Option<String> {
-    span.span_context().map(|sc| format_traceparent(&sc))
+    span.context().and_then(traceparent_of_context)
 }
 
 /// The W3C `traceparent` of a context's span (the caller's, from

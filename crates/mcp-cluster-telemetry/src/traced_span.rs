@@ -69,13 +69,6 @@ impl TracedSpan {
         self.otel.as_ref()
     }
 
-    /// The OpenTelemetry span's identity, when it has a valid one (sampled
-    /// or not).
-    pub(crate) fn span_context(&self) -> Option<SpanContext> {
-        let span_context = self.otel.as_ref()?.span().span_context().clone();
-        span_context.is_valid().then_some(span_context)
-    }
-
     /// Whether the OpenTelemetry span records (traces on, sampled).
     pub fn is_recording(&self) -> bool {
         self.otel
