@@ -11,6 +11,15 @@
 //! short log (`mcp:{ctl}:log`, a stream of the last `LOG_LEN` messages,
 //! gone `LOG_TTL` after the last): a node whose pub/sub connection was down
 //! replays from it what it missed (`pubsub`).
+//!
+//! A message for the other nodes only (one that does not concern its origin,
+//! [`ControlMessage::concerns_origin`]) from a node alone in the cluster
+//! (the only member of the node set, `mcp:{nodes}:all`) is neither logged
+//! nor published: no one would hear it. The check is in the script that
+//! would announce it, so it is atomic with the set: a node joins the set
+//! (its first heartbeat) before it serves, so a node that could hold a
+//! copy of a session is a member before any announcement it must hear.
+//! Off a Redis Cluster only (there the set is in another slot).
 
 use async_trait::async_trait;
 use mcp_cluster_store::{ControlBus, ControlMessage, StoreError};
@@ -64,6 +73,8 @@ pub(crate) struct Publisher {
     channel: String,
     /// The control log's key.
     log: String,
+    /// The set of the cluster's nodes.
+    nodes: String,
 }
 
 impl Publisher {
@@ -72,6 +83,7 @@ impl Publisher {
             redis,
             channel: keys.ctl(),
             log: keys.ctl_log(),
+            nodes: keys.nodes(),
         }
     }
 
@@ -86,9 +98,16 @@ impl Publisher {
             // One Redis: the log and the channel in one script, one
             // command.
             let mut both = LOG_AND_PUBLISH.prepare_invoke();
-            let announcement = self.announcement(json);
+            let announcement = self.announcement(message, json);
             both.key(&announcement.keys[..]).arg(&announcement.args[..]);
-            self.redis.script("bus_publish", &both).await.map(drop)
+            match self.redis.script("bus_publish", &both).await {
+                // For the other nodes, and there are none.
+                Ok(redis::Value::Nil) => {
+                    unsent(message.kind());
+                    return Ok(());
+                }
+                reply => reply.map(drop),
+            }
         } else {
             // On a Redis Cluster the log and the channel are in different
             // slots: two commands, both at once (a Redis that is away
@@ -145,18 +164,26 @@ impl Publisher {
             return Ok(None);
         }
         let json = with_nonce(message)?;
-        Ok(loggable(message, &json).then(|| self.announcement(json)))
+        Ok(loggable(message, &json).then(|| self.announcement(message, json)))
     }
 
-    /// A message written as `json`, with what [`ANNOUNCE`] takes.
-    fn announcement(&self, json: String) -> Announcement {
+    /// `message` written as `json`, with what [`ANNOUNCE`] takes.
+    fn announcement(&self, message: &ControlMessage, json: String) -> Announcement {
+        // Only a message for the other nodes names its origin: one that
+        // concerns its origin goes out even from a node alone.
+        let origin = if message.concerns_origin() {
+            String::new()
+        } else {
+            message.origin().as_str().to_owned()
+        };
         Announcement {
-            keys: [self.log.clone(), self.channel.clone()],
+            keys: [self.log.clone(), self.channel.clone(), self.nodes.clone()],
             args: [
                 LOG_LEN.to_string(),
                 crate::config::millis(LOG_TTL).to_string(),
                 LOG_FIELD.to_owned(),
                 json,
+                origin,
             ],
         }
     }
@@ -182,15 +209,25 @@ pub(crate) fn counted(kind: &str) {
         .inc();
 }
 
+/// Counts a message of `kind` for the other nodes that was not sent: this
+/// node was alone in the cluster ([`ANNOUNCE`]).
+pub(crate) fn unsent(kind: &str) {
+    mcp_cluster_telemetry::metrics::metrics()
+        .bus_unsent
+        .with_label_values(&[kind])
+        .inc();
+}
+
 /// A control message as it goes out inside a script, with what
 /// [`ANNOUNCE`] takes ([`Publisher::inline`]).
 #[derive(Debug)]
 pub(crate) struct Announcement {
-    /// The control log, the control channel.
-    pub(crate) keys: [String; 2],
+    /// The control log, the control channel, the node set.
+    pub(crate) keys: [String; 3],
     /// The log's length, its TTL ms, the entry's field, the message (with
-    /// its nonce).
-    pub(crate) args: [String; 4],
+    /// its nonce), and for a message for the other nodes only its origin
+    /// (else empty).
+    pub(crate) args: [String; 5],
 }
 
 impl Announcement {
@@ -203,20 +240,29 @@ impl Announcement {
     }
 }
 
-/// Lua: `announce(log, channel, length, ttl, field, message)` logs a
-/// control message and publishes it, as [`Publisher::publish`] does on one
-/// Redis; its arguments are an [`Announcement`]'s keys, then its arguments.
+/// Lua: `announce(log, channel, nodes, length, ttl, field, message,
+/// origin)` logs a control message and publishes it, as
+/// [`Publisher::publish`] does on one Redis, and is true; unless `origin`
+/// (not empty) is the only member of `nodes`, where it does neither and is
+/// false. Its arguments are an [`Announcement`]'s keys, then its arguments.
 pub(crate) const ANNOUNCE: &str = r"
-local function announce(log, channel, length, ttl, field, message)
+local function announce(log, channel, nodes, length, ttl, field, message, origin)
+  if origin ~= '' and redis.call('SCARD', nodes) == 1
+      and redis.call('SISMEMBER', nodes, origin) == 1 then
+    return false
+  end
   redis.call('XADD', log, 'MAXLEN', '~', length, '*', field, message)
   redis.call('PEXPIRE', log, ttl)
-  return redis.call('PUBLISH', channel, message)
+  redis.call('PUBLISH', channel, message)
+  return true
 end
 ";
 
-/// KEYS: the control log, the control channel. ARGV: the log's length,
-/// its TTL ms, the entry's field, the message. Logs the message and
-/// publishes it (off a Redis Cluster: both keys on one Redis).
+/// KEYS: the control log, the control channel, the node set. ARGV: the
+/// log's length, its TTL ms, the entry's field, the message, its origin
+/// (or empty). Logs the message and publishes it (off a Redis Cluster: all
+/// keys on one Redis); 1 when it did, nil when it was for the other nodes
+/// and there are none.
 ///
 /// Flagged, without `allow-oom`, like the log's own commands: a Redis out
 /// of memory refuses it whole (publishing nothing, so the caller tries
@@ -225,7 +271,7 @@ static LOG_AND_PUBLISH: std::sync::LazyLock<redis::Script> = std::sync::LazyLock
     redis::Script::new(&format!(
         "#!lua
 {ANNOUNCE}
-return announce(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+return announce(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 "
     ))
 });

@@ -141,7 +141,7 @@ impl NodeRegistry for RedisNodes {
             .collect()
     }
 
-    async fn heartbeat(&self, node: &NodeId, ttl: Duration) -> Result<(), StoreError> {
+    async fn heartbeat(&self, node: &NodeId, ttl: Duration) -> Result<bool, StoreError> {
         let mut pipe = redis::pipe();
         pipe.atomic()
             .cmd("SET")
@@ -152,9 +152,12 @@ impl NodeRegistry for RedisNodes {
             .ignore()
             .cmd("SADD")
             .arg(self.keys.nodes())
-            .arg(node.as_str())
-            .ignore();
-        self.redis.pipe("node_heartbeat", &pipe).await.map(drop)
+            .arg(node.as_str());
+        let replies = reply::array(self.redis.pipe("node_heartbeat", &pipe).await?)?;
+        let added = replies
+            .first()
+            .ok_or_else(|| corrupt("short heartbeat reply"))?;
+        Ok(reply::int(added)? == 1)
     }
 
     async fn leave(&self, node: &NodeId) -> Result<(), StoreError> {

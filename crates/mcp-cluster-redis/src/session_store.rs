@@ -15,7 +15,7 @@ use mcp_cluster_store::{
 use redis::{Cmd, Script, Value};
 use tokio::time::Instant;
 
-use crate::bus::{ANNOUNCE, Announcement, Publisher, counted};
+use crate::bus::{ANNOUNCE, Announcement, Publisher, counted, unsent};
 use crate::config::millis;
 use crate::connection::Redis;
 use crate::error::corrupt;
@@ -40,12 +40,12 @@ end
 }
 
 /// KEYS: session, subs, then (when an announcement goes with it) the
-/// control log and channel, then the lease. ARGV: JSON, TTL ms, then (with
-/// the announcement) the four arguments of an [`Announcement`], then
-/// holder. Replaces a live record, renews both TTLs and, on one Redis,
-/// announces the change ([`ANNOUNCE`]); 1 when written, 0 when the session
-/// is gone (nothing announced), `{holder}` when another node holds the
-/// lease.
+/// control log, channel and node set, then the lease. ARGV: JSON, TTL ms,
+/// then (with the announcement) the five arguments of an [`Announcement`],
+/// then holder. Replaces a live record, renews both TTLs and, on one Redis,
+/// announces the change ([`ANNOUNCE`]); 1 when written, plus 2 when the
+/// announcement was left out (no other node), 0 when the session is gone
+/// (nothing announced), `{holder}` when another node holds the lease.
 static SAVE: LazyLock<Script> = LazyLock::new(|| {
     writing(&format!(
         r"{ANNOUNCE}
@@ -53,8 +53,9 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'XX', 'PX', ARGV[2]) then
   return 0
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-if #KEYS == 5 then
-  announce(KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+if #KEYS == 6
+    and not announce(KEYS[3], KEYS[4], KEYS[5], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]) then
+  return 1 + 2
 end
 return 1
 "
@@ -112,12 +113,13 @@ return {record, redis.call('SMEMBERS', KEYS[2]), leased}
 
 /// KEYS: session, subs, ended, the stream set, then (off a Redis Cluster)
 /// the expiry index and (when the announcement goes with it) the control
-/// log and channel, then the lease. ARGV: ended marker TTL ms, the four
-/// arguments of [`DELETE_STREAMS`], then (with the index) the session id,
-/// then (with the announcement) the four arguments of an [`Announcement`],
-/// then holder. Ends a session with its streams (in its slot) and its
-/// announcement, remembering that it was ended: 1 when the session was
-/// live, 0 when already gone, `{holder}` when another node holds the lease
+/// log, channel and node set, then the lease. ARGV: ended marker TTL ms,
+/// the four arguments of [`DELETE_STREAMS`], then (with the index) the
+/// session id, then (with the announcement) the five arguments of an
+/// [`Announcement`], then holder. Ends a session with its streams (in its
+/// slot) and its announcement, remembering that it was ended: 1 when the
+/// session was live, 0 when already gone, plus 2 when the announcement was
+/// left out (no other node); `{holder}` when another node holds the lease
 /// (nothing changed).
 static END: LazyLock<Script> = LazyLock::new(|| {
     writing(&format!(
@@ -129,8 +131,9 @@ delete_streams(KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 if #KEYS >= 6 then
   redis.call('ZREM', KEYS[5], ARGV[6])
 end
-if #KEYS == 8 then
-  announce(KEYS[6], KEYS[7], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+if #KEYS == 9
+    and not announce(KEYS[6], KEYS[7], KEYS[8], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]) then
+  return live + 2
 end
 return live
 "
@@ -450,7 +453,7 @@ impl SessionStore for RedisSessionStore {
     }
 
     async fn save(&self, record: &SessionRecord, idle_ttl: Duration) -> Result<bool, StoreError> {
-        self.save_with(record, idle_ttl, None).await
+        Ok(self.save_with(record, idle_ttl, None).await?.done)
     }
 
     /// On one Redis, one script (`SAVE`): the announcement costs no
@@ -464,12 +467,15 @@ impl SessionStore for RedisSessionStore {
     ) -> Result<Saved, StoreError> {
         let announcement = self.publisher.inline(changed)?;
         let carried = announcement.is_some();
-        let written = self.save_with(record, idle_ttl, announcement).await?;
-        let announced = written && carried;
+        let wrote = self.save_with(record, idle_ttl, announcement).await?;
+        let announced = wrote.done && carried;
         if announced {
-            counted(changed.kind());
+            wrote.count(changed);
         }
-        Ok(Saved { written, announced })
+        Ok(Saved {
+            written: wrote.done,
+            announced,
+        })
     }
 
     async fn rehost(
@@ -577,7 +583,7 @@ impl SessionStore for RedisSessionStore {
     /// is in another slot: its entry goes in a second round trip, after the
     /// keys.
     async fn delete(&self, id: &SessionId) -> Result<bool, StoreError> {
-        self.end_here(id, None).await
+        Ok(self.end_here(id, None).await?.done)
     }
 
     /// One script on the session's slot: the record, its streams (all in
@@ -592,27 +598,57 @@ impl SessionStore for RedisSessionStore {
     ) -> Result<Ended, StoreError> {
         let announcement = self.publisher.inline(ended)?;
         let announced = announcement.is_some();
-        let existed = self.end_here(id, announcement).await?;
+        let wrote = self.end_here(id, announcement).await?;
         if announced {
-            counted(ended.kind());
+            wrote.count(ended);
         }
         Ok(Ended {
-            existed,
+            existed: wrote.done,
             streams_deleted: true,
             announced,
         })
     }
 }
 
+/// What [`SAVE`] or [`END`] did, from its reply: 1 when it wrote (or the
+/// session was live), plus 2 when the announcement it carried was left out.
+#[derive(Debug, Clone, Copy)]
+struct Wrote {
+    /// The record was written, or (an end) the session was live.
+    done: bool,
+    /// The announcement it carried was for the other nodes, and there were
+    /// none ([`crate::bus::ANNOUNCE`]).
+    left_out: bool,
+}
+
+impl Wrote {
+    fn of(reply: &Value) -> Result<Self, StoreError> {
+        let bits = reply::int(reply)?;
+        Ok(Self {
+            done: bits & 1 == 1,
+            left_out: bits & 2 == 2,
+        })
+    }
+
+    /// Counts the carried `message` as published, or as not sent.
+    fn count(self, message: &ControlMessage) {
+        if self.left_out {
+            unsent(message.kind());
+        } else {
+            counted(message.kind());
+        }
+    }
+}
+
 impl RedisSessionStore {
     /// Replaces a live record ([`SAVE`]), with `announcement` in the same
-    /// script; whether it was written.
+    /// script.
     async fn save_with(
         &self,
         record: &SessionRecord,
         idle_ttl: Duration,
         announcement: Option<Announcement>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Wrote, StoreError> {
         let json = serde_json::to_string(record).map_err(corrupt)?;
         let mut args = vec![json, millis(idle_ttl).to_string()];
         let mut more = Vec::new();
@@ -622,7 +658,7 @@ impl RedisSessionStore {
         let reply = self
             .write("session_save", &SAVE, &record.id, &more, &args)
             .await?;
-        Ok(reply::int(&reply)? == 1)
+        Wrote::of(&reply)
     }
 
     /// [`SessionStore::end`] on one Redis, or on a Redis Cluster with the
@@ -633,7 +669,7 @@ impl RedisSessionStore {
         &self,
         id: &SessionId,
         announcement: Option<Announcement>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Wrote, StoreError> {
         let index = self.keys.session_expiry(id);
         let one_slot = !self.redis.is_cluster();
         let (streams, streams_args) = streams_of(&self.keys, &self.redis, id);
@@ -658,7 +694,7 @@ impl RedisSessionStore {
                 )
                 .await?;
         }
-        Ok(reply::int(&reply)? == 1)
+        Wrote::of(&reply)
     }
 
     /// Three round trips: the ids due in one bucket of the index; their

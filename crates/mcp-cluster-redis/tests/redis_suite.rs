@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_cluster_redis::{RedisConfig, RedisRetention, connect};
-use mcp_cluster_store::{Position, SessionId, StoreError, suite};
+use mcp_cluster_store::{ControlMessage, NodeId, Position, SessionId, StoreError, suite};
 use support::RedisServer;
 
 #[tokio::test]
@@ -275,23 +275,13 @@ async fn a_deletion_and_a_control_message_each_finish_in_one_script() {
     // A session's change and its end carry their announcements: the
     // control log takes each (and the suite checks that the bus carries
     // them); the end takes the session's streams and index entry too.
-    let log_len = |con: &mut redis::aio::MultiplexedConnection| {
-        let mut con = con.clone();
-        async move {
-            redis::cmd("XLEN")
-                .arg("mcp:{ctl}:log")
-                .query_async::<usize>(&mut con)
-                .await
-                .unwrap()
-        }
-    };
     let origin = mcp_cluster_store::NodeId::random();
     let r = suite::record();
     let ttl = Duration::from_secs(60);
     store.sessions.create(&r, ttl).await.unwrap();
     let stream = store.events.create_stream(&r.id, &[]).await.unwrap();
     assert_eq!(indexed(&mut con, &r.id).await, 1);
-    let logged = log_len(&mut con).await;
+    let logged = log_len(&con).await;
     let changed = mcp_cluster_store::ControlMessage::SessionChanged {
         session: r.id.clone(),
         origin: origin.clone(),
@@ -302,7 +292,7 @@ async fn a_deletion_and_a_control_message_each_finish_in_one_script() {
         .await
         .unwrap();
     assert!(saved.written && saved.announced, "{saved:?}");
-    assert_eq!(log_len(&mut con).await, logged + 1);
+    assert_eq!(log_len(&con).await, logged + 1);
     let ended = mcp_cluster_store::ControlMessage::SessionEnded {
         session: r.id.clone(),
         origin,
@@ -316,7 +306,7 @@ async fn a_deletion_and_a_control_message_each_finish_in_one_script() {
         done.existed && done.streams_deleted && done.announced,
         "{done:?}"
     );
-    assert_eq!(log_len(&mut con).await, logged + 2);
+    assert_eq!(log_len(&con).await, logged + 2);
     assert_eq!(indexed(&mut con, &r.id).await, 0);
     let err = store
         .events
@@ -353,4 +343,119 @@ async fn a_deletion_and_a_control_message_each_finish_in_one_script() {
         .await
         .unwrap();
     assert!(ttl > 0, "the log expires: {ttl}");
+}
+
+/// The control log's length.
+async fn log_len(con: &redis::aio::MultiplexedConnection) -> usize {
+    redis::cmd("XLEN")
+        .arg("mcp:{ctl}:log")
+        .query_async::<usize>(&mut con.clone())
+        .await
+        .expect("XLEN of the control log")
+}
+
+/// The next message `rx` hears, within 5 s.
+async fn heard(rx: &mut tokio::sync::broadcast::Receiver<ControlMessage>) -> ControlMessage {
+    tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("a message arrives")
+        .expect("the bus is open")
+}
+
+/// A session's life on `store` by `origin`: created, saved with its
+/// `session_changed`, a `deliver` published, ended with its
+/// `session_ended`; each step says it did all it had to. The messages, in
+/// that order.
+async fn life_of(store: &mcp_cluster_store::Store, origin: &NodeId) -> [ControlMessage; 3] {
+    let ttl = Duration::from_secs(60);
+    let r = suite::record();
+    store.sessions.create(&r, ttl).await.expect("create");
+    let session = r.id.clone();
+    let origin = origin.clone();
+    let changed = ControlMessage::SessionChanged {
+        session: session.clone(),
+        origin: origin.clone(),
+    };
+    let saved = store
+        .sessions
+        .save_announcing(&r, ttl, &changed)
+        .await
+        .expect("save");
+    assert!(saved.written && saved.announced, "{saved:?}");
+    assert_eq!(
+        store.sessions.load(&r.id).await.expect("load").as_ref(),
+        Some(&r)
+    );
+    let deliver = ControlMessage::Deliver {
+        session: session.clone(),
+        message: "{}".into(),
+        origin: origin.clone(),
+        trace: None,
+    };
+    store.bus.publish(&deliver).await.expect("publish");
+    let ended = ControlMessage::SessionEnded { session, origin };
+    let done = store
+        .sessions
+        .end(&r.id, &*store.events, &ended)
+        .await
+        .expect("end");
+    assert!(done.existed && done.announced, "{done:?}");
+    assert_eq!(store.sessions.load(&r.id).await.expect("load"), None);
+    [changed, deliver, ended]
+}
+
+/// Through one Redis a node alone in the cluster sends nothing that only
+/// the others need: its session's change and end, and a `deliver`, are
+/// neither logged nor published (counted as unsent), while a server event,
+/// which concerns its origin too, goes out. Once a second node joins, every
+/// message goes out again; once it leaves, the first is alone again.
+#[tokio::test]
+async fn a_node_alone_sends_nothing_only_the_others_need() {
+    let server = RedisServer::start();
+    let store = connect(&server.config()).await.unwrap();
+    let con = support::raw(&server).await;
+    let unsent = |kind: &str| {
+        mcp_cluster_telemetry::metrics::metrics()
+            .bus_unsent
+            .with_label_values(&[kind])
+            .get()
+    };
+    let ttl = Duration::from_secs(60);
+    let alone = NodeId::random();
+    assert!(store.nodes.heartbeat(&alone, ttl).await.unwrap());
+    let mut rx = store.bus.subscribe();
+
+    let counted = ["session_changed", "deliver", "session_ended"].map(unsent);
+    life_of(&store, &alone).await;
+    assert_eq!(log_len(&con).await, 0, "nothing logged");
+    for (kind, before) in ["session_changed", "deliver", "session_ended"]
+        .into_iter()
+        .zip(counted)
+    {
+        assert!(unsent(kind) > before, "{kind} counted as unsent");
+    }
+    let event = ControlMessage::ServerEvent {
+        name: "tools_list_changed".into(),
+        uri: None,
+        origin: alone.clone(),
+    };
+    store.bus.publish(&event).await.unwrap();
+    assert_eq!(heard(&mut rx).await, event, "and nothing before it");
+    assert_eq!(log_len(&con).await, 1);
+
+    // A second node: everything goes out, to it and into the log.
+    let other = NodeId::random();
+    assert!(store.nodes.heartbeat(&other, ttl).await.unwrap());
+    for expected in life_of(&store, &alone).await {
+        assert_eq!(heard(&mut rx).await, expected);
+    }
+    assert_eq!(log_len(&con).await, 4);
+
+    // The other node leaves: alone again, and a server event is the first
+    // thing heard after a whole life.
+    store.nodes.leave(&other).await.unwrap();
+    life_of(&store, &alone).await;
+    store.bus.publish(&event).await.unwrap();
+    assert_eq!(heard(&mut rx).await, event);
+    assert_eq!(log_len(&con).await, 5);
 }

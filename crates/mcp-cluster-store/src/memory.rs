@@ -832,9 +832,11 @@ impl NodeRegistry for MemoryNodes {
         Ok(ring.iter().map(|(_, key)| key.clone()).collect())
     }
 
-    async fn heartbeat(&self, node: &NodeId, ttl: Duration) -> Result<(), StoreError> {
-        self.alive.insert(node.clone(), Instant::now() + ttl);
-        Ok(())
+    async fn heartbeat(&self, node: &NodeId, ttl: Duration) -> Result<bool, StoreError> {
+        Ok(self
+            .alive
+            .insert(node.clone(), Instant::now() + ttl)
+            .is_none())
     }
 
     async fn leave(&self, node: &NodeId) -> Result<(), StoreError> {

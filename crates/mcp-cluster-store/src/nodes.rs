@@ -29,11 +29,14 @@ pub struct OpenStream {
 /// Node liveness and the streams each node writes.
 #[async_trait]
 pub trait NodeRegistry: Send + Sync + Debug + 'static {
-    /// Marks the node alive for `ttl` (and known to the cluster).
+    /// Marks the node alive for `ttl` (and known to the cluster): `true`
+    /// when it was not known before, so that it joined (or joined again,
+    /// after the cluster counted it out: declared dead and claimed, or a
+    /// Redis failover lost its membership).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`].
-    async fn heartbeat(&self, node: &NodeId, ttl: Duration) -> Result<(), StoreError>;
+    async fn heartbeat(&self, node: &NodeId, ttl: Duration) -> Result<bool, StoreError>;
 
     /// Forgets a node that stopped cleanly (after finalizing its streams).
     ///

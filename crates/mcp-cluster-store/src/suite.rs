@@ -936,21 +936,27 @@ pub async fn bus_delivers_published_messages(store: &Store) {
     assert_eq!(got, sent);
 }
 
+/// Whether a heartbeat of `node` made it a member.
+async fn joins(store: &Store, node: &NodeId, ttl: Duration) -> bool {
+    store.nodes.heartbeat(node, ttl).await.unwrap()
+}
+
 /// A node whose heartbeat expired is reported dead; its open streams go to
-/// exactly one claimer; closed streams are not among them.
+/// exactly one claimer; closed streams are not among them. A heartbeat
+/// says when it made the node a member: the first, and the first after the
+/// node was claimed or left, not the others.
 pub async fn dead_nodes_are_reported_and_claimed_once(store: &Store) {
     let dead = NodeId::random();
     let alive = NodeId::random();
-    store
-        .nodes
-        .heartbeat(&dead, Duration::from_millis(300))
-        .await
-        .unwrap();
-    store
-        .nodes
-        .heartbeat(&alive, Duration::from_secs(60))
-        .await
-        .unwrap();
+    assert!(
+        joins(store, &dead, Duration::from_millis(300)).await,
+        "a first heartbeat joins"
+    );
+    assert!(joins(store, &alive, Duration::from_secs(60)).await);
+    assert!(
+        !joins(store, &alive, Duration::from_secs(60)).await,
+        "a member's heartbeat does not join again"
+    );
     let open = OpenStream {
         session: SessionId::random(),
         stream: StreamId::random(),
@@ -1012,11 +1018,21 @@ pub async fn dead_nodes_are_reported_and_claimed_once(store: &Store) {
         !store.nodes.dead_nodes().await.unwrap().contains(&dead),
         "forgotten once claimed"
     );
+    assert!(
+        joins(store, &dead, Duration::from_millis(300)).await,
+        "a claimed node that beats again joins again"
+    );
     store.nodes.leave(&alive).await.unwrap();
     assert!(
         !store.nodes.alive(&alive).await.unwrap(),
         "a node that left"
     );
+    assert!(
+        joins(store, &alive, Duration::from_secs(60)).await,
+        "so does one that left"
+    );
+    store.nodes.leave(&alive).await.unwrap();
+    store.nodes.leave(&dead).await.unwrap();
 }
 
 /// A subject no other test (or run) uses, with the characters that matter

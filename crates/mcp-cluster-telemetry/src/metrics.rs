@@ -184,6 +184,8 @@ pub struct Metrics {
     pub redis_primary_known: IntGauge,
     /// `mcp_bus_messages_published_total` by type.
     pub bus_published: IntCounterVec,
+    /// `mcp_bus_messages_unsent_total` by type.
+    pub bus_unsent: IntCounterVec,
     /// `mcp_bus_messages_received_total` by type.
     pub bus_received: IntCounterVec,
     /// `mcp_bus_messages_dropped_total` by reason.
@@ -505,6 +507,11 @@ impl Metrics {
                 "Control-bus messages published by this node, by type.",
                 &["type"],
             ),
+            bus_unsent: counters(
+                "mcp_bus_messages_unsent_total",
+                "Control-bus messages for the other nodes that this node did not send: it was alone in the cluster, by type.",
+                &["type"],
+            ),
             bus_received: counters(
                 "mcp_bus_messages_received_total",
                 "Control-bus messages received by this node, by type.",
@@ -693,6 +700,7 @@ impl Metrics {
             Box::new(self.redis_primary_known.clone()),
             Box::new(self.event_log_lost.clone()),
             Box::new(self.bus_published.clone()),
+            Box::new(self.bus_unsent.clone()),
             Box::new(self.bus_received.clone()),
             Box::new(self.bus_dropped.clone()),
             Box::new(self.heartbeats.clone()),
@@ -803,6 +811,7 @@ impl Metrics {
         );
         zero(&self.quota_rejections, QUOTAS);
         zero(&self.bus_published, BUS_MESSAGE_TYPES);
+        zero(&self.bus_unsent, BUS_MESSAGE_TYPES);
         zero(&self.bus_received, BUS_MESSAGE_TYPES);
         zero(
             &self.bus_dropped,

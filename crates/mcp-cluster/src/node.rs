@@ -380,7 +380,7 @@ pub async fn bind(server: impl Into<Served>, config: NodeConfig) -> std::io::Res
     let admin_socket = config.admin_bind.map(listen).transpose()?;
     let tls = https(&config)?;
     let store = open_store(&config).await?;
-    serve_on(server.into(), config, socket, admin_socket, tls, store)
+    serve_on(server.into(), config, socket, admin_socket, tls, store).await
 }
 
 /// The main listener's TLS configuration, when `[tls]` is set: the
@@ -458,9 +458,9 @@ fn authenticator(config: &NodeConfig) -> std::io::Result<Option<Arc<Authenticato
     Ok(Some(auth))
 }
 
-/// Builds the runtime over an open store and the HTTP servers on bound
-/// sockets (not yet running).
-fn serve_on(
+/// Builds the runtime over an open store, joins the cluster, and builds
+/// the HTTP servers on bound sockets (not yet running).
+async fn serve_on(
     server: Served,
     config: NodeConfig,
     socket: std::net::TcpListener,
@@ -473,6 +473,9 @@ fn serve_on(
         crate::card::discovery(&config, &server, auth.as_ref().map(|a| a.metadata().url()))
             .map(Arc::new);
     let runtime = Runtime::new(server.service(), store, config.runtime_config());
+    // A member of the node set before anything is served (see
+    // `Runtime::join`); connections wait in the accept queue meanwhile.
+    runtime.join().await;
     server.forward_events(&runtime);
     start_audit(&config, &runtime)?;
     let http = &config.http;

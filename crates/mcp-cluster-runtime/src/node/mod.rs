@@ -45,6 +45,9 @@ pub(crate) struct NodeContext {
     /// Set by `Runtime::leave`: no heartbeat after it. A tokio mutex: held
     /// across the heartbeat and the leave, so neither overtakes the other.
     pub(crate) membership: tokio::sync::Mutex<bool>,
+    /// Set by the first heartbeat that made this node a member of the
+    /// cluster (`Runtime::heartbeat`).
+    pub(crate) joined: AtomicBool,
     /// Quota checks, and the stream slots this node's connections hold.
     pub(crate) quotas: Arc<Quotas>,
     /// The bytes this node's running work holds, per owner and in all:
@@ -253,6 +256,7 @@ impl NodeContext {
             in_flight: AtomicUsize::new(0),
             open_exchanges: AtomicUsize::new(0),
             membership: tokio::sync::Mutex::new(false),
+            joined: AtomicBool::new(false),
             quotas,
             in_flight_bytes,
             stop: CancellationToken::new(),

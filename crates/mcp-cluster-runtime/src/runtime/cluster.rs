@@ -93,7 +93,9 @@ pub(crate) fn start(runtime: &Runtime) {
         let mut sweep = tokio::time::interval(EXPIRY_SWEEP_INTERVAL);
         loop {
             tokio::select! {
-                _ = beat.tick() => rt.heartbeat().await,
+                _ = beat.tick() => {
+                    rt.heartbeat().await;
+                }
                 _ = scan.tick() => reap(rt.store()).await,
                 _ = sweep.tick() => sweep_expired(rt.store()).await,
             }

@@ -45,6 +45,8 @@ use crate::stateless::{RequestMeta, Stateless, StatelessReply};
 /// itself (a server event for the sessions listened to without an actor,
 /// their renewals).
 const STORE_FAN_OUT: usize = 32;
+/// Between two attempts of [`Runtime::join`].
+const JOIN_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// One node's runtime. Cheap to clone; create it once, inside the actix
 /// system, outside the HTTP worker factory.
@@ -160,29 +162,68 @@ impl Runtime {
         }
     }
 
-    /// Renews this node's liveness, unless it left the cluster.
-    pub(crate) async fn heartbeat(&self) {
+    /// Joins the cluster before this node serves: its first heartbeat puts
+    /// it in the node set, so that from then on the others send it what
+    /// concerns the copies of their sessions it may hold (through one
+    /// Redis, a node alone sends none). Tries for up to `HEARTBEAT_TTL`; a
+    /// node that could not (logged) joins at a later heartbeat.
+    pub async fn join(&self) {
+        let deadline = tokio::time::Instant::now() + crate::runtime::cluster::HEARTBEAT_TTL;
+        while !self.heartbeat().await {
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!("Serving before this node could join the cluster.");
+                return;
+            }
+            tokio::time::sleep(JOIN_RETRY).await;
+        }
+    }
+
+    /// Renews this node's liveness, unless it left the cluster; whether it
+    /// did.
+    pub(crate) async fn heartbeat(&self) -> bool {
         // Held across the heartbeat: `leave` waits for one in progress.
         let left = self.node().membership.lock().await;
         if *left {
-            return;
+            return false;
         }
-        let outcome = match self
+        let beat = self
             .store()
             .nodes
             .heartbeat(self.node_id(), crate::runtime::cluster::HEARTBEAT_TTL)
-            .await
-        {
-            Ok(()) => "ok",
-            Err(err) => {
-                tracing::warn!(error = %err, "Heartbeat failed.");
-                "failed"
-            }
-        };
+            .await;
         mcp_cluster_telemetry::metrics::metrics()
             .heartbeats
-            .with_label_values(&[outcome])
+            .with_label_values(&[if beat.is_ok() { "ok" } else { "failed" }])
             .inc();
+        match beat {
+            Ok(added) => {
+                let rejoined = self.node().joined.swap(true, Ordering::AcqRel) && added;
+                if rejoined {
+                    self.rejoined();
+                }
+                true
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "Heartbeat failed.");
+                false
+            }
+        }
+    }
+
+    /// This node was counted out of the cluster (declared dead and claimed,
+    /// or a Redis failover lost its membership) and is a member again: what
+    /// the others did not send it meanwhile (a node alone sends nothing
+    /// only for the others) its session actors catch up on by reading
+    /// their records again.
+    fn rejoined(&self) {
+        let actors = self.sessions().all();
+        tracing::warn!(
+            actors = actors.len(),
+            "This node was counted out of the cluster and joined it again; its session actors reload their records."
+        );
+        for handle in actors {
+            handle.reload();
+        }
     }
 
     /// The key ring sealing input-required request states.

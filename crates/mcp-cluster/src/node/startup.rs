@@ -141,7 +141,7 @@ pub async fn start(server: impl Into<Served>, config: NodeConfig) -> std::io::Re
     };
     let (redis, err) = match first {
         Ok(store) => {
-            let node = serve_on(server, config, socket, admin_socket, tls, store)?;
+            let node = serve_on(server, config, socket, admin_socket, tls, store).await?;
             return Ok(StartingNode::bound(node));
         }
         Err(failed) => failed,
@@ -269,7 +269,8 @@ impl StartingNode {
             tls,
             ..
         } = *waiting;
-        serve_on(server, config, socket, admin_socket, tls, store)?
+        serve_on(server, config, socket, admin_socket, tls, store)
+            .await?
             .run_until(shutdown)
             .await
     }
