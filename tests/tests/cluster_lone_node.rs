@@ -1,7 +1,7 @@
 //! Through one Redis a node alone in the cluster sends nothing that only
-//! other nodes need: a session's life (`initialize`, `initialized`,
-//! `DELETE`) logs and publishes no `session_changed` or `session_ended`,
-//! and counts them as unsent. A node the cluster counted out (its entry in
+//! other nodes need, once the node set counts as whole: a session's life
+//! (`initialize`, `initialized`, `DELETE`) logs and publishes no
+//! `session_changed` or `session_ended`, and counts them as unsent. A node the cluster counted out (its entry in
 //! the node set gone: declared dead and claimed, or lost in a failover)
 //! joins again at its next heartbeat, and its session actors read their
 //! records again: what nobody sent meanwhile, they catch up on. The release
@@ -60,25 +60,42 @@ async fn a_lone_node_sends_nothing_for_others_and_catches_up_when_it_joins_again
     assert_eq!(redis.command(&["SCARD", NODES]).unwrap(), "1");
     let me = redis.command(&["SRANDMEMBER", NODES]).unwrap();
 
-    // A whole life: nothing for the others, in the log or on the channel.
+    // Whole lives, each announced until the set counts as whole (a
+    // heartbeat TTL, 6 s, after the node's first heartbeat on this Redis:
+    // others may still have to add themselves again), then announced no
+    // more: nothing for the others, in the log or on the channel.
+    let unsent = "mcp_bus_messages_unsent_total";
+    let published = "mcp_bus_messages_published_total";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(&base, &series(unsent, "session_ended")).await == 0.0 {
+        assert!(Instant::now() < deadline, "every life still announced");
+        let passing = open(&url).await;
+        assert_eq!(
+            within("DELETE", passing.delete()).await.unwrap().as_u16(),
+            200
+        );
+        sleep(Duration::from_millis(200)).await;
+    }
+    let logged = redis.command(&["XLEN", "mcp:{ctl}:log"]).unwrap();
+    assert_ne!(logged, "0", "lives were announced before");
+    let kinds = ["session_changed", "session_ended"];
+    let mut before = Vec::new();
+    for kind in kinds {
+        before.push((
+            metric(&base, &series(unsent, kind)).await,
+            metric(&base, &series(published, kind)).await,
+        ));
+    }
     let passing = open(&url).await;
     assert_eq!(
         within("DELETE", passing.delete()).await.unwrap().as_u16(),
         200
     );
-    let unsent = "mcp_bus_messages_unsent_total";
-    let published = "mcp_bus_messages_published_total";
-    assert!(metric(&base, &series(unsent, "session_changed")).await >= 1.0);
-    assert!(metric(&base, &series(unsent, "session_ended")).await >= 1.0);
-    assert_eq!(
-        metric(&base, &series(published, "session_changed")).await,
-        0.0
-    );
-    assert_eq!(
-        metric(&base, &series(published, "session_ended")).await,
-        0.0
-    );
-    assert_eq!(redis.command(&["XLEN", "mcp:{ctl}:log"]).unwrap(), "0");
+    for (kind, (left_out, sent)) in kinds.into_iter().zip(before) {
+        assert_eq!(metric(&base, &series(unsent, kind)).await, left_out + 1.0);
+        assert_eq!(metric(&base, &series(published, kind)).await, sent);
+    }
+    assert_eq!(redis.command(&["XLEN", "mcp:{ctl}:log"]).unwrap(), logged);
 
     // A listening session, and a subscription written into its record
     // behind its actor's back (as a save whose announcement nobody sent):

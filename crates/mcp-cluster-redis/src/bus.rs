@@ -18,8 +18,11 @@
 //! nor published: no one would hear it. The check is in the script that
 //! would announce it, so it is atomic with the set: a node joins the set
 //! (its first heartbeat) before it serves, so a node that could hold a
-//! copy of a session is a member before any announcement it must hear.
-//! Off a Redis Cluster only (there the set is in another slot).
+//! copy of a session is a member before any announcement it must hear. It
+//! holds only once the set is whole (`mcp:{nodes}:whole`, see
+//! `crate::nodes`): a Redis that lost its data lost the members too, and
+//! each adds itself again at its next heartbeat. Off a Redis Cluster only
+//! (there the set is in another slot).
 
 use async_trait::async_trait;
 use mcp_cluster_store::{ControlBus, ControlMessage, StoreError};
@@ -75,6 +78,8 @@ pub(crate) struct Publisher {
     log: String,
     /// The set of the cluster's nodes.
     nodes: String,
+    /// From when that set is whole.
+    whole: String,
 }
 
 impl Publisher {
@@ -84,6 +89,7 @@ impl Publisher {
             channel: keys.ctl(),
             log: keys.ctl_log(),
             nodes: keys.nodes(),
+            whole: keys.nodes_whole(),
         }
     }
 
@@ -177,7 +183,12 @@ impl Publisher {
             message.origin().as_str().to_owned()
         };
         Announcement {
-            keys: [self.log.clone(), self.channel.clone(), self.nodes.clone()],
+            keys: [
+                self.log.clone(),
+                self.channel.clone(),
+                self.nodes.clone(),
+                self.whole.clone(),
+            ],
             args: [
                 LOG_LEN.to_string(),
                 crate::config::millis(LOG_TTL).to_string(),
@@ -222,8 +233,9 @@ pub(crate) fn unsent(kind: &str) {
 /// [`ANNOUNCE`] takes ([`Publisher::inline`]).
 #[derive(Debug)]
 pub(crate) struct Announcement {
-    /// The control log, the control channel, the node set.
-    pub(crate) keys: [String; 3],
+    /// The control log, the control channel, the node set, its `whole`
+    /// mark.
+    pub(crate) keys: [String; 4],
     /// The log's length, its TTL ms, the entry's field, the message (with
     /// its nonce), and for a message for the other nodes only its origin
     /// (else empty).
@@ -240,15 +252,28 @@ impl Announcement {
     }
 }
 
-/// Lua: `announce(log, channel, nodes, length, ttl, field, message,
+/// Lua: `announce(log, channel, nodes, whole, length, ttl, field, message,
 /// origin)` logs a control message and publishes it, as
 /// [`Publisher::publish`] does on one Redis, and is true; unless `origin`
-/// (not empty) is the only member of `nodes`, where it does neither and is
-/// false. Its arguments are an [`Announcement`]'s keys, then its arguments.
+/// (not empty) is the only member of `nodes` and the set is whole (its
+/// mark `whole` is there and past: see `crate::nodes`), where it does
+/// neither and is false. Its arguments are an [`Announcement`]'s keys, then
+/// its arguments.
 pub(crate) const ANNOUNCE: &str = r"
-local function announce(log, channel, nodes, length, ttl, field, message, origin)
-  if origin ~= '' and redis.call('SCARD', nodes) == 1
-      and redis.call('SISMEMBER', nodes, origin) == 1 then
+local function alone(nodes, whole, origin)
+  if origin == '' or redis.call('SCARD', nodes) ~= 1
+      or redis.call('SISMEMBER', nodes, origin) ~= 1 then
+    return false
+  end
+  local since = tonumber(redis.call('GET', whole))
+  if not since then
+    return false
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= since
+end
+local function announce(log, channel, nodes, whole, length, ttl, field, message, origin)
+  if alone(nodes, whole, origin) then
     return false
   end
   redis.call('XADD', log, 'MAXLEN', '~', length, '*', field, message)
@@ -258,7 +283,7 @@ local function announce(log, channel, nodes, length, ttl, field, message, origin
 end
 ";
 
-/// KEYS: the control log, the control channel, the node set. ARGV: the
+/// KEYS: the control log, the control channel, the node set, its mark. ARGV: the
 /// log's length, its TTL ms, the entry's field, the message, its origin
 /// (or empty). Logs the message and publishes it (off a Redis Cluster: all
 /// keys on one Redis); 1 when it did, nil when it was for the other nodes
@@ -271,7 +296,7 @@ static LOG_AND_PUBLISH: std::sync::LazyLock<redis::Script> = std::sync::LazyLock
     redis::Script::new(&format!(
         "#!lua
 {ANNOUNCE}
-return announce(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+return announce(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 "
     ))
 });

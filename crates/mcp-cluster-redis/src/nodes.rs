@@ -26,6 +26,27 @@ use crate::error::corrupt;
 use crate::keys::Keys;
 use crate::reply;
 
+/// KEYS: the node's heartbeat, the nodes set, the set's `whole` mark.
+/// ARGV: heartbeat TTL ms, node id. Marks the node alive and a member; 1
+/// when that added it to the set. On a Redis without the mark (new, or one
+/// that lost its data, and with it members that will add themselves again
+/// at their next heartbeat) sets it to now plus the TTL: from then on the
+/// set holds every live node (see `crate::bus`).
+static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+local added = redis.call('SADD', KEYS[2], ARGV[2])
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('SET', KEYS[3], now + tonumber(ARGV[1]))
+end
+return added
+",
+    )
+});
+
 /// KEYS: the nodes set. ARGV: heartbeat key prefix, heartbeat key suffix.
 /// Returns the members whose heartbeat expired.
 static DEAD_NODES: LazyLock<Script> = LazyLock::new(|| {
@@ -142,22 +163,19 @@ impl NodeRegistry for RedisNodes {
     }
 
     async fn heartbeat(&self, node: &NodeId, ttl: Duration) -> Result<bool, StoreError> {
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("SET")
-            .arg(self.keys.node_alive(node))
-            .arg("1")
-            .arg("PX")
-            .arg(millis(ttl))
-            .ignore()
-            .cmd("SADD")
-            .arg(self.keys.nodes())
-            .arg(node.as_str());
-        let replies = reply::array(self.redis.pipe("node_heartbeat", &pipe).await?)?;
-        let added = replies
-            .first()
-            .ok_or_else(|| corrupt("short heartbeat reply"))?;
-        Ok(reply::int(added)? == 1)
+        let reply = self
+            .redis
+            .script(
+                "node_heartbeat",
+                HEARTBEAT
+                    .key(self.keys.node_alive(node))
+                    .key(self.keys.nodes())
+                    .key(self.keys.nodes_whole())
+                    .arg(millis(ttl))
+                    .arg(node.as_str()),
+            )
+            .await?;
+        Ok(reply::int(&reply)? == 1)
     }
 
     async fn leave(&self, node: &NodeId) -> Result<(), StoreError> {

@@ -213,17 +213,29 @@ impl Runtime {
     /// This node was counted out of the cluster (declared dead and claimed,
     /// or a Redis failover lost its membership) and is a member again: what
     /// the others did not send it meanwhile (a node alone sends nothing
-    /// only for the others) its session actors catch up on by reading
-    /// their records again.
+    /// only for the others) its session actors catch up on from their
+    /// records, `STORE_FAN_OUT` reads at a time. A record that is not there
+    /// (the session ended meanwhile, or Redis lost it) changes nothing here:
+    /// the session's next request finds it gone, as it would have anyway,
+    /// and its requests running now end as they would have.
     fn rejoined(&self) {
         let actors = self.sessions().all();
         tracing::warn!(
             actors = actors.len(),
-            "This node was counted out of the cluster and joined it again; its session actors reload their records."
+            "This node was counted out of the cluster and joined it again; its session actors read their records again."
         );
-        for handle in actors {
-            handle.reload();
-        }
+        let sessions = Arc::clone(&self.store().sessions);
+        actix::spawn(async move {
+            let sessions = &sessions;
+            stream::iter(actors)
+                .for_each_concurrent(STORE_FAN_OUT, |handle| async move {
+                    let save_events = handle.save_events();
+                    if let Ok(Some(record)) = sessions.load(handle.id()).await {
+                        handle.refresh(record, save_events);
+                    }
+                })
+                .await;
+        });
     }
 
     /// The key ring sealing input-required request states.
