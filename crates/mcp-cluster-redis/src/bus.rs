@@ -28,6 +28,7 @@ use async_trait::async_trait;
 use mcp_cluster_store::{ControlBus, ControlMessage, StoreError};
 use tokio::sync::broadcast;
 
+use crate::clock::NOW_MS;
 use crate::connection::Redis;
 use crate::error::corrupt;
 use crate::keys::Keys;
@@ -258,7 +259,7 @@ impl Announcement {
 /// (not empty) is the only member of `nodes` and the set is whole (its
 /// mark `whole` is there and past: see `crate::nodes`), where it does
 /// neither and is false. Its arguments are an [`Announcement`]'s keys, then
-/// its arguments.
+/// its arguments. Calls `now_ms` ([`NOW_MS`], which must come before it).
 pub(crate) const ANNOUNCE: &str = r"
 local function alone(nodes, whole, origin)
   if origin == '' or redis.call('SCARD', nodes) ~= 1
@@ -269,8 +270,7 @@ local function alone(nodes, whole, origin)
   if not since then
     return false
   end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) >= since
+  return now_ms() >= since
 end
 local function announce(log, channel, nodes, whole, length, ttl, field, message, origin)
   if alone(nodes, whole, origin) then
@@ -295,7 +295,7 @@ end
 static LOG_AND_PUBLISH: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(&format!(
         "#!lua
-{ANNOUNCE}
+{NOW_MS}{ANNOUNCE}
 return announce(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 "
     ))

@@ -30,6 +30,7 @@
 //! - [`quota`]: the [`RedisQuotas`]: rate counters and lease sets.
 //! - [`tasks`]: the [`RedisTasks`]: task records, answers, cancel flags.
 //! - `pubsub`: the node's one pub/sub connection and its task.
+//! - `clock`: Redis's time in scripts, the clock every node shares.
 //! - [`error`]: [`ClusterError`] and the mapping onto `StoreError`.
 //!
 //! Everything but [`config`], [`keys`] and [`ClusterError`] needs the `client`
@@ -37,6 +38,8 @@
 
 #[cfg(feature = "client")]
 pub mod bus;
+#[cfg(feature = "client")]
+mod clock;
 pub mod config;
 #[cfg(feature = "client")]
 mod connection;

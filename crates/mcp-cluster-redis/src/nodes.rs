@@ -20,6 +20,7 @@ use mcp_cluster_store::{NodeId, NodeRegistry, OpenStream, StoreError, StreamId};
 use redis::{Script, Value};
 use tracing::warn;
 
+use crate::clock::with_now_ms;
 use crate::config::millis;
 use crate::connection::Redis;
 use crate::error::corrupt;
@@ -33,14 +34,12 @@ use crate::reply;
 /// at their next heartbeat) sets it to now plus the TTL: from then on the
 /// set holds every live node (see `crate::bus`).
 static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    with_now_ms(
         r"
 redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
 local added = redis.call('SADD', KEYS[2], ARGV[2])
 if redis.call('EXISTS', KEYS[3]) == 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('SET', KEYS[3], now + tonumber(ARGV[1]))
+  redis.call('SET', KEYS[3], now_ms() + tonumber(ARGV[1]))
 end
 return added
 ",
@@ -88,10 +87,9 @@ return open
 /// key when the newest is `rotate` old (or none), drops those older than
 /// `rotate + keep` but the newest; returns the values, newest first.
 static STATE_KEYS: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    with_now_ms(
         r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local ring = {}
 for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
   local made = tonumber(string.match(v, '^(%d+):'))

@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use mcp_cluster_store::{QuotaKey, QuotaStore, Rate, StoreError, Verdict};
 use redis::Script;
 
+use crate::clock::with_now_ms;
 use crate::config::millis;
 use crate::connection::Redis;
 use crate::error::corrupt;
@@ -61,10 +62,9 @@ return 0
 });
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    with_now_ms(
         r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if not redis.call('ZSCORE', KEYS[1], ARGV[1])
    and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
@@ -85,10 +85,9 @@ return {1, 0}
 /// KEYS: the lease set. ARGV: lease (ms), members... Gives every member a
 /// fresh lease (adding those that lapsed), drops lapsed others.
 static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    with_now_ms(
         r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local expiry = now + tonumber(ARGV[1])
 for i = 2, #ARGV do
   redis.call('ZADD', KEYS[1], expiry, ARGV[i])

@@ -16,6 +16,7 @@ use redis::{Cmd, Script, Value};
 use tokio::time::Instant;
 
 use crate::bus::{ANNOUNCE, Announcement, Publisher, counted, unsent};
+use crate::clock::NOW_MS;
 use crate::config::millis;
 use crate::connection::Redis;
 use crate::error::corrupt;
@@ -48,7 +49,7 @@ end
 /// (nothing announced), `{holder}` when another node holds the lease.
 static SAVE: LazyLock<Script> = LazyLock::new(|| {
     writing(&format!(
-        r"{ANNOUNCE}
+        r"{NOW_MS}{ANNOUNCE}
 if not redis.call('SET', KEYS[1], ARGV[1], 'XX', 'PX', ARGV[2]) then
   return 0
 end
@@ -123,7 +124,7 @@ return {record, redis.call('SMEMBERS', KEYS[2]), leased}
 /// (nothing changed).
 static END: LazyLock<Script> = LazyLock::new(|| {
     writing(&format!(
-        r"{DELETE_STREAMS}{ANNOUNCE}
+        r"{DELETE_STREAMS}{NOW_MS}{ANNOUNCE}
 local live = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2], KEYS[#KEYS])
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[1])
