@@ -1,5 +1,6 @@
 //! Through one Redis a node alone in the cluster sends nothing that only
-//! other nodes need, once the node set counts as whole: a session's life
+//! other nodes need, once the node set counts as whole and its heartbeat
+//! found it alone in it: a session's life
 //! (`initialize`, `initialized`, `DELETE`) logs and publishes no
 //! `session_changed` or `session_ended`, and counts them as unsent. A node the cluster counted out (its entry in
 //! the node set gone: declared dead and claimed, or lost in a failover)
@@ -62,8 +63,9 @@ async fn a_lone_node_sends_nothing_for_others_and_catches_up_when_it_joins_again
 
     // Whole lives, each announced until the set counts as whole (a
     // heartbeat TTL, 6 s, after the node's first heartbeat on this Redis:
-    // others may still have to add themselves again), then announced no
-    // more: nothing for the others, in the log or on the channel.
+    // others may still have to add themselves again) and the node's next
+    // heartbeat names it alone in it, then announced no more: nothing for
+    // the others, in the log or on the channel.
     let unsent = "mcp_bus_messages_unsent_total";
     let published = "mcp_bus_messages_published_total";
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -15,20 +15,22 @@
 //! A message for the other nodes only (one that does not concern its origin,
 //! [`ControlMessage::concerns_origin`]) from a node alone in the cluster
 //! (the only member of the node set, `mcp:{nodes}:all`) is neither logged
-//! nor published: no one would hear it. The check is in the script that
-//! would announce it, so it is atomic with the set: a node joins the set
-//! (its first heartbeat) before it serves, so a node that could hold a
-//! copy of a session is a member before any announcement it must hear. It
-//! holds only once the set is whole (`mcp:{nodes}:whole`, see
-//! `crate::nodes`): a Redis that lost its data lost the members too, and
-//! each adds itself again at its next heartbeat. Off a Redis Cluster only
-//! (there the set is in another slot).
+//! nor published: no one would hear it. The script that would announce it
+//! reads one key, `mcp:{nodes}:alone`, which names the set's only member:
+//! that member's heartbeat sets it, once the set is whole
+//! (`mcp:{nodes}:whole`: a Redis that lost its data lost the members too,
+//! and each adds itself again at its next heartbeat), and the heartbeat
+//! that adds a second member deletes it in the same script (see
+//! `crate::nodes`). So the check is atomic with the set: a node joins the
+//! set (its first heartbeat) before it serves, so a node that could hold a
+//! copy of a session is a member, and the key gone, before any
+//! announcement it must hear. Off a Redis Cluster only (there the key is in
+//! another slot).
 
 use async_trait::async_trait;
 use mcp_cluster_store::{ControlBus, ControlMessage, StoreError};
 use tokio::sync::broadcast;
 
-use crate::clock::NOW_MS;
 use crate::connection::Redis;
 use crate::error::corrupt;
 use crate::keys::Keys;
@@ -77,10 +79,8 @@ pub(crate) struct Publisher {
     channel: String,
     /// The control log's key.
     log: String,
-    /// The set of the cluster's nodes.
-    nodes: String,
-    /// From when that set is whole.
-    whole: String,
+    /// The node set's only member, when it has one (`crate::nodes`).
+    alone: String,
 }
 
 impl Publisher {
@@ -89,8 +89,7 @@ impl Publisher {
             redis,
             channel: keys.ctl(),
             log: keys.ctl_log(),
-            nodes: keys.nodes(),
-            whole: keys.nodes_whole(),
+            alone: keys.nodes_alone(),
         }
     }
 
@@ -184,12 +183,7 @@ impl Publisher {
             message.origin().as_str().to_owned()
         };
         Announcement {
-            keys: [
-                self.log.clone(),
-                self.channel.clone(),
-                self.nodes.clone(),
-                self.whole.clone(),
-            ],
+            keys: [self.log.clone(), self.channel.clone(), self.alone.clone()],
             args: [
                 LOG_LEN.to_string(),
                 crate::config::millis(LOG_TTL).to_string(),
@@ -234,9 +228,8 @@ pub(crate) fn unsent(kind: &str) {
 /// [`ANNOUNCE`] takes ([`Publisher::inline`]).
 #[derive(Debug)]
 pub(crate) struct Announcement {
-    /// The control log, the control channel, the node set, its `whole`
-    /// mark.
-    pub(crate) keys: [String; 4],
+    /// The control log, the control channel, the node set's only member.
+    pub(crate) keys: [String; 3],
     /// The log's length, its TTL ms, the entry's field, the message (with
     /// its nonce), and for a message for the other nodes only its origin
     /// (else empty).
@@ -253,27 +246,15 @@ impl Announcement {
     }
 }
 
-/// Lua: `announce(log, channel, nodes, whole, length, ttl, field, message,
+/// Lua: `announce(log, channel, alone, length, ttl, field, message,
 /// origin)` logs a control message and publishes it, as
 /// [`Publisher::publish`] does on one Redis, and is true; unless `origin`
-/// (not empty) is the only member of `nodes` and the set is whole (its
-/// mark `whole` is there and past: see `crate::nodes`), where it does
-/// neither and is false. Its arguments are an [`Announcement`]'s keys, then
-/// its arguments. Calls `now_ms` ([`NOW_MS`], which must come before it).
+/// (not empty) is what `alone` names (the node set's only member, once the
+/// set is whole: see `crate::nodes`), where it does neither and is false.
+/// Its arguments are an [`Announcement`]'s keys, then its arguments.
 pub(crate) const ANNOUNCE: &str = r"
-local function alone(nodes, whole, origin)
-  if origin == '' or redis.call('SCARD', nodes) ~= 1
-      or redis.call('SISMEMBER', nodes, origin) ~= 1 then
-    return false
-  end
-  local since = tonumber(redis.call('GET', whole))
-  if not since then
-    return false
-  end
-  return now_ms() >= since
-end
-local function announce(log, channel, nodes, whole, length, ttl, field, message, origin)
-  if alone(nodes, whole, origin) then
+local function announce(log, channel, alone, length, ttl, field, message, origin)
+  if origin ~= '' and redis.call('GET', alone) == origin then
     return false
   end
   redis.call('XADD', log, 'MAXLEN', '~', length, '*', field, message)
@@ -283,11 +264,11 @@ local function announce(log, channel, nodes, whole, length, ttl, field, message,
 end
 ";
 
-/// KEYS: the control log, the control channel, the node set, its mark. ARGV: the
-/// log's length, its TTL ms, the entry's field, the message, its origin
-/// (or empty). Logs the message and publishes it (off a Redis Cluster: all
-/// keys on one Redis); 1 when it did, nil when it was for the other nodes
-/// and there are none.
+/// KEYS: the control log, the control channel, the node set's only member.
+/// ARGV: the log's length, its TTL ms, the entry's field, the message, its
+/// origin (or empty). Logs the message and publishes it (off a Redis
+/// Cluster: all keys on one Redis); 1 when it did, nil when it was for the
+/// other nodes and there are none.
 ///
 /// Flagged, without `allow-oom`, like the log's own commands: a Redis out
 /// of memory refuses it whole (publishing nothing, so the caller tries
@@ -295,8 +276,8 @@ end
 static LOG_AND_PUBLISH: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(&format!(
         "#!lua
-{NOW_MS}{ANNOUNCE}
-return announce(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+{ANNOUNCE}
+return announce(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 "
     ))
 });

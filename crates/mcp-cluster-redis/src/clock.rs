@@ -1,9 +1,8 @@
 //! The clock scripts share: Redis's own (`TIME`), the one every node of a
 //! cluster reads alike whatever its host's clock says.
 
-/// Lua: `now_ms()`, Redis's time in whole milliseconds. Put before a
-/// script's body (or before a fragment that calls it).
-pub(crate) const NOW_MS: &str = r"
+/// Lua: `now_ms()`, Redis's time in whole milliseconds.
+const NOW_MS: &str = r"
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -18,6 +18,7 @@
 //! | `mcp:{nodes}:alive:<node>` | string, `PX` heartbeat TTL | present while the node lives |
 //! | `mcp:{nodes}:all` | set | every node id not yet claimed or gone |
 //! | `mcp:{nodes}:whole` | string | from when (ms since the epoch, Redis's clock) the set holds every live node: a heartbeat TTL after the first heartbeat on a Redis without it (new, or one that lost its data) |
+//! | `mcp:{nodes}:alone` | string, `PX` heartbeat TTL | the id of the set's only member, once the set is whole: set by that member's heartbeat, deleted by a heartbeat that finds more |
 //! | `mcp:{nodes:<node>:<b>}:streams` | hash | stream id → JSON [`mcp_cluster_store::OpenStream`] of the streams the node writes; `<b>` (`0`…`15`) is the stream's bucket |
 //! | `mcp:{nodes}:streams:<node>` | hash | the same, written by versions before the buckets; claimed, never written |
 //! | `mcp:{nodes}:state_keys` | hash | request-state key id → `<made, ms since the epoch>:<id>:<base64 secret>`, the cluster's key ring for 2026-07-28 `requestState` |
@@ -280,6 +281,13 @@ impl Keys {
         format!("{}:{{{NODES}}}:whole", self.prefix)
     }
 
+    /// The id of the node set's only member, once the set is whole: set by
+    /// that member's heartbeat, deleted by any heartbeat that finds
+    /// another member.
+    pub fn nodes_alone(&self) -> String {
+        format!("{}:{{{NODES}}}:alone", self.prefix)
+    }
+
     /// The request-state key ring (2026-07-28 input-required round trips).
     pub fn state_keys(&self) -> String {
         format!("{}:{{{NODES}}}:state_keys", self.prefix)
@@ -381,6 +389,7 @@ mod tests {
         assert_eq!(k.node_alive(&n), "mcp:{nodes}:alive:node-1");
         assert_eq!(k.nodes(), "mcp:{nodes}:all");
         assert_eq!(k.nodes_whole(), "mcp:{nodes}:whole");
+        assert_eq!(k.nodes_alone(), "mcp:{nodes}:alone");
         assert_eq!(
             k.node_streams(&n, &st),
             format!("mcp:{{nodes:node-1:{}}}:streams", bucket(st.as_str()))

@@ -27,20 +27,29 @@ use crate::error::corrupt;
 use crate::keys::Keys;
 use crate::reply;
 
-/// KEYS: the node's heartbeat, the nodes set, the set's `whole` mark.
-/// ARGV: heartbeat TTL ms, node id. Marks the node alive and a member; 1
-/// when that added it to the set. On a Redis without the mark (new, or one
-/// that lost its data, and with it members that will add themselves again
-/// at their next heartbeat) sets it to now plus the TTL: from then on the
-/// set holds every live node (see `crate::bus`).
+/// KEYS: the node's heartbeat, the nodes set, the set's `whole` mark, the
+/// `alone` key. ARGV: heartbeat TTL ms, node id. Marks the node alive and a
+/// member; 1 when that added it to the set. On a Redis without the mark
+/// (new, or one that lost its data, and with it members that will add
+/// themselves again at their next heartbeat) sets it to now plus the TTL:
+/// from then on the set holds every live node. Once it is past, a node that
+/// finds itself the set's only member names itself in `alone` (for the TTL,
+/// renewed by each of its heartbeats); a heartbeat that finds more than one
+/// member deletes it, in the same script as the `SADD` that made them more.
+/// The scripts that announce read `alone` alone (see `crate::bus`).
 static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
     with_now_ms(
         r"
 redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
 local added = redis.call('SADD', KEYS[2], ARGV[2])
-if redis.call('EXISTS', KEYS[3]) == 0 then
+local since = tonumber(redis.call('GET', KEYS[3]))
+if not since then
   redis.call('SET', KEYS[3], now_ms() + tonumber(ARGV[1]))
+elseif redis.call('SCARD', KEYS[2]) == 1 and now_ms() >= since then
+  redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[1])
+  return added
 end
+redis.call('DEL', KEYS[4])
 return added
 ",
     )
@@ -169,6 +178,7 @@ impl NodeRegistry for RedisNodes {
                     .key(self.keys.node_alive(node))
                     .key(self.keys.nodes())
                     .key(self.keys.nodes_whole())
+                    .key(self.keys.nodes_alone())
                     .arg(millis(ttl))
                     .arg(node.as_str()),
             )

@@ -16,7 +16,6 @@ use redis::{Cmd, Script, Value};
 use tokio::time::Instant;
 
 use crate::bus::{ANNOUNCE, Announcement, Publisher, counted, unsent};
-use crate::clock::NOW_MS;
 use crate::config::millis;
 use crate::connection::Redis;
 use crate::error::corrupt;
@@ -41,7 +40,7 @@ end
 }
 
 /// KEYS: session, subs, then (when an announcement goes with it) the
-/// control log, channel, node set and its mark, then the lease. ARGV: JSON, TTL ms,
+/// control log, channel and the node set's only member, then the lease. ARGV: JSON, TTL ms,
 /// then (with the announcement) the five arguments of an [`Announcement`],
 /// then holder. Replaces a live record, renews both TTLs and, on one Redis,
 /// announces the change ([`ANNOUNCE`]); 1 when written, plus 2 when the
@@ -49,13 +48,13 @@ end
 /// (nothing announced), `{holder}` when another node holds the lease.
 static SAVE: LazyLock<Script> = LazyLock::new(|| {
     writing(&format!(
-        r"{NOW_MS}{ANNOUNCE}
+        r"{ANNOUNCE}
 if not redis.call('SET', KEYS[1], ARGV[1], 'XX', 'PX', ARGV[2]) then
   return 0
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-if #KEYS == 7
-    and not announce(KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]) then
+if #KEYS == 6
+    and not announce(KEYS[3], KEYS[4], KEYS[5], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]) then
   return 1 + 2
 end
 return 1
@@ -114,7 +113,7 @@ return {record, redis.call('SMEMBERS', KEYS[2]), leased}
 
 /// KEYS: session, subs, ended, the stream set, then (off a Redis Cluster)
 /// the expiry index and (when the announcement goes with it) the control
-/// log, channel, node set and its mark, then the lease. ARGV: ended marker TTL ms,
+/// log, channel and the node set's only member, then the lease. ARGV: ended marker TTL ms,
 /// the four arguments of [`DELETE_STREAMS`], then (with the index) the
 /// session id, then (with the announcement) the five arguments of an
 /// [`Announcement`], then holder. Ends a session with its streams (in its
@@ -124,7 +123,7 @@ return {record, redis.call('SMEMBERS', KEYS[2]), leased}
 /// (nothing changed).
 static END: LazyLock<Script> = LazyLock::new(|| {
     writing(&format!(
-        r"{DELETE_STREAMS}{NOW_MS}{ANNOUNCE}
+        r"{DELETE_STREAMS}{ANNOUNCE}
 local live = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2], KEYS[#KEYS])
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[1])
@@ -132,8 +131,8 @@ delete_streams(KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 if #KEYS >= 6 then
   redis.call('ZREM', KEYS[5], ARGV[6])
 end
-if #KEYS == 10
-    and not announce(KEYS[6], KEYS[7], KEYS[8], KEYS[9], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]) then
+if #KEYS == 9
+    and not announce(KEYS[6], KEYS[7], KEYS[8], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]) then
   return live + 2
 end
 return live

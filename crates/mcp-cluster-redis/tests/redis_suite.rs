@@ -405,12 +405,13 @@ async fn life_of(store: &mcp_cluster_store::Store, origin: &NodeId) -> [ControlM
 }
 
 /// Through one Redis a node alone in the cluster sends nothing that only
-/// the others need, once the node set is whole (a heartbeat TTL after the
-/// first heartbeat on this Redis): its session's change and end, and a
-/// `deliver`, are neither logged nor published (counted as unsent), while a
-/// server event, which concerns its origin too, goes out. Once a second
-/// node joins, every message goes out again; once it leaves, the first is
-/// alone again.
+/// the others need, from its first heartbeat after the node set is whole (a
+/// heartbeat TTL after the first heartbeat on this Redis): its session's
+/// change and end, and a `deliver`, are neither logged nor published
+/// (counted as unsent), while a server event, which concerns its origin
+/// too, goes out. Once a second node joins (its heartbeat), every message
+/// goes out again; once it leaves, the first is alone again at its next
+/// heartbeat.
 #[tokio::test]
 async fn a_node_alone_sends_nothing_only_the_others_need() {
     let server = RedisServer::start();
@@ -435,10 +436,16 @@ async fn a_node_alone_sends_nothing_only_the_others_need() {
     }
     assert_eq!(log_len(&con).await, 3);
     tokio::time::sleep(ttl).await;
+    // The set is whole, but the node has not said that it is alone in it.
+    for expected in life_of(&store, &alone).await {
+        assert_eq!(heard(&mut rx).await, expected);
+    }
+    assert_eq!(log_len(&con).await, 6);
+    assert!(!store.nodes.heartbeat(&alone, ttl).await.unwrap());
 
     let counted = ["session_changed", "deliver", "session_ended"].map(unsent);
     life_of(&store, &alone).await;
-    assert_eq!(log_len(&con).await, 3, "nothing logged");
+    assert_eq!(log_len(&con).await, 6, "nothing logged");
     for (kind, before) in ["session_changed", "deliver", "session_ended"]
         .into_iter()
         .zip(counted)
@@ -452,7 +459,7 @@ async fn a_node_alone_sends_nothing_only_the_others_need() {
     };
     store.bus.publish(&event).await.unwrap();
     assert_eq!(heard(&mut rx).await, event, "and nothing before it");
-    assert_eq!(log_len(&con).await, 4);
+    assert_eq!(log_len(&con).await, 7);
 
     // A second node: everything goes out, to it and into the log.
     let other = NodeId::random();
@@ -460,13 +467,29 @@ async fn a_node_alone_sends_nothing_only_the_others_need() {
     for expected in life_of(&store, &alone).await {
         assert_eq!(heard(&mut rx).await, expected);
     }
-    assert_eq!(log_len(&con).await, 7);
+    assert_eq!(log_len(&con).await, 10);
+    // The first node's heartbeat does not make it alone again.
+    assert!(!store.nodes.heartbeat(&alone, ttl).await.unwrap());
+    for expected in life_of(&store, &alone).await {
+        assert_eq!(heard(&mut rx).await, expected);
+    }
+    assert_eq!(log_len(&con).await, 13);
 
-    // The other node leaves: alone again, and a server event is the first
-    // thing heard after a whole life.
+    // The other node leaves: alone again from the first node's next
+    // heartbeat, and a server event is the first thing heard after a whole
+    // life.
     store.nodes.leave(&other).await.unwrap();
+    assert!(!store.nodes.heartbeat(&alone, ttl).await.unwrap());
     life_of(&store, &alone).await;
     store.bus.publish(&event).await.unwrap();
     assert_eq!(heard(&mut rx).await, event);
-    assert_eq!(log_len(&con).await, 8);
+    assert_eq!(log_len(&con).await, 14);
+
+    // Its heartbeat stops: `alone` goes with it (a TTL), and a node that
+    // comes back after that announces again until its next heartbeat.
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    for expected in life_of(&store, &alone).await {
+        assert_eq!(heard(&mut rx).await, expected);
+    }
+    assert_eq!(log_len(&con).await, 17);
 }
