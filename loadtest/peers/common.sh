@@ -1,4 +1,4 @@
-# Sourced by compare.sh, paired.sh and allocations.sh: how they start
+# Sourced by compare.sh, paired.sh, allocations.sh and redis-life.sh: how they start
 # mcp-node, and opening the sessions their wrk runs of tools_call.lua rotate
 # over.
 
@@ -33,4 +33,15 @@ open_sessions_at() {
     ids+=("$sid")
   done
   (IFS=,; echo "${ids[*]}")
+}
+
+# wait_up PORT SCRIPT: returns once mcp-node on 127.0.0.1:PORT answers
+# /healthz; after 10 s says so (as SCRIPT) and exits.
+wait_up() {
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$1/healthz" && return 0
+    sleep 0.1
+  done
+  echo "$2: the server on port $1 did not start" >&2
+  exit 1
 }

@@ -48,15 +48,6 @@ start() {
   echo $!
 }
 
-wait_up() {
-  for _ in $(seq 100); do
-    curl -s -o /dev/null "http://127.0.0.1:$1/healthz" && return 0
-    sleep 0.1
-  done
-  echo "paired.sh: the server on port $1 did not start" >&2
-  exit 1
-}
-
 # sessions PORT -> 64 comma-separated session ids, each initialized
 sessions() {
   open_sessions_at "http://127.0.0.1:$1/mcp" 64 2025-11-25 || { echo "paired.sh: initialize failed on port $1" >&2; exit 1; }
@@ -77,7 +68,7 @@ out=$(mktemp -d)
 for run in $(seq "$RUNS"); do
   a=$(start "$BIN_A" 18590); pids+=("$a")
   b=$(start "$BIN_B" 18591); pids+=("$b")
-  wait_up 18590; wait_up 18591
+  wait_up 18590 paired.sh; wait_up 18591 paired.sh
   sa=""; sb=""
   [ "$ERA_A" = session ] && sa=$(sessions 18590)
   [ "$ERA_B" = session ] && sb=$(sessions 18591)
