@@ -16,16 +16,16 @@
 //! [`ControlMessage::concerns_origin`]) from a node alone in the cluster
 //! (the only member of the node set, `mcp:{nodes}:all`) is neither logged
 //! nor published: no one would hear it. The script that would announce it
-//! reads one key, `mcp:{nodes}:alone`, which names the set's only member:
-//! that member's heartbeat sets it, once the set is whole
+//! reads `mcp:{nodes}:alone`, which names the set's only member, and the
+//! set's size: that member's heartbeat sets the key once the set is whole
 //! (`mcp:{nodes}:whole`: a Redis that lost its data lost the members too,
 //! and each adds itself again at its next heartbeat), and the heartbeat
 //! that adds a second member deletes it in the same script (see
-//! `crate::nodes`). So the check is atomic with the set: a node joins the
-//! set (its first heartbeat) before it serves, so a node that could hold a
-//! copy of a session is a member, and the key gone, before any
-//! announcement it must hear. Off a Redis Cluster only (there the key is in
-//! another slot).
+//! `crate::nodes`); the size covers a node of an earlier version, whose
+//! heartbeat does not. So the check is atomic with the set: a node joins
+//! the set (its first heartbeat) before it serves, so a node that could
+//! hold a copy of a session is a member before any announcement it must
+//! hear. Off a Redis Cluster only (there the keys are in another slot).
 
 use async_trait::async_trait;
 use mcp_cluster_store::{ControlBus, ControlMessage, StoreError};
@@ -79,7 +79,9 @@ pub(crate) struct Publisher {
     channel: String,
     /// The control log's key.
     log: String,
-    /// The node set's only member, when it has one (`crate::nodes`).
+    /// The set of the cluster's nodes.
+    nodes: String,
+    /// Its only member, when it has one (`crate::nodes`).
     alone: String,
 }
 
@@ -89,6 +91,7 @@ impl Publisher {
             redis,
             channel: keys.ctl(),
             log: keys.ctl_log(),
+            nodes: keys.nodes(),
             alone: keys.nodes_alone(),
         }
     }
@@ -183,7 +186,12 @@ impl Publisher {
             message.origin().as_str().to_owned()
         };
         Announcement {
-            keys: [self.log.clone(), self.channel.clone(), self.alone.clone()],
+            keys: [
+                self.log.clone(),
+                self.channel.clone(),
+                self.nodes.clone(),
+                self.alone.clone(),
+            ],
             args: [
                 LOG_LEN.to_string(),
                 crate::config::millis(LOG_TTL).to_string(),
@@ -228,8 +236,9 @@ pub(crate) fn unsent(kind: &str) {
 /// [`ANNOUNCE`] takes ([`Publisher::inline`]).
 #[derive(Debug)]
 pub(crate) struct Announcement {
-    /// The control log, the control channel, the node set's only member.
-    pub(crate) keys: [String; 3],
+    /// The control log, the control channel, the node set, its only
+    /// member.
+    pub(crate) keys: [String; 4],
     /// The log's length, its TTL ms, the entry's field, the message (with
     /// its nonce), and for a message for the other nodes only its origin
     /// (else empty).
@@ -246,15 +255,17 @@ impl Announcement {
     }
 }
 
-/// Lua: `announce(log, channel, alone, length, ttl, field, message,
+/// Lua: `announce(log, channel, nodes, alone, length, ttl, field, message,
 /// origin)` logs a control message and publishes it, as
 /// [`Publisher::publish`] does on one Redis, and is true; unless `origin`
-/// (not empty) is what `alone` names (the node set's only member, once the
-/// set is whole: see `crate::nodes`), where it does neither and is false.
-/// Its arguments are an [`Announcement`]'s keys, then its arguments.
+/// (not empty) is what `alone` names (the only member of `nodes`, once the
+/// set is whole: see `crate::nodes`) and `nodes` has one member, where it
+/// does neither and is false. Its arguments are an [`Announcement`]'s keys,
+/// then its arguments.
 pub(crate) const ANNOUNCE: &str = r"
-local function announce(log, channel, alone, length, ttl, field, message, origin)
-  if origin ~= '' and redis.call('GET', alone) == origin then
+local function announce(log, channel, nodes, alone, length, ttl, field, message, origin)
+  if origin ~= '' and redis.call('GET', alone) == origin
+      and redis.call('SCARD', nodes) == 1 then
     return false
   end
   redis.call('XADD', log, 'MAXLEN', '~', length, '*', field, message)
@@ -264,8 +275,8 @@ local function announce(log, channel, alone, length, ttl, field, message, origin
 end
 ";
 
-/// KEYS: the control log, the control channel, the node set's only member.
-/// ARGV: the log's length, its TTL ms, the entry's field, the message, its
+/// KEYS: the control log, the control channel, the node set, its only
+/// member. ARGV: the log's length, its TTL ms, the entry's field, the message, its
 /// origin (or empty). Logs the message and publishes it (off a Redis
 /// Cluster: all keys on one Redis); 1 when it did, nil when it was for the
 /// other nodes and there are none.
@@ -277,7 +288,7 @@ static LOG_AND_PUBLISH: std::sync::LazyLock<redis::Script> = std::sync::LazyLock
     redis::Script::new(&format!(
         "#!lua
 {ANNOUNCE}
-return announce(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+return announce(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 "
     ))
 });

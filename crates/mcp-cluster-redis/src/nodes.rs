@@ -34,9 +34,10 @@ use crate::reply;
 /// themselves again at their next heartbeat) sets it to now plus the TTL:
 /// from then on the set holds every live node. Once it is past, a node that
 /// finds itself the set's only member names itself in `alone` (for the TTL,
-/// renewed by each of its heartbeats); a heartbeat that finds more than one
-/// member deletes it, in the same script as the `SADD` that made them more.
-/// The scripts that announce read `alone` alone (see `crate::bus`).
+/// renewed by each of its heartbeats, and gone with its heartbeat); a
+/// heartbeat that finds more than one member deletes it, in the same script
+/// as the `SADD` that made them more. The scripts that announce read it
+/// (see `crate::bus`).
 static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
     with_now_ms(
         r"
@@ -188,10 +189,13 @@ impl NodeRegistry for RedisNodes {
 
     async fn leave(&self, node: &NodeId) -> Result<(), StoreError> {
         let mut pipe = redis::pipe();
+        // `alone` goes too: whoever it names, the next heartbeat of a node
+        // alone sets it again.
         pipe.atomic()
             .cmd("DEL")
             .arg(self.keys.node_alive(node))
             .arg(self.keys.node_streams_unbucketed(node))
+            .arg(self.keys.nodes_alone())
             .ignore()
             .cmd("SREM")
             .arg(self.keys.nodes())

@@ -40,7 +40,7 @@ end
 }
 
 /// KEYS: session, subs, then (when an announcement goes with it) the
-/// control log, channel and the node set's only member, then the lease. ARGV: JSON, TTL ms,
+/// control log, channel, node set and its only member, then the lease. ARGV: JSON, TTL ms,
 /// then (with the announcement) the five arguments of an [`Announcement`],
 /// then holder. Replaces a live record, renews both TTLs and, on one Redis,
 /// announces the change ([`ANNOUNCE`]); 1 when written, plus 2 when the
@@ -53,8 +53,8 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'XX', 'PX', ARGV[2]) then
   return 0
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-if #KEYS == 6
-    and not announce(KEYS[3], KEYS[4], KEYS[5], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]) then
+if #KEYS == 7
+    and not announce(KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]) then
   return 1 + 2
 end
 return 1
@@ -113,7 +113,7 @@ return {record, redis.call('SMEMBERS', KEYS[2]), leased}
 
 /// KEYS: session, subs, ended, the stream set, then (off a Redis Cluster)
 /// the expiry index and (when the announcement goes with it) the control
-/// log, channel and the node set's only member, then the lease. ARGV: ended marker TTL ms,
+/// log, channel, node set and its only member, then the lease. ARGV: ended marker TTL ms,
 /// the four arguments of [`DELETE_STREAMS`], then (with the index) the
 /// session id, then (with the announcement) the five arguments of an
 /// [`Announcement`], then holder. Ends a session with its streams (in its
@@ -131,8 +131,8 @@ delete_streams(KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 if #KEYS >= 6 then
   redis.call('ZREM', KEYS[5], ARGV[6])
 end
-if #KEYS == 9
-    and not announce(KEYS[6], KEYS[7], KEYS[8], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]) then
+if #KEYS == 10
+    and not announce(KEYS[6], KEYS[7], KEYS[8], KEYS[9], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]) then
   return live + 2
 end
 return live

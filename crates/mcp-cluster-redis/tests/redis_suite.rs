@@ -461,19 +461,37 @@ async fn a_node_alone_sends_nothing_only_the_others_need() {
     assert_eq!(heard(&mut rx).await, event, "and nothing before it");
     assert_eq!(log_len(&con).await, 7);
 
+    // A node of an earlier version joins: its heartbeat adds it to the set
+    // and leaves `alone` as it was; the set's size is enough.
+    let earlier = NodeId::random();
+    let members = |command: &'static str| {
+        redis::cmd(command)
+            .arg("mcp:{nodes}:all")
+            .arg(earlier.as_str())
+            .clone()
+    };
+    let added: i64 = members("SADD").query_async(&mut con.clone()).await.unwrap();
+    assert_eq!(added, 1);
+    for expected in life_of(&store, &alone).await {
+        assert_eq!(heard(&mut rx).await, expected);
+    }
+    assert_eq!(log_len(&con).await, 10);
+    let removed: i64 = members("SREM").query_async(&mut con.clone()).await.unwrap();
+    assert_eq!(removed, 1);
+
     // A second node: everything goes out, to it and into the log.
     let other = NodeId::random();
     assert!(store.nodes.heartbeat(&other, ttl).await.unwrap());
     for expected in life_of(&store, &alone).await {
         assert_eq!(heard(&mut rx).await, expected);
     }
-    assert_eq!(log_len(&con).await, 10);
+    assert_eq!(log_len(&con).await, 13);
     // The first node's heartbeat does not make it alone again.
     assert!(!store.nodes.heartbeat(&alone, ttl).await.unwrap());
     for expected in life_of(&store, &alone).await {
         assert_eq!(heard(&mut rx).await, expected);
     }
-    assert_eq!(log_len(&con).await, 13);
+    assert_eq!(log_len(&con).await, 16);
 
     // The other node leaves: alone again from the first node's next
     // heartbeat, and a server event is the first thing heard after a whole
@@ -483,7 +501,7 @@ async fn a_node_alone_sends_nothing_only_the_others_need() {
     life_of(&store, &alone).await;
     store.bus.publish(&event).await.unwrap();
     assert_eq!(heard(&mut rx).await, event);
-    assert_eq!(log_len(&con).await, 14);
+    assert_eq!(log_len(&con).await, 17);
 
     // Its heartbeat stops: `alone` goes with it (a TTL), and a node that
     // comes back after that announces again until its next heartbeat.
@@ -491,5 +509,5 @@ async fn a_node_alone_sends_nothing_only_the_others_need() {
     for expected in life_of(&store, &alone).await {
         assert_eq!(heard(&mut rx).await, expected);
     }
-    assert_eq!(log_len(&con).await, 17);
+    assert_eq!(log_len(&con).await, 20);
 }
