@@ -72,11 +72,13 @@ async fn abandoned_sessions_leave_no_redis_key() {
     let url = cluster.node_url(0);
     // The control bus's log of recent messages (`mcp:{ctl}:log`) is not
     // counted: it is the cluster's, bounded, and goes 60 s after the last
-    // message (ending sessions publishes some).
+    // message (ending sessions publishes some). Nor is the mark of a node
+    // alone in the cluster (`mcp:{nodes}:alone`), which its heartbeat sets
+    // some seconds after it started.
     let keys = || -> u64 {
         let count =
             |args: &[&str]| -> u64 { cluster.redis().command(args).unwrap().parse().unwrap() };
-        count(&["DBSIZE"]) - count(&["EXISTS", "mcp:{ctl}:log"])
+        count(&["DBSIZE"]) - count(&["EXISTS", "mcp:{ctl}:log", "mcp:{nodes}:alone"])
     };
     // The node's own keys (heartbeat, node set), once its first heartbeat
     // has written them.
