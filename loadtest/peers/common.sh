@@ -45,3 +45,8 @@ wait_up() {
   echo "$2: the server on port $1 did not start" >&2
   exit 1
 }
+
+# cpu_ticks PID -> the process's user + system time so far, in clock ticks
+# (fields 14 and 15 of /proc/<pid>/stat, counted after the command name,
+# which may hold spaces).
+cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }

@@ -528,13 +528,12 @@ run_wrk() {
 sum() { awk -v a="$1" -v b="$2" 'BEGIN { print a + b }'; }
 
 # server_cpu_ticks TARGET -> the server process's user + system time so far,
-# in clock ticks (fields 14 and 15 of /proc/<pid>/stat, counted after the
-# command name, which may hold spaces); empty when it is not running.
+# in clock ticks (common.sh's cpu_ticks); empty when it is not running.
 CLK_TCK=$(getconf CLK_TCK)
 server_cpu_ticks() {
   local pid=${SERVER_PID[$1]:-}
   [[ -n $pid && -r /proc/$pid/stat ]] || return 0
-  sed 's/.*) //' "/proc/$pid/stat" | awk '{ print $12 + $13 }'
+  cpu_ticks "$pid"
 }
 
 # Lists of the rounds' values (space-separated) -> median, and range.

@@ -53,8 +53,6 @@ sessions() {
   open_sessions_at "http://127.0.0.1:$1/mcp" 64 2025-11-25 || { echo "paired.sh: initialize failed on port $1" >&2; exit 1; }
 }
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-
 # load PORT ERA SESSIONS OUT: "ok failed" of one wrk run into OUT
 load() {
   local stateless=0

@@ -67,8 +67,6 @@ start() {
   echo $!
 }
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-
 # load PORT OUT: "ok failed" of one wrk run into OUT
 load() {
   RUN_ID=$RANDOM WRK_LUA_DIR="$HERE/wrk" taskset -c 1 wrk -t16 -c16 "-d$DURATION" --timeout 5s \
