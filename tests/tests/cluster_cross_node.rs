@@ -1,12 +1,16 @@
 //! Client messages about a request reach the node running it, whichever
 //! node receives them: `notifications/cancelled` stops a request running on
 //! another node, and answers to server requests (sampling, elicitation)
-//! POSTed to another node reach the waiting tool.
+//! POSTed to another node reach the waiting tool, even when that node dies
+//! right after.
 
 mod cluster_support;
 
+use std::time::Duration;
+
 use cluster_support::*;
-use mcp_cluster_client::Client;
+use mcp_cluster_client::{Client, Reply};
+use mcp_cluster_testkit::within;
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -137,4 +141,71 @@ async fn elicitation_answer_posted_to_another_node_reaches_the_tool() {
     let text = text(&result);
     assert!(text.starts_with("User response: action=accept"), "{result}");
     assert!(text.contains("carol@example.com"), "{result}");
+}
+
+/// A node accepts (202) a client's answer only once it has passed it on to
+/// the node whose request asked: while Redis takes no writes it holds the
+/// POST, and when it dies meanwhile the client has not been told the answer
+/// was taken, sends it again elsewhere, and the tool gets it. (A node that
+/// said 202 at once and died before publishing lost the answer: the tool
+/// waited for it to its timeout.)
+#[tokio::test]
+async fn an_answer_is_accepted_only_once_passed_on() {
+    let mut cluster = start(2, &[]);
+    let a = session(&cluster.node_url(0), json!({"elicitation": {}})).await;
+    let b = client(&cluster.node_url(1), a.session_id().unwrap());
+    let mut stream = post_sse(
+        &a,
+        &call(21, "test_elicitation", json!({"message": "Who are you?"})),
+    )
+    .await;
+    priming(&mut stream).await;
+    let mut seen = Seen::default();
+    while seen.other.is_empty() {
+        record(
+            &mut seen,
+            next_event(&mut stream).await.expect("the question"),
+        );
+    }
+    let ask = seen.other[0].clone();
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    let answer = json!({"jsonrpc": "2.0", "id": ask["id"], "result":
+        {"action": "accept", "content": {"username": "dana", "email": "dana@example.com"}}});
+
+    // B serves the session too, and takes its lease once A's has run out
+    // (3 s after A's last renewal, 1 s at most after its last use): while
+    // it holds the lease, B needs no store call to take the answer in.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let pong = within(
+        "ping on B",
+        b.post(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(pong, Reply::Json(..)), "{pong:?}");
+    // Reads go on; writes, PUBLISH among them, wait.
+    cluster
+        .redis()
+        .command(&["CLIENT", "PAUSE", "8000", "WRITE"])
+        .unwrap();
+    let posted = tokio::spawn({
+        let answer = answer.clone();
+        async move { b.post(&answer).await }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.kill_node(1);
+    let reply = within("the answer POSTed to B", posted).await.unwrap();
+    cluster.redis().command(&["CLIENT", "UNPAUSE"]).unwrap();
+    assert!(
+        !matches!(reply, Ok(Reply::Accepted)),
+        "B accepted an answer it had not passed on, then died: {reply:?}"
+    );
+
+    // The client sends it again, to a node that is up.
+    post_accepted(&a, &answer).await;
+    let rest = read_to_end(&mut stream).await;
+    assert_eq!(rest.responses.len(), 1, "{rest:?}");
+    let result = &rest.responses[0]["result"];
+    assert_eq!(result["isError"], false, "{result}");
+    assert!(text(result).contains("dana@example.com"), "{result}");
 }

@@ -68,5 +68,5 @@ pub use request::service::{
 };
 pub use runtime::Runtime;
 pub use runtime::pipeline::{Answers, Refusal, Submitted};
-pub use session::SessionHandle;
+pub use session::{Placed, SessionHandle};
 pub use stateless::{RequestGuard, RequestMeta, StatelessReply};

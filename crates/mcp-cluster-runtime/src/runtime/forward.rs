@@ -117,7 +117,10 @@ impl Runtime {
             Ok([request]) => handle.dispatch(request, Arc::clone(&exchange)),
             Err(batch) => {
                 let messages = batch.into_iter().map(Message::Request).collect();
-                handle.dispatch_batch(messages, Arc::clone(&exchange))
+                // Requests only: nothing to wait for before they are placed.
+                handle
+                    .dispatch_batch(messages, Arc::clone(&exchange))
+                    .map(drop)
             }
         };
         if let Err(err) = dispatched {

@@ -27,7 +27,7 @@ use crate::node::error::RuntimeError;
 use crate::request::call::{Call, Inbound, notification_label};
 use crate::request::exchange::{Exchange, ExchangeReply};
 use crate::runtime::Runtime;
-use crate::session::SessionHandle;
+use crate::session::{Placed, SessionHandle};
 
 /// Where the answers to a body go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -394,35 +394,35 @@ impl Runtime {
                 let span =
                     inbound.span(method, None, Some(session.label()), None, n.params.as_ref());
                 let trace = mcp_cluster_telemetry::traceparent_of(&span);
-                if n.method == methods::NOTIFICATION_INITIALIZED {
-                    // The 202 goes out once `initialized` is stored: the
-                    // client's next request may reach another node, which
-                    // must not find the session uninitialized (it would
-                    // refuse to ask the client anything).
-                    // A save that failed is the client's 503: it sends the
-                    // notification again rather than go on believing it in.
-                    let stored = session
-                        .notify_stored(n, trace)
-                        .map_err(|err| Refusal::runtime(err, None))?;
-                    if let Ok(Err(err)) = stored.await {
-                        return Err(Refusal::runtime(RuntimeError::Store(err), None));
-                    }
-                } else {
-                    session
-                        .notify(n, trace)
-                        .map_err(|err| Refusal::runtime(err, None))?;
-                }
+                // The 202 goes out once the notification is placed. For
+                // `initialized`, once it is stored: the client's next
+                // request may reach another node, which must not find the
+                // session uninitialized (it would refuse to ask the client
+                // anything). For a cancellation of a request running on
+                // another node, once it is published to that node: a node
+                // that died right after its 202 would leave the request
+                // running. A failure is the client's 503: it sends the
+                // notification again rather than go on believing it in.
+                let placed = session
+                    .notify(n, trace)
+                    .map_err(|err| Refusal::runtime(err, None))?;
+                placed_or_refused(placed).await?;
                 Ok(Submitted::Accepted)
             }
             Body::Single(Message::Response(r)) => {
                 // The node whose request asked links the client's trace.
                 let trace = mcp_cluster_telemetry::traceparent_of_context(&inbound.trace);
-                session
+                // As for a cancellation: the 202 says the answer reached
+                // its question here or was published to the node whose
+                // request asked, never that it is still on its way (the
+                // request would wait for it to its timeout).
+                let placed = session
                     .answer(r, trace)
                     .map_err(|err| Refusal::runtime(err, None))?;
+                placed_or_refused(placed).await?;
                 Ok(Submitted::Accepted)
             }
-            Body::Batch(items) => self.submit_batch(session, items, answers, inbound),
+            Body::Batch(items) => self.submit_batch(session, items, answers, inbound).await,
         }
     }
 
@@ -536,7 +536,7 @@ impl Runtime {
         inbound.admit(self.node(), bytes, crate::node::Work::Stream)
     }
 
-    fn submit_batch(
+    async fn submit_batch(
         &self,
         session: &SessionHandle,
         items: Vec<Result<Message, DecodeError>>,
@@ -616,16 +616,27 @@ impl Runtime {
             exchange.track(call);
         }
         // One mailbox message: the batch runs whole or not at all.
-        if let Err(error) = session.dispatch_batch(messages, Arc::clone(&exchange)) {
-            return Err(Refusal::Runtime {
-                error,
-                id: None,
-                batch: ids,
-            });
-        }
+        let placed = match session.dispatch_batch(messages, Arc::clone(&exchange)) {
+            Ok(placed) => placed,
+            Err(error) => {
+                return Err(Refusal::Runtime {
+                    error,
+                    id: None,
+                    batch: ids,
+                });
+            }
+        };
         // On a session's stream, the errors for the invalid members follow
         // only when the batch ran.
         write_later(&exchange, late_errors);
+        // As for one notification or answer: the 202 waits until the
+        // batch's are placed. A batch whose requests run is answered
+        // whatever happened to them (its requests cannot be taken back).
+        if !answered {
+            placed_or_refused(placed).await?;
+        } else if let Ok(Err(err)) = placed.await {
+            tracing::warn!(error = %err, "A batch's notification or answer could not be passed on.");
+        }
         Ok(match reply {
             Some(reply) if answered => Submitted::Reply { reply, batch: true },
             Some(_) => Submitted::Accepted,
@@ -644,6 +655,16 @@ impl Runtime {
         let exchange = self.attached_exchange(session);
         write_later(&exchange, responses);
         exchange
+    }
+}
+
+/// Waits until a client's notification or answer is placed; one that could
+/// not be is refused (503), so that the client sends it again.
+async fn placed_or_refused(placed: Placed) -> Result<(), Refusal> {
+    match placed.await {
+        Ok(Err(err)) => Err(Refusal::runtime(RuntimeError::Store(err), None)),
+        // Dropped unanswered: nothing needed waiting for.
+        Ok(Ok(())) | Err(_) => Ok(()),
     }
 }
 

@@ -94,6 +94,65 @@ pub(crate) struct Dispatch {
 pub(crate) struct DispatchBatch {
     pub(crate) messages: Vec<Message>,
     pub(crate) exchange: Arc<Exchange>,
+    /// Told once the batch's notifications and answers are placed (as
+    /// [`ClientAnswer::done`]), or that one of them could not be.
+    pub(crate) done: Option<Done>,
+}
+
+/// Told once a client message has reached what it is for, or that it could
+/// not (see [`Notify::done`], [`ClientAnswer::done`]).
+pub(crate) type Done = oneshot::Sender<Result<(), StoreError>>;
+
+/// What [`SessionHandle::notify`], [`SessionHandle::answer`] and
+/// [`SessionHandle::dispatch_batch`] return: completes once the client's
+/// message is placed (a dropped sender means placed: nothing waited to be
+/// told), with the store's error when it could not be.
+pub type Placed = oneshot::Receiver<Result<(), StoreError>>;
+
+/// The [`Done`]s of a batch's messages, gathered into the batch's own: told
+/// once every message is placed, with the first failure if any.
+struct Placements {
+    batch: Option<Done>,
+    each: Vec<Placed>,
+}
+
+impl Placements {
+    fn new(batch: Option<Done>) -> Self {
+        Self {
+            batch,
+            each: Vec::new(),
+        }
+    }
+
+    /// The sender for one more message of the batch.
+    fn one(&mut self) -> Option<Done> {
+        self.batch.as_ref()?;
+        let (done, placed) = oneshot::channel();
+        self.each.push(placed);
+        Some(done)
+    }
+}
+
+impl Drop for Placements {
+    fn drop(&mut self) {
+        let Some(batch) = self.batch.take() else {
+            return;
+        };
+        let each = std::mem::take(&mut self.each);
+        if each.is_empty() {
+            let _ = batch.send(Ok(()));
+            return;
+        }
+        actix::spawn(async move {
+            let mut outcome = Ok(());
+            for placed in each {
+                if let Ok(Err(err)) = placed.await {
+                    outcome = outcome.and(Err(err));
+                }
+            }
+            let _ = batch.send(outcome);
+        });
+    }
 }
 
 /// Handle one client notification. `remote`: it came over the control bus
@@ -107,9 +166,11 @@ pub(crate) struct Notify {
     /// node that acts on it.
     pub(crate) trace: Option<String>,
     /// Told once what the notification changed is stored and announced
-    /// (`notifications/initialized`), or that it could not be stored;
-    /// dropped at once for the others.
-    pub(crate) done: Option<oneshot::Sender<Result<(), StoreError>>>,
+    /// (`notifications/initialized`), or once it is published to the node
+    /// it is for (a cancellation of a request running elsewhere, a
+    /// notification for the session's own server on another node), or that
+    /// it could not be; dropped at once for the others.
+    pub(crate) done: Option<Done>,
 }
 
 /// Route the client's answer to a server request (`remote` as for
@@ -121,6 +182,11 @@ pub(crate) struct ClientAnswer {
     pub(crate) remote: bool,
     /// As for [`Notify`].
     pub(crate) trace: Option<String>,
+    /// Told once the answer is handed to its question here or published to
+    /// the other nodes (the one whose request asked), or that it could not
+    /// be published; dropped at once when nothing here or elsewhere waits
+    /// for it.
+    pub(crate) done: Option<Done>,
 }
 
 /// Reload the state from the store: another node changed it.
@@ -444,10 +510,15 @@ impl Handler<DispatchBatch> for Session {
 
     fn handle(
         &mut self,
-        DispatchBatch { messages, exchange }: DispatchBatch,
+        DispatchBatch {
+            messages,
+            exchange,
+            done,
+        }: DispatchBatch,
         ctx: &mut Self::Context,
     ) {
         self.active(ctx);
+        let mut placed = Placements::new(done);
         if let Some(host) = self.host_elsewhere() {
             // Its requests run on the host, together (admitted whole or
             // refused whole there); the rest is this session's anywhere.
@@ -455,8 +526,8 @@ impl Handler<DispatchBatch> for Session {
             for message in messages {
                 match message {
                     Message::Request(r) => requests.push(r),
-                    Message::Notification(n) => self.notify(n, false, None, None),
-                    Message::Response(r) => self.client_answer(r, false, None),
+                    Message::Notification(n) => self.notify(n, false, None, placed.one()),
+                    Message::Response(r) => self.client_answer(r, false, None, placed.one()),
                 }
             }
             if !requests.is_empty() {
@@ -491,8 +562,8 @@ impl Handler<DispatchBatch> for Session {
         for message in messages {
             match message {
                 Message::Request(r) => self.dispatch(r, Arc::clone(&exchange), ctx),
-                Message::Notification(n) => self.notify(n, false, None, None),
-                Message::Response(r) => self.client_answer(r, false, None),
+                Message::Notification(n) => self.notify(n, false, None, placed.one()),
+                Message::Response(r) => self.client_answer(r, false, None, placed.one()),
             }
         }
     }
@@ -525,11 +596,12 @@ impl Handler<ClientAnswer> for Session {
             response,
             remote,
             trace,
+            done,
         }: ClientAnswer,
         ctx: &mut Self::Context,
     ) {
         self.active(ctx);
-        self.client_answer(response, remote, trace);
+        self.client_answer(response, remote, trace, done);
     }
 }
 
@@ -1037,11 +1109,7 @@ impl Session {
     /// elsewhere (a standalone stream's), which read nothing of
     /// `initialized` to serve a request. On one Redis it goes out in the
     /// save's own script (`SessionStore::save_announcing`).
-    fn persist_then(
-        &self,
-        answer: Option<(Arc<Exchange>, Response)>,
-        done: Option<oneshot::Sender<Result<(), StoreError>>>,
-    ) {
+    fn persist_then(&self, answer: Option<(Arc<Exchange>, Response)>, done: Option<Done>) {
         let node = Arc::clone(&self.deps.node);
         let record = self.record.clone();
         let ttl = self.deps.config.session_idle_ttl();
@@ -1086,8 +1154,10 @@ impl Session {
 
     /// Hands a client message this node cannot place to the other nodes.
     /// `trace`: the span that received it, so that the node acting on it
-    /// stays in the caller's trace.
-    fn publish_deliver(&self, message: Message, trace: Option<String>) {
+    /// stays in the caller's trace. `done` is told whether it went out: the
+    /// client's 202 waits for it, so that a node that dies right after
+    /// accepting a message has not yet told the client it was taken.
+    fn publish_deliver(&self, message: Message, trace: Option<String>, done: Option<Done>) {
         let node = Arc::clone(&self.deps.node);
         let deliver = ControlMessage::Deliver {
             session: self.record.id.clone(),
@@ -1095,7 +1165,18 @@ impl Session {
             origin: node.id.clone(),
             trace,
         };
-        actix::spawn(async move { node.publish(deliver).await });
+        actix::spawn(async move {
+            let published = node.publish(deliver).await;
+            if let Some(done) = done {
+                let _ = done.send(if published {
+                    Ok(())
+                } else {
+                    Err(StoreError::Unavailable(
+                        "the message could not be passed on to the other nodes".to_owned(),
+                    ))
+                });
+            }
+        });
     }
 
     /// The node running the session's own server, when that is another
@@ -1171,13 +1252,7 @@ impl Session {
         }
     }
 
-    fn notify(
-        &mut self,
-        n: Notification,
-        remote: bool,
-        trace: Option<String>,
-        done: Option<oneshot::Sender<Result<(), StoreError>>>,
-    ) {
+    fn notify(&mut self, n: Notification, remote: bool, trace: Option<String>, done: Option<Done>) {
         match n.method.as_str() {
             methods::NOTIFICATION_INITIALIZED => {
                 if self.record.protocol_version.is_some() {
@@ -1195,7 +1270,7 @@ impl Session {
                         let id = self.record.id.clone();
                         actix::spawn(async move { service.session_notification(&id, n).await });
                     } else if !remote && self.host_elsewhere().is_some() {
-                        self.publish_deliver(Message::Notification(n), trace);
+                        self.publish_deliver(Message::Notification(n), trace, None);
                     }
                 }
             }
@@ -1215,7 +1290,7 @@ impl Session {
                     // Not running here: it may run on another node, which the
                     // bus reaches; unknown everywhere, it is ignored (spec).
                     None if !remote => {
-                        self.publish_deliver(Message::Notification(n.clone()), trace);
+                        self.publish_deliver(Message::Notification(n.clone()), trace, done);
                     }
                     None => {
                         tracing::debug!(session_id = %self.record.id, "Cancellation of an unknown request ignored.")
@@ -1227,7 +1302,7 @@ impl Session {
             // For the session's own server, which runs on another node.
             _ if self.host_elsewhere().is_some() => {
                 if !remote {
-                    self.publish_deliver(Message::Notification(n), trace);
+                    self.publish_deliver(Message::Notification(n), trace, done);
                 }
             }
             _ => {
@@ -1238,7 +1313,13 @@ impl Session {
         }
     }
 
-    fn client_answer(&mut self, response: Response, remote: bool, trace: Option<String>) {
+    fn client_answer(
+        &mut self,
+        response: Response,
+        remote: bool,
+        trace: Option<String>,
+        done: Option<Done>,
+    ) {
         let pending = response
             .id
             .as_ref()
@@ -1256,7 +1337,7 @@ impl Session {
             // Asked by a request running on another node.
             None if !remote => {
                 tracing::debug!(session_id = %self.record.id, ask = %id, "Answer sent on to the other nodes.");
-                self.publish_deliver(Message::Response(response), trace);
+                self.publish_deliver(Message::Response(response), trace, done);
             }
             None => {
                 tracing::debug!(session_id = %self.record.id, ask = %id, "Answer to an unknown server request ignored.")
@@ -1962,6 +2043,8 @@ impl SessionHandle {
     /// [`RuntimeConfig::max_in_flight_per_session`]); request outputs go to
     /// `exchange`. The transport decodes and answers invalid members itself
     /// and bounds the batch length ([`RuntimeConfig::max_batch_items`]).
+    /// The receiver completes as [`Self::notify`]'s and [`Self::answer`]'s
+    /// do, once for all the batch's notifications and answers.
     ///
     /// # Errors
     /// As [`Self::dispatch`]: nothing in the batch ran.
@@ -1969,13 +2052,20 @@ impl SessionHandle {
         &self,
         messages: Vec<Message>,
         exchange: Arc<Exchange>,
-    ) -> Result<(), RuntimeError> {
-        self.addr
-            .try_send(DispatchBatch { messages, exchange })
-            .map_err(mailbox_error)
+    ) -> Result<Placed, RuntimeError> {
+        self.send_placed(|done| DispatchBatch {
+            messages,
+            exchange,
+            done,
+        })
     }
 
-    /// Hands a notification to the session.
+    /// Hands a notification to the session. The receiver completes once
+    /// what the notification changed is stored and announced to the other
+    /// nodes (`notifications/initialized`: the client's next request,
+    /// wherever it goes, sees it), or once it is published to the node it
+    /// is for (a cancellation of a request running on another node), or at
+    /// once when it needs neither; with an error when it could not be.
     ///
     /// # Errors
     /// As [`Self::dispatch`].
@@ -1983,53 +2073,50 @@ impl SessionHandle {
         &self,
         notification: Notification,
         trace: Option<String>,
-    ) -> Result<(), RuntimeError> {
-        self.addr
-            .try_send(Notify {
-                notification,
-                remote: false,
-                trace,
-                done: None,
-            })
-            .map_err(mailbox_error)
+    ) -> Result<Placed, RuntimeError> {
+        self.send_placed(|done| Notify {
+            notification,
+            remote: false,
+            trace,
+            done,
+        })
     }
 
-    /// As [`Self::notify`]; the receiver completes once what the
-    /// notification changed is stored and announced to the other nodes (at
-    /// once when it changed nothing), so that the client's next request,
-    /// wherever it goes, sees it.
+    /// Hands the client's answer to a server request to the session. The
+    /// receiver completes once the answer is handed to its question, on
+    /// this node or published to the others (the one whose request asked),
+    /// with an error when it could not be published.
     ///
     /// # Errors
     /// As [`Self::dispatch`].
-    pub(crate) fn notify_stored(
+    pub fn answer(
         &self,
-        notification: Notification,
+        response: Response,
         trace: Option<String>,
-    ) -> Result<oneshot::Receiver<Result<(), StoreError>>, RuntimeError> {
-        let (done, stored) = oneshot::channel();
-        self.addr
-            .try_send(Notify {
-                notification,
-                remote: false,
-                trace,
-                done: Some(done),
-            })
-            .map_err(mailbox_error)?;
-        Ok(stored)
+    ) -> Result<Placed, RuntimeError> {
+        self.send_placed(|done| ClientAnswer {
+            response,
+            remote: false,
+            trace,
+            done,
+        })
     }
 
-    /// Hands the client's answer to a server request to the session.
-    ///
-    /// # Errors
-    /// As [`Self::dispatch`].
-    pub fn answer(&self, response: Response, trace: Option<String>) -> Result<(), RuntimeError> {
+    /// Sends the message `message` makes of a [`Done`], and returns what
+    /// that `Done` will tell.
+    fn send_placed<M>(
+        &self,
+        message: impl FnOnce(Option<Done>) -> M,
+    ) -> Result<Placed, RuntimeError>
+    where
+        M: actix::Message<Result = ()> + Send + 'static,
+        Session: Handler<M>,
+    {
+        let (done, placed) = oneshot::channel();
         self.addr
-            .try_send(ClientAnswer {
-                response,
-                remote: false,
-                trace,
-            })
-            .map_err(mailbox_error)
+            .try_send(message(Some(done)))
+            .map_err(mailbox_error)?;
+        Ok(placed)
     }
 
     /// Delivers a client message that another node received.
@@ -2045,6 +2132,7 @@ impl SessionHandle {
                 response,
                 remote: true,
                 trace: None,
+                done: None,
             }),
             Message::Request(_) => {}
         }
