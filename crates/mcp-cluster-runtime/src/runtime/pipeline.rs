@@ -626,17 +626,20 @@ impl Runtime {
                 });
             }
         };
-        // On a session's stream, the errors for the invalid members follow
-        // only when the batch ran.
-        write_later(&exchange, late_errors);
-        // As for one notification or answer: the 202 waits until the
-        // batch's are placed. A batch whose requests run is answered
-        // whatever happened to them (its requests cannot be taken back).
-        if !answered {
+        // As for one notification or answer: the answer waits until the
+        // batch's are placed, and a batch none of whose requests run is
+        // refused when one could not be (sent again whole, its invalid
+        // members get their errors then). A batch whose requests run is
+        // answered whatever happened to the rest: they cannot be taken
+        // back.
+        if ids.is_empty() {
             placed_or_refused(placed).await?;
         } else if let Ok(Err(err)) = placed.await {
             tracing::warn!(error = %err, "A batch's notification or answer could not be passed on.");
         }
+        // On a session's stream, the errors for the invalid members follow
+        // only when the batch ran.
+        write_later(&exchange, late_errors);
         Ok(match reply {
             Some(reply) if answered => Submitted::Reply { reply, batch: true },
             Some(_) => Submitted::Accepted,
