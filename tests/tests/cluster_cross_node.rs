@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use cluster_support::*;
 use mcp_cluster_client::{Client, Reply};
-use mcp_cluster_testkit::within;
+use mcp_cluster_testkit::{Cluster, RedisServer, within};
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -151,7 +151,10 @@ async fn elicitation_answer_posted_to_another_node_reaches_the_tool() {
 /// waited for it to its timeout.)
 #[tokio::test]
 async fn an_answer_is_accepted_only_once_passed_on() {
-    let mut cluster = start(2, &[]);
+    // A redis-server of its own, whatever MCP_TEST_REDIS says: the test
+    // pauses its writes. (Declared first, dropped after the nodes.)
+    let redis = RedisServer::start_for_nodes().unwrap();
+    let mut cluster = Cluster::start_on_redis(2, &redis.node_url(), &[]).unwrap();
     let a = session(&cluster.node_url(0), json!({"elicitation": {}})).await;
     let b = client(&cluster.node_url(1), a.session_id().unwrap());
     let mut stream = post_sse(
@@ -184,8 +187,7 @@ async fn an_answer_is_accepted_only_once_passed_on() {
     .unwrap();
     assert!(matches!(pong, Reply::Json(..)), "{pong:?}");
     // Reads go on; writes, PUBLISH among them, wait.
-    cluster
-        .redis()
+    redis
         .command(&["CLIENT", "PAUSE", "8000", "WRITE"])
         .unwrap();
     let posted = tokio::spawn({
@@ -195,7 +197,7 @@ async fn an_answer_is_accepted_only_once_passed_on() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     cluster.kill_node(1);
     let reply = within("the answer POSTed to B", posted).await.unwrap();
-    cluster.redis().command(&["CLIENT", "UNPAUSE"]).unwrap();
+    redis.command(&["CLIENT", "UNPAUSE"]).unwrap();
     assert!(
         !matches!(reply, Ok(Reply::Accepted)),
         "B accepted an answer it had not passed on, then died: {reply:?}"
