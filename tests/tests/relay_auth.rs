@@ -367,7 +367,23 @@ async fn exchanged_tokens_past_max_principals_are_dropped_soonest_to_expire_firs
     let url = front.url().to_owned();
     let base = url.trim_end_matches("/mcp").to_owned();
     let kept = "mcp_upstream_exchanged_tokens{upstream=\"guarded\"}";
-    let token = |who: &str| issuer.token().audience(RESOURCE).subject(who).sign();
+    // Tokens far apart in lifetime, and so the tokens exchanged for them:
+    // the issuer's `expires_in` counts whole seconds, and tokens made
+    // within a second of each other would be ordered by where the
+    // second's boundary fell (carol's then went first now and then).
+    let lifetime = |who: &str| match who {
+        "alice" => 100,
+        "bob" => 200,
+        _ => 290,
+    };
+    let token = |who: &str| {
+        issuer
+            .token()
+            .audience(RESOURCE)
+            .subject(who)
+            .expires_in(lifetime(who))
+            .sign()
+    };
     for (n, who) in ["alice", "bob", "carol"].into_iter().enumerate() {
         let client = client_with(&url, &Arc::new(Mutex::new(token(who)))).await;
         assert_eq!(whoami(&client).await["subject"], who);
@@ -375,7 +391,8 @@ async fn exchanged_tokens_past_max_principals_are_dropped_soonest_to_expire_firs
         assert_eq!(metric(&base, kept).await, (n + 1).min(2) as f64);
     }
     // Alice's, the soonest to expire, made room for carol's: she exchanges
-    // again; carol's is still kept.
+    // again, and bob's (sooner than carol's) makes room; carol's is still
+    // kept.
     let alice = client_with(&url, &Arc::new(Mutex::new(token("alice")))).await;
     assert_eq!(whoami(&alice).await["subject"], "alice");
     assert_eq!(issuer.token_exchanges(), 4);
